@@ -1,0 +1,46 @@
+"""simulate(topology, workload, placement, config) -> SimResult. Wiring only."""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from topologies.routing import Router
+from topologies.topology import Topology
+from workloads.tasks import Workload
+
+from .collectives import ALGORITHMS, LoweringContext
+from .collectives.tuner import choose
+from .config import SimConfig
+from .engine.fabric import Fabric
+from .engine.replay import run
+from .network import NETWORK_MODELS
+from .placement import Placement
+from .results import CollectiveRecord, SimResult
+
+
+def simulate(topology: Topology, workload: Workload, placement: Placement | None = None,
+             config: SimConfig | None = None) -> SimResult:
+    config = config or SimConfig()
+    placement = placement or Placement.block(topology, nranks=workload.nranks)
+    if placement.nranks != workload.nranks:
+        raise ValueError(f"placement: places {placement.nranks} ranks but the workload has {workload.nranks}")
+    router = Router(topology, policy=config.routing, seed=config.seed, pxn=config.pxn)
+    ctx = LoweringContext(topology=topology, router=router, rank_gpu=placement.rank_gpu)
+    choices = [choose(c, ctx, config.collectives) for c in workload.collectives]
+    schedules = [ALGORITHMS[ch.algorithm].lower(c, ctx, protocol=ch.protocol, nchannels=ch.nchannels)
+                 for c, ch in zip(workload.collectives, choices)]
+    env = simpy.Environment()
+    network = NETWORK_MODELS[config.network_model](topology.link_capacity_bytes_per_s)
+    fabric = Fabric(env, network)
+    times, rank_end = run(env=env, fabric=fabric, workload=workload, schedules=schedules, topology=topology,
+                          router=router, rank_gpu=placement.rank_gpu)
+    records = tuple(
+        CollectiveRecord(index=i, collective=c, algorithm=ch.algorithm, protocol=ch.protocol, nchannels=ch.nchannels,
+                         start_s=start, end_s=end, latency_s=s.latency_s, predicted_s=ch.predicted_s)
+        for i, (c, ch, s, (start, end)) in enumerate(zip(workload.collectives, choices, schedules, times))
+    )
+    link_bytes = network.link_bytes.copy()
+    link_bytes.setflags(write=False)
+    return SimResult(config=config, topology_name=topology.name, collectives=records, rank_end_s=tuple(rank_end),
+                     link_bytes=link_bytes, link_names=topology.link_names, network_rerates=network.rerates)

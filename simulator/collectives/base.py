@@ -1,0 +1,114 @@
+"""The algorithm interface and what an algorithm may know about the system.
+
+An algorithm is a small object with
+
+* ``name`` and ``kinds`` (the collective kinds it implements),
+* ``lower(collective, ctx, *, protocol, nchannels) -> Schedule``: the flows and latencies,
+* ``estimate(collective, ctx, *, protocol, nchannels) -> (latency_s, algbw_bytes_per_s)``:
+  NCCL-style cost used by the tuner to choose, as NCCL does, before anything is simulated.
+
+Algorithms are registered in ``simulator.collectives.ALGORITHMS``. They see the system through a
+:class:`LoweringContext`: the topology, the router (paths) and the rank -> GPU placement; they
+never touch a network model or the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from topologies.routing import Router, equal_share_rates
+from topologies.topology import Topology
+from workloads.collectives import Collective, CollectiveKind
+
+from ..schedule import Schedule
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupLayout:
+    """How a group's ranks sit on servers: servers in order of first rank, local GPUs sorted."""
+
+    servers: tuple[int, ...]
+    ranks_by_server: tuple[tuple[int, ...], ...]   # ranks of each server, by local GPU index
+    nnodes: int
+    ppn: int                                       # most ranks on one server
+    intra: str                                     # "nvlink" | "pcie"
+    arch: str
+    cpu_vendor: str
+    nics_per_server: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoweringContext:
+    topology: Topology
+    router: Router
+    rank_gpu: tuple[int, ...]
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def gpu(self, rank: int) -> int:
+        return self.rank_gpu[rank]
+
+    def server(self, rank: int) -> int:
+        return int(self.topology.gpu_server[self.rank_gpu[rank]])
+
+    def local(self, rank: int) -> int:
+        return int(self.topology.gpu_local[self.rank_gpu[rank]])
+
+    def cached(self, key, build):
+        """Per-simulation memo for size-independent results (ring orders, chain paths)."""
+        value = self._cache.get(key)
+        if value is None:
+            value = self._cache[key] = build()
+        return value
+
+    def layout(self, group: tuple[int, ...]) -> GroupLayout:
+        return self.cached(("layout", group), lambda: self._layout(group))
+
+    def _layout(self, group: tuple[int, ...]) -> GroupLayout:
+        for rank in group:
+            if not 0 <= rank < len(self.rank_gpu):
+                raise ValueError(f"collective group: rank {rank} is not placed; {len(self.rank_gpu)} ranks exist")
+        order: dict[int, list[int]] = {}
+        for rank in group:
+            order.setdefault(self.server(rank), []).append(rank)
+        servers = tuple(order)
+        ranks_by_server = tuple(tuple(sorted(order[s], key=self.local)) for s in servers)
+        infos = [self.topology.servers[s] for s in servers]
+        return GroupLayout(
+            servers=servers,
+            ranks_by_server=ranks_by_server,
+            nnodes=len(servers),
+            ppn=max(len(r) for r in ranks_by_server),
+            intra="nvlink" if all(i.nvswitch >= 0 for i in infos) else "pcie",
+            arch=infos[0].gpu_arch,
+            cpu_vendor="amd" if any(i.cpu_vendor == "amd" for i in infos) else "intel",
+            nics_per_server=min(len(i.nics) for i in infos),
+        )
+
+    def chain_rates(self, chains: list[np.ndarray]) -> np.ndarray:
+        """Equal-share rate of each chain's link list (the tuner's static bandwidth estimate)."""
+        return equal_share_rates(chains, self.topology.link_capacity_bytes_per_s)
+
+
+class Algorithm(Protocol):
+    name: str
+    kinds: frozenset[CollectiveKind]
+
+    def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule: ...
+
+    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
+                 nchannels: int) -> tuple[float, float]: ...
+
+
+def split_evenly(total: int, parts: int, unit: int = 1) -> np.ndarray:
+    """Split ``total`` bytes into ``parts`` pieces that are multiples of ``unit`` (the element
+    size), as equal as possible, the larger pieces first. Sums exactly to ``total``."""
+    units, rest = divmod(total, unit)
+    base, extra = divmod(units, parts)
+    pieces = np.full(parts, base, dtype=np.int64)
+    pieces[:extra] += 1
+    pieces *= unit
+    pieces[0] += rest
+    return pieces

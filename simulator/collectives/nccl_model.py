@@ -1,0 +1,117 @@
+"""NCCL's own cost model: latencies and protocol limits, with NCCL's constants.
+
+NCCL predicts a collective as ``time = L + nbytes / algbw`` (src/graph/tuning.cc) and picks the
+algorithm x protocol with the smallest prediction. fabricsim uses this model for two things:
+
+* the **latency** part of a schedule (per-step protocol costs on the GPU and proxy, which a
+  network model cannot know): ``L = baseLat[algo][proto] + (nsteps - nInter) * intraLat'
+  + nInter * interLat`` for rings, where intraLat is NCCL's per-hop figure for NVLink or PCIe,
+  intraLat' = max(intraLat, netOverhead) on multi-node rings (netOverhead 1 us on Intel hosts,
+  2 us on AMD, x3 for Simple), interLat the network figure, and x1.4 for multi-node Simple
+  all_reduce rings once each rank-channel slice is >= 64 B (NCCL's "ring plateau" correction,
+  sm80+);
+* the **protocol limits** the flow model applies: LL moves 4 data bytes per 8-byte line (wire
+  factor 2) and tops out at ``llMaxBw`` (GPU polling throughput); LL128 moves 120 data bytes per
+  128-byte line and is capped per channel (``perChMaxRingLL128Bw``); Simple has no cap.
+
+The bandwidth part of the time comes from the network model (physical links), not from here.
+What this ignores: NCCL's topology search (channel count and per-channel speed are inputs),
+tuner plugins, and launch overhead of the test harness (nccl-tests' -g mode; a later refinement).
+
+Constants: NCCL 2.30.7 (github.com/NVIDIA/nccl src/graph/tuning.cc, ncclTunerConstantsDefaults),
+unchanged for Ring LL/LL128/Simple since 2.18. Worked number: 8x H100 one node, ring LL
+all_reduce: L = 6.6 + 14 x 0.6 = 15.0 us (measured small all_reduce on DGX H100: 13-18 us).
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+# Wire bytes per payload byte (NCCL src/include/device.h: LL lines are 8 B with a 4 B flag,
+# LL128 lines are 128 B with 8 B of flags -> NCCL_LL128_ELEMS_PER_THREAD 120 data bytes of 128).
+WIRE_FACTOR = MappingProxyType({"LL": 2.0, "LL128": 128.0 / 120.0, "Simple": 1.0})
+
+# baseLatencies[algo][proto] in us (tuning.cc, NCCL 2.30.7)
+BASE_LATENCY_US = MappingProxyType({
+    "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
+    "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
+})
+
+# hwLatencies[link][algo][proto] in us (tuning.cc, NCCL 2.30.7)
+HW_LATENCY_US = MappingProxyType({
+    "nvlink": {"tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0}, "ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}},
+    "pcie": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}, "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}},
+    "net": {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}, "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}},
+})
+
+# llMaxBws[row][1 node, 2 nodes, >=3 nodes] in GB/s: row = GPU arch on one node, CPU vendor
+# across nodes (tuning.cc, NCCL 2.30.7).
+LL_MAX_BW_GBPS = MappingProxyType({
+    "volta": (39.0, 39.0, 20.4), "intel": (39.0, 39.0, 20.4),
+    "ampere": (87.7, 22.5, 19.0), "amd": (87.7, 22.5, 19.0),
+    "ada": (87.7, 22.5, 19.0),          # Ada (sm89) shares Ampere's row (compCapIndex 1)
+    "hopper": (141.0, 45.0, 35.0),
+    "blackwell": (282.0, 90.0, 70.0),
+})
+
+# perChMaxRingLL128Bw[arch] in GB/s per channel (tuning.cc, NCCL 2.30.7)
+LL128_MAX_BW_PER_CHANNEL_GBPS = MappingProxyType({
+    "volta": 20.0, "ampere": 20.0, "ada": 20.0, "hopper": 36.7, "blackwell": 40.0,
+})
+
+# NCCL_NET_OVERHEAD default (tuning.cc): 1 us on Intel/other x86, 2 us on AMD; x3 for Simple.
+NET_OVERHEAD_US = MappingProxyType({"intel": 1.0, "amd": 2.0})
+
+# "Ring plateau" correction for multi-node Simple all_reduce rings on sm80+ (tuning.cc).
+RING_SIMPLE_PLATEAU_FACTOR = 1.4
+
+
+def ring_steps(kind_value: str, nranks: int, nnodes: int) -> tuple[int, int]:
+    """(nsteps, nInterSteps) of a ring for a collective kind ("all_reduce", ...)."""
+    if kind_value == "all_reduce":
+        return 2 * (nranks - 1), 2 * (nnodes - 1)
+    if kind_value in ("broadcast", "reduce"):
+        return nranks, nnodes - 1 if nnodes > 1 else 0
+    if kind_value == "sendrecv":
+        return 1, 1 if nnodes > 1 else 0
+    return nranks - 1, nnodes - 1
+
+
+def ring_latency_s(*, kind_value: str, protocol: str, nranks: int, nnodes: int, ppn: int, intra: str,
+                   cpu_vendor: str, nbytes: int, nchannels: int) -> float:
+    """NCCL's ring latency for one collective (seconds)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol: {protocol!r} is not known; expected one of {', '.join(PROTOCOLS)}")
+    nsteps, ninter = ring_steps(kind_value, nranks, nnodes)
+    intra_lat = HW_LATENCY_US[intra]["ring"][protocol]
+    if nnodes > 1:
+        overhead = NET_OVERHEAD_US.get(cpu_vendor, 1.0) * (3.0 if protocol == "Simple" else 1.0)
+        intra_lat = max(intra_lat, overhead)
+    inter_lat = HW_LATENCY_US["net"]["tree" if ppn == 1 else "ring"][protocol]
+    latency = BASE_LATENCY_US["ring"][protocol] + (nsteps - ninter) * intra_lat + ninter * inter_lat
+    if (kind_value == "all_reduce" and protocol == "Simple" and nnodes > 1
+            and nbytes / (max(nchannels, 1) * nranks) >= 64):
+        latency *= RING_SIMPLE_PLATEAU_FACTOR
+    return latency * 1e-6
+
+
+def ll_max_bw_bytes_per_s(*, arch: str, cpu_vendor: str, nnodes: int) -> float:
+    row = arch if nnodes == 1 else cpu_vendor
+    column = 0 if nnodes == 1 else (1 if nnodes == 2 else 2)
+    return LL_MAX_BW_GBPS.get(row, LL_MAX_BW_GBPS["intel"])[column] * 1e9
+
+
+def protocol_cap_bytes_per_s(*, protocol: str, arch: str, cpu_vendor: str, nnodes: int, nchannels: int) -> float:
+    """Payload-rate cap of one channel under ``protocol`` (inf when the protocol has none)."""
+    if protocol == "LL":
+        return ll_max_bw_bytes_per_s(arch=arch, cpu_vendor=cpu_vendor, nnodes=nnodes) / max(nchannels, 1)
+    if protocol == "LL128":
+        return LL128_MAX_BW_PER_CHANNEL_GBPS.get(arch, 20.0) * 1e9
+    return float("inf")
+
+
+def protocols_enabled(*, intra: str) -> tuple[str, ...]:
+    """LL128 is on by default only over NVLink-class paths (NCCL enables it per topology)."""
+    return PROTOCOLS if intra == "nvlink" else ("LL", "Simple")

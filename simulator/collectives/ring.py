@@ -1,0 +1,147 @@
+"""Ring algorithms (NCCL's Ring) for all_reduce, all_gather, reduce_scatter, broadcast, reduce.
+
+**Rings.** Each NCCL channel c is one ring through all ranks. Inside a server the ring visits the
+group's GPUs in local order, rotated to *enter* at the GPU local to NIC ``c mod nics`` (rail
+k); it leaves the server from its last GPU towards the next server's entry GPU on the same rail
+(the router sends through the rail-k NIC using PXN), so channels spread evenly over the NICs
+and a rail-optimised fabric carries ring traffic under one leaf.
+
+**Data.** The buffer of S bytes is split over channels (S_c) and, within a channel, into n
+chunks c_0..c_{n-1} (element-aligned, as equal as possible). Over a whole collective the edge
+leaving ring position p carries (closed forms):
+
+* all_reduce: reduce-scatter then all-gather phases, every chunk twice except two:
+  ``2 S_c - c[p+1] - c[p+2]``, i.e. 2(n-1)/n S per rank when chunks are equal;
+* reduce_scatter and all_gather: every chunk except one: ``S_c - c[p+1]``, (n-1)/n S per rank;
+* broadcast (root first) and reduce (root last): a pipeline of n-1 edges carrying S_c each.
+
+**Time.** NCCL pipelines a ring in slices, so a channel streams: the schedule is one step whose
+flows for channel c form chain c (one rate for the whole ring, set by its most loaded link) plus
+NCCL's ring latency for the protocol (``nccl_model.ring_latency_s``). Slice-level start-up
+(pipeline fill) is inside NCCL's latency constants, not modelled separately.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
+
+from ..schedule import Schedule, Step
+from . import nccl_model
+from .base import LoweringContext, split_evenly
+
+
+class RingAlgorithm:
+    name = "ring"
+    kinds = frozenset({CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER,
+                       CollectiveKind.BROADCAST, CollectiveKind.REDUCE})
+
+    # ---- structure (size-independent, memoised per simulation) -------------------------------
+    def orders(self, group: tuple[int, ...], ctx: LoweringContext, nchannels: int) -> tuple[tuple[int, ...], ...]:
+        """Ring order (ranks) of every channel."""
+        def build():
+            layout = ctx.layout(group)
+            rings = []
+            for c in range(nchannels):
+                ring: list[int] = []
+                for server, ranks in zip(layout.servers, layout.ranks_by_server):
+                    info = ctx.topology.servers[server]
+                    entry = 0
+                    if info.nics:
+                        rail = c % len(info.nics)
+                        on_rail = [i for i, r in enumerate(ranks) if info.nic_of_gpu[ctx.local(r)] == rail]
+                        entry = on_rail[0] if on_rail else c % len(ranks)
+                    ring.extend(ranks[entry:] + ranks[:entry])
+                rings.append(tuple(ring))
+            return tuple(rings)
+        return ctx.cached(("ring-orders", group, nchannels), build)
+
+    def chain_paths(self, group: tuple[int, ...], ctx: LoweringContext, nchannels: int) -> list[np.ndarray]:
+        """Links of every channel's full ring (edge p: position p -> p+1, wrapping)."""
+        def build():
+            paths = []
+            for c, ring in enumerate(self.orders(group, ctx, nchannels)):
+                edges = [ctx.router.path(ctx.gpu(a), ctx.gpu(b), flow_key=c)
+                         for a, b in zip(ring, ring[1:] + ring[:1])]
+                paths.append(np.concatenate(edges) if edges else np.zeros(0, dtype=np.int64))
+            return paths
+        return ctx.cached(("ring-paths", group, nchannels), build)
+
+    # ---- data --------------------------------------------------------------------------------
+    @staticmethod
+    def edge_bytes(collective: Collective, nchannels: int) -> tuple[np.ndarray, int]:
+        """Payload bytes on each ring edge, shape (nchannels, n), and the number of edges used."""
+        n = collective.nranks
+        unit = DTYPE_BYTES[collective.dtype]
+        per_channel = split_evenly(collective.nbytes, nchannels, unit)
+        out = np.zeros((nchannels, n), dtype=np.int64)
+        kind = collective.kind
+        for c, s_c in enumerate(per_channel):
+            chunks = split_evenly(int(s_c), n, unit)
+            if kind is CollectiveKind.ALL_REDUCE:
+                out[c] = 2 * s_c - np.roll(chunks, -1) - np.roll(chunks, -2)
+            elif kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
+                out[c] = s_c - np.roll(chunks, -1)
+            else:
+                out[c, : n - 1] = s_c
+        edges = n - 1 if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) else n
+        return out, edges
+
+    def _rooted_order(self, collective: Collective, ring: tuple[int, ...]) -> tuple[int, ...]:
+        root = collective.group[collective.root]
+        i = ring.index(root)
+        if collective.kind is CollectiveKind.BROADCAST:       # root first
+            return ring[i:] + ring[:i]
+        return ring[i + 1:] + ring[: i + 1]                   # reduce: root last
+
+    # ---- interface ---------------------------------------------------------------------------
+    def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
+        group = collective.group
+        layout = ctx.layout(group)
+        n = len(group)
+        orders = self.orders(group, ctx, nchannels)
+        if collective.kind.rooted:
+            orders = tuple(self._rooted_order(collective, ring) for ring in orders)
+        nbytes, nedges = self.edge_bytes(collective, nchannels)
+        src, dst, size, chan = [], [], [], []
+        if n > 1:
+            for c, ring in enumerate(orders):
+                ring_arr = np.asarray(ring, dtype=np.int64)
+                src.append(ring_arr[:nedges])
+                dst.append(np.roll(ring_arr, -1)[:nedges])
+                size.append(nbytes[c, :nedges])
+                chan.append(np.full(nedges, c, dtype=np.int64))
+        cat = (lambda parts: np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
+        channel = cat(chan)
+        latency = nccl_model.ring_latency_s(
+            kind_value=collective.kind.value, protocol=protocol, nranks=n, nnodes=layout.nnodes, ppn=layout.ppn,
+            intra=layout.intra, cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=nchannels)
+        step = Step.of(src=cat(src), dst=cat(dst), nbytes=cat(size), channel=channel, chain=channel,
+                       latency_s=latency, label=f"ring {collective.kind.value}")
+        return Schedule(
+            collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels, steps=(step,),
+            wire_factor=nccl_model.WIRE_FACTOR[protocol],
+            chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
+                protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor, nnodes=layout.nnodes,
+                nchannels=nchannels),
+        )
+
+    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
+                 nchannels: int) -> tuple[float, float]:
+        layout = ctx.layout(collective.group)
+        n = collective.nranks
+        latency = nccl_model.ring_latency_s(
+            kind_value=collective.kind.value, protocol=protocol, nranks=n, nnodes=layout.nnodes, ppn=layout.ppn,
+            intra=layout.intra, cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=nchannels)
+        if n == 1:
+            return latency, float("inf")
+        wire_rate = ctx.cached(("ring-rate", collective.group, nchannels),
+                               lambda: float(ctx.chain_rates(self.chain_paths(collective.group, ctx, nchannels)).min()))
+        cap = nccl_model.protocol_cap_bytes_per_s(protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor,
+                                                  nnodes=layout.nnodes, nchannels=nchannels)
+        busbw = nchannels * min(cap, wire_rate / nccl_model.WIRE_FACTOR[protocol])
+        return latency, busbw / collective.busbw_factor
+
+
+RING = RingAlgorithm()

@@ -1,0 +1,83 @@
+"""Choose algorithm, protocol and channel count per collective and size, the way NCCL does.
+
+NCCL evaluates ``time = L + nbytes / algbw`` for every enabled (algorithm, protocol) pair and
+takes the smallest (src/graph/tuning.cc, src/enqueue.cc). The tuner does the same with each
+algorithm's ``estimate`` (NCCL's latencies; bandwidth from the topology's links, shared equally
+by the collective's own flows). Users can force any part, as with NCCL_ALGO / NCCL_PROTO /
+NCCL_MIN_NCHANNELS: a forced choice that cannot run is an error naming the value.
+
+Channel count: NCCL's topology search gives about two ring channels per NIC on DGX/HGX-class
+servers (16 with 8 NICs) and 2 on PCIe-only boxes; that is the default here (an approximation
+of the search, which also depends on per-channel speed candidates).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from workloads.collectives import Collective
+
+from . import ALGORITHMS
+from . import nccl_model
+from .base import LoweringContext
+
+MAX_CHANNELS = 64     # NCCL MAXCHANNELS (src/include/device.h, 2.2x+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectivePolicy:
+    """User overrides; None = choose automatically."""
+
+    algorithm: str | None = None
+    protocol: str | None = None
+    nchannels: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.algorithm is not None and self.algorithm.lower() not in ALGORITHMS:
+            raise ValueError(f"algorithm: {self.algorithm!r} is not known; expected one of {', '.join(ALGORITHMS)}")
+        if self.protocol is not None and self.protocol not in nccl_model.PROTOCOLS:
+            raise ValueError(f"protocol: {self.protocol!r} is not known; expected one of {', '.join(nccl_model.PROTOCOLS)}")
+        if self.nchannels is not None and (not isinstance(self.nchannels, int) or not 1 <= self.nchannels <= MAX_CHANNELS):
+            raise ValueError(f"channels: {self.nchannels!r} is not allowed; expected an integer from 1 to {MAX_CHANNELS}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Choice:
+    algorithm: str
+    protocol: str
+    nchannels: int
+    predicted_s: float
+
+
+def default_channels(collective: Collective, ctx: LoweringContext) -> int:
+    layout = ctx.layout(collective.group)
+    if layout.intra == "nvlink":
+        return min(MAX_CHANNELS, max(2, 2 * layout.nics_per_server))
+    return 2
+
+
+def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolicy = CollectivePolicy()) -> Choice:
+    layout = ctx.layout(collective.group)
+    nchannels = policy.nchannels or default_channels(collective, ctx)
+    algorithms = [a for a in ALGORITHMS.values() if collective.kind in a.kinds]
+    if policy.algorithm is not None:
+        algorithms = [a for a in algorithms if a.name == policy.algorithm.lower()]
+        if not algorithms:
+            raise ValueError(f"algorithm: {policy.algorithm!r} cannot run {collective.kind.value}")
+    enabled = nccl_model.protocols_enabled(intra=layout.intra)
+    protocols = enabled if policy.protocol is None else (policy.protocol,)
+    if policy.protocol is not None and policy.protocol not in enabled:
+        raise ValueError(f"protocol: {policy.protocol!r} is not available on this system (enabled: {', '.join(enabled)})")
+    best: Choice | None = None
+    for algorithm in algorithms:
+        for protocol in protocols:
+            latency, algbw = algorithm.estimate(collective, ctx, protocol=protocol, nchannels=nchannels)
+            if algbw <= 0 and policy.protocol is None:
+                continue
+            predicted = latency + (collective.nbytes / algbw if algbw > 0 else math.inf)
+            if best is None or predicted < best.predicted_s:
+                best = Choice(algorithm=algorithm.name, protocol=protocol, nchannels=nchannels, predicted_s=predicted)
+    if best is None:
+        raise ValueError(f"no algorithm/protocol can run {collective.kind.value} of {collective.nbytes} B here")
+    return best

@@ -1,0 +1,31 @@
+"""SimConfig: how to simulate (network model, routing, algorithm policy, seed). Frozen."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from topologies.routing import ROUTING_POLICIES
+
+from .collectives.tuner import CollectivePolicy
+
+NETWORK_MODEL_NAMES = ("flow", "analytical")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimConfig:
+    network_model: str = "flow"
+    routing: str = "ecmp"
+    seed: int = 0
+    pxn: bool = True                      # NCCL PXN: send through the destination rail's NIC over NVLink
+    collectives: CollectivePolicy = field(default_factory=CollectivePolicy)
+
+    def __post_init__(self) -> None:
+        if self.network_model not in NETWORK_MODEL_NAMES:
+            raise ValueError(f"network_model: {self.network_model!r} is not known; expected one of "
+                             f"{', '.join(NETWORK_MODEL_NAMES)}")
+        if self.routing not in ROUTING_POLICIES:
+            raise ValueError(f"routing: {self.routing!r} is not known; expected one of {', '.join(ROUTING_POLICIES)}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ValueError(f"seed: {self.seed!r} is not allowed; expected an integer")
+        if not isinstance(self.collectives, CollectivePolicy):
+            raise ValueError("collectives: expected a CollectivePolicy")

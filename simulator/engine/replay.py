@@ -1,0 +1,115 @@
+"""Per-rank replay: one SimPy process per rank walks its program.
+
+* ComputeTask -> ``timeout(duration)``.
+* CommTask -> arrive at the collective's rendezvous; when the group's last rank arrives the
+  collective's schedule runs (each step: its protocol latency, then ``Fabric.transfer`` of its
+  flows) and every member resumes when it ends.
+
+Step flows become network flows here (``network_flows``): each flow's path comes from the
+router (GPU of the source rank to GPU of the destination rank, ECMP key = channel, like one QP
+per channel connection); the flows of a chain (one pipelined ring channel) merge into a single
+network flow over the union of their links, each link weighted by its edge's share of the
+chain's bytes. Bytes become wire bytes with the protocol's wire factor; the protocol's payload
+cap becomes a wire-rate cap. A transfer's path latency is the largest of its flows'.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from topologies.routing import Router
+from topologies.topology import Topology
+from workloads.tasks import CommTask, ComputeTask, Workload
+
+from ..schedule import Schedule, Step
+from .fabric import Fabric
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkFlows:
+    paths: list[np.ndarray]
+    weights: list[np.ndarray]
+    wire_bytes: np.ndarray
+    caps_bytes_per_s: np.ndarray
+    latency_s: float
+
+
+def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router: Router,
+                  rank_gpu: tuple[int, ...]) -> NetworkFlows:
+    wire, cap = schedule.wire_factor, schedule.chain_rate_cap_bytes_per_s * schedule.wire_factor
+    edge_paths = [router.path(rank_gpu[s], rank_gpu[d], flow_key=c)
+                  for s, d, c in zip(step.src.tolist(), step.dst.tolist(), step.channel.tolist())]
+    latency = max((topology.path_latency_s(p) for p in edge_paths), default=0.0)
+    paths, weights, nbytes = [], [], []
+    independent = np.flatnonzero(step.chain < 0)
+    for i in independent.tolist():
+        paths.append(edge_paths[i])
+        weights.append(np.ones(edge_paths[i].shape[0]))
+        nbytes.append(float(step.nbytes[i]))
+    chained = np.flatnonzero(step.chain >= 0)
+    if chained.size:
+        order = chained[np.argsort(step.chain[chained], kind="stable")]
+        chain_ids, starts = np.unique(step.chain[order], return_index=True)
+        for members in np.split(order, starts[1:]):
+            sizes = step.nbytes[members].astype(np.float64)
+            top = sizes.max()
+            if top <= 0:
+                continue
+            used = members[sizes > 0]
+            paths.append(np.concatenate([edge_paths[i] for i in used.tolist()]))
+            weights.append(np.concatenate([np.full(edge_paths[i].shape[0], step.nbytes[i] / top)
+                                           for i in used.tolist()]))
+            nbytes.append(top)
+    return NetworkFlows(paths=paths, weights=weights, wire_bytes=np.asarray(nbytes) * wire,
+                        caps_bytes_per_s=np.full(len(paths), cap), latency_s=latency)
+
+
+@dataclass(slots=True)
+class _Rendezvous:
+    waiting: int
+    done: simpy.Event
+    start_s: float = 0.0
+    end_s: float = 0.0
+
+
+def run(*, env: simpy.Environment, fabric: Fabric, workload: Workload, schedules: list[Schedule],
+        topology: Topology, router: Router, rank_gpu: tuple[int, ...]) -> tuple[list[tuple[float, float]], list[float]]:
+    """Replay ``workload``; returns per-collective (start_s, end_s) and per-rank end times."""
+    meetings = [_Rendezvous(waiting=c.nranks, done=env.event()) for c in workload.collectives]
+    rank_end = [0.0] * workload.nranks
+
+    def execute(index: int):
+        meeting = meetings[index]
+        meeting.start_s = env.now
+        schedule = schedules[index]
+        for step in schedule.steps:
+            flows = network_flows(step, schedule, topology=topology, router=router, rank_gpu=rank_gpu)
+            yield fabric.transfer(flows.paths, flows.weights, flows.wire_bytes, flows.caps_bytes_per_s,
+                                  step.latency_s + flows.latency_s)
+        meeting.end_s = env.now
+        meeting.done.succeed()
+
+    def rank_process(rank: int):
+        for task in workload.programs[rank]:
+            if isinstance(task, ComputeTask):
+                yield env.timeout(task.duration_s)
+            elif isinstance(task, CommTask):
+                meeting = meetings[task.index]
+                meeting.waiting -= 1
+                if meeting.waiting == 0:
+                    env.process(execute(task.index))
+                yield meeting.done
+        rank_end[rank] = env.now
+
+    for rank in range(workload.nranks):
+        env.process(rank_process(rank))
+    env.run()
+    unfinished = [i for i, m in enumerate(meetings) if not m.done.triggered]
+    if unfinished:
+        i = unfinished[0]
+        raise RuntimeError(f"collective {i} ({workload.collectives[i].kind.value}) never started: "
+                           f"{meetings[i].waiting} rank(s) of its group never reached it (deadlock in the programs)")
+    return [(m.start_s, m.end_s) for m in meetings], rank_end

@@ -1,0 +1,9 @@
+"""Numba kernels: the hot loops of fabricsim.
+
+Layering rule: numba is imported only inside this package. Everything else calls the plain
+Python wrappers exported here, which take and return numpy arrays.
+"""
+
+from simulator.kernels.maxmin import build_csr, maxmin_rates
+
+__all__ = ["build_csr", "maxmin_rates"]

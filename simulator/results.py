@@ -1,0 +1,51 @@
+"""SimResult: what a simulation produced. Immutable data that holds the config that made it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from workloads.collectives import Collective
+
+from .config import SimConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveRecord:
+    index: int
+    collective: Collective
+    algorithm: str
+    protocol: str
+    nchannels: int
+    start_s: float          # last rank of the group arrived
+    end_s: float            # data delivered everywhere
+    latency_s: float        # fixed (protocol) part of the schedule
+    predicted_s: float      # the tuner's NCCL-style estimate, for reference
+
+    @property
+    def time_s(self) -> float:
+        return self.end_s - self.start_s
+
+    @property
+    def algbw_bytes_per_s(self) -> float:
+        return self.collective.algbw_bytes_per_s(self.time_s)
+
+    @property
+    def busbw_bytes_per_s(self) -> float:
+        return self.collective.busbw_bytes_per_s(self.time_s)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimResult:
+    config: SimConfig
+    topology_name: str
+    collectives: tuple[CollectiveRecord, ...]
+    rank_end_s: tuple[float, ...]
+    link_bytes: np.ndarray          # bytes moved per link id (read-only)
+    link_names: tuple[str, ...]
+    network_rerates: int
+
+    @property
+    def makespan_s(self) -> float:
+        return max(self.rank_end_s) if self.rank_end_s else 0.0

@@ -1,0 +1,109 @@
+"""Flow, Step, Schedule: what an algorithm lowers a collective into. Pure data.
+
+A :class:`Schedule` is a sequence of :class:`Step` s executed one after the other. A step pays
+its fixed ``latency_s`` (the protocol's per-step and launch costs, NCCL's latency model) and
+then moves its flows through the network; it ends when its last flow has arrived.
+
+Flows are stored column-wise (numpy arrays of equal length) because collectives on thousands of
+ranks have tens of thousands of flows. Flow i goes from rank ``src[i]`` to rank ``dst[i]``
+carrying ``nbytes[i]`` payload bytes on NCCL channel ``channel[i]``.
+
+**Chains.** Flows of one step that share a ``chain`` id >= 0 are the edges of one pipelined
+ring (one NCCL channel): data streams around the ring in small slices, so in steady state every
+edge advances at one common rate, set by the ring's most loaded link. The engine turns a chain
+into a single network flow over the union of its edges' links, each link weighted by the share
+of the chain's bytes its edge carries, so a slow edge slows the whole ring (as in NCCL) and
+link accounting stays exact. ``chain == -1`` marks an independent flow.
+
+``wire_factor`` converts payload to bytes on the wire for the protocol (LL sends 8-byte lines
+holding 4 data bytes: 2.0; LL128 sends 128-byte lines holding 120: 128/120; Simple: 1.0).
+``chain_rate_cap_bytes_per_s`` caps each chain's (or independent flow's) payload rate where the
+protocol's GPU-side throughput, not the wire, is the limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workloads.collectives import Collective
+
+
+def _frozen_int_array(values) -> np.ndarray:
+    array = np.ascontiguousarray(values, dtype=np.int64)
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    channel: np.ndarray
+    chain: np.ndarray
+    latency_s: float = 0.0
+    label: str = ""
+
+    @classmethod
+    def of(cls, *, src, dst, nbytes, channel=None, chain=None, latency_s: float = 0.0, label: str = "") -> "Step":
+        n = len(src)
+        channel = np.zeros(n, dtype=np.int64) if channel is None else channel
+        chain = np.full(n, -1, dtype=np.int64) if chain is None else chain
+        step = cls(src=_frozen_int_array(src), dst=_frozen_int_array(dst), nbytes=_frozen_int_array(nbytes),
+                   channel=_frozen_int_array(channel), chain=_frozen_int_array(chain), latency_s=float(latency_s),
+                   label=label)
+        step.check()
+        return step
+
+    def check(self) -> None:
+        n = self.src.shape[0]
+        for name in ("dst", "nbytes", "channel", "chain"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"Step.{name}: length {getattr(self, name).shape} differs from src ({n})")
+        if n and (self.nbytes < 0).any():
+            raise ValueError("Step.nbytes: negative byte count")
+        if n and (self.src == self.dst).any():
+            raise ValueError("Step: a flow has the same source and destination rank")
+        if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
+            raise ValueError(f"Step.latency_s: {self.latency_s!r} is not allowed; expected a finite number >= 0")
+
+    @property
+    def num_flows(self) -> int:
+        return int(self.src.shape[0])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule:
+    collective: Collective
+    algorithm: str
+    protocol: str
+    nchannels: int
+    steps: tuple[Step, ...]
+    wire_factor: float = 1.0
+    chain_rate_cap_bytes_per_s: float = math.inf
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def latency_s(self) -> float:
+        return float(sum(step.latency_s for step in self.steps))
+
+    def bytes_sent_per_rank(self) -> dict[int, int]:
+        """Payload bytes each rank sends over the whole schedule (wire overhead excluded)."""
+        return self._per_rank("src")
+
+    def bytes_received_per_rank(self) -> dict[int, int]:
+        return self._per_rank("dst")
+
+    def _per_rank(self, column: str) -> dict[int, int]:
+        size = max(self.collective.group) + 1
+        total = np.zeros(size, dtype=np.float64)
+        for step in self.steps:
+            total += np.bincount(getattr(step, column), weights=step.nbytes, minlength=size)[:size]
+        return {rank: int(total[rank]) for rank in self.collective.group}
+
+    @property
+    def total_bytes(self) -> int:
+        return int(sum(int(step.nbytes.sum()) for step in self.steps))

@@ -1,0 +1,271 @@
+"""Server builders: NVSwitch servers (DGX/HGX A100, H100, H200, B200) and PCIe boxes.
+
+A server is wired as the hardware is:
+
+* GPUs reach each other through one logical NVSwitch when the server has one (the 4 NVSwitch
+  chips of an HGX H100 board are aggregated: a GPU's 18 NVLinks become one bundle of 18 x 20.6
+  GB/s = 370.8 GB/s per direction, because NCCL spreads its channels over all of them);
+* each GPU and each NIC hangs off a PCIe switch (``pcie_switches`` of them, GPUs and NICs spread
+  evenly, so GPU i and NIC i share a switch: that is the NIC affinity ``nvidia-smi topo -m``
+  shows as PIX); PCIe switches hang off the CPU sockets, which are joined by the socket
+  interconnect and each own their host memory;
+* without PCIe switches (``pcie_switches=0``) every GPU sits on a CPU root port.
+
+Routes inside a server (link-id tuples, precomputed once per server):
+
+* GPU -> GPU: over NVSwitch when present; else PCIe peer-to-peer (switch-local or through the
+  root complex and, across sockets, the socket link); with P2P off, staged through host memory
+  (GPU -> CPU -> DRAM -> CPU [-> other socket] -> GPU), as NCCL's SHM transport does.
+* GPU -> NIC j: from the GPU local to NIC j straight down its PCIe switch; from any other GPU
+  over NVLink to that GPU first (NCCL's PXN, on by default since NCCL 2.12) when the server has
+  NVSwitch, else through PCIe/CPU.
+* NIC j -> GPU: GPUDirect RDMA write through PCIe (the engine chooses the receiver's own NIC).
+
+Closed form: a server with G GPUs, K NICs, P PCIe switches and S sockets has
+G + K + P + 2S (+1 NVSwitch) devices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import networkx as nx
+
+from . import devices as dev
+from . import links as lk
+from .devices import GpuSpec, NicSpec, SwitchSpec
+from .links import LinkSpec
+from .topology import LinkTier, NodeKind, ServerInfo, TopologyBuilder, path_links
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSpec:
+    """What one server contains. All counts per server."""
+
+    name: str
+    gpu: GpuSpec
+    gpus: int = 8
+    nvswitch: SwitchSpec | None = None
+    nic: NicSpec | None = None
+    nics: int = 0
+    pcie_switch: SwitchSpec | None = None
+    pcie_switches: int = 0
+    pcie_uplink: LinkSpec = lk.PCIE_GEN4_X16    # PCIe switch <-> CPU root port
+    sockets: int = 2
+    socket_link: LinkSpec = lk.UPI_INTEL
+    host_memory: LinkSpec = lk.HOST_MEMORY_STAGING
+    p2p: bool = True
+    cpu_vendor: str = "intel"       # "intel" | "amd": NCCL's latency and LL tables depend on it
+
+    def __post_init__(self) -> None:
+        def bad(field: str, value, allowed: str):
+            raise ValueError(f"ServerSpec.{field}: {value!r} is not allowed; expected {allowed}")
+
+        if not isinstance(self.gpus, int) or self.gpus < 1:
+            bad("gpus", self.gpus, "an integer >= 1")
+        if not isinstance(self.nics, int) or self.nics < 0:
+            bad("nics", self.nics, "an integer >= 0")
+        if self.nics and self.nic is None:
+            bad("nic", self.nic, "a NicSpec when nics > 0")
+        if not isinstance(self.sockets, int) or self.sockets < 1:
+            bad("sockets", self.sockets, "an integer >= 1")
+        if self.pcie_switches < 0 or (self.pcie_switches and self.pcie_switch is None):
+            bad("pcie_switches", self.pcie_switches, ">= 0, with a pcie_switch spec when > 0")
+        if self.pcie_switches and self.pcie_switches % self.sockets:
+            bad("pcie_switches", self.pcie_switches, f"a multiple of sockets ({self.sockets})")
+        if self.pcie_switches and (self.gpus % self.pcie_switches or self.nics % self.pcie_switches):
+            bad("pcie_switches", self.pcie_switches, f"a divisor of gpus ({self.gpus}) and nics ({self.nics})")
+        if self.cpu_vendor not in ("intel", "amd"):
+            bad("cpu_vendor", self.cpu_vendor, "'intel' or 'amd'")
+        if self.nvswitch is not None and (self.gpu.nvlink is None or self.gpu.nvlink_count == 0):
+            bad("nvswitch", self.nvswitch.name, f"None: GPU {self.gpu.name} has no NVLink")
+
+    @property
+    def has_nvswitch(self) -> bool:
+        return self.nvswitch is not None
+
+
+def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> ServerInfo:
+    """Add one server's devices and internal links to ``builder``; returns its ServerInfo."""
+    prefix = f"s{index}"
+    g = builder.graph
+    cpus = [builder.add_node(NodeKind.CPU, f"{prefix}.cpu{k}", server=index) for k in range(spec.sockets)]
+    mems = [builder.add_node(NodeKind.HOST_MEMORY, f"{prefix}.mem{k}", server=index) for k in range(spec.sockets)]
+    for cpu, mem in zip(cpus, mems):
+        builder.add_link(cpu, mem, spec.host_memory, tier=LinkTier.HOST)
+    for k in range(spec.sockets - 1):          # sockets in a chain (2-socket: one link)
+        builder.add_link(cpus[k], cpus[k + 1], spec.socket_link, tier=LinkTier.HOST)
+
+    if spec.pcie_switches:
+        switches = []
+        per_socket = spec.pcie_switches // spec.sockets
+        for p in range(spec.pcie_switches):
+            sw = builder.add_node(NodeKind.PCIE_SWITCH, f"{prefix}.pcie{p}", server=index,
+                                  latency_s=spec.pcie_switch.latency_s)
+            builder.add_link(sw, cpus[p // per_socket], spec.pcie_uplink, tier=LinkTier.PCIE)
+            switches.append(sw)
+        gpu_parent = [switches[i * spec.pcie_switches // spec.gpus] for i in range(spec.gpus)]
+        nic_parent = [switches[j * spec.pcie_switches // spec.nics] for j in range(spec.nics)] if spec.nics else []
+    else:
+        per_socket_gpus = -(-spec.gpus // spec.sockets)
+        gpu_parent = [cpus[i // per_socket_gpus] for i in range(spec.gpus)]
+        nic_parent = [cpus[j * spec.sockets // spec.nics] for j in range(spec.nics)] if spec.nics else []
+
+    first_gpu = builder.num_gpus
+    gpus = []
+    for i in range(spec.gpus):
+        node = builder.add_gpu(f"{prefix}.gpu{i}", server=index, local=i, gpu=spec.gpu.name)
+        builder.add_link(node, gpu_parent[i], spec.gpu.pcie, tier=LinkTier.PCIE)
+        gpus.append(node)
+    nics = []
+    for j in range(spec.nics):
+        node = builder.add_node(NodeKind.NIC, f"{prefix}.nic{j}", server=index, latency_s=spec.nic.latency_s,
+                                nic=spec.nic.name)
+        builder.add_link(nic_parent[j], node, spec.nic.pcie, tier=LinkTier.PCIE)
+        nics.append(node)
+
+    nvsw = -1
+    if spec.nvswitch is not None:
+        nvsw = builder.add_node(NodeKind.NVSWITCH, f"{prefix}.nvswitch", server=index,
+                                latency_s=spec.nvswitch.latency_s)
+        bundle = spec.gpu.nvlink.aggregated(spec.gpu.nvlink_count, name=f"{spec.gpu.nvlink.name}x{spec.gpu.nvlink_count}")
+        for node in gpus:
+            builder.add_link(node, nvsw, bundle, tier=LinkTier.NVLINK)
+
+    # NIC affinity: the NIC under the same parent (PCIe switch or socket) as the GPU.
+    nic_of_gpu = []
+    for i in range(spec.gpus):
+        local = [j for j in range(spec.nics) if nic_parent[j] == gpu_parent[i]]
+        nic_of_gpu.append(local[i % len(local)] if local else (i * spec.nics // spec.gpus if spec.nics else -1))
+    gpu_of_nic = []
+    for j in range(spec.nics):
+        local = [i for i in range(spec.gpus) if gpu_parent[i] == nic_parent[j]]
+        gpu_of_nic.append(local[j % len(local)] if local else j * spec.gpus // spec.nics)
+
+    # PCIe/host subgraph for routes that do not use NVLink (host memory excluded: staging is explicit)
+    server_nodes = [n for n, d in g.nodes(data=True) if d["server"] == index and d["kind"] != NodeKind.HOST_MEMORY
+                    and d["kind"] != NodeKind.NVSWITCH]
+    pcie_graph = nx.DiGraph()
+    for u, v, key, data in g.edges(server_nodes, keys=True, data=True):
+        if v in server_nodes and (u, v) not in pcie_graph.edges:
+            pcie_graph.add_edge(u, v, link=key)
+
+    def pcie_route(a: int, b: int, *, avoid_gpus: bool = True) -> tuple[int, ...]:
+        # GPUs and NICs are end points, never transit devices
+        def ok(n):
+            return n in (a, b) or g.nodes[n]["kind"] not in (NodeKind.GPU, NodeKind.NIC)
+        sub = nx.subgraph_view(pcie_graph, filter_node=ok)
+        return path_links(builder, nx.shortest_path(sub, a, b))
+
+    cpu_of = {}
+    for i in range(spec.gpus):
+        parent = gpu_parent[i]
+        cpu_of[i] = parent if parent in cpus else next(v for v in g.successors(parent) if v in cpus)
+
+    intra: dict[tuple[int, int], tuple[int, ...]] = {}
+    for a in range(spec.gpus):
+        for b in range(spec.gpus):
+            if a == b:
+                continue
+            if nvsw >= 0:
+                intra[(a, b)] = path_links(builder, [gpus[a], nvsw, gpus[b]])
+            elif spec.p2p:
+                intra[(a, b)] = pcie_route(gpus[a], gpus[b])
+            else:
+                ca, mem = cpu_of[a], mems[cpus.index(cpu_of[a])]
+                intra[(a, b)] = (pcie_route(gpus[a], ca) + path_links(builder, [ca, mem, ca])
+                                 + pcie_route(ca, gpus[b]))
+
+    to_nic: dict[tuple[int, int], tuple[int, ...]] = {}
+    from_nic: dict[tuple[int, int], tuple[int, ...]] = {}
+    for j in range(spec.nics):
+        home = gpu_of_nic[j]
+        for a in range(spec.gpus):
+            if nvsw >= 0 and a != home and nic_of_gpu[a] != j:
+                to_nic[(a, j)] = path_links(builder, [gpus[a], nvsw, gpus[home]]) + pcie_route(gpus[home], nics[j])
+            else:
+                to_nic[(a, j)] = pcie_route(gpus[a], nics[j])
+            from_nic[(j, a)] = pcie_route(nics[j], gpus[a])
+
+    info = ServerInfo(
+        index=index,
+        name=prefix,
+        first_gpu=first_gpu,
+        gpus=tuple(gpus),
+        nics=tuple(nics),
+        nic_of_gpu=tuple(nic_of_gpu),
+        gpu_of_nic=tuple(gpu_of_nic),
+        nvswitch=nvsw,
+        gpu_path_kind="nvlink" if nvsw >= 0 else "pcie",
+        p2p=spec.p2p,
+        intra_routes=MappingProxyType(intra),
+        gpu_to_nic_routes=MappingProxyType(to_nic),
+        nic_to_gpu_routes=MappingProxyType(from_nic),
+        gpu_arch=spec.gpu.arch,
+        cpu_vendor=spec.cpu_vendor,
+    )
+    builder.servers.append(info)
+    return info
+
+
+# ---- server presets ---------------------------------------------------------------------------
+# DGX A100: 8x A100 SXM4, 6 NVSwitch gen2 chips, 8x ConnectX-6 HDR compute NICs, 4 PCIe Gen4
+# switches each with 2 GPUs + 2 NICs, 2x AMD EPYC 7742 (NVIDIA DGX A100 User Guide, "Hardware
+# Overview"; DGX A100 system architecture whitepaper).
+def dgx_a100() -> ServerSpec:
+    return ServerSpec(
+        name="DGX A100", gpu=dev.A100_SXM4_80GB, gpus=8, nvswitch=dev.NVSWITCH_GEN2,
+        nic=dev.CONNECTX6_HDR, nics=8, pcie_switch=dev.PCIE_SWITCH_GEN4, pcie_switches=4,
+        pcie_uplink=lk.PCIE_GEN4_X16, sockets=2, socket_link=lk.XGMI_AMD, cpu_vendor="amd",
+    )
+
+
+# DGX H100: 8x H100 SXM5, 4 NVSwitch gen3 chips, 8x ConnectX-7 NDR (OSFP, 400 Gb/s) compute
+# NICs, PCIe Gen5 switches pairing GPUs with NICs, 2x Intel Xeon 8480C (NVIDIA DGX H100 User
+# Guide, "Hardware Overview"; MLPerf v3.1 Eos system description).
+def dgx_h100() -> ServerSpec:
+    return ServerSpec(
+        name="DGX H100", gpu=dev.H100_SXM5_80GB, gpus=8, nvswitch=dev.NVSWITCH_GEN3,
+        nic=dev.CONNECTX7_NDR, nics=8, pcie_switch=dev.PCIE_SWITCH_GEN5, pcie_switches=4,
+        pcie_uplink=lk.PCIE_GEN5_X16, sockets=2, socket_link=lk.UPI_INTEL,
+    )
+
+
+# HGX H200: same board wiring as HGX H100 with H200 GPUs (141 GB HBM3e); NDR NICs as in the
+# reference H200 cluster designs.
+def hgx_h200() -> ServerSpec:
+    return ServerSpec(
+        name="HGX H200", gpu=dev.H200_SXM, gpus=8, nvswitch=dev.NVSWITCH_GEN3,
+        nic=dev.CONNECTX7_NDR, nics=8, pcie_switch=dev.PCIE_SWITCH_GEN5, pcie_switches=4,
+        pcie_uplink=lk.PCIE_GEN5_X16, sockets=2, socket_link=lk.UPI_INTEL,
+    )
+
+
+# HGX B200: 8x B200, 2 NVSwitch gen4 chips (NVLink5, 1.8 TB/s per GPU), 8x ConnectX-7 NDR
+# 400G per node as in the measured Vultr system (calibration table b200_vultr_hgx_*).
+def hgx_b200() -> ServerSpec:
+    return ServerSpec(
+        name="HGX B200", gpu=dev.B200, gpus=8, nvswitch=dev.NVSWITCH_GEN4,
+        nic=dev.CONNECTX7_NDR, nics=8, pcie_switch=dev.PCIE_SWITCH_GEN5, pcie_switches=4,
+        pcie_uplink=lk.PCIE_GEN5_X16, sockets=2, socket_link=lk.UPI_INTEL,
+    )
+
+
+# 8x RTX 4090 PCIe box: GPUs on CPU root ports across two AMD sockets (bus ids 0x01-0xe1 in the
+# measured system), no NVLink, no NIC; P2P off by default (GeForce driver default), so GPU
+# traffic is staged through host memory.
+def pcie_rtx4090(*, p2p: bool = False) -> ServerSpec:
+    return ServerSpec(
+        name="8x RTX 4090 (PCIe)", gpu=dev.RTX_4090, gpus=8, sockets=2, socket_link=lk.XGMI_AMD, p2p=p2p,
+        cpu_vendor="amd",
+    )
+
+
+SERVER_PRESETS = MappingProxyType({
+    "dgx-a100": dgx_a100,
+    "dgx-h100": dgx_h100,
+    "hgx-h200": hgx_h200,
+    "hgx-b200": hgx_b200,
+    "pcie-rtx4090": pcie_rtx4090,
+})

@@ -1,0 +1,288 @@
+"""Topology: what hardware exists and how it is wired.
+
+A Topology is a directed multigraph of devices (GPUs, NVSwitches, PCIe switches, CPUs, host
+memory, NICs, fabric switches) joined by directed links; every physical cable or NVLink bundle
+is two links, one per direction, each with its own capacity (full duplex).
+
+Two views of the same data:
+
+* ``graph``: a networkx ``MultiDiGraph`` for people (inspection, drawing, networkx algorithms).
+  Nodes are integer ids with attributes ``kind``, ``name``, ``server``; edges carry ``key`` =
+  link id and the link's attributes.
+* flat numpy arrays for the engine (``link_src``, ``link_dst``, ``link_capacity_bytes_per_s``,
+  ``link_latency_s``, ``link_kind``, ``link_tier``), indexed by link id, read-only.
+
+Link latency is the link's own latency plus the traversal latency of the device it enters when
+that device forwards traffic (a switch or a NIC), so a path's latency is the sum of its links'.
+
+Build one with :class:`TopologyBuilder` (used by ``node.py`` and ``fat_tree.py``), then
+``build()``, which calls :meth:`Topology.validate`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+import networkx as nx
+import numpy as np
+
+from .links import LinkKind, LinkSpec
+
+
+class NodeKind(enum.IntEnum):
+    GPU = 0
+    NVSWITCH = 1
+    PCIE_SWITCH = 2
+    CPU = 3
+    HOST_MEMORY = 4
+    NIC = 5
+    FABRIC_SWITCH = 6
+
+
+#: Device kinds that forward traffic (their traversal latency is charged on the links entering them).
+_FORWARDING = frozenset({NodeKind.NVSWITCH, NodeKind.PCIE_SWITCH, NodeKind.NIC, NodeKind.FABRIC_SWITCH})
+
+
+class LinkTier(enum.IntEnum):
+    """Where a link sits, for per-link-class accounting (NVLink, PCIe, NIC, each fabric tier)."""
+
+    NVLINK = 0
+    PCIE = 1
+    HOST = 2          # CPU socket interconnect and host memory
+    NIC = 3           # NIC <-> first fabric switch
+    FABRIC_1 = 4      # leaf <-> spine
+    FABRIC_2 = 5      # spine <-> core (3-tier fabrics)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerInfo:
+    """One server's devices as node ids, and its NIC affinity.
+
+    ``nic_of_gpu[i]`` is the index into ``nics`` of the NIC closest to local GPU ``i`` (same PCIe
+    switch), or -1 when the server has no NIC. ``gpu_of_nic[j]`` is the local GPU closest to NIC j.
+    """
+
+    index: int
+    name: str
+    first_gpu: int                    # global index of local GPU 0 (servers number their GPUs contiguously)
+    gpus: tuple[int, ...]
+    nics: tuple[int, ...]
+    nic_of_gpu: tuple[int, ...]
+    gpu_of_nic: tuple[int, ...]
+    nvswitch: int                     # node id, -1 when the GPUs have no NVSwitch
+    gpu_path_kind: str                # "nvlink" or "pcie": what GPU<->GPU traffic inside the server uses
+    p2p: bool                         # PCIe peer-to-peer enabled (False = staged through host memory)
+    intra_routes: Mapping[tuple[int, int], tuple[int, ...]]   # (local gpu a, local gpu b) -> link ids
+    gpu_to_nic_routes: Mapping[tuple[int, int], tuple[int, ...]]  # (local gpu, nic index) -> link ids
+    nic_to_gpu_routes: Mapping[tuple[int, int], tuple[int, ...]]  # (nic index, local gpu) -> link ids
+    gpu_arch: str = ""
+    cpu_vendor: str = "intel"
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Topology:
+    """A wired system: graph for people, arrays for the engine. Immutable once built."""
+
+    name: str
+    graph: nx.MultiDiGraph
+    link_src: np.ndarray
+    link_dst: np.ndarray
+    link_capacity_bytes_per_s: np.ndarray
+    link_latency_s: np.ndarray
+    link_kind: np.ndarray
+    link_tier: np.ndarray
+    link_names: tuple[str, ...]
+    gpu_nodes: np.ndarray           # global GPU index -> node id
+    gpu_server: np.ndarray          # global GPU index -> server index
+    gpu_local: np.ndarray           # global GPU index -> index inside its server
+    servers: tuple[ServerInfo, ...]
+    nic_leaf_link: Mapping[int, int] = field(default_factory=dict)   # NIC node id -> link id NIC->switch
+    description: str = ""
+
+    # ---- sizes -------------------------------------------------------------------------------
+    @property
+    def num_links(self) -> int:
+        return int(self.link_src.shape[0])
+
+    @property
+    def num_gpus(self) -> int:
+        return int(self.gpu_nodes.shape[0])
+
+    @property
+    def num_servers(self) -> int:
+        return len(self.servers)
+
+    def node_kind(self, node: int) -> NodeKind:
+        return NodeKind(self.graph.nodes[node]["kind"])
+
+    def node_name(self, node: int) -> str:
+        return str(self.graph.nodes[node]["name"])
+
+    def gpu(self, server: int, local: int) -> int:
+        """Global GPU index of local GPU ``local`` of server ``server``."""
+        info = self.servers[server]
+        if not 0 <= local < len(info.gpus):
+            raise ValueError(f"local GPU index {local} out of range for server {server} ({len(info.gpus)} GPUs)")
+        return info.first_gpu + local
+
+    def path_latency_s(self, links: np.ndarray) -> float:
+        return float(self.link_latency_s[links].sum())
+
+    # ---- checks ------------------------------------------------------------------------------
+    def validate(self) -> "Topology":
+        """Reject broken systems with a message naming what is wrong. Returns self."""
+        ids = list(self.graph.nodes)
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"topology {self.name!r}: duplicate node ids")
+        names = [self.graph.nodes[n]["name"] for n in ids]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"topology {self.name!r}: duplicate device names {dup[:5]}")
+        if self.num_gpus == 0:
+            raise ValueError(f"topology {self.name!r}: has no GPU")
+        cap = self.link_capacity_bytes_per_s
+        bad = np.flatnonzero(~np.isfinite(cap) | (cap <= 0))
+        if bad.size:
+            l = int(bad[0])
+            raise ValueError(
+                f"topology {self.name!r}: link {self.link_names[l]!r} has capacity {cap[l]!r} B/s; "
+                "expected a finite number > 0"
+            )
+        lat = self.link_latency_s
+        bad = np.flatnonzero(~np.isfinite(lat) | (lat < 0))
+        if bad.size:
+            l = int(bad[0])
+            raise ValueError(
+                f"topology {self.name!r}: link {self.link_names[l]!r} has latency {lat[l]!r} s; expected >= 0"
+            )
+        # every GPU reaches every other GPU
+        undirected = nx.Graph()
+        undirected.add_nodes_from(self.graph.nodes)
+        undirected.add_edges_from((u, v) for u, v in self.graph.edges())
+        component = nx.node_connected_component(undirected, int(self.gpu_nodes[0]))
+        lost = [self.node_name(int(g)) for g in self.gpu_nodes if int(g) not in component]
+        if lost:
+            raise ValueError(
+                f"topology {self.name!r}: GPU {lost[0]} is disconnected from GPU "
+                f"{self.node_name(int(self.gpu_nodes[0]))}" + (f" (and {len(lost) - 1} more)" if len(lost) > 1 else "")
+            )
+        return self
+
+    def summary(self) -> str:
+        kinds = {}
+        for n in self.graph.nodes:
+            k = NodeKind(self.graph.nodes[n]["kind"]).name.lower()
+            kinds[k] = kinds.get(k, 0) + 1
+        parts = ", ".join(f"{v} {k}" for k, v in sorted(kinds.items()))
+        return f"{self.name}: {self.num_servers} servers, {self.num_gpus} GPUs, {self.num_links} links ({parts})"
+
+
+class TopologyBuilder:
+    """Mutable helper that collects devices and links, then freezes them into a Topology."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.graph = nx.MultiDiGraph()
+        self._src: list[int] = []
+        self._dst: list[int] = []
+        self._cap: list[float] = []
+        self._lat: list[float] = []
+        self._kind: list[int] = []
+        self._tier: list[int] = []
+        self._names: list[str] = []
+        self._node_latency: dict[int, float] = {}
+        self._gpus: list[int] = []
+        self._gpu_server: list[int] = []
+        self._gpu_local: list[int] = []
+        self.servers: list[ServerInfo] = []
+        self.nic_leaf_link: dict[int, int] = {}
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self._gpus)
+
+    def add_node(self, kind: NodeKind, name: str, *, server: int = -1, latency_s: float = 0.0, **attrs) -> int:
+        node = self.graph.number_of_nodes()
+        self.graph.add_node(node, kind=int(kind), name=name, server=server, latency_s=latency_s, **attrs)
+        self._node_latency[node] = latency_s
+        return node
+
+    def add_gpu(self, name: str, *, server: int, local: int, **attrs) -> int:
+        node = self.add_node(NodeKind.GPU, name, server=server, **attrs)
+        self._gpus.append(node)
+        self._gpu_server.append(server)
+        self._gpu_local.append(local)
+        return node
+
+    def add_link(self, u: int, v: int, spec: LinkSpec, *, tier: LinkTier, duplex: bool = True) -> tuple[int, ...]:
+        """Join u and v with ``spec``; returns the link id(s) created (u->v first)."""
+        ids = [self._add_directed(u, v, spec, tier)]
+        if duplex:
+            ids.append(self._add_directed(v, u, spec, tier))
+        return tuple(ids)
+
+    def _add_directed(self, u: int, v: int, spec: LinkSpec, tier: LinkTier) -> int:
+        link = len(self._src)
+        entering = NodeKind(self.graph.nodes[v]["kind"])
+        latency = spec.latency_s + (self._node_latency[v] if entering in _FORWARDING else 0.0)
+        name = f"{self.graph.nodes[u]['name']}->{self.graph.nodes[v]['name']}"
+        self._src.append(u)
+        self._dst.append(v)
+        self._cap.append(spec.bandwidth_bytes_per_s)
+        self._lat.append(latency)
+        self._kind.append(int(spec.kind))
+        self._tier.append(int(tier))
+        self._names.append(name)
+        self.graph.add_edge(
+            u, v, key=link, link=link, spec=spec.name, kind=LinkKind(spec.kind).name.lower(),
+            tier=LinkTier(tier).name.lower(), capacity_bytes_per_s=spec.bandwidth_bytes_per_s, latency_s=latency,
+        )
+        return link
+
+    def link_between(self, u: int, v: int) -> int:
+        """The (first) link id u->v; KeyError when none."""
+        data = self.graph.get_edge_data(u, v)
+        if not data:
+            raise KeyError(f"no link {self.graph.nodes[u]['name']} -> {self.graph.nodes[v]['name']}")
+        return min(data)
+
+    def build(self, *, description: str = "") -> Topology:
+        topo = Topology(
+            name=self.name,
+            graph=self.graph,
+            link_src=_readonly(np.asarray(self._src, dtype=np.int64)),
+            link_dst=_readonly(np.asarray(self._dst, dtype=np.int64)),
+            link_capacity_bytes_per_s=_readonly(np.asarray(self._cap, dtype=np.float64)),
+            link_latency_s=_readonly(np.asarray(self._lat, dtype=np.float64)),
+            link_kind=_readonly(np.asarray(self._kind, dtype=np.int8)),
+            link_tier=_readonly(np.asarray(self._tier, dtype=np.int8)),
+            link_names=tuple(self._names),
+            gpu_nodes=_readonly(np.asarray(self._gpus, dtype=np.int64)),
+            gpu_server=_readonly(np.asarray(self._gpu_server, dtype=np.int64)),
+            gpu_local=_readonly(np.asarray(self._gpu_local, dtype=np.int64)),
+            servers=tuple(self.servers),
+            nic_leaf_link=MappingProxyType(dict(self.nic_leaf_link)),
+            description=description,
+        )
+        return topo.validate()
+
+
+def path_links(builder_or_graph: TopologyBuilder | nx.MultiDiGraph, nodes: list[int]) -> tuple[int, ...]:
+    """Link ids along a node path (the lowest link id between consecutive nodes)."""
+    graph = builder_or_graph.graph if isinstance(builder_or_graph, TopologyBuilder) else builder_or_graph
+    out = []
+    for u, v in zip(nodes[:-1], nodes[1:]):
+        data = graph.get_edge_data(u, v)
+        if not data:
+            raise KeyError(f"no link {u} -> {v}")
+        out.append(min(data))
+    return tuple(out)
+

@@ -1,0 +1,73 @@
+"""Per-rank programs: what each rank computes and communicates, in order. Pure data.
+
+A :class:`Workload` has ``nranks`` ranks, a table of collectives, and one program per rank: a
+sequence of :class:`ComputeTask` (busy for a duration) and :class:`CommTask` (take part in
+collective ``index`` of the table). A collective starts when every rank of its group has
+reached it (NCCL kernels wait for their peers) and ends for all of them together.
+
+>>> from workloads.collectives import Collective, CollectiveKind
+>>> c = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1024, group=(0, 1))
+>>> w = Workload.sequence([c, c], nranks=2)
+>>> [len(p) for p in w.programs]
+[2, 2]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .collectives import Collective
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComputeTask:
+    duration_s: float
+    name: str = "compute"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.duration_s, (int, float)) and math.isfinite(self.duration_s) and self.duration_s >= 0):
+            raise ValueError(f"ComputeTask.duration_s: {self.duration_s!r} is not allowed; expected a finite number >= 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommTask:
+    index: int
+    name: str = "comm"
+
+
+Task = ComputeTask | CommTask
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    nranks: int
+    collectives: tuple[Collective, ...]
+    programs: tuple[tuple[Task, ...], ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.nranks, int) or self.nranks < 1:
+            raise ValueError(f"Workload.nranks: {self.nranks!r} is not allowed; expected an integer >= 1")
+        if len(self.programs) != self.nranks:
+            raise ValueError(f"Workload.programs: {len(self.programs)} programs for {self.nranks} ranks")
+        for i, coll in enumerate(self.collectives):
+            if max(coll.group) >= self.nranks:
+                raise ValueError(f"Workload.collectives[{i}]: group rank {max(coll.group)} >= nranks {self.nranks}")
+        for rank, program in enumerate(self.programs):
+            for task in program:
+                if isinstance(task, CommTask):
+                    if not 0 <= task.index < len(self.collectives):
+                        raise ValueError(f"Workload.programs[{rank}]: collective index {task.index} does not exist")
+                    if rank not in self.collectives[task.index].group:
+                        raise ValueError(f"Workload.programs[{rank}]: rank {rank} is not in the group of "
+                                         f"collective {task.index}")
+
+    @classmethod
+    def sequence(cls, collectives: list[Collective] | tuple[Collective, ...], *, nranks: int) -> "Workload":
+        """Every rank runs, in order, each collective whose group contains it (nccl-tests style)."""
+        collectives = tuple(collectives)
+        programs = tuple(
+            tuple(CommTask(index=i, name=c.kind.value) for i, c in enumerate(collectives) if rank in c.group)
+            for rank in range(nranks)
+        )
+        return cls(nranks=nranks, collectives=collectives, programs=programs)
