@@ -18,7 +18,9 @@ link accounting stays exact. ``chain == -1`` marks an independent flow.
 ``wire_factor`` converts payload to bytes on the wire for the protocol (LL sends 8-byte lines
 holding 4 data bytes: 2.0; LL128 sends 128-byte lines holding 120: 128/120; Simple: 1.0).
 ``chain_rate_cap_bytes_per_s`` caps each chain's (or independent flow's) payload rate where the
-protocol's GPU-side throughput, not the wire, is the limit.
+protocol's GPU-side throughput, not the wire, is the limit. ``pxn`` says how inter-server flows
+leave a server: through the sender's own NIC (rings) or, relayed over NVLink, through the NIC
+on the receiver's rail (NCCL's PXN, used for point-to-point traffic).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class Schedule:
     steps: tuple[Step, ...]
     wire_factor: float = 1.0
     chain_rate_cap_bytes_per_s: float = math.inf
+    pxn: bool = False          # inter-server sends may relay over NVLink to the destination rail's NIC
     notes: dict = field(default_factory=dict)
 
     @property

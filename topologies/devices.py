@@ -67,7 +67,7 @@ from topologies.links import (
 )
 from topologies.units import GiB, gbyte_per_s, ns, tflop_per_s
 
-__all__ = [
+__all__ = (
     "GpuSpec",
     "NicSpec",
     "SwitchSpec",
@@ -100,7 +100,7 @@ __all__ = [
     "SPECTRUM_4",
     "SPECTRUM_4_400G",
     "TOMAHAWK_4",
-]
+)
 
 GPU_ARCH_SM_VERSIONS: Mapping[str, tuple[int, ...]] = types.MappingProxyType(
     {

@@ -52,7 +52,7 @@ from typing import Mapping
 
 from topologies.units import gbit_per_s, gbyte_per_s, ns
 
-__all__ = [
+__all__ = (
     "LinkKind",
     "LinkSpec",
     "LINK_PRESETS",
@@ -75,7 +75,7 @@ __all__ = [
     "UPI_INTEL_EMR",
     "XGMI_AMD",
     "HOST_MEMORY_STAGING",
-]
+)
 
 
 class LinkKind(enum.IntEnum):

@@ -222,13 +222,13 @@ def dgx_a100() -> ServerSpec:
 
 
 # DGX H100: 8x H100 SXM5, 4 NVSwitch gen3 chips, 8x ConnectX-7 NDR (OSFP, 400 Gb/s) compute
-# NICs, PCIe Gen5 switches pairing GPUs with NICs, 2x Intel Xeon 8480C (NVIDIA DGX H100 User
+# NICs, PCIe Gen5 switches pairing GPUs with NICs, 2x Intel Xeon 8480C (Sapphire Rapids UPI) (NVIDIA DGX H100 User
 # Guide, "Hardware Overview"; MLPerf v3.1 Eos system description).
 def dgx_h100() -> ServerSpec:
     return ServerSpec(
         name="DGX H100", gpu=dev.H100_SXM5_80GB, gpus=8, nvswitch=dev.NVSWITCH_GEN3,
         nic=dev.CONNECTX7_NDR, nics=8, pcie_switch=dev.PCIE_SWITCH_GEN5, pcie_switches=4,
-        pcie_uplink=lk.PCIE_GEN5_X16, sockets=2, socket_link=lk.UPI_INTEL,
+        pcie_uplink=lk.PCIE_GEN5_X16, sockets=2, socket_link=lk.UPI_INTEL_SPR,
     )
 
 
@@ -238,17 +238,18 @@ def hgx_h200() -> ServerSpec:
     return ServerSpec(
         name="HGX H200", gpu=dev.H200_SXM, gpus=8, nvswitch=dev.NVSWITCH_GEN3,
         nic=dev.CONNECTX7_NDR, nics=8, pcie_switch=dev.PCIE_SWITCH_GEN5, pcie_switches=4,
-        pcie_uplink=lk.PCIE_GEN5_X16, sockets=2, socket_link=lk.UPI_INTEL,
+        pcie_uplink=lk.PCIE_GEN5_X16, sockets=2, socket_link=lk.UPI_INTEL_SPR,
     )
 
 
 # HGX B200: 8x B200, 2 NVSwitch gen4 chips (NVLink5, 1.8 TB/s per GPU), 8x ConnectX-7 NDR
-# 400G per node as in the measured Vultr system (calibration table b200_vultr_hgx_*).
+# 400G per node as in the measured Vultr system (calibration table b200_vultr_hgx_*); Emerald
+# Rapids hosts (HGX B200 reference design).
 def hgx_b200() -> ServerSpec:
     return ServerSpec(
         name="HGX B200", gpu=dev.B200, gpus=8, nvswitch=dev.NVSWITCH_GEN4,
         nic=dev.CONNECTX7_NDR, nics=8, pcie_switch=dev.PCIE_SWITCH_GEN5, pcie_switches=4,
-        pcie_uplink=lk.PCIE_GEN5_X16, sockets=2, socket_link=lk.UPI_INTEL,
+        pcie_uplink=lk.PCIE_GEN5_X16, sockets=2, socket_link=lk.UPI_INTEL_EMR,
     )
 
 

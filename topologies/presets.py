@@ -61,6 +61,8 @@ def build_system(name: str, *, nodes: int = 1, rail_optimised: bool = True, over
         raise ValueError(f"system: {name!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise ValueError(f"nodes: {nodes!r} is not allowed; expected an integer >= 1")
+    if preset.switch is None and nodes > 1:
+        raise ValueError(f"nodes: {nodes} is not allowed for {name}, a single server without a fabric; expected 1")
     if nodes > preset.max_nodes:
         raise ValueError(f"nodes: {nodes} is too many for {name}; its 2-tier fabric holds at most {preset.max_nodes} nodes")
     server = preset.server()

@@ -73,12 +73,18 @@ class Router:
             self._nic_leaf[nic] = leaf
             self._nic_down[nic] = min(graph.get_edge_data(leaf, nic))
         self._dist: dict[int, dict[int, int]] = {}
-        self._cache: dict[tuple[int, int, int], np.ndarray] = {}
+        self._cache: dict[tuple[int, int, int, bool], np.ndarray] = {}
 
     # ------------------------------------------------------------------------------------------
-    def path(self, src_gpu: int, dst_gpu: int, *, flow_key: int = 0) -> np.ndarray:
-        """Link ids from GPU ``src_gpu`` to GPU ``dst_gpu`` (global GPU indices)."""
-        key = (src_gpu, dst_gpu, flow_key)
+    def path(self, src_gpu: int, dst_gpu: int, *, flow_key: int = 0, pxn: bool | None = None) -> np.ndarray:
+        """Link ids from GPU ``src_gpu`` to GPU ``dst_gpu`` (global GPU indices).
+
+        ``pxn`` overrides the router's default for this path: True sends inter-server traffic
+        through the NIC on the destination's rail (relaying over NVLink), False through the
+        sending GPU's own NIC (what NCCL's rings do: their graphs name each GPU's local NIC).
+        """
+        pxn = self.pxn if pxn is None else pxn
+        key = (src_gpu, dst_gpu, flow_key, pxn)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
@@ -93,27 +99,27 @@ class Router:
         if s == t:
             links = topo.servers[s].intra_routes[(a, b)]
         else:
-            links = self._inter_server(s, a, t, b, flow_key)
+            links = self._inter_server(s, a, t, b, flow_key, pxn)
         out = np.asarray(links, dtype=np.int64)
         out.setflags(write=False)
         self._cache[key] = out
         return out
 
-    def nic_for(self, server: int, local_gpu: int, dst_server: int, dst_local: int) -> int:
+    def nic_for(self, server: int, local_gpu: int, dst_server: int, dst_local: int, *, pxn: bool) -> int:
         """Index of the NIC that server ``server`` uses to send from local GPU to the destination."""
         src_info, dst_info = self.topology.servers[server], self.topology.servers[dst_server]
         dst_nic = dst_info.nic_of_gpu[dst_local]
-        if self.pxn and src_info.nvswitch >= 0 and dst_nic < len(src_info.nics):
+        if pxn and src_info.nvswitch >= 0 and dst_nic < len(src_info.nics):
             return dst_nic
         return src_info.nic_of_gpu[local_gpu]
 
-    def _inter_server(self, s: int, a: int, t: int, b: int, flow_key: int) -> tuple[int, ...]:
+    def _inter_server(self, s: int, a: int, t: int, b: int, flow_key: int, pxn: bool) -> tuple[int, ...]:
         topo = self.topology
         src_info, dst_info = topo.servers[s], topo.servers[t]
         if not src_info.nics or not dst_info.nics:
             raise ValueError(f"route: server {src_info.name if not src_info.nics else dst_info.name} has no NIC, "
                              f"so GPU {a} of {src_info.name} cannot reach GPU {b} of {dst_info.name}")
-        j_src = self.nic_for(s, a, t, b)
+        j_src = self.nic_for(s, a, t, b, pxn=pxn)
         j_dst = dst_info.nic_of_gpu[b]
         nic_src, nic_dst = src_info.nics[j_src], dst_info.nics[j_dst]
         if nic_src not in self._nic_leaf or nic_dst not in self._nic_leaf:

@@ -43,7 +43,7 @@ class SendRecv:
                        latency_s=self._latency(collective, ctx, protocol), label="sendrecv")
         layout = ctx.layout(collective.group)
         return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                        steps=(step,), wire_factor=nccl_model.WIRE_FACTOR[protocol],
+                        steps=(step,), pxn=ctx.router.pxn, wire_factor=nccl_model.WIRE_FACTOR[protocol],
                         chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
                             protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor,
                             nnodes=layout.nnodes, nchannels=nchannels))
@@ -58,7 +58,7 @@ class SendRecv:
         src, dst = self._pairs(collective)
 
         def rate():
-            paths = [ctx.router.path(ctx.gpu(int(a)), ctx.gpu(int(b))) for a, b in zip(src, dst)]
+            paths = [ctx.router.path(ctx.gpu(int(a)), ctx.gpu(int(b)), pxn=ctx.router.pxn) for a, b in zip(src, dst)]
             return float(ctx.chain_rates([p for p in paths for _ in range(nchannels)]).min())
         wire_rate = ctx.cached(("p2p-rate", collective.group, nchannels), rate)
         return latency, nchannels * wire_rate / nccl_model.WIRE_FACTOR[protocol]

@@ -1,10 +1,11 @@
 """Ring algorithms (NCCL's Ring) for all_reduce, all_gather, reduce_scatter, broadcast, reduce.
 
 **Rings.** Each NCCL channel c is one ring through all ranks. Inside a server the ring visits the
-group's GPUs in local order, rotated to *enter* at the GPU local to NIC ``c mod nics`` (rail
-k); it leaves the server from its last GPU towards the next server's entry GPU on the same rail
-(the router sends through the rail-k NIC using PXN), so channels spread evenly over the NICs
-and a rail-optimised fabric carries ring traffic under one leaf.
+group's GPUs in local order, rotated to *enter* at a GPU and *leave* from the GPU just before it;
+the next server's ring enters at the GPU on the same rail as that exit GPU. So on server m the
+entry rail is ``(c - m) mod nics``: every inter-server edge except the ring's wrap-around stays
+on one rail (one leaf of a rail-optimised fabric), each GPU sends through its own NIC, and the
+channels spread evenly over the NICs (16 channels on 8 NICs: 2 per NIC and direction).
 
 **Data.** The buffer of S bytes is split over channels (S_c) and, within a channel, into n
 chunks c_0..c_{n-1} (element-aligned, as equal as possible). Over a whole collective the edge
@@ -45,13 +46,13 @@ class RingAlgorithm:
             rings = []
             for c in range(nchannels):
                 ring: list[int] = []
-                for server, ranks in zip(layout.servers, layout.ranks_by_server):
+                for m, (server, ranks) in enumerate(zip(layout.servers, layout.ranks_by_server)):
                     info = ctx.topology.servers[server]
                     entry = 0
-                    if info.nics:
-                        rail = c % len(info.nics)
+                    if info.nics and layout.nnodes > 1:
+                        rail = (c - m) % len(info.nics)
                         on_rail = [i for i, r in enumerate(ranks) if info.nic_of_gpu[ctx.local(r)] == rail]
-                        entry = on_rail[0] if on_rail else c % len(ranks)
+                        entry = on_rail[0] if on_rail else (c - m) % len(ranks)
                     ring.extend(ranks[entry:] + ranks[:entry])
                 rings.append(tuple(ring))
             return tuple(rings)
@@ -62,7 +63,7 @@ class RingAlgorithm:
         def build():
             paths = []
             for c, ring in enumerate(self.orders(group, ctx, nchannels)):
-                edges = [ctx.router.path(ctx.gpu(a), ctx.gpu(b), flow_key=c)
+                edges = [ctx.router.path(ctx.gpu(a), ctx.gpu(b), flow_key=c, pxn=False)
                          for a, b in zip(ring, ring[1:] + ring[:1])]
                 paths.append(np.concatenate(edges) if edges else np.zeros(0, dtype=np.int64))
             return paths

@@ -1,0 +1,163 @@
+"""nccl-tests, simulated: size sweeps, the workload they run, and their table.
+
+``run_bench(kind, system=..., nodes=..., ...)`` builds the system, runs one simulation in which
+every rank performs the collective once per size (sizes from ``minbytes`` to ``maxbytes``,
+multiplied by ``stepfactor``, or increased by ``stepbytes``, exactly as nccl-tests' -b/-e/-f/-i),
+and returns one :class:`BenchRow` per size with nccl-tests' out-of-place columns.
+
+Sizes follow nccl-tests' rounding: a size is a whole number of elements; for all_gather,
+reduce_scatter and alltoall each rank's piece is rounded down to a multiple of 16 bytes (so tiny
+sizes become 0, as in nccl-tests' own output).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass
+
+from topologies.presets import build_system
+from topologies.topology import Topology
+from topologies.units import parse_size
+from workloads.collectives import DTYPE_BYTES, REDUCE_OPS, Collective, CollectiveKind
+from workloads.tasks import Workload
+
+from .api import simulate
+from .collectives.tuner import CollectivePolicy
+from .config import SimConfig
+from .placement import Placement
+
+# nccl-tests' -d names -> our dtype names
+NCCL_TESTS_TYPES = {"int8": "int8", "uint8": "uint8", "half": "half", "float16": "half", "bfloat16": "bfloat16",
+                    "int32": "int32", "int": "int32", "float": "float", "float32": "float", "int64": "int64",
+                    "double": "double", "float64": "double"}
+CSV_HEADER = ("size_bytes", "count", "type", "redop", "root", "time_us", "algbw_GBps", "busbw_GBps",
+              "algorithm", "protocol", "channels")
+MAX_SIZES = 10_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchRow:
+    size_bytes: int
+    count: int
+    type: str
+    redop: str
+    root: int
+    time_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+    algorithm: str
+    protocol: str
+    channels: int
+
+
+def sweep_sizes(minbytes: int | str, maxbytes: int | str, *, stepfactor: float | None = 2,
+                stepbytes: int | str | None = None) -> list[int]:
+    """nccl-tests' size sweep: min, min*f, ... <= max (or min, min+i, ... with stepbytes)."""
+    lo, hi = parse_size(minbytes, field="minbytes"), parse_size(maxbytes, field="maxbytes")
+    if lo > hi:
+        raise ValueError(f"minbytes: {lo} is larger than maxbytes ({hi}); expected minbytes <= maxbytes")
+    sizes = []
+    if stepbytes is not None:
+        step = parse_size(stepbytes, field="stepbytes")
+        if step < 1:
+            raise ValueError(f"stepbytes: {step} is not allowed; expected >= 1")
+        size = lo
+        while size <= hi and len(sizes) <= MAX_SIZES:
+            sizes.append(size)
+            size += step
+    else:
+        if stepfactor is None or not stepfactor > 1:
+            raise ValueError(f"stepfactor: {stepfactor!r} is not allowed; expected a number > 1")
+        if lo == 0:
+            raise ValueError("minbytes: 0 cannot grow by a step factor; expected minbytes >= 1")
+        size = lo
+        while size <= hi and len(sizes) <= MAX_SIZES:
+            sizes.append(size)
+            size = int(size * stepfactor)
+    if len(sizes) > MAX_SIZES:
+        raise ValueError(f"size sweep: more than {MAX_SIZES} sizes; use a larger step")
+    return sizes
+
+
+def collective_for_size(kind: CollectiveKind, size: int, *, nranks: int, dtype: str, op: str, root: int) -> Collective:
+    """nccl-tests' rounding of a requested size into the collective it actually runs."""
+    elt = DTYPE_BYTES[dtype]
+    count = size // elt
+    if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL):
+        per_rank = (count // nranks) & -max(1, 16 // elt)
+        nbytes = per_rank * nranks * elt
+    else:
+        nbytes = count * elt
+    return Collective(kind=kind, nbytes=nbytes, group=tuple(range(nranks)), dtype=dtype,
+                      op=op if kind.reduces else "sum", root=root if kind.rooted else 0)
+
+
+def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100", nodes: int = 1,
+              gpus_per_node: int | None = None, minbytes: int | str = "32M", maxbytes: int | str = "32M",
+              stepfactor: float | None = 2, stepbytes: int | str | None = None, dtype: str = "float",
+              op: str = "sum", root: int = 0, config: SimConfig | None = None) -> list[BenchRow]:
+    kind = kind if isinstance(kind, CollectiveKind) else CollectiveKind.parse(kind)
+    if kind is CollectiveKind.ALL_TO_ALL:
+        raise ValueError("collective: 'alltoall' is not simulated yet; expected one of all_reduce, all_gather, "
+                         "reduce_scatter, broadcast, reduce, sendrecv")
+    if dtype not in NCCL_TESTS_TYPES:
+        raise ValueError(f"datatype: {dtype!r} is not known; expected one of {', '.join(NCCL_TESTS_TYPES)}")
+    dtype = NCCL_TESTS_TYPES[dtype]
+    if op not in REDUCE_OPS:
+        raise ValueError(f"op: {op!r} is not known; expected one of {', '.join(REDUCE_OPS)}")
+    topology = build_system(system, nodes=nodes) if isinstance(system, str) else system
+    gpn = gpus_per_node if gpus_per_node is not None else len(topology.servers[0].gpus)
+    placement = Placement.block(topology, nranks=gpn * topology.num_servers if isinstance(gpn, int) and gpn > 0
+                                else 1, gpus_per_node=gpn)
+    nranks = placement.nranks
+    if kind.rooted and not 0 <= root < nranks:
+        raise ValueError(f"root: {root} is out of range; expected 0 to {nranks - 1}")
+    if kind is CollectiveKind.SENDRECV and nranks < 2:
+        raise ValueError("sendrecv needs at least 2 GPUs; use more GPUs or nodes")
+    sizes = sweep_sizes(minbytes, maxbytes, stepfactor=stepfactor, stepbytes=stepbytes)
+    collectives = [collective_for_size(kind, s, nranks=nranks, dtype=dtype, op=op, root=root) for s in sizes]
+    result = simulate(topology, Workload.sequence(collectives, nranks=nranks), placement, config or SimConfig())
+    rows = []
+    for record in result.collectives:
+        c = record.collective
+        time_s = record.time_s
+        rows.append(BenchRow(
+            size_bytes=c.nbytes, count=c.count, type=dtype, redop=c.op if c.kind.reduces else "none",
+            root=c.root if c.kind.rooted else -1, time_us=time_s * 1e6,
+            algbw_GBps=c.algbw_bytes_per_s(time_s) / 1e9, busbw_GBps=c.busbw_bytes_per_s(time_s) / 1e9,
+            algorithm=record.algorithm, protocol=record.protocol, channels=record.nchannels))
+    return rows
+
+
+def format_table(rows: list[BenchRow], *, title: str = "") -> str:
+    """nccl-tests' out-of-place table (plus the algorithm, protocol and channels chosen)."""
+    out = io.StringIO()
+    if title:
+        out.write(f"# {title}\n#\n")
+    out.write("#                                                              out-of-place\n")
+    out.write(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>9}  {'algbw':>7}  "
+              f"{'busbw':>7}  {'algo':>5}  {'proto':>6}  {'nch':>3}\n")
+    out.write(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>9}  {'(GB/s)':>7}  "
+              f"{'(GB/s)':>7}\n")
+    for r in rows:
+        out.write(f"  {r.size_bytes:>10}  {r.count:>12}  {r.type:>8}  {r.redop:>6}  {r.root:>6}  {r.time_us:>9.2f}  "
+                  f"{r.algbw_GBps:>7.2f}  {r.busbw_GBps:>7.2f}  {r.algorithm:>5}  {r.protocol:>6}  {r.channels:>3}\n")
+    if rows:
+        out.write(f"# Avg bus bandwidth    : {sum(r.busbw_GBps for r in rows) / len(rows):.4g}\n")
+    return out.getvalue()
+
+
+def format_csv(rows: list[BenchRow]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_HEADER)
+    for r in rows:
+        writer.writerow([r.size_bytes, r.count, r.type, r.redop, r.root, f"{r.time_us:.3f}", f"{r.algbw_GBps:.4f}",
+                         f"{r.busbw_GBps:.4f}", r.algorithm, r.protocol, r.channels])
+    return out.getvalue()
+
+
+def format_json(rows: list[BenchRow], **meta) -> str:
+    return json.dumps({**meta, "rows": [asdict(r) for r in rows]}, indent=1)
