@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-import simpy
-
 from topologies.routing import Router
 from topologies.topology import Topology
 from workloads.tasks import Workload
@@ -12,7 +9,6 @@ from workloads.tasks import Workload
 from .collectives import ALGORITHMS, LoweringContext
 from .collectives.tuner import choose
 from .config import SimConfig
-from .engine.fabric import Fabric
 from .engine.replay import run
 from .network import NETWORK_MODELS
 from .placement import Placement
@@ -30,11 +26,9 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
     choices = [choose(c, ctx, config.collectives) for c in workload.collectives]
     schedules = [ALGORITHMS[ch.algorithm].lower(c, ctx, protocol=ch.protocol, nchannels=ch.nchannels)
                  for c, ch in zip(workload.collectives, choices)]
-    env = simpy.Environment()
     network = NETWORK_MODELS[config.network_model](topology.link_capacity_bytes_per_s)
-    fabric = Fabric(env, network)
-    times, rank_end = run(env=env, fabric=fabric, workload=workload, schedules=schedules, topology=topology,
-                          router=router, rank_gpu=placement.rank_gpu)
+    times, rank_end = run(network=network, workload=workload, schedules=schedules, topology=topology, router=router,
+                          rank_gpu=placement.rank_gpu)
     records = tuple(
         CollectiveRecord(index=i, collective=c, algorithm=ch.algorithm, protocol=ch.protocol, nchannels=ch.nchannels,
                          start_s=start, end_s=end, latency_s=s.latency_s, predicted_s=ch.predicted_s)

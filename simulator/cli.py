@@ -118,7 +118,7 @@ def _bench(args) -> str:
 
 def _perf(args) -> str:
     from simulator.nccl_tests import run_bench
-    from simulator.perf import bench_maxmin, format_report
+    from simulator.network.perf import bench_maxmin, format_report
 
     lines = []
     flows, links = (20_000, 4_000) if args.quick else (100_000, 20_000)

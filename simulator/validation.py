@@ -76,6 +76,7 @@ SERIES = (
 class Comparison:
     series: str
     collective: str
+    gpu: str
     nranks: int
     nnodes: int
     size_bytes: int
@@ -158,7 +159,7 @@ def compare(series: Series, *, net_model: str = "flow") -> list[Comparison]:
             if pred.size_bytes != size or t_meas <= 0:
                 continue      # nccl-tests rounded this size away (0-byte rows): nothing to compare
             out.append(Comparison(
-                series=series.name, collective=collective, nranks=nranks, nnodes=nnodes, size_bytes=size,
+                series=series.name, collective=collective, gpu=gpu, nranks=nranks, nnodes=nnodes, size_bytes=size,
                 t_meas_us=t_meas, t_pred_us=pred.time_us, busbw_meas_GBps=size / t_meas * 1e-3 * factor,
                 busbw_pred_GBps=pred.busbw_GBps, algorithm=pred.algorithm, protocol=pred.protocol,
                 source=row["source"]))

@@ -75,9 +75,14 @@ class _Rendezvous:
     end_s: float = 0.0
 
 
-def run(*, env: simpy.Environment, fabric: Fabric, workload: Workload, schedules: list[Schedule],
-        topology: Topology, router: Router, rank_gpu: tuple[int, ...]) -> tuple[list[tuple[float, float]], list[float]]:
-    """Replay ``workload``; returns per-collective (start_s, end_s) and per-rank end times."""
+def run(*, network, workload: Workload, schedules: list[Schedule], topology: Topology, router: Router,
+        rank_gpu: tuple[int, ...]) -> tuple[list[tuple[float, float]], list[float]]:
+    """Replay ``workload`` on a fresh SimPy environment whose fabric drives ``network``.
+
+    Returns per-collective (start_s, end_s) and per-rank end times.
+    """
+    env = simpy.Environment()
+    fabric = Fabric(env, network)
     meetings = [_Rendezvous(waiting=c.nranks, done=env.event()) for c in workload.collectives]
     rank_end = [0.0] * workload.nranks
 

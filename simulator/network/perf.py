@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from simulator.kernels import maxmin_rates
+from ..kernels import maxmin_rates
 
 __all__ = ["bench_maxmin", "format_report"]
 

@@ -1,0 +1,97 @@
+"""The `fabricsim` command: nccl-tests' vocabulary, table/csv/json, one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from simulator.cli import main
+from simulator.nccl_tests import CSV_HEADER, sweep_sizes
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_bench_31_rows_8_to_8g(capsys):
+    # 8 B x 2^k up to 8 GiB = 2^3 .. 2^33: 31 sizes
+    code, out, err = run(capsys, "bench", "all_reduce", "--system", "dgx-h100", "-b", "8", "-e", "8G", "-f", "2")
+    assert code == 0 and err == ""
+    rows = [line for line in out.splitlines() if line and not line.startswith("#")]
+    assert len(rows) == 31
+    assert rows[0].split()[0] == "8" and rows[-1].split()[0] == str(8 << 30)
+
+
+def test_bench_csv_header_and_busbw_definition(capsys):
+    code, out, _ = run(capsys, "bench", "all_gather", "--nodes", "2", "-b", "1M", "-e", "64M", "-f", "4",
+                       "--format", "csv")
+    assert code == 0
+    reader = csv.DictReader(io.StringIO(out))
+    assert tuple(reader.fieldnames[:8]) == CSV_HEADER[:8]
+    rows = list(reader)
+    assert [int(r["size_bytes"]) for r in rows] == [1 << 20, 1 << 22, 1 << 24, 1 << 26]
+    for r in rows:
+        # nccl-tests: algbw = size / time; all_gather busbw = algbw x (n-1)/n with n = 16
+        algbw = int(r["size_bytes"]) / (float(r["time_us"]) * 1e-6) / 1e9
+        assert float(r["algbw_GBps"]) == pytest.approx(algbw, rel=1e-3)
+        assert float(r["busbw_GBps"]) == pytest.approx(algbw * 15 / 16, rel=1e-3)
+        assert int(r["count"]) == int(r["size_bytes"]) // 4 // 16   # per-rank float count, as nccl-tests
+
+
+def test_bench_json_and_other_collectives(capsys):
+    for coll in ("broadcast", "reduce", "sendrecv", "reduce_scatter"):
+        code, out, _ = run(capsys, "bench", coll, "-b", "1K", "-e", "1M", "-f", "32", "--format", "json",
+                           "--system", "hgx-b200")
+        assert code == 0
+        data = json.loads(out)
+        assert data["collective"] == coll and len(data["rows"]) == 3
+        assert all(row["time_us"] > 0 for row in data["rows"])
+
+
+def test_systems_lists_presets(capsys):
+    code, out, _ = run(capsys, "systems")
+    names = [line.split()[0] for line in out.splitlines()]
+    assert {"dgx-a100", "dgx-h100", "hgx-h200", "hgx-b200", "pcie-rtx4090"} <= set(names)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["bench", "allreduce_typo"], "collective"),
+    (["bench", "all_reduce", "--system", "dgx-z900"], "system"),
+    (["bench", "all_reduce", "-b", "12Q"], "minbytes"),
+    (["bench", "all_reduce", "-b", "8G", "-e", "8"], "minbytes"),
+    (["bench", "all_reduce", "-f", "1"], "stepfactor"),
+    (["bench", "all_reduce", "--gpus-per-node", "0"], "gpus-per-node"),
+    (["bench", "all_reduce", "--gpus-per-node", "9"], "gpus_per_node"),
+    (["bench", "all_reduce", "--nodes", "0"], "nodes"),
+    (["bench", "all_reduce", "--nodes", "100000"], "nodes"),
+    (["bench", "all_reduce", "--system", "pcie-rtx4090", "--nodes", "2"], "nodes"),
+    (["bench", "all_reduce", "--proto", "LL256"], "protocol"),
+    (["bench", "broadcast", "-r", "99"], "root"),
+    (["bench", "alltoall"], "alltoall"),
+    (["bench"], "collective"),
+    (["frobnicate"], "frobnicate"),
+])
+def test_bad_input_is_one_line_and_nonzero(capsys, argv, needle):
+    code, out, err = run(capsys, *argv)
+    assert code != 0 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err
+    assert lines[0].startswith("fabricsim: error:") and needle in lines[0]
+
+
+def test_console_entry_point_runs_as_a_process():
+    proc = subprocess.run([sys.executable, "-m", "simulator.cli", "bench", "all_reduce", "--nodes", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_sweep_matches_nccl_tests():
+    assert sweep_sizes("8", "64", stepfactor=2) == [8, 16, 32, 64]
+    assert sweep_sizes("1K", "4K", stepbytes="1K") == [1024, 2048, 3072, 4096]

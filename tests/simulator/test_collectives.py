@@ -1,0 +1,123 @@
+"""Ring schedules: bytes on the wire per rank (closed forms), NCCL latencies, tuner choices."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.collectives import ALGORITHMS, LoweringContext
+from simulator.collectives import nccl_model
+from simulator.collectives.tuner import CollectivePolicy, choose
+from simulator.placement import Placement
+from topologies.presets import build_system
+from topologies.routing import Router
+from workloads.collectives import Collective, CollectiveKind
+
+RING = ALGORITHMS["ring"]
+
+
+def context(system="dgx-h100", nodes=1, gpus_per_node=None):
+    topo = build_system(system, nodes=nodes)
+    gpn = gpus_per_node or len(topo.servers[0].gpus)
+    placement = Placement.block(topo, nranks=gpn * nodes, gpus_per_node=gpn)
+    return LoweringContext(topology=topo, router=Router(topo), rank_gpu=placement.rank_gpu)
+
+
+CASES = [(1, 2), (1, 3), (1, 8), (2, 8), (3, 5)]   # (nodes, gpus per node): includes odd rank counts
+
+
+@pytest.mark.parametrize("nodes,gpn", CASES)
+@pytest.mark.parametrize("nchannels", [1, 4, 16])
+def test_ring_all_reduce_sends_2_n_minus_1_over_n(nodes, gpn, nchannels):
+    ctx = context(nodes=nodes, gpus_per_node=gpn)
+    n = nodes * gpn
+    # S divisible by n * nchannels * 4 B so every chunk is equal: each rank sends exactly 2(n-1)/n S
+    size = n * nchannels * 4 * 1000
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=size, group=tuple(range(n)))
+    schedule = RING.lower(coll, ctx, protocol="Simple", nchannels=nchannels)
+    expected = 2 * (n - 1) * size // n
+    assert set(schedule.bytes_sent_per_rank().values()) == {expected}
+    assert set(schedule.bytes_received_per_rank().values()) == {expected}
+
+
+@pytest.mark.parametrize("kind", [CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER])
+@pytest.mark.parametrize("nodes,gpn", CASES)
+def test_ring_all_gather_reduce_scatter_send_n_minus_1_over_n(kind, nodes, gpn):
+    ctx = context(nodes=nodes, gpus_per_node=gpn)
+    n = nodes * gpn
+    size = n * 16 * 4 * 333
+    coll = Collective(kind=kind, nbytes=size, group=tuple(range(n)))
+    schedule = RING.lower(coll, ctx, protocol="Simple", nchannels=16)
+    assert set(schedule.bytes_sent_per_rank().values()) == {(n - 1) * size // n}
+
+
+@pytest.mark.parametrize("kind", [CollectiveKind.BROADCAST, CollectiveKind.REDUCE])
+@pytest.mark.parametrize("root", [0, 3])
+def test_ring_rooted_pipeline(kind, root):
+    # a pipeline of n-1 edges carrying S each: the last rank (broadcast) / the root (reduce) sends nothing
+    ctx = context(nodes=1)
+    size = 8 * 1024 * 1024
+    coll = Collective(kind=kind, nbytes=size, group=tuple(range(8)), root=root)
+    sent = RING.lower(coll, ctx, protocol="Simple", nchannels=4).bytes_sent_per_rank()
+    assert sum(sent.values()) == 7 * size
+    silent = [r for r, b in sent.items() if b == 0]
+    assert len(silent) == 1
+    if kind is CollectiveKind.REDUCE:
+        assert silent == [root]
+    received = RING.lower(coll, ctx, protocol="Simple", nchannels=4).bytes_received_per_rank()
+    if kind is CollectiveKind.BROADCAST:
+        assert received[root] == 0
+
+
+def test_uneven_sizes_conserve_bytes():
+    # 7 ranks, a size that splits unevenly: every byte of every chunk still moves 2(n-1) times in total
+    ctx = context(nodes=1, gpus_per_node=7)
+    size = 4 * 1_000_003
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=size, group=tuple(range(7)))
+    schedule = RING.lower(coll, ctx, protocol="Simple", nchannels=3)
+    assert schedule.total_bytes == 2 * (7 - 1) * size
+
+
+def test_rings_are_rail_aligned_between_servers():
+    # on every channel, each inter-server edge except the wrap-around joins GPUs on the same rail
+    ctx = context(nodes=4)
+    orders = RING.orders(tuple(range(32)), ctx, 16)
+    for ring in orders:
+        for a, b in zip(ring[:-1], ring[1:]):
+            if ctx.server(a) != ctx.server(b):
+                assert ctx.local(a) == ctx.local(b)
+    # channels spread over NICs: on server 0 each of the 8 entry GPUs is used by 2 of 16 channels
+    entries = [ring[0] for ring in orders]
+    assert sorted(entries) == sorted(list(range(8)) * 2)
+
+
+def test_nccl_latency_worked_examples():
+    # NCCL model worked numbers (tuning.cc constants):
+    # 8 GPUs one node, ring LL: 6.6 + 14 x 0.6 = 15.0 us; ring Simple: 8.4 + 14 x 3.4 = 56.0 us
+    assert nccl_model.ring_latency_s(kind_value="all_reduce", protocol="LL", nranks=8, nnodes=1, ppn=8,
+                                     intra="nvlink", cpu_vendor="intel", nbytes=8, nchannels=16) == pytest.approx(15.0e-6)
+    assert nccl_model.ring_latency_s(kind_value="all_reduce", protocol="Simple", nranks=8, nnodes=1, ppn=8,
+                                     intra="nvlink", cpu_vendor="intel", nbytes=8, nchannels=16) == pytest.approx(56.0e-6)
+    # 16 ranks on 2 Intel nodes, ring LL: 6.6 + 28 x max(0.6, 1.0) + 2 x 2.7 = 40.0 us
+    assert nccl_model.ring_latency_s(kind_value="all_reduce", protocol="LL", nranks=16, nnodes=2, ppn=8,
+                                     intra="nvlink", cpu_vendor="intel", nbytes=8, nchannels=16) == pytest.approx(40.0e-6)
+    # same in Simple with a large message: (8.4 + 28 x max(3.4, 3 x 1.0) + 2 x 14) x 1.4 = 184.24 us
+    assert nccl_model.ring_latency_s(kind_value="all_reduce", protocol="Simple", nranks=16, nnodes=2, ppn=8,
+                                     intra="nvlink", cpu_vendor="intel", nbytes=1 << 30,
+                                     nchannels=16) == pytest.approx(184.24e-6)
+
+
+def test_tuner_picks_ll_small_simple_large_and_obeys_overrides():
+    ctx = context(nodes=1)
+    small = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1024, group=tuple(range(8)))
+    large = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=8 << 30, group=tuple(range(8)))
+    assert choose(small, ctx).protocol == "LL"
+    assert choose(large, ctx).protocol == "Simple"
+    forced = choose(small, ctx, CollectivePolicy(protocol="Simple", nchannels=4))
+    assert (forced.protocol, forced.nchannels) == ("Simple", 4)
+    pcie = context(system="pcie-rtx4090")
+    with pytest.raises(ValueError, match="LL128"):
+        choose(small, pcie, CollectivePolicy(protocol="LL128"))
+    with pytest.raises(ValueError, match="algorithm"):
+        CollectivePolicy(algorithm="bogus")
+    with pytest.raises(ValueError, match="channels"):
+        CollectivePolicy(nchannels=0)

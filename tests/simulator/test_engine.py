@@ -1,0 +1,174 @@
+"""Engine and network models: hand-derived timings, flow == analytical without contention,
+capacity never exceeded, bytes conserved, one re-rating per batch, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.api import simulate
+from simulator.collectives import ALGORITHMS, LoweringContext
+from simulator.collectives.tuner import CollectivePolicy, choose
+from simulator.config import SimConfig
+from simulator.engine.replay import network_flows
+from simulator.network import AnalyticalNetwork, FlowNetwork
+from simulator.placement import Placement
+from topologies.presets import build_system
+from topologies.routing import Router
+from workloads.collectives import Collective, CollectiveKind
+from workloads.tasks import CommTask, ComputeTask, Workload
+
+
+def drain(network):
+    """Run a network model alone until every flow is done: finish time of each flow id."""
+    t, finish = 0.0, {}
+    while True:
+        dt = network.next_completion_s()
+        if not np.isfinite(dt):
+            return finish
+        t += dt
+        for fid in network.advance(dt).tolist():
+            finish[fid] = t
+
+
+def one_link(model):
+    net = model(np.array([100.0]))
+    net.add([np.array([0]), np.array([0])], [np.ones(1), np.ones(1)], np.array([1.0, 2.0]), np.array([np.inf, np.inf]))
+    return drain(net)
+
+
+def test_flow_model_redistributes_and_analytical_does_not():
+    # 1 B and 2 B on one 100 B/s link. flow: both at 50 until the 1 B flow ends at 0.02 s, then the
+    # other at 100 B/s for its last 1 B: 0.03 s. analytical: shares fixed at 50 B/s: 0.02 s and 0.04 s.
+    assert one_link(FlowNetwork) == pytest.approx({0: 0.02, 1: 0.03})
+    assert one_link(AnalyticalNetwork) == pytest.approx({0: 0.02, 1: 0.04})
+
+
+def test_models_agree_without_contention():
+    # disjoint links: rates are the link capacities in both models (10 B over 5 B/s = 2 s, 9 B over 3 B/s = 3 s)
+    for model in (FlowNetwork, AnalyticalNetwork):
+        net = model(np.array([5.0, 3.0]))
+        net.add([np.array([0]), np.array([1])], [np.ones(1), np.ones(1)], np.array([10.0, 9.0]),
+                np.array([np.inf, np.inf]))
+        assert drain(net) == pytest.approx({0: 2.0, 1: 3.0})
+
+
+def bench_workload(kind, sizes, nranks):
+    return Workload.sequence([Collective(kind=kind, nbytes=s, group=tuple(range(nranks))) for s in sizes],
+                             nranks=nranks)
+
+
+@pytest.mark.parametrize("system,nodes", [("dgx-h100", 1), ("dgx-h100", 2), ("dgx-a100", 2), ("pcie-rtx4090", 1)])
+def test_flow_equals_analytical_for_a_lone_symmetric_collective(system, nodes):
+    topo = build_system(system, nodes=nodes)
+    n = topo.num_gpus
+    work = bench_workload(CollectiveKind.ALL_REDUCE, [1 << 10, 1 << 20, 1 << 30], n)
+    flow = simulate(topo, work, config=SimConfig(network_model="flow"))
+    analytical = simulate(topo, work, config=SimConfig(network_model="analytical"))
+    for a, b in zip(flow.collectives, analytical.collectives):
+        assert a.time_s == pytest.approx(b.time_s, rel=1e-12)
+
+
+def test_lone_ring_time_is_latency_plus_bytes_over_bottleneck():
+    # 8x H100, 1 GiB all_reduce, Simple, 16 channels: all 16 chains share each GPU's NVLink bundle
+    # (18 x 20.6 GB/s = 370.8 GB/s), so each edge moves 2*7/8 GiB at 370.8 GB/s, after NCCL's
+    # Simple ring latency 8.4 + 14*3.4 = 56 us and the path latency (link + NVSwitch traversal).
+    topo = build_system("dgx-h100")
+    work = bench_workload(CollectiveKind.ALL_REDUCE, [1 << 30], 8)
+    res = simulate(topo, work, config=SimConfig(collectives=CollectivePolicy(protocol="Simple", nchannels=16)))
+    path = Router(topo).path(0, 1)
+    expected = 56e-6 + topo.path_latency_s(path) + (2 * 7 / 8 * (1 << 30)) / (18 * 20.6e9)
+    assert res.collectives[0].time_s == pytest.approx(expected, rel=1e-9)
+
+
+class CheckedFlowNetwork(FlowNetwork):
+    """Asserts, after every re-rating, that no link carries more than its capacity."""
+
+    def _rerate(self):
+        super()._rerate()
+        idx = np.flatnonzero(self.active)
+        load = np.zeros_like(self.capacity_bytes_per_s)
+        for f in idx:
+            links = self.flow_links[self.flow_ptr[f]:self.flow_ptr[f + 1]]
+            w = self.flow_weights[self.flow_ptr[f]:self.flow_ptr[f + 1]]
+            np.add.at(load, links, w * self.rate[f])
+        assert np.all(load <= self.capacity_bytes_per_s * (1 + 1e-9))
+        self.checked = getattr(self, "checked", 0) + 1
+
+
+def test_concurrent_collectives_never_exceed_capacity_and_conserve_bytes(monkeypatch):
+    # two groups (even and odd ranks of 2 servers) run all_reduce and all_gather at the same time,
+    # staggered by compute, so flows of different collectives share NVLinks, NICs and the fabric.
+    import simulator.api as api
+    topo = build_system("dgx-h100", nodes=2)
+    even, odd = tuple(range(0, 16, 2)), tuple(range(1, 16, 2))
+    colls = (Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=even),
+             Collective(kind=CollectiveKind.ALL_GATHER, nbytes=32 << 20, group=odd),
+             Collective(kind=CollectiveKind.REDUCE_SCATTER, nbytes=48 << 20, group=even))
+    programs = tuple(
+        ((CommTask(index=0), CommTask(index=2)) if r % 2 == 0 else (ComputeTask(duration_s=50e-6), CommTask(index=1)))
+        for r in range(16))
+    work = Workload(nranks=16, collectives=colls, programs=programs)
+    made = []
+
+    def factory(capacity):
+        made.append(CheckedFlowNetwork(capacity))
+        return made[-1]
+    monkeypatch.setattr(api, "NETWORK_MODELS", {"flow": factory})
+    res = simulate(topo, work, config=SimConfig(collectives=CollectivePolicy(protocol="Simple")))
+    assert made[0].checked >= 3
+    # bytes conserved: every link moved exactly the wire bytes of the flows routed over it
+    router = Router(topo)
+    ctx = LoweringContext(topology=topo, router=router, rank_gpu=Placement.block(topo, nranks=16).rank_gpu)
+    expected = np.zeros(topo.num_links)
+    for c in colls:
+        ch = choose(c, ctx, CollectivePolicy(protocol="Simple"))
+        sched = ALGORITHMS[ch.algorithm].lower(c, ctx, protocol=ch.protocol, nchannels=ch.nchannels)
+        for step in sched.steps:
+            for s, d, b, k in zip(step.src, step.dst, step.nbytes, step.channel):
+                np.add.at(expected, router.path(ctx.gpu(int(s)), ctx.gpu(int(d)), flow_key=int(k), pxn=sched.pxn),
+                          float(b) * sched.wire_factor)
+    np.testing.assert_allclose(res.link_bytes, expected, rtol=1e-9, atol=1e-3)
+    assert res.collectives[1].start_s == pytest.approx(50e-6)
+
+
+def test_one_rerating_per_batch():
+    # 5 sequential all_reduces on 4 servers (32 ranks, 16 chains each start together): the flow
+    # model re-rates once when a collective's flows start and once when they all end.
+    topo = build_system("dgx-h100", nodes=4)
+    work = bench_workload(CollectiveKind.ALL_REDUCE, [1 << 20] * 5, 32)
+    res = simulate(topo, work)
+    assert res.network_rerates <= 2 * 5
+
+
+def test_deterministic():
+    topo = build_system("dgx-h100", nodes=3)
+    work = bench_workload(CollectiveKind.ALL_GATHER, [1 << k for k in range(10, 30, 3)], 24)
+    a, b = simulate(topo, work, config=SimConfig(seed=7)), simulate(topo, work, config=SimConfig(seed=7))
+    assert [r.end_s for r in a.collectives] == [r.end_s for r in b.collectives]
+    assert a.link_bytes.tobytes() == b.link_bytes.tobytes()
+
+
+def test_chain_becomes_one_flow_weighted_by_edge_bytes():
+    topo = build_system("dgx-h100")
+    router = Router(topo)
+    ctx = LoweringContext(topology=topo, router=router, rank_gpu=tuple(range(8)))
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=8 * 4 * 1001, group=tuple(range(8)))
+    sched = ALGORITHMS["ring"].lower(coll, ctx, protocol="Simple", nchannels=2)
+    flows = network_flows(sched.steps[0], sched, topology=topo, router=router, rank_gpu=ctx.rank_gpu)
+    assert len(flows.paths) == 2                       # one network flow per channel
+    assert all(w.max() == 1.0 for w in flows.weights)  # the busiest edge paces the chain
+    # weight x chain bytes summed over the chain's links = sum over edges of edge bytes x path length
+    total = sum(float((w * b).sum()) for w, b in zip(flows.weights, flows.wire_bytes))
+    per_edge = sum(float(b) * router.path(int(s), int(d), flow_key=int(k), pxn=False).shape[0]
+                   for s, d, b, k in zip(sched.steps[0].src, sched.steps[0].dst, sched.steps[0].nbytes,
+                                         sched.steps[0].channel))
+    assert total == pytest.approx(per_edge)
+
+
+def test_deadlock_is_reported():
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1024, group=(0, 1))
+    # rank 1's program never reaches collective 0: the engine reports the stuck collective, no hang
+    work = Workload(nranks=2, collectives=(coll,), programs=((CommTask(index=0),), ()))
+    with pytest.raises(RuntimeError, match="never started"):
+        simulate(build_system("dgx-h100"), work, placement=Placement.block(build_system("dgx-h100"), nranks=2))

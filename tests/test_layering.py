@@ -1,0 +1,96 @@
+"""The layering rules of the design, checked by reading every module's imports (ast).
+
+* topologies imports stdlib, numpy, networkx; workloads imports stdlib, numpy; neither imports
+  the other (except that both may use nothing of simulator).
+* simpy only in simulator/engine/; numba only in simulator/kernels/, which only
+  simulator/network/ imports; matplotlib only in simulator/plotting.py.
+* simulator/collectives/ never imports simulator/network/ or simulator/engine/.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("topologies", "workloads", "simulator")
+STDLIB = set(sys.stdlib_module_names)
+
+
+def modules():
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            yield path
+
+
+def imports_of(path: Path) -> set[str]:
+    return imports_in(path.read_text(), path.relative_to(ROOT))
+
+
+def imports_in(source: str, rel: Path) -> set[str]:
+    """Absolute dotted names a module imports (relative imports resolved against its package)."""
+    tree = ast.parse(source)
+    package_parts = list(rel.parts[:-1])
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package_parts[: len(package_parts) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+                if node.module is None:
+                    names.update(f"{module}.{alias.name}" for alias in node.names)
+                else:
+                    names.add(module)
+            else:
+                names.add(node.module)
+    return names
+
+
+def top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def area(path: Path) -> str:
+    return "/".join(path.relative_to(ROOT).parts)
+
+
+ALL = [(area(p), imports_of(p)) for p in modules()]
+
+
+def test_modules_found():
+    # the three packages exist and each has modules; a silent empty scan would pass everything
+    assert {a.split("/")[0] for a, _ in ALL} == set(PACKAGES)
+
+
+@pytest.mark.parametrize("where,names", ALL, ids=[a for a, _ in ALL])
+def test_layering(where, names):
+    roots = {top(n) for n in names}
+    third_party = roots - STDLIB - set(PACKAGES) - {"__future__"}
+    if where.startswith("topologies/"):
+        assert third_party <= {"numpy", "networkx"}, third_party
+        assert not roots & {"workloads", "simulator"}
+    if where.startswith("workloads/"):
+        assert third_party <= {"numpy"}, third_party
+        assert not roots & {"topologies", "simulator"}
+    if "simpy" in roots:
+        assert where.startswith("simulator/engine/"), f"{where} imports simpy"
+    if "numba" in roots:
+        assert where.startswith("simulator/kernels/"), f"{where} imports numba"
+    if "matplotlib" in roots:
+        assert where == "simulator/plotting.py", f"{where} imports matplotlib"
+    if any(n.startswith("simulator.kernels") for n in names):
+        assert where.startswith(("simulator/network/", "simulator/kernels/")), f"{where} imports the kernels"
+    if where.startswith("simulator/collectives/"):
+        assert not any(n.startswith(("simulator.network", "simulator.engine")) for n in names), where
+
+
+def test_import_reader_resolves_relative_imports():
+    # a collectives module doing `from ..network import flow` imports simulator.network: caught
+    names = imports_in("from ..network import flow\nfrom . import ring\nimport simpy\n",
+                       Path("simulator/collectives/probe.py"))
+    assert {"simulator.network", "simulator.collectives.ring", "simpy"} <= names
