@@ -109,8 +109,10 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
         raise ValueError(f"op: {op!r} is not known; expected one of {', '.join(REDUCE_OPS)}")
     topology = build_system(system, nodes=nodes) if isinstance(system, str) else system
     gpn = gpus_per_node if gpus_per_node is not None else len(topology.servers[0].gpus)
-    placement = Placement.block(topology, nranks=gpn * topology.num_servers if isinstance(gpn, int) and gpn > 0
-                                else 1, gpus_per_node=gpn)
+    most = min(len(s.gpus) for s in topology.servers)
+    if not isinstance(gpn, int) or isinstance(gpn, bool) or not 1 <= gpn <= most:
+        raise ValueError(f"gpus_per_node: {gpn!r} is not allowed; expected an integer from 1 to {most}")
+    placement = Placement.block(topology, nranks=gpn * topology.num_servers, gpus_per_node=gpn)
     nranks = placement.nranks
     if kind.rooted and not 0 <= root < nranks:
         raise ValueError(f"root: {root} is out of range; expected 0 to {nranks - 1}")

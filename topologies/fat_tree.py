@@ -5,13 +5,14 @@ Wiring rules (``leaf_spine``):
 * **Rail-optimised** (default): NIC j of every server plugs into the leaves of rail j, so
   traffic between GPUs of the same index on different servers crosses one leaf and no spine
   (the layout of NVIDIA's DGX SuperPOD reference architectures). Not rail-optimised: all NICs
-  of a server go to the same top-of-rack leaf, servers filling leaves in order.
+  of a server go to the same top-of-rack leaf, ``floor(d / K)`` whole servers per leaf.
 * A leaf has ``radix`` ports; with oversubscription ratio R = down/up it uses
   ``d = floor(radix * R / (R + 1))`` ports for NICs. A leaf with n NICs attached gets
   ``u = ceil(n / R)`` uplinks, one to each of u spines (spine i takes uplink i of every leaf),
   so every leaf-to-leaf pair has u equal-cost paths and the fabric is non-blocking at R = 1.
 * Counts (closed forms, checked by tests): with N servers of K NICs, rail-optimised,
-  ``leaves = K * ceil(N / d)`` and ``spines = max_leaf(ceil(n_leaf / R))`` when more than one
+  ``leaves = K * ceil(N / d)`` (ToR: ``ceil(N / floor(d / K))``) and
+  ``spines = max_leaf(ceil(n_leaf / R))`` when more than one
   leaf exists (a single leaf needs no spine).
 
 A spine has ``radix`` ports too: more leaves than that needs a third tier (not built here): it is
@@ -62,8 +63,11 @@ def leaf_spine(
                 members = [infos[s].nics[rail] for s in range(j * down, min(servers, (j + 1) * down))]
                 groups.append(members)
     else:
-        all_nics = [nic for info in infos for nic in info.nics]
-        groups = [all_nics[i:i + down] for i in range(0, len(all_nics), down)]
+        per_leaf = down // server.nics
+        if per_leaf < 1:
+            raise ValueError(f"leaf_spine: a {server.name} has {server.nics} NICs but a {switch.name} leaf has only "
+                             f"{down} down ports at oversubscription {oversubscription:g}; use rail_optimised=True")
+        groups = [[nic for info in infos[i:i + per_leaf] for nic in info.nics] for i in range(0, servers, per_leaf)]
 
     leaves = []
     for i, members in enumerate(groups):

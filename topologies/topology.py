@@ -163,17 +163,18 @@ class Topology:
             raise ValueError(
                 f"topology {self.name!r}: link {self.link_names[l]!r} has latency {lat[l]!r} s; expected >= 0"
             )
-        # every GPU reaches every other GPU
-        undirected = nx.Graph()
-        undirected.add_nodes_from(self.graph.nodes)
-        undirected.add_edges_from((u, v) for u, v in self.graph.edges())
-        component = nx.node_connected_component(undirected, int(self.gpu_nodes[0]))
-        lost = [self.node_name(int(g)) for g in self.gpu_nodes if int(g) not in component]
-        if lost:
-            raise ValueError(
-                f"topology {self.name!r}: GPU {lost[0]} is disconnected from GPU "
-                f"{self.node_name(int(self.gpu_nodes[0]))}" + (f" (and {len(lost) - 1} more)" if len(lost) > 1 else "")
-            )
+        # every GPU reaches every other GPU, in both directions (links are directed)
+        first = int(self.gpu_nodes[0])
+        reach = nx.descendants(self.graph, first) | {first}
+        reached_by = nx.ancestors(self.graph, first) | {first}
+        for label, seen in (("is disconnected: it cannot be reached from", reach),
+                            ("is disconnected: it cannot reach", reached_by)):
+            lost = [self.node_name(int(g)) for g in self.gpu_nodes if int(g) not in seen]
+            if lost:
+                raise ValueError(
+                    f"topology {self.name!r}: GPU {lost[0]} {label} GPU {self.node_name(first)}"
+                    + (f" (and {len(lost) - 1} more GPUs)" if len(lost) > 1 else "") + "; every GPU must be connected"
+                )
         return self
 
     def summary(self) -> str:
