@@ -315,20 +315,21 @@ _IB_HEADER_BYTES = 8 + 12 + 4 + 2   # LRH + BTH + ICRC + VCRC = 26
 _IB_PROTOCOL_EFFICIENCY = _IB_MTU_BYTES / (_IB_MTU_BYTES + _IB_HEADER_BYTES)
 
 
-def _infiniband(name: str, gbit: float) -> LinkSpec:
+def _network_port(name: str, kind: LinkKind, gbit: float, protocol_efficiency: float) -> LinkSpec:
+    """An IB or Ethernet port: the quoted rate is already a data rate, so encoding_efficiency = 1."""
     return LinkSpec(
         name=name,
-        kind=LinkKind.INFINIBAND,
+        kind=kind,
         line_rate_bytes_per_s=gbit_per_s(gbit),
         encoding_efficiency=1.0,
-        protocol_efficiency=_IB_PROTOCOL_EFFICIENCY,
+        protocol_efficiency=protocol_efficiency,
         latency_s=_CABLE_LATENCY_S,
     )
 
 
-IB_HDR = _infiniband("ib_hdr", 200.0)   # 24.84 GB/s
-IB_NDR = _infiniband("ib_ndr", 400.0)   # 49.68 GB/s; NVIDIA observes 46-49 GB/s per CX-7 NIC
-IB_XDR = _infiniband("ib_xdr", 800.0)   # 99.37 GB/s
+IB_HDR = _network_port("ib_hdr", LinkKind.INFINIBAND, 200.0, _IB_PROTOCOL_EFFICIENCY)   # 24.84 GB/s
+IB_NDR = _network_port("ib_ndr", LinkKind.INFINIBAND, 400.0, _IB_PROTOCOL_EFFICIENCY)   # 49.68 GB/s; NVIDIA observes 46-49 GB/s per CX-7 NIC
+IB_XDR = _network_port("ib_xdr", LinkKind.INFINIBAND, 800.0, _IB_PROTOCOL_EFFICIENCY)   # 99.37 GB/s
 
 # --------------------------------------------------------------------------------------------------
 # RoCEv2 over Ethernet
@@ -344,21 +345,10 @@ _ROCE_OVERHEAD_BYTES = 8 + 12 + 14 + 4 + 20 + 8 + 12 + 4   # = 82
 _ROCE_PROTOCOL_EFFICIENCY = _ROCE_PAYLOAD_BYTES / (_ROCE_PAYLOAD_BYTES + _ROCE_OVERHEAD_BYTES)
 
 
-def _roce(name: str, gbit: float) -> LinkSpec:
-    return LinkSpec(
-        name=name,
-        kind=LinkKind.ROCE,
-        line_rate_bytes_per_s=gbit_per_s(gbit),
-        encoding_efficiency=1.0,
-        protocol_efficiency=_ROCE_PROTOCOL_EFFICIENCY,
-        latency_s=_CABLE_LATENCY_S,
-    )
-
-
-ROCE_100G = _roce("roce_100g", 100.0)   # 12.25 GB/s
-ROCE_200G = _roce("roce_200g", 200.0)   # 24.51 GB/s
-ROCE_400G = _roce("roce_400g", 400.0)   # 49.02 GB/s
-ROCE_800G = _roce("roce_800g", 800.0)   # 98.04 GB/s
+ROCE_100G = _network_port("roce_100g", LinkKind.ROCE, 100.0, _ROCE_PROTOCOL_EFFICIENCY)   # 12.25 GB/s
+ROCE_200G = _network_port("roce_200g", LinkKind.ROCE, 200.0, _ROCE_PROTOCOL_EFFICIENCY)   # 24.51 GB/s
+ROCE_400G = _network_port("roce_400g", LinkKind.ROCE, 400.0, _ROCE_PROTOCOL_EFFICIENCY)   # 49.02 GB/s
+ROCE_800G = _network_port("roce_800g", LinkKind.ROCE, 800.0, _ROCE_PROTOCOL_EFFICIENCY)   # 98.04 GB/s
 
 # --------------------------------------------------------------------------------------------------
 # CPU socket interconnects, as seen by GPU peer-to-peer traffic crossing sockets
