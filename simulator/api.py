@@ -28,7 +28,7 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
                  for c, ch in zip(workload.collectives, choices)]
     network = NETWORK_MODELS[config.network_model](topology.link_capacity_bytes_per_s)
     times, rank_end = run(network=network, workload=workload, schedules=schedules, topology=topology, router=router,
-                          rank_gpu=placement.rank_gpu)
+                          rank_gpu=placement.rank_gpu, launch_overhead_s=config.launch_overhead_s)
     records = tuple(
         CollectiveRecord(index=i, collective=c, algorithm=ch.algorithm, protocol=ch.protocol, nchannels=ch.nchannels,
                          start_s=start, end_s=end, latency_s=s.latency_s, predicted_s=ch.predicted_s)

@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("-d", "--datatype", default="float", help="element type; default float")
     bench.add_argument("-o", "--op", default="sum", help="reduction: sum, prod, max, min, avg; default sum")
     bench.add_argument("-r", "--root", type=int, default=0, help="root rank of broadcast/reduce; default 0")
+    bench.add_argument("-g", "--ngpus", type=_positive_int("ngpus"), default=1,
+                       help="GPUs driven by one process (nccl-tests -g): adds their kernel launches; default 1")
     bench.add_argument("--system", default="dgx-h100", help="system preset (see `fabricsim systems`)")
     bench.add_argument("--nodes", type=_positive_int("nodes"), default=1, help="servers; default 1")
     bench.add_argument("--gpus-per-node", type=_positive_int("gpus-per-node"), default=None,
@@ -104,7 +106,8 @@ def _bench(args) -> str:
                        collectives=CollectivePolicy(algorithm=args.algo, protocol=proto, nchannels=args.channels))
     rows = run_bench(kind, system=args.system, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                      minbytes=args.minbytes, maxbytes=args.maxbytes, stepfactor=args.stepfactor,
-                     stepbytes=args.stepbytes, dtype=args.datatype, op=args.op, root=args.root, config=config)
+                     stepbytes=args.stepbytes, dtype=args.datatype, op=args.op, root=args.root,
+                     gpus_per_process=args.ngpus, config=config)
     gpn = args.gpus_per_node or SYSTEMS[args.system].server().gpus
     title = (f"fabricsim bench {kind.value}: {args.system}, {args.nodes} node(s) x {gpn} GPUs, "
              f"network model {args.net_model}")

@@ -17,6 +17,7 @@ class SimConfig:
     routing: str = "ecmp"
     seed: int = 0
     pxn: bool = True                      # NCCL PXN: send through the destination rail's NIC over NVLink
+    launch_overhead_s: float = 0.0        # host-side cost paid once per collective before it starts
     collectives: CollectivePolicy = field(default_factory=CollectivePolicy)
 
     def __post_init__(self) -> None:
@@ -27,5 +28,7 @@ class SimConfig:
             raise ValueError(f"routing: {self.routing!r} is not known; expected one of {', '.join(ROUTING_POLICIES)}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ValueError(f"seed: {self.seed!r} is not allowed; expected an integer")
+        if not (isinstance(self.launch_overhead_s, (int, float)) and 0 <= self.launch_overhead_s < 1):
+            raise ValueError(f"launch_overhead_s: {self.launch_overhead_s!r} is not allowed; expected 0 <= s < 1")
         if not isinstance(self.collectives, CollectivePolicy):
             raise ValueError("collectives: expected a CollectivePolicy")

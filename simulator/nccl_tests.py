@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from topologies.presets import build_system
 from topologies.topology import Topology
@@ -35,6 +35,12 @@ NCCL_TESTS_TYPES = {"int8": "int8", "uint8": "uint8", "half": "half", "float16":
 CSV_HEADER = ("size_bytes", "count", "type", "redop", "root", "time_us", "algbw_GBps", "busbw_GBps",
               "algorithm", "protocol", "channels")
 MAX_SIZES = 10_000
+
+# nccl-tests -g N: one thread drives N GPUs and launches their N kernels one after the other
+# (ncclGroupStart/End), so every collective starts after N-1 extra kernel launches. Per launch:
+# 2.8 us, from the measured 8x A100 table (one process -g 8: 40.1 us at 8 B; 8 MPI ranks:
+# 20.3 us; (40.1 - 20.3) / 7 = 2.8 us), in line with CUDA's usual few-microsecond launch cost.
+HOST_LAUNCH_S_PER_GPU = 2.8e-6
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,7 +103,9 @@ def collective_for_size(kind: CollectiveKind, size: int, *, nranks: int, dtype: 
 def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100", nodes: int = 1,
               gpus_per_node: int | None = None, minbytes: int | str = "32M", maxbytes: int | str = "32M",
               stepfactor: float | None = 2, stepbytes: int | str | None = None, dtype: str = "float",
-              op: str = "sum", root: int = 0, config: SimConfig | None = None) -> list[BenchRow]:
+              op: str = "sum", root: int = 0, gpus_per_process: int = 1,
+              config: SimConfig | None = None) -> list[BenchRow]:
+    """Simulate nccl-tests for ``kind``; ``gpus_per_process`` is nccl-tests' -g (launch mode)."""
     kind = kind if isinstance(kind, CollectiveKind) else CollectiveKind.parse(kind)
     if kind is CollectiveKind.ALL_TO_ALL:
         raise ValueError("collective: 'alltoall' is not simulated yet; expected one of all_reduce, all_gather, "
@@ -118,9 +126,16 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
         raise ValueError(f"root: {root} is out of range; expected 0 to {nranks - 1}")
     if kind is CollectiveKind.SENDRECV and nranks < 2:
         raise ValueError("sendrecv needs at least 2 GPUs; use more GPUs or nodes")
+    if not isinstance(gpus_per_process, int) or not 1 <= gpus_per_process <= gpn:
+        raise ValueError(f"gpus_per_process (-g): {gpus_per_process!r} is not allowed; expected 1 to {gpn} "
+                         "(the GPUs of one node a process can drive)")
+    config = config or SimConfig()
+    if gpus_per_process > 1:
+        config = replace(config, launch_overhead_s=config.launch_overhead_s
+                         + (gpus_per_process - 1) * HOST_LAUNCH_S_PER_GPU)
     sizes = sweep_sizes(minbytes, maxbytes, stepfactor=stepfactor, stepbytes=stepbytes)
     collectives = [collective_for_size(kind, s, nranks=nranks, dtype=dtype, op=op, root=root) for s in sizes]
-    result = simulate(topology, Workload.sequence(collectives, nranks=nranks), placement, config or SimConfig())
+    result = simulate(topology, Workload.sequence(collectives, nranks=nranks), placement, config)
     rows = []
     for record in result.collectives:
         c = record.collective

@@ -40,6 +40,7 @@ class Series:
     nnodes: int | None = None
     algorithm: str | None = None
     nchannels: int | None = None
+    gpus_per_process: int = 1                    # nccl-tests -g
     ring_only: bool = True                       # every row was measured with NCCL's Ring algorithm
     settings: str = ""                           # how the measurement ran, in words
 
@@ -48,12 +49,12 @@ SERIES = (
     Series(name="H100 8 GPU reduce_scatter, NCCL_ALGO=Ring", file="h100_8gpu_reducescatter_ring_issue1047.csv",
            algorithm="ring", settings="NCCL_ALGO=Ring, one node"),
     Series(name="H200 8 GPU 16 GiB, Ring (NVLS off / AG / RS)", file="h200_8gpu_16GiB_collectives_mleng.csv",
-           where=(("interconnect", "algo Ring"),), algorithm="ring",
+           where=(("interconnect", "algo Ring"),), algorithm="ring", gpus_per_process=8,
            settings="NCCL_NVLS_ENABLE=0 for all_reduce; all_gather/reduce_scatter default (Ring)"),
     Series(name="H200/B200 all_reduce 8 GiB by GPU count, NVLS off", file="nvls_vs_ring_gpucount_h200_b200_mleng.csv",
            where=(("interconnect", "NCCL_NVLS_ENABLE=0"),), algorithm="ring", settings="NCCL_NVLS_ENABLE=0"),
     Series(name="A100 8 GPU all_reduce, one process -g 8", file="a100_sxm4_80gb_1node_8gpu.csv",
-           where=(("source", "run 1"),), settings="default NCCL choice; no NVLS on A100"),
+           where=(("source", "run 1"),), gpus_per_process=8, settings="-g 8; default NCCL choice; no NVLS on A100"),
     Series(name="A100 8 GPU all_reduce, mpirun -np 8", file="a100_sxm4_80gb_1node_8gpu.csv",
            where=(("source", "run 2"),), settings="default NCCL choice; no NVLS on A100"),
     Series(name="2x DGX A100 HDR all_reduce", file="a100_dgx_2node_ib_hdr_k8s_deepops.csv",
@@ -68,7 +69,8 @@ SERIES = (
            collectives=("all_gather", "reduce_scatter"), nnodes=2, algorithm="ring",
            settings="default (Ring: multi-node NVLS/CollNet AG/RS need SHARP, PAT needs 1 GPU per node)"),
     Series(name="8x RTX 4090 PCIe all_reduce, P2P off", file="rtx4090_8gpu_pcie_p2p_off_on.csv",
-           where=(("interconnect", "stock driver"),), settings="stock driver, P2P off (through host), -g 8"),
+           where=(("interconnect", "stock driver"),), gpus_per_process=8,
+           settings="stock driver, P2P off (through host), -g 8"),
 )
 
 
@@ -149,7 +151,8 @@ def compare(series: Series, *, net_model: str = "flow") -> list[Comparison]:
         results = {}
         for size in sizes:   # one simulation per distinct size keeps nccl-tests' exact sizes
             rows_pred = run_bench(kind, system=system_for_gpu(gpu), nodes=nnodes, gpus_per_node=gpn,
-                                  minbytes=size, maxbytes=size, config=config)
+                                  minbytes=size, maxbytes=size, gpus_per_process=series.gpus_per_process,
+                                  config=config)
             results[size] = rows_pred[0]
         for row in rows:
             size = int(row["size_bytes"])

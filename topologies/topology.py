@@ -22,7 +22,7 @@ Build one with :class:`TopologyBuilder` (used by ``node.py`` and ``fat_tree.py``
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -176,6 +176,17 @@ class Topology:
                     + (f" (and {len(lost) - 1} more GPUs)" if len(lost) > 1 else "") + "; every GPU must be connected"
                 )
         return self
+
+    def with_link_scale(self, scale_by_kind: Mapping[LinkKind, float], *, name: str | None = None) -> "Topology":
+        """A copy whose link capacities of each LinkKind are multiplied by ``scale_by_kind[kind]``
+        (a calibrated efficiency correction). Kinds not named keep their capacity."""
+        capacity = self.link_capacity_bytes_per_s.copy()
+        for kind, factor in scale_by_kind.items():
+            if not (isinstance(factor, (int, float)) and factor > 0 and factor == factor and factor != float("inf")):
+                raise ValueError(f"link scale for {LinkKind(kind).name.lower()}: {factor!r} is not allowed; "
+                                 "expected a finite number > 0")
+            capacity[self.link_kind == int(kind)] *= factor
+        return replace(self, name=name or self.name, link_capacity_bytes_per_s=_readonly(capacity)).validate()
 
     def summary(self) -> str:
         kinds = {}

@@ -2,8 +2,8 @@
 
 * ComputeTask -> ``timeout(duration)``.
 * CommTask -> arrive at the collective's rendezvous; when the group's last rank arrives the
-  collective's schedule runs (each step: its protocol latency, then ``Fabric.transfer`` of its
-  flows) and every member resumes when it ends.
+  collective's schedule runs (the launch overhead, then each step: its protocol latency, then
+  ``Fabric.transfer`` of its flows) and every member resumes when it ends.
 
 Step flows become network flows here (``network_flows``): each flow's path comes from the
 router (GPU of the source rank to GPU of the destination rank, ECMP key = channel, like one QP
@@ -76,7 +76,7 @@ class _Rendezvous:
 
 
 def run(*, network, workload: Workload, schedules: list[Schedule], topology: Topology, router: Router,
-        rank_gpu: tuple[int, ...]) -> tuple[list[tuple[float, float]], list[float]]:
+        rank_gpu: tuple[int, ...], launch_overhead_s: float = 0.0) -> tuple[list[tuple[float, float]], list[float]]:
     """Replay ``workload`` on a fresh SimPy environment whose fabric drives ``network``.
 
     Returns per-collective (start_s, end_s) and per-rank end times.
@@ -90,6 +90,8 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
         meeting = meetings[index]
         meeting.start_s = env.now
         schedule = schedules[index]
+        if launch_overhead_s > 0:
+            yield env.timeout(launch_overhead_s)
         for step in schedule.steps:
             flows = network_flows(step, schedule, topology=topology, router=router, rank_gpu=rank_gpu)
             yield fabric.transfer(flows.paths, flows.weights, flows.wire_bytes, flows.caps_bytes_per_s,
