@@ -78,6 +78,40 @@ class Step:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DataStep:
+    """One logical step of data movement, for verification on real buffers.
+
+    Op i copies (or, with ``reduce``, adds) ``count[i]`` elements from buffer ``src[i]`` at
+    ``src_offset[i]`` into buffer ``dst[i]`` at ``dst_offset[i]``. Buffers are ranks (>= 0) or
+    in-network aggregation buffers (< 0: a switch that reduces, NVLS/SHARP). All ops of a step
+    read the buffers as they were before the step; then the writes apply (reductions add up).
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    src_offset: np.ndarray
+    dst_offset: np.ndarray
+    count: np.ndarray
+    reduce: np.ndarray
+
+    @classmethod
+    def of(cls, ops, *, reduce: bool | None = None) -> "DataStep":
+        """From (src, dst, offset, count[, dst_offset[, reduce]]) tuples; dst_offset defaults to offset."""
+        rows = [tuple(op) for op in ops]
+        src = [r[0] for r in rows]
+        dst = [r[1] for r in rows]
+        src_offset = [r[2] for r in rows]
+        count = [r[3] for r in rows]
+        dst_offset = [r[4] if len(r) > 4 else r[2] for r in rows]
+        red = [bool(r[5]) if len(r) > 5 else bool(reduce) for r in rows]
+        arrays = [_frozen_int_array(v) for v in (src, dst, src_offset, dst_offset, count)]
+        flags = np.asarray(red, dtype=np.bool_)
+        flags.setflags(write=False)
+        return cls(src=arrays[0], dst=arrays[1], src_offset=arrays[2], dst_offset=arrays[3], count=arrays[4],
+                   reduce=flags)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Schedule:
     collective: Collective
     algorithm: str

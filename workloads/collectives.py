@@ -65,6 +65,7 @@ class Collective:
     root: int = 0
     dtype: str = "float32"
     op: str = "sum"
+    splits: tuple[tuple[int, ...], ...] | None = None   # alltoall: bytes group member p sends to q
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, CollectiveKind):
@@ -81,9 +82,25 @@ class Collective:
             raise ValueError(f"Collective.op: {self.op!r} is not known; expected one of {', '.join(REDUCE_OPS)}")
         if self.kind.rooted and not 0 <= self.root < len(self.group):
             raise ValueError(f"Collective.root: {self.root!r} is out of range for a group of {len(self.group)} ranks")
-        if self.nbytes % DTYPE_BYTES[self.dtype]:
+        elt = DTYPE_BYTES[self.dtype]
+        if self.nbytes % elt:
             raise ValueError(f"Collective.nbytes: {self.nbytes} is not a multiple of the {self.dtype} element size "
-                             f"({DTYPE_BYTES[self.dtype]} B)")
+                             f"({elt} B)")
+        if self.splits is not None:
+            n = len(self.group)
+            if self.kind is not CollectiveKind.ALL_TO_ALL:
+                raise ValueError(f"Collective.splits: only alltoall takes a split matrix, not {self.kind.value}")
+            if len(self.splits) != n or any(len(row) != n for row in self.splits):
+                raise ValueError(f"Collective.splits: expected a {n}x{n} matrix of byte counts")
+            if any((not isinstance(b, int)) or b < 0 or b % elt for row in self.splits for b in row):
+                raise ValueError(f"Collective.splits: entries must be non-negative multiples of {elt} B")
+            if max(sum(row) for row in self.splits) != self.nbytes:
+                raise ValueError(f"Collective.nbytes: {self.nbytes} must equal the largest row sum of splits "
+                                 f"({max(sum(row) for row in self.splits)}), the biggest send buffer")
+        elif self.kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL):
+            if self.nbytes % (elt * len(self.group)):
+                raise ValueError(f"Collective.nbytes: {self.nbytes} is not a multiple of nranks x element size "
+                                 f"({len(self.group)} x {elt} B): {self.kind.value} splits the buffer in equal pieces")
 
     @property
     def nranks(self) -> int:

@@ -21,7 +21,7 @@ import numpy as np
 
 from topologies.routing import Router, equal_share_rates
 from topologies.topology import Topology
-from workloads.collectives import Collective, CollectiveKind
+from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import Schedule
 
@@ -100,6 +100,31 @@ class Algorithm(Protocol):
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]: ...
+
+
+def piece_layout(collective: Collective, nchannels: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where channel c's part of piece q lives in the working buffer: (offset[c, q], count[c, q]),
+    in elements.
+
+    all_gather / reduce_scatter / alltoall: the buffer holds n pieces of C/n elements, piece q
+    belonging to group member q; each piece is split over the channels. Others: the buffer is
+    split over channels first, then each channel's range into n pieces (q is just an index).
+    """
+    n = collective.nranks
+    elements = collective.nbytes // DTYPE_BYTES[collective.dtype]
+    if collective.kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL):
+        piece = elements // n
+        sub = split_evenly(piece, nchannels)
+        sub_offset = np.concatenate([[0], np.cumsum(sub)[:-1]])
+        offset = sub_offset[:, None] + piece * np.arange(n)[None, :]
+        count = np.repeat(sub[:, None], n, axis=1)
+    else:
+        per_channel = split_evenly(elements, nchannels)
+        channel_offset = np.concatenate([[0], np.cumsum(per_channel)[:-1]])
+        count = np.stack([split_evenly(int(e), n) for e in per_channel]) if nchannels else np.zeros((0, n), np.int64)
+        offset = channel_offset[:, None] + np.concatenate([np.zeros((nchannels, 1), np.int64),
+                                                           np.cumsum(count, axis=1)[:, :-1]], axis=1)
+    return offset.astype(np.int64), count.astype(np.int64)
 
 
 def split_evenly(total: int, parts: int, unit: int = 1) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
-from ..schedule import Schedule, Step
+from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
 from .base import LoweringContext, split_evenly
 
@@ -47,6 +47,17 @@ class SendRecv:
                         chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
                             protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor,
                             nnodes=layout.nnodes, nchannels=nchannels))
+
+    def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
+        """Send half of rank q -> receive half of rank q+1, split over channels."""
+        elements = collective.nbytes // DTYPE_BYTES[collective.dtype]
+        if collective.nranks < 2:
+            return ()
+        pieces = split_evenly(elements, nchannels)
+        starts = np.concatenate([[0], np.cumsum(pieces)[:-1]])
+        src, dst = self._pairs(collective)
+        return (DataStep.of([(int(a), int(b), int(o), int(c), elements + int(o))
+                             for a, b in zip(src, dst) for o, c in zip(starts, pieces)]),)
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]:

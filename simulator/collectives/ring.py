@@ -28,9 +28,9 @@ import numpy as np
 
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
-from ..schedule import Schedule, Step
+from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import LoweringContext, split_evenly
+from .base import LoweringContext, piece_layout
 
 
 class RingAlgorithm:
@@ -70,24 +70,33 @@ class RingAlgorithm:
         return ctx.cached(("ring-paths", group, nchannels), build)
 
     # ---- data --------------------------------------------------------------------------------
-    @staticmethod
-    def edge_bytes(collective: Collective, nchannels: int) -> tuple[np.ndarray, int]:
-        """Payload bytes on each ring edge, shape (nchannels, n), and the number of edges used."""
+    def chunk_counts(self, collective: Collective, orders) -> tuple[np.ndarray, np.ndarray]:
+        """(offset, count) in elements of chunk k of channel c, shape (nchannels, n).
+
+        Chunk k of a ring is the piece of the rank at ring position k-1: after the reduce-scatter
+        phase position p holds chunk p+1 fully reduced, i.e. its own piece (NCCL's output order).
+        """
+        group_index = {rank: q for q, rank in enumerate(collective.group)}
+        offset, count = piece_layout(collective, len(orders))
         n = collective.nranks
-        unit = DTYPE_BYTES[collective.dtype]
-        per_channel = split_evenly(collective.nbytes, nchannels, unit)
-        out = np.zeros((nchannels, n), dtype=np.int64)
+        owner = np.array([[group_index[ring[(k - 1) % n]] for k in range(n)] for ring in orders], dtype=np.int64)
+        rows = np.arange(len(orders))[:, None]
+        return offset[rows, owner], count[rows, owner]
+
+    def edge_bytes(self, collective: Collective, orders) -> tuple[np.ndarray, int]:
+        """Payload bytes on each ring edge (position p -> p+1), shape (nchannels, n); edges used."""
+        n = collective.nranks
+        _, count = self.chunk_counts(collective, orders)
+        nbytes = count * DTYPE_BYTES[collective.dtype]
+        per_channel = nbytes.sum(axis=1, keepdims=True)
         kind = collective.kind
-        for c, s_c in enumerate(per_channel):
-            chunks = split_evenly(int(s_c), n, unit)
-            if kind is CollectiveKind.ALL_REDUCE:
-                out[c] = 2 * s_c - np.roll(chunks, -1) - np.roll(chunks, -2)
-            elif kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
-                out[c] = s_c - np.roll(chunks, -1)
-            else:
-                out[c, : n - 1] = s_c
-        edges = n - 1 if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) else n
-        return out, edges
+        if kind is CollectiveKind.ALL_REDUCE:      # all chunks but p+1 (RS phase) and but p+2 (AG phase)
+            return 2 * per_channel - np.roll(nbytes, -1, axis=1) - np.roll(nbytes, -2, axis=1), n
+        if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):   # all chunks but p+1
+            return per_channel - np.roll(nbytes, -1, axis=1), n
+        out = np.repeat(per_channel, n, axis=1)   # rooted: whole channel range along n-1 edges
+        out[:, n - 1] = 0
+        return out, n - 1
 
     def _rooted_order(self, collective: Collective, ring: tuple[int, ...]) -> tuple[int, ...]:
         root = collective.group[collective.root]
@@ -96,15 +105,43 @@ class RingAlgorithm:
             return ring[i:] + ring[:i]
         return ring[i + 1:] + ring[: i + 1]                   # reduce: root last
 
+    def _orders_for(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+        orders = self.orders(collective.group, ctx, nchannels)
+        if collective.kind.rooted:
+            orders = tuple(self._rooted_order(collective, ring) for ring in orders)
+        return orders
+
+    def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
+        """The logical data movement, step by step, for verification on real buffers."""
+        n = collective.nranks
+        orders = self._orders_for(collective, ctx, nchannels)
+        offset, count = self.chunk_counts(collective, orders)
+        kind = collective.kind
+        steps = []
+
+        def phase(chunk_of, reduce):
+            for s in range(n - 1):
+                ops = [(ring[p], ring[(p + 1) % n], offset[c, chunk_of(p, s)], count[c, chunk_of(p, s)])
+                       for c, ring in enumerate(orders) for p in range(n)]
+                steps.append(DataStep.of(ops, reduce=reduce))
+
+        if kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER):
+            phase(lambda p, s: (p - s) % n, True)
+        if kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER):
+            phase(lambda p, s: (p + 1 - s) % n, False)
+        if kind.rooted:
+            for s in range(n - 1):       # the whole channel range moves one hop per step
+                ops = [(ring[s], ring[s + 1], offset[c].min(), count[c].sum()) for c, ring in enumerate(orders)]
+                steps.append(DataStep.of(ops, reduce=kind is CollectiveKind.REDUCE))
+        return tuple(steps)
+
     # ---- interface ---------------------------------------------------------------------------
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         group = collective.group
         layout = ctx.layout(group)
         n = len(group)
-        orders = self.orders(group, ctx, nchannels)
-        if collective.kind.rooted:
-            orders = tuple(self._rooted_order(collective, ring) for ring in orders)
-        nbytes, nedges = self.edge_bytes(collective, nchannels)
+        orders = self._orders_for(collective, ctx, nchannels)
+        nbytes, nedges = self.edge_bytes(collective, orders)
         src, dst, size, chan = [], [], [], []
         if n > 1:
             for c, ring in enumerate(orders):
