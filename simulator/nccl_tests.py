@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from topologies.presets import build_system
@@ -104,8 +105,13 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
               gpus_per_node: int | None = None, minbytes: int | str = "32M", maxbytes: int | str = "32M",
               stepfactor: float | None = 2, stepbytes: int | str | None = None, dtype: str = "float",
               op: str = "sum", root: int = 0, gpus_per_process: int = 1,
-              config: SimConfig | None = None) -> list[BenchRow]:
-    """Simulate nccl-tests for ``kind``; ``gpus_per_process`` is nccl-tests' -g (launch mode)."""
+              config: SimConfig | None = None, sizes: Sequence[int | str] | None = None) -> list[BenchRow]:
+    """Simulate nccl-tests for ``kind``; ``gpus_per_process`` is nccl-tests' -g (launch mode).
+
+    ``sizes`` (optional) lists the sizes to run, in order, instead of the -b/-e/-f/-i sweep (for
+    replaying a measured table whose sizes are not one sweep). Collectives run one after the other in
+    lockstep, so each one's time does not depend on the others.
+    """
     kind = kind if isinstance(kind, CollectiveKind) else CollectiveKind.parse(kind)
     if kind is CollectiveKind.ALL_TO_ALL:
         raise ValueError("collective: 'alltoall' is not simulated yet; expected one of all_reduce, all_gather, "
@@ -133,7 +139,12 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
     if gpus_per_process > 1:
         config = replace(config, launch_overhead_s=config.launch_overhead_s
                          + (gpus_per_process - 1) * HOST_LAUNCH_S_PER_GPU)
-    sizes = sweep_sizes(minbytes, maxbytes, stepfactor=stepfactor, stepbytes=stepbytes)
+    if sizes is None:
+        sizes = sweep_sizes(minbytes, maxbytes, stepfactor=stepfactor, stepbytes=stepbytes)
+    else:
+        sizes = [parse_size(s, field="sizes") for s in sizes]
+        if not 1 <= len(sizes) <= MAX_SIZES:
+            raise ValueError(f"sizes: {len(sizes)} sizes are not allowed; expected 1 to {MAX_SIZES}")
     collectives = [collective_for_size(kind, s, nranks=nranks, dtype=dtype, op=op, root=root) for s in sizes]
     result = simulate(topology, Workload.sequence(collectives, nranks=nranks), placement, config)
     rows = []

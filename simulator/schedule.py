@@ -20,13 +20,16 @@ holding 4 data bytes: 2.0; LL128 sends 128-byte lines holding 120: 128/120; Simp
 ``chain_rate_cap_bytes_per_s`` caps each chain's (or independent flow's) payload rate where the
 protocol's GPU-side throughput, not the wire, is the limit. ``pxn`` says how inter-server flows
 leave a server: through the sender's own NIC (rings) or, relayed over NVLink, through the NIC
-on the receiver's rail (NCCL's PXN, used for point-to-point traffic).
+on the receiver's rail (NCCL's PXN, used for point-to-point traffic). A negative ``src``/``dst``
+is an in-network buffer (a switch that reduces or multicasts, NVLS/SHARP): ``innet_nodes`` says
+which topology node it lives on.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import numpy as np
 
@@ -67,7 +70,7 @@ class Step:
                 raise ValueError(f"Step.{name}: length {getattr(self, name).shape} differs from src ({n})")
         if n and (self.nbytes < 0).any():
             raise ValueError("Step.nbytes: negative byte count")
-        if n and (self.src == self.dst).any():
+        if n and ((self.src == self.dst) & (self.src >= 0)).any():
             raise ValueError("Step: a flow has the same source and destination rank")
         if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
             raise ValueError(f"Step.latency_s: {self.latency_s!r} is not allowed; expected a finite number >= 0")
@@ -121,6 +124,7 @@ class Schedule:
     wire_factor: float = 1.0
     chain_rate_cap_bytes_per_s: float = math.inf
     pxn: bool = False          # inter-server sends may relay over NVLink to the destination rail's NIC
+    innet_nodes: Mapping[int, int] = field(default_factory=dict)   # in-network buffer id (< 0) -> topology node
     notes: dict = field(default_factory=dict)
 
     @property

@@ -13,10 +13,15 @@ it: t = size / (busbw / busbw_factor)).
 from __future__ import annotations
 
 import csv
+import io
+import json
+import os
 import statistics
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 
+from topologies.presets import SYSTEMS
 from workloads.collectives import CollectiveKind
 
 from .collectives.tuner import CollectivePolicy
@@ -25,6 +30,9 @@ from .nccl_tests import collective_for_size, run_bench
 
 LATENCY_REGIME_MAX_BYTES = 64 * 1024          # < 64 KiB
 BANDWIDTH_REGIME_MIN_BYTES = 64 * 1024 * 1024  # >= 64 MiB
+# the columns of every table (shipped or yours); time_us may be empty when busbw_GBps is given
+TABLE_COLUMNS = ("collective", "nranks", "nnodes", "gpu", "interconnect", "size_bytes", "time_us", "algbw_GBps",
+                 "busbw_GBps", "source", "notes")
 
 # GPU named in a table's `gpu` column -> system preset with that GPU and its usual wiring
 GPU_SYSTEMS = (("RTX 4090", "pcie-rtx4090"), ("A100", "dgx-a100"), ("H100", "dgx-h100"), ("H200", "hgx-h200"),
@@ -34,7 +42,7 @@ GPU_SYSTEMS = (("RTX 4090", "pcie-rtx4090"), ("A100", "dgx-a100"), ("H100", "dgx
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Series:
     name: str
-    file: str
+    file: str | os.PathLike                      # a shipped table's name, or a path to your own table
     where: tuple[tuple[str, str], ...] = ()      # (column, substring) that every row must match
     collectives: tuple[str, ...] = ()            # restrict to these collectives (empty: all)
     nnodes: int | None = None
@@ -43,6 +51,8 @@ class Series:
     gpus_per_process: int = 1                    # nccl-tests -g
     ring_only: bool = True                       # every row was measured with NCCL's Ring algorithm
     settings: str = ""                           # how the measurement ran, in words
+    system: str | None = None                    # system preset (None: from each row's gpu column)
+    protocol: str | None = None                  # forced protocol (NCCL_PROTO), None: NCCL's choice
 
 
 SERIES = (
@@ -103,11 +113,87 @@ class Comparison:
         return "middle"
 
 
-def read_table(file: str) -> list[dict[str, str]]:
-    """Rows of a shipped calibration table (with their source column)."""
-    path = resources.files("simulator") / "data" / "calibration" / file
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
+def _open_table(file: str | os.PathLike):
+    """A shipped table by name (``"a100_sxm4_80gb_1node_8gpu.csv"``) or any CSV file by path.
+
+    A ``pathlib.Path`` (any os.PathLike) or a string with a directory part is a path; a bare name
+    is a shipped table if one has that name, else a file in the working directory.
+    """
+    if not isinstance(file, os.PathLike) and "/" not in file and os.sep not in file:
+        shipped = resources.files("simulator") / "data" / "calibration" / file
+        if shipped.is_file():
+            return shipped.open(newline="")
+    path = Path(file)
+    if not path.is_file():
+        raise ValueError(f"table {str(file)!r}: no such file (and no shipped table of that name); expected a CSV "
+                         f"file with the columns {','.join(TABLE_COLUMNS)}")
+    return path.open(newline="")
+
+
+def _read_lines(file: str | os.PathLike) -> list[tuple[int, dict[str, str]]]:
+    """(line number, row) of every data row of a table, after checking its header."""
+    with _open_table(file) as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in TABLE_COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ValueError(f"{file} line 1: column(s) {', '.join(missing)} missing; expected the columns "
+                             f"{','.join(TABLE_COLUMNS)}")
+        rows = []
+        for row in reader:
+            if None in row:
+                raise ValueError(f"{file} line {reader.line_num}: {len(row) - 1 + len(row[None])} fields; "
+                                 f"expected {len(reader.fieldnames)} (as the header)")
+            rows.append((reader.line_num, row))
+    if not rows:
+        raise ValueError(f"{file}: no data rows; expected one row per measured size")
+    return rows
+
+
+def read_table(file: str | os.PathLike) -> list[dict[str, str]]:
+    """Rows of a calibration table: a shipped one by name, or your own CSV by path (same columns)."""
+    return [row for _, row in _read_lines(file)]
+
+
+def _number(row: dict[str, str], field: str, where: str, *, integer: bool = False, minimum: float = 0.0,
+            strict: bool = False, empty_ok: bool = False) -> float | int | None:
+    text = (row[field] or "").strip()
+    if not text and empty_ok:
+        return None
+    kind = "an integer" if integer else "a number"
+    bound = f"{'>' if strict else '>='} {minimum:g}"
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        raise ValueError(f"{where}: {field}: {text!r} is not {kind}; expected {kind} {bound}") from None
+    if value != value or value in (float("inf"), float("-inf")) or value < minimum or (strict and value == minimum):
+        raise ValueError(f"{where}: {field}: {text!r} is not allowed; expected {kind} {bound}")
+    return value
+
+
+def check_row(row: dict[str, str], *, where: str, system: str | None = None) -> None:
+    """Raise ValueError naming ``where`` (file and line) and the field when a table row cannot be replayed."""
+    try:
+        CollectiveKind.parse(row["collective"])
+    except ValueError:
+        raise ValueError(f"{where}: collective: {row['collective']!r} is not known; expected one of "
+                         f"{', '.join(k.value for k in CollectiveKind)}") from None
+    nranks = _number(row, "nranks", where, integer=True, minimum=1)
+    nnodes = _number(row, "nnodes", where, integer=True, minimum=1)
+    if nranks % nnodes:
+        raise ValueError(f"{where}: nranks: {nranks} is not a multiple of nnodes ({nnodes}); expected the same "
+                         "number of GPUs on every node")
+    _number(row, "size_bytes", where, integer=True, minimum=0)
+    time_us = _number(row, "time_us", where, minimum=0, strict=True, empty_ok=True)
+    _number(row, "algbw_GBps", where, minimum=0, empty_ok=True)
+    busbw = _number(row, "busbw_GBps", where, minimum=0, strict=time_us is None, empty_ok=time_us is not None)
+    if time_us is None and busbw is None:   # pragma: no cover - _number raised already
+        raise ValueError(f"{where}: time_us: empty and no busbw_GBps; expected one of them")
+    if system is None:
+        try:
+            system_for_gpu(row["gpu"])
+        except ValueError:
+            raise ValueError(f"{where}: gpu: {row['gpu']!r} names no GPU with a system preset; expected a name "
+                             f"containing one of {', '.join(n for n, _ in GPU_SYSTEMS)} (or give the system)") from None
 
 
 def system_for_gpu(gpu: str) -> str:
@@ -118,11 +204,14 @@ def system_for_gpu(gpu: str) -> str:
                      f"{', '.join(n for n, _ in GPU_SYSTEMS)}")
 
 
-def _rows(series: Series) -> list[dict[str, str]]:
-    rows = [r for r in read_table(series.file)
+def _rows(series: Series) -> list[tuple[int, dict[str, str]]]:
+    """(line, row) of the rows ``series`` takes, each checked (errors name the file and line)."""
+    rows = [(line, r) for line, r in _read_lines(series.file)
             if all(text in r[column] for column, text in series.where)
-            and (not series.collectives or r["collective"] in series.collectives)
-            and (series.nnodes is None or int(r["nnodes"]) == series.nnodes)]
+            and (not series.collectives or r["collective"] in series.collectives)]
+    for line, r in rows:
+        check_row(r, where=f"{series.file} line {line}", system=series.system)
+    rows = [(line, r) for line, r in rows if series.nnodes is None or int(r["nnodes"]) == series.nnodes]
     if not rows:
         raise ValueError(f"series {series.name!r}: no row of {series.file} matches")
     return rows
@@ -138,21 +227,28 @@ def measured_time_us(row: dict[str, str], factor: float) -> float:
 def compare(series: Series, *, net_model: str = "flow") -> list[Comparison]:
     """Simulate every row of ``series`` with the measurement's settings."""
     groups: dict[tuple, list[dict[str, str]]] = {}
-    for row in _rows(series):
+    first_line: dict[tuple, int] = {}
+    for line, row in _rows(series):
         key = (row["collective"], int(row["nranks"]), int(row["nnodes"]), row["gpu"])
         groups.setdefault(key, []).append(row)
+        first_line.setdefault(key, line)
     out = []
     config = SimConfig(network_model=net_model,
-                       collectives=CollectivePolicy(algorithm=series.algorithm, nchannels=series.nchannels))
+                       collectives=CollectivePolicy(algorithm=series.algorithm, protocol=series.protocol,
+                                                    nchannels=series.nchannels))
     for (collective, nranks, nnodes, gpu), rows in groups.items():
         kind = CollectiveKind.parse(collective)
         sizes = sorted({int(r["size_bytes"]) for r in rows})
         gpn = nranks // nnodes
         results = {}
         for size in sizes:   # one simulation per distinct size keeps nccl-tests' exact sizes
-            rows_pred = run_bench(kind, system=system_for_gpu(gpu), nodes=nnodes, gpus_per_node=gpn,
-                                  minbytes=size, maxbytes=size, gpus_per_process=series.gpus_per_process,
-                                  config=config)
+            try:
+                rows_pred = run_bench(kind, system=series.system or system_for_gpu(gpu), nodes=nnodes,
+                                      gpus_per_node=gpn, minbytes=size, maxbytes=size,
+                                      gpus_per_process=series.gpus_per_process, config=config)
+            except ValueError as exc:
+                raise ValueError(f"{series.file} line {first_line[(collective, nranks, nnodes, gpu)]}: "
+                                 f"{collective} on {nnodes} node(s) x {gpn} GPUs: {exc}") from None
             results[size] = rows_pred[0]
         for row in rows:
             size = int(row["size_bytes"])
@@ -183,3 +279,108 @@ def summarise(comparisons: list[Comparison]) -> dict[str, dict[str, float]]:
         "bandwidth": stats([abs(c.error) for c in comparisons if c.regime == "bandwidth"]),
         "all": stats(errors),
     }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SeriesReport:
+    """One series replayed: its rows compared, and their error summary (``summarise``)."""
+
+    series: Series
+    comparisons: tuple[Comparison, ...]
+
+    @property
+    def summary(self) -> dict[str, dict[str, float]]:
+        return summarise(list(self.comparisons))
+
+
+def select_series(substring: str | None = None, series: tuple[Series, ...] | None = None) -> tuple[Series, ...]:
+    """The series whose name contains ``substring`` (case-insensitive); all of them for None."""
+    pool = SERIES if series is None else series
+    if substring is None:
+        return tuple(pool)
+    chosen = tuple(s for s in pool if substring.lower() in s.name.lower())
+    if not chosen:
+        raise ValueError(f"series: {substring!r} matches no series; expected a part of one of: "
+                         + "; ".join(s.name for s in pool))
+    return chosen
+
+
+def data_series(path: str | os.PathLike, *, system: str | None = None, algorithm: str | None = None,
+                protocol: str | None = None, nchannels: int | None = None, gpus_per_process: int = 1) -> Series:
+    """A series of every row of your own table at ``path`` (the shipped tables' columns), measured with
+    the given settings (None: NCCL's own choice; system None: from each row's ``gpu`` column)."""
+    if system is not None and system not in SYSTEMS:
+        raise ValueError(f"system: {system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
+    CollectivePolicy(algorithm=algorithm, protocol=protocol, nchannels=nchannels)   # checks the names
+    settings = ", ".join(part for part in (
+        f"system {system}" if system else "system from the gpu column",
+        f"NCCL_ALGO={algorithm}" if algorithm else "", f"NCCL_PROTO={protocol}" if protocol else "",
+        f"{nchannels} channels" if nchannels else "", f"-g {gpus_per_process}" if gpus_per_process > 1 else "")
+        if part)
+    return Series(name=Path(path).name, file=Path(path), system=system, algorithm=algorithm, protocol=protocol,
+                  nchannels=nchannels, gpus_per_process=gpus_per_process, ring_only=False, settings=settings)
+
+
+def run_validation(series: tuple[Series, ...] | None = None, *, net_model: str = "flow") -> tuple[SeriesReport, ...]:
+    """Replay each series (all of ``SERIES`` by default) and compare it with its measurement."""
+    return tuple(SeriesReport(series=s, comparisons=tuple(compare(s, net_model=net_model)))
+                 for s in (SERIES if series is None else series))
+
+
+REPORT_FORMATS = ("table", "csv", "json")
+_REGIMES = (("latency", f"latency (< {LATENCY_REGIME_MAX_BYTES >> 10} KiB)"),
+            ("bandwidth", f"bandwidth (>= {BANDWIDTH_REGIME_MIN_BYTES >> 20} MiB)"),
+            ("all", "all sizes"))
+ALL_TABLES = "all tables"
+
+
+def _report_rows(reports: tuple[SeriesReport, ...]) -> list[tuple[str, dict[str, dict[str, float]]]]:
+    pooled = [c for r in reports for c in r.comparisons]
+    return [(r.series.name, r.summary) for r in reports] + [(ALL_TABLES, summarise(pooled))]
+
+
+def format_report(reports: tuple[SeriesReport, ...], *, format: str = "table", net_model: str = "flow") -> str:
+    """Per series ("table"): rows, median and p90 of |t_pred / t_meas - 1| per regime, then all tables pooled."""
+    if format not in REPORT_FORMATS:
+        raise ValueError(f"format: {format!r} is not known; expected one of {', '.join(REPORT_FORMATS)}")
+    rows = _report_rows(reports)
+    if format == "json":
+        def clean(stats: dict[str, float]) -> dict[str, float | None]:
+            return {k: (None if v != v else v) for k, v in stats.items()}
+        by_name = {r.series.name: r.series for r in reports}
+        return json.dumps({
+            "net_model": net_model, "error": "|t_pred / t_meas - 1|",
+            "latency_max_bytes": LATENCY_REGIME_MAX_BYTES, "bandwidth_min_bytes": BANDWIDTH_REGIME_MIN_BYTES,
+            "tables": [{"name": name, "file": str(by_name[name].file), "settings": by_name[name].settings,
+                        **{regime: clean(summary[regime]) for regime, _ in _REGIMES}}
+                       for name, summary in rows[:-1]],
+            ALL_TABLES.replace(" ", "_"): {regime: clean(rows[-1][1][regime]) for regime, _ in _REGIMES},
+        }, indent=1) + "\n"
+    if format == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["table"] + [f"{regime}_{stat}" for regime, _ in _REGIMES for stat in ("n", "median", "p90")])
+        for name, summary in rows:
+            cells = [name]
+            for regime, _ in _REGIMES:
+                s = summary[regime]
+                cells += [s["n"]] + ["" if s[k] != s[k] else f"{s[k]:.6g}" for k in ("median", "p90")]
+            writer.writerow(cells)
+        return out.getvalue()
+    width = max(len(name) for name, _ in rows)
+
+    def pct(value: float) -> str:
+        return "-" if value != value else f"{value:.1%}"
+    group = 5 + 8 + 8
+    lines = [f"# fabricsim validate: |t_pred / t_meas - 1| against measured nccl-tests tables "
+             f"(network model {net_model})",
+             f"{'':{width}}" + "".join(f"  {label:^{group}}" for _, label in _REGIMES),
+             f"{'table':{width}}" + f"  {'n':>5}{'median':>8}{'p90':>8}" * len(_REGIMES)]
+    rule = "-" * len(lines[-1])
+    lines.append(rule)
+    for i, (name, summary) in enumerate(rows):
+        if i == len(rows) - 1:
+            lines.append(rule)
+        lines.append(f"{name:{width}}" + "".join(
+            f"  {summary[r]['n']:>5}{pct(summary[r]['median']):>8}{pct(summary[r]['p90']):>8}" for r, _ in _REGIMES))
+    return "\n".join(lines) + "\n"

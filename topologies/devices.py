@@ -229,6 +229,9 @@ class SwitchSpec:
     port_rate_bytes_per_s: float
     latency_s: float
     sharp: bool = False
+    # Fraction of a port's bandwidth that in-network reduction / multicast traffic sustains
+    # (NVLS multimem operations, SHARP aggregation); 1.0 for switches without it.
+    reduction_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
         owner = "SwitchSpec"
@@ -241,6 +244,9 @@ class SwitchSpec:
         object.__setattr__(self, "latency_s", _nonnegative_finite(owner, "latency_s", self.latency_s))
         if not isinstance(self.sharp, bool):
             raise _reject(owner, "sharp", self.sharp, "True or False")
+        eff = self.reduction_efficiency
+        if not (isinstance(eff, (int, float)) and 0 < eff <= 1):
+            raise _reject(owner, "reduction_efficiency", eff, "a number in (0, 1]")
         if self.sharp and self.kind not in _IN_NETWORK_REDUCTION_KINDS:
             raise _reject(owner, "sharp", self.sharp,
                           f"False for kind {self.kind!r} (in-network reduction exists only on "
@@ -416,6 +422,7 @@ NVSWITCH_GEN3 = SwitchSpec(          # HGX/DGX H100 and H200 (4 chips per board)
     port_rate_bytes_per_s=NVLINK4.line_rate_bytes_per_s,   # 25 GB/s per direction per port
     latency_s=_NVSWITCH_LATENCY_S,   # ESTIMATE (see above)
     sharp=True,                      # NVLS: ~480 GB/s all_reduce busbw on 8x H100 (nccl-tests issue 212, NCCL issue 2140)
+    reduction_efficiency=0.85,       # NCCL nvlsEfficiency[Hopper] (src/graph/tuning.cc, 2.28+)
 )
 NVSWITCH_GEN4 = SwitchSpec(          # HGX/DGX B200 (2 chips per board), GB200 NVL72 (18 chips)
     name="nvswitch_gen4",
@@ -425,6 +432,7 @@ NVSWITCH_GEN4 = SwitchSpec(          # HGX/DGX B200 (2 chips per board), GB200 N
     port_rate_bytes_per_s=NVLINK5.line_rate_bytes_per_s,   # 50 GB/s per direction per port
     latency_s=_NVSWITCH_LATENCY_S,   # ESTIMATE (see above)
     sharp=True,                      # NVIDIA NVLink/NVLink Switch page: SHARP engines in each NVLink Switch
+    reduction_efficiency=0.74,       # NCCL nvlsEfficiency[Blackwell] (src/graph/tuning.cc, 2.28+)
 )
 PCIE_SWITCH_GEN4 = SwitchSpec(       # Broadcom PEX88096 class (4 per DGX A100)
     name="pcie_switch_gen4",

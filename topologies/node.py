@@ -204,6 +204,7 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
         nic_to_gpu_routes=MappingProxyType(from_nic),
         gpu_arch=spec.gpu.arch,
         cpu_vendor=spec.cpu_vendor,
+        nvls_efficiency=spec.nvswitch.reduction_efficiency if spec.nvswitch is not None and spec.nvswitch.sharp else 0.0,
     )
     builder.servers.append(info)
     return info

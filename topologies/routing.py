@@ -105,6 +105,31 @@ class Router:
         self._cache[key] = out
         return out
 
+    def gpu_to_node(self, gpu: int, node: int) -> np.ndarray:
+        """Links from GPU ``gpu`` up to in-network device ``node`` (its server's NVSwitch)."""
+        return self._switch_path(gpu, node, up=True)
+
+    def node_to_gpu(self, node: int, gpu: int) -> np.ndarray:
+        """Links from in-network device ``node`` (its server's NVSwitch) down to GPU ``gpu``."""
+        return self._switch_path(gpu, node, up=False)
+
+    def _switch_path(self, gpu: int, node: int, *, up: bool) -> np.ndarray:
+        key = (gpu, -1 - node, 0, up)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        topo = self.topology
+        info = topo.servers[int(topo.gpu_server[gpu])]
+        if node != info.nvswitch:
+            raise ValueError(f"route: {topo.node_name(node)} is not the NVSwitch of GPU {gpu}'s server "
+                             "(in-network reduction on fabric switches is not routed yet)")
+        g = int(topo.gpu_nodes[gpu])
+        u, v = (g, node) if up else (node, g)
+        out = np.asarray([min(topo.graph.get_edge_data(u, v))], dtype=np.int64)
+        out.setflags(write=False)
+        self._cache[key] = out
+        return out
+
     def nic_for(self, server: int, local_gpu: int, dst_server: int, dst_local: int, *, pxn: bool) -> int:
         """Index of the NIC that server ``server`` uses to send from local GPU to the destination."""
         src_info, dst_info = self.topology.servers[server], self.topology.servers[dst_server]

@@ -80,6 +80,7 @@ class ServerInfo:
     nic_to_gpu_routes: Mapping[tuple[int, int], tuple[int, ...]]  # (nic index, local gpu) -> link ids
     gpu_arch: str = ""
     cpu_vendor: str = "intel"
+    nvls_efficiency: float = 0.0      # NVSwitch reduction/multicast efficiency; 0 = no NVLS
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:

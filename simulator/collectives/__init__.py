@@ -7,9 +7,10 @@ Registry: ``ALGORITHMS`` maps an algorithm name to an object implementing the in
 from types import MappingProxyType
 
 from .base import Algorithm, LoweringContext
+from .nvls import NVLS
 from .p2p import SENDRECV
 from .ring import RING
 
-ALGORITHMS = MappingProxyType({RING.name: RING, SENDRECV.name: SENDRECV})
+ALGORITHMS = MappingProxyType({RING.name: RING, NVLS.name: NVLS, SENDRECV.name: SENDRECV})
 
 __all__ = ["ALGORITHMS", "Algorithm", "LoweringContext"]

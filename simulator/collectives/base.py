@@ -2,7 +2,10 @@
 
 An algorithm is a small object with
 
-* ``name`` and ``kinds`` (the collective kinds it implements),
+* ``name``, ``kinds`` (the collective kinds it implements) and ``protocols`` (those it runs with),
+* ``supported(collective, ctx) -> None | reason``: whether it can run here (NVLS needs NVSwitch
+  SHARP, ...),
+* ``program(collective, ctx, *, nchannels)``: its logical data steps, for verification,
 * ``lower(collective, ctx, *, protocol, nchannels) -> Schedule``: the flows and latencies,
 * ``estimate(collective, ctx, *, protocol, nchannels) -> (latency_s, algbw_bytes_per_s)``:
   NCCL-style cost used by the tuner to choose, as NCCL does, before anything is simulated.
@@ -92,9 +95,24 @@ class LoweringContext:
         return equal_share_rates(chains, self.topology.link_capacity_bytes_per_s)
 
 
+def edge_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes, src: int, dst: int, *, flow_key: int = 0,
+              pxn: bool = False) -> np.ndarray:
+    """Links of one schedule edge: rank -> rank, rank -> in-network buffer, or buffer -> rank."""
+    if src >= 0 and dst >= 0:
+        return router.path(rank_gpu[src], rank_gpu[dst], flow_key=flow_key, pxn=pxn)
+    if dst < 0 and src >= 0:
+        return router.gpu_to_node(rank_gpu[src], innet_nodes[dst])
+    if src < 0 and dst >= 0:
+        return router.node_to_gpu(innet_nodes[src], rank_gpu[dst])
+    raise ValueError(f"schedule edge {src} -> {dst}: two in-network buffers cannot exchange data directly")
+
+
 class Algorithm(Protocol):
     name: str
     kinds: frozenset[CollectiveKind]
+    protocols: tuple[str, ...]
+
+    def supported(self, collective: Collective, ctx: LoweringContext) -> str | None: ...
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule: ...
 

@@ -23,6 +23,10 @@ P2P_LL_THRESHOLD_BYTES = 16384
 class SendRecv:
     name = "p2p"
     kinds = frozenset({CollectiveKind.SENDRECV})
+    protocols = ("LL", "Simple")
+
+    def supported(self, collective: Collective, ctx: LoweringContext) -> str | None:
+        return None if collective.nranks >= 2 else "sendrecv needs at least 2 ranks"
 
     def _pairs(self, collective: Collective) -> tuple[np.ndarray, np.ndarray]:
         group = np.asarray(collective.group, dtype=np.int64)
@@ -64,7 +68,7 @@ class SendRecv:
         latency = self._latency(collective, ctx, protocol)
         if collective.nranks == 1:
             return latency, float("inf")
-        if (protocol == "LL") != (collective.nbytes <= P2P_LL_THRESHOLD_BYTES) or protocol == "LL128":
+        if (protocol == "LL") != (collective.nbytes <= P2P_LL_THRESHOLD_BYTES):
             return latency, 0.0          # NCCL does not use this protocol for this size
         src, dst = self._pairs(collective)
 

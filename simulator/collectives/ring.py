@@ -37,6 +37,10 @@ class RingAlgorithm:
     name = "ring"
     kinds = frozenset({CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER,
                        CollectiveKind.BROADCAST, CollectiveKind.REDUCE})
+    protocols = nccl_model.PROTOCOLS
+
+    def supported(self, collective: Collective, ctx: LoweringContext) -> str | None:
+        return None
 
     # ---- structure (size-independent, memoised per simulation) -------------------------------
     def orders(self, group: tuple[int, ...], ctx: LoweringContext, nchannels: int) -> tuple[tuple[int, ...], ...]:

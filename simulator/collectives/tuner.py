@@ -32,6 +32,7 @@ class CollectivePolicy:
     algorithm: str | None = None
     protocol: str | None = None
     nchannels: int | None = None
+    nvls: bool = True          # NCCL_NVLS_ENABLE
 
     def __post_init__(self) -> None:
         if self.algorithm is not None and self.algorithm.lower() not in ALGORITHMS:
@@ -60,17 +61,29 @@ def default_channels(collective: Collective, ctx: LoweringContext) -> int:
 def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolicy = CollectivePolicy()) -> Choice:
     layout = ctx.layout(collective.group)
     nchannels = policy.nchannels or default_channels(collective, ctx)
-    algorithms = [a for a in ALGORITHMS.values() if collective.kind in a.kinds]
-    if policy.algorithm is not None:
-        algorithms = [a for a in algorithms if a.name == policy.algorithm.lower()]
-        if not algorithms:
-            raise ValueError(f"algorithm: {policy.algorithm!r} cannot run {collective.kind.value}")
+    forced = policy.algorithm.lower() if policy.algorithm is not None else None
     enabled = nccl_model.protocols_enabled(intra=layout.intra)
-    protocols = enabled if policy.protocol is None else (policy.protocol,)
     if policy.protocol is not None and policy.protocol not in enabled:
         raise ValueError(f"protocol: {policy.protocol!r} is not available on this system (enabled: {', '.join(enabled)})")
     best: Choice | None = None
-    for algorithm in algorithms:
+    for algorithm in ALGORITHMS.values():
+        if collective.kind not in algorithm.kinds or (forced is not None and algorithm.name != forced):
+            continue
+        reason = algorithm.supported(collective, ctx)
+        if reason is None and algorithm.name.startswith("nvls") and not policy.nvls:
+            reason = "disabled (NCCL_NVLS_ENABLE=0)"
+        if reason is not None:
+            if forced is not None:
+                raise ValueError(f"algorithm {algorithm.name}: {reason}")
+            continue
+        protocols = [p for p in enabled if p in algorithm.protocols]
+        if policy.protocol is not None:
+            if policy.protocol not in algorithm.protocols:
+                if forced is not None:
+                    raise ValueError(f"protocol: {algorithm.name} runs with {', '.join(algorithm.protocols)}, "
+                                     f"not {policy.protocol!r}")
+                continue
+            protocols = [policy.protocol]
         for protocol in protocols:
             latency, algbw = algorithm.estimate(collective, ctx, protocol=protocol, nchannels=nchannels)
             if algbw <= 0 and policy.protocol is None:
@@ -79,5 +92,7 @@ def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolic
             if best is None or predicted < best.predicted_s:
                 best = Choice(algorithm=algorithm.name, protocol=protocol, nchannels=nchannels, predicted_s=predicted)
     if best is None:
+        if forced is not None and collective.kind not in ALGORITHMS[forced].kinds:
+            raise ValueError(f"algorithm: {forced!r} cannot run {collective.kind.value}")
         raise ValueError(f"no algorithm/protocol can run {collective.kind.value} of {collective.nbytes} B here")
     return best

@@ -24,6 +24,7 @@ from topologies.routing import Router
 from topologies.topology import Topology
 from workloads.tasks import CommTask, ComputeTask, Workload
 
+from ..collectives.base import edge_path
 from ..schedule import Schedule, Step
 from .fabric import Fabric
 
@@ -40,7 +41,7 @@ class NetworkFlows:
 def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router: Router,
                   rank_gpu: tuple[int, ...]) -> NetworkFlows:
     wire, cap = schedule.wire_factor, schedule.chain_rate_cap_bytes_per_s * schedule.wire_factor
-    edge_paths = [router.path(rank_gpu[s], rank_gpu[d], flow_key=c, pxn=schedule.pxn)
+    edge_paths = [edge_path(router, rank_gpu, schedule.innet_nodes, s, d, flow_key=c, pxn=schedule.pxn)
                   for s, d, c in zip(step.src.tolist(), step.dst.tolist(), step.channel.tolist())]
     latency = max((topology.path_latency_s(p) for p in edge_paths), default=0.0)
     paths, weights, nbytes = [], [], []

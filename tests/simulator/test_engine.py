@@ -75,7 +75,8 @@ def test_lone_ring_time_is_latency_plus_bytes_over_bottleneck():
     # Simple ring latency 8.4 + 14*3.4 = 56 us and the path latency (link + NVSwitch traversal).
     topo = build_system("dgx-h100")
     work = bench_workload(CollectiveKind.ALL_REDUCE, [1 << 30], 8)
-    res = simulate(topo, work, config=SimConfig(collectives=CollectivePolicy(protocol="Simple", nchannels=16)))
+    res = simulate(topo, work, config=SimConfig(collectives=CollectivePolicy(algorithm="ring", protocol="Simple",
+                                                                             nchannels=16)))
     path = Router(topo).path(0, 1)
     expected = 56e-6 + topo.path_latency_s(path) + (2 * 7 / 8 * (1 << 30)) / (18 * 20.6e9)
     assert res.collectives[0].time_s == pytest.approx(expected, rel=1e-9)
@@ -115,14 +116,14 @@ def test_concurrent_collectives_never_exceed_capacity_and_conserve_bytes(monkeyp
         made.append(CheckedFlowNetwork(capacity))
         return made[-1]
     monkeypatch.setattr(api, "NETWORK_MODELS", {"flow": factory})
-    res = simulate(topo, work, config=SimConfig(collectives=CollectivePolicy(protocol="Simple")))
+    res = simulate(topo, work, config=SimConfig(collectives=CollectivePolicy(algorithm="ring", protocol="Simple")))
     assert made[0].checked >= 3
     # bytes conserved: every link moved exactly the wire bytes of the flows routed over it
     router = Router(topo)
     ctx = LoweringContext(topology=topo, router=router, rank_gpu=Placement.block(topo, nranks=16).rank_gpu)
     expected = np.zeros(topo.num_links)
     for c in colls:
-        ch = choose(c, ctx, CollectivePolicy(protocol="Simple"))
+        ch = choose(c, ctx, CollectivePolicy(algorithm="ring", protocol="Simple"))
         sched = ALGORITHMS[ch.algorithm].lower(c, ctx, protocol=ch.protocol, nchannels=ch.nchannels)
         for step in sched.steps:
             for s, d, b, k in zip(step.src, step.dst, step.nbytes, step.channel):
@@ -143,7 +144,7 @@ def test_one_rerating_per_batch():
 
 def test_deterministic():
     topo = build_system("dgx-h100", nodes=3)
-    work = bench_workload(CollectiveKind.ALL_GATHER, [1 << k for k in range(10, 30, 3)], 24)
+    work = bench_workload(CollectiveKind.ALL_GATHER, [96 << k for k in range(4, 24, 3)], 24)   # 24 x 4 B pieces
     a, b = simulate(topo, work, config=SimConfig(seed=7)), simulate(topo, work, config=SimConfig(seed=7))
     assert [r.end_s for r in a.collectives] == [r.end_s for r in b.collectives]
     assert a.link_bytes.tobytes() == b.link_bytes.tobytes()

@@ -1,0 +1,134 @@
+"""NVLS: NVLink SHARP, reduction and multicast inside the NVSwitch (Hopper and later, one node).
+
+The buffer is cut into n shards, shard q owned by group member q.
+
+* **Reduce** (multimem.ld_reduce): for shard q every GPU sends its copy of the shard up to the
+  switch, which adds them and sends the sum down to the owner of q.
+* **Multicast** (multimem.st): the owner of shard q sends it up once; the switch copies it down
+  to every GPU of the group (the owner included).
+
+all_reduce = reduce + multicast (NCCL pipelines the two, so they run as one step);
+reduce_scatter = reduce only; all_gather = multicast only.
+
+Per GPU, all_reduce moves S (n+1)/n up and S (n+1)/n down its NVLinks, against 2 S (n-1)/n each
+way for a ring, so busbw = B_eff x 2(n-1)/(n+1) where B_eff = NVLink bandwidth x the switch's
+reduction efficiency (NCCL's nvlsEfficiency: 0.85 on Hopper, 0.74 on Blackwell). Worked number,
+8x H100: 370.8 GB/s x 0.85 x 14/9 = 490 GB/s busbw (measured: 480 GB/s). For reduce_scatter and
+all_gather NVLS moves S up / S (n-1)/n down (or the reverse) at the reduced efficiency, so on one
+node a ring is faster, as NCCL's tuner also concludes.
+
+Each shard's reduce and multicast is one chain (a flow over all its links): the switch can only
+forward what it receives. Latency: NCCL's NVLS latency, 25 us over NVLink (base 0, tuning.cc).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
+
+from ..schedule import DataStep, Schedule, Step
+from . import nccl_model
+from .base import LoweringContext, edge_path, split_evenly
+
+REDUCE_BUFFER = -1       # in-network buffer ids of the switch's reduce and multicast stages
+MULTICAST_BUFFER = -2
+
+# hwLatencies[NVLINK][NVLS][Simple] (tuning.cc, NCCL 2.30.7); NVLS base latency is 0.
+NVLS_LATENCY_US = 25.0
+
+
+class NvlsAlgorithm:
+    name = "nvls"
+    kinds = frozenset({CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_GATHER})
+    protocols = ("Simple",)
+
+    def supported(self, collective: Collective, ctx: LoweringContext) -> str | None:
+        """None when NVLS can run this collective here, else the reason it cannot."""
+        layout = ctx.layout(collective.group)
+        if layout.nnodes != 1:
+            return "NVLS runs inside one NVSwitch domain (multi-node NVLS needs SHARP; use nvlstree)"
+        info = ctx.topology.servers[layout.servers[0]]
+        if info.nvls_efficiency <= 0:
+            return f"{info.name} has no NVLink SHARP (needs Hopper or later NVSwitch)"
+        if collective.nranks < 2:
+            return "NVLS needs at least 2 GPUs"
+        return None
+
+    def _shards(self, collective: Collective) -> tuple[np.ndarray, np.ndarray]:
+        """(offset, count) in elements of the n shards."""
+        elements = collective.nbytes // DTYPE_BYTES[collective.dtype]
+        count = split_evenly(elements, collective.nranks)
+        return np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64), count
+
+    def _edges(self, collective: Collective):
+        """(src, dst, elements, chain) of every edge: chains 0..n-1 reduce, n..2n-1 multicast."""
+        group = collective.group
+        n = len(group)
+        _, count = self._shards(collective)
+        edges = []
+        reduce_phase = collective.kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER)
+        multicast_phase = collective.kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER)
+        for q, owner in enumerate(group):
+            if reduce_phase:
+                edges += [(p, REDUCE_BUFFER, count[q], q) for p in group]
+                edges.append((REDUCE_BUFFER, owner, count[q], q))
+            if multicast_phase:
+                edges.append((owner, MULTICAST_BUFFER, count[q], n + q))
+                edges += [(MULTICAST_BUFFER, p, count[q], n + q) for p in group]
+        return edges
+
+    def _innet(self, collective: Collective, ctx: LoweringContext) -> dict[int, int]:
+        switch = ctx.topology.servers[ctx.layout(collective.group).servers[0]].nvswitch
+        return {REDUCE_BUFFER: switch, MULTICAST_BUFFER: switch}
+
+    def _efficiency(self, collective: Collective, ctx: LoweringContext) -> float:
+        return ctx.topology.servers[ctx.layout(collective.group).servers[0]].nvls_efficiency
+
+    def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
+        reason = self.supported(collective, ctx)
+        if reason:
+            raise ValueError(f"algorithm nvls: {reason}")
+        if protocol != "Simple":
+            raise ValueError(f"protocol: NVLS runs only with Simple, not {protocol!r}")
+        elt = DTYPE_BYTES[collective.dtype]
+        edges = self._edges(collective)
+        src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
+        step = Step.of(src=src, dst=dst, nbytes=count * elt, chain=chain, latency_s=NVLS_LATENCY_US * 1e-6,
+                       label=f"nvls {collective.kind.value}")
+        return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
+                        steps=(step,), wire_factor=1.0 / self._efficiency(collective, ctx),
+                        innet_nodes=self._innet(collective, ctx))
+
+    def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
+        offset, count = self._shards(collective)
+        group, kind = collective.group, collective.kind
+        steps = []
+        if kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER):
+            steps.append(DataStep.of([(p, REDUCE_BUFFER, o, c) for o, c in zip(offset, count) for p in group],
+                                     reduce=True))
+            steps.append(DataStep.of([(REDUCE_BUFFER, owner, o, c) for owner, o, c in zip(group, offset, count)]))
+        if kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER):
+            steps.append(DataStep.of([(owner, MULTICAST_BUFFER, o, c) for owner, o, c in zip(group, offset, count)]))
+            steps.append(DataStep.of([(MULTICAST_BUFFER, p, o, c) for o, c in zip(offset, count) for p in group]))
+        return tuple(steps)
+
+    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
+                 nchannels: int) -> tuple[float, float]:
+        if self.supported(collective, ctx) or protocol != "Simple":
+            return NVLS_LATENCY_US * 1e-6, 0.0
+
+        def busiest_share():
+            # every chain moves one shard; rate = bottleneck share of the busiest link
+            innet = self._innet(collective, ctx)
+            paths: dict[int, list[np.ndarray]] = {}
+            for s, d, _, chain in self._edges(collective):
+                paths.setdefault(chain, []).append(edge_path(ctx.router, ctx.rank_gpu, innet, s, d))
+            return float(ctx.chain_rates([np.concatenate(p) for p in paths.values()]).min())
+        rate = ctx.cached(("nvls-rate", collective.group, collective.kind), busiest_share)
+        shard_bytes = collective.nbytes / collective.nranks
+        time_s = shard_bytes / (rate * self._efficiency(collective, ctx))
+        return NVLS_LATENCY_US * 1e-6, collective.nbytes / time_s
+
+
+NVLS = NvlsAlgorithm()

@@ -1,0 +1,128 @@
+"""Plots, and the only module that imports matplotlib.
+
+Figures are built with matplotlib's object-oriented API on an Agg canvas (``Figure`` +
+``FigureCanvasAgg``), never through pyplot: nothing touches matplotlib's global backend or figure
+registry, so plotting works the same in a terminal, under pytest and in a notebook, and there is no
+figure to close afterwards.
+
+``busbw_figure(comparisons, title=...)`` draws predicted vs measured bus bandwidth against message
+size for one series (one colour per collective / GPU-count group; measured as points, predicted as
+a line; log2 size axis). ``write_busbw_plots(tables, directory)`` writes one PNG per series.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+PNG_DPI = 100
+FIGSIZE_IN = (8.0, 5.0)
+
+
+def _size_label(nbytes: float) -> str:
+    """8 -> '8', 1024 -> '1K', 2**30 -> '1G' (axis ticks are powers of two)."""
+    for suffix, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if nbytes >= 1 << shift:
+            value = nbytes / (1 << shift)
+            return f"{value:g}{suffix}"
+    return f"{nbytes:g}"
+
+
+def _group_labels(keys: list[tuple]) -> list[str]:
+    """'all_gather, 16 GPUs (2 nodes)', with the GPU named only when the groups differ in it."""
+    several_gpus = len({gpu for *_, gpu in keys}) > 1
+    labels = []
+    for collective, nranks, nnodes, gpu in keys:
+        label = f"{collective}, {nranks} GPUs ({nnodes} node{'s' if nnodes > 1 else ''})"
+        labels.append(f"{label}, {gpu}" if several_gpus else label)
+    return labels
+
+
+def busbw_figure(comparisons: Sequence, *, title: str):
+    """Measured (points) vs predicted (line) busbw in GB/s against size, one colour per group.
+
+    ``comparisons`` are ``simulator.validation.Comparison`` rows (any objects with collective,
+    nranks, nnodes, gpu, size_bytes, busbw_meas_GBps and busbw_pred_GBps). A series in which every
+    group was measured at one size only (a GPU-count sweep at 8 GiB, say) is drawn with the groups
+    side by side instead, since a size axis would stack them all on one point.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    groups: dict[tuple, list] = {}
+    for c in comparisons:
+        groups.setdefault((c.collective, c.nranks, c.nnodes, c.gpu), []).append(c)
+    keys = list(groups)
+    labels = _group_labels(keys)
+    colours = [f"C{i % 10}" for i in range(len(keys))]
+    one_size_each = bool(groups) and all(len({c.size_bytes for c in rows}) == 1 for rows in groups.values())
+    wide = len(keys) > 4 and not one_size_each
+    fig = Figure(figsize=(FIGSIZE_IN[0] + (3.0 if wide else 0.0), FIGSIZE_IN[1]))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for i, (colour, key) in enumerate(zip(colours, keys)):
+        rows = sorted(groups[key], key=lambda c: c.size_bytes)
+        x = [i] * len(rows) if one_size_each else [c.size_bytes for c in rows]
+        ax.plot(x, [c.busbw_meas_GBps for c in rows], "o", color=colour, markersize=6, alpha=0.85)
+        if one_size_each:
+            ax.plot(x, [c.busbw_pred_GBps for c in rows], "_", color=colour, markersize=22, markeredgewidth=2.5)
+        else:
+            ax.plot(x, [c.busbw_pred_GBps for c in rows], "-", color=colour, linewidth=1.6)
+    if one_size_each:
+        sizes = sorted({c.size_bytes for rows in groups.values() for c in rows})
+        ax.set_xticks(range(len(keys)), labels, rotation=30, ha="right", fontsize=8)
+        ax.set_xlim(-0.6, len(keys) - 0.4)
+        ax.set_xlabel(f"group (message size {', '.join(_size_label(s) for s in sizes)})")
+    else:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(LogLocator(base=2, numticks=40))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _size_label(x)))
+        ax.set_xlabel("message size (bytes, log2)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, which="major", alpha=0.3)
+    style = [Line2D([], [], color="0.3", marker="o", linestyle="", label="measured"),
+             Line2D([], [], color="0.3", marker="_" if one_size_each else "", markersize=12,
+                    linestyle="" if one_size_each else "-", label="predicted")]
+    handles = style if one_size_each else style + [Line2D([], [], color=colour, linewidth=3, label=label)
+                                                   for colour, label in zip(colours, labels)]
+    if groups:
+        if wide:
+            ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        else:
+            ax.legend(handles=handles, fontsize=8, loc="upper left", frameon=False)
+    fig.tight_layout()
+    if not one_size_each and len(ax.get_xticks()) > 14:   # every other power of two keeps labels readable
+        ax.xaxis.set_major_locator(LogLocator(base=4, numticks=40))
+    return fig
+
+
+def figure_png(fig) -> bytes:
+    """The figure as PNG bytes (for ``IPython.display.Image`` in a notebook)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=PNG_DPI)
+    return buffer.getvalue()
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "series"
+
+
+def write_busbw_plots(tables: Iterable[tuple[str, Sequence]], directory: str | Path) -> list[Path]:
+    """One PNG per (name, comparisons) in ``directory`` (created if missing); returns the paths.
+
+    Files are numbered in the given order: ``01-h100-8-gpu-reduce-scatter-nccl-algo-ring.png``.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, (name, comparisons) in enumerate(tables, start=1):
+        path = directory / f"{i:02d}-{_slug(name)}.png"
+        path.write_bytes(figure_png(busbw_figure(comparisons, title=name)))
+        paths.append(path)
+    return paths
