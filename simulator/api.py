@@ -22,13 +22,15 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
     if placement.nranks != workload.nranks:
         raise ValueError(f"placement: places {placement.nranks} ranks but the workload has {workload.nranks}")
     router = Router(topology, policy=config.routing, seed=config.seed, pxn=config.pxn)
-    ctx = LoweringContext(topology=topology, router=router, rank_gpu=placement.rank_gpu)
+    qps = config.collectives.qps_per_connection
+    ctx = LoweringContext(topology=topology, router=router, rank_gpu=placement.rank_gpu, qps_per_connection=qps)
     choices = [choose(c, ctx, config.collectives) for c in workload.collectives]
     schedules = [ALGORITHMS[ch.algorithm].lower(c, ctx, protocol=ch.protocol, nchannels=ch.nchannels)
                  for c, ch in zip(workload.collectives, choices)]
     network = NETWORK_MODELS[config.network_model](topology.link_capacity_bytes_per_s)
     times, rank_end = run(network=network, workload=workload, schedules=schedules, topology=topology, router=router,
-                          rank_gpu=placement.rank_gpu, launch_overhead_s=config.launch_overhead_s)
+                          rank_gpu=placement.rank_gpu, launch_overhead_s=config.launch_overhead_s,
+                          qps_per_connection=qps)
     records = tuple(
         CollectiveRecord(index=i, collective=c, algorithm=ch.algorithm, protocol=ch.protocol, nchannels=ch.nchannels,
                          start_s=start, end_s=end, latency_s=s.latency_s, predicted_s=ch.predicted_s)

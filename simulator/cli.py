@@ -2,6 +2,8 @@
 
     fabricsim bench all_reduce --system dgx-h100 --nodes 2 -b 8 -e 8G -f 2
     fabricsim systems
+    fabricsim validate [--series SUBSTRING] [--data FILE.csv --system PRESET] [--plot DIR] [--format csv]
+    fabricsim calibrate LOG --system PRESET [--out cal.json]; fabricsim bench ... --calibration cal.json
     fabricsim perf
 
 Bad input prints one line on stderr (``fabricsim: error: ...``) and exits with status 2.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from topologies.presets import SYSTEMS
 from workloads.collectives import CollectiveKind
@@ -67,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("-r", "--root", type=int, default=0, help="root rank of broadcast/reduce; default 0")
     bench.add_argument("-g", "--ngpus", type=_positive_int("ngpus"), default=1,
                        help="GPUs driven by one process (nccl-tests -g): adds their kernel launches; default 1")
-    bench.add_argument("--system", default="dgx-h100", help="system preset (see `fabricsim systems`)")
+    bench.add_argument("--system", default=None,
+                       help="system preset (see `fabricsim systems`); default dgx-h100, or the --calibration's")
     bench.add_argument("--nodes", type=_positive_int("nodes"), default=1, help="servers; default 1")
     bench.add_argument("--gpus-per-node", type=_positive_int("gpus-per-node"), default=None,
                        help="use this many of each server's GPUs; default all")
@@ -78,8 +82,48 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--channels", type=_positive_int("channels"), default=None, help="force the channel count")
     bench.add_argument("--seed", type=int, default=0, help="seed of ECMP hashing; default 0")
     bench.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
+    bench.add_argument("--calibration", default=None, metavar="FILE.json",
+                       help="apply a calibration written by `fabricsim calibrate --out` (link scale + overhead)")
 
     sub.add_parser("systems", help="list system presets, one line each")
+
+    validate = sub.add_parser("validate", help="compare predictions with the shipped measured nccl-tests tables "
+                                               "(or your own): |t_pred/t_meas - 1| per table and regime")
+    validate.add_argument("--series", default=None, metavar="SUBSTRING",
+                          help="only the shipped series whose name contains this (case-insensitive)")
+    validate.add_argument("--data", default=None, metavar="FILE.csv",
+                          help="validate your own table instead (columns as the shipped ones: collective,nranks,"
+                               "nnodes,gpu,interconnect,size_bytes,time_us,algbw_GBps,busbw_GBps,source,notes)")
+    validate.add_argument("--system", default=None, help="with --data: the system preset (default: from the gpu column)")
+    validate.add_argument("--algo", default=None, help="with --data: the algorithm the measurement forced (NCCL_ALGO)")
+    validate.add_argument("--proto", default=None, help="with --data: the protocol it forced (NCCL_PROTO)")
+    validate.add_argument("--channels", type=_positive_int("channels"), default=None,
+                          help="with --data: the channel count it forced")
+    validate.add_argument("-g", "--ngpus", type=_positive_int("ngpus"), default=None,
+                          help="with --data: GPUs per nccl-tests process (-g); default 1")
+    validate.add_argument("--net-model", choices=("flow", "analytical"), default="flow", help="network model")
+    validate.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
+    validate.add_argument("--plot", default=None, metavar="DIR",
+                          help="also write one PNG per series (predicted vs measured busbw against size) into DIR")
+
+    calibrate = sub.add_parser("calibrate", help="fit a preset's link bandwidth scale and per-collective overhead "
+                                                 "to your nccl-tests output")
+    calibrate.add_argument("log", help="saved stdout of one nccl-tests run (e.g. all_reduce_perf -b 8 -e 8G -f 2)")
+    calibrate.add_argument("--system", default=None,
+                           help="system preset measured (default: from the log's device names)")
+    calibrate.add_argument("--nodes", type=_positive_int("nodes"), default=None,
+                           help="servers (default: the log's distinct hosts, else 1)")
+    calibrate.add_argument("--gpus-per-node", type=_positive_int("gpus-per-node"), default=None,
+                           help="GPUs used per server (default: ranks / nodes)")
+    calibrate.add_argument("--nranks", type=_positive_int("nranks"), default=None,
+                           help="ranks (default: the log's '#  Rank N' lines)")
+    calibrate.add_argument("-g", "--ngpus", type=_positive_int("ngpus"), default=None,
+                           help="GPUs per nccl-tests process, -g (default: the log's nGpus, else 1)")
+    calibrate.add_argument("--collective", default=None,
+                           help="the test run (default: from the log, e.g. 'Collective test starting: all_reduce_perf')")
+    calibrate.add_argument("--net-model", choices=("flow", "analytical"), default="flow", help="network model")
+    calibrate.add_argument("--out", default=None, metavar="FILE.json",
+                           help="write the calibration here, for `fabricsim bench --calibration FILE.json`")
 
     perf = sub.add_parser("perf", help="benchmarks: max-min kernel and a 16-node bench sweep (prints figures)")
     perf.add_argument("--quick", action="store_true", help="smaller instances")
@@ -97,26 +141,90 @@ def _bench(args) -> str:
         kind = None
     if kind is None or kind.value not in BENCH_COLLECTIVES:
         raise ValueError(f"collective: {args.collective!r} is not known; expected one of {', '.join(BENCH_COLLECTIVES)}")
+    calibration = None
+    if args.calibration is not None:
+        from simulator.calibration import Calibration
+        calibration = Calibration.load(args.calibration)
+        if args.system is not None and args.system != calibration.system:
+            raise ValueError(f"calibration: {args.calibration} was fitted on system {calibration.system!r}, not "
+                             f"{args.system!r}; expected --system {calibration.system} (or no --system)")
+        args.system = calibration.system
+    args.system = args.system or "dgx-h100"
     if args.system not in SYSTEMS:
         raise ValueError(f"system: {args.system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
-    proto = args.proto
-    if proto is not None:
-        proto = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}.get(proto.lower(), proto)
     config = SimConfig(network_model=args.net_model, seed=args.seed,
-                       collectives=CollectivePolicy(algorithm=args.algo, protocol=proto, nchannels=args.channels))
-    rows = run_bench(kind, system=args.system, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                       collectives=CollectivePolicy(algorithm=args.algo, protocol=_protocol(args.proto),
+                                                    nchannels=args.channels))
+    system = args.system
+    if calibration is not None:
+        from simulator.calibration import apply_calibration
+        from topologies.presets import build_system
+        system, config = apply_calibration(build_system(args.system, nodes=args.nodes), config, calibration)
+    rows = run_bench(kind, system=system, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                      minbytes=args.minbytes, maxbytes=args.maxbytes, stepfactor=args.stepfactor,
                      stepbytes=args.stepbytes, dtype=args.datatype, op=args.op, root=args.root,
                      gpus_per_process=args.ngpus, config=config)
     gpn = args.gpus_per_node or SYSTEMS[args.system].server().gpus
     title = (f"fabricsim bench {kind.value}: {args.system}, {args.nodes} node(s) x {gpn} GPUs, "
              f"network model {args.net_model}")
+    if calibration is not None:
+        title += f"; calibrated ({args.calibration}: {calibration.describe()})"
     if args.format == "csv":
         return format_csv(rows)
     if args.format == "json":
+        extra = {"calibration": calibration.to_dict()} if calibration is not None else {}
         return format_json(rows, collective=kind.value, system=args.system, nodes=args.nodes, gpus_per_node=gpn,
-                           net_model=args.net_model)
+                           net_model=args.net_model, **extra)
     return format_table(rows, title=title)
+
+
+def _protocol(proto: str | None) -> str | None:
+    if proto is None:
+        return None
+    return {"ll": "LL", "ll128": "LL128", "simple": "Simple"}.get(proto.lower(), proto)
+
+
+def _validate(args) -> str:
+    from simulator.validation import data_series, format_report, run_validation, select_series
+
+    described = [flag for flag, value in (("--system", args.system), ("--algo", args.algo), ("--proto", args.proto),
+                                          ("--channels", args.channels), ("-g", args.ngpus)) if value is not None]
+    if args.data is None and described:
+        raise ValueError(f"{described[0]}: describes a --data table; the shipped series carry their own settings "
+                         "(expected --data FILE.csv with it)")
+    if args.data is not None:
+        if args.series is not None:
+            raise ValueError("--series: selects shipped series; expected either --series or --data, not both")
+        series = (data_series(Path(args.data), system=args.system, algorithm=args.algo,
+                              protocol=_protocol(args.proto), nchannels=args.channels,
+                              gpus_per_process=args.ngpus or 1),)
+    else:
+        series = select_series(args.series)
+    reports = run_validation(series, net_model=args.net_model)
+    out = format_report(reports, format=args.format, net_model=args.net_model)
+    if args.plot is not None:
+        from simulator.plotting import write_busbw_plots
+        paths = write_busbw_plots([(r.series.name, r.comparisons) for r in reports], args.plot)
+        if args.format == "table":
+            out += f"# wrote {len(paths)} plot(s) to {args.plot}: {', '.join(p.name for p in paths)}\n"
+    return out
+
+
+def _calibrate(args) -> str:
+    import json
+
+    from simulator.calibration import calibrate, format_result, read_nccl_tests_log
+
+    log = read_nccl_tests_log(args.log)
+    result = calibrate(log, system=args.system, collective=args.collective, nodes=args.nodes,
+                       gpus_per_node=args.gpus_per_node, nranks=args.nranks, gpus_per_process=args.ngpus,
+                       net_model=args.net_model)
+    if args.out is not None:
+        try:
+            Path(args.out).write_text(json.dumps(result.to_dict(), indent=1) + "\n")
+        except OSError as exc:
+            raise ValueError(f"out: {args.out!r} cannot be written ({exc.strerror})") from None
+    return format_result(result, out=args.out)
 
 
 def _perf(args) -> str:
@@ -147,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
             out = "".join(f"{name:<14} {preset.description}\n" for name, preset in SYSTEMS.items())
         elif args.command == "bench":
             out = _bench(args)
+        elif args.command == "validate":
+            out = _validate(args)
+        elif args.command == "calibrate":
+            out = _calibrate(args)
         else:
             out = _perf(args)
     except (_UsageError, ValueError, argparse.ArgumentTypeError) as exc:

@@ -198,9 +198,13 @@ class NicSpec:
     port: LinkSpec
     pcie: LinkSpec
     latency_s: float
+    # Most one NCCL network connection (one channel's QP) streams; inf = only the port limits it.
+    connection_bytes_per_s: float = float("inf")
 
     def __post_init__(self) -> None:
         owner = "NicSpec"
+        if not (isinstance(self.connection_bytes_per_s, (int, float)) and self.connection_bytes_per_s > 0):
+            raise _reject(owner, "connection_bytes_per_s", self.connection_bytes_per_s, "a number > 0 (inf allowed)")
         _nonempty_name(owner, "name", self.name)
         if not isinstance(self.port, LinkSpec) or self.port.kind not in (LinkKind.INFINIBAND, LinkKind.ROCE):
             raise _reject(owner, "port", self.port, "a LinkSpec of kind INFINIBAND or ROCE")
@@ -353,47 +357,64 @@ L40S = GpuSpec(
 _CX_IB_LATENCY_S = ns(600)
 _CX_ETH_LATENCY_S = ns(800)
 
+# Throughput of one NCCL network connection (a channel's send/receive pair over one QP), from
+# measurements: 8 nodes of 8x H100 with 8x NDR each reach 320.7 GB/s ring all_reduce busbw with
+# NCCL's 16 default channels, 16 x 20.0 GB/s, well under the 8 x 49.7 GB/s the NICs carry, and
+# 391 GB/s (NIC-bound) once NCCL_MIN_CTAS=24 and 2 QPs per connection add streams (nccl-tests
+# issue 309); the same ~20 GB/s shows on another system as 19.6 GB/s for one sendrecv connection
+# and 308/16 = 19.3 GB/s per ring channel (2x HGX B200, NDR). The limit is the per-connection
+# pipeline (proxy thread, NCCL_STEPS slots in flight), not the port, so it is the same figure for
+# every ConnectX generation here (an assumption for HDR/XDR and Ethernet, where no table shows it).
+_NCCL_CONNECTION_BYTES_PER_S = 20.0e9
+
 CONNECTX6_HDR = NicSpec(
     name="connectx6_hdr",
     port=IB_HDR,                  # ConnectX-6 VPI user manual: HDR 200 Gb/s
     pcie=PCIE_GEN4_X16,           # ConnectX-6 user manual: "up to 200GbE in a PCIe Gen 4.0 slot" (x16)
     latency_s=_CX_IB_LATENCY_S,   # ConnectX-6 VPI user manual: sub-600 ns
+    connection_bytes_per_s=_NCCL_CONNECTION_BYTES_PER_S,
 )
 CONNECTX7_NDR = NicSpec(
     name="connectx7_ndr",
     port=IB_NDR,                  # ConnectX-7 user manual: single-port OSFP NDR 400 Gb/s
     pcie=PCIE_GEN5_X16,           # ConnectX-7 user manual: PCIe Gen 5.0 x16
     latency_s=_CX_IB_LATENCY_S,   # ESTIMATE (ConnectX-6 figure reused, see above)
+    connection_bytes_per_s=_NCCL_CONNECTION_BYTES_PER_S,
 )
 CONNECTX8_XDR = NicSpec(
     name="connectx8_xdr",
     port=IB_XDR,                  # NVIDIA Quantum-X800 platform: ConnectX-8 SuperNIC, 800 Gb/s end to end
     pcie=PCIE_GEN6_X16,           # ConnectX-8 SuperNIC: PCIe Gen6 host interface (Gen5 x16 = 57.6 GB/s could not feed 800G)
     latency_s=_CX_IB_LATENCY_S,   # ESTIMATE (ConnectX-6 figure reused, see above)
+    connection_bytes_per_s=_NCCL_CONNECTION_BYTES_PER_S,
 )
 CONNECTX6DX_100G = NicSpec(
     name="connectx6dx_100g",
     port=ROCE_100G,               # ConnectX-6 Dx user manual: 10/25/40/50/100 Gb/s Ethernet
     pcie=PCIE_GEN4_X16,           # ConnectX-6 Dx user manual: PCIe Gen 3.0/4.0 x16
     latency_s=_CX_ETH_LATENCY_S,  # ESTIMATE (ConnectX-6 EN "sub 0.8 usec" reused)
+    connection_bytes_per_s=_NCCL_CONNECTION_BYTES_PER_S,
 )
 CONNECTX6DX_200G = NicSpec(
     name="connectx6dx_200g",
     port=ROCE_200G,               # ConnectX-6 Dx user manual: single-port 200GbE OPNs
     pcie=PCIE_GEN4_X16,           # ConnectX-6 Dx user manual: PCIe Gen 3.0/4.0 x16
     latency_s=_CX_ETH_LATENCY_S,  # ESTIMATE (ConnectX-6 EN "sub 0.8 usec" reused)
+    connection_bytes_per_s=_NCCL_CONNECTION_BYTES_PER_S,
 )
 CONNECTX7_400GBE = NicSpec(
     name="connectx7_400gbe",
     port=ROCE_400G,               # ConnectX-7 user manual: single-port OSFP 400GbE
     pcie=PCIE_GEN5_X16,           # ConnectX-7 user manual: PCIe Gen 5.0 x16
     latency_s=_CX_ETH_LATENCY_S,  # ESTIMATE (ConnectX-6 EN "sub 0.8 usec" reused)
+    connection_bytes_per_s=_NCCL_CONNECTION_BYTES_PER_S,
 )
 CONNECTX8_800GBE = NicSpec(
     name="connectx8_800gbe",
     port=ROCE_800G,               # ConnectX-8 SuperNIC: 800 Gb/s Ethernet (Spectrum-X)
     pcie=PCIE_GEN6_X16,           # ConnectX-8 SuperNIC: PCIe Gen6
     latency_s=_CX_ETH_LATENCY_S,  # ESTIMATE (ConnectX-6 EN "sub 0.8 usec" reused)
+    connection_bytes_per_s=_NCCL_CONNECTION_BYTES_PER_S,
 )
 
 # ==================================================================================================

@@ -74,7 +74,8 @@ def leaf_spine(
         leaf = builder.add_node(NodeKind.FABRIC_SWITCH, f"leaf{i}", latency_s=switch.latency_s, tier=1,
                                 switch=switch.name)
         for nic in members:
-            up, _ = builder.add_link(nic, leaf, fabric_link, tier=LinkTier.NIC)
+            up, _ = builder.add_link(nic, leaf, fabric_link, tier=LinkTier.NIC,
+                                     flow_cap_bytes_per_s=server.nic.connection_bytes_per_s)
             builder.nic_leaf_link[nic] = up
         leaves.append(leaf)
     if len(leaves) > 1:

@@ -98,6 +98,7 @@ class Topology:
     link_dst: np.ndarray
     link_capacity_bytes_per_s: np.ndarray
     link_latency_s: np.ndarray
+    link_flow_cap_bytes_per_s: np.ndarray   # most one connection (QP) streams over this link; inf = none
     link_kind: np.ndarray
     link_tier: np.ndarray
     link_names: tuple[str, ...]
@@ -208,6 +209,7 @@ class TopologyBuilder:
         self._dst: list[int] = []
         self._cap: list[float] = []
         self._lat: list[float] = []
+        self._flow_cap: list[float] = []
         self._kind: list[int] = []
         self._tier: list[int] = []
         self._names: list[str] = []
@@ -235,14 +237,19 @@ class TopologyBuilder:
         self._gpu_local.append(local)
         return node
 
-    def add_link(self, u: int, v: int, spec: LinkSpec, *, tier: LinkTier, duplex: bool = True) -> tuple[int, ...]:
-        """Join u and v with ``spec``; returns the link id(s) created (u->v first)."""
-        ids = [self._add_directed(u, v, spec, tier)]
+    def add_link(self, u: int, v: int, spec: LinkSpec, *, tier: LinkTier, duplex: bool = True,
+                 flow_cap_bytes_per_s: float = float("inf")) -> tuple[int, ...]:
+        """Join u and v with ``spec``; returns the link id(s) created (u->v first).
+
+        ``flow_cap_bytes_per_s`` bounds what one connection can stream over the link (a NIC's
+        per-QP limit); the link's capacity bounds the sum over connections.
+        """
+        ids = [self._add_directed(u, v, spec, tier, flow_cap_bytes_per_s)]
         if duplex:
-            ids.append(self._add_directed(v, u, spec, tier))
+            ids.append(self._add_directed(v, u, spec, tier, flow_cap_bytes_per_s))
         return tuple(ids)
 
-    def _add_directed(self, u: int, v: int, spec: LinkSpec, tier: LinkTier) -> int:
+    def _add_directed(self, u: int, v: int, spec: LinkSpec, tier: LinkTier, flow_cap: float) -> int:
         link = len(self._src)
         entering = NodeKind(self.graph.nodes[v]["kind"])
         latency = spec.latency_s + (self._node_latency[v] if entering in _FORWARDING else 0.0)
@@ -251,6 +258,7 @@ class TopologyBuilder:
         self._dst.append(v)
         self._cap.append(spec.bandwidth_bytes_per_s)
         self._lat.append(latency)
+        self._flow_cap.append(float(flow_cap))
         self._kind.append(int(spec.kind))
         self._tier.append(int(tier))
         self._names.append(name)
@@ -275,6 +283,7 @@ class TopologyBuilder:
             link_dst=_readonly(np.asarray(self._dst, dtype=np.int64)),
             link_capacity_bytes_per_s=_readonly(np.asarray(self._cap, dtype=np.float64)),
             link_latency_s=_readonly(np.asarray(self._lat, dtype=np.float64)),
+            link_flow_cap_bytes_per_s=_readonly(np.asarray(self._flow_cap, dtype=np.float64)),
             link_kind=_readonly(np.asarray(self._kind, dtype=np.int8)),
             link_tier=_readonly(np.asarray(self._tier, dtype=np.int8)),
             link_names=tuple(self._names),

@@ -48,6 +48,7 @@ class LoweringContext:
     topology: Topology
     router: Router
     rank_gpu: tuple[int, ...]
+    qps_per_connection: int = 1           # NCCL_IB_QPS_PER_CONNECTION
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def gpu(self, rank: int) -> int:
@@ -91,8 +92,18 @@ class LoweringContext:
         )
 
     def chain_rates(self, chains: list[np.ndarray]) -> np.ndarray:
-        """Equal-share rate of each chain's link list (the tuner's static bandwidth estimate)."""
-        return equal_share_rates(chains, self.topology.link_capacity_bytes_per_s)
+        """Equal-share rate of each chain's link list (the tuner's static bandwidth estimate),
+        bounded by what its network connections can stream."""
+        rates = equal_share_rates(chains, self.topology.link_capacity_bytes_per_s)
+        caps = np.array([connection_cap(self.topology, path, self.qps_per_connection) for path in chains])
+        return np.minimum(rates, caps) if len(chains) else rates
+
+
+def connection_cap(topology: Topology, path: np.ndarray, qps_per_connection: int = 1) -> float:
+    """Most one connection over ``path`` can stream: QPs x the tightest per-connection link limit."""
+    if path.size == 0:
+        return float("inf")
+    return qps_per_connection * float(topology.link_flow_cap_bytes_per_s[path].min())
 
 
 def edge_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes, src: int, dst: int, *, flow_key: int = 0,

@@ -33,12 +33,15 @@ class CollectivePolicy:
     protocol: str | None = None
     nchannels: int | None = None
     nvls: bool = True          # NCCL_NVLS_ENABLE
+    qps_per_connection: int = 1   # NCCL_IB_QPS_PER_CONNECTION
 
     def __post_init__(self) -> None:
         if self.algorithm is not None and self.algorithm.lower() not in ALGORITHMS:
             raise ValueError(f"algorithm: {self.algorithm!r} is not known; expected one of {', '.join(ALGORITHMS)}")
         if self.protocol is not None and self.protocol not in nccl_model.PROTOCOLS:
             raise ValueError(f"protocol: {self.protocol!r} is not known; expected one of {', '.join(nccl_model.PROTOCOLS)}")
+        if not isinstance(self.qps_per_connection, int) or not 1 <= self.qps_per_connection <= 128:
+            raise ValueError(f"qps_per_connection: {self.qps_per_connection!r} is not allowed; expected 1 to 128")
         if self.nchannels is not None and (not isinstance(self.nchannels, int) or not 1 <= self.nchannels <= MAX_CHANNELS):
             raise ValueError(f"channels: {self.nchannels!r} is not allowed; expected an integer from 1 to {MAX_CHANNELS}")
 

@@ -10,7 +10,9 @@ router (GPU of the source rank to GPU of the destination rank, ECMP key = channe
 per channel connection); the flows of a chain (one pipelined ring channel) merge into a single
 network flow over the union of their links, each link weighted by its edge's share of the
 chain's bytes. Bytes become wire bytes with the protocol's wire factor; the protocol's payload
-cap becomes a wire-rate cap. A transfer's path latency is the largest of its flows'.
+cap becomes a wire-rate cap, and a flow that leaves a server is also capped by what its network
+connection streams (per-QP limit x QPs per connection). A transfer's path latency is the largest
+of its flows'.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from topologies.routing import Router
 from topologies.topology import Topology
 from workloads.tasks import CommTask, ComputeTask, Workload
 
-from ..collectives.base import edge_path
+from ..collectives.base import connection_cap, edge_path
 from ..schedule import Schedule, Step
 from .fabric import Fabric
 
@@ -39,7 +41,7 @@ class NetworkFlows:
 
 
 def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router: Router,
-                  rank_gpu: tuple[int, ...]) -> NetworkFlows:
+                  rank_gpu: tuple[int, ...], qps_per_connection: int = 1) -> NetworkFlows:
     wire, cap = schedule.wire_factor, schedule.chain_rate_cap_bytes_per_s * schedule.wire_factor
     edge_paths = [edge_path(router, rank_gpu, schedule.innet_nodes, s, d, flow_key=c, pxn=schedule.pxn)
                   for s, d, c in zip(step.src.tolist(), step.dst.tolist(), step.channel.tolist())]
@@ -64,8 +66,9 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
             weights.append(np.concatenate([np.full(edge_paths[i].shape[0], step.nbytes[i] / top)
                                            for i in used.tolist()]))
             nbytes.append(top)
+    caps = np.array([min(cap, connection_cap(topology, path, qps_per_connection)) for path in paths])
     return NetworkFlows(paths=paths, weights=weights, wire_bytes=np.asarray(nbytes) * wire,
-                        caps_bytes_per_s=np.full(len(paths), cap), latency_s=latency)
+                        caps_bytes_per_s=caps, latency_s=latency)
 
 
 @dataclass(slots=True)
@@ -77,7 +80,8 @@ class _Rendezvous:
 
 
 def run(*, network, workload: Workload, schedules: list[Schedule], topology: Topology, router: Router,
-        rank_gpu: tuple[int, ...], launch_overhead_s: float = 0.0) -> tuple[list[tuple[float, float]], list[float]]:
+        rank_gpu: tuple[int, ...], launch_overhead_s: float = 0.0,
+        qps_per_connection: int = 1) -> tuple[list[tuple[float, float]], list[float]]:
     """Replay ``workload`` on a fresh SimPy environment whose fabric drives ``network``.
 
     Returns per-collective (start_s, end_s) and per-rank end times.
@@ -94,7 +98,8 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
         if launch_overhead_s > 0:
             yield env.timeout(launch_overhead_s)
         for step in schedule.steps:
-            flows = network_flows(step, schedule, topology=topology, router=router, rank_gpu=rank_gpu)
+            flows = network_flows(step, schedule, topology=topology, router=router, rank_gpu=rank_gpu,
+                                  qps_per_connection=qps_per_connection)
             yield fabric.transfer(flows.paths, flows.weights, flows.wire_bytes, flows.caps_bytes_per_s,
                                   step.latency_s + flows.latency_s)
         meeting.end_s = env.now
