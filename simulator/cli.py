@@ -19,7 +19,7 @@ from pathlib import Path
 from topologies.presets import SYSTEMS
 from workloads.collectives import CollectiveKind
 
-BENCH_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv")
+BENCH_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall")
 
 
 class _UsageError(Exception):
@@ -121,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="GPUs per nccl-tests process, -g (default: the log's nGpus, else 1)")
     calibrate.add_argument("--collective", default=None,
                            help="the test run (default: from the log, e.g. 'Collective test starting: all_reduce_perf')")
+    calibrate.add_argument("--algo", default=None, help="the algorithm the measurement forced (NCCL_ALGO)")
+    calibrate.add_argument("--proto", default=None, help="the protocol it forced (NCCL_PROTO)")
+    calibrate.add_argument("--channels", type=_positive_int("channels"), default=None,
+                           help="the channel count it forced")
     calibrate.add_argument("--net-model", choices=("flow", "analytical"), default="flow", help="network model")
     calibrate.add_argument("--out", default=None, metavar="FILE.json",
                            help="write the calibration here, for `fabricsim bench --calibration FILE.json`")
@@ -218,6 +222,7 @@ def _calibrate(args) -> str:
     log = read_nccl_tests_log(args.log)
     result = calibrate(log, system=args.system, collective=args.collective, nodes=args.nodes,
                        gpus_per_node=args.gpus_per_node, nranks=args.nranks, gpus_per_process=args.ngpus,
+                       algorithm=args.algo, protocol=_protocol(args.proto), nchannels=args.channels,
                        net_model=args.net_model)
     if args.out is not None:
         try:

@@ -113,9 +113,6 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
     lockstep, so each one's time does not depend on the others.
     """
     kind = kind if isinstance(kind, CollectiveKind) else CollectiveKind.parse(kind)
-    if kind is CollectiveKind.ALL_TO_ALL:
-        raise ValueError("collective: 'alltoall' is not simulated yet; expected one of all_reduce, all_gather, "
-                         "reduce_scatter, broadcast, reduce, sendrecv")
     if dtype not in NCCL_TESTS_TYPES:
         raise ValueError(f"datatype: {dtype!r} is not known; expected one of {', '.join(NCCL_TESTS_TYPES)}")
     dtype = NCCL_TESTS_TYPES[dtype]

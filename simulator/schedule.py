@@ -1,8 +1,9 @@
 """Flow, Step, Schedule: what an algorithm lowers a collective into. Pure data.
 
 A :class:`Schedule` is a sequence of :class:`Step` s executed one after the other. A step pays
-its fixed ``latency_s`` (the protocol's per-step and launch costs, NCCL's latency model) and
-then moves its flows through the network; it ends when its last flow has arrived.
+its fixed ``latency_s`` (the protocol's per-step and launch costs, NCCL's latency model) plus,
+unless ``path_latency`` is off, the physical latency of its flows' paths, and then moves its
+flows through the network; it ends when its last flow has arrived.
 
 Flows are stored column-wise (numpy arrays of equal length) because collectives on thousands of
 ranks have tens of thousands of flows. Flow i goes from rank ``src[i]`` to rank ``dst[i]``
@@ -51,15 +52,17 @@ class Step:
     chain: np.ndarray
     latency_s: float = 0.0
     label: str = ""
+    path_latency: bool = True     # also pay the flows' physical path latency (False: latency_s covers it)
 
     @classmethod
-    def of(cls, *, src, dst, nbytes, channel=None, chain=None, latency_s: float = 0.0, label: str = "") -> "Step":
+    def of(cls, *, src, dst, nbytes, channel=None, chain=None, latency_s: float = 0.0, label: str = "",
+           path_latency: bool = True) -> "Step":
         n = len(src)
         channel = np.zeros(n, dtype=np.int64) if channel is None else channel
         chain = np.full(n, -1, dtype=np.int64) if chain is None else chain
         step = cls(src=_frozen_int_array(src), dst=_frozen_int_array(dst), nbytes=_frozen_int_array(nbytes),
                    channel=_frozen_int_array(channel), chain=_frozen_int_array(chain), latency_s=float(latency_s),
-                   label=label)
+                   label=label, path_latency=path_latency)
         step.check()
         return step
 

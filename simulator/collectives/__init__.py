@@ -7,10 +7,11 @@ Registry: ``ALGORITHMS`` maps an algorithm name to an object implementing the in
 from types import MappingProxyType
 
 from .base import Algorithm, LoweringContext
+from .alltoall import DIRECT, PAIRWISE
 from .nvls import NVLS
 from .p2p import SENDRECV
 from .ring import RING
 
-ALGORITHMS = MappingProxyType({RING.name: RING, NVLS.name: NVLS, SENDRECV.name: SENDRECV})
+ALGORITHMS = MappingProxyType({a.name: a for a in (RING, NVLS, SENDRECV, PAIRWISE, DIRECT)})
 
 __all__ = ["ALGORITHMS", "Algorithm", "LoweringContext"]

@@ -72,6 +72,8 @@ def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolic
     for algorithm in ALGORITHMS.values():
         if collective.kind not in algorithm.kinds or (forced is not None and algorithm.name != forced):
             continue
+        if forced is None and not getattr(algorithm, "auto", True):
+            continue
         reason = algorithm.supported(collective, ctx)
         if reason is None and algorithm.name.startswith("nvls") and not policy.nvls:
             reason = "disabled (NCCL_NVLS_ENABLE=0)"

@@ -101,7 +101,7 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
             flows = network_flows(step, schedule, topology=topology, router=router, rank_gpu=rank_gpu,
                                   qps_per_connection=qps_per_connection)
             yield fabric.transfer(flows.paths, flows.weights, flows.wire_bytes, flows.caps_bytes_per_s,
-                                  step.latency_s + flows.latency_s)
+                                  step.latency_s + (flows.latency_s if step.path_latency else 0.0))
         meeting.end_s = env.now
         meeting.done.succeed()
 

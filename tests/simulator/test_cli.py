@@ -74,7 +74,6 @@ def test_systems_lists_presets(capsys):
     (["bench", "all_reduce", "--system", "pcie-rtx4090", "--nodes", "2"], "nodes"),
     (["bench", "all_reduce", "--proto", "LL256"], "protocol"),
     (["bench", "broadcast", "-r", "99"], "root"),
-    (["bench", "alltoall"], "alltoall"),
     (["bench"], "collective"),
     (["frobnicate"], "frobnicate"),
 ])

@@ -1,0 +1,137 @@
+"""All-to-all: every rank sends a piece to every other rank (even pieces, or a split matrix for MoE).
+
+Two schedules:
+
+* ``pairwise`` (default, what NCCL's grouped send/recv amounts to): n-1 rounds; in round i
+  member q sends to q+i and receives from q-i. Rounds run one after the other, so the slowest
+  pair of a round paces it (a round that crosses the network runs at network speed).
+* ``direct``: every pair at once, one step; each link shares bandwidth among all pairs crossing it.
+
+Pairs inside a server split their piece over ``nchannels`` flows; pairs across servers use
+``NET_CHANNELS_PER_PEER`` connections (NCCL's NCCL_NCHANNELS_PER_NET_PEER default, 2), each
+bounded by the NIC's per-connection throughput, and leave through the NIC on the receiver's
+rail (PXN), as NCCL's point-to-point does.
+
+Buffers (verification): the send half holds the pieces for members 0..n-1 in order, the receive
+half the pieces from members 0..n-1 in order (``simulator.verify.alltoall_offsets``).
+
+Latency: NCCL's per-hop figures, per rank: base + sum over its n-1 peers of the hop latency
+(NVLink/PCIe inside a server, network across) for LL (pieces <= 16 KiB, NCCL's P2P LL threshold)
+or Simple. Worked number, 8x B200 one node, LL: 6.6 + 7 x 0.6 = 10.8 us (measured 11.0 us).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
+
+from ..schedule import DataStep, Schedule, Step
+from ..verify import alltoall_counts, alltoall_offsets
+from . import nccl_model
+from .base import LoweringContext, split_evenly
+from .p2p import P2P_LL_THRESHOLD_BYTES
+
+# NCCL_NCHANNELS_PER_NET_PEER: 2 network channels per peer (NCCL src/graph/paths.cc,
+# ncclTopoGetNchannels, 2.2x series).
+NET_CHANNELS_PER_PEER = 2
+
+
+class Alltoall:
+    kinds = frozenset({CollectiveKind.ALL_TO_ALL})
+    protocols = ("LL", "Simple")
+
+    def __init__(self, name: str, *, rounds: bool, auto: bool):
+        self.name = name
+        self.rounds = rounds
+        self.auto = auto          # considered by the automatic choice (NCCL has one alltoall: pairwise-like)
+
+    def supported(self, collective: Collective, ctx: LoweringContext) -> str | None:
+        return None
+
+    def _rounds(self, collective: Collective) -> list[list[tuple[int, int]]]:
+        """Member-index pairs (p, q) per round (pairwise) or all in one round (direct)."""
+        n = collective.nranks
+        rounds = [[(p, (p + i) % n) for p in range(n)] for i in range(1, n)]
+        return rounds if self.rounds else [[pair for r in rounds for pair in r]]
+
+    def _latency_s(self, collective: Collective, ctx: LoweringContext, protocol: str) -> float:
+        layout = ctx.layout(collective.group)
+        group = collective.group
+        intra = nccl_model.HW_LATENCY_US[layout.intra]["ring"][protocol]
+        inter = nccl_model.HW_LATENCY_US["net"]["ring"][protocol]
+        worst = 0.0
+        for p in range(len(group)):
+            hops = sum(inter if ctx.server(group[p]) != ctx.server(group[q]) else intra
+                       for q in range(len(group)) if q != p)
+            worst = max(worst, hops)
+        return (nccl_model.BASE_LATENCY_US["ring"][protocol] + worst) * 1e-6
+
+    def _pair_flows(self, collective: Collective, ctx: LoweringContext, p: int, q: int, nchannels: int):
+        """(src, dst, bytes, channel) flows of one pair."""
+        group = collective.group
+        counts = alltoall_counts(collective)
+        elt = DTYPE_BYTES[collective.dtype]
+        remote = ctx.server(group[p]) != ctx.server(group[q])
+        pieces = split_evenly(int(counts[p, q]) * elt, NET_CHANNELS_PER_PEER if remote else nchannels, elt)
+        return [(group[p], group[q], int(b), c) for c, b in enumerate(pieces)]
+
+    def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
+        latency = self._latency_s(collective, ctx, protocol)
+        steps = []
+        for i, pairs in enumerate(self._rounds(collective)):
+            flows = [f for p, q in pairs for f in self._pair_flows(collective, ctx, p, q, nchannels)]
+            src, dst, nbytes, channel = (np.array([f[k] for f in flows], dtype=np.int64) for k in range(4))
+            # NCCL's per-hop latencies, summed over a rank's peers, already include the wire
+            steps.append(Step.of(src=src, dst=dst, nbytes=nbytes, channel=channel, latency_s=latency if i == 0 else 0.0,
+                                 label=f"alltoall round {i + 1}", path_latency=False))
+        layout = ctx.layout(collective.group)
+        return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
+                        steps=tuple(steps), pxn=ctx.router.pxn, wire_factor=nccl_model.WIRE_FACTOR[protocol],
+                        chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
+                            protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor,
+                            nnodes=layout.nnodes, nchannels=nchannels))
+
+    def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
+        counts = alltoall_counts(collective)
+        send, recv = alltoall_offsets(counts)
+        group = collective.group
+        steps = []
+        for pairs in self._rounds(collective):
+            ops = []
+            for p, q in pairs:
+                flows = self._pair_flows(collective, ctx, p, q, nchannels)
+                elt = DTYPE_BYTES[collective.dtype]
+                offset = 0
+                for _, _, nbytes, _ in flows:
+                    c = nbytes // elt
+                    ops.append((group[p], group[q], int(send[p, q]) + offset, c, int(recv[q, p]) + offset))
+                    offset += c
+            steps.append(DataStep.of(ops))
+        local = DataStep.of([(group[p], group[p], int(send[p, p]), int(counts[p, p]), int(recv[p, p]))
+                             for p in range(len(group))])
+        return (local, *steps)
+
+    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
+                 nchannels: int) -> tuple[float, float]:
+        counts = alltoall_counts(collective)
+        biggest = int(counts.max()) * DTYPE_BYTES[collective.dtype] if counts.size else 0
+        latency = self._latency_s(collective, ctx, protocol)
+        if collective.nranks == 1:
+            return latency, float("inf")
+        if (protocol == "LL") != (biggest <= P2P_LL_THRESHOLD_BYTES):
+            return latency, 0.0
+        time_s = 0.0
+        for pairs in self._rounds(collective):
+            paths, sizes = [], []
+            for p, q in pairs:
+                for s, d, nbytes, c in self._pair_flows(collective, ctx, p, q, nchannels):
+                    paths.append(ctx.router.path(ctx.gpu(s), ctx.gpu(d), flow_key=c, pxn=ctx.router.pxn))
+                    sizes.append(nbytes * nccl_model.WIRE_FACTOR[protocol])
+            rates = ctx.chain_rates(paths) if paths else np.zeros(0)
+            time_s += max((b / r for b, r in zip(sizes, rates) if b > 0), default=0.0)
+        return latency, (collective.nbytes / time_s if time_s > 0 else float("inf"))
+
+
+PAIRWISE = Alltoall("pairwise", rounds=True, auto=True)
+DIRECT = Alltoall("direct", rounds=False, auto=False)
