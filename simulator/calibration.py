@@ -12,9 +12,11 @@ The two parameters, each fitted by least squares on e_i = ln(t_pred,i / t_meas,i
   (``Topology.with_link_scale``): NVLink on one node; the fabric (InfiniBand or RoCE) on several;
   PCIe and the CPU interconnect on a server without NVLink. It absorbs what the preset's line rate x
   encoding x protocol efficiency misses on this machine (firmware, clocks, NCCL's per-channel
-  limits). Fitted on the **bandwidth regime**, rows >= 64 MiB, where a ring's time is bytes /
-  bandwidth to within 1-2% (one NCCL step latency, ~10 us, against >= 500 us). A log without such
-  rows falls back to rows >= 1 MiB; one without those leaves s = 1. Bounds [0.3, 1.5].
+  limits). Fitted on the **bandwidth plateau**: rows >= 1 MiB whose measured busbw is at least 90%
+  of the log's highest, where time is bytes / bandwidth to within a few percent. Not simply all rows
+  >= 64 MiB: measured busbw often still ramps up there (2x B200 all_gather: 128 MiB at 65% of its
+  peak), and a bandwidth factor fitted to the ramp would spoil the plateau it is meant for. A log
+  with no row >= 1 MiB leaves s = 1. Bounds [0.3, 1.5].
 * **launch overhead** o (``SimConfig.launch_overhead_s``): a fixed cost paid once per collective
   before its first byte moves (host launch, proxy wake-up; what NCCL's latency constants do not carry
   on this machine). Fitted on the **latency regime**, rows < 64 KiB, where time is fixed costs.
@@ -23,9 +25,11 @@ The two parameters, each fitted by least squares on e_i = ln(t_pred,i / t_meas,i
 Each parameter is found by golden-section search over its bounds (the sum of e_i^2 is unimodal: t_pred
 falls monotonically with s and rises with o), the bounds themselves also tried, the other parameter
 held; two rounds (o, s, o, s), since s barely moves small messages and o moves large ones by < 2%.
-Every evaluation is a real simulation of the fitted rows (~0.01-0.1 s each); the before/after errors
-are full simulations of every row. Worked number: the shipped 8x A100 ``mpirun -np 8`` table gives
-s = 0.94 on NVLink and o = 7.3 us, and the median |error| over its 30 rows falls from 22% to 5%.
+Every evaluation is a real simulation of the fitted rows (~0.01-0.1 s each, ~2 s for a whole fit);
+the before/after errors are full simulations of every row. Worked number: the shipped 8x A100
+``mpirun -np 8`` table (rendered as nccl-tests output) gives s = 0.948 on NVLink (5 rows >= 256 MiB)
+and o = 8.17 us (13 rows < 64 KiB); the median |error| over its 30 rows falls from 22.3% to 7.0%
+(latency regime 36.8% -> 6.8%, bandwidth regime 6.5% -> 2.5%).
 """
 
 from __future__ import annotations
@@ -41,8 +45,10 @@ from pathlib import Path
 from topologies.links import LinkKind
 from topologies.presets import SYSTEMS, build_system
 from topologies.topology import Topology
+from topologies.units import format_size
 from workloads.collectives import CollectiveKind
 
+from .collectives.tuner import CollectivePolicy
 from .config import SimConfig
 from .nccl_tests import NCCL_TESTS_TYPES, BenchRow, collective_for_size, run_bench
 from .validation import BANDWIDTH_REGIME_MIN_BYTES, GPU_SYSTEMS, LATENCY_REGIME_MAX_BYTES, Comparison, \
@@ -52,7 +58,8 @@ SCALE_BOUNDS = (0.3, 1.5)
 OVERHEAD_BOUNDS_S = (0.0, 200e-6)
 SCALE_TOLERANCE = 1e-3            # golden-section stops when the bracket is this narrow
 OVERHEAD_TOLERANCE_S = 0.05e-6
-SCALE_FALLBACK_MIN_BYTES = 1 << 20   # bandwidth fit on rows >= 1 MiB when none is >= 64 MiB
+SCALE_FIT_MIN_BYTES = 1 << 20        # the link scale is fitted on rows >= 1 MiB ...
+PLATEAU_FRACTION = 0.9               # ... whose measured busbw is >= 90% of the log's highest
 ROUNDS = 2
 CALIBRATION_FORMAT = "fabricsim-calibration"
 CALIBRATION_VERSION = 1
@@ -175,7 +182,7 @@ def parse_nccl_tests_log(text: str, *, name: str = "<log>") -> NcclTestsLog:
 
 
 def read_nccl_tests_log(path: str | os.PathLike) -> NcclTestsLog:
-    """``parse_nccl_tests_log`` of a file ("-" reads nothing: pass the text yourself)."""
+    """``parse_nccl_tests_log`` of a saved nccl-tests stdout."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"log {str(path)!r}: no such file; expected the saved stdout of an nccl-tests run")
@@ -272,8 +279,12 @@ class CalibrationResult:
     gpus_per_node: int
     gpus_per_process: int
     net_model: str
-    scale_min_bytes: int | None          # rows >= this fed the link-scale fit (None: not fitted)
-    scale_rows: int
+    algorithm: str | None                # what the measurement forced (None: NCCL's choice)
+    protocol: str | None
+    nchannels: int | None
+    scale_rows: int                      # rows on the measured busbw plateau that fed the link-scale fit
+    scale_min_bytes: int | None          # the smallest of their sizes (None: not fitted)
+    plateau_busbw_GBps: float | None     # their busbw threshold: PLATEAU_FRACTION x the highest measured
     overhead_rows: int                   # rows < 64 KiB fed the overhead fit
     before: tuple[Comparison, ...]       # every row with the preset as it is
     after: tuple[Comparison, ...]        # every row calibrated
@@ -295,7 +306,9 @@ class CalibrationResult:
                               "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
                               "gpus_per_process": self.gpus_per_process, "net_model": self.net_model,
                               "rows": len(self.before), "scale_rows": self.scale_rows,
-                              "scale_min_bytes": self.scale_min_bytes, "overhead_rows": self.overhead_rows},
+                              "scale_min_bytes": self.scale_min_bytes,
+                              "plateau_busbw_GBps": self.plateau_busbw_GBps, "overhead_rows": self.overhead_rows,
+                              "algorithm": self.algorithm, "protocol": self.protocol, "nchannels": self.nchannels},
                 "error_before": clean(self.summary_before), "error_after": clean(self.summary_after)}
 
 
@@ -349,14 +362,15 @@ def _system_from_devices(devices: Sequence[str]) -> str | None:
 
 def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = None, collective: str | None = None,
               nodes: int | None = None, gpus_per_node: int | None = None, nranks: int | None = None,
-              gpus_per_process: int | None = None, net_model: str = "flow", name: str | None = None
-              ) -> CalibrationResult:
+              gpus_per_process: int | None = None, algorithm: str | None = None, protocol: str | None = None,
+              nchannels: int | None = None, net_model: str = "flow", name: str | None = None) -> CalibrationResult:
     """Fit the link scale and launch overhead of preset ``system`` to measured nccl-tests rows.
 
     ``rows`` is a parsed log (its collective, rank count, hosts, devices and -g fill the arguments
     left None) or a list of ``LogRow``. ``nodes`` defaults to the log's distinct hosts (else 1),
     ``gpus_per_node`` to nranks / nodes, ``gpus_per_process`` (nccl-tests -g) to the log's nGpus
-    (else 1), ``system`` to the preset of the log's device names.
+    (else 1), ``system`` to the preset of the log's device names. ``algorithm``, ``protocol`` and
+    ``nchannels`` say what the measurement forced (NCCL_ALGO, NCCL_PROTO, channel count), if anything.
     """
     log = rows if isinstance(rows, NcclTestsLog) else None
     data = list(log.rows if log else rows)
@@ -365,7 +379,11 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
     if collective is None:
         raise ValueError(f"collective: {name} does not say which test it ran (no 'Collective test starting' line "
                          "or *_perf command); pass it (--collective all_reduce)")
-    kind = CollectiveKind.parse(collective)
+    try:
+        kind = CollectiveKind.parse(collective)
+    except ValueError:
+        raise ValueError(f"collective: {collective!r} ({name}) is not known; expected one of "
+                         f"{', '.join(k.value for k in CollectiveKind)}") from None
     if system is None:
         system = _system_from_devices(log.devices) if log and log.devices else None
         if system is None:
@@ -405,7 +423,8 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
     first = data[0]
     topology = build_system(system, nodes=nodes)
     kinds = scaled_link_kinds(topology, nodes=nodes)
-    base_config = SimConfig(network_model=net_model)
+    base_config = SimConfig(network_model=net_model, collectives=CollectivePolicy(
+        algorithm=algorithm, protocol=protocol, nchannels=nchannels))
 
     def predict(scale: float, overhead_s: float, sizes: Sequence[int]) -> dict[int, BenchRow]:
         calibration = Calibration(system=system, link_scale=tuple((k.name.lower(), scale) for k in kinds),
@@ -422,15 +441,18 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
     if not usable:
         raise ValueError(f"{name}: no row's size is one nccl-tests runs for {kind.value} on {nranks} ranks")
     overhead_sizes = [s for s in usable if s < LATENCY_REGIME_MAX_BYTES]
-    scale_min = BANDWIDTH_REGIME_MIN_BYTES
-    scale_sizes = [s for s in usable if s >= scale_min]
-    if not scale_sizes:
-        scale_min = SCALE_FALLBACK_MIN_BYTES
-        scale_sizes = [s for s in usable if s >= scale_min]
+    factor = {s: collective_for_size(kind, s, nranks=nranks, dtype=NCCL_TESTS_TYPES[first.type], op="sum",
+                                     root=0).busbw_factor for s in usable}
+    busbw = {(s, r.line): s / r.time_us * 1e-3 * factor[s] for s in usable for r in rows_by_size[s]}
+    big = [(s, r) for s in usable if s >= SCALE_FIT_MIN_BYTES for r in rows_by_size[s]]
+    plateau = PLATEAU_FRACTION * max(busbw[s, r.line] for s, r in big) if big else None
+    scale_sizes = sorted({s for s, r in big if busbw[s, r.line] >= plateau})
 
     def cost(scale: float, overhead_s: float, sizes: list[int]) -> float:
         pred = predict(scale, overhead_s, sizes)
-        return sum(math.log(pred[s].time_us / r.time_us) ** 2 for s in sizes for r in rows_by_size[s])
+        return sum(math.log(pred[s].time_us / r.time_us) ** 2 for s in sizes for r in rows_by_size[s]
+                   if s not in scale_set or busbw[s, r.line] >= plateau)
+    scale_set = set(scale_sizes)
 
     scale, overhead = 1.0, 0.0
     for _ in range(ROUNDS):
@@ -447,21 +469,21 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
     def comparisons(pred: dict[int, BenchRow]) -> tuple[Comparison, ...]:
         out = []
         for size in usable:
-            factor = collective_for_size(kind, size, nranks=nranks, dtype=NCCL_TESTS_TYPES[first.type], op="sum",
-                                         root=0).busbw_factor
             for r in rows_by_size[size]:
                 p = pred[size]
                 out.append(Comparison(
                     series=name, collective=kind.value, gpu=system, nranks=nranks, nnodes=nodes, size_bytes=size,
-                    t_meas_us=r.time_us, t_pred_us=p.time_us, busbw_meas_GBps=size / r.time_us * 1e-3 * factor,
+                    t_meas_us=r.time_us, t_pred_us=p.time_us, busbw_meas_GBps=busbw[size, r.line],
                     busbw_pred_GBps=p.busbw_GBps, algorithm=p.algorithm, protocol=p.protocol,
                     source=f"{name} line {r.line}"))
         return tuple(out)
 
     return CalibrationResult(
         calibration=calibration, log=name, collective=kind.value, nranks=nranks, nodes=nodes,
-        gpus_per_node=gpus_per_node, gpus_per_process=gpus_per_process, net_model=net_model,
-        scale_min_bytes=scale_min if scale_sizes else None, scale_rows=sum(len(rows_by_size[s]) for s in scale_sizes),
+        gpus_per_node=gpus_per_node, gpus_per_process=gpus_per_process, net_model=net_model, algorithm=algorithm,
+        protocol=protocol, nchannels=nchannels,
+        scale_rows=sum(busbw[s, r.line] >= plateau for s in scale_sizes for r in rows_by_size[s]),
+        scale_min_bytes=scale_sizes[0] if scale_sizes else None, plateau_busbw_GBps=plateau,
         overhead_rows=sum(len(rows_by_size[s]) for s in overhead_sizes),
         before=comparisons(before), after=comparisons(after))
 
@@ -472,15 +494,18 @@ def format_result(result: CalibrationResult, *, out: str | None = None) -> str:
     lines = [f"# fabricsim calibrate {result.log}: {result.collective} on {c.system}, {result.nodes} node(s) x "
              f"{result.gpus_per_node} GPUs ({result.nranks} ranks, -g {result.gpus_per_process}), "
              f"{len(result.before)} rows, network model {result.net_model}"]
-    for kind, factor in c.link_scale:
-        fitted = (f"fitted on {result.scale_rows} rows >= {result.scale_min_bytes >> 20} MiB"
-                  if result.scale_min_bytes else "not fitted: no row >= 1 MiB")
-        lines.append(f"{kind + ' bandwidth scale':<28}{factor:>9.3f}       ({fitted}; bounds "
-                     f"{SCALE_BOUNDS[0]}-{SCALE_BOUNDS[1]})")
-    fitted = (f"fitted on {result.overhead_rows} rows < {LATENCY_REGIME_MAX_BYTES >> 10} KiB" if result.overhead_rows
-              else f"not fitted: no row < {LATENCY_REGIME_MAX_BYTES >> 10} KiB")
-    lines.append(f"{'launch overhead':<28}{c.launch_overhead_s * 1e6:>9.2f} us    ({fitted}; bounds "
-                 f"0-{OVERHEAD_BOUNDS_S[1] * 1e6:.0f} us, per collective)")
+    forced = ", ".join(f"{k} {v}" for k, v in (("algorithm", result.algorithm), ("protocol", result.protocol),
+                                               ("channels", result.nchannels)) if v is not None)
+    if forced:
+        lines[0] += f"; forced {forced}"
+    fitted = (f"fitted on {result.scale_rows} rows >= {format_size(result.scale_min_bytes)} at >= "
+              f"{PLATEAU_FRACTION:.0%} of the peak measured busbw ({result.plateau_busbw_GBps:.1f} GB/s)"
+              if result.scale_min_bytes else f"not fitted: no row >= {format_size(SCALE_FIT_MIN_BYTES)}")
+    label = "/".join(kind for kind, _ in c.link_scale) + " bandwidth scale"
+    lines.append(f"{label:<38}{c.link_scale[0][1]:>8.3f}     {fitted}")
+    fitted = (f"fitted on {result.overhead_rows} rows < {format_size(LATENCY_REGIME_MAX_BYTES)}" if result.overhead_rows
+              else f"not fitted: no row < {format_size(LATENCY_REGIME_MAX_BYTES)}")
+    lines.append(f"{'launch overhead per collective':<38}{c.launch_overhead_s * 1e6:>8.2f} us  {fitted}")
     lines.append("")
     before, after = result.summary_before, result.summary_after
 
@@ -499,6 +524,6 @@ def format_result(result: CalibrationResult, *, out: str | None = None) -> str:
         lines.append(f"wrote {out}; use it with: {bench} --calibration {out}")
     else:
         lines.append(f"save it with --out FILE.json, then: {bench} --calibration FILE.json")
-    lines.append("from Python: topo, config = simulator.calibration.apply_calibration(topology, config, "
-                 "Calibration.load(FILE.json))")
+    lines.append("from Python: topology, config = simulator.calibration.apply_calibration(topology, config, "
+                 f"Calibration.load({(out or 'FILE.json')!r}))")
     return "\n".join(lines) + "\n"

@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     calibrate = sub.add_parser("calibrate", help="fit a preset's link bandwidth scale and per-collective overhead "
                                                  "to your nccl-tests output")
-    calibrate.add_argument("log", help="saved stdout of one nccl-tests run (e.g. all_reduce_perf -b 8 -e 8G -f 2)")
+    calibrate.add_argument("log", help="saved stdout of one nccl-tests run (e.g. all_reduce_perf -b 8 -e 8G -f 2); "
+                                       "- reads it from standard input")
     calibrate.add_argument("--system", default=None,
                            help="system preset measured (default: from the log's device names)")
     calibrate.add_argument("--nodes", type=_positive_int("nodes"), default=None,
@@ -217,9 +218,12 @@ def _validate(args) -> str:
 def _calibrate(args) -> str:
     import json
 
-    from simulator.calibration import calibrate, format_result, read_nccl_tests_log
+    from simulator.calibration import calibrate, format_result, parse_nccl_tests_log, read_nccl_tests_log
 
-    log = read_nccl_tests_log(args.log)
+    if args.log == "-":
+        log = parse_nccl_tests_log(sys.stdin.read(), name="<stdin>")
+    else:
+        log = read_nccl_tests_log(args.log)
     result = calibrate(log, system=args.system, collective=args.collective, nodes=args.nodes,
                        gpus_per_node=args.gpus_per_node, nranks=args.nranks, gpus_per_process=args.ngpus,
                        algorithm=args.algo, protocol=_protocol(args.proto), nchannels=args.channels,

@@ -16,6 +16,9 @@ into a single network flow over the union of its edges' links, each link weighte
 of the chain's bytes its edge carries, so a slow edge slows the whole ring (as in NCCL) and
 link accounting stays exact. ``chain == -1`` marks an independent flow.
 
+A step's optional ``wire_scale`` multiplies individual flows' wire bytes on top of that (NVLS
+legs into and out of the NVSwitch run at the switch's reduction efficiency: scale 1/efficiency).
+
 ``wire_factor`` converts payload to bytes on the wire for the protocol (LL sends 8-byte lines
 holding 4 data bytes: 2.0; LL128 sends 128-byte lines holding 120: 128/120; Simple: 1.0).
 ``chain_rate_cap_bytes_per_s`` caps each chain's (or independent flow's) payload rate where the
@@ -43,6 +46,12 @@ def _frozen_int_array(values) -> np.ndarray:
     return array
 
 
+def _frozen_float_array(values) -> np.ndarray:
+    array = np.ascontiguousarray(values, dtype=np.float64)
+    array.setflags(write=False)
+    return array
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Step:
     src: np.ndarray
@@ -53,16 +62,18 @@ class Step:
     latency_s: float = 0.0
     label: str = ""
     path_latency: bool = True     # also pay the flows' physical path latency (False: latency_s covers it)
+    wire_scale: np.ndarray | None = None   # per-flow extra wire bytes per payload byte (None: all 1)
 
     @classmethod
     def of(cls, *, src, dst, nbytes, channel=None, chain=None, latency_s: float = 0.0, label: str = "",
-           path_latency: bool = True) -> "Step":
+           path_latency: bool = True, wire_scale=None) -> "Step":
         n = len(src)
         channel = np.zeros(n, dtype=np.int64) if channel is None else channel
         chain = np.full(n, -1, dtype=np.int64) if chain is None else chain
         step = cls(src=_frozen_int_array(src), dst=_frozen_int_array(dst), nbytes=_frozen_int_array(nbytes),
                    channel=_frozen_int_array(channel), chain=_frozen_int_array(chain), latency_s=float(latency_s),
-                   label=label, path_latency=path_latency)
+                   label=label, path_latency=path_latency,
+                   wire_scale=None if wire_scale is None else _frozen_float_array(wire_scale))
         step.check()
         return step
 

@@ -9,9 +9,10 @@ from types import MappingProxyType
 from .base import Algorithm, LoweringContext
 from .alltoall import DIRECT, PAIRWISE
 from .nvls import NVLS
+from .nvls_tree import NVLS_TREE
 from .p2p import SENDRECV
 from .ring import RING
 
-ALGORITHMS = MappingProxyType({a.name: a for a in (RING, NVLS, SENDRECV, PAIRWISE, DIRECT)})
+ALGORITHMS = MappingProxyType({a.name: a for a in (RING, NVLS, NVLS_TREE, SENDRECV, PAIRWISE, DIRECT)})
 
 __all__ = ["ALGORITHMS", "Algorithm", "LoweringContext"]

@@ -91,19 +91,25 @@ class LoweringContext:
             nics_per_server=min(len(i.nics) for i in infos),
         )
 
-    def chain_rates(self, chains: list[np.ndarray]) -> np.ndarray:
+    def chain_rates(self, chains: list[np.ndarray], weights: list[np.ndarray] | None = None) -> np.ndarray:
         """Equal-share rate of each chain's link list (the tuner's static bandwidth estimate),
         bounded by what its network connections can stream."""
-        rates = equal_share_rates(chains, self.topology.link_capacity_bytes_per_s)
-        caps = np.array([connection_cap(self.topology, path, self.qps_per_connection) for path in chains])
+        rates = equal_share_rates(chains, self.topology.link_capacity_bytes_per_s, weights)
+        caps = np.array([connection_cap(self.topology, path, self.qps_per_connection,
+                                        None if weights is None else weights[i]) for i, path in enumerate(chains)])
         return np.minimum(rates, caps) if len(chains) else rates
 
 
-def connection_cap(topology: Topology, path: np.ndarray, qps_per_connection: int = 1) -> float:
-    """Most one connection over ``path`` can stream: QPs x the tightest per-connection link limit."""
+def connection_cap(topology: Topology, path: np.ndarray, qps_per_connection: int = 1,
+                   weights: np.ndarray | None = None) -> float:
+    """Most one connection (chain) over ``path`` can stream: QPs x the tightest per-connection
+    link limit, where a link the chain loads with weight w limits it to limit / w."""
     if path.size == 0:
         return float("inf")
-    return qps_per_connection * float(topology.link_flow_cap_bytes_per_s[path].min())
+    limits = topology.link_flow_cap_bytes_per_s[path]
+    if weights is not None:
+        limits = limits / weights
+    return qps_per_connection * float(limits.min())
 
 
 def edge_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes, src: int, dst: int, *, flow_key: int = 0,

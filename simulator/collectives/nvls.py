@@ -94,11 +94,12 @@ class NvlsAlgorithm:
         elt = DTYPE_BYTES[collective.dtype]
         edges = self._edges(collective)
         src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
+        # legs into and out of the NVSwitch run at its reduction efficiency; network legs do not
+        scale = np.where((src < 0) | (dst < 0), 1.0 / self._efficiency(collective, ctx), 1.0)
         step = Step.of(src=src, dst=dst, nbytes=count * elt, chain=chain, latency_s=NVLS_LATENCY_US * 1e-6,
-                       label=f"nvls {collective.kind.value}")
+                       label=f"nvls {collective.kind.value}", wire_scale=scale)
         return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                        steps=(step,), wire_factor=1.0 / self._efficiency(collective, ctx),
-                        innet_nodes=self._innet(collective, ctx))
+                        steps=(step,), innet_nodes=self._innet(collective, ctx))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         offset, count = self._shards(collective)
@@ -119,15 +120,16 @@ class NvlsAlgorithm:
             return NVLS_LATENCY_US * 1e-6, 0.0
 
         def busiest_share():
-            # every chain moves one shard; rate = bottleneck share of the busiest link
-            innet = self._innet(collective, ctx)
+            # every chain moves one shard; rate = bottleneck share of the busiest link, with the
+            # NVSwitch legs weighted by 1 / reduction efficiency as in the schedule
+            innet, eff = self._innet(collective, ctx), self._efficiency(collective, ctx)
             paths: dict[int, list[np.ndarray]] = {}
             for s, d, _, chain in self._edges(collective):
                 paths.setdefault(chain, []).append(edge_path(ctx.router, ctx.rank_gpu, innet, s, d))
-            return float(ctx.chain_rates([np.concatenate(p) for p in paths.values()]).min())
+            chains = [np.concatenate(p) for p in paths.values()]
+            return float(ctx.chain_rates(chains, [np.full(c.shape[0], 1.0 / eff) for c in chains]).min())
         rate = ctx.cached(("nvls-rate", collective.group, collective.kind), busiest_share)
-        shard_bytes = collective.nbytes / collective.nranks
-        time_s = shard_bytes / (rate * self._efficiency(collective, ctx))
+        time_s = collective.nbytes / collective.nranks / rate
         return NVLS_LATENCY_US * 1e-6, collective.nbytes / time_s
 
 

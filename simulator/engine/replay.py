@@ -9,7 +9,8 @@ Step flows become network flows here (``network_flows``): each flow's path comes
 router (GPU of the source rank to GPU of the destination rank, ECMP key = channel, like one QP
 per channel connection); the flows of a chain (one pipelined ring channel) merge into a single
 network flow over the union of their links, each link weighted by its edge's share of the
-chain's bytes. Bytes become wire bytes with the protocol's wire factor; the protocol's payload
+chain's bytes. Bytes become wire bytes with the protocol's wire factor (and the step's per-flow
+wire scale); the protocol's payload
 cap becomes a wire-rate cap, and a flow that leaves a server is also capped by what its network
 connection streams (per-QP limit x QPs per connection). A transfer's path latency is the largest
 of its flows'.
@@ -46,27 +47,28 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
     edge_paths = [edge_path(router, rank_gpu, schedule.innet_nodes, s, d, flow_key=c, pxn=schedule.pxn)
                   for s, d, c in zip(step.src.tolist(), step.dst.tolist(), step.channel.tolist())]
     latency = max((topology.path_latency_s(p) for p in edge_paths), default=0.0)
+    wire_bytes = step.nbytes.astype(np.float64) * (1.0 if step.wire_scale is None else step.wire_scale)
     paths, weights, nbytes = [], [], []
     independent = np.flatnonzero(step.chain < 0)
     for i in independent.tolist():
         paths.append(edge_paths[i])
         weights.append(np.ones(edge_paths[i].shape[0]))
-        nbytes.append(float(step.nbytes[i]))
+        nbytes.append(float(wire_bytes[i]))
     chained = np.flatnonzero(step.chain >= 0)
     if chained.size:
         order = chained[np.argsort(step.chain[chained], kind="stable")]
-        chain_ids, starts = np.unique(step.chain[order], return_index=True)
+        _, starts = np.unique(step.chain[order], return_index=True)
         for members in np.split(order, starts[1:]):
-            sizes = step.nbytes[members].astype(np.float64)
+            sizes = wire_bytes[members]
             top = sizes.max()
             if top <= 0:
                 continue
             used = members[sizes > 0]
             paths.append(np.concatenate([edge_paths[i] for i in used.tolist()]))
-            weights.append(np.concatenate([np.full(edge_paths[i].shape[0], step.nbytes[i] / top)
+            weights.append(np.concatenate([np.full(edge_paths[i].shape[0], wire_bytes[i] / top)
                                            for i in used.tolist()]))
             nbytes.append(top)
-    caps = np.array([min(cap, connection_cap(topology, path, qps_per_connection)) for path in paths])
+    caps = np.array([min(cap, connection_cap(topology, path, qps_per_connection, w)) for path, w in zip(paths, weights)])
     return NetworkFlows(paths=paths, weights=weights, wire_bytes=np.asarray(nbytes) * wire,
                         caps_bytes_per_s=caps, latency_s=latency)
 

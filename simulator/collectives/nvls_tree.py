@@ -1,0 +1,199 @@
+"""NVLSTree: NVLS inside each server, a double binary tree of servers across the network.
+
+all_reduce only (multi-node, Hopper and later). Per shard q of the buffer (n_local shards, shard
+q owned by local GPU q of every server):
+
+1. NVLS reduce inside each server: every local GPU sends its copy of shard q to the NVSwitch,
+   which sends the server's sum to GPU q;
+2. the GPUs q of all servers all-reduce the shard over a binary tree of servers (reduce up to
+   the root, broadcast back down), through their own NICs, so each shard stays on one rail;
+   shards alternate between two complementary trees (NCCL's double binary tree: a server that
+   is inner in one tree is a leaf in the other), which balances the NICs;
+3. NVLS multicast inside each server: GPU q sends the total once, the switch copies it to all.
+
+NCCL pipelines the three stages, so each shard is one chain over all its links. Per GPU the
+NVLinks carry what single-server NVLS carries ((n+1)/n S each way, at the switch's reduction
+efficiency); the NIC of rail q carries shard q once per tree edge. Worked number, 2x 8 H100
+with 8x NDR: NVLink bound 0.85 x 370.8 / 9 = 35.0 GB/s per shard vs NIC 49.7 GB/s, so
+algbw = 8 x 35.0 = 280 GB/s, busbw 525 GB/s (measured: 469 GB/s).
+
+Latency (tuning.cc): NVLS intra latency 25 us + 2 log2(nNodes) x 20.9 us (NET, NVLSTree, Simple).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
+
+from ..schedule import DataStep, Schedule, Step
+from .base import LoweringContext, edge_path, split_evenly
+from .nvls import NVLS_LATENCY_US
+
+# hwLatencies[NET][NVLSTree][Simple] (tuning.cc, NCCL 2.30.7)
+NVLSTREE_NET_LATENCY_US = 20.9
+
+
+def binary_tree(order: list[int]) -> dict[int, int]:
+    """parent of each element of ``order`` in a complete binary tree laid out in that order."""
+    return {order[i]: order[(i - 1) // 2] for i in range(1, len(order))}
+
+
+def double_binary_tree(nnodes: int) -> tuple[dict[int, int], dict[int, int]]:
+    """Two complementary trees over 0..nnodes-1: the second is the first on the reversed order,
+    so the first tree's leaves (its second half) are mostly inner nodes of the second."""
+    order = list(range(nnodes))
+    return binary_tree(order), binary_tree(order[::-1])
+
+
+def levels(parent: dict[int, int], root: int) -> list[list[int]]:
+    """Nodes by depth (root first)."""
+    children: dict[int, list[int]] = {}
+    for child, p in parent.items():
+        children.setdefault(p, []).append(child)
+    out, frontier = [], [root]
+    while frontier:
+        out.append(frontier)
+        frontier = [c for node in frontier for c in sorted(children.get(node, []))]
+    return out
+
+
+class NvlsTreeAlgorithm:
+    name = "nvlstree"
+    kinds = frozenset({CollectiveKind.ALL_REDUCE})
+    protocols = ("Simple",)
+
+    def supported(self, collective: Collective, ctx: LoweringContext) -> str | None:
+        layout = ctx.layout(collective.group)
+        if layout.nnodes < 2:
+            return "NVLSTree needs at least 2 servers (one server: nvls)"
+        infos = [ctx.topology.servers[s] for s in layout.servers]
+        if any(i.nvls_efficiency <= 0 for i in infos):
+            return "NVLSTree needs NVLink SHARP in every server (Hopper or later NVSwitch)"
+        if len({len(r) for r in layout.ranks_by_server}) != 1 or layout.ppn < 2:
+            return "NVLSTree needs the same number (>= 2) of GPUs on every server"
+        return None
+
+    # ---- structure ---------------------------------------------------------------------------
+    def _parts(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+        """Sub-shards j = q + ppn*c (owner: local GPU q, channel c), their (offset, count), the
+        tree each uses ((q + c) mod 2, so each NIC serves both trees) and the two trees."""
+        layout = ctx.layout(collective.group)
+        per_gpu = max(1, nchannels // layout.ppn)
+        nshards = layout.ppn * per_gpu
+        elements = collective.nbytes // DTYPE_BYTES[collective.dtype]
+        count = split_evenly(elements, nshards)
+        offset = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+        owner = [j % layout.ppn for j in range(nshards)]
+        tree_of = [(j % layout.ppn + j // layout.ppn) % 2 for j in range(nshards)]
+        return layout, offset, count, owner, tree_of, double_binary_tree(layout.nnodes)
+
+    @staticmethod
+    def _buffers(m: int) -> tuple[int, int]:
+        return -(2 * m + 1), -(2 * m + 2)          # reduce, multicast buffer of server m
+
+    def _edges(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+        """(src, dst, elements, chain) of every edge; chain = sub-shard."""
+        layout, _, count, owner, tree_of, trees = self._parts(collective, ctx, nchannels)
+        edges = []
+        for j, q in enumerate(owner):
+            parent = trees[tree_of[j]]
+            owners = [ranks[q] for ranks in layout.ranks_by_server]
+            for m, ranks in enumerate(layout.ranks_by_server):
+                red, mc = self._buffers(m)
+                edges += [(p, red, count[j], j) for p in ranks]
+                edges.append((red, owners[m], count[j], j))
+                edges.append((owners[m], mc, count[j], j))
+                edges += [(mc, p, count[j], j) for p in ranks]
+            for child, par in parent.items():
+                edges.append((owners[child], owners[par], count[j], j))     # reduce up
+                edges.append((owners[par], owners[child], count[j], j))     # broadcast down
+        return edges
+
+    def _innet(self, collective: Collective, ctx: LoweringContext) -> dict[int, int]:
+        layout = ctx.layout(collective.group)
+        out = {}
+        for m, server in enumerate(layout.servers):
+            for buf in self._buffers(m):
+                out[buf] = ctx.topology.servers[server].nvswitch
+        return out
+
+    def _efficiency(self, collective: Collective, ctx: LoweringContext) -> float:
+        layout = ctx.layout(collective.group)
+        return min(ctx.topology.servers[s].nvls_efficiency for s in layout.servers)
+
+    def _latency_s(self, collective: Collective, ctx: LoweringContext) -> float:
+        nnodes = ctx.layout(collective.group).nnodes
+        return (NVLS_LATENCY_US + 2 * math.log2(nnodes) * NVLSTREE_NET_LATENCY_US) * 1e-6
+
+    # ---- interface ---------------------------------------------------------------------------
+    def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
+        reason = self.supported(collective, ctx)
+        if reason:
+            raise ValueError(f"algorithm nvlstree: {reason}")
+        if protocol != "Simple":
+            raise ValueError(f"protocol: NVLSTree runs only with Simple, not {protocol!r}")
+        elt = DTYPE_BYTES[collective.dtype]
+        edges = self._edges(collective, ctx, nchannels)
+        src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
+        # legs into and out of the NVSwitch run at its reduction efficiency; network legs do not
+        scale = np.where((src < 0) | (dst < 0), 1.0 / self._efficiency(collective, ctx), 1.0)
+        step = Step.of(src=src, dst=dst, nbytes=count * elt, chain=chain, channel=chain,
+                       latency_s=self._latency_s(collective, ctx), label="nvlstree all_reduce", wire_scale=scale)
+        return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
+                        steps=(step,), innet_nodes=self._innet(collective, ctx))
+
+    def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
+        layout, offset, count, owner, tree_of, trees = self._parts(collective, ctx, nchannels)
+        servers = layout.ranks_by_server
+        shards = list(enumerate(owner))
+        steps = [
+            DataStep.of([(p, self._buffers(m)[0], offset[j], count[j]) for m, ranks in enumerate(servers)
+                         for p in ranks for j, _ in shards], reduce=True),
+            DataStep.of([(self._buffers(m)[0], ranks[q], offset[j], count[j])
+                         for m, ranks in enumerate(servers) for j, q in shards]),
+        ]
+        depth_of = [levels(trees[t], 0 if t == 0 else layout.nnodes - 1) for t in (0, 1)]
+        depth = max(len(d) for d in depth_of)
+
+        def at(level: int, j: int) -> list[int]:
+            d = depth_of[tree_of[j]]
+            return d[level] if level < len(d) else []
+        for level in range(depth - 1, 0, -1):           # reduce up, deepest level first
+            steps.append(DataStep.of([(servers[child][q], servers[trees[tree_of[j]][child]][q], offset[j], count[j])
+                                      for j, q in shards for child in at(level, j)], reduce=True))
+        for level in range(1, depth):                    # broadcast down
+            steps.append(DataStep.of([(servers[trees[tree_of[j]][child]][q], servers[child][q], offset[j], count[j])
+                                      for j, q in shards for child in at(level, j)]))
+        steps.append(DataStep.of([(ranks[q], self._buffers(m)[1], offset[j], count[j])
+                                  for m, ranks in enumerate(servers) for j, q in shards]))
+        steps.append(DataStep.of([(self._buffers(m)[1], p, offset[j], count[j])
+                                  for m, ranks in enumerate(servers) for p in ranks for j, _ in shards]))
+        return tuple(steps)
+
+    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
+                 nchannels: int) -> tuple[float, float]:
+        latency = self._latency_s(collective, ctx)
+        if self.supported(collective, ctx) or protocol != "Simple":
+            return latency, 0.0
+
+        def chain_rate():
+            innet, eff = self._innet(collective, ctx), self._efficiency(collective, ctx)
+            paths: dict[int, list[np.ndarray]] = {}
+            weights: dict[int, list[np.ndarray]] = {}
+            for s, d, _, chain in self._edges(collective, ctx, nchannels):
+                path = edge_path(ctx.router, ctx.rank_gpu, innet, s, d, flow_key=chain)
+                paths.setdefault(chain, []).append(path)
+                weights.setdefault(chain, []).append(np.full(path.shape[0], 1.0 / eff if min(s, d) < 0 else 1.0))
+            chains = list(paths)
+            rates = ctx.chain_rates([np.concatenate(paths[c]) for c in chains],
+                                    [np.concatenate(weights[c]) for c in chains])
+            return float(rates.min()), len(chains)
+        rate, nshards = ctx.cached(("nvlstree-rate", collective.group, nchannels), chain_rate)
+        time_s = collective.nbytes / nshards / rate
+        return latency, collective.nbytes / time_s
+
+
+NVLS_TREE = NvlsTreeAlgorithm()

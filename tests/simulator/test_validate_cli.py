@@ -1,0 +1,224 @@
+"""`fabricsim validate`: the error table per series, its formats, --series, --data, --plot."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+from simulator.validation import (SERIES, TABLE_COLUMNS, compare, data_series, read_table, run_validation,
+                                  select_series, summarise)
+
+A100_TABLE = "a100_sxm4_80gb_1node_8gpu.csv"
+A100_MPIRUN = "A100 8 GPU all_reduce, mpirun -np 8"
+REGIMES = ("latency", "bandwidth", "all")
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return {r.series.name: r for r in run_validation()}
+
+
+@pytest.fixture(scope="module")
+def table_and_plots(tmp_path_factory):
+    """One full `validate --plot DIR` run (table format), shared by the tests below."""
+    plots = tmp_path_factory.mktemp("plots")
+    import contextlib
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["validate", "--plot", str(plots)])
+    return code, out.getvalue(), err.getvalue(), plots
+
+
+def test_table_has_one_line_per_series_and_a_pooled_line(table_and_plots, reports):
+    code, out, err, _ = table_and_plots
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    body = [line for line in lines if line and not line.startswith(("#", "-")) and "median" not in line
+            and "latency (" not in line]
+    names = [s.name for s in SERIES] + ["all tables"]
+    assert len(body) == len(names)
+    for line, name in zip(body, names):
+        assert line.startswith(name)
+        fields = line[len(name):].split()
+        assert len(fields) == 9              # n, median, p90 for latency, bandwidth, all sizes
+        summary = (summarise([c for r in reports.values() for c in r.comparisons]) if name == "all tables"
+                   else reports[name].summary)
+        for i, regime in enumerate(REGIMES):
+            n, median, p90 = fields[3 * i: 3 * i + 3]
+            assert int(n) == summary[regime]["n"]
+            for text, value in ((median, summary[regime]["median"]), (p90, summary[regime]["p90"])):
+                assert text == ("-" if math.isnan(value) else f"{value:.1%}")
+
+
+def test_plot_writes_one_png_per_series(table_and_plots):
+    _, out, _, plots = table_and_plots
+    pngs = sorted(plots.glob("*.png"))
+    assert len(pngs) == len(SERIES) == len({p.name for p in pngs})
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000 for p in pngs)
+    assert f"wrote {len(SERIES)} plot(s)" in out
+
+
+def test_csv_numbers_are_summarise_of_compare(capsys, reports):
+    code, out, err = run(capsys, "validate", "--format", "csv")
+    assert code == 0 and err == ""
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["table"] for r in rows] == [s.name for s in SERIES] + ["all tables"]
+    pooled = summarise([c for r in reports.values() for c in r.comparisons])
+    for row in rows:
+        summary = pooled if row["table"] == "all tables" else reports[row["table"]].summary
+        for regime in REGIMES:
+            assert int(row[f"{regime}_n"]) == summary[regime]["n"]
+            for stat in ("median", "p90"):
+                value = summary[regime][stat]
+                if math.isnan(value):
+                    assert row[f"{regime}_{stat}"] == ""
+                else:   # written with 6 significant digits
+                    assert float(row[f"{regime}_{stat}"]) == pytest.approx(value, rel=1e-5)
+    # the pooled line counts every row of every series
+    assert int(rows[-1]["all_n"]) == sum(int(r["all_n"]) for r in rows[:-1])
+
+
+def test_series_filter_and_json(capsys, reports):
+    code, out, _ = run(capsys, "validate", "--series", "a100", "--format", "json")
+    assert code == 0
+    data = json.loads(out)
+    names = [t["name"] for t in data["tables"]]
+    assert names == [s.name for s in SERIES if "a100" in s.name.lower()] and len(names) == 3
+    assert data["all_tables"]["all"]["n"] == sum(t["all"]["n"] for t in data["tables"])
+    for table in data["tables"]:
+        expected = reports[table["name"]].summary
+        assert table["bandwidth"]["median"] == pytest.approx(expected["bandwidth"]["median"])
+        assert table["latency"]["n"] == expected["latency"]["n"]
+    assert data["latency_max_bytes"] == 64 * 1024 and data["bandwidth_min_bytes"] == 64 * 1024 * 1024
+
+
+def _write_table(path: Path, rows: list[dict[str, str]], columns=TABLE_COLUMNS) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(columns), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _mpirun_rows() -> list[dict[str, str]]:
+    return [r for r in read_table(A100_TABLE) if "run 2" in r["source"]]
+
+
+def test_data_file_gives_the_same_errors_as_the_shipped_series(capsys, tmp_path, reports):
+    # the mpirun series is every run-2 row of the A100 table with NCCL's own choices and -g 1:
+    # the same rows as a user's file give the same summary
+    path = _write_table(tmp_path / "mine.csv", _mpirun_rows())
+    code, out, err = run(capsys, "validate", "--data", path, "--format", "csv")
+    assert code == 0 and err == ""
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rows[0]["table"] == "mine.csv"
+    expected = reports[A100_MPIRUN].summary
+    for regime in REGIMES:
+        assert int(rows[0][f"{regime}_n"]) == expected[regime]["n"]
+        assert float(rows[0][f"{regime}_median"]) == pytest.approx(expected[regime]["median"], rel=1e-5)
+
+
+def test_data_file_with_system_option_and_unknown_gpu(capsys, tmp_path, reports):
+    rows = [dict(r, gpu="our lab's GPUs") for r in _mpirun_rows()]
+    path = _write_table(tmp_path / "lab.csv", rows)
+    code, _, err = run(capsys, "validate", "--data", path)
+    assert code == 2 and "gpu" in err and "line 2" in err
+    code, out, err = run(capsys, "validate", "--data", path, "--system", "dgx-a100", "--format", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["tables"][0]["all"]["median"] == pytest.approx(reports[A100_MPIRUN].summary["all"]["median"])
+    assert "system dgx-a100" in data["tables"][0]["settings"]
+
+
+def test_data_file_with_busbw_only_rows(tmp_path):
+    # time_us may be empty when busbw is given: t = size / (busbw / busbw factor), all_reduce factor 2(n-1)/n
+    rows = [dict(r, time_us="") for r in _mpirun_rows() if int(r["size_bytes"]) >= 1 << 26]
+    comparisons = compare(data_series(_write_table(tmp_path / "busbw.csv", rows)))
+    for c, r in zip(comparisons, rows):
+        algbw = float(r["busbw_GBps"]) / (2 * 7 / 8)
+        assert c.t_meas_us == pytest.approx(int(r["size_bytes"]) / (algbw * 1e9) * 1e6)
+
+
+def _bad(rows, line, **change):
+    rows = [dict(r) for r in rows]
+    rows[line - 2].update(change)
+    return rows
+
+
+@pytest.mark.parametrize("case,needles", [
+    ("missing_column", ("line 1", "size_bytes", "missing")),
+    ("bad_size", ("line 5", "size_bytes", "'6x4'")),
+    ("bad_time", ("line 3", "time_us", "'fast'")),
+    ("negative_time", ("line 4", "time_us", "'-1'")),
+    ("unknown_collective", ("line 7", "collective", "'allreduse'")),
+    ("bad_nranks", ("line 2", "nranks", "'eight'")),
+    ("uneven_nodes", ("line 2", "nranks", "nnodes")),
+    ("no_time_no_busbw", ("line 6", "busbw_GBps", "time_us is empty")),
+    ("unknown_gpu", ("line 9", "gpu", "'MI300X'")),
+    ("too_many_gpus", ("line 2", "16 GPUs", "gpus_per_node")),
+    ("no_rows", ("no data rows",)),
+    ("no_file", ("no such file",)),
+])
+def test_bad_data_file_is_one_line_naming_file_line_and_field(capsys, tmp_path, case, needles):
+    rows = _mpirun_rows()
+    path = tmp_path / f"{case}.csv"
+    if case == "missing_column":
+        _write_table(path, rows, columns=[c for c in TABLE_COLUMNS if c != "size_bytes"])
+    elif case == "no_file":
+        path = tmp_path / "absent.csv"
+    elif case == "no_rows":
+        _write_table(path, [])
+    else:
+        change = {"bad_size": (5, {"size_bytes": "6x4"}), "bad_time": (3, {"time_us": "fast"}),
+                  "negative_time": (4, {"time_us": "-1"}), "unknown_collective": (7, {"collective": "allreduse"}),
+                  "bad_nranks": (2, {"nranks": "eight"}), "uneven_nodes": (2, {"nranks": "9", "nnodes": "2"}),
+                  "no_time_no_busbw": (6, {"time_us": "", "busbw_GBps": ""}),
+                  "unknown_gpu": (9, {"gpu": "MI300X"}),
+                  "too_many_gpus": (2, {"nranks": "16"})}[case]
+        _write_table(path, _bad(rows, change[0], **change[1]))
+    code, out, err = run(capsys, "validate", "--data", path)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fabricsim: error:") and "Traceback" not in err
+    assert path.name in lines[0]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["validate", "--system", "dgx-a100"], "--data"),
+    (["validate", "--algo", "ring"], "--data"),
+    (["validate", "--series", "no such series"], "series"),
+    (["validate", "--format", "xml"], "format"),
+    (["validate", "--channels", "0"], "channels"),
+])
+def test_bad_validate_options_are_one_line(capsys, argv, needle):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and needle in err
+
+
+def test_read_table_takes_a_path_or_a_shipped_name(tmp_path):
+    shipped = read_table(A100_TABLE)
+    copy = tmp_path / A100_TABLE
+    _write_table(copy, shipped)
+    assert read_table(copy) == read_table(str(copy)) == shipped
+
+
+def test_select_series():
+    assert select_series() == SERIES
+    assert [s.name for s in select_series("MPIRUN")] == [A100_MPIRUN]
+    with pytest.raises(ValueError, match="matches no series"):
+        select_series("zzz")
