@@ -59,6 +59,8 @@ class Series:
     settings: str = ""                           # how the measurement ran, in words
     system: str | None = None                    # system preset (None: from each row's gpu column)
     protocol: str | None = None                  # forced protocol (NCCL_PROTO), None: NCCL's choice
+    nvls: bool = True                            # NCCL_NVLS_ENABLE
+    qps_per_connection: int = 1                  # NCCL_IB_QPS_PER_CONNECTION
 
 
 SERIES = (
@@ -68,7 +70,7 @@ SERIES = (
            where=(("interconnect", "algo Ring"),), algorithm="ring", gpus_per_process=8,
            settings="NCCL_NVLS_ENABLE=0 for all_reduce; all_gather/reduce_scatter default (Ring)"),
     Series(name="H200/B200 all_reduce 8 GiB by GPU count, NVLS off", file="nvls_vs_ring_gpucount_h200_b200_mleng.csv",
-           where=(("interconnect", "NCCL_NVLS_ENABLE=0"),), algorithm="ring", settings="NCCL_NVLS_ENABLE=0"),
+           where=(("interconnect", "NCCL_NVLS_ENABLE=0"),), nvls=False, settings="NCCL_NVLS_ENABLE=0"),
     Series(name="A100 8 GPU all_reduce, one process -g 8", file="a100_sxm4_80gb_1node_8gpu.csv",
            where=(("source", "run 1"),), gpus_per_process=8, settings="-g 8; default NCCL choice; no NVLS on A100"),
     Series(name="A100 8 GPU all_reduce, mpirun -np 8", file="a100_sxm4_80gb_1node_8gpu.csv",
@@ -77,7 +79,7 @@ SERIES = (
            settings="default NCCL choice, 8x HDR per node"),
     Series(name="2x H100 NDR all_reduce, Ring + MIN_CTAS=24 + QPS=2", file="h100_ib_ndr_multinode_issue309.csv",
            where=(("notes", "NCCL_ALGO=Ring NCCL_MIN_CTAS=24"),), algorithm="ring", nchannels=24,
-           settings="NCCL_ALGO=Ring NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2"),
+           qps_per_connection=2, settings="NCCL_ALGO=Ring NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2"),
     Series(name="B200 1 node all_gather/reduce_scatter", file="b200_vultr_hgx_1node_2node_allcoll.csv",
            collectives=("all_gather", "reduce_scatter"), nnodes=1, algorithm="ring",
            settings="default (Ring for AG/RS on one node)"),
@@ -87,6 +89,32 @@ SERIES = (
     Series(name="8x RTX 4090 PCIe all_reduce, P2P off", file="rtx4090_8gpu_pcie_p2p_off_on.csv",
            where=(("interconnect", "stock driver"),), gpus_per_process=8,
            settings="stock driver, P2P off (through host), -g 8"),
+    # ---- NCCL's default choice (NVLS, NVLSTree, alltoall, point-to-point) -------------------------
+    Series(name="DGX H100 all_reduce, default (NVLS)", file="h100_dgx_1node_nvdgxc.csv", ring_only=False,
+           settings="NVIDIA dgxc recipe, default NCCL choice"),
+    Series(name="H200 8 GPU all_reduce 16 GiB, NVLS", file="h200_8gpu_16GiB_collectives_mleng.csv",
+           where=(("interconnect", "algo NVLS"),), gpus_per_process=8, ring_only=False, settings="NCCL_NVLS_ENABLE=1"),
+    Series(name="H200/B200 all_reduce 8 GiB by GPU count, default", file="nvls_vs_ring_gpucount_h200_b200_mleng.csv",
+           where=(("interconnect", "NVLS default"),), ring_only=False, settings="default (NVLS allowed)"),
+    Series(name="B200 1 node all_reduce, default (NVLS)", file="b200_vultr_hgx_1node_2node_allcoll.csv",
+           collectives=("all_reduce",), nnodes=1, ring_only=False, settings="default"),
+    Series(name="B200 1 node alltoall", file="b200_vultr_hgx_1node_2node_allcoll.csv",
+           collectives=("alltoall",), nnodes=1, ring_only=False, settings="default"),
+    Series(name="B200 1 node sendrecv", file="b200_vultr_hgx_1node_2node_allcoll.csv",
+           collectives=("sendrecv",), nnodes=1, ring_only=False, settings="default"),
+    Series(name="2x B200 NDR all_reduce, default (NVLSTree)", file="b200_vultr_hgx_1node_2node_allcoll.csv",
+           collectives=("all_reduce",), nnodes=2, ring_only=False, settings="default"),
+    Series(name="2x B200 NDR alltoall", file="b200_vultr_hgx_1node_2node_allcoll.csv",
+           collectives=("alltoall",), nnodes=2, ring_only=False, settings="default"),
+    Series(name="2x B200 NDR sendrecv", file="b200_vultr_hgx_1node_2node_allcoll.csv",
+           collectives=("sendrecv",), nnodes=2, ring_only=False, settings="default"),
+    Series(name="H100 NDR 2 and 4 nodes all_reduce, default (XE9680)", file="h100_ib_ndr_multinode_issue309.csv",
+           where=(("notes", "default algo"),), ring_only=False, settings="default NCCL 2.26.2"),
+    Series(name="H100 NDR 2/4/8 nodes all_reduce, default", file="h100_ib_ndr_multinode_issue309.csv",
+           where=(("notes", "default env"),), ring_only=False, settings="default"),
+    Series(name="8x H100 NDR all_reduce, MIN_CTAS=24 + QPS=2", file="h100_ib_ndr_multinode_issue309.csv",
+           where=(("notes", "NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2"),), nnodes=8, nchannels=24,
+           qps_per_connection=2, ring_only=False, settings="NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2"),
 )
 
 
@@ -244,7 +272,8 @@ def compare(series: Series, *, net_model: str = "flow") -> list[Comparison]:
     out = []
     config = SimConfig(network_model=net_model,
                        collectives=CollectivePolicy(algorithm=series.algorithm, protocol=series.protocol,
-                                                    nchannels=series.nchannels))
+                                                    nchannels=series.nchannels, nvls=series.nvls,
+                                                    qps_per_connection=series.qps_per_connection))
     for (collective, nranks, nnodes, gpu), rows in groups.items():
         kind = CollectiveKind.parse(collective)
         sizes = sorted({int(r["size_bytes"]) for r in rows})
