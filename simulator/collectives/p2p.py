@@ -1,7 +1,8 @@
 """Point-to-point: nccl-tests' sendrecv (rank r sends S bytes to r+1 and receives from r-1).
 
-Each rank's message is split over ``nchannels`` independent flows (NCCL spreads a peer
-connection over several channels); flows are not chained: every pair progresses on its own.
+Each rank's message is split over independent flows: ``nchannels`` of them between GPUs of one
+server, ``NET_CONNECTIONS_PER_PEER`` network connections between servers; flows are not chained:
+every pair progresses on its own.
 Latency: NCCL's per-hop latency for the protocol, one hop (network hop when the pair spans two
 servers); small messages go LL (NCCL_P2P_LL_THRESHOLD, 16 KiB by default), larger ones Simple.
 """
@@ -18,6 +19,17 @@ from .base import LoweringContext, split_evenly
 
 # NCCL's default NCCL_P2P_LL_THRESHOLD (src/init.cc / enqueue.cc): 16 KiB.
 P2P_LL_THRESHOLD_BYTES = 16384
+
+# Network connections one point-to-point peer pair streams over. Measured: one sendrecv pair
+# between two HGX B200 servers moves 19.6 GB/s, one NIC connection's worth (NicSpec
+# connection_bytes_per_s = 20 GB/s), not the NIC's 49.7 GB/s.
+NET_CONNECTIONS_PER_PEER = 1
+
+
+def pair_channels(ctx: LoweringContext, src_rank: int, dst_rank: int, nchannels: int) -> int:
+    """Channels (parallel flows) of one point-to-point pair: all of them inside a server, the
+    peer's network connections across servers."""
+    return NET_CONNECTIONS_PER_PEER if ctx.server(src_rank) != ctx.server(dst_rank) else nchannels
 
 
 class SendRecv:
@@ -38,13 +50,24 @@ class SendRecv:
                                          nnodes=layout.nnodes, ppn=layout.ppn, intra=layout.intra,
                                          cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=1)
 
+    def _flows(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+        """(src, dst, element offset, elements, channel) of every flow."""
+        elements = collective.nbytes // DTYPE_BYTES[collective.dtype]
+        if collective.nranks < 2:
+            return []
+        out = []
+        for a, b in zip(*self._pairs(collective)):
+            pieces = split_evenly(elements, pair_channels(ctx, int(a), int(b), nchannels))
+            starts = np.concatenate([[0], np.cumsum(pieces)[:-1]])
+            out += [(int(a), int(b), int(o), int(c), k) for k, (o, c) in enumerate(zip(starts, pieces))]
+        return out
+
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
-        src, dst = self._pairs(collective) if collective.nranks > 1 else (np.zeros(0, np.int64),) * 2
-        pieces = split_evenly(collective.nbytes, nchannels, DTYPE_BYTES[collective.dtype])
-        npairs = src.shape[0]
-        step = Step.of(src=np.repeat(src, nchannels), dst=np.repeat(dst, nchannels),
-                       nbytes=np.tile(pieces, npairs), channel=np.tile(np.arange(nchannels), npairs),
-                       latency_s=self._latency(collective, ctx, protocol), label="sendrecv")
+        flows = self._flows(collective, ctx, nchannels)
+        elt = DTYPE_BYTES[collective.dtype]
+        step = Step.of(src=[f[0] for f in flows], dst=[f[1] for f in flows], nbytes=[f[3] * elt for f in flows],
+                       channel=[f[4] for f in flows], latency_s=self._latency(collective, ctx, protocol),
+                       label="sendrecv")
         layout = ctx.layout(collective.group)
         return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
                         steps=(step,), pxn=ctx.router.pxn, wire_factor=nccl_model.WIRE_FACTOR[protocol],
@@ -53,15 +76,10 @@ class SendRecv:
                             nnodes=layout.nnodes, nchannels=nchannels))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
-        """Send half of rank q -> receive half of rank q+1, split over channels."""
+        """Send half of rank q -> receive half of rank q+1, split over the pair's channels."""
         elements = collective.nbytes // DTYPE_BYTES[collective.dtype]
-        if collective.nranks < 2:
-            return ()
-        pieces = split_evenly(elements, nchannels)
-        starts = np.concatenate([[0], np.cumsum(pieces)[:-1]])
-        src, dst = self._pairs(collective)
-        return (DataStep.of([(int(a), int(b), int(o), int(c), elements + int(o))
-                             for a, b in zip(src, dst) for o, c in zip(starts, pieces)]),)
+        flows = self._flows(collective, ctx, nchannels)
+        return (DataStep.of([(a, b, o, c, elements + o) for a, b, o, c, _ in flows]),) if flows else ()
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]:
@@ -73,10 +91,14 @@ class SendRecv:
         src, dst = self._pairs(collective)
 
         def rate():
-            paths = [ctx.router.path(ctx.gpu(int(a)), ctx.gpu(int(b)), pxn=ctx.router.pxn) for a, b in zip(src, dst)]
-            return float(ctx.chain_rates([p for p in paths for _ in range(nchannels)]).min())
+            flows = self._flows(collective, ctx, nchannels)
+            paths = [ctx.router.path(ctx.gpu(a), ctx.gpu(b), flow_key=k, pxn=ctx.router.pxn) for a, b, _, _, k in flows]
+            per_pair = {}
+            for (a, b, _, _, _), r in zip(flows, ctx.chain_rates(paths)):
+                per_pair[(a, b)] = per_pair.get((a, b), 0.0) + float(r)
+            return min(per_pair.values())
         wire_rate = ctx.cached(("p2p-rate", collective.group, nchannels), rate)
-        return latency, nchannels * wire_rate / nccl_model.WIRE_FACTOR[protocol]
+        return latency, wire_rate / nccl_model.WIRE_FACTOR[protocol]
 
 
 SENDRECV = SendRecv()
