@@ -12,7 +12,8 @@ from .nvls import NVLS
 from .nvls_tree import NVLS_TREE
 from .p2p import SENDRECV
 from .ring import RING
+from .tree import TREE
 
-ALGORITHMS = MappingProxyType({a.name: a for a in (RING, NVLS, NVLS_TREE, SENDRECV, PAIRWISE, DIRECT)})
+ALGORITHMS = MappingProxyType({a.name: a for a in (RING, TREE, NVLS, NVLS_TREE, SENDRECV, PAIRWISE, DIRECT)})
 
 __all__ = ["ALGORITHMS", "Algorithm", "LoweringContext"]

@@ -25,6 +25,7 @@ all_reduce: L = 6.6 + 14 x 0.6 = 15.0 us (measured small all_reduce on DGX H100:
 
 from __future__ import annotations
 
+import math
 from types import MappingProxyType
 
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -60,6 +61,40 @@ LL_MAX_BW_GBPS = MappingProxyType({
 LL128_MAX_BW_PER_CHANNEL_GBPS = MappingProxyType({
     "volta": 20.0, "ampere": 20.0, "ada": 20.0, "hopper": 36.7, "blackwell": 40.0,
 })
+
+# perChMaxTreeBw / perChMaxTreeLL128Bw [arch] -> (1 node, 2 nodes, >= 3 nodes) in GB/s: per-channel
+# bus-bandwidth ceilings of NCCL's tree kernels (tuning.cc, NCCL 2.30.7)
+PER_CHANNEL_MAX_TREE_GBPS = MappingProxyType({
+    "volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8), "ada": (24.0, 23.6, 17.8),
+    "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0),
+})
+PER_CHANNEL_MAX_TREE_LL128_GBPS = MappingProxyType({
+    "volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0), "ada": (20.0, 20.0, 20.0),
+    "hopper": (36.7, 36.7, 29.0), "blackwell": (55.6, 31.67, 20.0),
+})
+
+# perChMaxNVLSTreeBw [arch] -> (1 node, 2 nodes, >= 3 nodes) in GB/s (tuning.cc, NCCL 2.30.7)
+PER_CHANNEL_MAX_NVLSTREE_GBPS = MappingProxyType({"hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 80.0)})
+
+# treeCorrectionFactor[proto][log2(nbytes / 64)] for 64 B .. 256 MiB (tuning.cc): NCCL's own
+# admission that trees do worse than its model at medium sizes; used for the choice only.
+TREE_CORRECTION = MappingProxyType({
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
+})
+
+
+def node_column(nnodes: int) -> int:
+    """Column of NCCL's per-node-count tables: 1 node, 2 nodes, >= 3 nodes."""
+    return 0 if nnodes == 1 else (1 if nnodes == 2 else 2)
+
+
+def tree_correction(protocol: str, nbytes: int) -> float:
+    table = TREE_CORRECTION[protocol]
+    index = int(math.log2(nbytes / 64)) if nbytes >= 64 else 0
+    return table[min(max(index, 0), len(table) - 1)]
+
 
 # NCCL_NET_OVERHEAD default (tuning.cc): 1 us on Intel/other x86, 2 us on AMD; x3 for Simple.
 NET_OVERHEAD_US = MappingProxyType({"intel": 1.0, "amd": 2.0})

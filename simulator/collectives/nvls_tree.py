@@ -29,7 +29,8 @@ import numpy as np
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
-from .base import LoweringContext, edge_path, split_evenly
+from . import nccl_model
+from .base import LoweringContext, split_evenly
 from .nvls import NVLS_LATENCY_US
 
 # hwLatencies[NET][NVLSTree][Simple] (tuning.cc, NCCL 2.30.7)
@@ -175,25 +176,25 @@ class NvlsTreeAlgorithm:
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]:
+        """NCCL's NVLSTree model (tuning.cc) on this topology: per channel
+        min(NVLink/ch x efficiency x (ch-1)/ch x 2, network/ch (x2 on <= 2 servers), ceiling),
+        bus bandwidth = channels x that, algbw = busbw / (2(n-1)/n). The network bandwidth is the
+        ring's (which includes per-connection limits)."""
+        from .ring import RING
         latency = self._latency_s(collective, ctx)
         if self.supported(collective, ctx) or protocol != "Simple":
             return latency, 0.0
-
-        def chain_rate():
-            innet, eff = self._innet(collective, ctx), self._efficiency(collective, ctx)
-            paths: dict[int, list[np.ndarray]] = {}
-            weights: dict[int, list[np.ndarray]] = {}
-            for s, d, _, chain in self._edges(collective, ctx, nchannels):
-                path = edge_path(ctx.router, ctx.rank_gpu, innet, s, d, flow_key=chain)
-                paths.setdefault(chain, []).append(path)
-                weights.setdefault(chain, []).append(np.full(path.shape[0], 1.0 / eff if min(s, d) < 0 else 1.0))
-            chains = list(paths)
-            rates = ctx.chain_rates([np.concatenate(paths[c]) for c in chains],
-                                    [np.concatenate(weights[c]) for c in chains])
-            return float(rates.min()), len(chains)
-        rate, nshards = ctx.cached(("nvlstree-rate", collective.group, nchannels), chain_rate)
-        time_s = collective.nbytes / nshards / rate
-        return latency, collective.nbytes / time_s
+        layout = ctx.layout(collective.group)
+        first = collective.group[0]
+        info = ctx.topology.servers[ctx.server(first)]
+        nvlink = float(ctx.topology.link_capacity_bytes_per_s[ctx.router.gpu_to_node(ctx.gpu(first), info.nvswitch)].min())
+        intra = nvlink / nchannels * self._efficiency(collective, ctx) * (nchannels - 1) / nchannels * 2
+        _, ring_algbw = RING.estimate(collective, ctx, protocol="Simple", nchannels=nchannels)
+        inter = ring_algbw * collective.busbw_factor / nchannels * (2 if layout.nnodes <= 2 else 1)
+        ceiling = nccl_model.PER_CHANNEL_MAX_NVLSTREE_GBPS.get(layout.arch, (0.0, 0.0, 0.0))[
+            nccl_model.node_column(layout.nnodes)] * 1e9
+        bus = nchannels * min(intra, inter, ceiling)
+        return latency, bus / collective.busbw_factor
 
 
 NVLS_TREE = NvlsTreeAlgorithm()

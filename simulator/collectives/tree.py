@@ -1,0 +1,171 @@
+"""Tree all_reduce (NCCL's Tree): chains inside servers, a double binary tree across them.
+
+Data is split into two halves, one per tree of the double binary tree over servers (a server
+inner in one tree is a leaf in the other), and each half over the channels. For one (tree,
+channel) the data is reduced up the chain of GPUs inside every server to its head GPU (the GPU of
+the channel's NIC), up the tree of servers to the root, then broadcast back down the tree and
+down the chains. NCCL pipelines this in chunks, so each (tree, channel) is one chain over all its
+edges, every edge carrying the same bytes (S / (2 x channels)). Every byte goes up and down the
+tree once, so the network carries S per server each way (a ring carries 2(n-1)/n S), in
+log2(servers) steps instead of 2(n-1).
+
+Latency (tuning.cc): L = baseLat[Tree][p] + 2 ((ppn-1) intraLat + log2(nNodes) interLat), with
+NCCL's Tree per-hop figures. Worked number, 2 servers of 8 H100, LL:
+6.8 + 2 (7 x 0.6 + 1 x 5.0) = 25.2 us (measured 25.0 us, nccl-tests issue 309).
+
+Throughput limits taken from NCCL's model as per-channel caps (the tree kernels' own speed, not
+the wire): Simple perChMaxTreeBw, LL128 perChMaxTreeLL128Bw, LL llMaxBw shared by the channels. For the *choice* the tuner also applies NCCL's tree correction factors
+(tuning.cc: trees do worse than predicted at medium sizes), so Tree is chosen where NCCL would.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
+
+from ..schedule import DataStep, Schedule, Step
+from . import nccl_model
+from .base import LoweringContext, split_evenly
+from .nvls_tree import double_binary_tree, levels
+
+
+class TreeAlgorithm:
+    name = "tree"
+    kinds = frozenset({CollectiveKind.ALL_REDUCE})
+    protocols = nccl_model.PROTOCOLS
+
+    def supported(self, collective: Collective, ctx: LoweringContext) -> str | None:
+        return None if collective.nranks >= 2 else "a tree needs at least 2 ranks"
+
+    # ---- structure ---------------------------------------------------------------------------
+    def _chains(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+        """Per (tree, channel) index k: the ordered GPU chain of every server (head first)."""
+        def build():
+            layout = ctx.layout(collective.group)
+            out = []
+            for k in range(2 * nchannels):
+                c = k // 2
+                servers = []
+                for server, ranks in zip(layout.servers, layout.ranks_by_server):
+                    info = ctx.topology.servers[server]
+                    head = 0
+                    if info.nics:
+                        rail = c % len(info.nics)
+                        on_rail = [i for i, r in enumerate(ranks) if info.nic_of_gpu[ctx.local(r)] == rail]
+                        head = on_rail[0] if on_rail else c % len(ranks)
+                    servers.append(tuple(ranks[head:] + ranks[:head]))
+                out.append(tuple(servers))
+            return tuple(out)
+        return ctx.cached(("tree-chains", collective.group, nchannels), build)
+
+    def _parts(self, collective: Collective, nchannels: int):
+        elements = collective.nbytes // DTYPE_BYTES[collective.dtype]
+        count = split_evenly(elements, 2 * nchannels)
+        offset = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+        return offset, count
+
+    def _edges(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+        """(src, dst, elements, chain k) of every edge, up then down."""
+        layout = ctx.layout(collective.group)
+        trees = double_binary_tree(layout.nnodes)
+        _, count = self._parts(collective, nchannels)
+        edges = []
+        for k, chains in enumerate(self._chains(collective, ctx, nchannels)):
+            parent = trees[k % 2]
+            for chain in chains:
+                edges += [(chain[i], chain[i - 1], count[k], k) for i in range(len(chain) - 1, 0, -1)]
+                edges += [(chain[i - 1], chain[i], count[k], k) for i in range(1, len(chain))]
+            for child, par in parent.items():
+                edges.append((chains[child][0], chains[par][0], count[k], k))
+                edges.append((chains[par][0], chains[child][0], count[k], k))
+        return edges
+
+    def _latency_s(self, collective: Collective, ctx: LoweringContext, protocol: str) -> float:
+        layout = ctx.layout(collective.group)
+        intra = nccl_model.HW_LATENCY_US[layout.intra]["tree"][protocol]
+        inter = nccl_model.HW_LATENCY_US["net"]["tree"][protocol]
+        hops = (layout.ppn - 1) * intra + math.log2(layout.nnodes) * inter
+        return (nccl_model.BASE_LATENCY_US["tree"][protocol] + 2 * hops) * 1e-6
+
+    def _chain_cap(self, ctx: LoweringContext, collective: Collective, protocol: str, nchannels: int) -> float:
+        """Payload-rate ceiling of one (tree, channel) chain from NCCL's per-channel tree limits.
+
+        NCCL: tree algbw = 0.5 x nChannels x per-channel bus ceiling; a channel is two chains
+        here (the two trees), so a chain gets a quarter of the per-channel ceiling.
+        """
+        layout = ctx.layout(collective.group)
+        column = 0 if layout.nnodes == 1 else (1 if layout.nnodes == 2 else 2)
+        if protocol == "Simple":
+            per_channel = nccl_model.PER_CHANNEL_MAX_TREE_GBPS.get(layout.arch, (24.0, 23.6, 17.8))[column] * 1e9
+        elif protocol == "LL128":
+            per_channel = nccl_model.PER_CHANNEL_MAX_TREE_LL128_GBPS.get(layout.arch, (20.0, 20.0, 20.0))[column] * 1e9
+        else:
+            per_channel = nccl_model.ll_max_bw_bytes_per_s(arch=layout.arch, cpu_vendor=layout.cpu_vendor,
+                                                           nnodes=layout.nnodes) / nchannels
+        return per_channel / 4
+
+    # ---- interface ---------------------------------------------------------------------------
+    def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
+        elt = DTYPE_BYTES[collective.dtype]
+        edges = self._edges(collective, ctx, nchannels)
+        src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
+        step = Step.of(src=src, dst=dst, nbytes=count * elt, chain=chain, channel=chain // 2,
+                       latency_s=self._latency_s(collective, ctx, protocol), label="tree all_reduce")
+        return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
+                        steps=(step,), wire_factor=nccl_model.WIRE_FACTOR[protocol],
+                        chain_rate_cap_bytes_per_s=self._chain_cap(ctx, collective, protocol, nchannels))
+
+    def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
+        layout = ctx.layout(collective.group)
+        trees = double_binary_tree(layout.nnodes)
+        depth_of = [levels(trees[t], 0 if t == 0 else layout.nnodes - 1) for t in (0, 1)]
+        offset, count = self._parts(collective, nchannels)
+        all_chains = self._chains(collective, ctx, nchannels)
+        steps = []
+        longest = max(len(c) for chains in all_chains for c in chains)
+        for i in range(longest - 1, 0, -1):                        # up each server's chain
+            steps.append(DataStep.of([(chain[i], chain[i - 1], offset[k], count[k]) for k, chains in enumerate(all_chains)
+                                      for chain in chains if i < len(chain)], reduce=True))
+        depth = max(len(d) for d in depth_of)
+
+        def at(level: int, k: int) -> list[int]:
+            d = depth_of[k % 2]
+            return d[level] if level < len(d) else []
+        for level in range(depth - 1, 0, -1):                      # up the tree of servers
+            steps.append(DataStep.of([(chains[s][0], chains[trees[k % 2][s]][0], offset[k], count[k])
+                                      for k, chains in enumerate(all_chains) for s in at(level, k)], reduce=True))
+        for level in range(1, depth):                               # down the tree
+            steps.append(DataStep.of([(chains[trees[k % 2][s]][0], chains[s][0], offset[k], count[k])
+                                      for k, chains in enumerate(all_chains) for s in at(level, k)]))
+        for i in range(1, longest):                                  # down each chain
+            steps.append(DataStep.of([(chain[i - 1], chain[i], offset[k], count[k]) for k, chains in enumerate(all_chains)
+                                      for chain in chains if i < len(chain)]))
+        return tuple(s for s in steps if s.src.size)
+
+    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
+                 nchannels: int) -> tuple[float, float]:
+        """NCCL's tree model on this topology's ring bandwidth (tuning.cc): bus bandwidth
+        min(0.92 x ring busbw, channels x per-channel tree ceiling) (LL: / 3.8, capped by llMaxBw;
+        LL128: x 7/9 on one node, x 120/128 across nodes), halved into algbw, times NCCL's
+        tree correction for the size."""
+        from .ring import RING
+        latency = self._latency_s(collective, ctx, protocol)
+        layout = ctx.layout(collective.group)
+        column = nccl_model.node_column(layout.nnodes)
+        _, ring_algbw = RING.estimate(collective, ctx, protocol="Simple", nchannels=nchannels)
+        bus = 0.92 * ring_algbw * collective.busbw_factor
+        if protocol == "Simple":
+            bus = min(bus, nchannels * nccl_model.PER_CHANNEL_MAX_TREE_GBPS.get(layout.arch, (24.0, 23.6, 17.8))[column] * 1e9)
+        elif protocol == "LL128":
+            bus = min(bus * (7 / 9 if layout.nnodes == 1 else 120 / 128), nchannels * 1e9 *
+                      nccl_model.PER_CHANNEL_MAX_TREE_LL128_GBPS.get(layout.arch, (20.0, 20.0, 20.0))[column])
+        else:
+            bus = min(bus / 3.8, nccl_model.ll_max_bw_bytes_per_s(arch=layout.arch, cpu_vendor=layout.cpu_vendor,
+                                                                 nnodes=layout.nnodes))
+        return latency, 0.5 * bus * nccl_model.tree_correction(protocol, collective.nbytes)
+
+
+TREE = TreeAlgorithm()
