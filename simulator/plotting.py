@@ -56,7 +56,7 @@ def busbw_figure(comparisons: Sequence, *, title: str):
     groups: dict[tuple, list] = {}
     for c in comparisons:
         groups.setdefault((c.collective, c.nranks, c.nnodes, c.gpu), []).append(c)
-    keys = list(groups)
+    keys = sorted(groups, key=lambda k: (k[0], k[2], k[1], k[3]))    # collective, nodes, GPUs, GPU name
     labels = _group_labels(keys)
     colours = [f"C{i % 10}" for i in range(len(keys))]
     one_size_each = bool(groups) and all(len({c.size_bytes for c in rows}) == 1 for rows in groups.values())

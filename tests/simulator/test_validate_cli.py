@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import simulator.validation as validation
 from simulator.cli import main
 from simulator.validation import (SERIES, TABLE_COLUMNS, compare, data_series, read_table, run_validation,
                                   select_series, summarise)
@@ -25,24 +27,39 @@ def run(capsys, *argv):
     return code, out, err
 
 
+@pytest.fixture(scope="module", autouse=True)
+def simulate_each_series_once():
+    """compare() memoised for this module: the CLI runs below replay the same series (deterministic
+    simulations), so each is simulated once; the CLI's own path (selection, summaries, formats, plots)
+    runs every time."""
+    original = validation.compare
+    cache = {}
+
+    def compare_once(series, *, net_model="flow"):
+        if (series, net_model) not in cache:
+            cache[series, net_model] = original(series, net_model=net_model)
+        return list(cache[series, net_model])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(validation, "compare", compare_once)
+        yield
+
+
 @pytest.fixture(scope="module")
 def reports():
     return {r.series.name: r for r in run_validation()}
 
 
 @pytest.fixture(scope="module")
-def table_and_plots(tmp_path_factory):
-    """One full `validate --plot DIR` run (table format), shared by the tests below."""
-    plots = tmp_path_factory.mktemp("plots")
-    import contextlib
+def table():
+    """One full `validate` run (table format), shared by the tests below."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["validate", "--plot", str(plots)])
-    return code, out.getvalue(), err.getvalue(), plots
+        code = main(["validate"])
+    return code, out.getvalue(), err.getvalue()
 
 
-def test_table_has_one_line_per_series_and_a_pooled_line(table_and_plots, reports):
-    code, out, err, _ = table_and_plots
+def test_table_has_one_line_per_series_and_a_pooled_line(table, reports):
+    code, out, err = table
     assert code == 0 and err == ""
     lines = out.splitlines()
     body = [line for line in lines if line and not line.startswith(("#", "-")) and "median" not in line
@@ -62,12 +79,15 @@ def test_table_has_one_line_per_series_and_a_pooled_line(table_and_plots, report
                 assert text == ("-" if math.isnan(value) else f"{value:.1%}")
 
 
-def test_plot_writes_one_png_per_series(table_and_plots):
-    _, out, _, plots = table_and_plots
-    pngs = sorted(plots.glob("*.png"))
-    assert len(pngs) == len(SERIES) == len({p.name for p in pngs})
+def test_plot_writes_one_png_per_series(capsys, tmp_path):
+    chosen = select_series("A100")
+    code, out, err = run(capsys, "validate", "--series", "A100", "--plot", tmp_path / "plots")
+    assert code == 0 and err == ""
+    pngs = sorted((tmp_path / "plots").glob("*.png"))
+    assert len(pngs) == len(chosen) == len({p.name for p in pngs}) == 3
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000 for p in pngs)
-    assert f"wrote {len(SERIES)} plot(s)" in out
+    assert f"wrote {len(chosen)} plot(s)" in out
+    assert list(tmp_path.iterdir()) == [tmp_path / "plots"]          # nothing written elsewhere
 
 
 def test_csv_numbers_are_summarise_of_compare(capsys, reports):
