@@ -12,6 +12,7 @@ Bad input prints one line on stderr (``fabricsim: error: ...``) and exits with s
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -157,9 +158,11 @@ def _bench(args) -> str:
     args.system = args.system or "dgx-h100"
     if args.system not in SYSTEMS:
         raise ValueError(f"system: {args.system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
+    # NCCL's environment variables (NCCL_ALGO, NCCL_PROTO, NCCL_NVLS_ENABLE, NCCL_MIN/MAX_NCHANNELS,
+    # NCCL_MIN_CTAS, NCCL_IB_QPS_PER_CONNECTION) apply as they would to nccl-tests; options win.
     config = SimConfig(network_model=args.net_model, seed=args.seed,
-                       collectives=CollectivePolicy(algorithm=args.algo, protocol=_protocol(args.proto),
-                                                    nchannels=args.channels))
+                       collectives=CollectivePolicy.from_environment(
+                           os.environ, algorithm=args.algo, protocol=_protocol(args.proto), nchannels=args.channels))
     system = args.system
     if calibration is not None:
         from simulator.calibration import apply_calibration

@@ -1,5 +1,8 @@
 """Choose algorithm, protocol and channel count per collective and size, the way NCCL does.
 
+NCCL's environment variables map onto a :class:`CollectivePolicy` (``from_environment``), so a
+user can replay a tuned run as it was launched.
+
 NCCL evaluates ``time = L + nbytes / algbw`` for every enabled (algorithm, protocol) pair and
 takes the smallest (src/graph/tuning.cc, src/enqueue.cc). The tuner does the same with each
 algorithm's ``estimate`` (NCCL's latencies; bandwidth from the topology's links, shared equally
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Mapping
 
 from workloads.collectives import Collective
 
@@ -34,6 +38,8 @@ class CollectivePolicy:
     nchannels: int | None = None
     nvls: bool = True          # NCCL_NVLS_ENABLE
     qps_per_connection: int = 1   # NCCL_IB_QPS_PER_CONNECTION
+    min_channels: int = 1      # NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS
+    max_channels: int = MAX_CHANNELS   # NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS
 
     def __post_init__(self) -> None:
         if self.algorithm is not None and self.algorithm.lower() not in ALGORITHMS:
@@ -42,8 +48,61 @@ class CollectivePolicy:
             raise ValueError(f"protocol: {self.protocol!r} is not known; expected one of {', '.join(nccl_model.PROTOCOLS)}")
         if not isinstance(self.qps_per_connection, int) or not 1 <= self.qps_per_connection <= 128:
             raise ValueError(f"qps_per_connection: {self.qps_per_connection!r} is not allowed; expected 1 to 128")
+        for name in ("min_channels", "max_channels"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 1 <= value <= MAX_CHANNELS:
+                raise ValueError(f"{name}: {value!r} is not allowed; expected an integer from 1 to {MAX_CHANNELS}")
+        if self.min_channels > self.max_channels:
+            raise ValueError(f"min_channels: {self.min_channels} is above max_channels ({self.max_channels})")
         if self.nchannels is not None and (not isinstance(self.nchannels, int) or not 1 <= self.nchannels <= MAX_CHANNELS):
             raise ValueError(f"channels: {self.nchannels!r} is not allowed; expected an integer from 1 to {MAX_CHANNELS}")
+
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str], **overrides) -> "CollectivePolicy":
+        """The policy NCCL's environment variables describe (NCCL_ALGO, NCCL_PROTO,
+        NCCL_NVLS_ENABLE, NCCL_MIN/MAX_NCHANNELS, NCCL_MIN/MAX_CTAS, NCCL_IB_QPS_PER_CONNECTION);
+        keyword ``overrides`` (command-line options) win over the environment."""
+        def integer(name: str) -> int | None:
+            text = env.get(name)
+            if text is None or text == "":
+                return None
+            try:
+                return int(text)
+            except ValueError:
+                raise ValueError(f"{name}: {text!r} is not an integer") from None
+
+        fields: dict = {}
+        algo = env.get("NCCL_ALGO")
+        if algo:
+            names = [a.strip().lower() for a in algo.split(",") if a.strip()]
+            if algo.startswith("^") or len(names) != 1:
+                raise ValueError(f"NCCL_ALGO: {algo!r} is not supported here; expected one algorithm name "
+                                 f"({', '.join(ALGORITHMS)})")
+            fields["algorithm"] = names[0]
+        proto = env.get("NCCL_PROTO")
+        if proto:
+            names = {p.lower(): p for p in nccl_model.PROTOCOLS}
+            if proto.lower() not in names:
+                raise ValueError(f"NCCL_PROTO: {proto!r} is not supported here; expected one of "
+                                 f"{', '.join(nccl_model.PROTOCOLS)}")
+            fields["protocol"] = names[proto.lower()]
+        nvls = integer("NCCL_NVLS_ENABLE")
+        if nvls is not None:
+            fields["nvls"] = nvls != 0
+        if (integer("NCCL_COLLNET_ENABLE") or 0) != 0:
+            raise ValueError("NCCL_COLLNET_ENABLE: CollNet/SHARP is not modelled yet; unset it or set it to 0")
+        lows = [v for v in (integer("NCCL_MIN_NCHANNELS"), integer("NCCL_MIN_CTAS")) if v is not None]
+        highs = [v for v in (integer("NCCL_MAX_NCHANNELS"), integer("NCCL_MAX_CTAS")) if v is not None]
+        if lows:
+            fields["min_channels"] = max(lows)
+        if highs:
+            fields["max_channels"] = min(highs)
+        qps = integer("NCCL_IB_QPS_PER_CONNECTION")
+        if qps is not None:
+            fields["qps_per_connection"] = qps
+        fields.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**fields)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,7 +122,8 @@ def default_channels(collective: Collective, ctx: LoweringContext) -> int:
 
 def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolicy = CollectivePolicy()) -> Choice:
     layout = ctx.layout(collective.group)
-    nchannels = policy.nchannels or default_channels(collective, ctx)
+    nchannels = policy.nchannels or min(policy.max_channels, max(policy.min_channels,
+                                                                  default_channels(collective, ctx)))
     forced = policy.algorithm.lower() if policy.algorithm is not None else None
     enabled = nccl_model.protocols_enabled(intra=layout.intra)
     if policy.protocol is not None and policy.protocol not in enabled:

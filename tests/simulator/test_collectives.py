@@ -121,3 +121,21 @@ def test_tuner_picks_ll_small_simple_large_and_obeys_overrides():
         CollectivePolicy(algorithm="bogus")
     with pytest.raises(ValueError, match="channels"):
         CollectivePolicy(nchannels=0)
+
+
+def test_nccl_environment_maps_to_policy():
+    env = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "simple", "NCCL_NVLS_ENABLE": "0", "NCCL_MIN_CTAS": "24",
+           "NCCL_IB_QPS_PER_CONNECTION": "2", "NCCL_MAX_NCHANNELS": "32"}
+    policy = CollectivePolicy.from_environment(env)
+    assert (policy.algorithm, policy.protocol, policy.nvls, policy.min_channels, policy.max_channels,
+            policy.qps_per_connection) == ("ring", "Simple", False, 24, 32, 2)
+    # a command-line option wins over the environment
+    assert CollectivePolicy.from_environment(env, protocol="LL").protocol == "LL"
+    # NCCL_MIN_CTAS=24 raises the default 16 channels of a DGX H100 to 24
+    ctx = context(nodes=2)
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 30, group=tuple(range(16)))
+    assert choose(coll, ctx, CollectivePolicy.from_environment({"NCCL_MIN_CTAS": "24"})).nchannels == 24
+    for bad in ({"NCCL_ALGO": "Ring,Tree"}, {"NCCL_PROTO": "LL256"}, {"NCCL_COLLNET_ENABLE": "1"},
+                {"NCCL_MIN_NCHANNELS": "many"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            CollectivePolicy.from_environment(bad)
