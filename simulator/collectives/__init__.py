@@ -8,12 +8,15 @@ from types import MappingProxyType
 
 from .base import Algorithm, LoweringContext
 from .alltoall import DIRECT, PAIRWISE
+from .halving_doubling import HALVING_DOUBLING, PAT
+from .hierarchical import HIERARCHICAL
 from .nvls import NVLS
 from .nvls_tree import NVLS_TREE
 from .p2p import SENDRECV
 from .ring import RING
 from .tree import TREE
 
-ALGORITHMS = MappingProxyType({a.name: a for a in (RING, TREE, NVLS, NVLS_TREE, SENDRECV, PAIRWISE, DIRECT)})
+ALGORITHMS = MappingProxyType({a.name: a for a in (RING, TREE, NVLS, NVLS_TREE, HALVING_DOUBLING, PAT, HIERARCHICAL,
+                                                 SENDRECV, PAIRWISE, DIRECT)})
 
 __all__ = ["ALGORITHMS", "Algorithm", "LoweringContext"]

@@ -20,6 +20,7 @@ def context(system, nodes, gpn):
 
 
 LAYOUTS = [("dgx-h100", 1, 1), ("dgx-h100", 1, 2), ("dgx-h100", 1, 3), ("dgx-h100", 1, 8), ("dgx-h100", 2, 3),
+           ("dgx-h100", 3, 1), ("dgx-h100", 4, 1),
            ("dgx-h100", 3, 2), ("dgx-a100", 2, 8), ("pcie-rtx4090", 1, 5)]
 CASES = [(name, kind) for name, algo in ALGORITHMS.items() for kind in sorted(algo.kinds, key=lambda k: k.value)]
 
@@ -27,15 +28,17 @@ CASES = [(name, kind) for name, algo in ALGORITHMS.items() for kind in sorted(al
 @pytest.mark.parametrize("system,nodes,gpn", LAYOUTS)
 @pytest.mark.parametrize("algorithm,kind", CASES, ids=[f"{a}-{k.value}" for a, k in CASES])
 @pytest.mark.parametrize("nchannels", [1, 3])
-def test_schedule_computes_its_collective(system, nodes, gpn, algorithm, kind, nchannels):
+@pytest.mark.parametrize("uneven", [True, False])
+def test_schedule_computes_its_collective(system, nodes, gpn, algorithm, kind, nchannels, uneven):
     ctx = context(system, nodes, gpn)
     n = nodes * gpn
     algo = ALGORITHMS[algorithm]
     if kind is CollectiveKind.SENDRECV and n < 2:
         pytest.skip("sendrecv needs two ranks")
-    # uneven on purpose: 4-byte elements, n pieces of 37 elements (+ n*5 odd elements when allowed)
+    # 4-byte elements, n pieces of 37 elements; uneven: + 5n + 1 more elements where the
+    # collective allows a size that does not split into n equal pieces
     even = kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL)
-    size = 4 * n * 37 + (0 if even else 4 * 5 * n + 4)
+    size = 4 * n * 37 + (0 if even or not uneven else 4 * 5 * n + 4)
     coll = Collective(kind=kind, nbytes=size, group=tuple(range(n)), root=min(1, n - 1))
     if algo.supported(coll, ctx):
         pytest.skip(algo.supported(coll, ctx))
