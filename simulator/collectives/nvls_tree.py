@@ -1,21 +1,26 @@
-"""NVLSTree: NVLS inside each server, a double binary tree of servers across the network.
+"""NVLSTree: NVLS inside each server, a reduce/broadcast pipeline of servers across the network.
 
 all_reduce only (multi-node, Hopper and later). Per shard q of the buffer (n_local shards, shard
 q owned by local GPU q of every server):
 
 1. NVLS reduce inside each server: every local GPU sends its copy of shard q to the NVSwitch,
    which sends the server's sum to GPU q;
-2. the GPUs q of all servers all-reduce the shard over a binary tree of servers (reduce up to
-   the root, broadcast back down), through their own NICs, so each shard stays on one rail;
-   shards alternate between two complementary trees (NCCL's double binary tree: a server that
-   is inner in one tree is a leaf in the other), which balances the NICs;
+2. the GPUs q of all servers all-reduce the shard along a chain of servers (reduce towards the
+   chain's root, broadcast back), through their own NICs, so each shard stays on one rail;
+   shards alternate between two opposite chains, so every NIC carries one unit up and one down
+   per shard whatever the server count. NCCL's cost model gives NVLSTree beyond two servers the
+   network bandwidth of a ring (busbw = network bandwidth), which this pipeline reproduces and
+   the measurements (4 and 8 H100 servers) support; a binary tree of servers would load inner
+   servers' NICs three times and leaves' once, and predicts 30-50% too much;
 3. NVLS multicast inside each server: GPU q sends the total once, the switch copies it to all.
 
 NCCL pipelines the three stages, so each shard is one chain over all its links. Per GPU the
 NVLinks carry what single-server NVLS carries ((n+1)/n S each way, at the switch's reduction
 efficiency); the NIC of rail q carries shard q once per tree edge. Worked number, 2x 8 H100
 with 8x NDR: NVLink bound 0.85 x 370.8 / 9 = 35.0 GB/s per shard vs NIC 49.7 GB/s, so
-algbw = 8 x 35.0 = 280 GB/s, busbw 525 GB/s (measured: 469 GB/s).
+algbw = 8 x 35.0 = 280 GB/s, busbw 525 GB/s (measured: 469 GB/s). With 4 servers the NICs
+bound it: 4 units per NIC per direction, 49.7 / 4 = 12.4 GB/s per sub-shard chain, algbw
+16 x 12.4 = 199 GB/s, busbw 385 GB/s (measured: 365 GB/s).
 
 Latency (tuning.cc): NVLS intra latency 25 us + 2 log2(nNodes) x 20.9 us (NET, NVLSTree, Simple).
 """
@@ -47,6 +52,12 @@ def double_binary_tree(nnodes: int) -> tuple[dict[int, int], dict[int, int]]:
     so the first tree's leaves (its second half) are mostly inner nodes of the second."""
     order = list(range(nnodes))
     return binary_tree(order), binary_tree(order[::-1])
+
+
+def double_chain(nnodes: int) -> tuple[dict[int, int], dict[int, int]]:
+    """Two opposite chains over 0..nnodes-1 (roots 0 and nnodes-1): each server forwards up and
+    down once per chain, so every NIC carries the same load whatever the server count."""
+    return {i: i - 1 for i in range(1, nnodes)}, {i: i + 1 for i in range(nnodes - 1)}
 
 
 def levels(parent: dict[int, int], root: int) -> list[list[int]]:
@@ -89,7 +100,7 @@ class NvlsTreeAlgorithm:
         offset = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
         owner = [j % layout.ppn for j in range(nshards)]
         tree_of = [(j % layout.ppn + j // layout.ppn) % 2 for j in range(nshards)]
-        return layout, offset, count, owner, tree_of, double_binary_tree(layout.nnodes)
+        return layout, offset, count, owner, tree_of, double_chain(layout.nnodes)
 
     @staticmethod
     def _buffers(m: int) -> tuple[int, int]:
