@@ -102,14 +102,20 @@ class LoweringContext:
 
 def connection_cap(topology: Topology, path: np.ndarray, qps_per_connection: int = 1,
                    weights: np.ndarray | None = None) -> float:
-    """Most one connection (chain) over ``path`` can stream: QPs x the tightest per-connection
-    link limit, where a link the chain loads with weight w limits it to limit / w."""
+    """Most one channel (a chain or a flow) over ``path`` can stream: on every link with a
+    per-connection limit, everything the channel sends over it (the sum of its weights there)
+    shares that limit x QPs per connection."""
     if path.size == 0:
         return float("inf")
     limits = topology.link_flow_cap_bytes_per_s[path]
-    if weights is not None:
-        limits = limits / weights
-    return qps_per_connection * float(limits.min())
+    finite = np.isfinite(limits)
+    if not finite.any():
+        return float("inf")
+    links = path[finite]
+    w = np.ones(links.shape[0]) if weights is None else weights[finite]
+    unique, inverse = np.unique(links, return_inverse=True)
+    load = np.bincount(inverse, weights=w)
+    return qps_per_connection * float((topology.link_flow_cap_bytes_per_s[unique] / load).min())
 
 
 def edge_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes, src: int, dst: int, *, flow_key: int = 0,
