@@ -72,7 +72,8 @@ def leaf_spine(
     leaves = []
     for i, members in enumerate(groups):
         leaf = builder.add_node(NodeKind.FABRIC_SWITCH, f"leaf{i}", latency_s=switch.latency_s, tier=1,
-                                switch=switch.name)
+                                switch=switch.name, sharp=switch.sharp,
+                                reduction_efficiency=switch.reduction_efficiency)
         for nic in members:
             up, _ = builder.add_link(nic, leaf, fabric_link, tier=LinkTier.NIC,
                                      flow_cap_bytes_per_s=server.nic.connection_bytes_per_s)
@@ -87,7 +88,8 @@ def leaf_spine(
                 f"{switch.name} spine has {radix} ports; use fewer servers or a 3-tier fat-tree"
             )
         spines = [builder.add_node(NodeKind.FABRIC_SWITCH, f"spine{k}", latency_s=switch.latency_s, tier=2,
-                                   switch=switch.name) for k in range(nspines)]
+                                   switch=switch.name, sharp=switch.sharp,
+                                   reduction_efficiency=switch.reduction_efficiency) for k in range(nspines)]
         for leaf, u in zip(leaves, uplinks):
             for k in range(u):
                 builder.add_link(leaf, spines[k], fabric_link, tier=LinkTier.FABRIC_1)

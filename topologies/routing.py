@@ -106,11 +106,12 @@ class Router:
         return out
 
     def gpu_to_node(self, gpu: int, node: int) -> np.ndarray:
-        """Links from GPU ``gpu`` up to in-network device ``node`` (its server's NVSwitch)."""
+        """Links from GPU ``gpu`` up to in-network device ``node``: its server's NVSwitch, or a
+        fabric switch reached through the GPU's own NIC (SHARP)."""
         return self._switch_path(gpu, node, up=True)
 
     def node_to_gpu(self, node: int, gpu: int) -> np.ndarray:
-        """Links from in-network device ``node`` (its server's NVSwitch) down to GPU ``gpu``."""
+        """Links from in-network device ``node`` down to GPU ``gpu`` (the reverse route)."""
         return self._switch_path(gpu, node, up=False)
 
     def _switch_path(self, gpu: int, node: int, *, up: bool) -> np.ndarray:
@@ -120,15 +121,46 @@ class Router:
             return cached
         topo = self.topology
         info = topo.servers[int(topo.gpu_server[gpu])]
-        if node != info.nvswitch:
-            raise ValueError(f"route: {topo.node_name(node)} is not the NVSwitch of GPU {gpu}'s server "
-                             "(in-network reduction on fabric switches is not routed yet)")
+        local = int(topo.gpu_local[gpu])
         g = int(topo.gpu_nodes[gpu])
-        u, v = (g, node) if up else (node, g)
-        out = np.asarray([min(topo.graph.get_edge_data(u, v))], dtype=np.int64)
+        if node == info.nvswitch:
+            u, v = (g, node) if up else (node, g)
+            links = (min(topo.graph.get_edge_data(u, v)),)
+        elif self._is_switch.get(node, False):
+            j = info.nic_of_gpu[local]
+            if j < 0:
+                raise ValueError(f"route: GPU {gpu} has no NIC to reach {topo.node_name(node)}")
+            nic = info.nics[j]
+            leaf = self._nic_leaf[nic]
+            flow_hash = mix64(self.seed, gpu, node)
+            if up:
+                links = (info.gpu_to_nic_routes[(local, j)] + (topo.nic_leaf_link[nic],)
+                         + self._fabric_path(leaf, node, flow_hash))
+            else:
+                links = (self._fabric_path(node, leaf, flow_hash) + (self._nic_down[nic],)
+                         + info.nic_to_gpu_routes[(j, local)])
+        else:
+            raise ValueError(f"route: {topo.node_name(node)} is neither GPU {gpu}'s NVSwitch nor a fabric switch")
+        out = np.asarray(links, dtype=np.int64)
         out.setflags(write=False)
         self._cache[key] = out
         return out
+
+    def switch_path(self, src_switch: int, dst_switch: int, *, flow_key: int = 0) -> np.ndarray:
+        """Links between two fabric switches (ECMP over shortest paths); empty for the same one."""
+        links = () if src_switch == dst_switch else self._fabric_path(src_switch, dst_switch,
+                                                                        mix64(self.seed, src_switch, dst_switch, flow_key))
+        return np.asarray(links, dtype=np.int64)
+
+    def leaf_of(self, gpu: int) -> int:
+        """The fabric switch the GPU's own NIC is cabled to."""
+        topo = self.topology
+        info = topo.servers[int(topo.gpu_server[gpu])]
+        return self._nic_leaf[info.nics[info.nic_of_gpu[int(topo.gpu_local[gpu])]]]
+
+    def spines_above(self, leaf: int) -> list[int]:
+        """Switches one hop up from ``leaf`` (sorted)."""
+        return sorted({v for _, v in self._switch_out.get(leaf, ())})
 
     def nic_for(self, server: int, local_gpu: int, dst_server: int, dst_local: int, *, pxn: bool) -> int:
         """Index of the NIC that server ``server`` uses to send from local GPU to the destination."""

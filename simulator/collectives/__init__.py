@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from .base import Algorithm, LoweringContext
 from .alltoall import DIRECT, PAIRWISE
+from .collnet import COLLNET
 from .halving_doubling import HALVING_DOUBLING, PAT
 from .hierarchical import HIERARCHICAL
 from .nvls import NVLS
@@ -16,7 +17,7 @@ from .p2p import SENDRECV
 from .ring import RING
 from .tree import TREE
 
-ALGORITHMS = MappingProxyType({a.name: a for a in (RING, TREE, NVLS, NVLS_TREE, HALVING_DOUBLING, PAT, HIERARCHICAL,
+ALGORITHMS = MappingProxyType({a.name: a for a in (RING, TREE, NVLS, NVLS_TREE, COLLNET, HALVING_DOUBLING, PAT, HIERARCHICAL,
                                                  SENDRECV, PAIRWISE, DIRECT)})
 
 __all__ = ["ALGORITHMS", "Algorithm", "LoweringContext"]

@@ -120,14 +120,14 @@ def connection_cap(topology: Topology, path: np.ndarray, qps_per_connection: int
 
 def edge_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes, src: int, dst: int, *, flow_key: int = 0,
               pxn: bool = False) -> np.ndarray:
-    """Links of one schedule edge: rank -> rank, rank -> in-network buffer, or buffer -> rank."""
+    """Links of one schedule edge: rank -> rank, rank <-> in-network buffer, or switch -> switch."""
     if src >= 0 and dst >= 0:
         return router.path(rank_gpu[src], rank_gpu[dst], flow_key=flow_key, pxn=pxn)
     if dst < 0 and src >= 0:
         return router.gpu_to_node(rank_gpu[src], innet_nodes[dst])
     if src < 0 and dst >= 0:
         return router.node_to_gpu(innet_nodes[src], rank_gpu[dst])
-    raise ValueError(f"schedule edge {src} -> {dst}: two in-network buffers cannot exchange data directly")
+    return router.switch_path(innet_nodes[src], innet_nodes[dst], flow_key=flow_key)
 
 
 class Algorithm(Protocol):

@@ -37,6 +37,7 @@ class CollectivePolicy:
     protocol: str | None = None
     nchannels: int | None = None
     nvls: bool = True          # NCCL_NVLS_ENABLE
+    collnet: bool = False      # NCCL_COLLNET_ENABLE (SHARP in-network reduction)
     qps_per_connection: int = 1   # NCCL_IB_QPS_PER_CONNECTION
     min_channels: int = 1      # NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS
     max_channels: int = MAX_CHANNELS   # NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS
@@ -90,8 +91,9 @@ class CollectivePolicy:
         nvls = integer("NCCL_NVLS_ENABLE")
         if nvls is not None:
             fields["nvls"] = nvls != 0
-        if (integer("NCCL_COLLNET_ENABLE") or 0) != 0:
-            raise ValueError("NCCL_COLLNET_ENABLE: CollNet/SHARP is not modelled yet; unset it or set it to 0")
+        collnet = integer("NCCL_COLLNET_ENABLE")
+        if collnet is not None:
+            fields["collnet"] = collnet != 0
         lows = [v for v in (integer("NCCL_MIN_NCHANNELS"), integer("NCCL_MIN_CTAS")) if v is not None]
         highs = [v for v in (integer("NCCL_MAX_NCHANNELS"), integer("NCCL_MAX_CTAS")) if v is not None]
         if lows:
@@ -137,6 +139,8 @@ def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolic
         reason = algorithm.supported(collective, ctx)
         if reason is None and algorithm.name.startswith("nvls") and not policy.nvls:
             reason = "disabled (NCCL_NVLS_ENABLE=0)"
+        if reason is None and algorithm.name == "collnet" and not policy.collnet and forced is None:
+            continue                                    # NCCL_COLLNET_ENABLE is off by default
         if reason is not None:
             if forced is not None:
                 raise ValueError(f"algorithm {algorithm.name}: {reason}")

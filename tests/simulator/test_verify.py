@@ -56,3 +56,25 @@ def test_a_broken_program_is_caught():
     assert count_wrong(coll, program[:-1]) > 0
     schedule = ALGORITHMS["ring"].lower(coll, ctx, protocol="Simple", nchannels=2)
     assert wire_mismatch(coll, program[:-1], schedule) != {}
+
+
+def test_collnet_over_several_leaves_aggregates_at_a_spine():
+    # 3 small servers (2 GPUs, 2 NICs) on SHARP-capable radix-4 switches, one server per leaf:
+    # each rail's leaves differ, so the SHARP tree goes leaf -> spine (root) -> leaf
+    from dataclasses import replace
+
+    from topologies import devices, links
+    from topologies.fat_tree import leaf_spine
+    from topologies.node import dgx_h100
+    server = replace(dgx_h100(), gpus=2, nics=2, pcie_switches=2)
+    switch = replace(devices.QUANTUM2_NDR, name="tiny_sharp", radix=4)
+    topo = leaf_spine(server=server, servers=3, switch=switch, fabric_link=links.IB_NDR, rail_optimised=False)
+    ctx = LoweringContext(topology=topo, router=Router(topo), rank_gpu=tuple(range(6)))
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=4 * 6 * 37 + 8, group=tuple(range(6)))
+    algo = ALGORITHMS["collnet"]
+    assert algo.supported(coll, ctx) is None
+    plan = algo._plan(coll, ctx, 2)
+    assert all(len(distinct) == 3 and root not in distinct for _, _, _, _, distinct, root in plan)
+    program = algo.program(coll, ctx, nchannels=2)
+    assert count_wrong(coll, program) == 0
+    assert wire_mismatch(coll, program, algo.lower(coll, ctx, protocol="Simple", nchannels=2)) == {}
