@@ -25,7 +25,6 @@ from workloads.collectives import DTYPE_BYTES, REDUCE_OPS, Collective, Collectiv
 from workloads.tasks import Workload
 
 from .api import simulate
-from .collectives.tuner import CollectivePolicy
 from .config import SimConfig
 from .placement import Placement
 

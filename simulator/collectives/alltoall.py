@@ -29,7 +29,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 from ..schedule import DataStep, Schedule, Step
 from ..verify import alltoall_counts, alltoall_offsets
 from . import nccl_model
-from .base import LoweringContext, split_evenly
+from .base import LoweringContext, protocol_schedule, split_evenly
 from .p2p import P2P_LL_THRESHOLD_BYTES, pair_channels
 
 # Rounds in flight: NCCL's grouped send/recv progresses two peers of a rank at a time. Measured:
@@ -88,12 +88,8 @@ class Alltoall:
             # NCCL's per-hop latencies, summed over a rank's peers, already include the wire
             steps.append(Step.of(src=src, dst=dst, nbytes=nbytes, channel=channel, latency_s=latency if i == 0 else 0.0,
                                  label=f"alltoall round {i + 1}", path_latency=False))
-        layout = ctx.layout(collective.group)
-        return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                        steps=tuple(steps), pxn=ctx.router.pxn, wire_factor=nccl_model.WIRE_FACTOR[protocol],
-                        chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
-                            protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor,
-                            nnodes=layout.nnodes, nchannels=nchannels))
+        return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
+                                 steps=tuple(steps), pxn=ctx.router.pxn)
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         counts = alltoall_counts(collective)

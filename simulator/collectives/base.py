@@ -168,6 +168,18 @@ def piece_layout(collective: Collective, nchannels: int) -> tuple[np.ndarray, np
     return offset.astype(np.int64), count.astype(np.int64)
 
 
+def protocol_schedule(collective: Collective, ctx: LoweringContext, *, algorithm: str, protocol: str,
+                      nchannels: int, steps, **fields) -> Schedule:
+    """A Schedule whose flows carry the protocol's wire factor and per-channel payload cap."""
+    from . import nccl_model
+    layout = ctx.layout(collective.group)
+    return Schedule(collective=collective, algorithm=algorithm, protocol=protocol, nchannels=nchannels,
+                    steps=tuple(steps), wire_factor=nccl_model.WIRE_FACTOR[protocol],
+                    chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
+                        protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor, nnodes=layout.nnodes,
+                        nchannels=nchannels), **fields)
+
+
 def split_evenly(total: int, parts: int, unit: int = 1) -> np.ndarray:
     """Split ``total`` bytes into ``parts`` pieces that are multiples of ``unit`` (the element
     size), as equal as possible, the larger pieces first. Sums exactly to ``total``."""

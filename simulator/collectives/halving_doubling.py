@@ -28,7 +28,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import LoweringContext, split_evenly
+from .base import LoweringContext, protocol_schedule, split_evenly
 
 
 class HalvingDoubling:
@@ -112,12 +112,8 @@ class HalvingDoubling:
             steps.append(Step.of(src=[f[0] for f in flows], dst=[f[1] for f in flows], nbytes=[f[2] for f in flows],
                                  channel=[f[3] for f in flows], latency_s=latency, path_latency=False,
                                  label="halving-doubling"))
-        layout = ctx.layout(group)
-        return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                        steps=tuple(steps), wire_factor=nccl_model.WIRE_FACTOR[protocol],
-                        chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
-                            protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor,
-                            nnodes=layout.nnodes, nchannels=nchannels))
+        return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
+                                 steps=tuple(steps))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         group = collective.group

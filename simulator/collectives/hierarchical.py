@@ -21,7 +21,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import LoweringContext
+from .base import LoweringContext, protocol_schedule
 from .ring import RING
 
 
@@ -67,12 +67,8 @@ class Hierarchical:
                                  channel=np.concatenate([p.channel for p in parts]),
                                  chain=np.concatenate([p.chain + o for p, o in zip(parts, offsets)]),
                                  latency_s=max(p.latency_s for p in parts), label="hierarchical"))
-        layout = ctx.layout(collective.group)
-        return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                        steps=tuple(steps), wire_factor=nccl_model.WIRE_FACTOR[protocol],
-                        chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
-                            protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor,
-                            nnodes=layout.nnodes, nchannels=nchannels))
+        return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
+                                 steps=tuple(steps))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         out = []

@@ -28,7 +28,6 @@ import numpy as np
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
-from . import nccl_model
 from .base import LoweringContext, edge_path, split_evenly
 
 REDUCE_BUFFER = -1       # in-network buffer ids of the switch's reduce and multicast stages

@@ -15,7 +15,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import LoweringContext, split_evenly
+from .base import LoweringContext, protocol_schedule, split_evenly
 
 # NCCL's default NCCL_P2P_LL_THRESHOLD (src/init.cc / enqueue.cc): 16 KiB.
 P2P_LL_THRESHOLD_BYTES = 16384
@@ -68,12 +68,8 @@ class SendRecv:
         step = Step.of(src=[f[0] for f in flows], dst=[f[1] for f in flows], nbytes=[f[3] * elt for f in flows],
                        channel=[f[4] for f in flows], latency_s=self._latency(collective, ctx, protocol),
                        label="sendrecv")
-        layout = ctx.layout(collective.group)
-        return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                        steps=(step,), pxn=ctx.router.pxn, wire_factor=nccl_model.WIRE_FACTOR[protocol],
-                        chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
-                            protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor,
-                            nnodes=layout.nnodes, nchannels=nchannels))
+        return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
+                                 steps=(step,), pxn=ctx.router.pxn)
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         """Send half of rank q -> receive half of rank q+1, split over the pair's channels."""

@@ -30,7 +30,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import LoweringContext, piece_layout
+from .base import LoweringContext, piece_layout, protocol_schedule
 
 
 class RingAlgorithm:
@@ -161,13 +161,8 @@ class RingAlgorithm:
             intra=layout.intra, cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=nchannels)
         step = Step.of(src=cat(src), dst=cat(dst), nbytes=cat(size), channel=channel, chain=channel,
                        latency_s=latency, label=f"ring {collective.kind.value}")
-        return Schedule(
-            collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels, steps=(step,),
-            wire_factor=nccl_model.WIRE_FACTOR[protocol],
-            chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
-                protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor, nnodes=layout.nnodes,
-                nchannels=nchannels),
-        )
+        return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
+                                 steps=(step,))
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]:

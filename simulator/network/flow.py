@@ -17,7 +17,6 @@ finishing at 20 ms + 0.5 GB / 50 GB/s = 30 ms.
 
 from __future__ import annotations
 
-import numpy as np
 
 from ..kernels import maxmin_rates
 from .base import FluidNetwork
