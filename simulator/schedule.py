@@ -139,7 +139,6 @@ class Schedule:
     chain_rate_cap_bytes_per_s: float = math.inf
     pxn: bool = False          # inter-server sends may relay over NVLink to the destination rail's NIC
     innet_nodes: Mapping[int, int] = field(default_factory=dict)   # in-network buffer id (< 0) -> topology node
-    notes: dict = field(default_factory=dict)
 
     @property
     def latency_s(self) -> float:

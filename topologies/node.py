@@ -81,10 +81,6 @@ class ServerSpec:
         if self.nvswitch is not None and (self.gpu.nvlink is None or self.gpu.nvlink_count == 0):
             bad("nvswitch", self.nvswitch.name, f"None: GPU {self.gpu.name} has no NVLink")
 
-    @property
-    def has_nvswitch(self) -> bool:
-        return self.nvswitch is not None
-
 
 def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> ServerInfo:
     """Add one server's devices and internal links to ``builder``; returns its ServerInfo."""
@@ -151,7 +147,7 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
         if v in server_nodes and (u, v) not in pcie_graph.edges:
             pcie_graph.add_edge(u, v, link=key)
 
-    def pcie_route(a: int, b: int, *, avoid_gpus: bool = True) -> tuple[int, ...]:
+    def pcie_route(a: int, b: int) -> tuple[int, ...]:
         # GPUs and NICs are end points, never transit devices
         def ok(n):
             return n in (a, b) or g.nodes[n]["kind"] not in (NodeKind.GPU, NodeKind.NIC)
@@ -197,7 +193,6 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
         nic_of_gpu=tuple(nic_of_gpu),
         gpu_of_nic=tuple(gpu_of_nic),
         nvswitch=nvsw,
-        gpu_path_kind="nvlink" if nvsw >= 0 else "pcie",
         p2p=spec.p2p,
         intra_routes=MappingProxyType(intra),
         gpu_to_nic_routes=MappingProxyType(to_nic),

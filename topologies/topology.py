@@ -73,7 +73,6 @@ class ServerInfo:
     nic_of_gpu: tuple[int, ...]
     gpu_of_nic: tuple[int, ...]
     nvswitch: int                     # node id, -1 when the GPUs have no NVSwitch
-    gpu_path_kind: str                # "nvlink" or "pcie": what GPU<->GPU traffic inside the server uses
     p2p: bool                         # PCIe peer-to-peer enabled (False = staged through host memory)
     intra_routes: Mapping[tuple[int, int], tuple[int, ...]]   # (local gpu a, local gpu b) -> link ids
     gpu_to_nic_routes: Mapping[tuple[int, int], tuple[int, ...]]  # (local gpu, nic index) -> link ids
@@ -267,13 +266,6 @@ class TopologyBuilder:
             tier=LinkTier(tier).name.lower(), capacity_bytes_per_s=spec.bandwidth_bytes_per_s, latency_s=latency,
         )
         return link
-
-    def link_between(self, u: int, v: int) -> int:
-        """The (first) link id u->v; KeyError when none."""
-        data = self.graph.get_edge_data(u, v)
-        if not data:
-            raise KeyError(f"no link {self.graph.nodes[u]['name']} -> {self.graph.nodes[v]['name']}")
-        return min(data)
 
     def build(self, *, description: str = "") -> Topology:
         topo = Topology(

@@ -33,7 +33,6 @@ class Fabric:
         self._outstanding: dict[int, int] = {}
         self._done_events: dict[int, simpy.Event] = {}
         self._next_transfer = 0
-        self.settles = 0
 
     # ---- public ------------------------------------------------------------------------------
     def transfer(self, paths: list[np.ndarray], weights: list[np.ndarray], wire_bytes: np.ndarray,
@@ -87,7 +86,6 @@ class Fabric:
 
     def _settle(self, _event) -> None:
         self._settle_pending = False
-        self.settles += 1
         self._advance_to_now()
         # flows that finish within round-off of now complete now (avoid zero-length timers)
         self._finish(self.network.advance(0.0))

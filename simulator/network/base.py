@@ -56,10 +56,6 @@ class FluidNetwork:
         self._dirty = False
         self.rerates = 0
 
-    @property
-    def num_active(self) -> int:
-        return int(self.active.sum())
-
     def add(self, paths: list[np.ndarray], weights: list[np.ndarray], wire_bytes: np.ndarray,
             caps_bytes_per_s: np.ndarray) -> np.ndarray:
         self._compact()

@@ -280,7 +280,7 @@ def test_server_device_count_matches_closed_form(preset):
     info = add_server(builder, spec, 3)
     topo = builder.build()
     nodes = [n for n in topo.graph.nodes if topo.graph.nodes[n]["server"] == 3]
-    closed_form = spec.gpus + spec.nics + spec.pcie_switches + 2 * spec.sockets + (1 if spec.has_nvswitch else 0)
+    closed_form = spec.gpus + spec.nics + spec.pcie_switches + 2 * spec.sockets + (1 if spec.nvswitch is not None else 0)
     assert len(nodes) == closed_form == _EXPECTED_DEVICES[preset]
     assert len(nodes) == topo.graph.number_of_nodes()     # nothing outside the server
     counts = {k: 0 for k in NodeKind}
@@ -290,6 +290,6 @@ def test_server_device_count_matches_closed_form(preset):
     assert counts[NodeKind.NIC] == spec.nics == len(info.nics)
     assert counts[NodeKind.PCIE_SWITCH] == spec.pcie_switches
     assert counts[NodeKind.CPU] == counts[NodeKind.HOST_MEMORY] == spec.sockets
-    assert counts[NodeKind.NVSWITCH] == (1 if spec.has_nvswitch else 0)
+    assert counts[NodeKind.NVSWITCH] == (1 if spec.nvswitch is not None else 0)
     assert counts[NodeKind.FABRIC_SWITCH] == 0
     assert all(topo.node_name(n).startswith("s3.") for n in nodes)
