@@ -18,6 +18,9 @@ link accounting stays exact. ``chain == -1`` marks an independent flow.
 
 A step's optional ``wire_scale`` multiplies individual flows' wire bytes on top of that (NVLS
 legs into and out of the NVSwitch run at the switch's reduction efficiency: scale 1/efficiency).
+Its optional ``fill_bytes`` is pipeline start-up: a pipelined flow cannot finish before its last
+slice has crossed one more hop, so it spends the time of ``fill_bytes`` at its rate without
+moving data.
 
 ``wire_factor`` converts payload to bytes on the wire for the protocol (LL sends 8-byte lines
 holding 4 data bytes: 2.0; LL128 sends 128-byte lines holding 120: 128/120; Simple: 1.0).
@@ -63,17 +66,19 @@ class Step:
     label: str = ""
     path_latency: bool = True     # also pay the flows' physical path latency (False: latency_s covers it)
     wire_scale: np.ndarray | None = None   # per-flow extra wire bytes per payload byte (None: all 1)
+    fill_bytes: np.ndarray | None = None   # per-flow pipeline start-up, payload bytes (None: none)
 
     @classmethod
     def of(cls, *, src, dst, nbytes, channel=None, chain=None, latency_s: float = 0.0, label: str = "",
-           path_latency: bool = True, wire_scale=None) -> "Step":
+           path_latency: bool = True, wire_scale=None, fill_bytes=None) -> "Step":
         n = len(src)
         channel = np.zeros(n, dtype=np.int64) if channel is None else channel
         chain = np.full(n, -1, dtype=np.int64) if chain is None else chain
         step = cls(src=_frozen_int_array(src), dst=_frozen_int_array(dst), nbytes=_frozen_int_array(nbytes),
                    channel=_frozen_int_array(channel), chain=_frozen_int_array(chain), latency_s=float(latency_s),
                    label=label, path_latency=path_latency,
-                   wire_scale=None if wire_scale is None else _frozen_float_array(wire_scale))
+                   wire_scale=None if wire_scale is None else _frozen_float_array(wire_scale),
+                   fill_bytes=None if fill_bytes is None else _frozen_float_array(fill_bytes))
         step.check()
         return step
 

@@ -66,7 +66,9 @@ class Hierarchical:
                                  nbytes=np.concatenate([p.nbytes for p in parts]),
                                  channel=np.concatenate([p.channel for p in parts]),
                                  chain=np.concatenate([p.chain + o for p, o in zip(parts, offsets)]),
-                                 latency_s=max(p.latency_s for p in parts), label="hierarchical"))
+                                 latency_s=max(p.latency_s for p in parts), label="hierarchical",
+                                 fill_bytes=np.concatenate([np.zeros(p.num_flows) if p.fill_bytes is None
+                                                            else p.fill_bytes for p in parts])))
         return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
                                  steps=tuple(steps))
 

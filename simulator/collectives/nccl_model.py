@@ -34,6 +34,11 @@ PROTOCOLS = ("LL", "LL128", "Simple")
 # LL128 lines are 128 B with 8 B of flags -> NCCL_LL128_ELEMS_PER_THREAD 120 data bytes of 128).
 WIRE_FACTOR = MappingProxyType({"LL": 2.0, "LL128": 128.0 / 120.0, "Simple": 1.0})
 
+# Simple-protocol pipeline slice: NCCL_BUFFSIZE 4 MiB per connection (src/init.cc) over NCCL_STEPS
+# = 8 slots (src/include/device.h) = 512 KiB per step, and rings move SLICESTEPS = NCCL_STEPS / 4
+# = 2 steps per slice (ALLREDUCE/ALLGATHER/REDUCESCATTER_SLICESTEPS, src/include/collectives.h).
+SIMPLE_SLICE_BYTES = 4 * 1024 * 1024 // 8 * 2
+
 # baseLatencies[algo][proto] in us (tuning.cc, NCCL 2.30.7)
 BASE_LATENCY_US = MappingProxyType({
     "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},

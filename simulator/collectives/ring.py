@@ -102,6 +102,22 @@ class RingAlgorithm:
         out[:, n - 1] = 0
         return out, n - 1
 
+    @staticmethod
+    def _fill(collective: Collective, nbytes: np.ndarray, nedges: int, protocol: str) -> np.ndarray:
+        """Pipeline start-up of each channel (payload bytes). With Simple a ring streams in slices
+        (``nccl_model.SIMPLE_SLICE_BYTES``, or the whole per-rank chunk when smaller): a ring that
+        every rank feeds from the start (all_reduce, all_gather, reduce_scatter) finishes one slice
+        hop after its data; a broadcast/reduce pipeline needs n-2 slice hops before the last rank
+        starts. LL and LL128 move lines of 8 and 128 bytes: no start-up worth modelling."""
+        if protocol != "Simple":
+            return np.zeros(nbytes.shape[0])
+        n = collective.nranks
+        per_channel = nbytes.max(axis=1)
+        if collective.kind.rooted:
+            return np.minimum(nccl_model.SIMPLE_SLICE_BYTES, per_channel) * max(n - 2, 0)
+        steps = 2 * (n - 1) if collective.kind is CollectiveKind.ALL_REDUCE else n - 1
+        return np.minimum(nccl_model.SIMPLE_SLICE_BYTES, per_channel / steps)
+
     def _rooted_order(self, collective: Collective, ring: tuple[int, ...]) -> tuple[int, ...]:
         root = collective.group[collective.root]
         i = ring.index(root)
@@ -160,7 +176,8 @@ class RingAlgorithm:
             kind_value=collective.kind.value, protocol=protocol, nranks=n, nnodes=layout.nnodes, ppn=layout.ppn,
             intra=layout.intra, cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=nchannels)
         step = Step.of(src=cat(src), dst=cat(dst), nbytes=cat(size), channel=channel, chain=channel,
-                       latency_s=latency, label=f"ring {collective.kind.value}")
+                       latency_s=latency, label=f"ring {collective.kind.value}",
+                       fill_bytes=self._fill(collective, nbytes, nedges, protocol)[channel] if n > 1 else None)
         return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
                                  steps=(step,))
 

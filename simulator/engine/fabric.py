@@ -36,7 +36,7 @@ class Fabric:
 
     # ---- public ------------------------------------------------------------------------------
     def transfer(self, paths: list[np.ndarray], weights: list[np.ndarray], wire_bytes: np.ndarray,
-                 caps_bytes_per_s: np.ndarray, latency_s: float) -> simpy.Event:
+                 caps_bytes_per_s: np.ndarray, latency_s: float, fill_bytes: np.ndarray | None = None) -> simpy.Event:
         done = self.env.event()
         keep = np.flatnonzero(np.asarray(wire_bytes) > 0)
         if keep.size == 0:
@@ -45,8 +45,9 @@ class Fabric:
         tid = self._next_transfer
         self._next_transfer += 1
         self._done_events[tid] = done
+        fill = np.zeros(len(paths)) if fill_bytes is None else np.asarray(fill_bytes, dtype=np.float64)
         payload = ([paths[i] for i in keep], [weights[i] for i in keep], np.asarray(wire_bytes)[keep],
-                   np.asarray(caps_bytes_per_s)[keep])
+                   np.asarray(caps_bytes_per_s)[keep], fill[keep])
         self.env.timeout(latency_s).callbacks.append(lambda _ev: self._start(tid, *payload))
         return done
 
@@ -58,9 +59,9 @@ class Fabric:
             self._last_s = now
             self._finish(finished)
 
-    def _start(self, tid: int, paths, weights, wire_bytes, caps) -> None:
+    def _start(self, tid: int, paths, weights, wire_bytes, caps, fill) -> None:
         self._advance_to_now()
-        ids = self.network.add(paths, weights, wire_bytes, caps)
+        ids = self.network.add(paths, weights, wire_bytes, caps, fill)
         self._outstanding[tid] = len(ids)
         for fid in ids.tolist():
             self._flow_transfer[fid] = tid

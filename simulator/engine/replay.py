@@ -39,6 +39,7 @@ class NetworkFlows:
     wire_bytes: np.ndarray
     caps_bytes_per_s: np.ndarray
     latency_s: float
+    fill_bytes: np.ndarray
 
 
 def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router: Router,
@@ -48,12 +49,15 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
                   for s, d, c in zip(step.src.tolist(), step.dst.tolist(), step.channel.tolist())]
     latency = max((topology.path_latency_s(p) for p in edge_paths), default=0.0)
     wire_bytes = step.nbytes.astype(np.float64) * (1.0 if step.wire_scale is None else step.wire_scale)
-    paths, weights, nbytes = [], [], []
+    fill_wire = (np.zeros(step.num_flows) if step.fill_bytes is None else step.fill_bytes * wire_bytes
+                 / np.maximum(step.nbytes, 1)) * wire
+    paths, weights, nbytes, fills = [], [], [], []
     independent = np.flatnonzero(step.chain < 0)
     for i in independent.tolist():
         paths.append(edge_paths[i])
         weights.append(np.ones(edge_paths[i].shape[0]))
         nbytes.append(float(wire_bytes[i]))
+        fills.append(float(fill_wire[i]))
     chained = np.flatnonzero(step.chain >= 0)
     if chained.size:
         order = chained[np.argsort(step.chain[chained], kind="stable")]
@@ -68,9 +72,10 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
             weights.append(np.concatenate([np.full(edge_paths[i].shape[0], wire_bytes[i] / top)
                                            for i in used.tolist()]))
             nbytes.append(top)
+            fills.append(float(fill_wire[used].max()))
     caps = np.array([min(cap, connection_cap(topology, path, qps_per_connection, w)) for path, w in zip(paths, weights)])
     return NetworkFlows(paths=paths, weights=weights, wire_bytes=np.asarray(nbytes) * wire,
-                        caps_bytes_per_s=caps, latency_s=latency)
+                        caps_bytes_per_s=caps, latency_s=latency, fill_bytes=np.asarray(fills))
 
 
 @dataclass(slots=True)
@@ -103,7 +108,8 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
             flows = network_flows(step, schedule, topology=topology, router=router, rank_gpu=rank_gpu,
                                   qps_per_connection=qps_per_connection)
             yield fabric.transfer(flows.paths, flows.weights, flows.wire_bytes, flows.caps_bytes_per_s,
-                                  step.latency_s + (flows.latency_s if step.path_latency else 0.0))
+                                  step.latency_s + (flows.latency_s if step.path_latency else 0.0),
+                                  flows.fill_bytes)
         meeting.end_s = env.now
         meeting.done.succeed()
 

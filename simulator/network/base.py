@@ -46,6 +46,7 @@ class FluidNetwork:
         self.flow_links = np.zeros(0, dtype=np.int64)
         self.flow_weights = np.zeros(0, dtype=np.float64)
         self.remaining = np.zeros(0, dtype=np.float64)
+        self.fill = np.zeros(0, dtype=np.float64)       # start-up bytes still to drain (not data)
         self.rate = np.zeros(0, dtype=np.float64)
         self.cap = np.zeros(0, dtype=np.float64)
         self.active = np.zeros(0, dtype=np.bool_)
@@ -57,7 +58,9 @@ class FluidNetwork:
         self.rerates = 0
 
     def add(self, paths: list[np.ndarray], weights: list[np.ndarray], wire_bytes: np.ndarray,
-            caps_bytes_per_s: np.ndarray) -> np.ndarray:
+            caps_bytes_per_s: np.ndarray, fill_bytes: np.ndarray | None = None) -> np.ndarray:
+        """Flows start now. ``fill_bytes`` (optional, per flow) is pipeline start-up: drained at the
+        flow's rate before its data, but not data (not counted in ``link_bytes``)."""
         self._compact()
         n = len(paths)
         lengths = np.fromiter((p.shape[0] for p in paths), dtype=np.int64, count=n)
@@ -65,7 +68,9 @@ class FluidNetwork:
         if n:
             self.flow_links = np.concatenate([self.flow_links, *paths]).astype(np.int64, copy=False)
             self.flow_weights = np.concatenate([self.flow_weights, *weights]).astype(np.float64, copy=False)
-        self.remaining = np.concatenate([self.remaining, np.asarray(wire_bytes, dtype=np.float64)])
+        fill = np.zeros(n) if fill_bytes is None else np.asarray(fill_bytes, dtype=np.float64)
+        self.remaining = np.concatenate([self.remaining, np.asarray(wire_bytes, dtype=np.float64) + fill])
+        self.fill = np.concatenate([self.fill, fill])
         self.rate = np.concatenate([self.rate, np.zeros(n)])
         self.cap = np.concatenate([self.cap, np.asarray(caps_bytes_per_s, dtype=np.float64)])
         self.active = np.concatenate([self.active, np.ones(n, dtype=np.bool_)])
@@ -96,10 +101,12 @@ class FluidNetwork:
             return idx
         if dt_s > 0:
             moved = np.minimum(self.rate[idx] * dt_s, self.remaining[idx])
+            filled = np.minimum(moved, self.fill[idx])          # start-up first: no data on the links
+            self.fill[idx] -= filled
             entries = entries_of(self.flow_ptr, idx)
             counts = self.flow_ptr[idx + 1] - self.flow_ptr[idx]
             self.link_bytes += np.bincount(self.flow_links[entries],
-                                           weights=np.repeat(moved, counts) * self.flow_weights[entries],
+                                           weights=np.repeat(moved - filled, counts) * self.flow_weights[entries],
                                            minlength=self.link_bytes.shape[0])
             self.remaining[idx] -= moved
         # finished: at most a nanosecond of transfer left (float round-off on the drain)
@@ -124,5 +131,5 @@ class FluidNetwork:
         self.flow_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.flow_links = self.flow_links[entries]
         self.flow_weights = self.flow_weights[entries]
-        for name in ("remaining", "rate", "cap", "active", "batch", "ids"):
+        for name in ("remaining", "fill", "rate", "cap", "active", "batch", "ids"):
             setattr(self, name, getattr(self, name)[keep])

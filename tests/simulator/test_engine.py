@@ -72,13 +72,15 @@ def test_flow_equals_analytical_for_a_lone_symmetric_collective(system, nodes):
 def test_lone_ring_time_is_latency_plus_bytes_over_bottleneck():
     # 8x H100, 1 GiB all_reduce, Simple, 16 channels: all 16 chains share each GPU's NVLink bundle
     # (18 x 20.6 GB/s = 370.8 GB/s), so each edge moves 2*7/8 GiB at 370.8 GB/s, after NCCL's
-    # Simple ring latency 8.4 + 14*3.4 = 56 us and the path latency (link + NVSwitch traversal).
+    # Simple ring latency 8.4 + 14*3.4 = 56 us and the path latency (link + NVSwitch traversal),
+    # plus one 1 MiB slice of pipeline start-up at one chain's rate (370.8 / 16 GB/s).
     topo = build_system("dgx-h100")
     work = bench_workload(CollectiveKind.ALL_REDUCE, [1 << 30], 8)
     res = simulate(topo, work, config=SimConfig(collectives=CollectivePolicy(algorithm="ring", protocol="Simple",
                                                                              nchannels=16)))
     path = Router(topo).path(0, 1)
-    expected = 56e-6 + topo.path_latency_s(path) + (2 * 7 / 8 * (1 << 30)) / (18 * 20.6e9)
+    expected = (56e-6 + topo.path_latency_s(path) + (2 * 7 / 8 * (1 << 30)) / (18 * 20.6e9)
+                + (1 << 20) / (18 * 20.6e9 / 16))
     assert res.collectives[0].time_s == pytest.approx(expected, rel=1e-9)
 
 
