@@ -27,9 +27,9 @@ falls monotonically with s and rises with o), the bounds themselves also tried, 
 held; two rounds (o, s, o, s), since s barely moves small messages and o moves large ones by < 2%.
 Every evaluation is a real simulation of the fitted rows (~0.01-0.1 s each, ~2 s for a whole fit);
 the before/after errors are full simulations of every row. Worked number: the shipped 8x A100
-``mpirun -np 8`` table (rendered as nccl-tests output) gives s = 0.948 on NVLink (5 rows >= 256 MiB)
-and o = 8.17 us (13 rows < 64 KiB); the median |error| over its 30 rows falls from 22.3% to 7.0%
-(latency regime 36.8% -> 6.8%, bandwidth regime 6.5% -> 2.5%).
+``mpirun -np 8`` table (rendered as nccl-tests output) gives s = 0.961 on NVLink (5 rows >= 256 MiB)
+and o = 8.17 us (13 rows < 64 KiB); the median |error| over its 30 rows falls from 22.0% to 6.1%
+(latency regime 36.8% -> 6.8%, bandwidth regime 4.9% -> 0.9%).
 """
 
 from __future__ import annotations
