@@ -26,7 +26,7 @@ from topologies.routing import Router, equal_share_rates
 from topologies.topology import Topology
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
-from ..schedule import Schedule
+from ..schedule import Schedule, Step
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,6 +178,43 @@ def protocol_schedule(collective: Collective, ctx: LoweringContext, *, algorithm
                     chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
                         protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor, nnodes=layout.nnodes,
                         nchannels=nchannels), **fields)
+
+
+def check_runnable(algorithm: str, reason: str | None, protocol: str, protocols: tuple[str, ...]) -> None:
+    """Raise a clear error when ``algorithm`` cannot run here (``reason``) or with ``protocol``."""
+    if reason:
+        raise ValueError(f"algorithm {algorithm}: {reason}")
+    if protocol not in protocols:
+        raise ValueError(f"protocol: {algorithm} runs with {', '.join(protocols)}, not {protocol!r}")
+
+
+def innet_schedule(collective: Collective, *, algorithm: str, protocol: str, nchannels: int, edges,
+                   efficiency: float, innet_nodes: dict[int, int], latency_s: float) -> Schedule:
+    """One step of chains through in-network reduction buffers (NVLS, NVLSTree, CollNet).
+
+    ``edges`` are (src, dst, elements, chain); legs into or out of a switch buffer (negative id)
+    run at the switch's reduction ``efficiency`` (wire scale 1/efficiency), other legs do not.
+    """
+    src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
+    scale = np.where((src < 0) | (dst < 0), 1.0 / efficiency, 1.0)
+    step = Step.of(src=src, dst=dst, nbytes=count * DTYPE_BYTES[collective.dtype], chain=chain, channel=chain,
+                   latency_s=latency_s, label=f"{algorithm} {collective.kind.value}", wire_scale=scale)
+    return Schedule(collective=collective, algorithm=algorithm, protocol=protocol, nchannels=nchannels,
+                    steps=(step,), innet_nodes=innet_nodes)
+
+
+def innet_chain_rate(ctx: LoweringContext, edges, innet_nodes: dict[int, int], efficiency: float) -> tuple[float, int]:
+    """(slowest chain's equal-share rate, number of chains) of ``innet_schedule``'s chains, with
+    the switch legs weighted by 1/efficiency as in the schedule."""
+    paths: dict[int, list[np.ndarray]] = {}
+    weights: dict[int, list[np.ndarray]] = {}
+    for s, d, _, chain in edges:
+        path = edge_path(ctx.router, ctx.rank_gpu, innet_nodes, s, d, flow_key=chain)
+        paths.setdefault(chain, []).append(path)
+        weights.setdefault(chain, []).append(np.full(path.shape[0], 1.0 / efficiency if min(s, d) < 0 else 1.0))
+    chains = list(paths)
+    rates = ctx.chain_rates([np.concatenate(paths[c]) for c in chains], [np.concatenate(weights[c]) for c in chains])
+    return float(rates.min()), len(chains)
 
 
 def split_evenly(total: int, parts: int, unit: int = 1) -> np.ndarray:

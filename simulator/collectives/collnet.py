@@ -26,8 +26,8 @@ import numpy as np
 
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
-from ..schedule import DataStep, Schedule, Step
-from .base import LoweringContext, edge_path, split_evenly
+from ..schedule import DataStep, Schedule
+from .base import LoweringContext, check_runnable, innet_chain_rate, innet_schedule, split_evenly
 
 # hwLatencies[NVLINK][CollNetDirect][Simple], [NET][CollNetDirect][Simple], arity serialisation
 # per local rank (tuning.cc, NCCL 2.30.7)
@@ -124,20 +124,18 @@ class CollNetAlgorithm:
         return min(ctx.topology.graph.nodes[n].get("reduction_efficiency", 1.0) for n in nodes.values())
 
     # ---- interface ---------------------------------------------------------------------------
+    def _edges(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+        """(src, dst, elements, chain) of every edge of every stage."""
+        return [(s, d, cnt, chain) for stage in self._stages(collective, ctx, nchannels)
+                for s, d, _, cnt, _, chain in stage]
+
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
-        reason = self.supported(collective, ctx)
-        if reason:
-            raise ValueError(f"algorithm collnet: {reason}")
-        if protocol != "Simple":
-            raise ValueError(f"protocol: CollNet runs only with Simple, not {protocol!r}")
-        elt = DTYPE_BYTES[collective.dtype]
-        edges = [e for stage in self._stages(collective, ctx, nchannels) for e in stage]
-        src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in (0, 1, 3, 5))
-        scale = np.where((src < 0) | (dst < 0), 1.0 / self._efficiency(collective, ctx, nchannels), 1.0)
-        step = Step.of(src=src, dst=dst, nbytes=count * elt, chain=chain, channel=chain,
-                       latency_s=self._latency_s(collective, ctx), label="collnet all_reduce", wire_scale=scale)
-        return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                        steps=(step,), innet_nodes=self._buffers(collective, ctx, nchannels)[2])
+        check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)
+        return innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
+                              edges=self._edges(collective, ctx, nchannels),
+                              efficiency=self._efficiency(collective, ctx, nchannels),
+                              innet_nodes=self._buffers(collective, ctx, nchannels)[2],
+                              latency_s=self._latency_s(collective, ctx))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         return tuple(DataStep.of([(s, d, off, cnt, off, red) for s, d, off, cnt, red, _ in stage])
@@ -149,21 +147,9 @@ class CollNetAlgorithm:
         if self.supported(collective, ctx) or protocol != "Simple":
             return latency, 0.0
 
-        def rate():
-            _, _, nodes = self._buffers(collective, ctx, nchannels)
-            eff = self._efficiency(collective, ctx, nchannels)
-            paths: dict[int, list[np.ndarray]] = {}
-            weights: dict[int, list[np.ndarray]] = {}
-            for stage in self._stages(collective, ctx, nchannels):
-                for s, d, _, _, _, chain in stage:
-                    path = edge_path(ctx.router, ctx.rank_gpu, nodes, s, d, flow_key=chain)
-                    paths.setdefault(chain, []).append(path)
-                    weights.setdefault(chain, []).append(np.full(path.shape[0], 1.0 / eff if min(s, d) < 0 else 1.0))
-            chains = list(paths)
-            rates = ctx.chain_rates([np.concatenate(paths[c]) for c in chains],
-                                    [np.concatenate(weights[c]) for c in chains])
-            return float(rates.min()), len(chains)
-        chain_rate, nshards = ctx.cached(("collnet-rate", collective.group, nchannels), rate)
+        chain_rate, nshards = ctx.cached(("collnet-rate", collective.group, nchannels), lambda: innet_chain_rate(
+            ctx, self._edges(collective, ctx, nchannels), self._buffers(collective, ctx, nchannels)[2],
+            self._efficiency(collective, ctx, nchannels)))
         return latency, chain_rate * nshards
 
 

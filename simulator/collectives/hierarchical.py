@@ -21,7 +21,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import LoweringContext, protocol_schedule
+from .base import LoweringContext, check_runnable, protocol_schedule
 from .ring import RING
 
 
@@ -55,9 +55,7 @@ class Hierarchical:
         return [s for s in (stage_a, stage_b, stage_c) if s and all(c.nranks > 1 for c, _ in s)]
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
-        reason = self.supported(collective, ctx)
-        if reason:
-            raise ValueError(f"algorithm hierarchical: {reason}")
+        check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)
         steps = []
         for stage in self._stages(collective, ctx):
             parts = [RING.lower(c, ctx, protocol=protocol, nchannels=nchannels).steps[0] for c, _ in stage]

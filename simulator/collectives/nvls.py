@@ -27,8 +27,8 @@ import numpy as np
 
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
-from ..schedule import DataStep, Schedule, Step
-from .base import LoweringContext, edge_path, split_evenly
+from ..schedule import DataStep, Schedule
+from .base import LoweringContext, check_runnable, innet_chain_rate, innet_schedule, split_evenly
 
 REDUCE_BUFFER = -1       # in-network buffer ids of the switch's reduce and multicast stages
 MULTICAST_BUFFER = -2
@@ -85,20 +85,10 @@ class NvlsAlgorithm:
         return ctx.topology.servers[ctx.layout(collective.group).servers[0]].nvls_efficiency
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
-        reason = self.supported(collective, ctx)
-        if reason:
-            raise ValueError(f"algorithm nvls: {reason}")
-        if protocol != "Simple":
-            raise ValueError(f"protocol: NVLS runs only with Simple, not {protocol!r}")
-        elt = DTYPE_BYTES[collective.dtype]
-        edges = self._edges(collective)
-        src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
-        # legs into and out of the NVSwitch run at its reduction efficiency; network legs do not
-        scale = np.where((src < 0) | (dst < 0), 1.0 / self._efficiency(collective, ctx), 1.0)
-        step = Step.of(src=src, dst=dst, nbytes=count * elt, chain=chain, latency_s=NVLS_LATENCY_US * 1e-6,
-                       label=f"nvls {collective.kind.value}", wire_scale=scale)
-        return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                        steps=(step,), innet_nodes=self._innet(collective, ctx))
+        check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)
+        return innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
+                              edges=self._edges(collective), efficiency=self._efficiency(collective, ctx),
+                              innet_nodes=self._innet(collective, ctx), latency_s=NVLS_LATENCY_US * 1e-6)
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         offset, count = self._shards(collective)
@@ -118,16 +108,9 @@ class NvlsAlgorithm:
         if self.supported(collective, ctx) or protocol != "Simple":
             return NVLS_LATENCY_US * 1e-6, 0.0
 
-        def busiest_share():
-            # every chain moves one shard; rate = bottleneck share of the busiest link, with the
-            # NVSwitch legs weighted by 1 / reduction efficiency as in the schedule
-            innet, eff = self._innet(collective, ctx), self._efficiency(collective, ctx)
-            paths: dict[int, list[np.ndarray]] = {}
-            for s, d, _, chain in self._edges(collective):
-                paths.setdefault(chain, []).append(edge_path(ctx.router, ctx.rank_gpu, innet, s, d))
-            chains = [np.concatenate(p) for p in paths.values()]
-            return float(ctx.chain_rates(chains, [np.full(c.shape[0], 1.0 / eff) for c in chains]).min())
-        rate = ctx.cached(("nvls-rate", collective.group, collective.kind), busiest_share)
+        # every chain moves one shard: time = shard / slowest chain's rate
+        rate, _ = ctx.cached(("nvls-rate", collective.group, collective.kind), lambda: innet_chain_rate(
+            ctx, self._edges(collective), self._innet(collective, ctx), self._efficiency(collective, ctx)))
         time_s = collective.nbytes / collective.nranks / rate
         return NVLS_LATENCY_US * 1e-6, collective.nbytes / time_s
 

@@ -33,9 +33,9 @@ import numpy as np
 
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
-from ..schedule import DataStep, Schedule, Step
+from ..schedule import DataStep, Schedule
 from . import nccl_model
-from .base import LoweringContext, split_evenly
+from .base import LoweringContext, check_runnable, innet_schedule, split_evenly
 from .nvls import NVLS_LATENCY_US
 
 # hwLatencies[NET][NVLSTree][Simple] (tuning.cc, NCCL 2.30.7)
@@ -142,20 +142,10 @@ class NvlsTreeAlgorithm:
 
     # ---- interface ---------------------------------------------------------------------------
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
-        reason = self.supported(collective, ctx)
-        if reason:
-            raise ValueError(f"algorithm nvlstree: {reason}")
-        if protocol != "Simple":
-            raise ValueError(f"protocol: NVLSTree runs only with Simple, not {protocol!r}")
-        elt = DTYPE_BYTES[collective.dtype]
-        edges = self._edges(collective, ctx, nchannels)
-        src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
-        # legs into and out of the NVSwitch run at its reduction efficiency; network legs do not
-        scale = np.where((src < 0) | (dst < 0), 1.0 / self._efficiency(collective, ctx), 1.0)
-        step = Step.of(src=src, dst=dst, nbytes=count * elt, chain=chain, channel=chain,
-                       latency_s=self._latency_s(collective, ctx), label="nvlstree all_reduce", wire_scale=scale)
-        return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                        steps=(step,), innet_nodes=self._innet(collective, ctx))
+        check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)
+        return innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
+                              edges=self._edges(collective, ctx, nchannels), efficiency=self._efficiency(collective, ctx),
+                              innet_nodes=self._innet(collective, ctx), latency_s=self._latency_s(collective, ctx))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         layout, offset, count, owner, tree_of, trees = self._parts(collective, ctx, nchannels)
