@@ -59,7 +59,8 @@ class Alltoall:
         return [[pair for r in rounds[i:i + ROUNDS_IN_FLIGHT] for pair in r]
                 for i in range(0, len(rounds), ROUNDS_IN_FLIGHT)]
 
-    def _latency_s(self, collective: Collective, ctx: LoweringContext, protocol: str) -> float:
+    def _latency_s(self, collective: Collective, ctx: LoweringContext, protocol: str, *, nccl: bool = False) -> float:
+        """Simulated latency; ``nccl=True``: NCCL's own estimate (no platform hop extra)."""
         layout = ctx.layout(collective.group)
         group = collective.group
         intra = nccl_model.HW_LATENCY_US[layout.intra]["ring"][protocol]
@@ -69,7 +70,9 @@ class Alltoall:
             hops = sum(inter if ctx.server(group[p]) != ctx.server(group[q]) else intra
                        for q in range(len(group)) if q != p)
             worst = max(worst, hops)
-        return (nccl_model.BASE_LATENCY_US["ring"][protocol] + worst) * 1e-6
+        # the platform's extra hop latency is paid once: a rank's sends to its peers run concurrently
+        extra = 0.0 if nccl else layout.hop_extra_us
+        return (nccl_model.BASE_LATENCY_US["ring"][protocol] + worst + extra) * 1e-6
 
     def _pair_flows(self, collective: Collective, ctx: LoweringContext, p: int, q: int, nchannels: int):
         """(src, dst, bytes, channel) flows of one pair."""
@@ -115,7 +118,7 @@ class Alltoall:
                  nchannels: int) -> tuple[float, float]:
         counts = alltoall_counts(collective)
         biggest = int(counts.max()) * DTYPE_BYTES[collective.dtype] if counts.size else 0
-        latency = self._latency_s(collective, ctx, protocol)
+        latency = self._latency_s(collective, ctx, protocol, nccl=True)
         if collective.nranks == 1:
             return latency, float("inf")
         if (protocol == "LL") != (biggest <= P2P_LL_THRESHOLD_BYTES):

@@ -27,6 +27,7 @@ from topologies.topology import Topology
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import Schedule, Step
+from . import nccl_model
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +42,7 @@ class GroupLayout:
     arch: str
     cpu_vendor: str
     nics_per_server: int
+    hop_extra_us: float = 0.0                      # platform latency per intra-server hop over NCCL's table
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +91,8 @@ class LoweringContext:
             arch=infos[0].gpu_arch,
             cpu_vendor="amd" if any(i.cpu_vendor == "amd" for i in infos) else "intel",
             nics_per_server=min(len(i.nics) for i in infos),
+            hop_extra_us=(nccl_model.NVLINK_HOP_EXTRA_US.get(infos[0].gpu_arch, 0.0)
+                          if all(i.nvswitch >= 0 for i in infos) else 0.0),
         )
 
     def chain_rates(self, chains: list[np.ndarray], weights: list[np.ndarray] | None = None) -> np.ndarray:

@@ -93,13 +93,16 @@ class HalvingDoubling:
         return out
 
     # ---- interface ---------------------------------------------------------------------------
-    def _latencies(self, collective: Collective, ctx: LoweringContext, protocol: str) -> list[float]:
+    def _latencies(self, collective: Collective, ctx: LoweringContext, protocol: str, *,
+                   nccl: bool = False) -> list[float]:
+        """Latency of each step; ``nccl=True``: NCCL's per-hop table only (no platform hop extra)."""
         layout = ctx.layout(collective.group)
         group = collective.group
         out = []
         for i, ops in enumerate(self.steps(collective)):
             crosses = any(ctx.server(group[a]) != ctx.server(group[b]) for a, b, *_ in ops)
-            hop = nccl_model.HW_LATENCY_US["net" if crosses else layout.intra]["ring"][protocol]
+            hop = (nccl_model.HW_LATENCY_US["net"]["ring"][protocol] if crosses else
+                   nccl_model.HW_LATENCY_US[layout.intra]["ring"][protocol] + (0.0 if nccl else layout.hop_extra_us))
             out.append((hop + (nccl_model.BASE_LATENCY_US["ring"][protocol] if i == 0 else 0.0)) * 1e-6)
         return out
 
@@ -122,7 +125,7 @@ class HalvingDoubling:
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]:
-        latency = sum(self._latencies(collective, ctx, protocol))
+        latency = sum(self._latencies(collective, ctx, protocol, nccl=True))
         group, elt = collective.group, DTYPE_BYTES[collective.dtype]
         time_s = 0.0
         for ops in self.steps(collective):
@@ -164,7 +167,7 @@ class Pat(HalvingDoubling):
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]:
         from .ring import RING
-        latency = sum(self._latencies(collective, ctx, protocol))
+        latency = sum(self._latencies(collective, ctx, protocol, nccl=True))
         if self.supported(collective, ctx) or protocol != "Simple":
             return latency, 0.0
         return latency, 0.75 * RING.estimate(collective, ctx, protocol="Simple", nchannels=nchannels)[1]

@@ -52,6 +52,14 @@ HW_LATENCY_US = MappingProxyType({
     "net": {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}, "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}},
 })
 
+# Extra latency of one NVLink hop on this GPU generation's platform over NCCL's hwLatencies, which
+# match the H100 tables (DGX H100, 8 GPUs: 13.7 us measured vs 15.3 us for ring LL all_reduce). Fitted
+# once per generation on the latency regime (< 64 KiB) of one 8-GPU all_reduce table: A100 SXM4 (mpirun
+# run, median 24.4 us vs 15.3 us over 14 ring hops: +0.65 us) and HGX B200 (median 25.5 us vs 15.3 us:
+# +0.7 us); the other tables of those GPUs (all_gather, reduce_scatter, sendrecv, two nodes) are held out.
+# Only the simulated time pays it: NCCL's choice (the estimates) uses NCCL's own table.
+NVLINK_HOP_EXTRA_US = MappingProxyType({"ampere": 0.65, "blackwell": 0.7})
+
 # llMaxBws[row][1 node, 2 nodes, >=3 nodes] in GB/s: row = GPU arch on one node, CPU vendor
 # across nodes (tuning.cc, NCCL 2.30.7).
 LL_MAX_BW_GBPS = MappingProxyType({
@@ -120,12 +128,13 @@ def ring_steps(kind_value: str, nranks: int, nnodes: int) -> tuple[int, int]:
 
 
 def ring_latency_s(*, kind_value: str, protocol: str, nranks: int, nnodes: int, ppn: int, intra: str,
-                   cpu_vendor: str, nbytes: int, nchannels: int) -> float:
-    """NCCL's ring latency for one collective (seconds)."""
+                   cpu_vendor: str, nbytes: int, nchannels: int, hop_extra_us: float = 0.0) -> float:
+    """NCCL's ring latency for one collective (seconds); ``hop_extra_us`` is added to every
+    intra-server hop (the platform's ``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate)."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol: {protocol!r} is not known; expected one of {', '.join(PROTOCOLS)}")
     nsteps, ninter = ring_steps(kind_value, nranks, nnodes)
-    intra_lat = HW_LATENCY_US[intra]["ring"][protocol]
+    intra_lat = HW_LATENCY_US[intra]["ring"][protocol] + hop_extra_us
     if nnodes > 1:
         overhead = NET_OVERHEAD_US.get(cpu_vendor, 1.0) * (3.0 if protocol == "Simple" else 1.0)
         intra_lat = max(intra_lat, overhead)

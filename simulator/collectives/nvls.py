@@ -36,6 +36,39 @@ MULTICAST_BUFFER = -2
 # hwLatencies[NVLINK][NVLS][Simple] (tuning.cc, NCCL 2.30.7); NVLS base latency is 0.
 NVLS_LATENCY_US = 25.0
 
+# NVLS channels (src/transport/nvls.cc, NCCL 2.30.7: NVLS_NCHANNELS_SM90 16, SM100 32 across nodes,
+# SM100_NVL 24 inside one NVLink domain) and the largest chunk (NCCL_NVLS_CHUNKSIZE default 128 KiB).
+NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}     # (one node, several nodes)
+NVLS_MAX_CHUNK_BYTES = 128 * 1024
+# Fixed cost of one NVLS chunk on one channel (synchronisation of the reduce and multicast stages
+# through the switch), fitted on the busbw steps of the measured 8x H100 and 8x B200 tables where NCCL
+# halves the chunk; NCCL's nvlsEfficiency already holds it at 128 KiB chunks.
+NVLS_CHUNK_SYNC_S = 1.5e-6
+def nvls_channels(arch: str, nnodes: int) -> int:
+    one, several = NVLS_CHANNELS.get(arch, NVLS_CHANNELS["hopper"])
+    return one if nnodes == 1 else several
+
+
+def nvls_chunk_bytes(nbytes: int, *, nchannels: int, nheads: int) -> int:
+    """NCCL's NVLS chunk size for an ``nbytes`` operation (calcCollChunking, enqueue.cc): 128 KiB,
+    halved below 64, 8 and 2 concurrent loops of (channels x heads) chunks, down to 16 KiB."""
+    concurrent = nchannels * nheads
+    chunk = NVLS_MAX_CHUNK_BYTES
+    for loops, smaller in ((64, 65536), (8, 32768), (2, 16384)):
+        if nbytes < loops * concurrent * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
+def nvls_chunk_efficiency(chunk_bytes: int, channel_bytes_per_s: float) -> float:
+    """Bandwidth with ``chunk_bytes`` chunks relative to 128 KiB ones, for a channel moving data at
+    ``channel_bytes_per_s``: a chunk costs the sync time t plus its transfer, so with x = t x rate /
+    128 KiB the ratio is (1 + x) / (1 + x 128 KiB / chunk). Worked number, 8x H100 (16 channels,
+    algbw 280 GB/s: 17.5 GB/s a channel): x = 1.5 us x 17.5 GB/s / 128 KiB = 0.20, so 32 KiB chunks
+    (8-64 MiB all_reduce) run at 1.20 / 1.80 = 67% of the large-message busbw."""
+    x = NVLS_CHUNK_SYNC_S * channel_bytes_per_s / NVLS_MAX_CHUNK_BYTES
+    return (1.0 + x) / (1.0 + x * NVLS_MAX_CHUNK_BYTES / chunk_bytes)
+
 
 class NvlsAlgorithm:
     name = "nvls"
@@ -81,8 +114,20 @@ class NvlsAlgorithm:
         switch = ctx.topology.servers[ctx.layout(collective.group).servers[0]].nvswitch
         return {REDUCE_BUFFER: switch, MULTICAST_BUFFER: switch}
 
+    def _rate(self, collective: Collective, ctx: LoweringContext) -> float:
+        """Equal-share rate of the slowest shard chain at NCCL's nvlsEfficiency (no chunk penalty)."""
+        efficiency = ctx.topology.servers[ctx.layout(collective.group).servers[0]].nvls_efficiency
+        rate, _ = ctx.cached(("nvls-rate", collective.group, collective.kind), lambda: innet_chain_rate(
+            ctx, self._edges(collective), self._innet(collective, ctx), efficiency))
+        return rate
+
     def _efficiency(self, collective: Collective, ctx: LoweringContext) -> float:
-        return ctx.topology.servers[ctx.layout(collective.group).servers[0]].nvls_efficiency
+        """The switch's reduction efficiency at the chunk size NCCL uses for this operation."""
+        layout = ctx.layout(collective.group)
+        nchannels = nvls_channels(layout.arch, 1)
+        chunk = nvls_chunk_bytes(collective.nbytes, nchannels=nchannels, nheads=collective.nranks)
+        channel_rate = self._rate(collective, ctx) * collective.nranks / nchannels
+        return ctx.topology.servers[layout.servers[0]].nvls_efficiency * nvls_chunk_efficiency(chunk, channel_rate)
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)
@@ -109,8 +154,8 @@ class NvlsAlgorithm:
             return NVLS_LATENCY_US * 1e-6, 0.0
 
         # every chain moves one shard: time = shard / slowest chain's rate
-        rate, _ = ctx.cached(("nvls-rate", collective.group, collective.kind), lambda: innet_chain_rate(
-            ctx, self._edges(collective), self._innet(collective, ctx), self._efficiency(collective, ctx)))
+        # NCCL's choice knows only nvlsEfficiency, not the chunk-size penalty: the estimate neither
+        rate = self._rate(collective, ctx)
         time_s = collective.nbytes / collective.nranks / rate
         return NVLS_LATENCY_US * 1e-6, collective.nbytes / time_s
 

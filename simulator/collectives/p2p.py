@@ -44,11 +44,13 @@ class SendRecv:
         group = np.asarray(collective.group, dtype=np.int64)
         return group, np.roll(group, -1)
 
-    def _latency(self, collective: Collective, ctx: LoweringContext, protocol: str) -> float:
+    def _latency(self, collective: Collective, ctx: LoweringContext, protocol: str, *, nccl: bool = False) -> float:
+        """Simulated latency; ``nccl=True``: NCCL's own estimate (no platform hop extra)."""
         layout = ctx.layout(collective.group)
         return nccl_model.ring_latency_s(kind_value="sendrecv", protocol=protocol, nranks=collective.nranks,
                                          nnodes=layout.nnodes, ppn=layout.ppn, intra=layout.intra,
-                                         cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=1)
+                                         cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=1,
+                                         hop_extra_us=0.0 if nccl else layout.hop_extra_us)
 
     def _flows(self, collective: Collective, ctx: LoweringContext, nchannels: int):
         """(src, dst, element offset, elements, channel) of every flow."""
@@ -79,7 +81,7 @@ class SendRecv:
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]:
-        latency = self._latency(collective, ctx, protocol)
+        latency = self._latency(collective, ctx, protocol, nccl=True)
         if collective.nranks == 1:
             return latency, float("inf")
         if (protocol == "LL") != (collective.nbytes <= P2P_LL_THRESHOLD_BYTES):

@@ -174,7 +174,8 @@ class RingAlgorithm:
         channel = cat(chan)
         latency = nccl_model.ring_latency_s(
             kind_value=collective.kind.value, protocol=protocol, nranks=n, nnodes=layout.nnodes, ppn=layout.ppn,
-            intra=layout.intra, cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=nchannels)
+            intra=layout.intra, cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=nchannels,
+            hop_extra_us=layout.hop_extra_us)
         step = Step.of(src=cat(src), dst=cat(dst), nbytes=cat(size), channel=channel, chain=channel,
                        latency_s=latency, label=f"ring {collective.kind.value}",
                        fill_bytes=self._fill(collective, nbytes, nedges, protocol)[channel] if n > 1 else None)

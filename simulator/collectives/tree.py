@@ -83,9 +83,10 @@ class TreeAlgorithm:
                 edges.append((chains[par][0], chains[child][0], count[k], k))
         return edges
 
-    def _latency_s(self, collective: Collective, ctx: LoweringContext, protocol: str) -> float:
+    def _latency_s(self, collective: Collective, ctx: LoweringContext, protocol: str, *, nccl: bool = False) -> float:
+        """Simulated latency; ``nccl=True``: NCCL's own estimate (no platform hop extra)."""
         layout = ctx.layout(collective.group)
-        intra = nccl_model.HW_LATENCY_US[layout.intra]["tree"][protocol]
+        intra = nccl_model.HW_LATENCY_US[layout.intra]["tree"][protocol] + (0.0 if nccl else layout.hop_extra_us)
         inter = nccl_model.HW_LATENCY_US["net"]["tree"][protocol]
         hops = (layout.ppn - 1) * intra + math.log2(layout.nnodes) * inter
         return (nccl_model.BASE_LATENCY_US["tree"][protocol] + 2 * hops) * 1e-6
@@ -152,7 +153,7 @@ class TreeAlgorithm:
         LL128: x 7/9 on one node, x 120/128 across nodes), halved into algbw, times NCCL's
         tree correction for the size."""
         from .ring import RING
-        latency = self._latency_s(collective, ctx, protocol)
+        latency = self._latency_s(collective, ctx, protocol, nccl=True)
         layout = ctx.layout(collective.group)
         column = nccl_model.node_column(layout.nnodes)
         _, ring_algbw = RING.estimate(collective, ctx, protocol="Simple", nchannels=nchannels)
