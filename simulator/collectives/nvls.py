@@ -87,6 +87,11 @@ class NvlsAlgorithm:
             return "NVLS needs at least 2 GPUs"
         return None
 
+    def channels(self, collective: Collective, ctx: LoweringContext) -> int:
+        """NCCL's nvlsChannels for this GPU generation and node count."""
+        layout = ctx.layout(collective.group)
+        return nvls_channels(layout.arch, layout.nnodes)
+
     def _shards(self, collective: Collective) -> tuple[np.ndarray, np.ndarray]:
         """(offset, count) in elements of the n shards."""
         elements = collective.nbytes // DTYPE_BYTES[collective.dtype]

@@ -36,10 +36,29 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 from ..schedule import DataStep, Schedule
 from . import nccl_model
 from .base import LoweringContext, check_runnable, innet_schedule, split_evenly
-from .nvls import NVLS_LATENCY_US
+from .nvls import NVLS_LATENCY_US, NVLS_MAX_CHUNK_BYTES, nvls_channels, nvls_chunk_efficiency
 
 # hwLatencies[NET][NVLSTree][Simple] (tuning.cc, NCCL 2.30.7)
 NVLSTREE_NET_LATENCY_US = 20.9
+
+
+# NCCL_NVLSTREE_MAX_CHUNKSIZE default (src/transport/nvls.cc, NCCL 2.30.7): the NVLS chunk on fewer
+# than 4 servers, 64 KiB from 4 up; Blackwell 2-server tuning with NICs below 96 GB/s behind a PCIe
+# switch (HGX/DGX B200) also picks 64 KiB (ncclNvlsTreeSm100Tuning).
+NVLSTREE_SMALL_MAX_CHUNK_BYTES = 64 * 1024
+
+
+def nvlstree_chunk_bytes(nbytes: int, *, nchannels: int, nheads: int, nnodes: int, arch: str) -> int:
+    """NCCL's NVLSTree chunk (calcCollChunking, enqueue.cc): the largest chunk, capped by the tree
+    maximum, halved below 32, 16, 4 and 1 concurrent loops of (channels x heads) chunks."""
+    chunk = NVLS_MAX_CHUNK_BYTES
+    if nnodes >= 4 or arch == "blackwell":
+        chunk = min(chunk, NVLSTREE_SMALL_MAX_CHUNK_BYTES)
+    concurrent = nchannels * nheads
+    for loops, smaller in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+        if nbytes < loops * concurrent * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
 
 
 def binary_tree(order: list[int]) -> dict[int, int]:
@@ -87,6 +106,11 @@ class NvlsTreeAlgorithm:
         if len({len(r) for r in layout.ranks_by_server}) != 1 or layout.ppn < 2:
             return "NVLSTree needs the same number (>= 2) of GPUs on every server"
         return None
+
+    def channels(self, collective: Collective, ctx: LoweringContext) -> int:
+        """NCCL's nvlsChannels for this GPU generation and node count."""
+        layout = ctx.layout(collective.group)
+        return nvls_channels(layout.arch, layout.nnodes)
 
     # ---- structure ---------------------------------------------------------------------------
     def _parts(self, collective: Collective, ctx: LoweringContext, nchannels: int):
@@ -136,6 +160,19 @@ class NvlsTreeAlgorithm:
         layout = ctx.layout(collective.group)
         return min(ctx.topology.servers[s].nvls_efficiency for s in layout.servers)
 
+    def _chunk_efficiency(self, collective: Collective, ctx: LoweringContext, nchannels: int) -> float:
+        """The switch legs' efficiency at NCCL's NVLSTree chunk (see nvls.nvls_chunk_efficiency); a
+        channel's NVLS rate is the single-server one, NVLink x efficiency x ppn / (ppn + 1) / channels."""
+        layout = ctx.layout(collective.group)
+        first = collective.group[0]
+        info = ctx.topology.servers[ctx.server(first)]
+        nvlink = float(ctx.topology.link_capacity_bytes_per_s[ctx.router.gpu_to_node(ctx.gpu(first), info.nvswitch)].min())
+        efficiency = self._efficiency(collective, ctx)
+        channel_rate = nvlink * efficiency * layout.ppn / (layout.ppn + 1) / nchannels
+        chunk = nvlstree_chunk_bytes(collective.nbytes, nchannels=nchannels, nheads=layout.ppn, nnodes=layout.nnodes,
+                                     arch=layout.arch)
+        return efficiency * nvls_chunk_efficiency(chunk, channel_rate)
+
     def _latency_s(self, collective: Collective, ctx: LoweringContext) -> float:
         nnodes = ctx.layout(collective.group).nnodes
         return (NVLS_LATENCY_US + 2 * math.log2(nnodes) * NVLSTREE_NET_LATENCY_US) * 1e-6
@@ -144,7 +181,8 @@ class NvlsTreeAlgorithm:
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)
         return innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                              edges=self._edges(collective, ctx, nchannels), efficiency=self._efficiency(collective, ctx),
+                              edges=self._edges(collective, ctx, nchannels),
+                              efficiency=self._chunk_efficiency(collective, ctx, nchannels),
                               innet_nodes=self._innet(collective, ctx), latency_s=self._latency_s(collective, ctx))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
