@@ -5,6 +5,13 @@ sequence of :class:`ComputeTask` (busy for a duration) and :class:`CommTask` (ta
 collective ``index`` of the table). A collective starts when every rank of its group has
 reached it (NCCL kernels wait for their peers) and ends for all of them together.
 
+Streams and dependencies (CUDA streams): every task runs on a ``stream`` of its rank (0 by default,
+e.g. 0 = compute, 1 = data-parallel communication). Tasks of one stream run in program order; a
+task also waits for the tasks of its own rank listed in ``after`` (indices into the rank's
+program, all earlier than the task itself), which is how a gradient bucket's all-reduce on stream
+1 waits for the backward pass that produced it while the next backward layer keeps stream 0 busy.
+With one stream and no ``after`` a program is a plain sequence.
+
 >>> from workloads.collectives import Collective, CollectiveKind
 >>> c = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1024, group=(0, 1))
 >>> w = Workload.sequence([c, c], nranks=2)
@@ -24,16 +31,31 @@ from .collectives import Collective
 class ComputeTask:
     duration_s: float
     name: str = "compute"
+    stream: int = 0
+    after: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not (isinstance(self.duration_s, (int, float)) and math.isfinite(self.duration_s) and self.duration_s >= 0):
             raise ValueError(f"ComputeTask.duration_s: {self.duration_s!r} is not allowed; expected a finite number >= 0")
+        _check_stream("ComputeTask", self.stream, self.after)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommTask:
     index: int
     name: str = "comm"
+    stream: int = 0
+    after: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_stream("CommTask", self.stream, self.after)
+
+
+def _check_stream(owner: str, stream, after) -> None:
+    if not isinstance(stream, int) or isinstance(stream, bool) or stream < 0:
+        raise ValueError(f"{owner}.stream: {stream!r} is not allowed; expected an integer >= 0")
+    if not isinstance(after, tuple) or any(not isinstance(a, int) or isinstance(a, bool) or a < 0 for a in after):
+        raise ValueError(f"{owner}.after: {after!r} is not allowed; expected a tuple of task indices >= 0")
 
 
 Task = ComputeTask | CommTask
@@ -54,7 +76,10 @@ class Workload:
             if max(coll.group) >= self.nranks:
                 raise ValueError(f"Workload.collectives[{i}]: group rank {max(coll.group)} >= nranks {self.nranks}")
         for rank, program in enumerate(self.programs):
-            for task in program:
+            for position, task in enumerate(program):
+                if any(a >= position for a in task.after):
+                    raise ValueError(f"Workload.programs[{rank}][{position}].after: {task.after} names a task that is "
+                                     f"not earlier in the program; expected indices < {position}")
                 if isinstance(task, CommTask):
                     if not 0 <= task.index < len(self.collectives):
                         raise ValueError(f"Workload.programs[{rank}]: collective index {task.index} does not exist")

@@ -1,5 +1,7 @@
 """Per-rank replay: one SimPy process per rank walks its program.
 
+* one process per (rank, stream) runs that stream's tasks in program order; a task first waits
+  for the tasks of its rank named in its ``after`` (cross-stream dependencies);
 * ComputeTask -> ``timeout(duration)``.
 * CommTask -> arrive at the collective's rendezvous; when the group's last rank arrives the
   collective's schedule runs (the launch overhead, then each step: its protocol latency, then
@@ -113,8 +115,13 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
         meeting.end_s = env.now
         meeting.done.succeed()
 
-    def rank_process(rank: int):
-        for task in workload.programs[rank]:
+    def stream_process(rank: int, positions: list[int], done: list[simpy.Event]):
+        program = workload.programs[rank]
+        for position in positions:
+            task = program[position]
+            waits = [done[a] for a in task.after if not done[a].triggered]
+            if waits:
+                yield env.all_of(waits)
             if isinstance(task, ComputeTask):
                 yield env.timeout(task.duration_s)
             elif isinstance(task, CommTask):
@@ -123,10 +130,17 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
                 if meeting.waiting == 0:
                     env.process(execute(task.index))
                 yield meeting.done
-        rank_end[rank] = env.now
+            done[position].succeed()
+            rank_end[rank] = max(rank_end[rank], env.now)
 
     for rank in range(workload.nranks):
-        env.process(rank_process(rank))
+        program = workload.programs[rank]
+        done = [env.event() for _ in program]
+        streams: dict[int, list[int]] = {}
+        for position, task in enumerate(program):
+            streams.setdefault(task.stream, []).append(position)
+        for stream in sorted(streams):
+            env.process(stream_process(rank, streams[stream], done))
     env.run()
     unfinished = [i for i, m in enumerate(meetings) if not m.done.triggered]
     if unfinished:

@@ -175,3 +175,34 @@ def test_deadlock_is_reported():
     work = Workload(nranks=2, collectives=(coll,), programs=((CommTask(index=0),), ()))
     with pytest.raises(RuntimeError, match="never started"):
         simulate(build_system("dgx-h100"), work, placement=Placement.block(build_system("dgx-h100"), nranks=2))
+
+
+# ---- streams and dependencies -------------------------------------------------------------------
+
+def _streams_case(*, comm_stream: int, comm_after: tuple[int, ...]):
+    """Two ranks: a 1 ms compute on stream 0, then an all_reduce on ``comm_stream``."""
+    topo = build_system("dgx-h100")
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=256 << 20, group=(0, 1))
+    program = (ComputeTask(duration_s=1e-3), CommTask(index=0, stream=comm_stream, after=comm_after))
+    work = Workload(nranks=2, collectives=(coll,), programs=(program, program))
+    return simulate(topo, work, placement=Placement.block(topo, nranks=2))
+
+
+def test_streams_overlap_and_dependencies_serialise():
+    alone = _streams_case(comm_stream=0, comm_after=())              # one stream: compute, then comm
+    comm_s = alone.collectives[0].time_s
+    assert alone.makespan_s == pytest.approx(1e-3 + comm_s, rel=1e-12)
+    overlapped = _streams_case(comm_stream=1, comm_after=())          # comm on its own stream starts at 0
+    assert overlapped.collectives[0].start_s == 0.0
+    assert overlapped.makespan_s == pytest.approx(max(1e-3, comm_s), rel=1e-12)
+    waited = _streams_case(comm_stream=1, comm_after=(0,))            # ... unless it waits for the compute
+    assert waited.collectives[0].start_s == pytest.approx(1e-3, rel=1e-12)
+    assert waited.makespan_s == pytest.approx(alone.makespan_s, rel=1e-12)
+
+
+def test_after_must_name_an_earlier_task():
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1024, group=(0,))
+    with pytest.raises(ValueError, match=r"programs\[0\]\[0\]\.after"):
+        Workload(nranks=1, collectives=(coll,), programs=((CommTask(index=0, after=(0,)),),))
+    with pytest.raises(ValueError, match="ComputeTask.stream"):
+        ComputeTask(duration_s=1.0, stream=-1)
