@@ -1,0 +1,792 @@
+"""How long a GPU computes: a roofline per kernel, with GEMM tile and wave quantisation.
+
+The maths
+---------
+Every kernel takes the longer of its arithmetic and its memory traffic::
+
+    time = max(t_math, bytes / (hbm_bandwidth x memory_efficiency))
+
+* **GEMM** (m x k)(k x n), ``count`` independent products (NVIDIA, "Matrix Multiplication
+  Background User's Guide", ch. 3: tile and wave quantisation). The output is cut into tiles of
+  T_m x T_n; each SM computes one tile at a time at eff_max x peak / SMs, so::
+
+      tiles  = ceil(m / T_m) ceil(n / T_n) count          waves = ceil(tiles / SMs)
+      t_math = waves x 2 T_m T_n k / (eff_max x peak / SMs)
+      efficiency = eff_max x [m n / (ceil(m/T_m) T_m ceil(n/T_n) T_n)] x [tiles / (waves SMs)]
+
+  a huge aligned GEMM approaches eff_max x peak; a GEMM of a few tiles leaves SMs idle; time never
+  falls when m, n or k grows. Bytes: (m k + k n) x input size + m n x output size, per product.
+* **Elementwise, normalisation, softmax, permutation, optimizer**: memory-bound, bytes read + written.
+* **FlashAttention** (fused, never writes the s x s scores): executes 4 b s_q s_k a d / t FLOPs forward,
+  of which the causal mask lets it skip all but (n+1)/(2n) for n = ceil(s/128) key blocks, and 2.5x that
+  backward (5 matmuls to the forward's 2; Dao 2023 sec. 4.1); it runs at the FlashAttention efficiency
+  of the GPU. Without flash attention (Megatron SC21) the scores are two batched GEMMs around a fused
+  scale-mask-softmax and a dropout, each reading and writing b a s^2 elements.
+
+``dtype="fp8"`` runs the linear-layer GEMMs at ``dense_fp8_flop_per_s`` with 1-byte operands and the
+FP8 GEMM efficiency; attention and elementwise work stay in bf16 (as Transformer Engine does).
+
+Parameters per GPU (set once here, used for every scenario)
+----------------------------------------------------------
+* eff_max: measured best-shape cuBLAS matmul throughput / datasheet peak, from the "Maximum
+  Achievable Matmul FLOPS" table of S. Bekman, ml-engineering, compute/accelerator/README.md (mean of
+  100 iterations, torch 2.6-2.7): BF16 A100 SXM 271.2/312 = 0.869, H100 SXM 794.5/989 = 0.803 ("H200 is
+  the same"), B200 1745/2250 = 0.776; FP8 H100 1402.6/1979 = 0.709, H200 1453.4/1979 = 0.734, B200
+  3432.5/4500 = 0.763.
+* Tile 256 x 128: the NVIDIA guide's most efficient cuBLAS tile on A100 (its wave-quantisation example);
+  assumed for Hopper and Blackwell too, whose default CUTLASS tiles (128 x 256 per SM; Blackwell's 2-SM
+  256 x 256) have the same area per SM. cuBLAS picks smaller tiles for skinny GEMMs, which this ignores
+  (pessimistic for m or n < 256).
+* SMs: A100 108 (pc2/GPUInspector.jl docs, DGX-A100 ``gpuinfo``), H100/H200 SXM 132 (NVIDIA H100
+  whitepaper), B200 148 (``multi_processor_count`` of compute capability 10.0 devices in PyTorch
+  Inductor kernel metadata).
+* Memory efficiency, STREAM-like kernels / datasheet bandwidth: A100 1220.7/1448.4 GiB/s = 0.843
+  (pc2/GPUInspector.jl, A100-SXM4-40GB, same GA100 memory system as the 80 GB part); Hopper 3614.6/4000
+  GB/s = 0.904 (OpenCL-Benchmark coalesced read on a GH200 96 GB HBM3, mredenti/PowerCapping);
+  Blackwell 7.140/8.0 TB/s = 0.893 (measured STREAM triad on GB300, KernelAgent-Oink SM10x benchmarks).
+* FlashAttention efficiency (forward, backward): A100 FlashAttention-2 "up to 73% ... forward, up to
+  63% ... backward" (Dao 2023, abstract); H100/H200 FlashAttention-3 740 TFLOP/s = 75% forward (Shah et
+  al. 2024); B200 FlashAttention-4 1613 TFLOP/s = 71.7% forward (Zadouri et al. 2026). For FA-3/FA-4 the
+  backward is ASSUMED to keep FA-2's backward/forward ratio 63/73. These are best-case (long sequence)
+  figures.
+* ``overlap_slowdown``: when a NCCL kernel runs beside compute it holds one SM per channel; with C
+  channels of S SMs compute slows by S/(S - C) - 1 = C/(S - C). C = 16 is NCCL's default channel count
+  on 8x H100 NDR nodes (nccl-tests issue 309, see topologies/devices.py): H100 0.138, A100 0.174. HBM
+  contention by the communication kernel is ignored (ASSUMPTION: copies are small next to compute).
+
+What is ignored: kernel launch gaps and CPU overheads, clocks below the boost clock under power
+limits beyond what eff_max measured, fp32 gradient accumulation traffic of weight-gradient GEMMs,
+L2-cache reuse between kernels, imbalance between experts, FlashAttention's lower efficiency at short
+sequences.
+
+Worked number: a 8192^3 bf16 GEMM on an H100 SXM has 32 x 64 = 2048 tiles = 15.5 -> 16 waves of 132,
+so efficiency 0.803 x 2048/2112 = 0.779 and time 2 x 8192^3 / (0.779 x 989e12) = 1.43 ms.
+
+Check against SC21 Table 1 (``sc21_compute_only_check``, ``python -m simulator.compute``): the
+compute-only throughput of each configuration (eq. 3 FLOPs over one iteration's kernels, full
+recomputation, no flash attention, pipeline bubble included) is 169-222 TFLOP/s per A100; the measured
+135-163 TFLOP/s, which also pay for communication, are 0.66-0.81 of it, never above.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import numbers
+import types
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Iterable, Mapping
+
+from topologies.devices import A100_SXM4_80GB, GpuSpec
+from workloads.model import RECOMPUTE, Gemm, ModelSpec
+from workloads.presets import custom_gpt
+
+__all__ = (
+    "DTYPES",
+    "OP_KINDS",
+    "GpuComputeModel",
+    "COMPUTE_MODELS",
+    "compute_model_for",
+    "OpTime",
+    "ComputeBreakdown",
+    "gemm_op",
+    "gemm_efficiency",
+    "memory_op",
+    "layer_forward",
+    "layer_backward",
+    "layer_forward_time_s",
+    "layer_backward_time_s",
+    "embedding_forward",
+    "embedding_backward",
+    "logits_forward",
+    "logits_backward",
+    "optimizer_step",
+    "default_overlap_slowdown",
+    "overlapped_time_s",
+    "Sc21Check",
+    "sc21_compute_only_check",
+    "format_sc21_check",
+)
+
+DTYPES = ("bf16", "fp8")
+OP_KINDS = ("gemm", "attention", "elementwise", "optimizer")
+FLASH_BLOCK = 128                   # FlashAttention key/query block (Dao 2023: 128 x 128 tiles for d = 128)
+FLASH_BWD_FLOP_RATIO = 2.5          # Dao 2023 sec. 4.1: backward FLOPs = 2.5 x forward (5 matmuls vs 2)
+DEFAULT_COMM_CTAS = 16              # NCCL default channels on 8x H100 NDR (nccl-tests issue 309)
+ADAM_BYTES_PER_PARAM = 12 + 12      # fused Adam reads and writes fp32 master weights, momentum, variance
+FP32 = 4
+
+
+# --------------------------------------------------------------------------------------------------
+# per-GPU parameters
+# --------------------------------------------------------------------------------------------------
+
+
+def _fraction(owner: str, name: str, value: object, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not 0 < value <= 1:
+        raise ValueError(f"{owner}.{name}: {value!r} is not allowed; expected a number in (0, 1]"
+                         + (" or None" if allow_none else ""))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuComputeModel:
+    """How well kernels use one GPU model (sources in the module docstring)."""
+
+    name: str
+    sm_count: int
+    gemm_efficiency_bf16: float
+    gemm_efficiency_fp8: float | None
+    memory_efficiency: float
+    flash_fwd_efficiency: float
+    flash_bwd_efficiency: float
+    tile_m: int = 256
+    tile_n: int = 128
+
+    def __post_init__(self) -> None:
+        owner = "GpuComputeModel"
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"{owner}.name: {self.name!r} is not allowed; expected a non-empty string")
+        for name in ("sm_count", "tile_m", "tile_n"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{owner}.{name}: {value!r} is not allowed; expected an integer >= 1")
+        for name in ("gemm_efficiency_bf16", "memory_efficiency", "flash_fwd_efficiency", "flash_bwd_efficiency"):
+            _fraction(owner, name, getattr(self, name))
+        _fraction(owner, "gemm_efficiency_fp8", self.gemm_efficiency_fp8, allow_none=True)
+
+
+_FA_BWD_OVER_FWD = 0.63 / 0.73     # FlashAttention-2 backward/forward efficiency, assumed for FA-3 and FA-4
+_HOPPER_MEMORY = 3614.60 / 4000.0  # GH200 96 GB HBM3: coalesced read 3614.60 GB/s of 4.0 TB/s
+
+COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType({
+    "a100_sxm4_80gb": GpuComputeModel(
+        name="a100_sxm4_80gb", sm_count=108,
+        gemm_efficiency_bf16=271.2 / 312, gemm_efficiency_fp8=None,
+        memory_efficiency=1220.7 / 1448.4,
+        flash_fwd_efficiency=0.73, flash_bwd_efficiency=0.63,
+    ),
+    "h100_sxm5_80gb": GpuComputeModel(
+        name="h100_sxm5_80gb", sm_count=132,
+        gemm_efficiency_bf16=794.5 / 989, gemm_efficiency_fp8=1402.6 / 1979,
+        memory_efficiency=_HOPPER_MEMORY,
+        flash_fwd_efficiency=740 / 989, flash_bwd_efficiency=740 / 989 * _FA_BWD_OVER_FWD,
+    ),
+    "h200_sxm": GpuComputeModel(
+        name="h200_sxm", sm_count=132,
+        gemm_efficiency_bf16=794.5 / 989, gemm_efficiency_fp8=1453.4 / 1979,
+        memory_efficiency=_HOPPER_MEMORY,
+        flash_fwd_efficiency=740 / 989, flash_bwd_efficiency=740 / 989 * _FA_BWD_OVER_FWD,
+    ),
+    "b200": GpuComputeModel(
+        name="b200", sm_count=148,
+        gemm_efficiency_bf16=1745 / 2250, gemm_efficiency_fp8=3432.5 / 4500,
+        memory_efficiency=7.140 / 8.0,
+        flash_fwd_efficiency=1613 / 2250, flash_bwd_efficiency=1613 / 2250 * _FA_BWD_OVER_FWD,
+    ),
+})
+"""Kernel-efficiency parameters by ``GpuSpec.name``."""
+
+
+def compute_model_for(gpu: GpuSpec, compute_model: GpuComputeModel | None = None) -> GpuComputeModel:
+    """``compute_model`` if given, else the shipped parameters of ``gpu`` (ValueError if there are none)."""
+    if not isinstance(gpu, GpuSpec):
+        raise ValueError(f"gpu: {gpu!r} is not allowed; expected a topologies.devices.GpuSpec")
+    if compute_model is not None:
+        if not isinstance(compute_model, GpuComputeModel):
+            raise ValueError(f"compute_model: {compute_model!r} is not allowed; expected a GpuComputeModel or None")
+        return compute_model
+    if gpu.name not in COMPUTE_MODELS:
+        raise ValueError(f"gpu: {gpu.name!r} has no kernel-efficiency parameters; expected one of "
+                         f"{', '.join(COMPUTE_MODELS)}, or pass compute_model=GpuComputeModel(...) with sourced values")
+    return COMPUTE_MODELS[gpu.name]
+
+
+# --------------------------------------------------------------------------------------------------
+# results
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpTime:
+    """One kernel: the FLOPs it executes, the bytes it moves, its time and what bounds it."""
+
+    name: str
+    kind: str
+    flops: float
+    nbytes: float
+    time_s: float
+    bound: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComputeBreakdown:
+    """Kernels in execution order; ``time_s`` is their sum (one CUDA stream)."""
+
+    ops: tuple[OpTime, ...] = field(default_factory=tuple)
+
+    @property
+    def time_s(self) -> float:
+        return math.fsum(op.time_s for op in self.ops)
+
+    @property
+    def flops(self) -> float:
+        return math.fsum(op.flops for op in self.ops)
+
+    @property
+    def nbytes(self) -> float:
+        return math.fsum(op.nbytes for op in self.ops)
+
+    def time_of(self, kind: str) -> float:
+        if kind not in OP_KINDS:
+            raise ValueError(f"kind: {kind!r} is not known; expected one of {', '.join(OP_KINDS)}")
+        return math.fsum(op.time_s for op in self.ops if op.kind == kind)
+
+    def by_kind(self) -> dict[str, float]:
+        return {kind: self.time_of(kind) for kind in OP_KINDS}
+
+    def by_name(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for op in self.ops:
+            out[op.name] = out.get(op.name, 0.0) + op.time_s
+        return out
+
+    def __add__(self, other: "ComputeBreakdown") -> "ComputeBreakdown":
+        if not isinstance(other, ComputeBreakdown):
+            return NotImplemented
+        return ComputeBreakdown(ops=self.ops + other.ops)
+
+
+# --------------------------------------------------------------------------------------------------
+# kernels
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_dtype(dtype: str, gpu: GpuSpec, cm: GpuComputeModel) -> None:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: {dtype!r} is not allowed; expected one of {', '.join(map(repr, DTYPES))}")
+    if dtype == "fp8" and (gpu.dense_fp8_flop_per_s is None or cm.gemm_efficiency_fp8 is None):
+        raise ValueError(f"dtype: 'fp8' is not allowed on {gpu.name} (no FP8 tensor cores or no measured FP8 "
+                         "GEMM efficiency); expected 'bf16'")
+
+
+def _positive(name: str, value: object) -> float:
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}: {value!r} is not allowed; expected a finite number > 0")
+    return float(value)
+
+
+def _memory_time_s(nbytes: float, gpu: GpuSpec, cm: GpuComputeModel) -> float:
+    return nbytes / (gpu.hbm_bandwidth_bytes_per_s * cm.memory_efficiency)
+
+
+def _gemm_math_time_s(m: float, n: float, k: float, count: int, peak: float, eff: float,
+                      cm: GpuComputeModel) -> float:
+    tiles = math.ceil(m / cm.tile_m) * math.ceil(n / cm.tile_n) * count
+    waves = math.ceil(tiles / cm.sm_count)
+    return waves * 2.0 * cm.tile_m * cm.tile_n * k / (eff * peak / cm.sm_count)
+
+
+def gemm_op(gpu: GpuSpec, *, m: float, n: float, k: float, count: int = 1, dtype: str = "bf16",
+            name: str = "gemm", kind: str = "gemm", out_bytes: int = 2,
+            compute_model: GpuComputeModel | None = None) -> OpTime:
+    """Time of ``count`` GEMMs (m x k)(k x n) on ``gpu`` (tile/wave-quantised roofline).
+
+    >>> from topologies.devices import H100_SXM5_80GB
+    >>> round(gemm_op(H100_SXM5_80GB, m=8192, n=8192, k=8192).time_s * 1e3, 2)
+    1.43
+    """
+    cm = compute_model_for(gpu, compute_model)
+    _check_dtype(dtype, gpu, cm)
+    m, n, k = _positive("gemm.m", m), _positive("gemm.n", n), _positive("gemm.k", k)
+    if not isinstance(count, numbers.Integral) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"gemm.count: {count!r} is not allowed; expected an integer >= 1")
+    if kind not in OP_KINDS:
+        raise ValueError(f"gemm.kind: {kind!r} is not known; expected one of {', '.join(OP_KINDS)}")
+    if dtype == "fp8":
+        peak, eff, in_bytes = gpu.dense_fp8_flop_per_s, cm.gemm_efficiency_fp8, 1
+    else:
+        peak, eff, in_bytes = gpu.dense_bf16_flop_per_s, cm.gemm_efficiency_bf16, 2
+    flops = 2.0 * m * n * k * count
+    nbytes = ((m * k + k * n) * in_bytes + m * n * out_bytes) * count
+    t_math = _gemm_math_time_s(m, n, k, int(count), peak, eff, cm)
+    t_mem = _memory_time_s(nbytes, gpu, cm)
+    return OpTime(name=name, kind=kind, flops=flops, nbytes=nbytes, time_s=max(t_math, t_mem),
+                  bound="compute" if t_math >= t_mem else "memory")
+
+
+def gemm_efficiency(gpu: GpuSpec, *, m: float, n: float, k: float, count: int = 1, dtype: str = "bf16",
+                    compute_model: GpuComputeModel | None = None) -> float:
+    """Achieved FLOP/s of :func:`gemm_op` over the GPU's peak for that dtype."""
+    op = gemm_op(gpu, m=m, n=n, k=k, count=count, dtype=dtype, compute_model=compute_model)
+    peak = gpu.dense_fp8_flop_per_s if dtype == "fp8" else gpu.dense_bf16_flop_per_s
+    return op.flops / op.time_s / peak
+
+
+def memory_op(gpu: GpuSpec, *, nbytes: float, name: str = "elementwise", kind: str = "elementwise",
+              compute_model: GpuComputeModel | None = None) -> OpTime:
+    """A memory-bound kernel moving ``nbytes`` (read + written)."""
+    cm = compute_model_for(gpu, compute_model)
+    if not isinstance(nbytes, numbers.Real) or isinstance(nbytes, bool) or not math.isfinite(nbytes) or nbytes < 0:
+        raise ValueError(f"{name}.nbytes: {nbytes!r} is not allowed; expected a finite number >= 0")
+    if kind not in OP_KINDS:
+        raise ValueError(f"{name}.kind: {kind!r} is not known; expected one of {', '.join(OP_KINDS)}")
+    return OpTime(name=name, kind=kind, flops=0.0, nbytes=float(nbytes), time_s=_memory_time_s(nbytes, gpu, cm),
+                  bound="memory")
+
+
+# --------------------------------------------------------------------------------------------------
+# the operations of one layer
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Op:
+    """A forward kernel and how its backward looks: a GEMM (two gradient GEMMs), a memory-bound
+    kernel (``bwd_nbytes``), or flash attention (``flash_flops`` executed forward)."""
+
+    name: str
+    kind: str
+    gemm: Gemm | None = None
+    fwd_nbytes: float = 0.0
+    bwd_nbytes: float = 0.0
+    flash_flops: float = 0.0
+    flash_fwd_nbytes: float = 0.0
+    flash_bwd_nbytes: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Ctx:
+    gpu: GpuSpec
+    cm: GpuComputeModel
+    dtype: str
+
+
+def _forward_times(op: _Op, ctx: _Ctx, prefix: str = "") -> list[OpTime]:
+    name = prefix + op.name
+    if op.gemm is not None:
+        g = op.gemm
+        dtype = ctx.dtype if g.weight else "bf16"
+        return [gemm_op(ctx.gpu, m=g.m, n=g.n, k=g.k, count=g.count, dtype=dtype, name=name, kind=op.kind,
+                        compute_model=ctx.cm)]
+    if op.flash_flops:
+        return [_flash_time(name, op.flash_flops, op.flash_fwd_nbytes, ctx.cm.flash_fwd_efficiency, ctx)]
+    return [memory_op(ctx.gpu, nbytes=op.fwd_nbytes, name=name, kind=op.kind, compute_model=ctx.cm)]
+
+
+def _backward_times(op: _Op, ctx: _Ctx) -> list[OpTime]:
+    if op.gemm is not None:
+        g = op.gemm
+        dtype = ctx.dtype if g.weight else "bf16"
+        first, second = ("dgrad", "wgrad") if g.weight else ("grad_lhs", "grad_rhs")
+        # Y = A B with A (m x k), B (k x n): dA = dY B^T is (m x n)(n x k); dB = A^T dY is (k x m)(m x n).
+        return [gemm_op(ctx.gpu, m=g.m, n=g.k, k=g.n, count=g.count, dtype=dtype, name=f"{op.name}.{first}",
+                        kind=op.kind, compute_model=ctx.cm),
+                gemm_op(ctx.gpu, m=g.k, n=g.n, k=g.m, count=g.count, dtype=dtype, name=f"{op.name}.{second}",
+                        kind=op.kind, compute_model=ctx.cm)]
+    if op.flash_flops:
+        return [_flash_time(f"{op.name}.bwd", FLASH_BWD_FLOP_RATIO * op.flash_flops, op.flash_bwd_nbytes,
+                            ctx.cm.flash_bwd_efficiency, ctx)]
+    if op.bwd_nbytes == 0:
+        return []
+    return [memory_op(ctx.gpu, nbytes=op.bwd_nbytes, name=f"{op.name}.bwd", kind=op.kind, compute_model=ctx.cm)]
+
+
+def _flash_time(name: str, flops: float, nbytes: float, eff: float, ctx: _Ctx) -> OpTime:
+    t_math = flops / (ctx.gpu.dense_bf16_flop_per_s * eff)
+    t_mem = _memory_time_s(nbytes, ctx.gpu, ctx.cm)
+    return OpTime(name=name, kind="attention", flops=flops, nbytes=nbytes, time_s=max(t_math, t_mem),
+                  bound="compute" if t_math >= t_mem else "memory")
+
+
+def _check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: {value!r} is not allowed; expected True or False")
+    return value
+
+
+def _layer_ops(model: ModelSpec, layer: int, *, micro_batch: int, seq_len: int | None, tp: int, sp: bool,
+               cp: int, ep: int, flash_attention: bool) -> list[_Op]:
+    """The forward kernels of one layer on one GPU, in order (Megatron's fused kernels: bias+GeLU,
+    bias+dropout+residual-add, scale+mask+softmax; SC21 sec. 4.2)."""
+    if not isinstance(model, ModelSpec):
+        raise ValueError(f"model: {model!r} is not allowed; expected a workloads.model.ModelSpec")
+    _check_flag("sp", sp)
+    _check_flag("flash_attention", flash_attention)
+    gemms = {g.name: g for g in model.layer_gemms(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp,
+                                                   ep=ep)}
+    if model.is_moe_layer(layer) and tp > 1 and not sp:
+        raise ValueError(f"sp: False is not allowed for MoE layer {layer} with tp = {tp}; expected True "
+                         "(Megatron requires sequence parallelism for MoE with tensor parallelism)")
+    D, h, d = model.dtype_bytes, model.hidden, model.head_dim
+    s = model.seq_len if seq_len is None else seq_len
+    tokens = micro_batch * s / cp
+    rep = tokens / tp if sp else tokens                 # tokens of the hidden-width tensors on this rank
+    mask = 1 if model.dropout else 0
+    heads = model.heads // tp
+    ops: list[_Op] = []
+
+    def norm(name: str) -> _Op:        # read x, write y; backward read x and dy, write dx
+        return _Op(name=name, kind="elementwise", fwd_nbytes=2 * D * rep * h, bwd_nbytes=3 * D * rep * h)
+
+    def residual(name: str) -> _Op:    # [bias +] [dropout +] residual add: read x and residual, write y (+ mask)
+        n = rep * h
+        return _Op(name=name, kind="elementwise", fwd_nbytes=(3 * D + mask) * n,
+                   bwd_nbytes=(2 * D + mask) * n if model.dropout else 0.0)
+
+    def activation(name: str, units: float) -> _Op:
+        if model.gated_mlp:            # SwiGLU: read gate and up, write product; backward 3 reads, 2 writes
+            return _Op(name=name, kind="elementwise", fwd_nbytes=3 * D * units, bwd_nbytes=5 * D * units)
+        return _Op(name=name, kind="elementwise", fwd_nbytes=2 * D * units, bwd_nbytes=3 * D * units)
+
+    ops.append(norm("input_norm"))
+    ops.append(_Op(name="qkv", kind="gemm", gemm=gemms["qkv"]))
+    if model.position_embedding == "rope":
+        n = tokens * (model.heads + model.kv_heads) * d / tp
+        ops.append(_Op(name="rope", kind="elementwise", fwd_nbytes=2 * D * n, bwd_nbytes=2 * D * n))
+    if flash_attention:
+        blocks = math.ceil(s / FLASH_BLOCK)
+        causal = (blocks + 1) / (2 * blocks)
+        flops = 4.0 * micro_batch * heads * (s / cp) * s * d * causal
+        q = tokens * heads * d * D                       # Q, O, dO, dQ: local queries
+        kv = micro_batch * s * (model.kv_heads // tp) * d * D   # K, V: every key streams past the local queries
+        lse = FP32 * micro_batch * heads * (s / cp)
+        ops.append(_Op(name="flash_attention", kind="attention", flash_flops=flops,
+                       flash_fwd_nbytes=2 * q + 2 * kv + lse, flash_bwd_nbytes=4 * q + 4 * kv + lse))
+    else:
+        scores = micro_batch * heads * (s / cp) * s
+        ops.append(_Op(name="attn_scores", kind="attention", gemm=gemms["attn_scores"]))
+        ops.append(_Op(name="softmax", kind="attention", fwd_nbytes=2 * D * scores, bwd_nbytes=3 * D * scores))
+        if model.dropout:
+            ops.append(_Op(name="attn_dropout", kind="attention", fwd_nbytes=(2 * D + mask) * scores,
+                           bwd_nbytes=(2 * D + mask) * scores))
+        ops.append(_Op(name="attn_values", kind="attention", gemm=gemms["attn_values"]))
+    ops.append(_Op(name="attn_proj", kind="gemm", gemm=gemms["attn_proj"]))
+    ops.append(residual("attn_residual"))
+    ops.append(norm("post_attn_norm"))
+    if model.is_moe_layer(layer):
+        t_moe = tokens / tp
+        routed = t_moe * model.top_k
+        ops.append(_Op(name="router", kind="gemm", gemm=gemms["router"]))
+        n = t_moe * model.experts          # fp32 softmax and top-k over the router logits
+        ops.append(_Op(name="router_topk", kind="elementwise", fwd_nbytes=2 * FP32 * n, bwd_nbytes=3 * FP32 * n))
+        ops.append(_Op(name="moe_permute", kind="elementwise", fwd_nbytes=2 * D * routed * h,
+                       bwd_nbytes=2 * D * routed * h))
+        ops.append(_Op(name="expert_up", kind="gemm", gemm=gemms["expert_up"]))
+        ops.append(activation("expert_act", routed * model.expert_ffn_hidden))
+        ops.append(_Op(name="expert_down", kind="gemm", gemm=gemms["expert_down"]))
+        ops.append(_Op(name="moe_unpermute", kind="elementwise", fwd_nbytes=2 * D * routed * h,
+                       bwd_nbytes=2 * D * routed * h))
+        if model.shared_experts:
+            ops.append(_Op(name="shared_up", kind="gemm", gemm=gemms["shared_up"]))
+            ops.append(activation("shared_act", tokens * model.shared_experts * model.expert_ffn_hidden / tp))
+            ops.append(_Op(name="shared_down", kind="gemm", gemm=gemms["shared_down"]))
+    else:
+        ops.append(_Op(name="mlp_up", kind="gemm", gemm=gemms["mlp_up"]))
+        ops.append(activation("swiglu" if model.gated_mlp else "bias_gelu", tokens * model.ffn_hidden / tp))
+        ops.append(_Op(name="mlp_down", kind="gemm", gemm=gemms["mlp_down"]))
+    ops.append(residual("mlp_residual"))
+    return ops
+
+
+def layer_forward(model: ModelSpec, gpu: GpuSpec, *, layer: int = 0, micro_batch: int, seq_len: int | None = None,
+                  tp: int = 1, sp: bool = False, cp: int = 1, ep: int = 1, dtype: str = "bf16",
+                  flash_attention: bool = True, compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
+    """Kernels of the forward pass of layer ``layer`` for one micro-batch on one GPU."""
+    cm = compute_model_for(gpu, compute_model)
+    _check_dtype(dtype, gpu, cm)
+    ctx = _Ctx(gpu=gpu, cm=cm, dtype=dtype)
+    ops = _layer_ops(model, layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, ep=ep,
+                     flash_attention=flash_attention)
+    return ComputeBreakdown(ops=tuple(t for op in ops for t in _forward_times(op, ctx)))
+
+
+def layer_backward(model: ModelSpec, gpu: GpuSpec, *, layer: int = 0, micro_batch: int, seq_len: int | None = None,
+                   tp: int = 1, sp: bool = False, cp: int = 1, ep: int = 1, dtype: str = "bf16",
+                   flash_attention: bool = True, recompute: str = "none",
+                   compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
+    """Kernels of the backward pass of one layer and micro-batch, preceded by the recomputed forward
+    kernels: none; "selective" the attention core (nothing with flash attention, which recomputes
+    inside its backward); "full" the whole layer. Recomputed kernels are named ``recompute.<op>``."""
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute: {recompute!r} is not allowed; expected one of {', '.join(map(repr, RECOMPUTE))}")
+    cm = compute_model_for(gpu, compute_model)
+    _check_dtype(dtype, gpu, cm)
+    ctx = _Ctx(gpu=gpu, cm=cm, dtype=dtype)
+    ops = _layer_ops(model, layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, ep=ep,
+                     flash_attention=flash_attention)
+    core = {"attn_scores", "softmax", "attn_dropout", "attn_values"}
+    again = [op for op in ops if recompute == "full" or (recompute == "selective" and op.name in core)]
+    times = [t for op in again for t in _forward_times(op, ctx, prefix="recompute.")]
+    times += [t for op in reversed(ops) for t in _backward_times(op, ctx)]
+    return ComputeBreakdown(ops=tuple(times))
+
+
+def layer_forward_time_s(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None,
+                         tp: int = 1, sp: bool = False, cp: int = 1, ep: int = 1, dtype: str = "bf16",
+                         flash_attention: bool = True, layer: int = 0,
+                         compute_model: GpuComputeModel | None = None) -> float:
+    """Seconds of :func:`layer_forward`."""
+    return layer_forward(model, gpu, layer=layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp,
+                         ep=ep, dtype=dtype, flash_attention=flash_attention, compute_model=compute_model).time_s
+
+
+def layer_backward_time_s(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None,
+                          tp: int = 1, sp: bool = False, cp: int = 1, ep: int = 1, dtype: str = "bf16",
+                          flash_attention: bool = True, recompute: str = "none", layer: int = 0,
+                          compute_model: GpuComputeModel | None = None) -> float:
+    """Seconds of :func:`layer_backward` (recomputation included)."""
+    return layer_backward(model, gpu, layer=layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp,
+                          ep=ep, dtype=dtype, flash_attention=flash_attention, recompute=recompute,
+                          compute_model=compute_model).time_s
+
+
+# --------------------------------------------------------------------------------------------------
+# embedding, logits and loss, optimizer
+# --------------------------------------------------------------------------------------------------
+
+
+def _tokens(model: ModelSpec, micro_batch: int, seq_len: int | None, tp: int, cp: int) -> tuple[float, int]:
+    # validates through the model (micro_batch, seq_len, cp, tp) and returns (local tokens, V/t)
+    model.logits_flops(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
+    s = model.seq_len if seq_len is None else seq_len
+    return micro_batch * s / cp, -(-model.vocab // tp)
+
+
+def _embedding_ops(model: ModelSpec, *, micro_batch: int, seq_len: int | None, tp: int, cp: int) -> list[_Op]:
+    tokens, v_local = _tokens(model, micro_batch, seq_len, tp, cp)
+    D, n = model.dtype_bytes, tokens * model.hidden
+    ops = [_Op(name="embedding", kind="elementwise", fwd_nbytes=2 * D * n, bwd_nbytes=3 * D * n)]
+    if model.position_embedding == "learned":
+        ops.append(_Op(name="position_add", kind="elementwise", fwd_nbytes=3 * D * n, bwd_nbytes=2 * D * n))
+    if model.dropout:
+        ops.append(_Op(name="embedding_dropout", kind="elementwise", fwd_nbytes=(2 * D + 1) * n,
+                       bwd_nbytes=(2 * D + 1) * n))
+    return ops
+
+
+def embedding_forward(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
+                      cp: int = 1, compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
+    """Vocabulary-parallel lookup of the local tokens (read and write b s h / c), learned positions, dropout."""
+    ctx = _Ctx(gpu=gpu, cm=compute_model_for(gpu, compute_model), dtype="bf16")
+    ops = _embedding_ops(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
+    return ComputeBreakdown(ops=tuple(t for op in ops for t in _forward_times(op, ctx)))
+
+
+def embedding_backward(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None,
+                       tp: int = 1, cp: int = 1, compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
+    """Scatter-add of the token gradients into a dense (V/t x h) gradient (zero-filled, then added to the
+    fp32 main gradient: D + D + 8 bytes per element) and the position/dropout backward."""
+    ctx = _Ctx(gpu=gpu, cm=compute_model_for(gpu, compute_model), dtype="bf16")
+    ops = _embedding_ops(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
+    _, v_local = _tokens(model, micro_batch, seq_len, tp, cp)
+    dense = v_local * model.hidden * (2 * model.dtype_bytes + 2 * FP32)
+    times = [t for op in reversed(ops) for t in _backward_times(op, ctx)]
+    times.append(memory_op(gpu, nbytes=dense, name="embedding.dense_grad", compute_model=ctx.cm))
+    return ComputeBreakdown(ops=tuple(times))
+
+
+def _logits_ops(model: ModelSpec, *, micro_batch: int, seq_len: int | None, tp: int, sp: bool, cp: int) -> list[_Op]:
+    tokens, v_local = _tokens(model, micro_batch, seq_len, tp, cp)
+    _check_flag("sp", sp)
+    D, h = model.dtype_bytes, model.hidden
+    rep = tokens / tp if sp else tokens
+    n = tokens * v_local
+    return [
+        _Op(name="final_norm", kind="elementwise", fwd_nbytes=2 * D * rep * h, bwd_nbytes=3 * D * rep * h),
+        _Op(name="logits", kind="gemm", gemm=Gemm(name="logits", m=tokens, n=v_local, k=h)),
+        # Megatron's vocabulary-parallel cross-entropy: read the logits twice (max, exp) and keep the fp32
+        # softmax for the backward, which reads it and writes the bf16 gradient.
+        _Op(name="cross_entropy", kind="elementwise", fwd_nbytes=(2 * D + FP32) * n, bwd_nbytes=(FP32 + D) * n),
+    ]
+
+
+def logits_forward(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
+                   sp: bool = False, cp: int = 1, dtype: str = "bf16",
+                   compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
+    """Final norm, output GEMM (b s / c) x (V/t) x h and the loss."""
+    cm = compute_model_for(gpu, compute_model)
+    _check_dtype(dtype, gpu, cm)
+    ctx = _Ctx(gpu=gpu, cm=cm, dtype=dtype)
+    ops = _logits_ops(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp)
+    return ComputeBreakdown(ops=tuple(t for op in ops for t in _forward_times(op, ctx)))
+
+
+def logits_backward(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
+                    sp: bool = False, cp: int = 1, dtype: str = "bf16",
+                    compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
+    """Loss gradient, output-layer gradient GEMMs, final-norm backward."""
+    cm = compute_model_for(gpu, compute_model)
+    _check_dtype(dtype, gpu, cm)
+    ctx = _Ctx(gpu=gpu, cm=cm, dtype=dtype)
+    ops = _logits_ops(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp)
+    return ComputeBreakdown(ops=tuple(t for op in reversed(ops) for t in _backward_times(op, ctx)))
+
+
+def optimizer_step(gpu: GpuSpec, *, parameters: float, grad_bytes: int = FP32, param_bytes: int = 2,
+                   compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
+    """Memory-bound Adam over the ``parameters`` this GPU updates (its ZeRO shard): the gradient-norm pass
+    reads the gradients; fused Adam reads gradient, master weight, momentum, variance and writes the last
+    three and the ``param_bytes`` model weight: grad_bytes + 24 + param_bytes = 30 bytes per parameter.
+
+    >>> from topologies.devices import H100_SXM5_80GB
+    >>> round(optimizer_step(H100_SXM5_80GB, parameters=1e9).time_s * 1e3, 2)   # 34e9 B / (3.35e12 x 0.904)
+    11.23
+    """
+    cm = compute_model_for(gpu, compute_model)
+    if not isinstance(parameters, numbers.Real) or isinstance(parameters, bool) or not math.isfinite(parameters) \
+            or parameters < 0:
+        raise ValueError(f"optimizer_step.parameters: {parameters!r} is not allowed; expected a finite number >= 0")
+    for name, value in (("grad_bytes", grad_bytes), ("param_bytes", param_bytes)):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"optimizer_step.{name}: {value!r} is not allowed; expected an integer >= 1")
+    return ComputeBreakdown(ops=(
+        memory_op(gpu, nbytes=parameters * grad_bytes, name="grad_norm", kind="optimizer", compute_model=cm),
+        memory_op(gpu, nbytes=parameters * (grad_bytes + ADAM_BYTES_PER_PARAM + param_bytes), name="adam",
+                  kind="optimizer", compute_model=cm),
+    ))
+
+
+# --------------------------------------------------------------------------------------------------
+# compute slowed by a concurrent communication kernel
+# --------------------------------------------------------------------------------------------------
+
+
+def default_overlap_slowdown(gpu: GpuSpec, *, comm_ctas: int = DEFAULT_COMM_CTAS,
+                             compute_model: GpuComputeModel | None = None) -> float:
+    """C / (S - C): compute loses the ``comm_ctas`` SMs a NCCL kernel occupies (one per channel).
+
+    >>> from topologies.devices import H100_SXM5_80GB
+    >>> round(default_overlap_slowdown(H100_SXM5_80GB), 3)
+    0.138
+    """
+    cm = compute_model_for(gpu, compute_model)
+    if not isinstance(comm_ctas, numbers.Integral) or isinstance(comm_ctas, bool) \
+            or not 0 <= comm_ctas < cm.sm_count:
+        raise ValueError(f"comm_ctas: {comm_ctas!r} is not allowed; expected an integer in 0..{cm.sm_count - 1} "
+                         f"(SMs of {gpu.name})")
+    return comm_ctas / (cm.sm_count - comm_ctas)
+
+
+def overlapped_time_s(time_s: float, gpu: GpuSpec, *, overlap_slowdown: float | None = None,
+                      compute_model: GpuComputeModel | None = None) -> float:
+    """``time_s`` of compute stretched while a communication kernel runs beside it:
+    time_s x (1 + overlap_slowdown); ``None`` takes :func:`default_overlap_slowdown`."""
+    if not isinstance(time_s, numbers.Real) or isinstance(time_s, bool) or not math.isfinite(time_s) or time_s < 0:
+        raise ValueError(f"time_s: {time_s!r} is not allowed; expected a finite number >= 0")
+    if overlap_slowdown is None:
+        overlap_slowdown = default_overlap_slowdown(gpu, compute_model=compute_model)
+    elif not isinstance(overlap_slowdown, numbers.Real) or isinstance(overlap_slowdown, bool) \
+            or not math.isfinite(overlap_slowdown) or overlap_slowdown < 0:
+        raise ValueError(f"overlap_slowdown: {overlap_slowdown!r} is not allowed; expected a finite number >= 0 "
+                         "or None")
+    return time_s * (1.0 + overlap_slowdown)
+
+
+# --------------------------------------------------------------------------------------------------
+# calibration check: Megatron SC21 Table 1, compute only
+# --------------------------------------------------------------------------------------------------
+
+SC21_TABLE = "training_megatron_sc21.csv"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sc21Check:
+    """One SC21 Table 1 row against the compute-only time of its iteration on one GPU."""
+
+    model: str
+    gpus: int
+    tp: int
+    pp: int
+    dp: int
+    vp: int
+    micro_batch: int
+    microbatches: int
+    stage_time_s: float                  # forward + backward (full recomputation) of one micro-batch
+    optimizer_time_s: float
+    iteration_time_s: float              # microbatches + (pp - 1)/vp bubble stage times + optimizer
+    measured_tflops: float
+    compute_only_tflops: float           # eq. 3 FLOPs / (gpus x iteration_time_s)
+    compute_only_tflops_no_bubble: float
+
+    @property
+    def ratio(self) -> float:
+        """Measured over compute-only throughput: <= 1 when communication and overheads only add time."""
+        return self.measured_tflops / self.compute_only_tflops
+
+
+def _sc21_rows() -> list[dict[str, str]]:
+    with (resources.files("simulator") / "data" / "calibration" / SC21_TABLE).open(newline="") as handle:
+        return [r for r in csv.DictReader(handle)
+                if r["metric_name"] == "achieved_tflops_per_gpu" and "Table 1" in r["source_ref"]]
+
+
+def _stage_time_s(model: ModelSpec, gpu: GpuSpec, layers: Iterable[int], *, first: bool, last: bool, tp: int,
+                  micro_batch: int, cm: GpuComputeModel) -> float:
+    kw = dict(micro_batch=micro_batch, tp=tp, sp=False, flash_attention=False, compute_model=cm)
+    time_s = 0.0
+    for i in layers:
+        time_s += layer_forward(model, gpu, layer=i, **kw).time_s
+        time_s += layer_backward(model, gpu, layer=i, recompute="full", **kw).time_s
+    if first:
+        time_s += embedding_forward(model, gpu, micro_batch=micro_batch, tp=tp, compute_model=cm).time_s
+        time_s += embedding_backward(model, gpu, micro_batch=micro_batch, tp=tp, compute_model=cm).time_s
+    if last:
+        time_s += logits_forward(model, gpu, micro_batch=micro_batch, tp=tp, compute_model=cm).time_s
+        time_s += logits_backward(model, gpu, micro_batch=micro_batch, tp=tp, compute_model=cm).time_s
+    return time_s
+
+
+def sc21_compute_only_check(*, gpu: GpuSpec = A100_SXM4_80GB,
+                            compute_model: GpuComputeModel | None = None) -> tuple[Sc21Check, ...]:
+    """Compute-only throughput of every SC21 Table 1 configuration (no communication at all).
+
+    One iteration on the slowest pipeline stage: ``microbatches`` = B / (dp b) forward+backward passes
+    with full recomputation and no flash attention (as the paper ran), plus the pipeline bubble of the
+    interleaved 1F1B schedule, (pp - 1)/vp stage times (SC21 sec. 2.2.2), plus Adam over the stage's
+    weights (fp32 main gradients). Parameters are the GPU's, never per row.
+    """
+    cm = compute_model_for(gpu, compute_model)
+    out = []
+    for row in _sc21_rows():
+        layers, hidden, heads = int(row["layers"]), int(row["hidden"]), int(row["heads"])
+        gpus, tp, pp, dp = int(row["gpus"]), int(row["tp"]), int(row["pp"]), int(row["dp"])
+        vp = int(row["vp"]) if row["vp"].strip() else 1
+        mbs, batch = int(row["micro_batch"]), int(row["global_batch"])
+        model = custom_gpt(layers=layers, hidden=hidden, heads=heads, seq_len=int(row["seq_len"]),
+                           name=row["model"])
+        microbatches = batch // (dp * mbs)
+        stages = model.stage_layers(pp=pp)
+        stage_times = [_stage_time_s(model, gpu, r, first=j == 0, last=j == pp - 1, tp=tp, micro_batch=mbs, cm=cm)
+                       for j, r in enumerate(stages)]
+        stage_s = max(stage_times)
+        opt_s = max(optimizer_step(gpu, parameters=model.stage_parameters(j, tp=tp, pp=pp), compute_model=cm).time_s
+                    for j in range(pp))
+        iteration_s = (microbatches + (pp - 1) / vp) * stage_s + opt_s
+        flops = model.step_flops(batch=batch, recompute="full")
+        out.append(Sc21Check(
+            model=row["model"], gpus=gpus, tp=tp, pp=pp, dp=dp, vp=vp, micro_batch=mbs, microbatches=microbatches,
+            stage_time_s=stage_s, optimizer_time_s=opt_s, iteration_time_s=iteration_s,
+            measured_tflops=float(row["metric_value"]),
+            compute_only_tflops=flops / (gpus * iteration_s) / 1e12,
+            compute_only_tflops_no_bubble=flops / (gpus * (microbatches * stage_s + opt_s)) / 1e12,
+        ))
+    return tuple(out)
+
+
+def format_sc21_check(rows: Iterable[Sc21Check]) -> str:
+    """A text table of :func:`sc21_compute_only_check`."""
+    lines = [f"{'model':<12} {'gpus':>5} {'t':>2} {'p':>3} {'d':>3} {'v':>2} {'b':>3} {'m':>4} "
+             f"{'stage ms':>9} {'iter s':>7} {'meas TF':>8} {'comp TF':>8} {'no-bub':>7} {'ratio':>6}"]
+    for r in rows:
+        lines.append(f"{r.model:<12} {r.gpus:>5} {r.tp:>2} {r.pp:>3} {r.dp:>3} {r.vp:>2} {r.micro_batch:>3} "
+                     f"{r.microbatches:>4} {r.stage_time_s * 1e3:>9.1f} {r.iteration_time_s:>7.2f} "
+                     f"{r.measured_tflops:>8.0f} {r.compute_only_tflops:>8.1f} "
+                     f"{r.compute_only_tflops_no_bubble:>7.1f} {r.ratio:>6.2f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":        # python -m simulator.compute: the SC21 compute-only table
+    print(format_sc21_check(sc21_compute_only_check()))

@@ -1,0 +1,286 @@
+"""GPU compute-time model: roofline invariants, hand-derived numbers, the SC21 compute-only check, bad input."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from importlib import resources
+
+import numpy as np
+import pytest
+
+from simulator.compute import (
+    COMPUTE_MODELS,
+    ComputeBreakdown,
+    GpuComputeModel,
+    compute_model_for,
+    default_overlap_slowdown,
+    embedding_backward,
+    embedding_forward,
+    format_sc21_check,
+    gemm_efficiency,
+    gemm_op,
+    layer_backward,
+    layer_backward_time_s,
+    layer_forward,
+    layer_forward_time_s,
+    logits_backward,
+    logits_forward,
+    memory_op,
+    optimizer_step,
+    overlapped_time_s,
+    sc21_compute_only_check,
+)
+from topologies.devices import A100_SXM4_80GB, B200, H100_SXM5_80GB, H200_SXM, RTX_4090
+from workloads.presets import MODELS
+
+GPUS = [A100_SXM4_80GB, H100_SXM5_80GB, H200_SXM, B200]
+
+
+def hbm_s(gpu, nbytes):
+    return nbytes / (gpu.hbm_bandwidth_bytes_per_s * COMPUTE_MODELS[gpu.name].memory_efficiency)
+
+
+# --------------------------------------------------------------------------------------------------
+# invariants
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpu", GPUS, ids=lambda g: g.name)
+def test_no_gemm_beats_the_hardware_or_eff_max(gpu):
+    rng = np.random.default_rng(7)
+    eff_max = COMPUTE_MODELS[gpu.name].gemm_efficiency_bf16
+    for m, n, k, count in zip(*(rng.integers(1, 20000, 200) for _ in range(3)), rng.integers(1, 64, 200)):
+        op = gemm_op(gpu, m=int(m), n=int(n), k=int(k), count=int(count))
+        assert op.time_s >= op.flops / gpu.dense_bf16_flop_per_s
+        assert op.time_s >= op.nbytes / gpu.hbm_bandwidth_bytes_per_s
+        assert op.flops / op.time_s <= eff_max * gpu.dense_bf16_flop_per_s * (1 + 1e-12)
+
+
+def test_gemm_time_never_falls_as_a_dimension_grows():
+    rng = np.random.default_rng(11)
+    for _ in range(100):
+        m, n, k = (int(x) for x in rng.integers(1, 12000, 3))
+        base = gemm_op(H100_SXM5_80GB, m=m, n=n, k=k).time_s
+        for grown in (dict(m=m + 1, n=n, k=k), dict(m=m, n=n + 37, k=k), dict(m=m, n=n, k=2 * k)):
+            assert gemm_op(H100_SXM5_80GB, **grown).time_s >= base
+
+
+def test_layer_breakdowns_add_up_and_match_the_model_flops():
+    model = MODELS["gpt-18.4b"]
+    kw = dict(micro_batch=2, tp=8, flash_attention=False)
+    fwd = layer_forward(model, A100_SXM4_80GB, **kw)
+    assert fwd.time_s == pytest.approx(sum(op.time_s for op in fwd.ops), rel=1e-12)
+    assert sum(fwd.by_kind().values()) == pytest.approx(fwd.time_s, rel=1e-12)
+    # without flash attention the kernels execute exactly the model's FLOPs (all GEMMs)
+    assert fwd.flops == pytest.approx(model.layer_forward_flops(0, micro_batch=2, tp=8).total, rel=1e-12)
+    bwd = layer_backward(model, A100_SXM4_80GB, **kw)
+    assert bwd.flops == pytest.approx(2 * fwd.flops, rel=1e-12)           # dgrad + wgrad per GEMM
+    full = layer_backward(model, A100_SXM4_80GB, recompute="full", **kw)
+    assert full.time_s == pytest.approx(bwd.time_s + fwd.time_s, rel=1e-12)
+    selective = layer_backward(model, A100_SXM4_80GB, recompute="selective", **kw)
+    core = sum(op.time_s for op in fwd.ops if op.kind == "attention")
+    assert selective.time_s == pytest.approx(bwd.time_s + core, rel=1e-12)
+    assert [op.name for op in full.ops[:len(fwd.ops)]] == ["recompute." + op.name for op in fwd.ops]
+
+
+def test_elementwise_kernels_are_memory_bound_and_flash_needs_no_selective_recompute():
+    model = MODELS["llama3-70b"]
+    kw = dict(micro_batch=1, tp=8, sp=True)
+    fwd = layer_forward(model, H100_SXM5_80GB, **kw)
+    elementwise = [op for op in fwd.ops if op.kind == "elementwise"]
+    assert elementwise and all(op.bound == "memory" and op.flops == 0 for op in elementwise)
+    assert {op.name for op in fwd.ops if op.kind == "attention"} == {"flash_attention"}
+    assert layer_backward_time_s(model, H100_SXM5_80GB, recompute="selective", **kw) == \
+        layer_backward_time_s(model, H100_SXM5_80GB, **kw)
+
+
+def test_layer_time_grows_with_work_and_falls_with_tensor_parallelism():
+    model = MODELS["llama3-70b"]
+    by_batch = [layer_forward_time_s(model, H100_SXM5_80GB, micro_batch=b, tp=8, sp=True) for b in (1, 2, 4)]
+    by_seq = [layer_forward_time_s(model, H100_SXM5_80GB, micro_batch=1, seq_len=s, tp=8, sp=True)
+              for s in (2048, 4096, 8192)]
+    by_tp = [layer_forward_time_s(model, H100_SXM5_80GB, micro_batch=1, tp=t, sp=True) for t in (1, 2, 4, 8)]
+    assert all(a < b for a, b in zip(by_batch, by_batch[1:]))
+    assert all(a < b for a, b in zip(by_seq, by_seq[1:]))
+    assert all(a > b for a, b in zip(by_tp, by_tp[1:]))
+
+
+def test_fp8_speeds_up_linear_layers_only():
+    model = MODELS["llama3-405b"]
+    kw = dict(micro_batch=1, tp=8, sp=True)
+    bf16 = layer_forward(model, H100_SXM5_80GB, **kw).by_kind()
+    fp8 = layer_forward(model, H100_SXM5_80GB, dtype="fp8", **kw).by_kind()
+    assert fp8["gemm"] < 0.7 * bf16["gemm"]                 # 1979 x 0.709 vs 989 x 0.803 TFLOP/s: 1.77x
+    assert fp8["attention"] == bf16["attention"] and fp8["elementwise"] == bf16["elementwise"]
+
+
+def test_moe_layers_time_every_expert_kernel():
+    model = MODELS["deepseek-v3-like"]
+    moe = layer_forward(model, H100_SXM5_80GB, layer=3, micro_batch=1, ep=64)
+    dense = layer_forward(model, H100_SXM5_80GB, layer=0, micro_batch=1, ep=64)
+    names = {op.name for op in moe.ops}
+    assert {"router", "moe_permute", "expert_up", "expert_down", "moe_unpermute", "shared_up"} <= names
+    assert "mlp_up" in {op.name for op in dense.ops} and "router" not in {op.name for op in dense.ops}
+    # ep spreads experts, not tokens: the routed GEMM FLOPs per GPU do not depend on ep (balanced routing)
+    one = layer_forward(model, H100_SXM5_80GB, layer=3, micro_batch=1, ep=8)
+    assert sum(op.flops for op in one.ops if op.name.startswith("expert")) == \
+        pytest.approx(sum(op.flops for op in moe.ops if op.name.startswith("expert")), rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------------------
+# hand-derived numbers
+# --------------------------------------------------------------------------------------------------
+
+
+def test_huge_aligned_gemm_reaches_eff_max():
+    # A100: m = 108 x 256, n = 64 x 128 -> 6912 tiles = exactly 64 waves of 108 SMs, no padding, compute-bound
+    eff = gemm_efficiency(A100_SXM4_80GB, m=108 * 256, n=64 * 128, k=8192)
+    assert eff == pytest.approx(271.2 / 312, rel=1e-12)
+
+
+def test_h100_8192_cube_by_hand():
+    # 32 x 64 = 2048 tiles -> ceil(2048/132) = 16 waves: efficiency 0.803 x 2048 / 2112
+    eff = 794.5 / 989 * 2048 / (16 * 132)
+    op = gemm_op(H100_SXM5_80GB, m=8192, n=8192, k=8192)
+    assert op.bound == "compute"
+    assert op.time_s == pytest.approx(2 * 8192 ** 3 / (989e12 * eff), rel=1e-12)
+
+
+def test_wave_and_tile_quantisation():
+    # A100: 9 x 12 = 108 tiles fill one wave; one more column of n spills into a 13th tile column,
+    # 117 tiles = 2 waves, twice the time (compute-bound: 0.21 ms of math vs 0.04 ms of traffic)
+    one = gemm_op(A100_SXM4_80GB, m=9 * 256, n=12 * 128, k=8192)
+    two = gemm_op(A100_SXM4_80GB, m=9 * 256, n=12 * 128 + 1, k=8192)
+    assert one.bound == two.bound == "compute"
+    assert two.time_s == pytest.approx(2 * one.time_s, rel=1e-12)
+    # a single 64^3 GEMM uses 1 of 108 SMs and 1/16 of its tile: 0.869 x (64 x 64)/(256 x 128) / 108
+    assert gemm_efficiency(A100_SXM4_80GB, m=64, n=64, k=64) == pytest.approx(
+        271.2 / 312 * (64 * 64) / (256 * 128) / 108, rel=1e-12)
+
+
+def test_small_elementwise_op_is_memory_bound_at_measured_bandwidth():
+    op = memory_op(A100_SXM4_80GB, nbytes=1e6)
+    # 1 MB at 2039 GB/s x 1220.7/1448.4 (STREAM-like efficiency) = 0.582 us
+    assert op.bound == "memory" and op.time_s == pytest.approx(1e6 / (2039e9 * 1220.7 / 1448.4), rel=1e-12)
+    # a low-intensity GEMM (k = 16: 16 FLOP per 2-byte element) is memory-bound too
+    assert gemm_op(H100_SXM5_80GB, m=65536, n=8192, k=16).bound == "memory"
+
+
+def test_flash_attention_time_by_hand():
+    # Llama 3 8B, b 1, s 8192, 32 heads of 128: 4 b a s^2 d FLOPs x causal (64 + 1)/(2 x 64) of 128-blocks,
+    # at FlashAttention-3's 740 TFLOP/s
+    model = MODELS["llama3-8b"]
+    fwd = {op.name: op for op in layer_forward(model, H100_SXM5_80GB, micro_batch=1).ops}["flash_attention"]
+    flops = 4 * 32 * 8192 * 8192 * 128 * 65 / 128
+    assert fwd.flops == pytest.approx(flops, rel=1e-12)
+    assert fwd.time_s == pytest.approx(flops / 740e12, rel=1e-12)
+    bwd = {op.name: op for op in layer_backward(model, H100_SXM5_80GB, micro_batch=1).ops}["flash_attention.bwd"]
+    assert bwd.time_s == pytest.approx(2.5 * flops / (740e12 * 0.63 / 0.73), rel=1e-12)
+
+
+def test_embedding_logits_and_optimizer_by_hand():
+    model = MODELS["gpt-1.7b"]
+    # forward embedding of b s = 2048 tokens x h 2304: gather 2D + position add 3D + dropout (2D + 1) = 15 B/element
+    emb = embedding_forward(model, A100_SXM4_80GB, micro_batch=1)
+    assert emb.nbytes == 2048 * 2304 * 15 and emb.time_s == pytest.approx(hbm_s(A100_SXM4_80GB, emb.nbytes))
+    assert embedding_backward(model, A100_SXM4_80GB, micro_batch=1).time_s > 0
+    logits = {op.name: op for op in logits_forward(model, A100_SXM4_80GB, micro_batch=1).ops}
+    assert logits["logits"].flops == model.logits_flops(micro_batch=1) == 2 * 2048 * 2304 * 51200
+    assert sum(op.flops for op in logits_backward(model, A100_SXM4_80GB, micro_batch=1).ops) == \
+        2 * logits["logits"].flops
+    # Adam: 4 (norm pass) + 4 + 24 + 2 = 34 bytes per parameter, memory-bound
+    opt = optimizer_step(H100_SXM5_80GB, parameters=1e9)
+    assert opt.nbytes == 34e9 and opt.time_s == pytest.approx(hbm_s(H100_SXM5_80GB, 34e9), rel=1e-12)
+    assert opt.by_kind()["optimizer"] == opt.time_s
+
+
+def test_overlap_slowdown_from_sms_taken_by_nccl():
+    # 16 channel CTAs hold 16 SMs: H100 132 -> 16/116, A100 108 -> 16/92
+    assert default_overlap_slowdown(H100_SXM5_80GB) == pytest.approx(16 / 116)
+    assert default_overlap_slowdown(A100_SXM4_80GB) == pytest.approx(16 / 92)
+    assert overlapped_time_s(2.0, H100_SXM5_80GB) == pytest.approx(2.0 * (1 + 16 / 116))
+    assert overlapped_time_s(2.0, H100_SXM5_80GB, overlap_slowdown=0.25) == 2.5
+
+
+def test_breakdowns_concatenate():
+    a = optimizer_step(A100_SXM4_80GB, parameters=1e6)
+    b = embedding_forward(MODELS["gpt-1.7b"], A100_SXM4_80GB, micro_batch=1)
+    both = a + b
+    assert isinstance(both, ComputeBreakdown) and both.ops == a.ops + b.ops
+    assert both.time_s == pytest.approx(a.time_s + b.time_s, rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------------------
+# calibration check: SC21 Table 1, compute only
+# --------------------------------------------------------------------------------------------------
+
+
+def test_sc21_compute_only_throughput_bounds_the_measured_one():
+    rows = sc21_compute_only_check()
+    print("\n" + format_sc21_check(rows))
+    assert len(rows) == 10
+    ceiling = 271.2                              # A100 best-shape GEMM, TFLOP/s: nothing runs faster on average
+    for r in rows:
+        # the measured runs also communicate, load data and log: compute alone must be at least as fast
+        assert r.ratio <= 1.0, r.model
+        assert r.measured_tflops < r.compute_only_tflops <= r.compute_only_tflops_no_bubble < ceiling
+        assert r.microbatches * r.micro_batch * r.dp == {
+            "GPT-1.7B": 512, "GPT-3.6B": 512, "GPT-7.5B": 512, "GPT-18.4B": 1024, "GPT-39.1B": 1536,
+            "GPT-76.1B": 1792, "GPT-145.6B": 2304, "GPT-310.1B": 2160, "GPT-529.6B": 2520, "GPT-1008.0B": 3072,
+        }[r.model]
+
+
+def test_training_tables_ship_with_their_sources():
+    for table in ("training_megatron_sc21.csv", "training_hardware_network_specs.csv"):
+        with (resources.files("simulator") / "data" / "calibration" / table).open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        assert rows and all(r["source"].strip() and r["source_ref"].strip() for r in rows), table
+
+
+# --------------------------------------------------------------------------------------------------
+# bad input
+# --------------------------------------------------------------------------------------------------
+
+
+def test_bad_inputs_name_the_field_and_the_allowed_values():
+    model = MODELS["llama3-8b"]
+    with pytest.raises(ValueError, match=r"dtype: 'fp16' is not allowed; expected one of 'bf16', 'fp8'"):
+        layer_forward(model, H100_SXM5_80GB, micro_batch=1, dtype="fp16")
+    with pytest.raises(ValueError, match=r"dtype: 'fp8' is not allowed on a100_sxm4_80gb"):
+        gemm_op(A100_SXM4_80GB, m=1, n=1, k=1, dtype="fp8")
+    with pytest.raises(ValueError, match=r"gpu: 'rtx_4090' has no kernel-efficiency parameters; expected one of "
+                                         r"a100_sxm4_80gb, h100_sxm5_80gb, h200_sxm, b200"):
+        layer_forward_time_s(model, RTX_4090, micro_batch=1)
+    with pytest.raises(ValueError, match=r"gemm.m: 0 is not allowed; expected a finite number > 0"):
+        gemm_op(H100_SXM5_80GB, m=0, n=1, k=1)
+    with pytest.raises(ValueError, match=r"gemm.count: 0 is not allowed; expected an integer >= 1"):
+        gemm_op(H100_SXM5_80GB, m=1, n=1, k=1, count=0)
+    with pytest.raises(ValueError, match=r"recompute: 'most' is not allowed; expected one of 'none', 'selective'"):
+        layer_backward(model, H100_SXM5_80GB, micro_batch=1, recompute="most")
+    with pytest.raises(ValueError, match=r"sp: False is not allowed for MoE layer 0 with tp = 2; expected True"):
+        layer_forward(MODELS["mixtral-8x7b"], H100_SXM5_80GB, micro_batch=1, tp=2)
+    with pytest.raises(ValueError, match=r"tp: 16 is not allowed; expected a divisor of heads"):
+        layer_forward(model, H100_SXM5_80GB, micro_batch=1, tp=16)
+    with pytest.raises(ValueError, match=r"comm_ctas: 132 is not allowed; expected an integer in 0..131"):
+        default_overlap_slowdown(H100_SXM5_80GB, comm_ctas=132)
+    with pytest.raises(ValueError, match=r"overlap_slowdown: -0.1 is not allowed; expected a finite number >= 0"):
+        overlapped_time_s(1.0, H100_SXM5_80GB, overlap_slowdown=-0.1)
+    with pytest.raises(ValueError, match=r"GpuComputeModel.memory_efficiency: 1.5 is not allowed; expected a "
+                                         r"number in \(0, 1\]"):
+        dataclasses.replace(COMPUTE_MODELS["b200"], memory_efficiency=1.5)
+    with pytest.raises(ValueError, match=r"gpu: 'h100' is not allowed; expected a topologies.devices.GpuSpec"):
+        compute_model_for("h100")
+    with pytest.raises(ValueError, match=r"optimizer_step.parameters: nan is not allowed"):
+        optimizer_step(H100_SXM5_80GB, parameters=math.nan)
+
+
+def test_a_gpu_without_shipped_parameters_runs_with_explicit_ones():
+    # illustrative parameters (not a calibration): 128 SMs, eff_max 0.5, memory 0.8
+    cm = GpuComputeModel(name="rtx_4090_example", sm_count=128, gemm_efficiency_bf16=0.5, gemm_efficiency_fp8=None,
+                         memory_efficiency=0.8, flash_fwd_efficiency=0.5, flash_bwd_efficiency=0.4)
+    # 16 x 64 = 1024 tiles = 8 waves of 128 SMs: exactly 0.5 x peak
+    op = gemm_op(RTX_4090, m=16 * 256, n=64 * 128, k=4096, compute_model=cm)
+    assert op.time_s == pytest.approx(op.flops / (0.5 * RTX_4090.dense_bf16_flop_per_s), rel=1e-12)
+    assert layer_forward_time_s(MODELS["llama3-8b"], RTX_4090, micro_batch=1, seq_len=2048, compute_model=cm) > 0

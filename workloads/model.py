@@ -1,0 +1,723 @@
+"""Transformer shapes: parameters, FLOPs, memory and the per-layer communication sizes of training.
+
+A :class:`ModelSpec` is a decoder-only transformer: ``layers`` blocks of (norm, attention, norm,
+MLP or mixture-of-experts), an input embedding, a final norm and an output (logits) layer.
+Notation: h hidden, a heads, g KV heads (GQA; g = a is multi-head attention), d = h/a head
+dimension, f MLP hidden, V vocabulary, s sequence, b micro-batch, B global batch, l layers,
+t tensor-parallel, c context-parallel, E experts, k experts per token, f_e expert MLP hidden,
+D bytes per activation/weight element (2 for bf16), T = b s / c tokens on one rank.
+
+Parameters (weights; biases only with ``bias=True``; LayerNorm has 2h, RMSNorm h)::
+
+    attention   h (a + 2g) d + h^2            (+ (a + 2g) d + h biases)
+    MLP         m h f, m = 2 (GeLU) or 3 (SwiGLU: gate, up, down)   (+ (m-1) f + h biases)
+    MoE layer   E experts of m h f_e, shared experts of m h f_e, router h E
+    embedding   V h (+ s h learned positions); output layer V h unless tied; final norm
+
+GPT (MHA, f = 4h, biases, LayerNorm, learned positions, tied): 12 l h^2 + 13 l h + (V + s) h + 2h,
+Megatron's ``12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h))`` (Narayanan et al., SC21) plus the final norm.
+GPT-3 175B (l 96, h 12288, V 51200, s 2048): 174.62e9. Llama-3 8B: 6.98e9 in the blocks + 2 x 0.525e9
+untied embedding and output = 8.03e9.
+
+Forward FLOPs of one layer and one micro-batch (a multiply-add is 2 FLOPs; a GEMM (m x k)(k x n)
+is 2mnk)::
+
+    QKV                 2 b s h (a + 2g) d          = 6 b s h^2 for MHA
+    attention scores    2 b s^2 a d = 2 b s^2 h     (Q K^T, the full s x s, as Megatron counts it)
+    attention x values  2 b s^2 h
+    output projection   2 b s h^2
+    MLP                 2 m b s h f                 = 16 b s h^2 for GeLU with f = 4h
+    MoE                 2 m b s k h f_e routed + 2 m b s h f_e per shared expert + router 2 b s h E
+
+GPT total 24 b s h^2 + 4 b s^2 h per layer; logits 2 b s h V. Backward costs twice the forward
+GEMMs (input and weight gradients). Recomputation re-runs forward work before the backward:
+"selective" the attention core (scores and x values, 4 b s^2 h; Korthikanti et al. 2022),
+"full" the whole layer. A training step with full recomputation is then
+4 x layers + 3 x logits = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), Megatron SC21 eq. 3, exactly.
+Worked number: GPT-1.7B row of SC21 Table 1 (l 24, h 2304, B 512): 1.5467e16 FLOP per step; at the
+137 TFLOP/s per GPU measured on 32 GPUs that is 3.53 s per iteration.
+
+Memory per GPU (Rajbhandari et al. 2020, ZeRO, sec. 3.1 and 5): mixed-precision Adam keeps 2 bytes of
+weights, 2 of gradients and K = 12 of optimizer state (fp32 master weights, momentum, variance) per
+parameter, 16 Psi in all; ZeRO stage 1 divides the 12 by dp, stage 2 also the gradients, stage 3
+also the weights. Psi = 7.5e9, dp = 64: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB (ZeRO paper, Figure 1).
+
+Activations kept for the backward of one layer (Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", sec. 4; 2-byte activations, 1-byte dropout masks)::
+
+    no parallelism      s b h (34 + 5 a s / h)
+    tensor parallel t   s b h (10 + 24/t + 5 a s / (h t))
+    + sequence parallel s b h (34 + 5 a s / h) / t
+    + selective recomp. 34 s b h / t        (the 5 a s^2 b softmax/dropout terms are recomputed)
+    full recomputation  2 s b h             (the layer input only; / t with sequence parallelism)
+
+The 34 is attention 11 s b h (QKV input 2, Q and K 4, V 2, projection input 2, dropout mask 1),
+MLP 19 s b h (input 2, GeLU input 8, GeLU output 8, mask 1), two LayerNorm inputs 4 s b h; the
+replicated 10 = norms 4 + block inputs 4 + masks 2. For other shapes the same terms are counted:
+K and V take 2 s b g d each, a gated MLP keeps 6 s b f (fc1 output, SwiGLU output), no dropout
+drops the masks and the softmax copy, FlashAttention keeps a fp32 log-sum-exp (4 a s b) instead
+of the s^2 terms, MoE keeps each routed token's expert activations.
+
+Communication sizes per layer and micro-batch (nccl-tests size convention: the whole buffer):
+TP all-reduce of s b h D, 2 in the forward and 2 in the backward (Megatron's f and g operators);
+with sequence parallelism 2 all-gathers and 2 reduce-scatters of s b h D forward, and backward 2
+reduce-scatters and 4 all-gathers (Megatron gathers the sequence-parallel input again for the
+weight gradient); pipeline activations s b h D per micro-batch and stage boundary (/t with
+sequence parallelism or SC21's scatter/gather); EP all-to-all of T k h D per dispatch and per
+combine; context parallelism passes the local K and V, 2 b (s/c) g d D, c-1 times around a ring.
+
+What is ignored: vocabulary padding beyond a multiple of t, the small non-GEMM FLOPs (softmax,
+norms) in the FLOP counts, the router's auxiliary loss, load imbalance between experts, and
+multi-head latent attention (DeepSeek-V3's MLA is modelled as standard attention by the presets).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+from .collectives import CollectiveKind
+
+__all__ = (
+    "RECOMPUTE",
+    "NORMS",
+    "POSITION_EMBEDDINGS",
+    "ModelSpec",
+    "Gemm",
+    "LayerFlops",
+    "TrainingStateBytes",
+    "CommSize",
+    "zero_state_bytes",
+)
+
+RECOMPUTE = ("none", "selective", "full")
+NORMS = ("layernorm", "rmsnorm")
+POSITION_EMBEDDINGS = ("learned", "rope")
+PHASES = ("forward", "backward")
+MASK_BYTES = 1                     # Korthikanti et al. 2022 sec. 4.1: dropout masks take 1 byte per element
+LSE_BYTES = 4                      # FlashAttention keeps the softmax log-sum-exp in fp32 (Dao 2023, Algorithm 1)
+ADAM_STATE_BYTES_PER_PARAM = 12    # ZeRO sec. 3.1: fp32 master weights, momentum and variance, K = 12
+
+
+# --------------------------------------------------------------------------------------------------
+# validation helpers (workloads may not import topologies, so these are local)
+# --------------------------------------------------------------------------------------------------
+
+
+def _reject(field: str, value: object, expected: str) -> ValueError:
+    return ValueError(f"{field}: {value!r} is not allowed; expected {expected}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _int_at_least(field: str, value: object, low: int) -> int:
+    if not _is_int(value) or value < low:
+        raise _reject(field, value, f"an integer >= {low}")
+    return int(value)
+
+
+def _choice(field: str, value: object, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise _reject(field, value, f"one of {', '.join(map(repr, allowed))}")
+    return value
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# --------------------------------------------------------------------------------------------------
+# small result records
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gemm:
+    """One GEMM of the forward pass on one GPU: ``count`` independent (m x k)(k x n) products.
+
+    ``m`` may be fractional for expert GEMMs (the average number of tokens an expert receives).
+    ``weight`` is True for a product with a weight matrix (a linear layer), False for the
+    activation-activation products of attention.
+    """
+
+    name: str
+    m: float
+    n: int
+    k: int
+    count: int = 1
+    weight: bool = True
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerFlops:
+    """Forward FLOPs of one layer and one micro-batch on one GPU, per operation."""
+
+    qkv: float
+    attn_scores: float
+    attn_values: float
+    attn_proj: float
+    mlp: float
+    router: float
+
+    @property
+    def total(self) -> float:
+        return self.qkv + self.attn_scores + self.attn_values + self.attn_proj + self.mlp + self.router
+
+    @property
+    def attention_core(self) -> float:
+        return self.attn_scores + self.attn_values
+
+    def as_dict(self) -> dict[str, float]:
+        return {"qkv": self.qkv, "attn_scores": self.attn_scores, "attn_values": self.attn_values,
+                "attn_proj": self.attn_proj, "mlp": self.mlp, "router": self.router}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingStateBytes:
+    """Bytes of weights, gradients and optimizer state held by one GPU."""
+
+    parameters: float
+    gradients: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.parameters + self.gradients + self.optimizer
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommSize:
+    """``count`` collectives of ``kind`` and size ``nbytes`` (nccl-tests size column) in group ``group``."""
+
+    name: str
+    kind: CollectiveKind
+    nbytes: int
+    count: int
+    group: str
+
+    @property
+    def total_nbytes(self) -> int:
+        return self.nbytes * self.count
+
+
+def zero_state_bytes(parameters: float, *, zero_stage: int = 0, dp: int = 1, param_bytes: int = 2,
+                     grad_bytes: int = 2, optimizer_bytes: int = ADAM_STATE_BYTES_PER_PARAM) -> TrainingStateBytes:
+    """Weights, gradients and Adam state per GPU for ``parameters`` weights under ZeRO ``zero_stage``.
+
+    Stage 0 keeps everything on every data-parallel rank; 1 shards the optimizer state over ``dp``;
+    2 also the gradients; 3 also the weights (Rajbhandari et al. 2020, sec. 5).
+
+    >>> s = zero_state_bytes(7.5e9, zero_stage=1, dp=64)
+    >>> round(s.total / 1e9, 1)
+    31.4
+    """
+    if not isinstance(parameters, numbers.Real) or isinstance(parameters, bool) or not math.isfinite(parameters) \
+            or parameters < 0:
+        raise _reject("zero_state_bytes.parameters", parameters, "a finite number >= 0")
+    zero_stage = _int_at_least("zero_state_bytes.zero_stage", zero_stage, 0)
+    if zero_stage > 3:
+        raise _reject("zero_state_bytes.zero_stage", zero_stage, "0, 1, 2 or 3")
+    dp = _int_at_least("zero_state_bytes.dp", dp, 1)
+    for field, value in (("param_bytes", param_bytes), ("grad_bytes", grad_bytes),
+                         ("optimizer_bytes", optimizer_bytes)):
+        _int_at_least(f"zero_state_bytes.{field}", value, 0)
+    return TrainingStateBytes(
+        parameters=parameters * param_bytes / (dp if zero_stage >= 3 else 1),
+        gradients=parameters * grad_bytes / (dp if zero_stage >= 2 else 1),
+        optimizer=parameters * optimizer_bytes / (dp if zero_stage >= 1 else 1),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# ModelSpec
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer. ``None`` defaults: kv_heads = heads, ffn_hidden = 4 hidden,
+    expert_ffn_hidden = ffn_hidden.
+
+    MoE: with ``experts > 0`` layer i is a MoE layer when i >= first_dense_layers and
+    (i - first_dense_layers) % moe_layer_freq == 0; the others keep the dense MLP of ``ffn_hidden``.
+    Shared experts (DeepSeek) see every token; routed experts see ``top_k`` per token.
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    kv_heads: int | None = None
+    ffn_hidden: int | None = None
+    seq_len: int = 2048
+    gated_mlp: bool = False
+    tied_embeddings: bool = False
+    position_embedding: str = "learned"
+    norm: str = "layernorm"
+    bias: bool = True
+    dropout: bool = True
+    experts: int = 0
+    top_k: int = 0
+    expert_ffn_hidden: int | None = None
+    shared_experts: int = 0
+    moe_layer_freq: int = 1
+    first_dense_layers: int = 0
+    dtype_bytes: int = 2
+
+    def __post_init__(self) -> None:
+        owner = "ModelSpec"
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise _reject(f"{owner}.name", self.name, "a non-empty string")
+        for field in ("layers", "hidden", "heads", "vocab", "seq_len"):
+            _int_at_least(f"{owner}.{field}", getattr(self, field), 1)
+        if self.hidden % self.heads:
+            raise _reject(f"{owner}.heads", self.heads, f"a divisor of hidden ({self.hidden}) so heads have equal size")
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        _int_at_least(f"{owner}.kv_heads", self.kv_heads, 1)
+        if self.heads % self.kv_heads:
+            raise _reject(f"{owner}.kv_heads", self.kv_heads, f"a divisor of heads ({self.heads}) (grouped-query "
+                          "attention shares each KV head among heads/kv_heads query heads)")
+        if self.ffn_hidden is None:
+            object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
+        _int_at_least(f"{owner}.ffn_hidden", self.ffn_hidden, 1)
+        for field in ("gated_mlp", "tied_embeddings", "bias", "dropout"):
+            if not isinstance(getattr(self, field), bool):
+                raise _reject(f"{owner}.{field}", getattr(self, field), "True or False")
+        _choice(f"{owner}.position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
+        _choice(f"{owner}.norm", self.norm, NORMS)
+        _int_at_least(f"{owner}.experts", self.experts, 0)
+        _int_at_least(f"{owner}.top_k", self.top_k, 0)
+        _int_at_least(f"{owner}.shared_experts", self.shared_experts, 0)
+        _int_at_least(f"{owner}.moe_layer_freq", self.moe_layer_freq, 1)
+        _int_at_least(f"{owner}.first_dense_layers", self.first_dense_layers, 0)
+        if self.experts == 0:
+            for field in ("top_k", "shared_experts", "first_dense_layers"):
+                if getattr(self, field):
+                    raise _reject(f"{owner}.{field}", getattr(self, field), "0 for a dense model (experts = 0)")
+            if self.expert_ffn_hidden is not None:
+                raise _reject(f"{owner}.expert_ffn_hidden", self.expert_ffn_hidden, "None for a dense model")
+        else:
+            if not 1 <= self.top_k <= self.experts:
+                raise _reject(f"{owner}.top_k", self.top_k, f"an integer in 1..experts ({self.experts})")
+            if self.first_dense_layers >= self.layers:
+                raise _reject(f"{owner}.first_dense_layers", self.first_dense_layers,
+                              f"an integer < layers ({self.layers}) so at least one layer is MoE")
+            if self.expert_ffn_hidden is None:
+                object.__setattr__(self, "expert_ffn_hidden", self.ffn_hidden)
+            _int_at_least(f"{owner}.expert_ffn_hidden", self.expert_ffn_hidden, 1)
+        if self.dtype_bytes not in (1, 2, 4):
+            raise _reject(f"{owner}.dtype_bytes", self.dtype_bytes, "1, 2 or 4")
+
+    # ------------------------------------------------------------------------------------------
+    # shape
+    # ------------------------------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of K (and of V): kv_heads x head_dim."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices of one MLP: 3 with a gated (SwiGLU) MLP, 2 with GeLU."""
+        return 3 if self.gated_mlp else 2
+
+    def is_moe_layer(self, layer: int) -> bool:
+        self._check_layer(layer)
+        return self.is_moe and layer >= self.first_dense_layers \
+            and (layer - self.first_dense_layers) % self.moe_layer_freq == 0
+
+    @property
+    def moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.layers))
+
+    def _check_layer(self, layer: int) -> None:
+        if not _is_int(layer) or not 0 <= layer < self.layers:
+            raise _reject("layer", layer, f"an integer in 0..{self.layers - 1}")
+
+    def _seq(self, seq_len: int | None) -> int:
+        return self.seq_len if seq_len is None else _int_at_least("seq_len", seq_len, 1)
+
+    # ------------------------------------------------------------------------------------------
+    # parameters
+    # ------------------------------------------------------------------------------------------
+    def _norm_parameters(self) -> int:
+        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+
+    def _mlp_parameters(self, ffn: int, *, tp: int = 1) -> int:
+        """One MLP of hidden ``ffn``; the fc1/gate-up and fc2 weights are split over tp, the fc2 bias is not."""
+        h, m = self.hidden, self.mlp_matrices
+        weights = m * h * ffn // tp
+        biases = ((m - 1) * ffn // tp + h) if self.bias else 0
+        return weights + biases
+
+    def _check_tp(self, tp: int) -> int:
+        tp = _int_at_least("tp", tp, 1)
+        if self.heads % tp or self.kv_heads % tp:
+            raise _reject("tp", tp, f"a divisor of heads ({self.heads}) and kv_heads ({self.kv_heads})")
+        if self.ffn_hidden % tp:
+            raise _reject("tp", tp, f"a divisor of ffn_hidden ({self.ffn_hidden})")
+        return tp
+
+    def _check_ep(self, ep: int) -> int:
+        ep = _int_at_least("ep", ep, 1)
+        if ep > 1 and not self.is_moe:
+            raise _reject("ep", ep, "1 for a dense model (no experts to distribute)")
+        if self.is_moe and self.experts % ep:
+            raise _reject("ep", ep, f"a divisor of experts ({self.experts})")
+        return ep
+
+    def attention_parameters(self, *, tp: int = 1) -> int:
+        """QKV and output projection of one layer on one tensor-parallel rank."""
+        tp = self._check_tp(tp)
+        h, q = self.hidden, self.hidden + 2 * self.kv_dim
+        weights = h * q // tp + h * h // tp
+        biases = (q // tp + h) if self.bias else 0
+        return weights + biases
+
+    def layer_parameters(self, layer: int = 0, *, tp: int = 1, ep: int = 1) -> int:
+        """Weights of layer ``layer`` on one GPU: tp splits the GEMM weights (norms, the router and
+        row-parallel biases are replicated), ep splits the routed experts (expert weights are not
+        tensor-parallel: expert tensor parallelism 1, as Megatron's MoE recipes and DeepSeek-V3 use)."""
+        self._check_layer(layer)
+        tp, ep = self._check_tp(tp), self._check_ep(ep)
+        total = 2 * self._norm_parameters() + self.attention_parameters(tp=tp)
+        if self.is_moe_layer(layer):
+            total += self.hidden * self.experts                               # router
+            total += (self.experts // ep) * self._mlp_parameters(self.expert_ffn_hidden)
+            total += self.shared_experts * self._mlp_parameters(self.expert_ffn_hidden, tp=tp)
+        else:
+            total += self._mlp_parameters(self.ffn_hidden, tp=tp)
+        return total
+
+    def embedding_parameters(self, *, tp: int = 1) -> int:
+        """Input embedding (vocabulary-parallel: V/t rows per rank) plus learned positions (replicated)."""
+        tp = self._check_tp(tp)
+        positions = self.seq_len * self.hidden if self.position_embedding == "learned" else 0
+        return _ceil_div(self.vocab, tp) * self.hidden + positions
+
+    def output_parameters(self, *, tp: int = 1) -> int:
+        """The logits layer: 0 when tied to the input embedding, else V h / t."""
+        tp = self._check_tp(tp)
+        return 0 if self.tied_embeddings else _ceil_div(self.vocab, tp) * self.hidden
+
+    def final_norm_parameters(self) -> int:
+        return self._norm_parameters()
+
+    def total_parameters(self) -> int:
+        """Every weight of the model once (tied embeddings counted once).
+
+        >>> from workloads.presets import model_preset
+        >>> round(model_preset("gpt3-175b").total_parameters() / 1e9, 1)
+        174.6
+        """
+        return (sum(self.layer_parameters(i) for i in range(self.layers)) + self.embedding_parameters()
+                + self.output_parameters() + self.final_norm_parameters())
+
+    def active_parameters(self) -> int:
+        """Weights one token passes through: MoE layers count top_k routed experts (and the shared ones)."""
+        total = self.total_parameters()
+        if self.is_moe:
+            idle = (self.experts - self.top_k) * self._mlp_parameters(self.expert_ffn_hidden)
+            total -= self.moe_layers * idle
+        return total
+
+    def stage_layers(self, *, pp: int = 1) -> tuple[range, ...]:
+        """Layers of each pipeline stage: contiguous, the first ``layers % pp`` stages one layer more."""
+        pp = _int_at_least("pp", pp, 1)
+        if pp > self.layers:
+            raise _reject("pp", pp, f"an integer <= layers ({self.layers})")
+        base, extra = divmod(self.layers, pp)
+        stages, start = [], 0
+        for stage in range(pp):
+            size = base + (stage < extra)
+            stages.append(range(start, start + size))
+            start += size
+        return tuple(stages)
+
+    def stage_parameters(self, stage: int, *, tp: int = 1, pp: int = 1, ep: int = 1) -> int:
+        """Weights on one GPU of pipeline stage ``stage``: its layers, the embedding on the first stage,
+        the final norm and output layer on the last (Megatron; a tied embedding is also kept, as the
+        output weight, on the last stage when pp > 1)."""
+        stages = self.stage_layers(pp=pp)
+        if not _is_int(stage) or not 0 <= stage < len(stages):
+            raise _reject("stage", stage, f"an integer in 0..{len(stages) - 1}")
+        total = sum(self.layer_parameters(i, tp=tp, ep=ep) for i in stages[stage])
+        if stage == 0:
+            total += self.embedding_parameters(tp=tp)
+        if stage == len(stages) - 1:
+            total += self.final_norm_parameters()
+            if self.tied_embeddings:
+                total += _ceil_div(self.vocab, tp) * self.hidden if len(stages) > 1 else 0
+            else:
+                total += self.output_parameters(tp=tp)
+        return total
+
+    def parameters_per_gpu(self, *, tp: int = 1, pp: int = 1, ep: int = 1) -> int:
+        """The largest :meth:`stage_parameters` over the stages (the GPU that runs out of memory first)."""
+        return max(self.stage_parameters(j, tp=tp, pp=pp, ep=ep) for j in range(len(self.stage_layers(pp=pp))))
+
+    def parameter_bytes(self) -> int:
+        return self.total_parameters() * self.dtype_bytes
+
+    def training_state_bytes(self, *, tp: int = 1, pp: int = 1, ep: int = 1, dp: int = 1, zero_stage: int = 0,
+                             grad_bytes: int = 2) -> TrainingStateBytes:
+        """Weights, gradients and Adam state on the most loaded GPU (:func:`zero_state_bytes` of
+        :meth:`parameters_per_gpu`). ZeRO shards every local weight over ``dp``; that experts are in
+        reality sharded over their own expert-data-parallel group is ignored."""
+        return zero_state_bytes(self.parameters_per_gpu(tp=tp, pp=pp, ep=ep), zero_stage=zero_stage, dp=dp,
+                                param_bytes=self.dtype_bytes, grad_bytes=grad_bytes)
+
+    # ------------------------------------------------------------------------------------------
+    # FLOPs
+    # ------------------------------------------------------------------------------------------
+    def _tokens(self, micro_batch: int, seq_len: int | None, cp: int) -> tuple[int, int, int]:
+        b = _int_at_least("micro_batch", micro_batch, 1)
+        s = self._seq(seq_len)
+        cp = _int_at_least("cp", cp, 1)
+        if s % cp:
+            raise _reject("cp", cp, f"a divisor of seq_len ({s})")
+        return b, s, cp
+
+    def moe_tokens(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, cp: int = 1) -> float:
+        """Tokens one GPU routes in a MoE layer: b s / (c t) (the sequence-parallel shard)."""
+        b, s, cp = self._tokens(micro_batch, seq_len, cp)
+        tp = self._check_tp(tp)
+        return b * s / cp / tp
+
+    def layer_gemms(self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
+                    cp: int = 1, ep: int = 1) -> tuple[Gemm, ...]:
+        """The forward GEMMs of one layer and one micro-batch on one GPU, in execution order.
+
+        Attention products are batched over (micro-batch x local heads); with context parallelism a
+        rank holds s/c queries and meets all s keys (ring attention), so scores are (s/c) x s.
+        Routed expert GEMMs are ``E/ep`` products of the average m = (b s/(c t)) k ep / E tokens.
+        """
+        self._check_layer(layer)
+        b, s, cp = self._tokens(micro_batch, seq_len, cp)
+        tp, ep = self._check_tp(tp), self._check_ep(ep)
+        h, d, tokens = self.hidden, self.head_dim, b * s // cp
+        local_heads = self.heads // tp
+        gemms = [
+            Gemm(name="qkv", m=tokens, n=(self.hidden + 2 * self.kv_dim) // tp, k=h),
+            Gemm(name="attn_scores", m=s // cp, n=s, k=d, count=b * local_heads, weight=False),
+            Gemm(name="attn_values", m=s // cp, n=d, k=s, count=b * local_heads, weight=False),
+            Gemm(name="attn_proj", m=tokens, n=h, k=h // tp),
+        ]
+        up = self.mlp_matrices - 1            # fc1 (GeLU) or fused gate+up (SwiGLU) columns per ffn unit
+        if self.is_moe_layer(layer):
+            t_moe = tokens / tp
+            fe = self.expert_ffn_hidden
+            per_expert = t_moe * self.top_k * ep / self.experts
+            gemms.append(Gemm(name="router", m=t_moe, n=self.experts, k=h))
+            gemms.append(Gemm(name="expert_up", m=per_expert, n=up * fe, k=h, count=self.experts // ep))
+            gemms.append(Gemm(name="expert_down", m=per_expert, n=h, k=fe, count=self.experts // ep))
+            if self.shared_experts:
+                fs = self.shared_experts * fe
+                if fs % tp:
+                    raise _reject("tp", tp, f"a divisor of shared_experts x expert_ffn_hidden ({fs})")
+                gemms.append(Gemm(name="shared_up", m=tokens, n=up * fs // tp, k=h))
+                gemms.append(Gemm(name="shared_down", m=tokens, n=h, k=fs // tp))
+        else:
+            f = self.ffn_hidden
+            gemms.append(Gemm(name="mlp_up", m=tokens, n=up * f // tp, k=h))
+            gemms.append(Gemm(name="mlp_down", m=tokens, n=h, k=f // tp))
+        return tuple(gemms)
+
+    def layer_forward_flops(self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
+                            cp: int = 1, ep: int = 1) -> LayerFlops:
+        """Forward FLOPs of one layer and micro-batch on one GPU, per operation (sums of :meth:`layer_gemms`)."""
+        parts = {"qkv": 0.0, "attn_scores": 0.0, "attn_values": 0.0, "attn_proj": 0.0, "mlp": 0.0, "router": 0.0}
+        for gemm in self.layer_gemms(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep):
+            key = gemm.name if gemm.name in parts else "mlp"
+            parts[key] += gemm.flops
+        return LayerFlops(**parts)
+
+    def layer_recompute_flops(self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None,
+                              recompute: str = "none", tp: int = 1, cp: int = 1, ep: int = 1) -> float:
+        """Forward work re-run before the backward: 0, the attention core, or the whole layer."""
+        _choice("recompute", recompute, RECOMPUTE)
+        fwd = self.layer_forward_flops(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep)
+        return {"none": 0.0, "selective": fwd.attention_core, "full": fwd.total}[recompute]
+
+    def layer_training_flops(self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None,
+                             recompute: str = "none", tp: int = 1, cp: int = 1, ep: int = 1) -> float:
+        """Forward + backward (2x forward) + recomputation of one layer and micro-batch on one GPU."""
+        fwd = self.layer_forward_flops(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep).total
+        extra = self.layer_recompute_flops(layer, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute,
+                                           tp=tp, cp=cp, ep=ep)
+        return 3.0 * fwd + extra
+
+    def logits_flops(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, cp: int = 1) -> float:
+        """Forward FLOPs of the output layer: 2 b s h V / (t c) (V/t rounded up: Megatron pads the vocabulary)."""
+        b, s, cp = self._tokens(micro_batch, seq_len, cp)
+        tp = self._check_tp(tp)
+        return 2.0 * (b * s // cp) * self.hidden * _ceil_div(self.vocab, tp)
+
+    def step_flops(self, *, batch: int, seq_len: int | None = None, recompute: str = "full") -> float:
+        """FLOPs of one training step over ``batch`` sequences, all GPUs together.
+
+        Each layer: 3 x forward + recomputation; logits: 3 x forward. With ``recompute="full"`` and a
+        GPT shape this is SC21 eq. 3, 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+        """
+        batch = _int_at_least("batch", batch, 1)
+        total = sum(self.layer_training_flops(i, micro_batch=batch, seq_len=seq_len, recompute=recompute)
+                    for i in range(self.layers))
+        return total + 3.0 * self.logits_flops(micro_batch=batch, seq_len=seq_len)
+
+    def model_flops_per_token(self, *, seq_len: int | None = None) -> float:
+        """Training FLOPs per token without recomputation (the MFU numerator): step_flops / (B s)."""
+        s = self._seq(seq_len)
+        return self.step_flops(batch=1, seq_len=s, recompute="none") / s
+
+    # ------------------------------------------------------------------------------------------
+    # activation memory
+    # ------------------------------------------------------------------------------------------
+    def activation_bytes_per_layer(self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None,
+                                   tp: int = 1, sp: bool = False, cp: int = 1, recompute: str = "none",
+                                   flash_attention: bool = False) -> float:
+        """Bytes one GPU keeps for the backward of one layer and one micro-batch (Korthikanti et al. 2022).
+
+        Replicated over tensor-parallel ranks unless ``sp``: norm inputs, block inputs, residual
+        dropout masks. Everything else is split over t. With context parallelism a rank holds s/c
+        tokens and (s/c) x s attention scores.
+        """
+        self._check_layer(layer)
+        b, s, cp = self._tokens(micro_batch, seq_len, cp)
+        tp = self._check_tp(tp)
+        _choice("recompute", recompute, RECOMPUTE)
+        if not isinstance(sp, bool) or not isinstance(flash_attention, bool):
+            raise _reject("sp/flash_attention", (sp, flash_attention), "booleans")
+        D, h, a, mask = self.dtype_bytes, self.hidden, self.heads, (MASK_BYTES if self.dropout else 0)
+        sb = b * s / cp                                        # local tokens
+        scores = a * b * (s / cp) * s                          # score elements of the local queries
+        if recompute == "full":
+            return D * sb * h / (tp if sp else 1)
+        replicated = 2 * D * sb * h                            # the two norm inputs
+        replicated += D * sb * h + mask * sb * h               # attention block input, residual dropout mask
+        sharded = D * sb * h + 2 * D * sb * self.kv_dim         # Q, K and V
+        sharded += D * sb * h                                  # output-projection input
+        if flash_attention:
+            sharded += LSE_BYTES * a * sb
+        elif recompute != "selective":
+            sharded += (D + (mask + D if self.dropout else 0)) * scores     # softmax output, dropout mask and output
+        replicated += D * sb * h + mask * sb * h               # MLP block input, residual dropout mask
+        act = 3 * D if self.gated_mlp else 2 * D               # per MLP unit: fc1 output(s) and activation output
+        if self.is_moe_layer(layer):
+            routed = sb * self.top_k
+            sharded += routed * (D * h + act * self.expert_ffn_hidden)       # permuted input, expert activations
+            sharded += sb * self.shared_experts * act * self.expert_ffn_hidden
+            sharded += 4 * sb * self.experts                                 # fp32 router probabilities
+        else:
+            sharded += act * sb * self.ffn_hidden
+        return (replicated + sharded) / tp if sp else replicated + sharded / tp
+
+    # ------------------------------------------------------------------------------------------
+    # communication sizes
+    # ------------------------------------------------------------------------------------------
+    def _hidden_bytes(self, micro_batch: int, seq_len: int | None, cp: int) -> int:
+        b, s, cp = self._tokens(micro_batch, seq_len, cp)
+        return b * (s // cp) * self.hidden * self.dtype_bytes
+
+    def tp_collectives_per_layer(self, *, micro_batch: int, seq_len: int | None = None, tp: int, sp: bool = False,
+                                 cp: int = 1, phase: str = "forward", recompute: str = "none") -> tuple[CommSize, ...]:
+        """Tensor-parallel collectives of one layer and micro-batch (empty for tp = 1).
+
+        Without sequence parallelism: 2 all-reduces of s b h D per direction. With it: forward 2
+        all-gathers + 2 reduce-scatters; backward 2 reduce-scatters + 4 all-gathers (2 of gradients,
+        2 re-gathering the input for the weight gradient). Full recomputation repeats the forward
+        collectives in the backward phase.
+        """
+        tp = self._check_tp(tp)
+        _choice("phase", phase, PHASES)
+        _choice("recompute", recompute, RECOMPUTE)
+        nbytes = self._hidden_bytes(micro_batch, seq_len, cp)
+        if tp == 1:
+            return ()
+        if not sp:
+            fwd = (CommSize(name="tp_allreduce", kind=CollectiveKind.ALL_REDUCE, nbytes=nbytes, count=2, group="tp"),)
+            bwd = (CommSize(name="tp_allreduce", kind=CollectiveKind.ALL_REDUCE, nbytes=nbytes, count=2, group="tp"),)
+        else:
+            fwd = (CommSize(name="sp_allgather", kind=CollectiveKind.ALL_GATHER, nbytes=nbytes, count=2, group="tp"),
+                   CommSize(name="sp_reducescatter", kind=CollectiveKind.REDUCE_SCATTER, nbytes=nbytes, count=2,
+                            group="tp"))
+            bwd = (CommSize(name="sp_allgather", kind=CollectiveKind.ALL_GATHER, nbytes=nbytes, count=4, group="tp"),
+                   CommSize(name="sp_reducescatter", kind=CollectiveKind.REDUCE_SCATTER, nbytes=nbytes, count=2,
+                            group="tp"))
+        if phase == "forward":
+            return fwd
+        return (tuple(CommSize(name=f"recompute_{c.name}", kind=c.kind, nbytes=c.nbytes, count=c.count, group="tp")
+                      for c in fwd) if recompute == "full" else ()) + bwd
+
+    def pp_activation_bytes(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, sp: bool = False,
+                            cp: int = 1, scatter_gather: bool = False) -> int:
+        """Bytes one stage sends the next per micro-batch (forward activations; backward gradients are
+        the same size): s b h D / c, divided by t when the tensor is sequence-parallel or split by SC21's
+        scatter/gather optimisation (sec. 4.1)."""
+        tp = self._check_tp(tp)
+        nbytes = self._hidden_bytes(micro_batch, seq_len, cp)
+        return _ceil_div(nbytes, tp) if (sp or scatter_gather) else nbytes
+
+    def ep_alltoall_bytes(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
+                          cp: int = 1) -> int:
+        """Send buffer of one MoE all-to-all on one GPU: its b s / (c t) tokens x top_k copies x h x D."""
+        if not self.is_moe:
+            raise _reject("ep_alltoall_bytes", self.name, "a MoE model (experts > 0)")
+        tokens = self.moe_tokens(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
+        return int(math.ceil(tokens * self.top_k)) * self.hidden * self.dtype_bytes
+
+    def ep_collectives_per_layer(self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None,
+                                 tp: int = 1, cp: int = 1, ep: int = 1, phase: str = "forward",
+                                 recompute: str = "none") -> tuple[CommSize, ...]:
+        """Dispatch and combine all-to-alls of a MoE layer (none for a dense layer or ep = 1)."""
+        self._check_layer(layer)
+        ep = self._check_ep(ep)
+        _choice("phase", phase, PHASES)
+        _choice("recompute", recompute, RECOMPUTE)
+        if ep == 1 or not self.is_moe_layer(layer):
+            return ()
+        nbytes = self.ep_alltoall_bytes(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
+        count = 2 if phase == "forward" else (4 if recompute == "full" else 2)
+        return (CommSize(name="ep_alltoall", kind=CollectiveKind.ALL_TO_ALL, nbytes=nbytes, count=count,
+                         group="ep"),)
+
+    def cp_kv_bytes(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, cp: int) -> int:
+        """Bytes of the local K and V block passed to the next context-parallel rank in one ring step:
+        2 b (s/c) g d D / t."""
+        tp = self._check_tp(tp)
+        b, s, cp = self._tokens(micro_batch, seq_len, cp)
+        return 2 * b * (s // cp) * (self.kv_dim // tp) * self.dtype_bytes
+
+    def cp_collectives_per_layer(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, cp: int,
+                                 phase: str = "forward", recompute: str = "none") -> tuple[CommSize, ...]:
+        """Ring attention: c-1 KV send/receives forward; backward c-1 of KV and c-1 of dK, dV (and the
+        forward ring again under full recomputation)."""
+        _choice("phase", phase, PHASES)
+        _choice("recompute", recompute, RECOMPUTE)
+        nbytes = self.cp_kv_bytes(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
+        if cp == 1:
+            return ()
+        steps = cp - 1
+        count = steps if phase == "forward" else (2 * steps + (steps if recompute == "full" else 0))
+        return (CommSize(name="cp_kv", kind=CollectiveKind.SENDRECV, nbytes=nbytes, count=count, group="cp"),)
+
+    def dp_gradient_bytes(self, *, tp: int = 1, pp: int = 1, ep: int = 1, grad_bytes: int = 2) -> int:
+        """Gradient bytes one GPU reduces over data parallelism per step (its largest stage's weights)."""
+        grad_bytes = _int_at_least("grad_bytes", grad_bytes, 1)
+        return self.parameters_per_gpu(tp=tp, pp=pp, ep=ep) * grad_bytes
