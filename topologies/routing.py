@@ -1,4 +1,4 @@
-"""Routing: GPU-to-GPU paths as int64 arrays of link ids.
+"""Routing: GPU-to-GPU paths as int64 arrays of link ids, under several routing policies.
 
 A path is built in three parts:
 
@@ -6,27 +6,104 @@ A path is built in three parts:
    with PXN (NCCL's default since 2.12) a GPU sends through the NIC on the *destination's rail*,
    reaching it over NVLink via the GPU local to that NIC, so rail-optimised fabrics keep
    same-rail traffic under one leaf;
-2. across the fabric, from the sending NIC's leaf to the receiving NIC's leaf, over shortest
-   paths; where several next hops are equally short, ECMP picks one with a seeded hash of the
-   flow's identity (source, destination, ``flow_key``) and the switch, as switches hash the
-   5-tuple (different QPs of one connection have different keys, hence may take different paths);
+2. across the fabric, from the sending NIC's switch to the receiving NIC's switch, as the
+   routing policy decides (below);
 3. inside the destination server, from the receiving GPU's own NIC to the GPU (GPUDirect RDMA).
 
 GPUs of the same server use the server's intra routes (NVSwitch, PCIe P2P or host staging).
-Everything is deterministic for a given ``seed``.
+
+Partitioned fabrics (rail-only, multi-plane) and NIC choice: when the preferred sending NIC's
+switch cannot reach the receiving NIC's switch, the sender relays inside its server (NVLink when
+it has an NVSwitch, else PCIe) to another of its NICs that can, as NCCL's PXN does, trying in
+order: the preferred NIC (``nic_for``), the NIC on the destination GPU's rail, the GPU's own NIC,
+then the others by index. The receiver uses its own NIC unless no sending NIC reaches it (or its
+cable failed); then its server's other NICs by index. When no pair works the error names both
+GPUs.
+
+Policies (``ROUTING_POLICIES``) for part 2. ``flow_hash = mix64(seed, src server, src local GPU,
+dst server, dst local GPU, flow_key)`` identifies a flow (switches hash the 5-tuple; different QPs
+of one connection have different ``flow_key``); ``dist(x)`` is the hop count from switch x to the
+destination switch in the surviving switch graph; the *next hops* at switch x are its links to
+switches y with ``dist(y) = dist(x) - 1`` (parallel cables count separately).
+
+* ``ecmp`` (default): at each switch x take next hop number ``mix64(flow_hash, x) mod n`` of its n
+  next hops. Paths have the fewest hops, as a min-hop subnet manager's tables give; on a
+  dragonfly that includes global, global paths through a third group where they are shorter
+  than local, global, local.
+* ``minimal``: the same hash choice over *hierarchically* minimal paths: on a fabric whose
+  switches carry a ``group`` attribute (``dragonfly.py``) the fewest links between groups, then
+  the fewest hops (MIN of Kim et al.: local, global, local, at most 3 hops, one global), i.e. hop
+  costs 1 for a link inside a group and ``1 + B`` for one between groups, with ``B`` = number of
+  switches + 1 (more than any simple path's hops, so the order is lexicographic). Without groups
+  it is ``ecmp``. It is the minimal candidate of UGAL and the metric of Valiant's two legs.
+* ``valiant`` (Valiant and Brebner 1981; on dragonfly as in Kim et al., ISCA 2008): minimal (as
+  above) to an intermediate, then minimal to the destination. On a fabric whose switches all carry
+  a ``group`` attribute (``dragonfly.py``) the intermediate is a group other than the source's and
+  the destination's, number ``mix64(flow_hash, VALIANT_SALT) mod n`` of the n eligible groups in
+  increasing order, entered at its nearest router: at most local, global, local, global, local =
+  5 switch-to-switch hops. Elsewhere it is a switch of the top tier (largest ``tier`` attribute;
+  every switch when none has one) other than the two end switches. When the hashed candidate
+  cannot reach both ends (failed links) the next one in order is taken; with no candidate the
+  route is minimal.
+* ``ugal`` (UGAL with the load the router itself has assigned, after Kim et al.): per flow, the
+  minimal path M or the Valiant path V, whichever has the smaller ``H(P) x q(P)``, ties to M,
+  where ``H`` = number of switch-to-switch links and
+  ``q(P) = max over links l of P of (L_l + n_l w) / c_l``: ``L_l`` bytes already assigned to link l,
+  ``w`` this flow's bytes (``nbytes``), ``n_l`` how often P crosses l, ``c_l`` its capacity: the
+  time the busiest link of P needs to carry what it has been given plus this flow.
+  Worked number: links of capacity c, w = 1: on an empty fabric M (3 hops) costs 3 x 1/c and V
+  (5 hops) 5 x 1/c, so M; once one flow is on M, M costs 3 x 2/c = 6/c > 5/c and the next flow
+  of the pair takes a V that is still empty.
+* ``adaptive`` (InfiniBand adaptive routing): at each switch, among its next hops, the link with
+  the least ``L_l / c_l`` so far; ties by the ECMP hash. Deterministic for a given order of calls.
+* ``spray`` (packet spraying): the flow splits evenly over all next hops (fewest hops, as ECMP's)
+  at every switch, so a switch carrying fraction f of the flow sends f / n over each of its n.
+  ``weighted_path`` returns every link with the fraction of the flow's bytes crossing it (1 on the
+  parts inside the servers and the NIC cables); the weights leaving each distance level sum to 1
+  and each switch forwards what it receives. ``weighted_path`` works under every policy (weights
+  1 elsewhere). Under ``spray``, ``path()`` returns the flow's ECMP path, one of those it sprays
+  over (same hop count), for callers that need a single walk (latency, the tuner's estimates);
+  it assigns no load: the bytes move as ``weighted_path`` says.
+
+Load (``assigned_bytes``): every distinct flow (source GPU, destination GPU, ``flow_key``,
+``pxn``) is routed once, at its first request, and pinned (a QP's route stays put while it lives);
+its ``nbytes`` (default 1, i.e. counting flows) times its link weights are then added to the
+per-link counter that ``adaptive`` and ``ugal`` read. Later requests for the same flow return the
+pinned path and add nothing. ``reset_load()`` forgets counters and pins.
+
+Failures: ``failed_links`` (directed link ids; a cut cable is both of its directions) are never
+used. Fabric routes are shortest in the surviving switch graph; a NIC whose cable failed is
+skipped as above; routes inside a server are fixed, so one crossing a failed link is an error.
+A pair left without a route raises ValueError naming both GPUs. Degraded (slower, not cut) links
+are a topology matter: ``Topology.with_link_scale`` scales the capacity of every link of a kind.
+
+Switch-level paths (``switch_path``, ``gpu_to_node``, ``node_to_gpu``: in-network reduction trees)
+are ECMP under every policy.
+
+What is ignored: per-packet dynamics (adaptive and UGAL decide per flow from assigned load, not
+from instantaneous queue occupancy), reordering costs of spraying, and the deadlock-avoidance
+virtual channels real dragonfly routers need. Everything is deterministic for a given ``seed``
+and order of calls.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections import deque
+from typing import Callable, Iterable
 
 import numpy as np
 
 from .topology import NodeKind, Topology
 
-ROUTING_POLICIES = ("ecmp",)
+ROUTING_POLICIES = ("ecmp", "minimal", "valiant", "ugal", "adaptive", "spray")
+
+VALIANT_SALT = 0x56414C49414E54   # "VALIANT": separates the intermediate's hash from per-switch hashes
 
 _MASK64 = (1 << 64) - 1
+
+_Option = tuple[int, int]          # (link id, next switch)
 
 
 def mix64(*values: int) -> int:
@@ -42,69 +119,393 @@ def mix64(*values: int) -> int:
     return h
 
 
+def _readonly(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array
+
+
 class Router:
     """Computes link-id paths between GPUs of ``topology`` under a routing ``policy``.
 
-    One Router per simulation; it caches fabric distances and paths (instance state only).
+    One Router per simulation; it caches fabric distances and paths and keeps the per-link load
+    it has assigned (instance state only).
     """
 
-    def __init__(self, topology: Topology, *, policy: str = "ecmp", seed: int = 0, pxn: bool = True):
+    def __init__(self, topology: Topology, *, policy: str = "ecmp", seed: int = 0, pxn: bool = True,
+                 failed_links: Iterable[int] = frozenset()):
         if policy not in ROUTING_POLICIES:
-            raise ValueError(f"routing policy: {policy!r} is not supported; expected one of {', '.join(ROUTING_POLICIES)}")
+            raise ValueError(f"routing policy: {policy!r} is not supported; "
+                             f"expected one of {', '.join(ROUTING_POLICIES)}")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ValueError(f"routing seed: {seed!r} is not allowed; expected an integer")
         self.topology = topology
         self.policy = policy
         self.seed = seed
         self.pxn = pxn
+        self.failed_links = self._check_failed(topology, failed_links)
+        failed = self.failed_links
         graph = topology.graph
         self._is_switch = {n: graph.nodes[n]["kind"] == NodeKind.FABRIC_SWITCH for n in graph.nodes}
-        self._switch_out: dict[int, list[tuple[int, int]]] = {}   # switch -> [(link, next switch)]
-        self._switch_in: dict[int, list[int]] = {}
+        self._switch_out: dict[int, list[_Option]] = {}   # switch -> [(link, next switch)], surviving links
+        self._switch_back: dict[int, list[_Option]] = {}   # switch -> [(link, previous switch)]
         for link in range(topology.num_links):
             u, v = int(topology.link_src[link]), int(topology.link_dst[link])
-            if self._is_switch[u] and self._is_switch[v]:
+            if self._is_switch[u] and self._is_switch[v] and link not in failed:
                 self._switch_out.setdefault(u, []).append((link, v))
-                self._switch_in.setdefault(v, []).append(u)
-        self._nic_down: dict[int, int] = {}
-        self._nic_leaf: dict[int, int] = {}
+                self._switch_back.setdefault(v, []).append((link, u))
+        self._nic_down: dict[int, int] = {}      # NIC -> lowest surviving link switch -> NIC
+        self._nic_leaf: dict[int, int] = {}      # NIC -> the switch it is cabled to
         for nic, up in topology.nic_leaf_link.items():
             leaf = int(topology.link_dst[up])
             self._nic_leaf[nic] = leaf
-            self._nic_down[nic] = min(graph.get_edge_data(leaf, nic))
-        self._dist: dict[int, dict[int, int]] = {}
+            down = [link for link in graph.get_edge_data(leaf, nic) or () if link not in failed]
+            if down:
+                self._nic_down[nic] = min(down)
+        switches = sorted(n for n, is_switch in self._is_switch.items() if is_switch)
+        self._tier = {n: graph.nodes[n]["tier"] for n in switches if "tier" in graph.nodes[n]}
+        group_of = {n: graph.nodes[n].get("group") for n in switches}
+        self._group: dict[int, int] = {}
+        self._groups: dict[int, tuple[int, ...]] = {}
+        if switches and all(g is not None for g in group_of.values()):
+            self._group = {n: int(g) for n, g in group_of.items()}
+            for n in switches:
+                self._groups.setdefault(self._group[n], ())
+                self._groups[self._group[n]] += (n,)
+        top = max(self._tier.values(), default=None)
+        self._top = tuple(n for n in switches if top is None or self._tier.get(n) == top)
+        # hierarchical ("minimal") hop costs: 1 inside a group, 1 + B between groups (module docstring)
+        self._between = len(switches) + 1
+        self._link_cost: dict[int, int] = {}
+        if self._group:
+            for u, options in self._switch_out.items():
+                for link, v in options:
+                    self._link_cost[link] = 1 if self._group[u] == self._group[v] else 1 + self._between
+        self._capacity = topology.link_capacity_bytes_per_s
+        self._load = np.zeros(topology.num_links)
+        self._dist: dict[tuple[bool, tuple[int, ...]], dict[int, int]] = {}
         self._cache: dict[tuple[int, int, int, bool], np.ndarray] = {}
+        self._flows: dict[tuple[int, int, int, bool, bool], tuple[np.ndarray, np.ndarray | None]] = {}
+        self._sprays: dict[tuple[int, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
 
-    # ------------------------------------------------------------------------------------------
-    def path(self, src_gpu: int, dst_gpu: int, *, flow_key: int = 0, pxn: bool | None = None) -> np.ndarray:
-        """Link ids from GPU ``src_gpu`` to GPU ``dst_gpu`` (global GPU indices).
+    @staticmethod
+    def _check_failed(topology: Topology, failed_links: Iterable[int]) -> frozenset[int]:
+        if isinstance(failed_links, (str, bytes)) or not isinstance(failed_links, Iterable):
+            raise ValueError(f"Router.failed_links: {failed_links!r} is not allowed; expected a set of link ids")
+        out = set()
+        for link in failed_links:
+            if (not isinstance(link, (int, np.integer)) or isinstance(link, bool)
+                    or not 0 <= int(link) < topology.num_links):
+                raise ValueError(f"Router.failed_links: {link!r} is not allowed; expected link ids in "
+                                 f"0..{topology.num_links - 1} ({topology.name!r} has {topology.num_links} links)")
+            out.add(int(link))
+        return frozenset(out)
+
+    # ---- GPU to GPU ----------------------------------------------------------------------------
+    def path(self, src_gpu: int, dst_gpu: int, *, flow_key: int = 0, pxn: bool | None = None,
+             nbytes: float = 1.0) -> np.ndarray:
+        """Link ids from GPU ``src_gpu`` to GPU ``dst_gpu`` (global GPU indices), a contiguous walk.
 
         ``pxn`` overrides the router's default for this path: True sends inter-server traffic
         through the NIC on the destination's rail (relaying over NVLink), False through the
         sending GPU's own NIC (what NCCL's rings do: their graphs name each GPU's local NIC).
+        ``nbytes`` weighs the flow in the assigned load (first request of a flow only).
+        Under ``spray`` this is the flow's ECMP path, one of those :meth:`weighted_path` splits
+        the flow over, and it assigns no load.
         """
+        return self._route(src_gpu, dst_gpu, flow_key, pxn, nbytes, walk=True)[0]
+
+    def weighted_path(self, src_gpu: int, dst_gpu: int, *, flow_key: int = 0, pxn: bool | None = None,
+                      nbytes: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """Links (int64) and the fraction of the flow's bytes crossing each (float64).
+
+        Under ``spray`` the fabric links carry fractions (each link once); under every other
+        policy this is :meth:`path` with weights 1.
+        """
+        links, weights = self._route(src_gpu, dst_gpu, flow_key, pxn, nbytes, walk=False)
+        if weights is None:
+            weights = _readonly(np.ones(links.shape[0]))
+        return links, weights
+
+    @property
+    def assigned_bytes(self) -> np.ndarray:
+        """Bytes (or flows, with the default ``nbytes=1``) assigned to each link so far (a copy)."""
+        return _readonly(self._load.copy())
+
+    def reset_load(self) -> None:
+        """Forget the assigned load and the pinned routes of every flow."""
+        self._load[:] = 0.0
+        self._flows.clear()
+
+    def _route(self, src_gpu: int, dst_gpu: int, flow_key: int, pxn: bool | None, nbytes: float,
+               *, walk: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """(links, weights or None for all ones); ``walk`` asks for a single path (ECMP under spray)."""
         pxn = self.pxn if pxn is None else pxn
-        key = (src_gpu, dst_gpu, flow_key, pxn)
-        cached = self._cache.get(key)
-        if cached is not None:
-            return cached
+        representative = walk and self.policy == "spray"       # not the flow's own routing: no load
+        key = (src_gpu, dst_gpu, flow_key, pxn, representative)
+        hit = self._flows.get(key)
+        if hit is not None:
+            return hit
         topo = self.topology
         for name, gpu in (("src_gpu", src_gpu), ("dst_gpu", dst_gpu)):
             if not 0 <= gpu < topo.num_gpus:
                 raise ValueError(f"route: {name}={gpu} out of range; the topology has {topo.num_gpus} GPUs")
         if src_gpu == dst_gpu:
             raise ValueError(f"route: source and destination are the same GPU ({src_gpu})")
+        if not (isinstance(nbytes, (int, float, np.floating, np.integer)) and not isinstance(nbytes, bool)
+                and math.isfinite(nbytes) and nbytes > 0):
+            raise ValueError(f"route: nbytes={nbytes!r} is not allowed; expected a finite number > 0")
         s, t = int(topo.gpu_server[src_gpu]), int(topo.gpu_server[dst_gpu])
         a, b = int(topo.gpu_local[src_gpu]), int(topo.gpu_local[dst_gpu])
+        weights = None
         if s == t:
             links = topo.servers[s].intra_routes[(a, b)]
+            self._check_alive(links, f"GPU {a} -> GPU {b} of {topo.servers[s].name}")
         else:
-            links = self._inter_server(s, a, t, b, flow_key, pxn)
-        out = np.asarray(links, dtype=np.int64)
-        out.setflags(write=False)
-        self._cache[key] = out
+            links, weights = self._inter_server(s, a, t, b, flow_key, pxn, float(nbytes), representative)
+        out = _readonly(np.asarray(links, dtype=np.int64))
+        w = None if weights is None else _readonly(np.asarray(weights, dtype=np.float64))
+        if not representative:
+            np.add.at(self._load, out, float(nbytes) if w is None else float(nbytes) * w)
+        self._flows[key] = (out, w)
+        return out, w
+
+    def _inter_server(self, s: int, a: int, t: int, b: int, flow_key: int, pxn: bool, nbytes: float,
+                      representative: bool) -> tuple[tuple[int, ...], list[float] | None]:
+        topo = self.topology
+        src_info, dst_info = topo.servers[s], topo.servers[t]
+        if not src_info.nics or not dst_info.nics:
+            raise ValueError(f"route: server {src_info.name if not src_info.nics else dst_info.name} has no NIC, "
+                             f"so GPU {a} of {src_info.name} cannot reach GPU {b} of {dst_info.name}")
+        j_src, j_dst = self._nic_pair(s, a, t, b, pxn)
+        nic_src, nic_dst = src_info.nics[j_src], dst_info.nics[j_dst]
+        leaf_src, leaf_dst = self._nic_leaf[nic_src], self._nic_leaf[nic_dst]
+        head = src_info.gpu_to_nic_routes[(a, j_src)] + (topo.nic_leaf_link[nic_src],)
+        tail = (self._nic_down[nic_dst],) + dst_info.nic_to_gpu_routes[(j_dst, b)]
+        if self.policy == "spray" and not representative:
+            fabric, fractions = self._spray(leaf_src, leaf_dst)
+            return head + fabric + tail, [1.0] * len(head) + list(fractions) + [1.0] * len(tail)
+        fabric = self._fabric_route(leaf_src, leaf_dst, mix64(self.seed, s, a, t, b, flow_key), nbytes)
+        return head + fabric + tail, None
+
+    def nic_for(self, server: int, local_gpu: int, dst_server: int, dst_local: int, *, pxn: bool) -> int:
+        """Index of the NIC that server ``server`` prefers for sending from local GPU to the
+        destination (before any reachability fallback: see the module docstring)."""
+        src_info, dst_info = self.topology.servers[server], self.topology.servers[dst_server]
+        dst_nic = dst_info.nic_of_gpu[dst_local]
+        if pxn and src_info.nvswitch >= 0 and dst_nic < len(src_info.nics):
+            return dst_nic
+        return src_info.nic_of_gpu[local_gpu]
+
+    def _nic_pair(self, s: int, a: int, t: int, b: int, pxn: bool) -> tuple[int, int]:
+        """(sending NIC index, receiving NIC index): the first pair, in preference order, whose
+        NICs are usable and whose switches are connected."""
+        topo = self.topology
+        src_info, dst_info = topo.servers[s], topo.servers[t]
+        rail = dst_info.nic_of_gpu[b]
+        senders = [self.nic_for(s, a, t, b, pxn=pxn)] + ([rail] if 0 <= rail < len(src_info.nics) else [])
+        senders = list(dict.fromkeys(senders + [src_info.nic_of_gpu[a]] + list(range(len(src_info.nics)))))
+        receivers = list(dict.fromkeys([rail] + list(range(len(dst_info.nics)))))
+        usable = [j for j in senders if j >= 0 and self._can_send(src_info.nics[j], src_info.gpu_to_nic_routes[(a, j)])]
+        for jd in receivers:
+            nic = dst_info.nics[jd]
+            if not self._can_receive(nic, dst_info.nic_to_gpu_routes[(jd, b)]):
+                continue
+            dist = self._distances(self._nic_leaf[nic])
+            for js in usable:
+                if self._nic_leaf[src_info.nics[js]] in dist:
+                    return js, jd
+        failed = " (with failed links)" if self.failed_links else ""
+        raise ValueError(f"route: GPU {a} of {src_info.name} (GPU {src_info.first_gpu + a}) cannot reach GPU {b} of "
+                         f"{dst_info.name} (GPU {dst_info.first_gpu + b}): no NIC of {src_info.name} is connected "
+                         f"through the fabric{failed} to a NIC of {dst_info.name}")
+
+    def _can_send(self, nic: int, inside: tuple[int, ...]) -> bool:
+        if nic not in self._nic_leaf:
+            return False
+        return not self.failed_links or (self.topology.nic_leaf_link[nic] not in self.failed_links
+                                         and self.failed_links.isdisjoint(inside))
+
+    def _can_receive(self, nic: int, inside: tuple[int, ...]) -> bool:
+        return nic in self._nic_down and self.failed_links.isdisjoint(inside)
+
+    def _check_alive(self, links: tuple[int, ...], what: str) -> None:
+        if self.failed_links and not self.failed_links.isdisjoint(links):
+            bad = next(link for link in links if link in self.failed_links)
+            raise ValueError(f"route: {what} crosses failed link {self.topology.link_names[bad]!r} (id {bad}); "
+                             "routes inside a server are fixed, so this pair is unreachable")
+
+    # ---- Valiant intermediates ------------------------------------------------------------------
+    def valiant_intermediate(self, src_gpu: int, dst_gpu: int, *, flow_key: int = 0,
+                             pxn: bool | None = None) -> tuple[int, ...]:
+        """Switches (a dragonfly group's routers, or one top-tier switch) that Valiant routing
+        sends this flow through; empty when it has none (same server, same switch, or no
+        eligible intermediate). Independent of the router's policy."""
+        topo = self.topology
+        pxn = self.pxn if pxn is None else pxn
+        s, t = int(topo.gpu_server[src_gpu]), int(topo.gpu_server[dst_gpu])
+        if s == t:
+            return ()
+        a, b = int(topo.gpu_local[src_gpu]), int(topo.gpu_local[dst_gpu])
+        j_src, j_dst = self._nic_pair(s, a, t, b, pxn)
+        leaf_src = self._nic_leaf[topo.servers[s].nics[j_src]]
+        leaf_dst = self._nic_leaf[topo.servers[t].nics[j_dst]]
+        if leaf_src == leaf_dst:
+            return ()
+        found = self._valiant(leaf_src, leaf_dst, mix64(self.seed, s, a, t, b, flow_key))
+        return () if found is None else found[1]
+
+    def _candidates(self, src: int, dst: int) -> list[tuple[int, ...]]:
+        if self._groups:
+            ends = (self._group[src], self._group[dst])
+            return [members for g, members in sorted(self._groups.items()) if g not in ends]
+        return [(n,) for n in self._top if n != src and n != dst]
+
+    def _valiant(self, src: int, dst: int, flow_hash: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """(fabric links, intermediate) of the Valiant route, or None without a usable intermediate."""
+        candidates = self._candidates(src, dst)
+        n = len(candidates)
+        if n == 0:
+            return None
+        start = mix64(flow_hash, VALIANT_SALT) % n
+        to_dst = self._distances_to((dst,), minimal=True)
+        for i in range(n):
+            via = candidates[(start + i) % n]
+            to_via = self._distances_to(via, minimal=True)
+            if src not in to_via or not any(m in to_dst for m in via):
+                continue
+            first, middle = self._walk(src, to_via, self._hashed(flow_hash), minimal=True)
+            if middle not in to_dst:
+                continue
+            second, _ = self._walk(middle, to_dst, self._hashed(flow_hash), minimal=True)
+            return first + second, via
+        return None
+
+    # ---- fabric part ---------------------------------------------------------------------------
+    def _fabric_route(self, src: int, dst: int, flow_hash: int, nbytes: float) -> tuple[int, ...]:
+        if src == dst:
+            return ()
+        policy = self.policy
+        if policy == "spray":                                  # its representative single path
+            return self._fabric_path(src, dst, flow_hash)
+        if policy == "adaptive":
+            return self._walk(src, self._distances(dst), self._least_loaded(flow_hash))[0]
+        if policy == "ecmp":
+            return self._fabric_path(src, dst, flow_hash)
+        minimal = self._walk(src, self._distances_to((dst,), minimal=True), self._hashed(flow_hash), minimal=True)[0]
+        if policy == "minimal":
+            return minimal
+        detour = self._valiant(src, dst, flow_hash)
+        if detour is None:
+            return minimal
+        if policy == "valiant":
+            return detour[0]
+        # ugal
+        return minimal if self._ugal_cost(minimal, nbytes) <= self._ugal_cost(detour[0], nbytes) else detour[0]
+
+    def _ugal_cost(self, links: tuple[int, ...], nbytes: float) -> float:
+        if not links:
+            return 0.0
+        unique, count = np.unique(np.asarray(links, dtype=np.int64), return_counts=True)
+        return len(links) * float(np.max((self._load[unique] + count * nbytes) / self._capacity[unique]))
+
+    @staticmethod
+    def _hashed(flow_hash: int) -> Callable[[list[_Option], int], _Option]:
+        def choose(options: list[_Option], here: int) -> _Option:
+            return options[mix64(flow_hash, here) % len(options)]
+        return choose
+
+    def _least_loaded(self, flow_hash: int) -> Callable[[list[_Option], int], _Option]:
+        def choose(options: list[_Option], here: int) -> _Option:
+            use = [self._load[link] / self._capacity[link] for link, _ in options]
+            least = min(use)
+            ties = [option for option, u in zip(options, use) if u == least]
+            return ties[mix64(flow_hash, here) % len(ties)]
+        return choose
+
+    def _next_hops(self, here: int, dist: dict[int, int], minimal: bool = False) -> list[_Option]:
+        cost = self._link_cost if minimal else {}
+        return [(link, v) for link, v in self._switch_out.get(here, ())
+                if dist.get(v, -1) == dist[here] - cost.get(link, 1)]
+
+    def _walk(self, src: int, dist: dict[int, int], choose: Callable[[list[_Option], int], _Option],
+              minimal: bool = False) -> tuple[tuple[int, ...], int]:
+        """Follow ``dist`` (hop counts, or hierarchical costs when ``minimal``) down to a target
+        from ``src`` (which must be in ``dist``); returns the links and the target reached."""
+        links = []
+        here = src
+        while dist[here] > 0:
+            link, here = choose(self._next_hops(here, dist, minimal), here)
+            links.append(link)
+        return tuple(links), here
+
+    def _spray(self, src: int, dst: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """Links of all shortest src -> dst paths and the fraction of the flow on each, splitting
+        evenly over the next hops at every switch (level by level, each link once)."""
+        key = (src, dst)
+        hit = self._sprays.get(key)
+        if hit is not None:
+            return hit
+        dist = self._distances(dst)
+        weight: dict[int, float] = {}
+        level = {src: 1.0}
+        while dst not in level:
+            following: dict[int, float] = {}
+            for here in sorted(level):
+                options = self._next_hops(here, dist)
+                share = level[here] / len(options)
+                for link, v in options:
+                    weight[link] = weight.get(link, 0.0) + share
+                    following[v] = following.get(v, 0.0) + share
+            level = following
+        out = (tuple(weight), tuple(weight.values()))
+        self._sprays[key] = out
         return out
 
+    def _distances(self, dst_switch: int) -> dict[int, int]:
+        return self._distances_to((dst_switch,))
+
+    def _distances_to(self, targets: tuple[int, ...], *, minimal: bool = False) -> dict[int, int]:
+        """Cost from every switch that can reach one of ``targets`` to the nearest of them: hops,
+        or with ``minimal`` the hierarchical cost (Dijkstra; plain hops on a fabric without groups)."""
+        minimal = minimal and bool(self._link_cost)
+        key = (minimal, targets)
+        dist = self._dist.get(key)
+        if dist is not None:
+            return dist
+        dist = {t: 0 for t in targets}
+        if not minimal:
+            queue = deque(targets)
+            while queue:
+                v = queue.popleft()
+                for _, u in self._switch_back.get(v, ()):
+                    if u not in dist:
+                        dist[u] = dist[v] + 1
+                        queue.append(u)
+        else:
+            heap = [(0, t) for t in sorted(targets)]
+            done: set[int] = set()
+            while heap:
+                d, v = heapq.heappop(heap)
+                if v in done:
+                    continue
+                done.add(v)
+                for link, u in self._switch_back.get(v, ()):
+                    du = d + self._link_cost[link]
+                    if du < dist.get(u, du + 1):
+                        dist[u] = du
+                        heapq.heappush(heap, (du, u))
+        self._dist[key] = dist
+        return dist
+
+    def _fabric_path(self, src_switch: int, dst_switch: int, flow_hash: int) -> tuple[int, ...]:
+        dist = self._distances(dst_switch)
+        if src_switch not in dist:
+            failed = " (with failed links)" if self.failed_links else ""
+            raise ValueError(f"route: switch {self.topology.node_name(src_switch)} cannot reach "
+                             f"{self.topology.node_name(dst_switch)}{failed}")
+        return self._walk(src_switch, dist, self._hashed(flow_hash))[0]
+
+    # ---- switch-level paths (in-network reduction) -----------------------------------------------
     def gpu_to_node(self, gpu: int, node: int) -> np.ndarray:
         """Links from GPU ``gpu`` up to in-network device ``node``: its server's NVSwitch, or a
         fabric switch reached through the GPU's own NIC (SHARP)."""
@@ -137,19 +538,22 @@ class Router:
                 links = (info.gpu_to_nic_routes[(local, j)] + (topo.nic_leaf_link[nic],)
                          + self._fabric_path(leaf, node, flow_hash))
             else:
+                if nic not in self._nic_down:
+                    raise ValueError(f"route: every link into NIC {topo.node_name(nic)} of GPU {gpu} has failed")
                 links = (self._fabric_path(node, leaf, flow_hash) + (self._nic_down[nic],)
                          + info.nic_to_gpu_routes[(j, local)])
         else:
             raise ValueError(f"route: {topo.node_name(node)} is neither GPU {gpu}'s NVSwitch nor a fabric switch")
-        out = np.asarray(links, dtype=np.int64)
-        out.setflags(write=False)
+        self._check_alive(links, f"GPU {gpu} {'->' if up else '<-'} {topo.node_name(node)}")
+        out = _readonly(np.asarray(links, dtype=np.int64))
         self._cache[key] = out
         return out
 
     def switch_path(self, src_switch: int, dst_switch: int, *, flow_key: int = 0) -> np.ndarray:
         """Links between two fabric switches (ECMP over shortest paths); empty for the same one."""
-        links = () if src_switch == dst_switch else self._fabric_path(src_switch, dst_switch,
-                                                                        mix64(self.seed, src_switch, dst_switch, flow_key))
+        if src_switch == dst_switch:
+            return np.zeros(0, dtype=np.int64)
+        links = self._fabric_path(src_switch, dst_switch, mix64(self.seed, src_switch, dst_switch, flow_key))
         return np.asarray(links, dtype=np.int64)
 
     def leaf_of(self, gpu: int) -> int:
@@ -159,59 +563,13 @@ class Router:
         return self._nic_leaf[info.nics[info.nic_of_gpu[int(topo.gpu_local[gpu])]]]
 
     def spines_above(self, leaf: int) -> list[int]:
-        """Switches one hop up from ``leaf`` (sorted)."""
-        return sorted({v for _, v in self._switch_out.get(leaf, ())})
-
-    def nic_for(self, server: int, local_gpu: int, dst_server: int, dst_local: int, *, pxn: bool) -> int:
-        """Index of the NIC that server ``server`` uses to send from local GPU to the destination."""
-        src_info, dst_info = self.topology.servers[server], self.topology.servers[dst_server]
-        dst_nic = dst_info.nic_of_gpu[dst_local]
-        if pxn and src_info.nvswitch >= 0 and dst_nic < len(src_info.nics):
-            return dst_nic
-        return src_info.nic_of_gpu[local_gpu]
-
-    def _inter_server(self, s: int, a: int, t: int, b: int, flow_key: int, pxn: bool) -> tuple[int, ...]:
-        topo = self.topology
-        src_info, dst_info = topo.servers[s], topo.servers[t]
-        if not src_info.nics or not dst_info.nics:
-            raise ValueError(f"route: server {src_info.name if not src_info.nics else dst_info.name} has no NIC, "
-                             f"so GPU {a} of {src_info.name} cannot reach GPU {b} of {dst_info.name}")
-        j_src = self.nic_for(s, a, t, b, pxn=pxn)
-        j_dst = dst_info.nic_of_gpu[b]
-        nic_src, nic_dst = src_info.nics[j_src], dst_info.nics[j_dst]
-        if nic_src not in self._nic_leaf or nic_dst not in self._nic_leaf:
-            raise ValueError(f"route: NIC {topo.node_name(nic_src)} or {topo.node_name(nic_dst)} is not cabled to a switch")
-        fabric = self._fabric_path(self._nic_leaf[nic_src], self._nic_leaf[nic_dst],
-                                   mix64(self.seed, s, a, t, b, flow_key))
-        return (src_info.gpu_to_nic_routes[(a, j_src)] + (topo.nic_leaf_link[nic_src],) + fabric
-                + (self._nic_down[nic_dst],) + dst_info.nic_to_gpu_routes[(j_dst, b)])
-
-    def _distances(self, dst_switch: int) -> dict[int, int]:
-        dist = self._dist.get(dst_switch)
-        if dist is None:
-            dist = {dst_switch: 0}
-            queue = deque([dst_switch])
-            while queue:
-                v = queue.popleft()
-                for u in self._switch_in.get(v, ()):
-                    if u not in dist:
-                        dist[u] = dist[v] + 1
-                        queue.append(u)
-            self._dist[dst_switch] = dist
-        return dist
-
-    def _fabric_path(self, src_switch: int, dst_switch: int, flow_hash: int) -> tuple[int, ...]:
-        dist = self._distances(dst_switch)
-        if src_switch not in dist:
-            raise ValueError(f"route: switch {self.topology.node_name(src_switch)} cannot reach "
-                             f"{self.topology.node_name(dst_switch)}")
-        links = []
-        here = src_switch
-        while here != dst_switch:
-            options = [(link, v) for link, v in self._switch_out[here] if dist.get(v, -1) == dist[here] - 1]
-            link, here = options[mix64(flow_hash, here) % len(options)]
-            links.append(link)
-        return tuple(links)
+        """Switches one hop up from ``leaf`` (sorted): its neighbours of a higher ``tier`` when the
+        switches carry tiers (none on a dragonfly, whose routers share one tier), else all."""
+        above = {v for _, v in self._switch_out.get(leaf, ())}
+        tier = self._tier.get(leaf)
+        if tier is not None:
+            above = {v for v in above if self._tier.get(v, tier + 1) > tier}
+        return sorted(above)
 
 
 def equal_share_rates(paths: list[np.ndarray], capacity_bytes_per_s: np.ndarray,
