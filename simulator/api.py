@@ -21,7 +21,8 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
     placement = placement or Placement.block(topology, nranks=workload.nranks)
     if placement.nranks != workload.nranks:
         raise ValueError(f"placement: places {placement.nranks} ranks but the workload has {workload.nranks}")
-    router = Router(topology, policy=config.routing, seed=config.seed, pxn=config.pxn)
+    router = Router(topology, policy=config.routing, seed=config.seed, pxn=config.pxn,
+                    failed_links=config.failed_links)
     qps = config.collectives.qps_per_connection
     ctx = LoweringContext(topology=topology, router=router, rank_gpu=placement.rank_gpu, qps_per_connection=qps)
     choices = [choose(c, ctx, config.collectives) for c in workload.collectives]

@@ -19,6 +19,7 @@ class SimConfig:
     pxn: bool = True                      # NCCL PXN: send through the destination rail's NIC over NVLink
     launch_overhead_s: float = 0.0        # host-side cost paid once per collective before it starts
     collectives: CollectivePolicy = field(default_factory=CollectivePolicy)
+    failed_links: frozenset[int] = frozenset()   # link ids that carry nothing (routes avoid them)
 
     def __post_init__(self) -> None:
         if self.network_model not in NETWORK_MODEL_NAMES:
@@ -30,5 +31,8 @@ class SimConfig:
             raise ValueError(f"seed: {self.seed!r} is not allowed; expected an integer")
         if not (isinstance(self.launch_overhead_s, (int, float)) and 0 <= self.launch_overhead_s < 1):
             raise ValueError(f"launch_overhead_s: {self.launch_overhead_s!r} is not allowed; expected 0 <= s < 1")
+        if not isinstance(self.failed_links, frozenset) or any(
+                not isinstance(k, int) or isinstance(k, bool) or k < 0 for k in self.failed_links):
+            raise ValueError(f"failed_links: {self.failed_links!r} is not allowed; expected a frozenset of link ids >= 0")
         if not isinstance(self.collectives, CollectivePolicy):
             raise ValueError("collectives: expected a CollectivePolicy")

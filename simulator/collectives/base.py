@@ -134,6 +134,16 @@ def edge_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes, src: int, 
     return router.switch_path(innet_nodes[src], innet_nodes[dst], flow_key=flow_key)
 
 
+def edge_weighted_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes, src: int, dst: int, *,
+                       flow_key: int = 0, pxn: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(links, fraction of the edge's bytes on each link): rank -> rank edges split over equal-cost
+    paths under packet spraying; every other edge is one path (weights 1)."""
+    if src >= 0 and dst >= 0:
+        return router.weighted_path(rank_gpu[src], rank_gpu[dst], flow_key=flow_key, pxn=pxn)
+    links = edge_path(router, rank_gpu, innet_nodes, src, dst, flow_key=flow_key, pxn=pxn)
+    return links, np.ones(links.shape[0])
+
+
 class Algorithm(Protocol):
     name: str
     kinds: frozenset[CollectiveKind]

@@ -29,7 +29,7 @@ from topologies.routing import Router
 from topologies.topology import Topology
 from workloads.tasks import CommTask, ComputeTask, Workload
 
-from ..collectives.base import connection_cap, edge_path
+from ..collectives.base import connection_cap, edge_weighted_path
 from ..schedule import Schedule, Step
 from .fabric import Fabric
 
@@ -47,9 +47,12 @@ class NetworkFlows:
 def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router: Router,
                   rank_gpu: tuple[int, ...], qps_per_connection: int = 1) -> NetworkFlows:
     wire, cap = schedule.wire_factor, schedule.chain_rate_cap_bytes_per_s * schedule.wire_factor
-    edge_paths = [edge_path(router, rank_gpu, schedule.innet_nodes, s, d, flow_key=c, pxn=schedule.pxn)
-                  for s, d, c in zip(step.src.tolist(), step.dst.tolist(), step.channel.tolist())]
-    latency = max((topology.path_latency_s(p) for p in edge_paths), default=0.0)
+    routed = [edge_weighted_path(router, rank_gpu, schedule.innet_nodes, s, d, flow_key=c, pxn=schedule.pxn)
+              for s, d, c in zip(step.src.tolist(), step.dst.tolist(), step.channel.tolist())]
+    edge_paths = [links for links, _ in routed]
+    edge_w = [w for _, w in routed]
+    # a sprayed edge's latency is the byte-weighted mean over its paths (= path latency when unsplit)
+    latency = max((float(topology.link_latency_s[p] @ w) for p, w in routed), default=0.0)
     wire_bytes = step.nbytes.astype(np.float64) * (1.0 if step.wire_scale is None else step.wire_scale)
     fill_wire = (np.zeros(step.num_flows) if step.fill_bytes is None else step.fill_bytes * wire_bytes
                  / np.maximum(step.nbytes, 1)) * wire
@@ -57,7 +60,7 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
     independent = np.flatnonzero(step.chain < 0)
     for i in independent.tolist():
         paths.append(edge_paths[i])
-        weights.append(np.ones(edge_paths[i].shape[0]))
+        weights.append(edge_w[i])
         nbytes.append(float(wire_bytes[i]))
         fills.append(float(fill_wire[i]))
     chained = np.flatnonzero(step.chain >= 0)
@@ -71,8 +74,7 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
                 continue
             used = members[sizes > 0]
             paths.append(np.concatenate([edge_paths[i] for i in used.tolist()]))
-            weights.append(np.concatenate([np.full(edge_paths[i].shape[0], wire_bytes[i] / top)
-                                           for i in used.tolist()]))
+            weights.append(np.concatenate([edge_w[i] * (wire_bytes[i] / top) for i in used.tolist()]))
             nbytes.append(top)
             fills.append(float(fill_wire[used].max()))
     caps = np.array([min(cap, connection_cap(topology, path, qps_per_connection, w)) for path, w in zip(paths, weights)])

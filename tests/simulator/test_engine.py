@@ -206,3 +206,45 @@ def test_after_must_name_an_earlier_task():
         Workload(nranks=1, collectives=(coll,), programs=((CommTask(index=0, after=(0,)),),))
     with pytest.raises(ValueError, match="ComputeTask.stream"):
         ComputeTask(duration_s=1.0, stream=-1)
+
+
+def test_spray_splits_every_flow_evenly_over_the_spines():
+    """8 DGX H100 on a top-of-rack leaf-spine (4 servers a leaf), ring all_reduce: with ECMP each leaf->spine
+    uplink carries whole flows (hash-dependent, uneven); with packet spraying every flow crossing a
+    leaf splits 1/u over its u uplinks, so a leaf's uplinks carry equal bytes (rel 1e-9)."""
+    from topologies.topology import LinkTier
+    topo = build_system("dgx-h100", nodes=8, rail_optimised=False)        # ToR leaves: traffic crosses spines
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=tuple(range(64)))
+    work = Workload.sequence([coll], nranks=64)
+    policy = CollectivePolicy(algorithm="ring", protocol="Simple")
+    sprayed = simulate(topo, work, config=SimConfig(routing="spray", collectives=policy))
+    hashed = simulate(topo, work, config=SimConfig(routing="ecmp", collectives=policy))
+    tier = {n: d.get("tier") for n, d in topo.graph.nodes(data=True)}
+    up = [k for k in range(topo.num_links) if topo.link_tier[k] == LinkTier.FABRIC_1
+          and tier[int(topo.link_src[k])] == 1 and tier[int(topo.link_dst[k])] == 2]
+    by_leaf: dict[int, list[float]] = {}
+    for k in up:
+        by_leaf.setdefault(int(topo.link_src[k]), []).append(float(sprayed.link_bytes[k]))
+    assert by_leaf and all(max(v) > 0 for v in by_leaf.values())
+    for loads in by_leaf.values():
+        assert max(loads) == pytest.approx(min(loads), rel=1e-9)
+    # the same bytes cross the fabric tier either way
+    assert sum(sprayed.link_bytes[up]) == pytest.approx(sum(hashed.link_bytes[up]), rel=1e-9)
+
+
+def test_failed_links_carry_nothing_and_the_collective_still_completes():
+    from topologies.topology import LinkTier
+    topo = build_system("dgx-h100", nodes=8, rail_optimised=False)
+    tier = {n: d.get("tier") for n, d in topo.graph.nodes(data=True)}
+    up = [k for k in range(topo.num_links) if topo.link_tier[k] == LinkTier.FABRIC_1
+          and tier[int(topo.link_src[k])] == 1 and tier[int(topo.link_dst[k])] == 2]
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=tuple(range(64)))
+    work = Workload.sequence([coll], nranks=64)
+    healthy = simulate(topo, work)
+    busiest = max(up, key=lambda k: healthy.link_bytes[k])
+    assert healthy.link_bytes[busiest] > 0
+    degraded = simulate(topo, work, config=SimConfig(failed_links=frozenset({busiest})))
+    assert degraded.link_bytes[busiest] == 0
+    assert degraded.collectives[0].time_s >= healthy.collectives[0].time_s * (1 - 1e-12)
+    with pytest.raises(ValueError, match="failed_links"):
+        SimConfig(failed_links={1, 2})
