@@ -100,6 +100,8 @@ __all__ = (
     "SPECTRUM_4",
     "SPECTRUM_4_400G",
     "TOMAHAWK_4",
+    "TOMAHAWK_4_200G",
+    "TOMAHAWK_4_100G",
 )
 
 GPU_ARCH_SM_VERSIONS: Mapping[str, tuple[int, ...]] = types.MappingProxyType(
@@ -523,6 +525,22 @@ TOMAHAWK_4 = SwitchSpec(             # Broadcom BCM56990 class, 25.6 Tb/s (e.g. 
     latency_s=_ETHERNET_SWITCH_LATENCY_S,   # ESTIMATE (see above)
     sharp=False,
 )
+TOMAHAWK_4_200G = SwitchSpec(        # same ASIC, 400G ports split 2 x 200G (200GbE RoCE fabrics)
+    name="tomahawk_4_200g",
+    kind="ethernet",
+    radix=128,                       # Broadcom BCM56990: up to 128 x 200GbE (Linley Group newsletter 2019-12-17)
+    port_rate_bytes_per_s=ROCE_200G.line_rate_bytes_per_s,
+    latency_s=_ETHERNET_SWITCH_LATENCY_S,   # ESTIMATE (see above)
+    sharp=False,
+)
+TOMAHAWK_4_100G = SwitchSpec(        # same ASIC, 400G ports split 4 x 100G (100GbE RoCE fabrics)
+    name="tomahawk_4_100g",
+    kind="ethernet",
+    radix=256,                       # Broadcom BCM56990: up to 256 x 100GbE (Linley Group newsletter 2019-12-17)
+    port_rate_bytes_per_s=ROCE_100G.line_rate_bytes_per_s,
+    latency_s=_ETHERNET_SWITCH_LATENCY_S,   # ESTIMATE (see above)
+    sharp=False,
+)
 
 # ==================================================================================================
 # Preset mappings (read-only), keyed by lower-case name
@@ -560,6 +578,8 @@ SWITCH_PRESETS: Mapping[str, SwitchSpec] = types.MappingProxyType(
             SPECTRUM_4,
             SPECTRUM_4_400G,
             TOMAHAWK_4,
+            TOMAHAWK_4_200G,
+            TOMAHAWK_4_100G,
         )
     }
 )

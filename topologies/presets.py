@@ -1,23 +1,166 @@
-"""Named systems: a server preset and the fabric that joins several of them.
+"""Named systems: a server preset, the fabric technology that joins several of them, and the wiring.
 
 ``build_system("dgx-h100", nodes=4)`` gives four DGX H100 whose 8 NDR NICs each sit on a
 rail-optimised, non-blocking InfiniBand leaf-spine of Quantum-2 switches (NVIDIA DGX SuperPOD
 reference architecture wiring). One node has no fabric.
+
+Three choices can be changed independently of the server preset:
+
+* ``topology``: a name in :data:`TOPOLOGIES` (``leaf-spine``, ``fat-tree``, ``rail-only``). Each
+  entry is a :class:`TopologyKind`: a builder with the keyword signature
+  ``build(*, server, servers, switch, fabric_link, rail_optimised, oversubscription, planes, name)``
+  and a capacity function ``max_servers(*, server, switch, rail_optimised, oversubscription,
+  planes)`` (or None when the builder reports its own limits); registering another wiring is
+  adding one entry.
+* ``fabric``: a name in :data:`FABRICS`, a (link, switch, NIC) technology triple. The server's NICs
+  are replaced by the fabric's NIC (``dataclasses.replace`` on the ServerSpec). A NIC's host link
+  trains at the slower PCIe generation of the NIC and the server's PCIe switch/root ports (PCIe
+  link training negotiates the highest rate both ends support), so a ConnectX-8 (Gen6) in a Gen5
+  DGX H100 runs at Gen5 x16, 57.6 GB/s, below its 99.4 GB/s XDR port.
+* ``nics_per_node`` K: the number of NICs per server. NICs are spread evenly over the server's
+  PCIe switches, so K must be a multiple of their number (DGX/HGX: 4) and at most the GPU count;
+  GPU i uses the NIC under its own PCIe switch (``node.add_server``): with K = 4 on an 8-GPU DGX
+  the two GPUs of a PCIe switch share its NIC, with K = 8 each GPU has its own. More NICs than
+  GPUs is rejected: each GPU sends and receives through one NIC, so the extra NICs would sit idle.
+* ``planes`` P (P dividing K): NIC j on plane j % P, each plane an independent fabric.
+
+Capacity (``SystemPreset.max_nodes_for``): DGX H100 on Quantum-2 (radix 64), non-blocking,
+rail-optimised: a leaf-spine holds floor(64 / 8) x 32 = 256 nodes, a 3-tier fat-tree
+64 x 32 / 8 x 32 = 8,192 nodes (k^3/4 = 65,536 NIC ports), rail-only 64 x 32 = 2,048 nodes.
+
+>>> SYSTEMS["dgx-h100"].max_nodes_for("leaf-spine"), SYSTEMS["dgx-h100"].max_nodes_for("fat-tree")
+(256, 8192)
+>>> SYSTEMS["dgx-h100"].max_nodes
+8192
+>>> link, switch, nic = FABRICS["roce-400g"]
+>>> link.name, switch.name, nic.name
+('roce_400g', 'spectrum_4_400g', 'connectx7_400gbe')
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable
+from typing import Callable, Iterator
 
 from . import devices as dev
 from . import links as lk
-from .devices import SwitchSpec
-from .fat_tree import leaf_spine
+from .devices import NicSpec, SwitchSpec
+from .fat_tree import (
+    fat_tree,
+    fat_tree_max_servers,
+    leaf_spine,
+    leaf_spine_max_servers,
+    rail_only,
+    rail_only_max_servers,
+)
 from .links import LinkSpec
 from .node import ServerSpec, dgx_a100, dgx_h100, hgx_b200, hgx_h200, pcie_rtx4090
 from .topology import Topology
+
+__all__ = ("FabricPreset", "FABRICS", "TopologyKind", "TOPOLOGIES", "SystemPreset", "SYSTEMS", "build_system")
+
+
+# ------------------------------------------------------------------------------------------------
+# Fabric technologies
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FabricPreset:
+    """A fabric technology: the cable, the switch and the server NIC. Unpacks as (link, switch, nic)."""
+
+    name: str
+    description: str
+    link: LinkSpec
+    switch: SwitchSpec
+    nic: NicSpec
+
+    def __iter__(self) -> Iterator:
+        return iter((self.link, self.switch, self.nic))
+
+
+FABRICS = MappingProxyType({
+    f.name: f for f in (
+        FabricPreset(name="ib-hdr", description="InfiniBand HDR 200G: Quantum QM8700 (40 ports), ConnectX-6",
+                     link=lk.IB_HDR, switch=dev.QUANTUM_HDR, nic=dev.CONNECTX6_HDR),
+        FabricPreset(name="ib-ndr", description="InfiniBand NDR 400G: Quantum-2 QM9700 (64 ports), ConnectX-7",
+                     link=lk.IB_NDR, switch=dev.QUANTUM2_NDR, nic=dev.CONNECTX7_NDR),
+        FabricPreset(name="ib-xdr", description="InfiniBand XDR 800G: Quantum-X800 Q3400 (144 ports), ConnectX-8",
+                     link=lk.IB_XDR, switch=dev.QUANTUM_X800_XDR, nic=dev.CONNECTX8_XDR),
+        FabricPreset(name="roce-100g", description="RoCEv2 100GbE: Tomahawk 4 (256 x 100G), ConnectX-6 Dx",
+                     link=lk.ROCE_100G, switch=dev.TOMAHAWK_4_100G, nic=dev.CONNECTX6DX_100G),
+        FabricPreset(name="roce-200g", description="RoCEv2 200GbE: Tomahawk 4 (128 x 200G), ConnectX-6 Dx",
+                     link=lk.ROCE_200G, switch=dev.TOMAHAWK_4_200G, nic=dev.CONNECTX6DX_200G),
+        FabricPreset(name="roce-400g", description="RoCEv2 400GbE (Spectrum-X): Spectrum-4 SN5600 (128 x 400G), "
+                                                   "ConnectX-7", link=lk.ROCE_400G, switch=dev.SPECTRUM_4_400G,
+                     nic=dev.CONNECTX7_400GBE),
+        FabricPreset(name="roce-800g", description="RoCEv2 800GbE (Spectrum-X): Spectrum-4 SN5600 (64 x 800G), "
+                                                   "ConnectX-8", link=lk.ROCE_800G, switch=dev.SPECTRUM_4,
+                     nic=dev.CONNECTX8_800GBE),
+    )
+})
+
+
+# ------------------------------------------------------------------------------------------------
+# Wirings
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopologyKind:
+    """A wiring: its builder and (optionally) the largest server count it holds."""
+
+    name: str
+    description: str
+    build: Callable[..., Topology]
+    max_servers: Callable[..., int] | None = None
+
+
+def _build_rail_only(*, server, servers, switch, fabric_link, rail_optimised, oversubscription, planes, name):
+    _rail_only_options(rail_optimised, planes)
+    return rail_only(server=server, servers=servers, switch=switch, fabric_link=fabric_link,
+                     oversubscription=oversubscription, name=name)
+
+
+def _rail_only_max(*, server, switch, rail_optimised, oversubscription, planes):
+    _rail_only_options(rail_optimised, planes)
+    return rail_only_max_servers(server=server, switch=switch, oversubscription=oversubscription)
+
+
+def _rail_only_options(rail_optimised, planes) -> None:
+    if rail_optimised is not True:
+        raise ValueError(f"rail_optimised: {rail_optimised!r} is not allowed with topology 'rail-only', whose "
+                         "rails are its wiring; expected True")
+    if planes != 1:
+        raise ValueError(f"planes: {planes!r} is not allowed with topology 'rail-only', where every rail is "
+                         "already its own fabric; expected 1")
+
+
+TOPOLOGIES = MappingProxyType({
+    t.name: t for t in (
+        TopologyKind(name="leaf-spine", description="2-tier folded Clos (leaf-spine)",
+                     build=leaf_spine, max_servers=leaf_spine_max_servers),
+        TopologyKind(name="fat-tree", description="k-ary 3-tier folded Clos (edge, aggregation, core)",
+                     build=fat_tree, max_servers=fat_tree_max_servers),
+        TopologyKind(name="rail-only", description="one switch or leaf-spine per rail, no cross-rail switch "
+                                                   "(cross-rail traffic relays over NVLink)",
+                     build=_build_rail_only, max_servers=_rail_only_max),
+    )
+})
+
+
+# ------------------------------------------------------------------------------------------------
+# Systems
+# ------------------------------------------------------------------------------------------------
+
+
+def _lookup(field: str, value, table) -> object:
+    entry = table.get(value) if isinstance(value, str) else None
+    if entry is None:
+        raise ValueError(f"{field}: {value!r} is not a preset; expected one of {', '.join(table)}")
+    return entry
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,44 +173,117 @@ class SystemPreset:
 
     @property
     def max_nodes(self) -> int:
-        """Largest node count a 2-tier non-blocking rail-optimised leaf-spine of this switch holds."""
+        """Largest node count any registered wiring of this preset's fabric holds (default options)."""
         if self.switch is None:
             return 1
-        nics = self.server().nics
-        leaves_per_rail = self.switch.radix // nics          # a spine has `radix` ports, one per leaf
-        return leaves_per_rail * (self.switch.radix // 2)
+        return max(self.max_nodes_for(name) for name, kind in TOPOLOGIES.items() if kind.max_servers is not None)
+
+    def max_nodes_for(self, topology: str = "leaf-spine", *, fabric: str | None = None, oversubscription: float = 1.0,
+                      rail_optimised: bool = True, nics_per_node: int | None = None, planes: int = 1) -> int:
+        """Largest node count ``build_system(self.name, topology=..., ...)`` accepts with these options."""
+        kind = _lookup("topology", topology, TOPOLOGIES)
+        server, switch, _ = _configure(self, fabric=fabric, nics_per_node=nics_per_node)
+        if switch is None or server.nics == 0:
+            return 1
+        if kind.max_servers is None:
+            raise ValueError(f"topology: {topology!r} does not state its capacity; build it to find its limits")
+        return kind.max_servers(server=server, switch=switch, rail_optimised=rail_optimised,
+                                oversubscription=oversubscription, planes=planes)
 
 
 SYSTEMS = MappingProxyType({
     p.name: p for p in (
-        SystemPreset(name="dgx-a100", description="DGX A100 (8x A100 SXM4 80GB, NVSwitch); 8x HDR 200G rail-optimised IB leaf-spine",
+        SystemPreset(name="dgx-a100", description="DGX A100 (8x A100 SXM4 80GB, NVSwitch); 8x HDR 200G rail-optimised "
+                                                  "IB leaf-spine",
                      server=dgx_a100, fabric_link=lk.IB_HDR, switch=dev.QUANTUM_HDR),
-        SystemPreset(name="dgx-h100", description="DGX H100 (8x H100 SXM5, NVSwitch); 8x NDR 400G rail-optimised IB leaf-spine",
+        SystemPreset(name="dgx-h100", description="DGX H100 (8x H100 SXM5, NVSwitch); 8x NDR 400G rail-optimised IB "
+                                                  "leaf-spine",
                      server=dgx_h100, fabric_link=lk.IB_NDR, switch=dev.QUANTUM2_NDR),
-        SystemPreset(name="hgx-h200", description="HGX H200 (8x H200 SXM, NVSwitch); 8x NDR 400G rail-optimised IB leaf-spine",
+        SystemPreset(name="hgx-h200", description="HGX H200 (8x H200 SXM, NVSwitch); 8x NDR 400G rail-optimised IB "
+                                                  "leaf-spine",
                      server=hgx_h200, fabric_link=lk.IB_NDR, switch=dev.QUANTUM2_NDR),
-        SystemPreset(name="hgx-b200", description="HGX B200 (8x B200, NVSwitch); 8x NDR 400G rail-optimised IB leaf-spine",
+        SystemPreset(name="hgx-b200", description="HGX B200 (8x B200, NVSwitch); 8x NDR 400G rail-optimised IB "
+                                                  "leaf-spine",
                      server=hgx_b200, fabric_link=lk.IB_NDR, switch=dev.QUANTUM2_NDR),
-        SystemPreset(name="pcie-rtx4090", description="8x RTX 4090 on PCIe Gen4, two sockets, P2P off (staged through host memory); single node",
+        SystemPreset(name="pcie-rtx4090", description="8x RTX 4090 on PCIe Gen4, two sockets, P2P off (staged "
+                                                      "through host memory); single node",
                      server=pcie_rtx4090, fabric_link=None, switch=None),
     )
 })
 
 
-def build_system(name: str, *, nodes: int = 1, rail_optimised: bool = True, oversubscription: float = 1.0) -> Topology:
-    """Build preset ``name`` with ``nodes`` servers."""
-    preset = SYSTEMS.get(name)
-    if preset is None:
-        raise ValueError(f"system: {name!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
+def _nic_in_server(nic: NicSpec, server: ServerSpec) -> NicSpec:
+    """The NIC as it runs in this server: its host link trains at the slower PCIe generation of the
+    two ends (the server side is its PCIe switch uplink / root-port generation, ``pcie_uplink``)."""
+    if nic.pcie.line_rate_bytes_per_s > server.pcie_uplink.line_rate_bytes_per_s:
+        return dataclasses.replace(nic, pcie=server.pcie_uplink)
+    return nic
+
+
+def _configure(preset: SystemPreset, *, fabric: str | None,
+               nics_per_node: int | None) -> tuple[ServerSpec, SwitchSpec | None, LinkSpec | None]:
+    """The server, switch and cable of ``preset`` with a fabric and a NIC count applied."""
+    server, switch, link = preset.server(), preset.switch, preset.fabric_link
+    nic = server.nic
+    if fabric is not None:
+        link, switch, nic = _lookup("fabric", fabric, FABRICS)
+    if nics_per_node is not None:
+        count = nics_per_node
+        per_switch = server.pcie_switches or 1
+        allowed = [n for n in range(per_switch, server.gpus + 1, per_switch)]
+        if not isinstance(count, int) or isinstance(count, bool) or count not in allowed:
+            spread = (f"a multiple of its {server.pcie_switches} PCIe switches (NICs are spread evenly over them) "
+                      if server.pcie_switches else "")
+            raise ValueError(
+                f"nics_per_node: {count!r} is not allowed for {preset.name}; expected {spread}at most its "
+                f"{server.gpus} GPUs (each GPU uses one NIC): one of {', '.join(map(str, allowed))}"
+            )
+        if nic is None:
+            raise ValueError(f"nics_per_node: {count} needs a NIC, but {preset.name} has none; "
+                             f"pass fabric= (one of {', '.join(FABRICS)})")
+        server = dataclasses.replace(server, nics=count, nic=nic)
+    if fabric is not None and server.nics:
+        server = dataclasses.replace(server, nic=_nic_in_server(nic, server))
+    return server, switch, link
+
+
+def build_system(name: str, *, nodes: int = 1, topology: str = "leaf-spine", fabric: str | None = None,
+                 oversubscription: float = 1.0, rail_optimised: bool = True, nics_per_node: int | None = None,
+                 planes: int = 1) -> Topology:
+    """Build preset ``name`` with ``nodes`` servers on ``topology`` (a :data:`TOPOLOGIES` name).
+
+    ``fabric`` (a :data:`FABRICS` name) replaces the preset's NICs, switch and cables; None keeps
+    its own. ``nics_per_node`` replaces its NIC count; ``planes`` splits the NICs over independent
+    fabric planes. See the module docstring for the rules.
+    """
+    preset = _lookup("system", name, SYSTEMS)
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise ValueError(f"nodes: {nodes!r} is not allowed; expected an integer >= 1")
-    if preset.switch is None and nodes > 1:
-        raise ValueError(f"nodes: {nodes} is not allowed for {name}, a single server without a fabric; expected 1")
-    if nodes > preset.max_nodes:
-        raise ValueError(f"nodes: {nodes} is too many for {name}; its 2-tier fabric holds at most {preset.max_nodes} nodes")
-    server = preset.server()
+    kind = _lookup("topology", topology, TOPOLOGIES)
+    server, switch, link = _configure(preset, fabric=fabric, nics_per_node=nics_per_node)
+    label = " ".join([name if nodes == 1 else f"{name} x{nodes}"]
+                     + ([topology] if topology != "leaf-spine" and nodes > 1 else [])
+                     + ([fabric] if fabric is not None else [])
+                     + ([f"{nics_per_node} NICs"] if nics_per_node is not None else [])
+                     + ([f"{planes} planes"] if planes != 1 else []))
     if nodes == 1:
-        return leaf_spine(server=server, servers=1, switch=preset.switch, fabric_link=preset.fabric_link,
-                          name=f"{name}")
-    return leaf_spine(server=server, servers=nodes, switch=preset.switch, fabric_link=preset.fabric_link,
-                      rail_optimised=rail_optimised, oversubscription=oversubscription, name=f"{name} x{nodes}")
+        return leaf_spine(server=server, servers=1, switch=switch, fabric_link=link, planes=planes, name=label)
+    if switch is None:
+        raise ValueError(f"nodes: {nodes} is not allowed for {name}, a single server without a fabric; expected 1 "
+                         f"(or pass fabric=, one of {', '.join(FABRICS)}, with nics_per_node=)")
+    if server.nics == 0:
+        raise ValueError(f"nodes: {nodes} is not allowed for {name}: its server has no NIC; expected 1 "
+                         "(or pass nics_per_node=)")
+    if kind.max_servers is not None:
+        most = preset.max_nodes_for(topology, fabric=fabric, oversubscription=oversubscription,
+                                    rail_optimised=rail_optimised, nics_per_node=nics_per_node, planes=planes)
+        if nodes > most:
+            larger = {t: preset.max_nodes_for(t, fabric=fabric, oversubscription=oversubscription,
+                                              nics_per_node=nics_per_node)
+                      for t, k in TOPOLOGIES.items() if k.max_servers is not None and t != topology}
+            hint = ", ".join(f"{t} holds {n}" for t, n in larger.items() if n >= nodes)
+            raise ValueError(f"nodes: {nodes} is too many for {name} on topology {topology!r} with "
+                             f"{switch.name} switches; it holds at most {most} nodes"
+                             + (f" ({hint})" if hint else ""))
+    return kind.build(server=server, servers=nodes, switch=switch, fabric_link=link, rail_optimised=rail_optimised,
+                      oversubscription=oversubscription, planes=planes, name=label)

@@ -21,6 +21,7 @@ Build one with :class:`TopologyBuilder` (used by ``node.py`` and ``fat_tree.py``
 
 from __future__ import annotations
 
+import collections
 import enum
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -144,7 +145,7 @@ class Topology:
         if len(set(ids)) != len(ids):
             raise ValueError(f"topology {self.name!r}: duplicate node ids")
         names = [self.graph.nodes[n]["name"] for n in ids]
-        dup = sorted({n for n in names if names.count(n) > 1})
+        dup = sorted(n for n, c in collections.Counter(names).items() if c > 1)
         if dup:
             raise ValueError(f"topology {self.name!r}: duplicate device names {dup[:5]}")
         if self.num_gpus == 0:
