@@ -4,7 +4,8 @@
     fabricsim systems
     fabricsim validate [--series SUBSTRING] [--data FILE.csv --system PRESET] [--plot DIR] [--format csv]
     fabricsim calibrate LOG --system PRESET [--out cal.json]; fabricsim bench ... --calibration cal.json
-    fabricsim perf
+    fabricsim topo --system dgx-h100 --nodes 512 --topology fat-tree [--draw FILE.png]
+    fabricsim perf [--scale]
 
 Bad input prints one line on stderr (``fabricsim: error: ...``) and exits with status 2.
 """
@@ -17,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from topologies.presets import SYSTEMS
+from topologies.presets import FABRICS, SYSTEMS, TOPOLOGIES
+from topologies.routing import ROUTING_POLICIES
 from workloads.collectives import CollectiveKind
 
 BENCH_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall")
@@ -56,6 +58,43 @@ def _factor(text: str) -> float:
     return value
 
 
+def _positive_float(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not a number") from None
+        if not value >= 1:
+            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not allowed; expected a number >= 1")
+        return value
+    return parse
+
+
+def _fabric_options(p: argparse.ArgumentParser) -> None:
+    """The options that choose and wire the fabric (bench and topo)."""
+    p.add_argument("--system", default=None,
+                   help="system preset (see `fabricsim systems`); default dgx-h100")
+    p.add_argument("--nodes", type=_positive_int("nodes"), default=1, help="servers; default 1")
+    p.add_argument("--topology", default="leaf-spine", help=f"wiring: {', '.join(TOPOLOGIES)}; default leaf-spine")
+    p.add_argument("--fabric", default=None,
+                   help=f"fabric technology: {', '.join(FABRICS)}; default the preset's own")
+    p.add_argument("--oversubscription", type=_positive_float("oversubscription"), default=1.0,
+                   help="leaf down:up ratio R (R:1); default 1 (non-blocking)")
+    p.add_argument("--no-rail-optimised", dest="rail_optimised", action="store_false",
+                   help="cable every NIC of a server to the same top-of-rack leaf")
+    p.add_argument("--nics-per-node", type=_positive_int("nics-per-node"), default=None,
+                   help="NICs per server; default the preset's")
+    p.add_argument("--planes", type=_positive_int("planes"), default=1,
+                   help="independent fabric planes, NIC j on plane j %% P; default 1")
+
+
+def _topology(args):
+    from topologies.presets import build_system
+    return build_system(args.system, nodes=args.nodes, topology=args.topology, fabric=args.fabric,
+                        oversubscription=args.oversubscription, rail_optimised=args.rail_optimised,
+                        nics_per_node=args.nics_per_node, planes=args.planes)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fabricsim", description="Simulate GPU-cluster networks and NCCL collectives.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -71,9 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("-r", "--root", type=int, default=0, help="root rank of broadcast/reduce; default 0")
     bench.add_argument("-g", "--ngpus", type=_positive_int("ngpus"), default=1,
                        help="GPUs driven by one process (nccl-tests -g): adds their kernel launches; default 1")
-    bench.add_argument("--system", default=None,
-                       help="system preset (see `fabricsim systems`); default dgx-h100, or the --calibration's")
-    bench.add_argument("--nodes", type=_positive_int("nodes"), default=1, help="servers; default 1")
+    _fabric_options(bench)
+    bench.add_argument("--routing", choices=ROUTING_POLICIES, default="ecmp",
+                       help="fabric routing: ecmp (seeded hash), adaptive, spray, minimal, valiant, ugal; default ecmp")
+    bench.add_argument("--qps-per-connection", type=_positive_int("qps-per-connection"), default=None,
+                       help="QPs per NCCL network connection (as NCCL_IB_QPS_PER_CONNECTION), each hashed separately")
+    bench.add_argument("--sharp", action="store_true",
+                       help="allow in-network reduction on SHARP switches (as NCCL_COLLNET_ENABLE=1)")
     bench.add_argument("--gpus-per-node", type=_positive_int("gpus-per-node"), default=None,
                        help="use this many of each server's GPUs; default all")
     bench.add_argument("--net-model", choices=("flow", "analytical"), default="flow",
@@ -81,12 +124,18 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--algo", default=None, help="force the algorithm (as NCCL_ALGO): ring")
     bench.add_argument("--proto", default=None, help="force the protocol (as NCCL_PROTO): LL, LL128, Simple")
     bench.add_argument("--channels", type=_positive_int("channels"), default=None, help="force the channel count")
-    bench.add_argument("--seed", type=int, default=0, help="seed of ECMP hashing; default 0")
+    bench.add_argument("--seed", type=int, default=0, help="seed of ECMP hashing and Valiant choices; default 0")
     bench.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
     bench.add_argument("--calibration", default=None, metavar="FILE.json",
                        help="apply a calibration written by `fabricsim calibrate --out` (link scale + overhead)")
 
     sub.add_parser("systems", help="list system presets, one line each")
+
+    topo = sub.add_parser("topo", help="a fabric design's summary and cost (switches, ports, cables, optics per tier)")
+    _fabric_options(topo)
+    topo.add_argument("--nic-cables", choices=("optical", "copper"), default="optical",
+                      help="NIC-to-leaf cables: optical (transceivers) or copper DAC; default optical")
+    topo.add_argument("--draw", default=None, metavar="FILE.png", help="also draw the switch graph into this file")
 
     validate = sub.add_parser("validate", help="compare predictions with the shipped measured nccl-tests tables "
                                                "(or your own): |t_pred/t_meas - 1| per table and regime")
@@ -133,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     perf = sub.add_parser("perf", help="benchmarks: max-min kernel and a 16-node bench sweep (prints figures)")
     perf.add_argument("--quick", action="store_true", help="smaller instances")
+    perf.add_argument("--scale", action="store_true",
+                      help="also: 1 GiB ring all_reduce on 4,096 and 16,384 GPUs (DGX H100, 3-tier fat-tree)")
     return parser
 
 
@@ -160,14 +211,14 @@ def _bench(args) -> str:
         raise ValueError(f"system: {args.system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
     # NCCL's environment variables (NCCL_ALGO, NCCL_PROTO, NCCL_NVLS_ENABLE, NCCL_MIN/MAX_NCHANNELS,
     # NCCL_MIN_CTAS, NCCL_IB_QPS_PER_CONNECTION) apply as they would to nccl-tests; options win.
-    config = SimConfig(network_model=args.net_model, seed=args.seed,
-                       collectives=CollectivePolicy.from_environment(
-                           os.environ, algorithm=args.algo, protocol=_protocol(args.proto), nchannels=args.channels))
-    system = args.system
+    policy = CollectivePolicy.from_environment(os.environ, algorithm=args.algo, protocol=_protocol(args.proto),
+                                               nchannels=args.channels, qps_per_connection=args.qps_per_connection,
+                                               collnet=True if args.sharp else None)
+    config = SimConfig(network_model=args.net_model, seed=args.seed, routing=args.routing, collectives=policy)
+    system = _topology(args)
     if calibration is not None:
         from simulator.calibration import apply_calibration
-        from topologies.presets import build_system
-        system, config = apply_calibration(build_system(args.system, nodes=args.nodes), config, calibration)
+        system, config = apply_calibration(system, config, calibration)
     rows = run_bench(kind, system=system, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                      minbytes=args.minbytes, maxbytes=args.maxbytes, stepfactor=args.stepfactor,
                      stepbytes=args.stepbytes, dtype=args.datatype, op=args.op, root=args.root,
@@ -175,6 +226,8 @@ def _bench(args) -> str:
     gpn = args.gpus_per_node or SYSTEMS[args.system].server().gpus
     title = (f"fabricsim bench {kind.value}: {args.system}, {args.nodes} node(s) x {gpn} GPUs, "
              f"network model {args.net_model}")
+    if args.nodes > 1:
+        title += f"; {system.description}; routing {args.routing}"
     if calibration is not None:
         title += f"; calibrated ({args.calibration}: {calibration.describe()})"
     if args.format == "csv":
@@ -184,6 +237,20 @@ def _bench(args) -> str:
         return format_json(rows, collective=kind.value, system=args.system, nodes=args.nodes, gpus_per_node=gpn,
                            net_model=args.net_model, **extra)
     return format_table(rows, title=title)
+
+
+def _topo(args) -> str:
+    from topologies.cost import cost_summary
+
+    args.system = args.system or "dgx-h100"
+    topology = _topology(args)
+    out = f"{topology.name}: {topology.description}\n{topology.num_gpus} GPUs, {topology.num_servers} servers\n"
+    out += cost_summary(topology, nic_cables=args.nic_cables).format().rstrip("\n") + "\n"
+    if args.draw is not None:
+        from simulator.plotting import draw_fabric
+        draw_fabric(topology, args.draw)
+        out += f"# wrote {args.draw}\n"
+    return out
 
 
 def _protocol(proto: str | None) -> str | None:
@@ -253,6 +320,21 @@ def _perf(args) -> str:
     wall = time.perf_counter() - start
     lines.append(f"bench all_reduce dgx-h100 --nodes {nodes} -b 8 -e 8G -f 2: {len(rows)} rows in {wall:.2f} s "
                  f"(in-process, numba cache warm)")
+    if args.scale:
+        from simulator.collectives.tuner import CollectivePolicy
+        from simulator.config import SimConfig
+        from topologies.presets import build_system
+        for servers in (512, 2048):
+            start = time.perf_counter()
+            topology = build_system("dgx-h100", nodes=servers, topology="fat-tree")
+            built = time.perf_counter()
+            row, = run_bench("all_reduce", system=topology, minbytes="1G", maxbytes="1G",
+                             config=SimConfig(collectives=CollectivePolicy(algorithm="ring")))
+            done = time.perf_counter()
+            lines.append(f"ring all_reduce 1 GiB on {topology.num_gpus} GPUs (dgx-h100 x {servers}, 3-tier fat-tree, "
+                         f"flow model): {done - start:.1f} s wall (build {built - start:.1f} s, simulate "
+                         f"{done - built:.1f} s); {row.time_us / 1e3:.1f} ms, busbw {row.busbw_GBps:.1f} GB/s "
+                         f"({row.protocol}, {row.channels} channels)")
     return "\n".join(lines) + "\n"
 
 
@@ -271,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
             out = _validate(args)
         elif args.command == "calibrate":
             out = _calibrate(args)
+        elif args.command == "topo":
+            out = _topo(args)
         else:
             out = _perf(args)
     except (_UsageError, ValueError, argparse.ArgumentTypeError) as exc:

@@ -126,3 +126,60 @@ def write_busbw_plots(tables: Iterable[tuple[str, Sequence]], directory: str | P
         path.write_bytes(figure_png(busbw_figure(comparisons, title=name)))
         paths.append(path)
     return paths
+
+
+def fabric_figure(topology, *, title: str | None = None):
+    """The switch graph of ``topology``: servers (one dot each) at the bottom, then each switch
+    tier; a dragonfly (one tier) is drawn group by group around a circle. Edges are cables
+    (parallel cables drawn once)."""
+    import networkx as nx
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from topologies.topology import NodeKind
+
+    graph = topology.graph
+    switches = [n for n, d in graph.nodes(data=True) if d["kind"] == NodeKind.FABRIC_SWITCH]
+    drawn = nx.Graph()
+    for n in switches:
+        drawn.add_node(n, layer=int(graph.nodes[n].get("tier", 1)), group=graph.nodes[n].get("group", 0))
+    for s, info in enumerate(topology.servers):
+        node = ("server", s)
+        drawn.add_node(node, layer=0, group=-1)
+        for nic in info.nics:
+            link = topology.nic_leaf_link.get(nic)
+            if link is not None:
+                drawn.add_edge(node, int(topology.link_dst[link]))
+    for u, v in graph.edges():
+        if u in drawn and v in drawn and u != v:
+            drawn.add_edge(u, v)
+    layers = {d["layer"] for _, d in drawn.nodes(data=True)}
+    if layers <= {0, 1} and any("group" in graph.nodes[n] for n in switches):
+        pos = nx.circular_layout(sorted(switches, key=lambda n: (graph.nodes[n].get("group", 0), n)))
+        pos.update(nx.circular_layout([n for n in drawn if n not in pos], scale=1.3))
+    else:
+        pos = nx.multipartite_layout(drawn, subset_key="layer", align="horizontal")
+    fig = Figure(figsize=FIGSIZE_IN)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    nx.draw_networkx_edges(drawn, pos, ax=ax, width=0.3, alpha=0.4)
+    colours = {0: "tab:gray", 1: "tab:blue", 2: "tab:orange", 3: "tab:red"}
+    for layer in sorted(layers):
+        nodes = [n for n, d in drawn.nodes(data=True) if d["layer"] == layer]
+        label = "servers" if layer == 0 else f"tier {layer} switches"
+        nx.draw_networkx_nodes(drawn, pos, nodelist=nodes, ax=ax, node_size=12 if layer == 0 else 20,
+                               node_color=colours.get(layer, "black"), label=f"{label} ({len(nodes)})")
+    ax.set_title(title or topology.description or topology.name, fontsize=9)
+    ax.legend(loc="upper right", fontsize=8)
+    ax.set_axis_off()
+    return fig
+
+
+def draw_fabric(topology, path: str | Path) -> Path:
+    """Write ``fabric_figure(topology)`` as a PNG to ``path``."""
+    path = Path(path)
+    try:
+        path.write_bytes(figure_png(fabric_figure(topology)))
+    except OSError as exc:
+        raise ValueError(f"draw: {str(path)!r} cannot be written ({exc.strerror})") from None
+    return path

@@ -6,7 +6,8 @@ reference architecture wiring). One node has no fabric.
 
 Three choices can be changed independently of the server preset:
 
-* ``topology``: a name in :data:`TOPOLOGIES` (``leaf-spine``, ``fat-tree``, ``rail-only``). Each
+* ``topology``: a name in :data:`TOPOLOGIES` (``leaf-spine``, ``fat-tree``, ``rail-only``,
+  ``dragonfly``). Each
   entry is a :class:`TopologyKind`: a builder with the keyword signature
   ``build(*, server, servers, switch, fabric_link, rail_optimised, oversubscription, planes, name)``
   and a capacity function ``max_servers(*, server, switch, rail_optimised, oversubscription,
@@ -47,6 +48,7 @@ from typing import Callable, Iterator
 from . import devices as dev
 from . import links as lk
 from .devices import NicSpec, SwitchSpec
+from .dragonfly import dragonfly
 from .fat_tree import (
     fat_tree,
     fat_tree_max_servers,
@@ -138,6 +140,43 @@ def _rail_only_options(rail_optimised, planes) -> None:
                          "already its own fabric; expected 1")
 
 
+def _dragonfly_shape(*, server, switch, servers: int | None) -> tuple[int, int, int, int]:
+    """(p, a, h, g) of a balanced dragonfly (Kim et al.: a = 2p = 2h) of ``switch`` routers: the
+    largest p with p + (a - 1) + h <= radix, smaller if needed so that ``servers`` fill whole groups
+    (a group holds a p / K servers of K NICs) of at least 2 groups; ``servers=None``: the largest."""
+    nics = server.nics
+    for p in range((switch.radix + 1) // 4, 0, -1):
+        a, h = 2 * p, p
+        if (a * p) % nics:
+            continue
+        per_group = a * p // nics
+        if servers is None:
+            return p, a, h, a * h + 1
+        if servers % per_group == 0 and 2 <= servers // per_group <= a * h + 1:
+            return p, a, h, servers // per_group
+    raise ValueError(f"topology: dragonfly of {switch.name} routers cannot hold exactly {servers} servers of "
+                     f"{nics} NICs in whole groups (2 or more); expected a multiple of a group's servers")
+
+
+def _dragonfly_options(rail_optimised, oversubscription, planes) -> None:
+    if oversubscription != 1 or planes != 1:
+        raise ValueError("oversubscription/planes: not used by topology 'dragonfly' (its global links set the "
+                         "bisection); expected the defaults 1 and 1")
+
+
+def _build_dragonfly(*, server, servers, switch, fabric_link, rail_optimised, oversubscription, planes, name):
+    _dragonfly_options(rail_optimised, oversubscription, planes)
+    p, a, h, g = _dragonfly_shape(server=server, switch=switch, servers=servers)
+    return dragonfly(server=server, servers_per_router=p, routers_per_group=a, global_links_per_router=h, groups=g,
+                     switch=switch, fabric_link=fabric_link, name=name)
+
+
+def _dragonfly_max(*, server, switch, rail_optimised, oversubscription, planes):
+    _dragonfly_options(rail_optimised, oversubscription, planes)
+    p, a, _, g = _dragonfly_shape(server=server, switch=switch, servers=None)
+    return a * p * g // server.nics
+
+
 TOPOLOGIES = MappingProxyType({
     t.name: t for t in (
         TopologyKind(name="leaf-spine", description="2-tier folded Clos (leaf-spine)",
@@ -147,6 +186,10 @@ TOPOLOGIES = MappingProxyType({
         TopologyKind(name="rail-only", description="one switch or leaf-spine per rail, no cross-rail switch "
                                                    "(cross-rail traffic relays over NVLink)",
                      build=_build_rail_only, max_servers=_rail_only_max),
+        TopologyKind(name="dragonfly", description="balanced dragonfly (a = 2p = 2h) of the fabric's switches, "
+                                                   "routers of a group fully connected, one global cable per pair "
+                                                   "of groups at full size",
+                     build=_build_dragonfly, max_servers=_dragonfly_max),
     )
 })
 

@@ -76,6 +76,12 @@ def test_systems_lists_presets(capsys):
     (["bench", "broadcast", "-r", "99"], "root"),
     (["bench"], "collective"),
     (["frobnicate"], "frobnicate"),
+    (["bench", "all_reduce", "--nodes", "2", "--topology", "torus"], "topology"),
+    (["bench", "all_reduce", "--nodes", "2", "--fabric", "ib-qdr"], "fabric"),
+    (["bench", "all_reduce", "--nodes", "2", "--routing", "random"], "routing"),
+    (["bench", "all_reduce", "--nodes", "2", "--oversubscription", "0.5"], "oversubscription"),
+    (["bench", "all_reduce", "--nodes", "4", "--topology", "dragonfly", "--oversubscription", "2"], "dragonfly"),
+    (["topo", "--nodes", "2", "--nics-per-node", "3"], "nics"),
 ])
 def test_bad_input_is_one_line_and_nonzero(capsys, argv, needle):
     code, out, err = run(capsys, *argv)
@@ -94,3 +100,26 @@ def test_console_entry_point_runs_as_a_process():
 def test_sweep_matches_nccl_tests():
     assert sweep_sizes("8", "64", stepfactor=2) == [8, 16, 32, 64]
     assert sweep_sizes("1K", "4K", stepbytes="1K") == [1024, 2048, 3072, 4096]
+
+
+def test_bench_fabric_options_change_the_fabric(capsys):
+    """2 DGX H100 ring all_gather at 1 GiB is NIC-bound: each rank's NIC carries (n-1)/n of the
+    buffer per ring edge that leaves a server, so busbw follows the NIC rate: RoCE 200G (half of
+    NDR 400G) must be slower, the rest of the command unchanged."""
+    def busbw(*extra):
+        code, out, _ = run(capsys, "bench", "all_gather", "--nodes", "2", "-b", "1G", "-e", "1G", "--algo", "ring",
+                           "--format", "json", *extra)
+        assert code == 0
+        return json.loads(out)["rows"][0]["busbw_GBps"]
+    ndr, roce200 = busbw(), busbw("--fabric", "roce-200g")
+    assert roce200 < 0.75 * ndr
+    for extra in (("--topology", "fat-tree"), ("--routing", "spray"), ("--qps-per-connection", "2"),
+                  ("--no-rail-optimised",), ("--planes", "2")):
+        assert busbw(*extra) > 0
+
+
+def test_topo_prints_cost_and_draws(capsys, tmp_path):
+    code, out, err = run(capsys, "topo", "--nodes", "64", "--topology", "fat-tree", "--draw", str(tmp_path / "ft.png"))
+    assert code == 0 and err == ""
+    assert "512 GPUs, 64 servers" in out and "per GPU" in out
+    assert (tmp_path / "ft.png").read_bytes()[:4] == b"\x89PNG"
