@@ -27,12 +27,13 @@ Three choices can be changed independently of the server preset:
 
 Capacity (``SystemPreset.max_nodes_for``): DGX H100 on Quantum-2 (radix 64), non-blocking,
 rail-optimised: a leaf-spine holds floor(64 / 8) x 32 = 256 nodes, a 3-tier fat-tree
-64 x 32 / 8 x 32 = 8,192 nodes (k^3/4 = 65,536 NIC ports), rail-only 64 x 32 = 2,048 nodes.
+64 x 32 / 8 x 32 = 8,192 nodes (k^3/4 = 65,536 NIC ports), rail-only 64 x 32 = 2,048 nodes, and a
+balanced dragonfly (p = h = 16, a = 32, g = a h + 1 = 513 groups of 32 x 16 / 8 = 64 nodes) 32,832.
 
 >>> SYSTEMS["dgx-h100"].max_nodes_for("leaf-spine"), SYSTEMS["dgx-h100"].max_nodes_for("fat-tree")
 (256, 8192)
 >>> SYSTEMS["dgx-h100"].max_nodes
-8192
+32832
 >>> link, switch, nic = FABRICS["roce-400g"]
 >>> link.name, switch.name, nic.name
 ('roce_400g', 'spectrum_4_400g', 'connectx7_400gbe')

@@ -124,7 +124,7 @@ def test_one_node_with_a_fabric_changes_its_nics_but_builds_no_switch():
 
 
 def test_topology_registry_is_read_only_and_uniform():
-    assert list(TOPOLOGIES) == ["leaf-spine", "fat-tree", "rail-only"]
+    assert list(TOPOLOGIES) == ["leaf-spine", "fat-tree", "rail-only", "dragonfly"]
     assert isinstance(TOPOLOGIES, types.MappingProxyType)
     server = SYSTEMS["dgx-h100"].server()
     for name, kind in TOPOLOGIES.items():
@@ -178,9 +178,11 @@ def test_max_nodes_for_matches_closed_forms(system, topology, kwargs, expected):
 
 
 def test_max_nodes_is_the_largest_wiring():
-    # backward compatible property, now counting the 3-tier fat-tree: max(256, 8192, 2048)
-    assert SYSTEMS["dgx-h100"].max_nodes == 8192
-    assert SYSTEMS["dgx-a100"].max_nodes == 2000
+    # backward compatible property, now counting every wiring: max(256, 8192, 2048, 32832); the
+    # balanced dragonfly of radix-64 routers: p = h = 16, a = 32, 513 groups of 32 x 16 / 8 = 64 nodes
+    assert SYSTEMS["dgx-h100"].max_nodes == 513 * 64
+    # Quantum HDR radix 40: p = h = 10, a = 20, 201 groups of 20 x 10 / 8 = 25 nodes
+    assert SYSTEMS["dgx-a100"].max_nodes == 201 * 25
     assert SYSTEMS["pcie-rtx4090"].max_nodes == 1
 
 
@@ -189,7 +191,7 @@ def test_too_many_nodes_names_the_limit_and_the_wirings_that_hold_them():
         build_system("dgx-h100", nodes=257)
     msg = str(err.value)
     assert "at most 256 nodes" in msg and "fat-tree holds 8192" in msg and "rail-only holds 2048" in msg
-    with pytest.raises(ValueError, match=r"at most 8192 nodes$"):
+    with pytest.raises(ValueError, match=r"at most 8192 nodes \(dragonfly holds 32832\)$"):
         build_system("dgx-h100", nodes=8193, topology="fat-tree")
 
 
