@@ -10,7 +10,7 @@ from .collectives import ALGORITHMS, LoweringContext
 from .collectives.tuner import choose
 from .config import SimConfig
 from .engine.replay import run
-from .network import NETWORK_MODELS
+from .network import NETWORK_MODELS, build_network
 from .placement import Placement
 from .results import CollectiveRecord, SimResult
 
@@ -28,7 +28,10 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
     choices = [choose(c, ctx, config.collectives) for c in workload.collectives]
     schedules = [ALGORITHMS[ch.algorithm].lower(c, ctx, protocol=ch.protocol, nchannels=ch.nchannels)
                  for c, ch in zip(workload.collectives, choices)]
-    network = NETWORK_MODELS[config.network_model](topology.link_capacity_bytes_per_s)
+    if config.congestion:
+        network = build_network(config.network_model, topology, congestion=config.congestion)
+    else:
+        network = NETWORK_MODELS[config.network_model](topology.link_capacity_bytes_per_s)
     times, rank_end = run(network=network, workload=workload, schedules=schedules, topology=topology, router=router,
                           rank_gpu=placement.rank_gpu, launch_overhead_s=config.launch_overhead_s,
                           qps_per_connection=qps)

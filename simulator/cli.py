@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fabric routing: ecmp (seeded hash), adaptive, spray, minimal, valiant, ugal; default ecmp")
     bench.add_argument("--qps-per-connection", type=_positive_int("qps-per-connection"), default=None,
                        help="QPs per NCCL network connection (as NCCL_IB_QPS_PER_CONNECTION), each hashed separately")
+    bench.add_argument("--congestion", nargs="+", default=(), choices=("dcqcn", "pfc", "ib-credit"),
+                       help="refine the flow model: DCQCN rate control, PFC pause spreading (RoCE), "
+                            "InfiniBand credit back-pressure")
     bench.add_argument("--sharp", action="store_true",
                        help="allow in-network reduction on SHARP switches (as NCCL_COLLNET_ENABLE=1)")
     bench.add_argument("--gpus-per-node", type=_positive_int("gpus-per-node"), default=None,
@@ -214,7 +217,8 @@ def _bench(args) -> str:
     policy = CollectivePolicy.from_environment(os.environ, algorithm=args.algo, protocol=_protocol(args.proto),
                                                nchannels=args.channels, qps_per_connection=args.qps_per_connection,
                                                collnet=True if args.sharp else None)
-    config = SimConfig(network_model=args.net_model, seed=args.seed, routing=args.routing, collectives=policy)
+    config = SimConfig(network_model=args.net_model, seed=args.seed, routing=args.routing, collectives=policy,
+                       congestion=tuple(args.congestion))
     system = _topology(args)
     if calibration is not None:
         from simulator.calibration import apply_calibration

@@ -9,6 +9,7 @@ from topologies.routing import ROUTING_POLICIES
 from .collectives.tuner import CollectivePolicy
 
 NETWORK_MODEL_NAMES = ("flow", "analytical")
+CONGESTION_NAMES = ("dcqcn", "pfc", "ib-credit")   # refinements of the flow model (network/congestion.py)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -20,6 +21,7 @@ class SimConfig:
     launch_overhead_s: float = 0.0        # host-side cost paid once per collective before it starts
     collectives: CollectivePolicy = field(default_factory=CollectivePolicy)
     failed_links: frozenset[int] = frozenset()   # link ids that carry nothing (routes avoid them)
+    congestion: tuple[str, ...] = ()             # flow-model refinements: any of "dcqcn", "pfc", "ib-credit"
 
     def __post_init__(self) -> None:
         if self.network_model not in NETWORK_MODEL_NAMES:
@@ -34,5 +36,12 @@ class SimConfig:
         if not isinstance(self.failed_links, frozenset) or any(
                 not isinstance(k, int) or isinstance(k, bool) or k < 0 for k in self.failed_links):
             raise ValueError(f"failed_links: {self.failed_links!r} is not allowed; expected a frozenset of link ids >= 0")
+        if (not isinstance(self.congestion, tuple) or any(c not in CONGESTION_NAMES for c in self.congestion)
+                or len(set(self.congestion)) != len(self.congestion)):
+            raise ValueError(f"congestion: {self.congestion!r} is not allowed; expected a tuple of distinct names "
+                             f"from {', '.join(CONGESTION_NAMES)}")
+        if self.congestion and self.network_model == "analytical":
+            raise ValueError(f"congestion: {self.congestion!r} is not allowed with network_model 'analytical'; "
+                             "expected () or network_model 'flow'")
         if not isinstance(self.collectives, CollectivePolicy):
             raise ValueError("collectives: expected a CollectivePolicy")

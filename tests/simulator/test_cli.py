@@ -123,3 +123,11 @@ def test_topo_prints_cost_and_draws(capsys, tmp_path):
     assert code == 0 and err == ""
     assert "512 GPUs, 64 servers" in out and "per GPU" in out
     assert (tmp_path / "ft.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_congestion_option_reaches_the_network_model(capsys):
+    code, out, _ = run(capsys, "bench", "all_gather", "--nodes", "2", "--fabric", "roce-400g", "--congestion",
+                       "dcqcn", "pfc", "-b", "64M", "-e", "64M", "--format", "json")
+    assert code == 0 and json.loads(out)["rows"][0]["busbw_GBps"] > 0
+    code, out, err = run(capsys, "bench", "all_reduce", "--net-model", "analytical", "--congestion", "pfc")
+    assert code == 2 and "congestion" in err and "analytical" in err

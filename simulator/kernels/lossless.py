@@ -1,0 +1,255 @@
+r"""Lossless back-pressure (PFC pauses, InfiniBand credits) as progressive filling with congestion trees.
+
+The maths
+---------
+Every participating flow ``f`` offers a demand :math:`d_f` (bytes/s: the rate its sender pushes)
+and gets a throughput :math:`x_f = m_f d_f` with a throttle :math:`m_f \in (0, 1]`. Link ``l``
+(capacity :math:`c_l`) carries :math:`\sum_f w_{fl} d_f m_f`. The throttles rise together from 0
+(progressive filling, as in ``maxmin``, but on :math:`m` with per-link consumption
+:math:`w_{fl} d_f`); link ``e`` fills at the common level
+
+.. math::  \lambda_e = \frac{c_e - \sum_{f\ \mathrm{frozen}} w_{fe} d_f m_f}{\sum_{f\ \mathrm{unfrozen}} w_{fe} d_f}.
+
+The first link to fill (smallest :math:`\lambda_e`, ties by link id) is a congested egress. What
+freezes at that level is its **congestion tree**: the egress ``e``, every lossless link ``i``
+that feeds it (some flow crosses ``i`` and then ``e``: ``link_dst[i] == link_src[e]``), every
+lossless link feeding those, and so on upstream. Every flow crossing a link of the tree freezes
+at :math:`m_f = \lambda_e`; each fed link ``i`` is paused a fraction :math:`1 - \lambda_e` of the
+time. Flows that reach :math:`m = 1` (their full demand) freeze there. Repeat until every flow is
+frozen.
+
+Assumptions: (1) a congested egress is a FIFO queue, so the flows through it share it in
+proportion to what they offer (equal throttle); (2) a pause stops a whole ingress port (one
+priority / one virtual lane carries all the RDMA traffic), so every flow on a paused link is
+slowed by the same factor, also flows bound elsewhere (head-of-line blocking: the *victims*);
+(3) a paused link's transmitter fills its own buffer and pauses its ingress links in turn, up to
+the senders (congestion spreading), time-averaged (no pause quanta, headroom or Xon/Xoff
+hysteresis); (4) the successor of a flow's entry ``j`` is the first run of later entries that
+leave the node entry ``j`` enters (one entry per hop, or several for a split flow).
+
+Feasible by construction (no link is ever filled past capacity) and it reduces to the offered
+demands when no link is over-subscribed at full demand (every :math:`m_f = 1`).
+
+Worked number (the classic victim): hosts A, B, C, D on one switch, links of capacity c. A sends
+to C and to D (its NIC shares its uplink: demand c/2 each), B sends to C (demand c). The egress to
+C is offered 1.5c, so it fills at :math:`\lambda = c / 1.5c = 2/3`; its tree is the egress and the
+uplinks of A and B. A->C gets c/3, B->C 2c/3, and the victim A->D, which shares A's paused uplink,
+c/3 instead of the c/2 max-min gives it: A's uplink is paused 1/3 of the time (excess 0.5c over
+arrival 1.5c).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .maxmin import _heap_remove, _sift_down, _sift_up
+
+__all__ = ["lossless_throttle", "successor_pairs"]
+
+
+@njit(cache=True)
+def _pairs(flow_ptr, flow_links, participant, link_src, link_dst):
+    """(upstream link, downstream link) for every hop of every participating flow (see assumption 4)."""
+    n_flows = participant.shape[0]
+    count = 0
+    for phase in range(2):
+        if phase == 1:
+            ups = np.empty(count, dtype=np.int64)
+            downs = np.empty(count, dtype=np.int64)
+            count = 0
+        for f in range(n_flows):
+            if not participant[f]:
+                continue
+            end = flow_ptr[f + 1]
+            for j in range(flow_ptr[f], end):
+                node = link_dst[flow_links[j]]
+                k = j + 1
+                while k < end and link_src[flow_links[k]] != node:
+                    k += 1
+                while k < end and link_src[flow_links[k]] == node:
+                    if phase == 1:
+                        ups[count] = flow_links[j]
+                        downs[count] = flow_links[k]
+                    count += 1
+                    k += 1
+    return ups, downs
+
+
+@njit(cache=True)
+def _throttle_kernel(flow_ptr, flow_links, flow_weights, participant, link_capacity, demand, lossless,
+                     ups, downs):
+    n_flows = participant.shape[0]
+    n_links = link_capacity.shape[0]
+    m = np.ones(n_flows)
+    frozen = np.zeros(n_flows, dtype=np.bool_)
+    pause = np.zeros(n_links)
+    tree_level = np.full(n_links, np.inf)
+    in_tree = np.zeros(n_links, dtype=np.bool_)
+
+    # link -> participating flows (one per entry) and per-link sums
+    count = np.zeros(n_links, dtype=np.int64)
+    weight_sum = np.zeros(n_links)
+    residual = link_capacity.copy()
+    n_unfrozen = 0
+    for f in range(n_flows):
+        if participant[f]:
+            n_unfrozen += 1
+            for j in range(flow_ptr[f], flow_ptr[f + 1]):
+                count[flow_links[j]] += 1
+                weight_sum[flow_links[j]] += flow_weights[j] * demand[f]
+    link_ptr = np.zeros(n_links + 1, dtype=np.int64)
+    for l in range(n_links):
+        link_ptr[l + 1] = link_ptr[l] + count[l]
+    cursor = link_ptr[:-1].copy()
+    link_flows = np.empty(link_ptr[n_links], dtype=np.int64)
+    for f in range(n_flows):
+        if participant[f]:
+            for j in range(flow_ptr[f], flow_ptr[f + 1]):
+                link_flows[cursor[flow_links[j]]] = f
+                cursor[flow_links[j]] += 1
+    # downstream link -> lossless upstream links
+    up_count = np.zeros(n_links + 1, dtype=np.int64)
+    for k in range(ups.shape[0]):
+        if lossless[ups[k]]:
+            up_count[downs[k] + 1] += 1
+    for l in range(n_links):
+        up_count[l + 1] += up_count[l]
+    up_cursor = up_count[:-1].copy()
+    upstream = np.empty(up_count[n_links], dtype=np.int64)
+    for k in range(ups.shape[0]):
+        if lossless[ups[k]]:
+            upstream[up_cursor[downs[k]]] = ups[k]
+            up_cursor[downs[k]] += 1
+
+    heap = np.empty(n_links, dtype=np.int64)
+    hkey = np.empty(n_links)
+    pos = np.full(n_links, -1, dtype=np.int64)
+    size = 0
+    for l in range(n_links):
+        if count[l] > 0:
+            heap[size] = l
+            hkey[size] = residual[l] / weight_sum[l] if weight_sum[l] > 0.0 else np.inf
+            pos[l] = size
+            size += 1
+    for i in range(size // 2 - 1, -1, -1):
+        _sift_down(heap, hkey, pos, i, size)
+
+    stack = np.empty(n_links, dtype=np.int64)
+    dirty = np.empty(n_links, dtype=np.int64)
+    dirty_stamp = np.full(n_links, -1, dtype=np.int64)
+    level = 0.0
+    event = 0
+    while n_unfrozen > 0 and size > 0 and hkey[0] < 1.0:
+        e = heap[0]
+        level = max(level, hkey[0])
+        n_dirty = 0
+        in_tree[e] = True
+        tree_level[e] = level
+        top = 0
+        stack[top] = e
+        top += 1
+        while top > 0:
+            top -= 1
+            x = stack[top]
+            for j in range(link_ptr[x], link_ptr[x + 1]):
+                f = link_flows[j]
+                if frozen[f]:
+                    continue
+                frozen[f] = True
+                m[f] = level
+                n_unfrozen -= 1
+                for k in range(flow_ptr[f], flow_ptr[f + 1]):
+                    l = flow_links[k]
+                    use = flow_weights[k] * demand[f]
+                    residual[l] -= use * level
+                    weight_sum[l] -= use
+                    count[l] -= 1
+                    if dirty_stamp[l] != event:
+                        dirty_stamp[l] = event
+                        dirty[n_dirty] = l
+                        n_dirty += 1
+            for k in range(up_count[x], up_count[x + 1]):
+                i = upstream[k]
+                if not in_tree[i]:
+                    in_tree[i] = True
+                    tree_level[i] = level
+                    pause[i] = 1.0 - level
+                    stack[top] = i
+                    top += 1
+        for i in range(n_dirty):
+            l = dirty[i]
+            if pos[l] < 0:
+                continue
+            if count[l] == 0:
+                size = _heap_remove(heap, hkey, pos, l, size)
+                continue
+            slot = pos[l]
+            old_key = hkey[slot]
+            new_key = residual[l] / weight_sum[l] if weight_sum[l] > 0.0 else np.inf
+            hkey[slot] = new_key
+            if new_key < old_key:
+                _sift_up(heap, hkey, pos, slot)
+            elif new_key > old_key:
+                _sift_down(heap, hkey, pos, slot, size)
+        event += 1
+    return m, pause, tree_level
+
+
+def successor_pairs(flow_ptr, flow_links, participant, link_src, link_dst):
+    """``(upstream links, downstream links)``: one pair per hop of each participating flow."""
+    return _pairs(np.ascontiguousarray(flow_ptr, dtype=np.int64), np.ascontiguousarray(flow_links, dtype=np.int64),
+                  np.ascontiguousarray(participant, dtype=np.bool_), np.ascontiguousarray(link_src, dtype=np.int64),
+                  np.ascontiguousarray(link_dst, dtype=np.int64))
+
+
+def lossless_throttle(flow_ptr, flow_links, flow_weights, participant, link_capacity, demand, lossless, link_src,
+                      link_dst):
+    """Throttles of lossless back-pressure; see the module docstring.
+
+    Parameters
+    ----------
+    flow_ptr, flow_links, flow_weights : CSR of the flows' links (as ``maxmin_rates``).
+    participant : bool[F]
+        Flows taking part (active flows crossing a lossless link); the others get throttle 1.
+    link_capacity : float64[L]
+        Bytes/s, > 0.
+    demand : float64[F]
+        Offered rate of each participating flow, bytes/s, finite and >= 0.
+    lossless : bool[L]
+        Links whose receiver can pause them (PFC priority or InfiniBand credits).
+    link_src, link_dst : int64[L]
+        Node ids at each end of each link.
+
+    Returns
+    -------
+    throttle : float64[F]
+        :math:`m_f`: throughput = throttle x demand (1 for flows never slowed, or not taking part).
+    pause : float64[L]
+        Fraction of time each link is paused by its receiver (0 if never).
+    tree_level : float64[L]
+        Level of the congestion tree the link belongs to (``inf`` if none): the saturated egress
+        and every paused link of its tree.
+    """
+    flow_ptr = np.ascontiguousarray(flow_ptr, dtype=np.int64)
+    flow_links = np.ascontiguousarray(flow_links, dtype=np.int64)
+    flow_weights = np.ascontiguousarray(flow_weights, dtype=np.float64)
+    participant = np.ascontiguousarray(participant, dtype=np.bool_)
+    link_capacity = np.ascontiguousarray(link_capacity, dtype=np.float64)
+    demand = np.ascontiguousarray(demand, dtype=np.float64)
+    lossless = np.ascontiguousarray(lossless, dtype=np.bool_)
+    link_src = np.ascontiguousarray(link_src, dtype=np.int64)
+    link_dst = np.ascontiguousarray(link_dst, dtype=np.int64)
+    n_flows, n_links = participant.shape[0], link_capacity.shape[0]
+    if flow_ptr.shape[0] != n_flows + 1 or demand.shape[0] != n_flows:
+        raise ValueError(f"shape mismatch: flow_ptr {flow_ptr.shape[0]} (want F+1), participant {n_flows}, "
+                         f"demand {demand.shape[0]}")
+    if lossless.shape[0] != n_links or link_src.shape[0] != n_links or link_dst.shape[0] != n_links:
+        raise ValueError(f"shape mismatch: link_capacity {n_links}, lossless {lossless.shape[0]}, link_src "
+                         f"{link_src.shape[0]}, link_dst {link_dst.shape[0]}")
+    d = demand[participant]
+    if not np.all(np.isfinite(d) & (d >= 0)):
+        raise ValueError("demand: every participating flow needs a finite demand >= 0")
+    ups, downs = _pairs(flow_ptr, flow_links, participant, link_src, link_dst)
+    return _throttle_kernel(flow_ptr, flow_links, flow_weights, participant, link_capacity, demand, lossless,
+                            ups, downs)
