@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from topologies.routing import Router
 from topologies.topology import Topology
 from workloads.tasks import Workload
@@ -32,9 +34,12 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
         network = build_network(config.network_model, topology, congestion=config.congestion)
     else:
         network = NETWORK_MODELS[config.network_model](topology.link_capacity_bytes_per_s)
-    times, rank_end = run(network=network, workload=workload, schedules=schedules, topology=topology, router=router,
-                          rank_gpu=placement.rank_gpu, launch_overhead_s=config.launch_overhead_s,
-                          qps_per_connection=qps)
+    if config.task_ranks is not None and any(r >= workload.nranks for r in config.task_ranks):
+        raise ValueError(f"task_ranks: {config.task_ranks!r} names a rank >= {workload.nranks} (the workload's ranks)")
+    times, rank_end, task_times = run(network=network, workload=workload, schedules=schedules, topology=topology,
+                                      router=router, rank_gpu=placement.rank_gpu,
+                                      launch_overhead_s=config.launch_overhead_s, qps_per_connection=qps,
+                                      task_ranks=config.task_ranks)
     records = tuple(
         CollectiveRecord(index=i, collective=c, algorithm=ch.algorithm, protocol=ch.protocol, nchannels=ch.nchannels,
                          start_s=start, end_s=end, latency_s=s.latency_s, predicted_s=ch.predicted_s)
@@ -43,4 +48,5 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
     link_bytes = network.link_bytes.copy()
     link_bytes.setflags(write=False)
     return SimResult(config=config, topology_name=topology.name, collectives=records, rank_end_s=tuple(rank_end),
-                     link_bytes=link_bytes, link_names=topology.link_names, network_rerates=network.rerates)
+                     link_bytes=link_bytes, link_names=topology.link_names, network_rerates=network.rerates,
+                     task_times=MappingProxyType(task_times))

@@ -22,6 +22,7 @@ class SimConfig:
     collectives: CollectivePolicy = field(default_factory=CollectivePolicy)
     failed_links: frozenset[int] = frozenset()   # link ids that carry nothing (routes avoid them)
     congestion: tuple[str, ...] = ()             # flow-model refinements: any of "dcqcn", "pfc", "ib-credit"
+    task_ranks: tuple[int, ...] | None = ()      # ranks whose per-task start/end times are kept (None: all)
 
     def __post_init__(self) -> None:
         if self.network_model not in NETWORK_MODEL_NAMES:
@@ -43,5 +44,9 @@ class SimConfig:
         if self.congestion and self.network_model == "analytical":
             raise ValueError(f"congestion: {self.congestion!r} is not allowed with network_model 'analytical'; "
                              "expected () or network_model 'flow'")
+        if self.task_ranks is not None and (not isinstance(self.task_ranks, tuple) or any(
+                not isinstance(r, int) or isinstance(r, bool) or r < 0 for r in self.task_ranks)):
+            raise ValueError(f"task_ranks: {self.task_ranks!r} is not allowed; expected None (all ranks) or a tuple "
+                             "of rank indices >= 0")
         if not isinstance(self.collectives, CollectivePolicy):
             raise ValueError("collectives: expected a CollectivePolicy")

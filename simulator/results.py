@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
@@ -45,6 +47,8 @@ class SimResult:
     link_bytes: np.ndarray          # bytes moved per link id (read-only)
     link_names: tuple[str, ...]
     network_rerates: int
+    # rank -> (tasks x 2) read-only array of each task's start and end (s), for SimConfig.task_ranks
+    task_times: Mapping[int, np.ndarray] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def makespan_s(self) -> float:

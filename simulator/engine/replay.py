@@ -91,16 +91,21 @@ class _Rendezvous:
 
 
 def run(*, network, workload: Workload, schedules: list[Schedule], topology: Topology, router: Router,
-        rank_gpu: tuple[int, ...], launch_overhead_s: float = 0.0,
-        qps_per_connection: int = 1) -> tuple[list[tuple[float, float]], list[float]]:
+        rank_gpu: tuple[int, ...], launch_overhead_s: float = 0.0, qps_per_connection: int = 1,
+        task_ranks: tuple[int, ...] | None = ()) -> tuple[list[tuple[float, float]], list[float], dict]:
     """Replay ``workload`` on a fresh SimPy environment whose fabric drives ``network``.
 
-    Returns per-collective (start_s, end_s) and per-rank end times.
+    Returns per-collective (start_s, end_s), per-rank end times, and for the ranks in
+    ``task_ranks`` (None: every rank) an array (tasks x 2) of each task's start and end time
+    (start = when its stream and dependencies let it begin; a collective task then waits for its
+    group, which is part of its time).
     """
     env = simpy.Environment()
     fabric = Fabric(env, network)
     meetings = [_Rendezvous(waiting=c.nranks, done=env.event()) for c in workload.collectives]
     rank_end = [0.0] * workload.nranks
+    recorded = range(workload.nranks) if task_ranks is None else task_ranks
+    task_times = {rank: np.full((len(workload.programs[rank]), 2), np.nan) for rank in recorded}
 
     def execute(index: int):
         meeting = meetings[index]
@@ -119,11 +124,14 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
 
     def stream_process(rank: int, positions: list[int], done: list[simpy.Event]):
         program = workload.programs[rank]
+        times = task_times.get(rank)
         for position in positions:
             task = program[position]
             waits = [done[a] for a in task.after if not done[a].triggered]
             if waits:
                 yield env.all_of(waits)
+            if times is not None:
+                times[position, 0] = env.now
             if isinstance(task, ComputeTask):
                 yield env.timeout(task.duration_s)
             elif isinstance(task, CommTask):
@@ -133,6 +141,8 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
                     env.process(execute(task.index))
                 yield meeting.done
             done[position].succeed()
+            if times is not None:
+                times[position, 1] = env.now
             rank_end[rank] = max(rank_end[rank], env.now)
 
     for rank in range(workload.nranks):
@@ -149,4 +159,6 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
         i = unfinished[0]
         raise RuntimeError(f"collective {i} ({workload.collectives[i].kind.value}) never started: "
                            f"{meetings[i].waiting} rank(s) of its group never reached it (deadlock in the programs)")
-    return [(m.start_s, m.end_s) for m in meetings], rank_end
+    for times in task_times.values():
+        times.setflags(write=False)
+    return [(m.start_s, m.end_s) for m in meetings], rank_end, task_times

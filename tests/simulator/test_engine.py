@@ -179,13 +179,13 @@ def test_deadlock_is_reported():
 
 # ---- streams and dependencies -------------------------------------------------------------------
 
-def _streams_case(*, comm_stream: int, comm_after: tuple[int, ...]):
+def _streams_case(*, comm_stream: int, comm_after: tuple[int, ...], task_ranks=()):
     """Two ranks: a 1 ms compute on stream 0, then an all_reduce on ``comm_stream``."""
     topo = build_system("dgx-h100")
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=256 << 20, group=(0, 1))
     program = (ComputeTask(duration_s=1e-3), CommTask(index=0, stream=comm_stream, after=comm_after))
     work = Workload(nranks=2, collectives=(coll,), programs=(program, program))
-    return simulate(topo, work, placement=Placement.block(topo, nranks=2))
+    return simulate(topo, work, placement=Placement.block(topo, nranks=2), config=SimConfig(task_ranks=task_ranks))
 
 
 def test_streams_overlap_and_dependencies_serialise():
@@ -198,6 +198,20 @@ def test_streams_overlap_and_dependencies_serialise():
     waited = _streams_case(comm_stream=1, comm_after=(0,))            # ... unless it waits for the compute
     assert waited.collectives[0].start_s == pytest.approx(1e-3, rel=1e-12)
     assert waited.makespan_s == pytest.approx(alone.makespan_s, rel=1e-12)
+
+
+def test_task_times_are_recorded_for_the_chosen_ranks():
+    res = _streams_case(comm_stream=1, comm_after=(0,), task_ranks=(1,))
+    assert set(res.task_times) == {1}
+    times = res.task_times[1]
+    comm = res.collectives[0]
+    # compute 0 .. 1 ms, then the all_reduce exactly as the collective record says
+    assert times.tolist() == [[0.0, pytest.approx(1e-3, rel=1e-12)], [pytest.approx(comm.start_s), comm.end_s]]
+    assert not times.flags.writeable
+    assert set(_streams_case(comm_stream=0, comm_after=(), task_ranks=None).task_times) == {0, 1}
+    assert _streams_case(comm_stream=0, comm_after=()).task_times == {}
+    with pytest.raises(ValueError, match="task_ranks"):
+        _streams_case(comm_stream=0, comm_after=(), task_ranks=(5,))
 
 
 def test_after_must_name_an_earlier_task():
