@@ -86,13 +86,15 @@ def _fabric_options(p: argparse.ArgumentParser) -> None:
                    help="NICs per server; default the preset's")
     p.add_argument("--planes", type=_positive_int("planes"), default=1,
                    help="independent fabric planes, NIC j on plane j %% P; default 1")
+    p.add_argument("--no-gdr", dest="gdr", action="store_false",
+                   help="GPUDirect RDMA off: network traffic staged through host memory (NCCL 'GDR 0')")
 
 
 def _topology(args):
     from topologies.presets import build_system
     return build_system(args.system, nodes=args.nodes, topology=args.topology, fabric=args.fabric,
                         oversubscription=args.oversubscription, rail_optimised=args.rail_optimised,
-                        nics_per_node=args.nics_per_node, planes=args.planes)
+                        nics_per_node=args.nics_per_node, planes=args.planes, gdr=args.gdr)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -56,6 +56,7 @@ class ServerSpec:
     socket_link: LinkSpec = lk.UPI_INTEL
     host_memory: LinkSpec = lk.HOST_MEMORY_STAGING
     p2p: bool = True
+    gdr: bool = True                # GPUDirect RDMA: NICs read/write GPU memory; False stages through host memory
     cpu_vendor: str = "intel"       # "intel" | "amd": NCCL's latency and LL tables depend on it
 
     def __post_init__(self) -> None:
@@ -76,6 +77,8 @@ class ServerSpec:
             bad("pcie_switches", self.pcie_switches, f"a multiple of sockets ({self.sockets})")
         if self.pcie_switches and (self.gpus % self.pcie_switches or self.nics % self.pcie_switches):
             bad("pcie_switches", self.pcie_switches, f"a divisor of gpus ({self.gpus}) and nics ({self.nics})")
+        if not isinstance(self.gdr, bool):
+            bad("gdr", self.gdr, "True or False")
         if self.cpu_vendor not in ("intel", "amd"):
             bad("cpu_vendor", self.cpu_vendor, "'intel' or 'amd'")
         if self.nvswitch is not None and (self.gpu.nvlink is None or self.gpu.nvlink_count == 0):
@@ -178,11 +181,18 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
     for j in range(spec.nics):
         home = gpu_of_nic[j]
         for a in range(spec.gpus):
-            if nvsw >= 0 and a != home and nic_of_gpu[a] != j:
+            if not spec.gdr:
+                # no GPUDirect RDMA (NCCL "GDR 0"): the GPU writes into a host bounce buffer in its
+                # socket's memory, the NIC reads it from there (and the reverse on receive)
+                ca, mem = cpu_of[a], mems[cpus.index(cpu_of[a])]
+                to_nic[(a, j)] = pcie_route(gpus[a], ca) + path_links(builder, [ca, mem, ca]) + pcie_route(ca, nics[j])
+                from_nic[(j, a)] = pcie_route(nics[j], ca) + path_links(builder, [ca, mem, ca]) + pcie_route(ca, gpus[a])
+            elif nvsw >= 0 and a != home and nic_of_gpu[a] != j:
                 to_nic[(a, j)] = path_links(builder, [gpus[a], nvsw, gpus[home]]) + pcie_route(gpus[home], nics[j])
             else:
                 to_nic[(a, j)] = pcie_route(gpus[a], nics[j])
-            from_nic[(j, a)] = pcie_route(nics[j], gpus[a])
+            if spec.gdr:
+                from_nic[(j, a)] = pcie_route(nics[j], gpus[a])
 
     info = ServerInfo(
         index=index,

@@ -293,23 +293,29 @@ def _configure(preset: SystemPreset, *, fabric: str | None,
 
 def build_system(name: str, *, nodes: int = 1, topology: str = "leaf-spine", fabric: str | None = None,
                  oversubscription: float = 1.0, rail_optimised: bool = True, nics_per_node: int | None = None,
-                 planes: int = 1) -> Topology:
+                 planes: int = 1, gdr: bool = True) -> Topology:
     """Build preset ``name`` with ``nodes`` servers on ``topology`` (a :data:`TOPOLOGIES` name).
 
     ``fabric`` (a :data:`FABRICS` name) replaces the preset's NICs, switch and cables; None keeps
     its own. ``nics_per_node`` replaces its NIC count; ``planes`` splits the NICs over independent
-    fabric planes. See the module docstring for the rules.
+    fabric planes; ``gdr=False`` turns GPUDirect RDMA off (network traffic staged through host
+    memory, NCCL's "GDR 0"). See the module docstring for the rules.
     """
     preset = _lookup("system", name, SYSTEMS)
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise ValueError(f"nodes: {nodes!r} is not allowed; expected an integer >= 1")
     kind = _lookup("topology", topology, TOPOLOGIES)
     server, switch, link = _configure(preset, fabric=fabric, nics_per_node=nics_per_node)
+    if not isinstance(gdr, bool):
+        raise ValueError(f"gdr: {gdr!r} is not allowed; expected True or False")
+    if not gdr:
+        server = dataclasses.replace(server, gdr=False)
     label = " ".join([name if nodes == 1 else f"{name} x{nodes}"]
                      + ([topology] if topology != "leaf-spine" and nodes > 1 else [])
                      + ([fabric] if fabric is not None else [])
                      + ([f"{nics_per_node} NICs"] if nics_per_node is not None else [])
-                     + ([f"{planes} planes"] if planes != 1 else []))
+                     + ([f"{planes} planes"] if planes != 1 else [])
+                     + (["no GDR"] if not gdr else []))
     if nodes == 1:
         return leaf_spine(server=server, servers=1, switch=switch, fabric_link=link, planes=planes, name=label)
     if switch is None:

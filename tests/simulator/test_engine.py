@@ -262,3 +262,18 @@ def test_failed_links_carry_nothing_and_the_collective_still_completes():
     assert degraded.collectives[0].time_s >= healthy.collectives[0].time_s * (1 - 1e-12)
     with pytest.raises(ValueError, match="failed_links"):
         SimConfig(failed_links={1, 2})
+
+
+def test_without_gpudirect_rdma_network_bytes_cross_host_memory_twice():
+    """GDR off: each byte leaving a GPU for the network is written to host memory and read back by
+    the NIC (cpu->mem, mem->cpu), and the same on the receiving server: 4 host-memory link
+    crossings per byte sent; with GDR none."""
+    from topologies.links import LinkKind
+    coll = Collective(kind=CollectiveKind.SENDRECV, nbytes=64 << 20, group=(0, 1))
+    work = Workload.sequence([coll], nranks=2)
+    for gdr, crossings in ((True, 0), (False, 4)):
+        topo = build_system("dgx-h100", nodes=2, gdr=gdr)
+        res = simulate(topo, work, placement=Placement.block(topo, nranks=2, gpus_per_node=1))
+        host = np.asarray(topo.link_kind) == LinkKind.HOST_MEMORY
+        # sendrecv on 2 ranks: rank 0 -> 1 and 1 -> 0, 64 MiB each
+        assert res.link_bytes[host].sum() == pytest.approx(crossings * 2 * (64 << 20), rel=1e-9)
