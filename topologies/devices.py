@@ -26,9 +26,23 @@ A device contributes bandwidth through the links it owns and latency through its
 >>> QUANTUM2_NDR.radix * QUANTUM2_NDR.port_rate_bytes_per_s * 2 * 8 / 1e12   # Tb/s, bidirectional
 51.2
 
+* SHARP resources of an InfiniBand switch (used by ``simulator/collectives/sharp.py``): one
+  streaming-aggregation (SAT) tree's reduced stream runs through a switch at up to
+  ``sharp_aggregation_bytes_per_s`` (None: the port rate, SAT being designed to reduce at
+  point-to-point bandwidth); a switch holds at most ``sharp_max_trees`` trees, a port carries at most
+  ``sharp_max_trees_per_port`` of them and an aggregation node holds at most ``sharp_max_jobs``
+  SHARP jobs (None: no such limit). A switch's total aggregation throughput is therefore at most
+  ``sharp_max_trees x sharp_aggregation_bytes_per_s``: Quantum HDR 1 x 25 GB/s.
+  SHARP aggregation-manager default quota: a SAT job takes 3 % of an aggregation node: 100 // 3 = 33 jobs.
+
+>>> QUANTUM_HDR.sharp_max_trees, QUANTUM2_NDR.sharp_max_trees_per_port, QUANTUM2_NDR.sharp_max_jobs
+(1, 1, 33)
+>>> QUANTUM2_NDR.sharp_aggregation_rate_bytes_per_s == QUANTUM2_NDR.port_rate_bytes_per_s
+True
+
 What is ignored here: clock throttling (FLOP/s are datasheet peaks), HBM efficiency (bandwidth is
-the datasheet peak), NIC message-rate limits, switch buffer sizes and SHARP resource limits (number
-of aggregation trees / outstanding operations) - those belong to the collective and network models.
+the datasheet peak), NIC message-rate limits, switch buffer sizes, SHARP low-latency (LLT) trees
+and the per-operation SHARP buffers (OSTs) - only the streaming trees NCCL's CollNet holds are counted.
 
 Memory capacities use NVIDIA's marketed figure read as binary GiB, which matches what the driver
 reports to within ~1 % (A100 80GB: 81920 MiB = 80 GiB; H200: 143771 MiB vs 141 GiB =
@@ -238,6 +252,12 @@ class SwitchSpec:
     # Fraction of a port's bandwidth that in-network reduction / multicast traffic sustains
     # (NVLS multimem operations, SHARP aggregation); 1.0 for switches without it.
     reduction_efficiency: float = 1.0
+    # SHARP resources of an InfiniBand switch (read only when ``sharp`` is True; module docstring).
+    # Reduced stream of ONE aggregation tree through this switch, bytes/s; None = the port rate.
+    sharp_aggregation_bytes_per_s: float | None = None
+    sharp_max_trees: int | None = None            # streaming-aggregation trees held at once; None = no limit
+    sharp_max_trees_per_port: int | None = None   # trees one port may carry at once; None = no limit
+    sharp_max_jobs: int | None = None             # SHARP jobs an aggregation node holds at once; None = no limit
 
     def __post_init__(self) -> None:
         owner = "SwitchSpec"
@@ -257,11 +277,26 @@ class SwitchSpec:
             raise _reject(owner, "sharp", self.sharp,
                           f"False for kind {self.kind!r} (in-network reduction exists only on "
                           f"{' and '.join(_IN_NETWORK_REDUCTION_KINDS)} switches)")
+        if self.sharp_aggregation_bytes_per_s is not None:
+            object.__setattr__(self, "sharp_aggregation_bytes_per_s", _positive_finite(
+                owner, "sharp_aggregation_bytes_per_s", self.sharp_aggregation_bytes_per_s))
+        for name in ("sharp_max_trees", "sharp_max_trees_per_port", "sharp_max_jobs"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, numbers.Integral) or isinstance(value, bool)
+                                      or value < 1):
+                raise _reject(owner, name, value, "None (no limit) or an integer >= 1")
 
     @property
     def capacity_bytes_per_s(self) -> float:
         """Switching capacity, one direction: radix x port rate."""
         return self.radix * self.port_rate_bytes_per_s
+
+    @property
+    def sharp_aggregation_rate_bytes_per_s(self) -> float:
+        """Most one SHARP aggregation tree's reduced stream runs at through this switch."""
+        if self.sharp_aggregation_bytes_per_s is None:
+            return self.port_rate_bytes_per_s
+        return self.sharp_aggregation_bytes_per_s
 
 
 # ==================================================================================================
@@ -471,6 +506,13 @@ PCIE_SWITCH_GEN5 = SwitchSpec(       # Broadcom PEX89144 class
     port_rate_bytes_per_s=PCIE_GEN5_X16.line_rate_bytes_per_s,
     latency_s=ns(115),               # Broadcom PEX89000 product brief (as quoted in secondary spec pages): 115 ns
 )
+# SHARP jobs one aggregation node holds: the aggregation manager gives each streaming (SAT) job 3 % of an
+# aggregation node's quota (OSTs, buffers, groups) per tree by default (sharp_am per_prio_default_sat_quota = 3,
+# NVIDIA SHARP Rev 3.0.0 release notes), so 100 // 3 = 33 SAT jobs fit. NCCL's SHARP plugin opens one job per
+# communicator and NIC (nccl-rdma-sharp-plugins sharp_plugin.c: every collective connection calls
+# sharp_coll_init with its own job id), locked at communicator init (SHARP_COLL_LOCK_ON_COMM_INIT=1).
+_SHARP_AM_MAX_SAT_JOBS = 100 // 3
+
 QUANTUM_HDR = SwitchSpec(            # NVIDIA (Mellanox) Quantum QM8700 / QM8790
     name="quantum_hdr",
     kind="infiniband",
@@ -478,6 +520,14 @@ QUANTUM_HDR = SwitchSpec(            # NVIDIA (Mellanox) Quantum QM8700 / QM8790
     port_rate_bytes_per_s=IB_HDR.line_rate_bytes_per_s,
     latency_s=ns(130),               # QM8700 product brief / QM87xx user manual Introduction: 130 ns port to port
     sharp=True,                      # Quantum firmware release notes: SHARP (LLT/SAT) GA on Quantum
+    # SHARPv2. Aggregation rate: port rate (None) - Graham et al., "SHARP Streaming-Aggregation Hardware
+    #   Design and Evaluation", ISC 2020: SAT is designed to reduce at point-to-point bandwidth; MPI_Allreduce
+    #   reaches ~95 % of HDR network bandwidth.
+    sharp_max_trees=1,               # NVIDIA SHARP docs (Rev 3.13 General Information): "The number of SHARP
+                                     #   streaming aggregation operations is limited to one active tree per switch"
+                                     #   (SHARP 2.6.1: 2 simultaneous flows only with a support-enabled setting)
+    sharp_max_trees_per_port=1,      # implied by one tree per switch
+    sharp_max_jobs=_SHARP_AM_MAX_SAT_JOBS,
 )
 QUANTUM2_NDR = SwitchSpec(           # NVIDIA Quantum-2 QM9700 / QM9790
     name="quantum2_ndr",
@@ -487,6 +537,12 @@ QUANTUM2_NDR = SwitchSpec(           # NVIDIA Quantum-2 QM9700 / QM9790
     latency_s=ns(200),               # ESTIMATE: NVIDIA publishes no Quantum-2 port-to-port figure; secondary sources
                                      #   quote <150 ns to ~330 ns; Quantum HDR is 130 ns. 0.2 us sits inside that range.
     sharp=True,                      # SHARPv3 (NVIDIA SHARP 3.x docs: Quantum-2 supported)
+    # Aggregation rate: port rate (None), as Quantum (no Quantum-2 figure is published).
+    sharp_max_trees=None,            # NVIDIA SHARP docs (Rev 3.13 General Information): "Multiple SHARP streaming
+                                     #   aggregation operations can be operated in parallel by a single Quantum-2
+                                     #   switch. The limit is one active tree per port." - no switch-wide limit
+    sharp_max_trees_per_port=1,      # same source
+    sharp_max_jobs=_SHARP_AM_MAX_SAT_JOBS,
 )
 QUANTUM_X800_XDR = SwitchSpec(       # NVIDIA Quantum-X800 Q3400
     name="quantum_x800_xdr",
@@ -495,6 +551,10 @@ QUANTUM_X800_XDR = SwitchSpec(       # NVIDIA Quantum-X800 Q3400
     port_rate_bytes_per_s=IB_XDR.line_rate_bytes_per_s,
     latency_s=ns(200),               # ESTIMATE: no published figure; same reasoning as Quantum-2
     sharp=True,                      # Quantum-X800: SHARPv4
+    # ESTIMATE: NVIDIA's SHARP docs list SAT limits only for Quantum and Quantum-2; Quantum-2's are reused.
+    sharp_max_trees=None,
+    sharp_max_trees_per_port=1,
+    sharp_max_jobs=_SHARP_AM_MAX_SAT_JOBS,
 )
 # Ethernet switch latency - ESTIMATE: neither NVIDIA (Spectrum-4) nor Broadcom (Tomahawk 4) publish a
 # port-to-port figure. Tomahawk/Trident-class cut-through forwarding is quoted around 450 ns for

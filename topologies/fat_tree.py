@@ -87,6 +87,8 @@ LinkSpec and the switch's traversal latency). What is ignored: physical placemen
 lengths beyond the link preset's typical length), management/storage fabrics, and switch
 buffer sizes. Every fabric switch carries the node attributes ``tier`` (1 edge/leaf, 2
 aggregation/spine, 3 core), ``switch`` (spec name), ``radix``, ``sharp``, ``reduction_efficiency``,
+the SHARP resources ``sharp_aggregation_bytes_per_s`` (resolved: the port rate when the spec gives
+none), ``sharp_max_trees``, ``sharp_max_trees_per_port`` and ``sharp_max_jobs`` (None: no limit),
 ``plane`` and ``rail`` (-1 when the switch serves every rail), and ``pod`` on fat-tree switches.
 
 Servers are added with :func:`add_servers`, which builds the first server with
@@ -258,7 +260,10 @@ def _add_switch(builder: TopologyBuilder, name: str, switch: SwitchSpec, *, tier
                 **extra) -> int:
     return builder.add_node(NodeKind.FABRIC_SWITCH, name, latency_s=switch.latency_s, tier=tier, switch=switch.name,
                             radix=switch.radix, sharp=switch.sharp, reduction_efficiency=switch.reduction_efficiency,
-                            plane=plane, rail=rail, **extra)
+                            sharp_aggregation_bytes_per_s=switch.sharp_aggregation_rate_bytes_per_s,
+                            sharp_max_trees=switch.sharp_max_trees,
+                            sharp_max_trees_per_port=switch.sharp_max_trees_per_port,
+                            sharp_max_jobs=switch.sharp_max_jobs, plane=plane, rail=rail, **extra)
 
 
 def _attach_nics(builder: TopologyBuilder, leaf: int, nics: list[int], fabric_link: LinkSpec,

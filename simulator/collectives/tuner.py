@@ -135,11 +135,11 @@ def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolic
             continue
         if forced is None and not getattr(algorithm, "auto", True):
             continue
+        if algorithm.name == "collnet" and not policy.collnet and forced is None:
+            continue                # NCCL_COLLNET_ENABLE is off by default (and then holds no SHARP tree)
         reason = algorithm.supported(collective, ctx)
         if reason is None and algorithm.name.startswith("nvls") and not policy.nvls:
             reason = "disabled (NCCL_NVLS_ENABLE=0)"
-        if reason is None and algorithm.name == "collnet" and not policy.collnet and forced is None:
-            continue                                    # NCCL_COLLNET_ENABLE is off by default
         if reason is not None:
             if forced is not None:
                 raise ValueError(f"algorithm {algorithm.name}: {reason}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 
 import pytest
@@ -370,6 +371,55 @@ def test_switch_validation_names_the_field(overrides, field):
     fields.update(overrides)
     with pytest.raises(ValueError, match=field):
         SwitchSpec(**fields)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "allowed"),
+    [
+        (dict(sharp_aggregation_bytes_per_s=0), "sharp_aggregation_bytes_per_s", "a finite number > 0"),
+        (dict(sharp_aggregation_bytes_per_s=-1e9), "sharp_aggregation_bytes_per_s", "a finite number > 0"),
+        (dict(sharp_aggregation_bytes_per_s=float("inf")), "sharp_aggregation_bytes_per_s", "a finite number > 0"),
+        (dict(sharp_aggregation_bytes_per_s=float("nan")), "sharp_aggregation_bytes_per_s", "a finite number > 0"),
+        (dict(sharp_aggregation_bytes_per_s="50e9"), "sharp_aggregation_bytes_per_s", "a finite number > 0"),
+        (dict(sharp_max_trees=0), "sharp_max_trees", "None \\(no limit\\) or an integer >= 1"),
+        (dict(sharp_max_trees=1.5), "sharp_max_trees", "an integer >= 1"),
+        (dict(sharp_max_trees=True), "sharp_max_trees", "an integer >= 1"),
+        (dict(sharp_max_trees_per_port=-1), "sharp_max_trees_per_port", "an integer >= 1"),
+        (dict(sharp_max_jobs=0), "sharp_max_jobs", "an integer >= 1"),
+        (dict(sharp_max_jobs="33"), "sharp_max_jobs", "an integer >= 1"),
+    ],
+)
+def test_switch_sharp_limits_validation_names_field_value_and_allowed(overrides, field, allowed):
+    fields = dict(name="sw", kind="infiniband", radix=64, port_rate_bytes_per_s=50e9, latency_s=2e-7, sharp=True)
+    fields.update(overrides)
+    value = next(iter(overrides.values()))
+    with pytest.raises(ValueError, match=f"SwitchSpec.{field}: {re.escape(repr(value))} is not allowed; "
+                                         f"expected .*{allowed}"):
+        SwitchSpec(**fields)
+
+
+def test_switch_sharp_limits_defaults_and_presets():
+    # defaults: no limit, and the aggregation engine runs one tree at the port rate
+    plain = SwitchSpec(name="sw", kind="infiniband", radix=64, port_rate_bytes_per_s=50e9, latency_s=2e-7, sharp=True)
+    assert (plain.sharp_max_trees, plain.sharp_max_trees_per_port, plain.sharp_max_jobs) == (None, None, None)
+    assert plain.sharp_aggregation_bytes_per_s is None and plain.sharp_aggregation_rate_bytes_per_s == 50e9
+    assert dataclasses.replace(plain, sharp_aggregation_bytes_per_s=1e9).sharp_aggregation_rate_bytes_per_s == 1e9
+    # a stated rate follows no later port-rate change; an unstated one does
+    assert dataclasses.replace(plain, port_rate_bytes_per_s=25e9).sharp_aggregation_rate_bytes_per_s == 25e9
+    # SHARP docs: Quantum holds one streaming tree per switch, Quantum-2 one per port (no switch-wide limit);
+    # aggregation manager quota 3 % per SAT job -> 100 // 3 = 33 jobs per aggregation node
+    assert (devices.QUANTUM_HDR.sharp_max_trees, devices.QUANTUM_HDR.sharp_max_trees_per_port) == (1, 1)
+    assert (devices.QUANTUM2_NDR.sharp_max_trees, devices.QUANTUM2_NDR.sharp_max_trees_per_port) == (None, 1)
+    for spec in (devices.QUANTUM_HDR, devices.QUANTUM2_NDR, devices.QUANTUM_X800_XDR):
+        assert spec.sharp_max_jobs == 33
+        assert spec.sharp_aggregation_rate_bytes_per_s == spec.port_rate_bytes_per_s
+    # HDR: one tree at 200 Gb/s = 25 GB/s is the whole switch's aggregation throughput
+    assert devices.QUANTUM_HDR.sharp_max_trees * devices.QUANTUM_HDR.sharp_aggregation_rate_bytes_per_s == 25e9
+    # every preset still builds and validates (limits are None or >= 1)
+    for spec in SWITCH_PRESETS.values():
+        assert dataclasses.replace(spec) == spec
+        for name in ("sharp_max_trees", "sharp_max_trees_per_port", "sharp_max_jobs"):
+            assert getattr(spec, name) is None or getattr(spec, name) >= 1
 
 
 # ------------------------------------------------------------------------------------------------
