@@ -1,0 +1,589 @@
+"""Simulate one training step: model x parallelism x system -> StepResult (time, throughput, breakdown).
+
+``simulate_step`` wires the pieces: it builds the system (``topologies.presets.build_system``) or takes
+a Topology, times every kernel with ``simulator.compute`` (per layer and micro-batch, forward and
+backward with recomputation, embedding, logits, the optimizer over the rank's shard), turns model x
+layout x times into per-rank programs (``workloads.training_step``), places ranks in Megatron order
+(``Placement.block``: consecutive ranks fill a server, so a tensor-parallel group of t <= 8 shares
+NVLink), runs ``simulate()`` and rebuilds every task's times (``simulator.analysis.task_times``).
+
+Throughput (SC21 conventions):
+
+* ``tokens_per_s = B s / step_time``;
+* ``tflops_per_gpu = F / (step_time x GPUs)`` with F = ``ModelSpec.step_flops(recompute=...)``, the
+  FLOPs the GPUs execute including recomputation; for a GPT with full recomputation this is SC21's
+  eq. 3, 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), the number behind Table 1's TFLOP/s column;
+* ``mfu = F_model / (step_time x GPUs x peak)`` with F_model without recomputation (6 N tokens
+  for a dense model plus attention) and the GPU's dense bf16 (fp8 with dtype fp8) peak.
+
+Time breakdown: ``critical_path_s`` (the step on an infinitely fast network), ``exposed_comm_s =
+step_time_s - critical_path_s``, ``compute_s``, ``bubble_s``, ``comm_s`` and per group / collective
+kind / link class: definitions in ``simulator.analysis``. Memory per GPU: weights, gradients and Adam
+state under ZeRO (ModelSpec.training_state_bytes over the d x c sharding group; gradients kept in fp32
+for bf16/fp8 training, fp16 for fp16) plus the activations of the micro-batches in flight on the most
+loaded stage (1F1B: p - s micro-batches on stage s; GPipe: all m; interleaved: warm-up + 1 chunk
+passes), ``ModelSpec.activation_bytes_per_layer`` each; ``out_of_memory`` when that exceeds the GPU.
+
+Four reductions keep huge layouts tractable (all off by default):
+
+* ``granularity="chunk"``: one compute task and one collective per kind per model-chunk pass (bytes
+  and compute time conserved; see workloads.training_step).
+* ``tensor_rank0_p2p=True``: tensor rank 0 alone makes each pipeline transfer, standing for the t
+  identical ones (exact by symmetry on rail-optimised fabrics; see workloads.training_step).
+* ``symmetric_replicas=True`` (requires ``dp_overlap=False`` and ZeRO < 3): data-parallel replicas run
+  the same pipeline independently until the gradient reduction, so the step is simulated as two
+  phases: the pipeline of ONE replica (its t c p ranks on the GPUs they occupy), then the reduction,
+  embedding sync and optimizer of ALL ranks. Exact when replicas do not share network links during
+  the pipeline (rail-optimised non-blocking fabrics with tensor groups inside servers: each GPU's
+  pipeline traffic leaves through its own NIC); counts, bytes and link bytes of the pipeline phase are
+  multiplied by d in the breakdown.
+* ``steady_state_microbatches=k``: a pipeline step is affine in the number of micro-batches once the
+  schedule is in steady state (1F1B: (m + p - 1)(f + b)), so the step is simulated with k and 2k
+  micro-batches (k rounded up to a multiple of p for the interleaved schedule) and every additive
+  measurement extrapolated linearly to m: T(m) = T(k) + (m - k)(T(2k) - T(k))/k. Exact for the compute
+  critical path; with communication, GPT-145.6B of SC21 Table 1 (m = 48) gives the same step time to
+  1e-14 with k = 16 and to 0.09 % with k = 8.
+
+Megatron SC21 check (``sc21_check``, ``python -m simulator.training``): every Table 1 row with its
+layout (t, p, d, v, b, B; fp16; full recomputation; no flash attention; scatter/gather; gradients
+all-reduced after the pipeline in one buffer, as Megatron-LM did in 2021) on DGX A100 nodes with 8
+HDR NICs each (``dgx-a100``; a 3-tier fat-tree when the leaf-spine is too small), predicted against
+measured TFLOP/s per GPU. Nothing is tuned per row. Result (flow model, tasks per layer; rows with
+m >= 4k extrapolated from k and 2k micro-batches, k = 16 rounded up to a multiple of p)::
+
+    model        GPUs  t  p  d  v   m  step s  exposed s  bubble s  measured  predicted  error
+    GPT-1.7B       32  1  1 32  1   1   2.886      0.033     0.000       137      167.5  +22.3%
+    GPT-3.6B       64  2  1 32  1   1   3.228      0.359     0.000       138      158.1  +14.5%
+    GPT-7.5B      128  4  1 32  1   1   3.230      0.569     0.000       142      162.5  +14.4%
+    GPT-18.4B     256  8  1 32  1   4   8.247      1.903     0.000       135      153.9  +14.0%
+    GPT-39.1B     512  8  2 32  1  12  12.776      2.508     0.778       138      156.1  +13.1%
+    GPT-76.1B    1024  8  4 32  3  28  13.035      2.403     0.370       140      172.5  +23.2%
+    GPT-145.6B   1536  8  8 24  2  48  21.362      3.176     1.224       148      171.9  +16.2%
+    GPT-310.1B   1920  8 16 15  2 144  31.400      3.894     1.352       155      185.7  +19.8%
+    GPT-529.6B   2520  8 35  9  3 280  44.982      5.225     1.540       163      196.0  +20.2%
+    GPT-1008.0B  3072  8 64  6  1 512  87.813      7.159     8.379       163      190.5  +16.9%
+    mean |error| 17.5 %
+
+Every row is optimistic. The compute-only iteration of the same kernels (``python -m simulator.compute``,
+bubble included) is more so, measured / compute-only = 0.66-0.81; the simulated communication adds 1 %
+(GPT-1.7B) to 30 % (GPT-18.4B) to it, and the error left is on the compute side (kernel efficiencies
+below the best-shape cuBLAS figures, launch gaps, data loading, loss scaling). Merging tasks per chunk
+(``--granularity chunk``) gives 18.7 %: fewer per-collective latencies.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from types import MappingProxyType
+from typing import Mapping
+
+from topologies.devices import GPU_PRESETS, GpuSpec
+from topologies.presets import SYSTEMS, TOPOLOGIES, build_system
+from topologies.topology import Topology
+from workloads.model import RECOMPUTE, ModelSpec
+from workloads.parallelism import ParallelismSpec
+from workloads.presets import custom_gpt
+from workloads.tasks import CommTask, ComputeTask
+from workloads.training_step import (GRANULARITIES, StepCompute, TrainingWorkload, gradient_bytes_per_param,
+                                     pipeline_schedule, training_step)
+
+from . import compute as cmp
+from .analysis import Timeline, interval_breakdown, link_class_bytes, task_times, union_length_s
+from .api import simulate
+from .config import SimConfig
+from .placement import Placement
+from .results import SimResult
+
+__all__ = ("StepPhase", "StepResult", "step_compute", "memory_per_gpu", "simulate_step", "Sc21Row", "sc21_check",
+           "format_sc21")
+
+ADAM_STATE_BYTES = 12        # fp32 master weights, momentum, variance per parameter (ZeRO paper sec. 3.1)
+
+
+# --------------------------------------------------------------------------------------------------
+# compute times
+# --------------------------------------------------------------------------------------------------
+
+
+def _compute_dtype(parallelism: ParallelismSpec) -> str:
+    # fp16 and bf16 run at the same tensor-core rate (A100/H100 datasheets); compute.py models "bf16"
+    return "fp8" if parallelism.dtype == "fp8" else "bf16"
+
+
+def step_compute(model: ModelSpec, parallelism: ParallelismSpec, gpu: GpuSpec, *, recompute: str = "none",
+                 flash_attention: bool = True, overlap_slowdown: float | None = None,
+                 compute_model: cmp.GpuComputeModel | None = None) -> StepCompute:
+    """Per-micro-batch compute seconds of every layer, the embedding, the logits and each stage's optimizer."""
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute: {recompute!r} is not allowed; expected one of {', '.join(map(repr, RECOMPUTE))}")
+    p = parallelism
+    p.check(model)
+    kw = dict(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, sp=p.sp, cp=p.cp, ep=p.ep,
+              dtype=_compute_dtype(p), flash_attention=flash_attention, compute_model=compute_model)
+    cache: dict[bool, tuple[float, float]] = {}
+    forward, backward = [], []
+    for layer in range(model.layers):
+        key = model.is_moe_layer(layer)
+        if key not in cache:
+            f = cmp.layer_forward(model, gpu, layer=layer, **kw).time_s
+            b = cmp.layer_backward(model, gpu, layer=layer, recompute=recompute, **kw).time_s
+            cache[key] = (f, b)
+        forward.append(cache[key][0])
+        backward.append(cache[key][1])
+    tkw = dict(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, cp=p.cp, compute_model=compute_model)
+    shard = p.dp * p.cp if p.zero_stage >= 1 else 1
+    optimizer = tuple(cmp.optimizer_step(gpu, parameters=model.stage_parameters(j, tp=p.tp, pp=p.pp, ep=p.ep) / shard,
+                                         param_bytes=model.dtype_bytes, compute_model=compute_model).time_s
+                      for j in range(p.pp))
+    slowdown = cmp.default_overlap_slowdown(gpu, compute_model=compute_model) if overlap_slowdown is None \
+        else overlap_slowdown
+    if not isinstance(slowdown, (int, float)) or isinstance(slowdown, bool) or not math.isfinite(slowdown) \
+            or slowdown < 0:
+        raise ValueError(f"overlap_slowdown: {overlap_slowdown!r} is not allowed; expected a finite number >= 0 "
+                         "or None")
+    return StepCompute(
+        layer_forward_s=tuple(forward), layer_backward_s=tuple(backward),
+        embedding_forward_s=cmp.embedding_forward(model, gpu, **tkw).time_s,
+        embedding_backward_s=cmp.embedding_backward(model, gpu, **tkw).time_s,
+        logits_forward_s=cmp.logits_forward(model, gpu, sp=p.sp, dtype=_compute_dtype(p), **tkw).time_s,
+        logits_backward_s=cmp.logits_backward(model, gpu, sp=p.sp, dtype=_compute_dtype(p), **tkw).time_s,
+        optimizer_s=optimizer, overlap_slowdown=float(slowdown),
+    )
+
+
+def memory_per_gpu(model: ModelSpec, parallelism: ParallelismSpec, *, recompute: str = "none",
+                   flash_attention: bool = True) -> dict[str, float]:
+    """Bytes on the most loaded GPU: parameters, gradients, optimizer state, activations (module docstring)."""
+    p = parallelism
+    p.check(model)
+    grad_bytes = gradient_bytes_per_param(p.dtype)
+    state = model.training_state_bytes(tp=p.tp, pp=p.pp, ep=p.ep, dp=p.dp * p.cp, zero_stage=p.zero_stage,
+                                       grad_bytes=grad_bytes)
+    chunk_layers = model.layers // (p.pp * p.vp)
+    per_layer = max(model.activation_bytes_per_layer(layer, micro_batch=p.micro_batch, seq_len=p.seq(model),
+                                                     tp=p.tp, sp=p.sp, cp=p.cp, recompute=recompute,
+                                                     flash_attention=flash_attention)
+                    for layer in {0, model.layers - 1})
+    worst = 0
+    for stage in range(p.pp):
+        ops = pipeline_schedule(p.schedule, pp=p.pp, stage=stage, microbatches=p.microbatches, vp=p.vp)
+        live = peak = 0
+        for phase, _, _ in ops:
+            live += 1 if phase == "F" else -1
+            peak = max(peak, live)
+        worst = max(worst, peak)
+    activations = per_layer * chunk_layers * worst
+    return {"parameters": state.parameters, "gradients": state.gradients, "optimizer": state.optimizer,
+            "activations": float(activations),
+            "total": state.parameters + state.gradients + state.optimizer + float(activations)}
+
+
+# --------------------------------------------------------------------------------------------------
+# results
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepPhase:
+    """One simulated part of the step: its programs, the simulation, the rebuilt task times (offset by
+    ``offset_s`` in the step) and the compute critical path; ``replicas`` = how many identical copies
+    of it the step runs (d for the pipeline phase with symmetric replicas, else 1)."""
+
+    training: TrainingWorkload
+    sim: SimResult
+    timeline: Timeline
+    critical_path_s: float
+    offset_s: float
+    replicas: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepResult:
+    model: str
+    parallelism: ParallelismSpec
+    topology_name: str
+    gpus: int
+    step_time_s: float
+    tokens_per_s: float
+    tflops_per_gpu: float
+    mfu: float
+    compute_s: float
+    comm_s: float
+    exposed_comm_s: float
+    bubble_s: float
+    critical_path_s: float
+    breakdown: Mapping[str, Mapping]
+    memory: Mapping[str, float]
+    memory_capacity_bytes: float
+    out_of_memory: bool
+    phases: tuple[StepPhase, ...] = field(repr=False)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def memory_bytes_per_gpu(self) -> float:
+        return self.memory["total"]
+
+    def as_dict(self) -> dict:
+        def plain(value):
+            if isinstance(value, Mapping):
+                return {str(k): plain(v) for k, v in value.items()}
+            return value
+        return {
+            "model": self.model, "topology": self.topology_name, "gpus": self.gpus,
+            "parallelism": {k: getattr(self.parallelism, k) for k in ParallelismSpec.__dataclass_fields__},
+            "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s, "tflops_per_gpu": self.tflops_per_gpu,
+            "mfu": self.mfu, "compute_s": self.compute_s, "comm_s": self.comm_s, "exposed_comm_s": self.exposed_comm_s,
+            "bubble_s": self.bubble_s, "critical_path_s": self.critical_path_s, "breakdown": plain(self.breakdown),
+            "memory_bytes_per_gpu": self.memory_bytes_per_gpu, "memory": plain(self.memory),
+            "memory_capacity_bytes": self.memory_capacity_bytes, "out_of_memory": self.out_of_memory,
+            "notes": list(self.notes),
+        }
+
+    def to_json(self, **kw) -> str:
+        """The result as JSON text (keys of :meth:`as_dict`)."""
+        return json.dumps(self.as_dict(), **kw)
+
+
+# --------------------------------------------------------------------------------------------------
+# simulate_step
+# --------------------------------------------------------------------------------------------------
+
+
+def _gpu_of(topology: Topology) -> GpuSpec:
+    name = topology.graph.nodes[int(topology.gpu_nodes[0])].get("gpu")
+    if name not in GPU_PRESETS:
+        raise ValueError(f"topology: its GPUs ({name!r}) are not a known GpuSpec; pass gpu=")
+    return GPU_PRESETS[name]
+
+
+def _build_topology(system: str, nodes: int | None, world: int, wiring: str | None) -> Topology:
+    if system not in SYSTEMS:
+        raise ValueError(f"system: {system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
+    per_node = SYSTEMS[system].server().gpus
+    if nodes is None:
+        nodes = -(-world // per_node)
+    if wiring is None:
+        wiring = "leaf-spine"
+        if nodes > 1 and nodes > SYSTEMS[system].max_nodes_for("leaf-spine"):
+            wiring = "fat-tree"
+    if wiring not in TOPOLOGIES:
+        raise ValueError(f"wiring: {wiring!r} is not known; expected one of {', '.join(TOPOLOGIES)}")
+    return build_system(system, nodes=nodes, topology=wiring)
+
+
+def _run_phase(topology: Topology, training: TrainingWorkload, placement: Placement, config: SimConfig,
+               offset_s: float, replicas: int) -> StepPhase:
+    sim = simulate(topology, training.workload, placement, config)
+    durations = [record.time_s for record in sim.collectives]
+    timeline = task_times(training.workload, durations)
+    if not math.isclose(timeline.makespan_s, sim.makespan_s, rel_tol=1e-9, abs_tol=1e-12):
+        raise RuntimeError(f"task times: rebuilt makespan {timeline.makespan_s!r} s differs from the engine's "
+                           f"{sim.makespan_s!r} s")
+    critical = task_times(training.workload).makespan_s
+    return StepPhase(training=training, sim=sim, timeline=timeline, critical_path_s=critical, offset_s=offset_s,
+                     replicas=replicas)
+
+
+def _phase_metrics(phase: StepPhase) -> tuple[float, float, int]:
+    """(largest per-rank compute busy time, largest per-rank comm union, rank that ends last)."""
+    workload, timeline = phase.training.workload, phase.timeline
+    compute = comm = 0.0
+    for rank, program in enumerate(workload.programs):
+        busy = math.fsum(t.duration_s for t in program if isinstance(t, ComputeTask))
+        spans = [(timeline.start_s[rank][p], timeline.end_s[rank][p]) for p, t in enumerate(program)
+                 if isinstance(t, CommTask)]
+        compute, comm = max(compute, busy), max(comm, union_length_s(spans))
+    last = max(range(workload.nranks), key=lambda r: float(timeline.end_s[r].max()) if timeline.end_s[r].size else 0)
+    return compute, comm, last
+
+
+@dataclass(slots=True, kw_only=True)
+class _Raw:
+    """Additive measurements of one simulated step (combined linearly by the steady-state extrapolation)."""
+
+    step_s: float
+    critical_s: float
+    compute_s: float
+    comm_s: float
+    by_group: dict
+    by_kind: dict
+    tiers: dict
+    kinds: dict
+    phases: tuple
+
+
+def _merge(total: dict, part: dict, scale: int) -> None:
+    for label, entry in part.items():
+        into = total.setdefault(label, {"count": 0, "nbytes": 0, "time_s": 0.0, "exposed_s": 0.0})
+        into["count"] += entry["count"] * scale
+        into["nbytes"] += entry["nbytes"] * scale
+        into["time_s"] += entry["time_s"]
+        into["exposed_s"] += entry["exposed_s"]
+
+
+def _measure(model: ModelSpec, p: ParallelismSpec, topology: Topology, compute: StepCompute, config: SimConfig, *,
+             placement: Placement, recompute: str, granularity: str, symmetric_replicas: bool,
+             tensor_rank0_p2p: bool) -> _Raw:
+    kw = dict(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
+    if symmetric_replicas and p.dp > 1:
+        replica = tuple(r for r in range(p.world_size) if p.coords(r).dp == 0)
+        pipe = training_step(model, p, compute, part="pipeline", ranks=replica, **kw)
+        reduce = training_step(model, p, compute, part="reduction", **kw)
+        first = _run_phase(topology, pipe, Placement.custom(topology, [placement.rank_gpu[r] for r in replica]),
+                           config, 0.0, p.dp)
+        phases = (first, _run_phase(topology, reduce, placement, config, first.sim.makespan_s, 1))
+    else:
+        phases = (_run_phase(topology, training_step(model, p, compute, **kw), placement, config, 0.0, 1),)
+    raw = _Raw(step_s=math.fsum(ph.sim.makespan_s for ph in phases),
+               critical_s=math.fsum(ph.critical_path_s for ph in phases), compute_s=0.0, comm_s=0.0, by_group={},
+               by_kind={}, tiers={}, kinds={}, phases=phases)
+    for ph in phases:
+        busy, comm, last = _phase_metrics(ph)
+        raw.compute_s += busy
+        raw.comm_s += comm
+        training = ph.training
+        workload = training.workload
+        _merge(raw.by_group, interval_breakdown(workload, ph.timeline, training.group_kinds, focus_rank=last,
+                                                weights=training.collective_weights), ph.replicas)
+        _merge(raw.by_kind, interval_breakdown(workload, ph.timeline, [c.kind.value for c in workload.collectives],
+                                               focus_rank=last, weights=training.collective_weights), ph.replicas)
+        links = link_class_bytes(topology, ph.sim.link_bytes)
+        for name, value in links["tier"].items():
+            raw.tiers[name] = raw.tiers.get(name, 0.0) + value * ph.replicas
+        for name, value in links["kind"].items():
+            raw.kinds[name] = raw.kinds.get(name, 0.0) + value * ph.replicas
+    return raw
+
+
+def _lerp(a, b, x: float):
+    """a + x (b - a) for numbers and (nested) dicts of numbers; a key missing on one side counts 0."""
+    if isinstance(a, dict):
+        return {k: _lerp(a.get(k, 0 if not isinstance(b.get(k), dict) else {}),
+                         b.get(k, 0 if not isinstance(a.get(k), dict) else {}), x) for k in {**a, **b}}
+    return a + x * (b - a)
+
+
+def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str = "dgx-h100",
+                  nodes: int | None = None, topology: Topology | None = None, config: SimConfig | None = None,
+                  gpu: GpuSpec | None = None, overlap_slowdown: float | None = None, flash_attention: bool = True,
+                  recompute: str = "none", granularity: str = "layer", symmetric_replicas: bool = False,
+                  tensor_rank0_p2p: bool = False, steady_state_microbatches: int | None = None,
+                  wiring: str | None = None, compute_model: cmp.GpuComputeModel | None = None,
+                  compute: StepCompute | None = None, placement: Placement | None = None) -> StepResult:
+    """Simulate one training step of ``model`` laid out as ``parallelism`` (see the module docstring).
+
+    ``topology`` (a built Topology) wins over ``system``/``nodes``/``wiring``; ``compute`` (a StepCompute)
+    replaces the compute model's times; ``gpu`` defaults to the topology's GPU; ``placement`` defaults to
+    ``Placement.block`` (Megatron rank order on consecutive GPUs). Reductions for huge
+    layouts: ``granularity="chunk"``, ``symmetric_replicas``, ``tensor_rank0_p2p`` and
+    ``steady_state_microbatches`` k (simulate k and 2k micro-batches, extrapolate linearly to m).
+    """
+    if not isinstance(model, ModelSpec):
+        raise ValueError(f"model: {model!r} is not allowed; expected a workloads.model.ModelSpec")
+    if not isinstance(parallelism, ParallelismSpec):
+        raise ValueError(f"parallelism: {parallelism!r} is not allowed; expected a workloads.parallelism."
+                         "ParallelismSpec")
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity: {granularity!r} is not allowed; expected one of "
+                         f"{', '.join(map(repr, GRANULARITIES))}")
+    for name, value in (("symmetric_replicas", symmetric_replicas), ("tensor_rank0_p2p", tensor_rank0_p2p)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}: {value!r} is not allowed; expected True or False")
+    if steady_state_microbatches is not None and (not isinstance(steady_state_microbatches, int)
+                                                  or isinstance(steady_state_microbatches, bool)
+                                                  or steady_state_microbatches < 1):
+        raise ValueError(f"steady_state_microbatches: {steady_state_microbatches!r} is not allowed; expected None "
+                         "or an integer >= 1")
+    p = parallelism.check(model)
+    world = p.world_size
+    if symmetric_replicas and p.dp > 1 and (p.dp_overlap or p.zero_stage >= 3):
+        raise ValueError("symmetric_replicas: True is not allowed with dp_overlap=True or ZeRO-3/FSDP, whose "
+                         "gradient or parameter traffic runs inside the pipeline; expected False")
+    config = config or SimConfig()
+    if topology is None:
+        topology = _build_topology(system, nodes, world, wiring)
+    elif not isinstance(topology, Topology):
+        raise ValueError(f"topology: {topology!r} is not allowed; expected a topologies.topology.Topology or None")
+    if topology.num_gpus < world:
+        raise ValueError(f"parallelism: needs {world} GPUs (tp x cp x dp x pp = {p.tp} x {p.cp} x {p.dp} x {p.pp}) "
+                         f"but topology {topology.name!r} has {topology.num_gpus}")
+    gpu = gpu or _gpu_of(topology)
+    if compute is None:
+        compute = step_compute(model, p, gpu, recompute=recompute, flash_attention=flash_attention,
+                               overlap_slowdown=overlap_slowdown, compute_model=compute_model)
+    if placement is None:
+        placement = Placement.block(topology, nranks=world)
+    elif not isinstance(placement, Placement) or placement.nranks != world:
+        raise ValueError(f"placement: {placement!r} is not allowed; expected a Placement of {world} ranks or None")
+    kw = dict(placement=placement, recompute=recompute, granularity=granularity,
+              symmetric_replicas=symmetric_replicas, tensor_rank0_p2p=tensor_rank0_p2p)
+    notes = []
+    if symmetric_replicas and p.dp > 1:
+        notes.append(f"symmetric replicas: pipeline of 1 of {p.dp} data-parallel replicas, then the reduction")
+    if tensor_rank0_p2p and p.tp > 1 and p.pp > 1:
+        notes.append(f"pipeline transfers simulated for tensor rank 0, standing for all {p.tp} (link bytes of the "
+                     "other tensor ranks' transfers not counted)")
+    m = p.microbatches
+    k = steady_state_microbatches
+    if k is not None and p.schedule == "interleaved":
+        k = -(-k // p.pp) * p.pp
+    if k is not None and m > 2 * k:
+        few = dataclasses.replace(p, global_batch=k * p.dp * p.micro_batch)
+        more = dataclasses.replace(p, global_batch=2 * k * p.dp * p.micro_batch)
+        a = _measure(model, few, topology, compute, config, **kw)
+        b = _measure(model, more, topology, compute, config, **kw)
+        x = (m - k) / k
+        raw = _Raw(step_s=_lerp(a.step_s, b.step_s, x), critical_s=_lerp(a.critical_s, b.critical_s, x),
+                   compute_s=_lerp(a.compute_s, b.compute_s, x), comm_s=_lerp(a.comm_s, b.comm_s, x),
+                   by_group=_lerp(a.by_group, b.by_group, x), by_kind=_lerp(a.by_kind, b.by_kind, x),
+                   tiers=_lerp(a.tiers, b.tiers, x), kinds=_lerp(a.kinds, b.kinds, x), phases=b.phases)
+        notes.append(f"steady state: simulated {k} and {2 * k} micro-batches, extrapolated linearly to {m}; phases "
+                     f"(traces) are those of the {2 * k}-micro-batch run")
+    else:
+        raw = _measure(model, p, topology, compute, config, **kw)
+    step, critical = raw.step_s, raw.critical_s
+    seq = p.seq(model)
+    flops = model.step_flops(batch=p.global_batch, seq_len=seq, recompute=recompute)
+    model_flops = model.step_flops(batch=p.global_batch, seq_len=seq, recompute="none")
+    peak = gpu.dense_fp8_flop_per_s if p.dtype == "fp8" and gpu.dense_fp8_flop_per_s else gpu.dense_bf16_flop_per_s
+    memory = memory_per_gpu(model, p, recompute=recompute, flash_attention=flash_attention)
+    frozen = {label: MappingProxyType(entry) for label, entry in raw.by_group.items()}
+    breakdown = MappingProxyType({
+        "group": MappingProxyType(frozen),
+        "collective": MappingProxyType({label: MappingProxyType(e) for label, e in raw.by_kind.items()}),
+        "link_tier_bytes": MappingProxyType(raw.tiers), "link_kind_bytes": MappingProxyType(raw.kinds),
+    })
+    return StepResult(
+        model=model.name, parallelism=p, topology_name=topology.name, gpus=world, step_time_s=step,
+        tokens_per_s=p.global_batch * seq / step if step > 0 else 0.0,
+        tflops_per_gpu=flops / (step * world) / 1e12 if step > 0 else 0.0,
+        mfu=model_flops / (step * world * peak) if step > 0 else 0.0,
+        compute_s=raw.compute_s, comm_s=raw.comm_s, exposed_comm_s=max(step - critical, 0.0),
+        bubble_s=max(critical - raw.compute_s, 0.0), critical_path_s=critical, breakdown=breakdown,
+        memory=MappingProxyType(memory), memory_capacity_bytes=float(gpu.memory_bytes),
+        out_of_memory=memory["total"] > gpu.memory_bytes, phases=raw.phases, notes=tuple(notes),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Megatron SC21 Table 1
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sc21Row:
+    model: str
+    gpus: int
+    tp: int
+    pp: int
+    dp: int
+    vp: int
+    micro_batch: int
+    microbatches: int
+    measured_tflops: float
+    predicted_tflops: float
+    step_time_s: float
+    exposed_comm_s: float
+    bubble_s: float
+    wall_s: float              # how long the simulation took
+
+    @property
+    def error(self) -> float:
+        """(predicted - measured) / measured."""
+        return (self.predicted_tflops - self.measured_tflops) / self.measured_tflops
+
+
+def _sc21_rows() -> list[dict[str, str]]:
+    path = resources.files("simulator") / "data" / "calibration" / "training_megatron_sc21.csv"
+    with path.open(newline="") as handle:
+        return [r for r in csv.DictReader(handle)
+                if r["metric_name"] == "achieved_tflops_per_gpu" and "Table 1" in r["source_ref"]]
+
+
+def sc21_layout(row: Mapping[str, str]) -> tuple[ModelSpec, ParallelismSpec]:
+    """The model and layout of one SC21 Table 1 row (run_table_1.sh settings, see the module docstring)."""
+    model = custom_gpt(layers=int(row["layers"]), hidden=int(row["hidden"]), heads=int(row["heads"]),
+                       seq_len=int(row["seq_len"]), name=row["model"])
+    vp = int(row["vp"]) if row["vp"].strip() else 1
+    spec = ParallelismSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), vp=vp,
+                           gpus=int(row["gpus"]), micro_batch=int(row["micro_batch"]),
+                           global_batch=int(row["global_batch"]), schedule="interleaved" if vp > 1 else "1f1b",
+                           dtype="fp16", scatter_gather=True, dp_overlap=False, bucket_bytes=None)
+    return model, spec
+
+
+SC21_STEADY_MICROBATCHES = 16     # k for the steady-state extrapolation (rounded up to a multiple of p)
+
+
+def sc21_check(*, models: tuple[str, ...] | None = None, config: SimConfig | None = None,
+               max_gpus: int | None = None, granularity: str = "layer", symmetric_replicas: bool = True,
+               tensor_rank0_p2p: bool = True, extrapolate: bool = True, progress=None) -> tuple[Sc21Row, ...]:
+    """Simulate SC21 Table 1 rows (all, or those named in ``models``, up to ``max_gpus`` GPUs) on DGX A100.
+
+    With ``extrapolate``, a row with m >= 4k micro-batches (k = 16 rounded up to a multiple of p) is
+    simulated with k and 2k micro-batches and extrapolated (``simulate_step(steady_state_microbatches=k)``).
+    """
+    out = []
+    for row in _sc21_rows():
+        if models is not None and row["model"] not in models:
+            continue
+        model, spec = sc21_layout(row)
+        if max_gpus is not None and spec.world_size > max_gpus:
+            continue
+        k = -(-SC21_STEADY_MICROBATCHES // spec.pp) * spec.pp
+        steady = k if extrapolate and spec.microbatches >= 4 * k else None
+        began = time.perf_counter()
+        result = simulate_step(model, spec, system="dgx-a100", nodes=spec.world_size // 8, config=config,
+                               recompute="full", flash_attention=False, granularity=granularity,
+                               symmetric_replicas=symmetric_replicas, tensor_rank0_p2p=tensor_rank0_p2p,
+                               steady_state_microbatches=steady)
+        wall = time.perf_counter() - began
+        entry = Sc21Row(model=row["model"], gpus=spec.world_size, tp=spec.tp, pp=spec.pp, dp=spec.dp, vp=spec.vp,
+                        micro_batch=spec.micro_batch, microbatches=spec.microbatches,
+                        measured_tflops=float(row["metric_value"]), predicted_tflops=result.tflops_per_gpu,
+                        step_time_s=result.step_time_s, exposed_comm_s=result.exposed_comm_s,
+                        bubble_s=result.bubble_s, wall_s=wall)
+        out.append(entry)
+        if progress is not None:
+            progress(entry)
+    return tuple(out)
+
+
+def format_sc21(rows) -> str:
+    """A text table of :func:`sc21_check` with the mean absolute error."""
+    rows = list(rows)
+    lines = [f"{'model':<11} {'gpus':>5} {'t':>2} {'p':>3} {'d':>3} {'v':>2} {'b':>3} {'m':>4} {'step s':>8} "
+             f"{'exposed s':>9} {'bubble s':>8} {'meas TF':>8} {'pred TF':>8} {'error':>7} {'wall s':>7}"]
+    for r in rows:
+        lines.append(f"{r.model:<11} {r.gpus:>5} {r.tp:>2} {r.pp:>3} {r.dp:>3} {r.vp:>2} {r.micro_batch:>3} "
+                     f"{r.microbatches:>4} {r.step_time_s:>8.3f} {r.exposed_comm_s:>9.3f} {r.bubble_s:>8.3f} "
+                     f"{r.measured_tflops:>8.0f} {r.predicted_tflops:>8.1f} {r.error * 100:>6.1f}% {r.wall_s:>7.1f}")
+    if rows:
+        lines.append(f"mean |error| {sum(abs(r.error) for r in rows) / len(rows) * 100:.1f}% over {len(rows)} rows")
+    return "\n".join(lines)
+
+
+def _main(argv=None) -> None:
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m simulator.training",
+                                     description="Megatron SC21 Table 1: predicted vs measured TFLOP/s per GPU")
+    parser.add_argument("--max-gpus", type=int, default=None, help="skip rows with more GPUs")
+    parser.add_argument("--network-model", default="flow", choices=("flow", "analytical"))
+    parser.add_argument("--model", action="append", default=None, help="only this row (repeatable)")
+    parser.add_argument("--granularity", default="layer", choices=GRANULARITIES,
+                        help="tasks per layer, or merged per model-chunk pass (faster)")
+    args = parser.parse_args(argv)
+    rows = sc21_check(models=tuple(args.model) if args.model else None, max_gpus=args.max_gpus,
+                      config=SimConfig(network_model=args.network_model), granularity=args.granularity,
+                      progress=lambda r: print(format_sc21([r]).splitlines()[1], flush=True))
+    print(format_sc21(rows))
+
+
+if __name__ == "__main__":      # python -m simulator.training
+    _main()

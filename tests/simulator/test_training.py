@@ -1,0 +1,289 @@
+"""Step simulation: timeline rebuild, critical path and exposed communication, overlap, reductions, SC21."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+from simulator.analysis import chrome_trace, task_times, union_length_s
+from simulator.compute import sc21_compute_only_check
+from simulator.config import SimConfig
+from simulator.placement import Placement
+from simulator.training import memory_per_gpu, sc21_check, sc21_layout, simulate_step, _sc21_rows
+from topologies.links import LinkKind
+from topologies.presets import build_system
+from workloads.collectives import Collective, CollectiveKind
+from workloads.parallelism import ParallelismSpec
+from workloads.presets import custom_gpt
+from workloads.tasks import CommTask, ComputeTask, Workload
+from workloads.training_step import StepCompute, training_step
+
+
+def tiny(layers: int = 4, **kw):
+    return custom_gpt(layers=layers, hidden=64, heads=4, vocab=128, seq_len=32, **kw)
+
+
+def uniform(model, forward_s=10e-3, backward_s=20e-3):
+    return StepCompute.uniform(layers=model.layers, forward_s=forward_s, backward_s=backward_s)
+
+
+@pytest.fixture(scope="module")
+def h100x2():
+    return build_system("dgx-h100", nodes=2)
+
+
+@pytest.fixture(scope="module")
+def free_network(h100x2):
+    """Every link 1e6 x faster with zero latency: only NCCL's protocol latencies (microseconds) remain."""
+    topo = h100x2.with_link_scale({kind: 1e6 for kind in LinkKind})
+    latency = np.zeros(topo.num_links)
+    latency.setflags(write=False)
+    caps = topo.link_flow_cap_bytes_per_s * 1e6
+    caps.setflags(write=False)
+    return dataclasses.replace(topo, link_latency_s=latency, link_flow_cap_bytes_per_s=caps)
+
+
+# --------------------------------------------------------------------------------------------------
+# task times
+# --------------------------------------------------------------------------------------------------
+
+
+def test_task_times_by_hand():
+    ar = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=8, group=(0, 1))
+    w = Workload(nranks=2, collectives=(ar,), programs=(
+        (ComputeTask(duration_s=1.0), CommTask(index=0), ComputeTask(duration_s=0.5)),
+        (ComputeTask(duration_s=2.0), CommTask(index=0, stream=1, after=(0,)), ComputeTask(duration_s=0.1)),
+    ))
+    t = task_times(w, [0.25])
+    # rank 1 arrives at 2.0 (after its compute), rank 0 at 1.0: the collective runs 2.0 .. 2.25
+    assert t.collective_start_s[0] == 2.0 and t.collective_end_s[0] == 2.25
+    assert list(t.start_s[0]) == [0.0, 2.0, 2.25] and t.end_s[0][2] == 2.75
+    # rank 1's last compute is on stream 0 after its first compute: it overlaps the collective (stream 1)
+    assert list(t.start_s[1]) == [0.0, 2.0, 2.0] and t.end_s[1][2] == pytest.approx(2.1)
+    assert t.makespan_s == 2.75
+    assert task_times(w).makespan_s == 2.5                 # free network: 2.0 + 0.5
+
+
+def test_task_times_finds_deadlocks():
+    a = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=8, group=(0, 1))
+    w = Workload(nranks=2, collectives=(a, a), programs=((CommTask(index=0), CommTask(index=1)),
+                                                         (CommTask(index=1), CommTask(index=0))))
+    with pytest.raises(RuntimeError, match="deadlock"):
+        task_times(w)
+    with pytest.raises(ValueError, match="collective_time_s"):
+        task_times(w, [1.0])
+
+
+@pytest.mark.parametrize("schedule, pp, vp, m", [("1f1b", p, 1, m) for p in (2, 3, 5) for m in (1, 2, 7)]
+                         + [("gpipe", p, 1, m) for p in (2, 4) for m in (1, 3)]
+                         + [("interleaved", p, v, p * k) for p in (2, 3, 4) for v in (2, 3) for k in (1, 2)])
+def test_schedules_run_without_deadlock_in_their_closed_form(schedule, pp, vp, m):
+    # balanced stages, free network: 1F1B and GPipe take (m + p - 1)(f + b) per stage's layers, the
+    # interleaved schedule (m + (p - 1)/v)(f + b) (SC21 sec. 2.2); f = 1 ms, b = 2 ms per layer, 2 layers
+    # per model chunk. tp = 2 and dp = 2 add the tensor collectives and scattered transfers.
+    layers = 2 * pp * vp
+    model = tiny(layers)
+    spec = ParallelismSpec(tp=2, pp=pp, dp=2, vp=vp, schedule=schedule, global_batch=2 * m)
+    tw = training_step(model, spec, uniform(model, 1e-3, 2e-3), granularity="chunk")
+    per_stage = 3e-3 * layers / pp
+    bubble = (pp - 1) / vp if schedule == "interleaved" else pp - 1
+    assert task_times(tw.workload).makespan_s == pytest.approx((m + bubble) * per_stage, rel=1e-12)
+
+
+def test_union_length():
+    # [0, 2] and [3, 4]: 3 s
+    assert union_length_s([(0, 1), (0.5, 2), (3, 4), (3.5, 3.5)]) == 3.0
+    assert union_length_s([]) == 0.0
+
+
+# --------------------------------------------------------------------------------------------------
+# critical path and exposed communication
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("schedule, vp, layers", [("1f1b", 1, 4), ("interleaved", 2, 8)])
+def test_free_network_step_is_the_compute_critical_path(free_network, schedule, vp, layers):
+    # p 4 stages, m = 8 / 2 = 4 micro-batches, per stage and micro-batch f = 10 ms x L/p, b = 20 ms x L/p
+    # (L/p = 1 or 2 layers). 1F1B: (m + p - 1)(f + b) = 7 x 30 ms = 210 ms; interleaved with v = 2:
+    # (m + (p - 1)/v)(f + b) = 5.5 x 60 ms = 330 ms. Embedding, logits and optimizer take 0 here.
+    model = tiny(layers)
+    spec = ParallelismSpec(tp=2, pp=4, dp=2, vp=vp, schedule=schedule, global_batch=8)
+    r = simulate_step(model, spec, topology=free_network, compute=uniform(model), granularity="chunk")
+    expected = 0.210 if schedule == "1f1b" else 0.330
+    assert r.critical_path_s == pytest.approx(expected, rel=1e-12)
+    # what is left are NCCL protocol latencies (~10 us) of the collectives on the path: < 1 %
+    assert r.step_time_s == pytest.approx(expected, rel=1e-2)
+    assert r.step_time_s >= r.critical_path_s
+    assert r.compute_s == pytest.approx(4 * (layers // 4) * 0.030, rel=1e-12)        # m x L/p x (f + b)
+    assert r.bubble_s == pytest.approx(expected - r.compute_s, rel=1e-9)
+
+
+def test_step_decomposes_into_compute_bubble_and_exposed_communication(h100x2):
+    model = tiny(8)
+    spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=16, bucket_bytes=64 * 1024)
+    r = simulate_step(model, spec, topology=h100x2, compute=uniform(model, 1e-3, 2e-3), granularity="chunk")
+    assert r.exposed_comm_s == pytest.approx(r.step_time_s - r.critical_path_s, abs=1e-15)
+    assert r.step_time_s == pytest.approx(r.compute_s + r.bubble_s + r.exposed_comm_s, rel=1e-12)
+    assert 0 < r.exposed_comm_s and 0 <= r.comm_s
+    assert r.tokens_per_s == pytest.approx(16 * 32 / r.step_time_s)
+    assert set(r.breakdown["group"]) == {"tp", "pp", "dp"}
+
+
+def test_exposed_communication_of_a_serial_reduction_is_its_duration(h100x2):
+    # pp = 1, reduction after the backward (dp_overlap False): the optimizer waits for every bucket, which run
+    # one after the other on stream 1, so the time the network adds is exactly the sum of the bucket times.
+    model = custom_gpt(layers=2, hidden=512, heads=8, seq_len=256, vocab=1024)
+    spec = ParallelismSpec(dp=16, dp_overlap=False, bucket_bytes=2 * 1024 * 1024)
+    r = simulate_step(model, spec, topology=h100x2, compute=uniform(model, 1e-3, 2e-3))
+    (phase,) = r.phases
+    buckets = [rec.time_s for rec in phase.sim.collectives]
+    assert len(buckets) == math.ceil(model.stage_parameters(0) * 4 / (2 * 1024 * 1024))
+    assert r.exposed_comm_s == pytest.approx(sum(buckets), rel=1e-9)
+    assert r.breakdown["group"]["dp"]["exposed_s"] == pytest.approx(sum(buckets), rel=1e-9)
+
+
+def test_overlap_never_makes_the_step_longer(h100x2):
+    model = custom_gpt(layers=4, hidden=512, heads=8, seq_len=256, vocab=1024)
+    steps = {}
+    for overlap in (True, False):
+        spec = ParallelismSpec(dp=16, global_batch=32, dp_overlap=overlap, bucket_bytes=8 * 1024 * 1024)
+        steps[overlap] = simulate_step(model, spec, topology=h100x2, overlap_slowdown=0.0, granularity="chunk")
+    assert steps[True].step_time_s <= steps[False].step_time_s
+    assert steps[True].exposed_comm_s < steps[False].exposed_comm_s
+    assert steps[True].critical_path_s == pytest.approx(steps[False].critical_path_s, rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------------------
+# reductions are exact where they claim to be
+# --------------------------------------------------------------------------------------------------
+
+
+def test_symmetric_replicas_and_representative_transfers_match_the_full_step():
+    topo = build_system("dgx-h100", nodes=2)
+    model = tiny(8)
+    spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, dp_overlap=False, bucket_bytes=None)
+    kw = dict(topology=topo, compute=uniform(model, 1e-3, 2e-3), granularity="chunk")
+    full = simulate_step(model, spec, **kw)
+    reduced = simulate_step(model, spec, symmetric_replicas=True, tensor_rank0_p2p=True, **kw)
+    assert reduced.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
+    assert reduced.critical_path_s == pytest.approx(full.critical_path_s, rel=1e-12)
+    for group in ("tp", "pp", "dp"):
+        for key in ("count", "nbytes"):
+            assert reduced.breakdown["group"][group][key] == full.breakdown["group"][group][key]
+    assert len(reduced.phases) == 2 and reduced.notes
+
+
+def test_steady_state_extrapolation_is_exact_for_the_compute_path(h100x2):
+    # 1F1B time is affine in m, (m + p - 1)(f + b): two runs (k = 2, 4) predict m = 9 exactly on compute
+    model = tiny(4)
+    spec = ParallelismSpec(tp=2, pp=4, dp=1, global_batch=9)
+    kw = dict(topology=h100x2, compute=uniform(model), granularity="chunk")
+    full = simulate_step(model, spec, **kw)
+    fast = simulate_step(model, spec, steady_state_microbatches=2, **kw)
+    assert fast.critical_path_s == pytest.approx(full.critical_path_s, rel=1e-12) == (9 + 3) * 0.030
+    assert fast.step_time_s == pytest.approx(full.step_time_s, rel=1e-3)
+
+
+# --------------------------------------------------------------------------------------------------
+# SC21: same kernels as the compute-only check; communication only adds time
+# --------------------------------------------------------------------------------------------------
+
+
+def test_sc21_small_rows_against_the_compute_only_check():
+    compute_only = {c.model: c for c in sc21_compute_only_check()}
+    rows = sc21_check(max_gpus=64)
+    assert [r.model for r in rows] == ["GPT-1.7B", "GPT-3.6B"]
+    for r in rows:
+        c = compute_only[r.model]
+        # p = 1: the compute critical path is m stage times + the optimizer, compute.py's iteration time
+        assert r.step_time_s - r.exposed_comm_s == pytest.approx(c.iteration_time_s, rel=1e-9)
+        assert r.predicted_tflops < c.compute_only_tflops
+        assert r.exposed_comm_s > 0
+
+
+def test_sc21_layout_of_a_row():
+    row = next(r for r in _sc21_rows() if r["model"] == "GPT-145.6B")
+    model, spec = sc21_layout(row)
+    # 1536 GPUs, t 8, p 8, d 24, v 2, b 2, B 2304 -> m 48; fp16 gradients in one buffer after the pipeline
+    assert (spec.tp, spec.pp, spec.dp, spec.vp, spec.microbatches) == (8, 8, 24, 2, 48)
+    assert spec.schedule == "interleaved" and not spec.dp_overlap and spec.bucket_bytes is None
+    assert model.layers == 80 and model.hidden == 12288
+
+
+# --------------------------------------------------------------------------------------------------
+# memory, outputs, bad input
+# --------------------------------------------------------------------------------------------------
+
+
+def test_memory_holds_the_micro_batches_in_flight():
+    model = tiny(8)
+    spec = ParallelismSpec(tp=2, pp=4, dp=1, global_batch=8)
+    mem = memory_per_gpu(model, spec)
+    per_layer = model.activation_bytes_per_layer(micro_batch=1, tp=2, flash_attention=True)
+    # 1F1B: stage 0 holds p = 4 micro-batches of its 2 layers
+    assert mem["activations"] == 4 * 2 * per_layer
+    gpipe = memory_per_gpu(model, dataclasses.replace(spec, schedule="gpipe"))
+    assert gpipe["activations"] == 8 * 2 * per_layer                # all m = 8
+    state = model.training_state_bytes(tp=2, pp=4, grad_bytes=4)
+    assert mem["total"] == pytest.approx(state.total + mem["activations"])
+
+
+def test_out_of_memory_flag(h100x2):
+    big = custom_gpt(layers=16, hidden=8192, heads=64, seq_len=256)      # 12.9e9 weights: 16 B each > 80 GB
+    r = simulate_step(big, ParallelismSpec(dp=1), topology=h100x2, compute=uniform(big), granularity="chunk")
+    assert r.out_of_memory and r.memory_bytes_per_gpu > r.memory_capacity_bytes
+
+
+def test_json_and_trace(h100x2):
+    model = tiny(4)
+    spec = ParallelismSpec(tp=2, pp=2, dp=2, global_batch=4)
+    r = simulate_step(model, spec, topology=h100x2, compute=uniform(model), granularity="chunk")
+    data = json.loads(r.to_json())
+    for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "compute_s", "comm_s", "exposed_comm_s",
+                "breakdown"):
+        assert key in data
+    assert data["step_time_s"] == r.step_time_s
+    trace = chrome_trace(r)
+    events = trace["traceEvents"]
+    tasks = sum(len(p) for p in r.phases[0].training.workload.programs)
+    assert sum(e["ph"] == "X" for e in events) == tasks
+    assert {e["pid"] for e in events if e["name"] == "process_name"} == set(range(8))
+    assert max(e["ts"] + e["dur"] for e in events if e["ph"] == "X") == pytest.approx(r.step_time_s * 1e6)
+    again = simulate_step(model, spec, topology=h100x2, compute=uniform(model), granularity="chunk")
+    assert again.step_time_s == r.step_time_s                          # deterministic
+
+
+def test_tensor_group_across_servers_is_slower(h100x2):
+    # the same two-rank tensor group on one server (NVLink) and across two servers (one NDR NIC each)
+    model = custom_gpt(layers=2, hidden=1024, heads=16, seq_len=1024, vocab=1024)
+    spec = ParallelismSpec(tp=2, dp=1)
+    kw = dict(topology=h100x2, compute=uniform(model))
+    inside = simulate_step(model, spec, **kw)
+    across = simulate_step(model, spec, placement=Placement.custom(h100x2, [0, 8]), **kw)
+    assert inside.critical_path_s == across.critical_path_s
+    assert across.exposed_comm_s > 2 * inside.exposed_comm_s > 0
+    assert across.breakdown["link_tier_bytes"]["nic"] > 0 == inside.breakdown["link_tier_bytes"].get("nic", 0)
+
+
+def test_bad_inputs(h100x2):
+    model = tiny(4)
+    with pytest.raises(ValueError, match="symmetric_replicas"):
+        simulate_step(model, ParallelismSpec(dp=2), topology=h100x2, symmetric_replicas=True)
+    with pytest.raises(ValueError, match="needs 32 GPUs"):
+        simulate_step(model, ParallelismSpec(dp=32), topology=h100x2)
+    with pytest.raises(ValueError, match="granularity: 'op'"):
+        simulate_step(model, ParallelismSpec(dp=2), topology=h100x2, granularity="op")
+    with pytest.raises(ValueError, match="steady_state_microbatches: 0"):
+        simulate_step(model, ParallelismSpec(dp=2), topology=h100x2, steady_state_microbatches=0)
+    with pytest.raises(ValueError, match="system: 'dgx-z'"):
+        simulate_step(model, ParallelismSpec(dp=2), system="dgx-z")
+    with pytest.raises(ValueError, match="overlap_slowdown"):
+        simulate_step(model, ParallelismSpec(dp=2), topology=h100x2, overlap_slowdown=-1.0)
+    with pytest.raises(ValueError, match="placement"):
+        simulate_step(model, ParallelismSpec(dp=2), topology=h100x2, placement=Placement.custom(h100x2, [0]))
+    with pytest.raises(ValueError, match="recompute"):
+        simulate_step(model, ParallelismSpec(dp=2), topology=h100x2, recompute="all", config=SimConfig())

@@ -1,0 +1,304 @@
+"""How a training job is split over GPUs: the parallelism layout and its process groups. Pure data.
+
+A :class:`ParallelismSpec` holds the sizes of the five kinds of parallelism and the step's shape:
+
+* tensor parallelism t (``tp``): each layer's GEMMs split over t GPUs (Megatron-LM);
+* pipeline parallelism p (``pp``) with ``vp`` virtual stages per GPU (interleaved 1F1B);
+* context parallelism c (``cp``): the sequence split over c GPUs (ring attention);
+* data parallelism d (``dp``): replicas of the model, gradients averaged; ZeRO stage 0-3 / FSDP;
+* expert parallelism e (``ep``): the experts of each MoE layer spread over e GPUs, carved out of the
+  d x c ranks that hold the same (tensor, pipeline) shard (Megatron-Core: ep divides d x c).
+
+The world is t x c x d x p GPUs (ep does not multiply it). With ``dp=None`` it is derived from
+``gpus``: d = gpus / (t c p). A step runs ``global_batch`` sequences as m = B / (d b) micro-batches
+of ``micro_batch`` sequences on every replica.
+
+Rank numbering follows Megatron-Core's ``RankGenerator``: ``order`` lists the dimensions from the
+fastest-varying (innermost) to the slowest, default ``"tp-cp-ep-dp-pp"``, so the t ranks of a
+tensor-parallel group are consecutive (one NVLink server) and pipeline stages are furthest apart::
+
+    rank = i_tp + t (i_cp + c (i_dp + d i_pp))          (order tp-cp-dp-pp; ep is not a dimension of
+                                                          the dense layers)
+
+Expert-parallel groups: among the d c ranks of one (tensor, pipeline) coordinate, sorted by rank,
+consecutive blocks of e ranks; the expert-data-parallel group of a rank are the ranks at the same
+position of the other blocks (they hold the same experts and average their gradients).
+
+Worked number (SC21 Table 1, GPT-145.6B): 1536 GPUs, t 8, p 8 -> d = 1536 / 64 = 24; B 2304, b 2 ->
+m = 2304 / 48 = 48 micro-batches; rank 100 = 4 + 8 (12 + 24 x 0): tensor rank 4, data-parallel rank
+12, stage 0; its tensor group is 96..103, its pipeline group 100, 292, ..., 1444 (stride t d = 192).
+
+What is ignored here: expert tensor parallelism other than t (Megatron's ``expert_tensor_parallel_size``),
+heterogeneous stage sizes, and uneven micro-batches.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+__all__ = ("SCHEDULES", "DTYPES", "GROUP_KINDS", "DEFAULT_ORDER", "DDP_BUCKET_BYTES", "RankCoords", "ParallelismSpec")
+
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
+DTYPES = ("bf16", "fp16", "fp8")
+# Process-group kinds: the five parallelisms, the gradient-averaging group of dense weights (data x
+# context parallel ranks hold the same dense weights; Megatron-Core reduces over that group) and the
+# expert-data-parallel group that averages expert gradients.
+GROUP_KINDS = ("tp", "cp", "ep", "dp", "pp", "dp_cp", "edp")
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"     # Megatron-Core parallel_state.initialize_model_parallel default order
+# PyTorch DistributedDataParallel bucket_cap_mb = 25, converted as bucket_cap_mb * 1024 * 1024 bytes
+# (torch/nn/parallel/distributed.py): 25 MiB.
+DDP_BUCKET_BYTES = 25 * 1024 * 1024
+
+_DENSE_DIMS = ("tp", "cp", "dp", "pp")
+
+
+def _reject(field: str, value: object, expected: str) -> ValueError:
+    return ValueError(f"ParallelismSpec.{field}: {value!r} is not allowed; expected {expected}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class RankCoords:
+    """Where one rank sits: its index in each dimension (``ep`` = position of its expert group block,
+    ``ep_rank`` = its index inside the expert-parallel group)."""
+
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int
+    ep_rank: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParallelismSpec:
+    """A training layout. See the module docstring for the meaning of each size.
+
+    >>> p = ParallelismSpec(tp=8, pp=8, gpus=1536, micro_batch=2, global_batch=2304)
+    >>> p.dp, p.microbatches, p.world_size
+    (24, 48, 1536)
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    vp: int = 1                        # model chunks (virtual stages) per pipeline rank, interleaved 1F1B
+    gpus: int | None = None
+    zero: int = 0                      # ZeRO stage 0-3 (3 = parameters sharded too, like FSDP)
+    fsdp: bool = False                 # PyTorch FSDP FULL_SHARD: ZeRO-3 semantics
+    micro_batch: int = 1               # sequences per micro-batch (b)
+    global_batch: int | None = None    # sequences per step (B); None = one micro-batch per replica
+    seq_len: int | None = None         # None = the model's
+    schedule: str = "1f1b"
+    sequence_parallel: bool = False
+    scatter_gather: bool = True        # SC21 sec. 4.1: send 1/t of the activation, all-gather over NVLink
+    bucket_bytes: int | None = DDP_BUCKET_BYTES   # None = one bucket of all gradients (Megatron grad buffer)
+    dp_overlap: bool = True            # reduce gradient buckets during the backward (DDP); False = after it
+    order: str = DEFAULT_ORDER
+    dtype: str = "bf16"
+    ep_imbalance: float = 0.0          # busiest expert-parallel rank receives (1 + x) x the average tokens
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "cp", "ep", "vp", "micro_batch"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 1:
+                raise _reject(name, value, "an integer >= 1")
+        for name in ("dp", "gpus", "global_batch", "seq_len"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 1):
+                raise _reject(name, value, "None or an integer >= 1")
+        if not _is_int(self.zero) or not 0 <= self.zero <= 3:
+            raise _reject("zero", self.zero, "0, 1, 2 or 3")
+        for name in ("fsdp", "sequence_parallel", "scatter_gather", "dp_overlap"):
+            if not isinstance(getattr(self, name), bool):
+                raise _reject(name, getattr(self, name), "True or False")
+        if self.fsdp and self.zero not in (0, 3):
+            raise _reject("zero", self.zero, "0 or 3 with fsdp=True (FSDP full sharding is ZeRO stage 3)")
+        if self.schedule not in SCHEDULES:
+            raise _reject("schedule", self.schedule, f"one of {', '.join(map(repr, SCHEDULES))}")
+        if self.dtype not in DTYPES:
+            raise _reject("dtype", self.dtype, f"one of {', '.join(map(repr, DTYPES))}")
+        if self.bucket_bytes is not None and (not _is_int(self.bucket_bytes) or self.bucket_bytes < 4):
+            raise _reject("bucket_bytes", self.bucket_bytes, "None or an integer >= 4")
+        if not isinstance(self.ep_imbalance, numbers.Real) or isinstance(self.ep_imbalance, bool) \
+                or not 0 <= self.ep_imbalance < float("inf"):
+            raise _reject("ep_imbalance", self.ep_imbalance, "a finite number >= 0")
+        self._parse_order(self.order)
+        if self.schedule == "interleaved":
+            if self.vp < 2:
+                raise _reject("vp", self.vp, "an integer >= 2 with schedule 'interleaved' (model chunks per stage)")
+            if self.pp < 2:
+                raise _reject("pp", self.pp, "an integer >= 2 with schedule 'interleaved'")
+        elif self.vp != 1:
+            raise _reject("vp", self.vp, f"1 with schedule {self.schedule!r}; virtual stages need 'interleaved'")
+        inner = self.tp * self.cp * self.pp
+        if self.dp is None:
+            if self.gpus is None:
+                raise _reject("dp", None, "an integer >= 1, or gpus= to derive it as gpus / (tp x cp x pp)")
+            if self.gpus % inner:
+                raise _reject("gpus", self.gpus, f"a multiple of tp x cp x pp = {self.tp} x {self.cp} x {self.pp} "
+                                                 f"= {inner}")
+            object.__setattr__(self, "dp", self.gpus // inner)
+        elif self.gpus is not None and self.gpus != inner * self.dp:
+            raise _reject("gpus", self.gpus, f"tp x cp x dp x pp = {self.tp} x {self.cp} x {self.dp} x {self.pp} = "
+                                             f"{inner * self.dp}")
+        if (self.dp * self.cp) % self.ep:
+            raise _reject("ep", self.ep, f"a divisor of dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp} "
+                                         "(expert parallelism is carved out of the data/context-parallel ranks)")
+        per_step = self.dp * self.micro_batch
+        if self.global_batch is None:
+            object.__setattr__(self, "global_batch", per_step)
+        elif self.global_batch % per_step:
+            raise _reject("global_batch", self.global_batch, f"a multiple of dp x micro_batch = {self.dp} x "
+                                                             f"{self.micro_batch} = {per_step}")
+        if self.schedule == "interleaved" and self.microbatches % self.pp:
+            raise _reject("global_batch", self.global_batch,
+                          f"a value giving a number of micro-batches divisible by pp ({self.pp}) for the interleaved "
+                          f"schedule (Megatron's rule); it gives {self.microbatches}")
+
+    # ---- sizes ----------------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def microbatches(self) -> int:
+        """m = B / (d b): micro-batches each replica runs per step."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def zero_stage(self) -> int:
+        """The ZeRO stage in effect (3 with fsdp=True)."""
+        return 3 if self.fsdp else self.zero
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallelism in effect (it only means something with tp > 1)."""
+        return self.sequence_parallel and self.tp > 1
+
+    @property
+    def virtual_stages(self) -> int:
+        return self.pp * self.vp
+
+    def seq(self, model) -> int:
+        return model.seq_len if self.seq_len is None else self.seq_len
+
+    # ---- checks against a model ------------------------------------------------------------------
+    def check(self, model) -> "ParallelismSpec":
+        """Raise ValueError if this layout cannot run ``model`` (a workloads.model.ModelSpec). Returns self."""
+        if self.tp > 1 and (model.heads % self.tp or model.kv_heads % self.tp):
+            raise _reject("tp", self.tp, f"a divisor of the model's heads ({model.heads}) and kv_heads "
+                                         f"({model.kv_heads})")
+        if model.ffn_hidden % self.tp:
+            raise _reject("tp", self.tp, f"a divisor of the model's ffn_hidden ({model.ffn_hidden})")
+        if model.layers % (self.pp * self.vp):
+            raise _reject("pp", self.pp, f"a value with layers ({model.layers}) divisible by pp x vp = {self.pp} x "
+                                         f"{self.vp} = {self.pp * self.vp} (equal pipeline chunks)")
+        s = self.seq(model)
+        if s % self.cp:
+            raise _reject("cp", self.cp, f"a divisor of seq_len ({s})")
+        if self.ep > 1:
+            if not model.is_moe:
+                raise _reject("ep", self.ep, f"1 for the dense model {model.name!r} (no experts to distribute)")
+            if model.experts % self.ep:
+                raise _reject("ep", self.ep, f"a divisor of the model's experts ({model.experts})")
+        if model.is_moe and self.tp > 1 and not self.sequence_parallel:
+            raise _reject("sequence_parallel", False, "True for a MoE model with tp > 1 (Megatron requires it)")
+        return self
+
+    # ---- rank numbering --------------------------------------------------------------------------
+    @staticmethod
+    def _parse_order(order: str) -> tuple[str, ...]:
+        if not isinstance(order, str):
+            raise _reject("order", order, "a string such as 'tp-cp-ep-dp-pp'")
+        dims = tuple(order.strip().lower().split("-"))
+        dense = tuple(d for d in dims if d != "ep")
+        if sorted(dense) != sorted(_DENSE_DIMS) or len(dims) - len(dense) > 1:
+            raise _reject("order", order, "a '-'-joined permutation of tp, cp, dp, pp (and optionally ep), "
+                                          "innermost first, e.g. 'tp-cp-ep-dp-pp'")
+        return dense
+
+    def _sizes(self) -> dict[str, int]:
+        return {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp}
+
+    def _strides(self) -> dict[str, int]:
+        strides, stride = {}, 1
+        sizes = self._sizes()
+        for dim in self._parse_order(self.order):
+            strides[dim] = stride
+            stride *= sizes[dim]
+        return strides
+
+    def rank_of(self, *, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
+        """The rank with these coordinates."""
+        coords, sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}, self._sizes()
+        for dim, value in coords.items():
+            if not _is_int(value) or not 0 <= value < sizes[dim]:
+                raise ValueError(f"rank_of.{dim}: {value!r} is not allowed; expected an integer in 0..{sizes[dim] - 1}")
+        strides = self._strides()
+        return sum(coords[d] * strides[d] for d in _DENSE_DIMS)
+
+    def coords(self, rank: int) -> RankCoords:
+        """Coordinates of ``rank`` in every dimension."""
+        if not _is_int(rank) or not 0 <= rank < self.world_size:
+            raise ValueError(f"rank: {rank!r} is not allowed; expected an integer in 0..{self.world_size - 1}")
+        strides, sizes = self._strides(), self._sizes()
+        c = {d: (rank // strides[d]) % sizes[d] for d in _DENSE_DIMS}
+        block = self._expert_block(c["tp"], c["pp"])
+        position = block.index(rank)
+        return RankCoords(tp=c["tp"], cp=c["cp"], dp=c["dp"], pp=c["pp"], ep=position // self.ep,
+                          ep_rank=position % self.ep)
+
+    def _expert_block(self, tp: int, pp: int) -> list[int]:
+        """The d x c ranks holding tensor shard ``tp`` of stage ``pp``, sorted by rank."""
+        return sorted(self.rank_of(tp=tp, cp=c, dp=d, pp=pp) for c in range(self.cp) for d in range(self.dp))
+
+    def groups(self, kind: str) -> list[tuple[int, ...]]:
+        """Process groups of ``kind`` (one of GROUP_KINDS): every rank is in exactly one group of each
+        kind; members are listed in increasing coordinate (for pp: stage 0 first).
+
+        >>> ParallelismSpec(tp=2, pp=2, dp=2).groups("pp")
+        [(0, 4), (1, 5), (2, 6), (3, 7)]
+        """
+        if kind not in GROUP_KINDS:
+            raise ValueError(f"groups.kind: {kind!r} is not known; expected one of {', '.join(GROUP_KINDS)}")
+        sizes = self._sizes()
+        if kind in _DENSE_DIMS or kind == "dp_cp":
+            varying = ("cp", "dp") if kind == "dp_cp" else (kind,)
+            fixed = [d for d in _DENSE_DIMS if d not in varying]
+            out = []
+            for f in _product([range(sizes[d]) for d in fixed]):
+                base = dict(zip(fixed, f))
+                members = [self.rank_of(**base, **dict(zip(varying, v)))
+                           for v in _product([range(sizes[d]) for d in varying])]
+                out.append(tuple(sorted(members)))
+            return sorted(out)
+        out = []
+        for tp in range(self.tp):
+            for pp in range(self.pp):
+                block = self._expert_block(tp, pp)
+                if kind == "ep":
+                    out += [tuple(block[i:i + self.ep]) for i in range(0, len(block), self.ep)]
+                else:
+                    out += [tuple(block[i::self.ep]) for i in range(self.ep)]
+        return sorted(out)
+
+    def group_of(self, kind: str, rank: int) -> tuple[int, ...]:
+        """The group of ``kind`` that holds ``rank``."""
+        for group in self.groups(kind):
+            if rank in group:
+                return group
+        raise ValueError(f"rank: {rank!r} is not allowed; expected an integer in 0..{self.world_size - 1}")
+
+
+def _product(ranges: list[range]) -> list[tuple[int, ...]]:
+    out: list[tuple[int, ...]] = [()]
+    for r in ranges:
+        out = [t + (i,) for t in out for i in r]
+    return out

@@ -1,0 +1,891 @@
+"""One training step as per-rank programs: model x parallelism x compute times -> Workload. Pure data.
+
+Every rank runs its pipeline stage's schedule of forward (F) and backward (B) passes over the
+micro-batches, with the communication of each kind of parallelism where Megatron-LM / PyTorch put it.
+Compute durations are inputs (:class:`StepCompute`, filled in by ``simulator.training``), so this
+module only decides *what* runs *where* and *in which order*.
+
+Streams (CUDA streams of one rank; tasks of a stream run in program order)::
+
+    0 compute, with the collectives that block it: tensor parallel, expert parallel (and the
+      all-gather that rebuilds a scattered pipeline activation)
+    1 data-parallel gradient reduction (and the ZeRO-1/2 parameter all-gather after the optimizer)
+    2 ZeRO-3 / FSDP parameter all-gathers (prefetched one compute task ahead)
+    3 context-parallel ring-attention KV exchange
+    4, 5, 6, 7 pipeline sends to the next stage, receives from the previous stage, sends to the
+      previous stage, receives from the next stage
+
+Pipeline schedules (``pipeline_schedule``), for p stages, m micro-batches, stage s:
+
+* GPipe: F0 .. F(m-1), then B(m-1) .. B0 (backward in reverse order, as torchgpipe).
+* 1F1B (PipeDream-Flush, Narayanan et al. SC21 sec. 2.2.1): warm-up min(p - s - 1, m) forwards, then
+  m - warm-up pairs (F, B), then the remaining backwards. Balanced stages of forward f and backward b
+  per micro-batch take (m + p - 1)(f + b): the bubble is (p - 1)(f + b).
+* Interleaved 1F1B (SC21 sec. 2.2.2, Megatron's forward_backward_pipelining_with_interleaving): v
+  model chunks per stage, virtual stage c p + s; forward step k runs micro-batch (k // pv) p + k % p
+  of chunk (k % pv) // p (chunks reversed for backward); warm-up (p - s - 1) 2 + (v - 1) p steps (all
+  m v when m = p); the bubble shrinks to (p - 1)(f + b) / v.
+
+Pipeline transfers: the activation of a micro-batch leaving virtual stage j and its gradient coming
+back, s b h D / c bytes each, divided by t with sequence parallelism or SC21's scatter/gather (then
+the receiver all-gathers the t slices over NVLink: an all_gather of s b h D / c in its tensor group).
+Each transfer is ONE-DIRECTIONAL: an ``alltoall`` over the 2-rank group (sender, receiver) whose split
+matrix is [[0, S], [0, 0]], so ``Collective.nbytes`` = S, exactly the bytes that cross. Sends and
+receives are blocking as in Megatron: a send is issued when its producing pass ends and the next
+pass waits for it; a receive is posted when the pass before its consumer ends, and the consumer
+waits for it. The interleaved schedule runs its steady-state (F, B) pairs back to back and exchanges
+after the pair (Megatron's send_forward_backward_recv_forward_backward): there F's sends block the
+pass after B, and a backward's receive is posted with the pair before. Sends and receives towards
+the two neighbours run on separate streams, so Megatron's batched send/recv calls progress together;
+these rules reproduce its ordering and never deadlock (checked for every schedule in the tests).
+
+Tensor parallelism (Megatron f/g operators): per layer and micro-batch 2 all-reduces of s b h D / c in
+the forward and 2 in the backward (4 per layer and micro-batch; plus 2 re-run by full
+recomputation); with sequence parallelism the all-gathers and reduce-scatters of
+``ModelSpec.tp_collectives_per_layer``. They sit on the compute stream after the layer's compute.
+
+Data parallelism: the gradients of a rank's weights (ModelSpec.stage_parameters x gradient bytes;
+fp16 training reduces fp16 gradients, bf16 and fp8 training fp32 ones, Megatron's
+accumulate_allreduce_grads_in_fp32) are cut, in the order the backward produces them, into buckets
+of ``bucket_bytes`` (one bucket per model chunk when None, Megatron's contiguous gradient buffer).
+With ``dp_overlap`` a bucket is reduced on stream 1 as soon as the backward of the last micro-batch
+has produced all of it (PyTorch DDP), overlapping the rest of the backward; otherwise all buckets are
+reduced after the pipeline (Megatron-LM 2021, ``allreduce_gradients`` after the schedule). ZeRO 0:
+all-reduce; ZeRO 1/2: reduce-scatter, optimizer on the 1/(d c) shard, all-gather of the updated
+parameters; ZeRO 3 / FSDP: every layer's parameters all-gathered before its forward and again before
+its backward for every micro-batch (reshard after forward), gradients reduce-scattered per layer once
+the last micro-batch's backward produced them. Dense weights reduce over the d x c ranks that share
+them, expert weights over the expert-data-parallel group. Tied embeddings with p > 1: the first and
+last stage all-reduce the embedding gradient (V/t x h) after the data-parallel reduction.
+Reduce-scatter and all-gather sizes are rounded up to whole elements per rank (padding < n elements).
+
+Context parallelism: ring attention passes K and V around the c ranks, c - 1 steps per layer forward
+(2(c-1) backward; ModelSpec.cp_collectives_per_layer), each step a ``sendrecv`` of the cp group. They
+run on stream 3, issued when the layer starts; the layer's next compute-stream task waits for them:
+the exchange overlaps the layer's compute (a layer costs max(compute, exchange)), an optimistic
+bound of ring attention, which overlaps step i+1's transfer with step i's attention only.
+
+Expert parallelism: per MoE layer a dispatch and a combine all-to-all (T k h D per rank) forward and
+backward, on the compute stream. ``ep_imbalance`` x: the busiest member (member ``layer % e`` of the
+group) receives (1 + x) times the average from every sender in the dispatch and sends that much back in
+the combine; the others share the rest equally. The extra expert compute of the busiest rank is not
+modelled (its compute time is the average's).
+
+Task merging (``granularity="chunk"``): a pass of one model chunk becomes one compute task (the sum of
+its layers' times, embedding and logits included) and one collective per (group, kind) whose nbytes is
+the sum of the per-layer collectives: bytes and compute time are conserved, per-collective latencies
+are paid once instead of once per layer. The backward of the last micro-batch of each chunk keeps
+per-layer tasks when gradients are reduced during the backward, so buckets still overlap it.
+
+Representative pipeline transfers (``tensor_rank0_p2p=True``, tp > 1): only tensor rank 0 of a
+stage boundary sends and receives; its collective stands for the t identical transfers
+(``collective_weights``). Exact by symmetry when the t pairs use disjoint paths (tensor ranks inside a
+server, rail-optimised fabric: rank i's transfer uses rail i) and tensor-parallel collectives in every
+pass re-synchronise the tensor group (they do for t > 1); the other t - 1 transfers' link bytes are
+then not counted by the network model.
+
+Compute while communication runs beside it (``StepCompute.overlap_slowdown``): backward tasks of the
+last micro-batch issued after the rank's first overlapped bucket, and with ZeRO-3 every forward and
+backward task, take (1 + slowdown) x their time (an upper bound: the kernels are assumed to overlap a
+communication kernel for their whole duration).
+
+Worked number: GPT-1.7B (24 layers), t = p = 1, d = 32, b = 16, B = 512 -> m = 1; each rank runs 24
+forward and 24 backward layer tasks and 2 embedding, 2 logits tasks; its fp16 gradients, 1.652e9 x 2 B
+= 3.305e9 B, are 127 buckets of 25 MiB = 26,214,400 B (126.06 of them: the last one holds 0.06).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+
+from .collectives import DTYPE_BYTES, Collective, CollectiveKind
+from .model import RECOMPUTE, ModelSpec
+from .parallelism import ParallelismSpec
+from .tasks import CommTask, ComputeTask, Workload
+
+__all__ = (
+    "STREAM_COMPUTE", "STREAM_DP", "STREAM_PARAM", "STREAM_CP", "STREAM_SEND_NEXT", "STREAM_RECV_PREV",
+    "STREAM_SEND_PREV", "STREAM_RECV_NEXT", "STREAM_NAMES", "GRANULARITIES", "GROUP_TAGS",
+    "StepCompute", "TrainingWorkload", "pipeline_schedule", "training_step", "gradient_bytes_per_param",
+    "stage_of_chunk",
+)
+
+STREAM_COMPUTE, STREAM_DP, STREAM_PARAM, STREAM_CP = 0, 1, 2, 3
+STREAM_SEND_NEXT, STREAM_RECV_PREV, STREAM_SEND_PREV, STREAM_RECV_NEXT = 4, 5, 6, 7
+STREAM_NAMES = {STREAM_COMPUTE: "compute", STREAM_DP: "dp", STREAM_PARAM: "zero params", STREAM_CP: "cp ring",
+                STREAM_SEND_NEXT: "pp send next", STREAM_RECV_PREV: "pp recv prev",
+                STREAM_SEND_PREV: "pp send prev", STREAM_RECV_NEXT: "pp recv next"}
+GRANULARITIES = ("layer", "chunk")
+GROUP_TAGS = ("tp", "pp", "dp", "cp", "ep")
+PARTS = ("all", "pipeline", "reduction")
+
+# Collective dtype names (workloads.collectives.DTYPE_BYTES) for activations and gradients.
+_ACT_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp8": "bfloat16"}
+
+
+def gradient_bytes_per_param(dtype: str) -> int:
+    """Bytes per gradient element the data-parallel reduction moves: 2 for fp16 training, 4 (fp32) for bf16
+    and fp8 (Megatron-LM sets accumulate_allreduce_grads_in_fp32 for bf16; fp8 training keeps bf16/fp32
+    master weights and reduces fp32 gradients the same way)."""
+    return 2 if dtype == "fp16" else 4
+
+
+def _reject(field_name: str, value: object, expected: str) -> ValueError:
+    return ValueError(f"{field_name}: {value!r} is not allowed; expected {expected}")
+
+
+def _seconds(field_name: str, value: object) -> float:
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise _reject(field_name, value, "a finite number of seconds >= 0")
+    return float(value)
+
+
+# --------------------------------------------------------------------------------------------------
+# inputs
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCompute:
+    """Compute seconds on one GPU for one micro-batch (computed by ``simulator.training``).
+
+    ``layer_backward_s`` includes recomputation. ``logits_*`` is final norm + output layer + loss.
+    ``optimizer_s`` has one entry per pipeline stage (its shard of the weights), or is empty (0 s).
+    """
+
+    layer_forward_s: tuple[float, ...]
+    layer_backward_s: tuple[float, ...]
+    embedding_forward_s: float = 0.0
+    embedding_backward_s: float = 0.0
+    logits_forward_s: float = 0.0
+    logits_backward_s: float = 0.0
+    optimizer_s: tuple[float, ...] = ()
+    overlap_slowdown: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("layer_forward_s", "layer_backward_s", "optimizer_s"):
+            value = tuple(getattr(self, name))
+            object.__setattr__(self, name, tuple(_seconds(f"StepCompute.{name}[{i}]", v) for i, v in enumerate(value)))
+        if len(self.layer_forward_s) != len(self.layer_backward_s) or not self.layer_forward_s:
+            raise _reject("StepCompute.layer_backward_s", f"{len(self.layer_backward_s)} entries",
+                          f"one per layer, as many as layer_forward_s ({len(self.layer_forward_s)}), at least one")
+        for name in ("embedding_forward_s", "embedding_backward_s", "logits_forward_s", "logits_backward_s",
+                     "overlap_slowdown"):
+            object.__setattr__(self, name, _seconds(f"StepCompute.{name}", getattr(self, name)))
+
+    @classmethod
+    def uniform(cls, *, layers: int, forward_s: float, backward_s: float, **kw) -> "StepCompute":
+        """Every layer takes ``forward_s`` / ``backward_s`` (handy for hand-derived schedules)."""
+        if not isinstance(layers, int) or layers < 1:
+            raise _reject("StepCompute.uniform.layers", layers, "an integer >= 1")
+        return cls(layer_forward_s=(forward_s,) * layers, layer_backward_s=(backward_s,) * layers, **kw)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingWorkload:
+    """The step's Workload with what each collective is for.
+
+    ``group_kinds[i]`` is the parallelism ("tp", "pp", "dp", "cp", "ep") whose group runs collective i;
+    ``collective_names[i]`` a readable name; ``collective_weights[i]`` how many identical transfers it
+    stands for (t for a pipeline transfer made by tensor rank 0 alone, else 1). ``ranks[r]`` is the
+    global rank program r belongs to (the identity unless only part of the world was built).
+    """
+
+    workload: Workload
+    group_kinds: tuple[str, ...]
+    collective_names: tuple[str, ...]
+    collective_weights: tuple[int, ...]
+    parallelism: ParallelismSpec
+    model_name: str
+    recompute: str
+    granularity: str
+    part: str
+    ranks: tuple[int, ...]
+
+    def collective_indices(self, kind: str) -> tuple[int, ...]:
+        if kind not in GROUP_TAGS:
+            raise _reject("kind", kind, f"one of {', '.join(GROUP_TAGS)}")
+        return tuple(i for i, k in enumerate(self.group_kinds) if k == kind)
+
+    def rank_collectives(self, rank: int) -> tuple[int, ...]:
+        """Indices of the collectives program ``rank`` takes part in, in program order."""
+        return tuple(t.index for t in self.workload.programs[rank] if isinstance(t, CommTask))
+
+    def nbytes_by_kind(self, rank: int) -> dict[str, int]:
+        """Sum of Collective.nbytes per group kind over the collectives of program ``rank``."""
+        out = {k: 0 for k in GROUP_TAGS}
+        for i in self.rank_collectives(rank):
+            out[self.group_kinds[i]] += self.workload.collectives[i].nbytes
+        return out
+
+
+# --------------------------------------------------------------------------------------------------
+# schedules
+# --------------------------------------------------------------------------------------------------
+
+
+def pipeline_schedule(schedule: str, *, pp: int, stage: int, microbatches: int,
+                      vp: int = 1) -> tuple[tuple[str, int, int], ...]:
+    """The passes stage ``stage`` runs, in order: ("F" or "B", micro-batch, model chunk).
+
+    >>> [f"{p}{m}" for p, m, _ in pipeline_schedule("1f1b", pp=4, stage=1, microbatches=4)]
+    ['F0', 'F1', 'F2', 'B0', 'F3', 'B1', 'B2', 'B3']
+    """
+    for name, value in (("pp", pp), ("microbatches", microbatches), ("vp", vp)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise _reject(name, value, "an integer >= 1")
+    if not isinstance(stage, int) or not 0 <= stage < pp:
+        raise _reject("stage", stage, f"an integer in 0..{pp - 1}")
+    m = microbatches
+    if schedule == "gpipe" or (schedule == "1f1b" and vp == 1):
+        if vp != 1:
+            raise _reject("vp", vp, "1 with the gpipe schedule")
+        if schedule == "gpipe":
+            return tuple(("F", i, 0) for i in range(m)) + tuple(("B", i, 0) for i in reversed(range(m)))
+        warmup = min(pp - stage - 1, m)
+        order = [("F", i, 0) for i in range(warmup)]
+        for i in range(m - warmup):
+            order += [("F", warmup + i, 0), ("B", i, 0)]
+        order += [("B", i, 0) for i in range(m - warmup, m)]
+        return tuple(order)
+    if schedule != "interleaved":
+        raise _reject("schedule", schedule, "one of 'gpipe', '1f1b', 'interleaved'")
+    if m % pp:
+        raise _reject("microbatches", m, f"a multiple of pp ({pp}) for the interleaved schedule")
+    total = m * vp
+    warmup = total if m == pp else min((pp - stage - 1) * 2 + (vp - 1) * pp, total)
+
+    def chunk(k: int, forward: bool) -> int:
+        c = (k % (pp * vp)) // pp
+        return c if forward else vp - 1 - c
+
+    def micro(k: int) -> int:
+        return (k // (pp * vp)) * pp + k % pp
+
+    order = [("F", micro(k), chunk(k, True)) for k in range(warmup)]
+    for i in range(total - warmup):
+        k = warmup + i
+        order += [("F", micro(k), chunk(k, True)), ("B", micro(i), chunk(i, False))]
+    order += [("B", micro(k), chunk(k, False)) for k in range(total - warmup, total)]
+    return tuple(order)
+
+
+def stage_of_chunk(virtual_stage: int, pp: int) -> tuple[int, int]:
+    """(pipeline rank, model chunk) of virtual stage j: chunk j // p on rank j % p (Megatron interleaving)."""
+    return virtual_stage % pp, virtual_stage // pp
+
+
+# --------------------------------------------------------------------------------------------------
+# builder
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Program:
+    tasks: list = field(default_factory=list)
+    pending: list = field(default_factory=list)        # tasks the next compute-stream task waits for
+    computes: list = field(default_factory=list)       # indices of compute tasks, in order
+
+    def stream0(self, task_cls, **kw) -> int:
+        after = tuple(sorted(set(self.pending)))
+        self.pending.clear()
+        self.tasks.append(task_cls(stream=STREAM_COMPUTE, after=after, **kw))
+        index = len(self.tasks) - 1
+        if task_cls is ComputeTask:
+            self.computes.append(index)
+        return index
+
+    def side(self, index: int, name: str, stream: int, after: tuple[int, ...] = ()) -> int:
+        self.tasks.append(CommTask(index=index, name=name, stream=stream, after=tuple(sorted(set(after)))))
+        return len(self.tasks) - 1
+
+    @property
+    def last0(self) -> tuple[int, ...]:
+        for i in range(len(self.tasks) - 1, -1, -1):
+            if self.tasks[i].stream == STREAM_COMPUTE:
+                return (i,)
+        return ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """Weights whose gradients one backward task produces: ``dense``/``expert`` parameter counts."""
+
+    name: str
+    dense: int
+    expert: int
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+class _Builder:
+    def __init__(self, model: ModelSpec, spec: ParallelismSpec, compute: StepCompute, *, recompute: str,
+                 granularity: str, part: str, ranks: tuple[int, ...], tensor_rank0_p2p: bool):
+        self.model, self.spec, self.compute = model, spec, compute
+        self.tensor_rank0_p2p = tensor_rank0_p2p and spec.tp > 1
+        self.recompute, self.granularity, self.part = recompute, granularity, part
+        self.ranks = ranks
+        self.local = {r: i for i, r in enumerate(ranks)}
+        self.collectives: list[Collective] = []
+        self.kinds: list[str] = []
+        self.names: list[str] = []
+        self.weights: list[int] = []
+        self.keys: dict = {}
+        self.seq = spec.seq(model)
+        self.act_dtype = {1: "fp8", 2: _ACT_DTYPE[spec.dtype], 4: "float32"}[model.dtype_bytes]
+        self.grad_bytes = gradient_bytes_per_param(spec.dtype)
+        self.grad_dtype = "float16" if self.grad_bytes == 2 else "float32"
+        self.param_dtype = self.act_dtype
+        self.V = spec.virtual_stages
+        self.L = model.layers // self.V
+        self.m = spec.microbatches
+        self.zero = spec.zero_stage
+        self.expert_param = self._one_expert_parameters()
+        # groups, cached
+        self._group_cache: dict[str, dict[int, tuple[int, ...]]] = {}
+
+    # ---- groups -----------------------------------------------------------------------------------
+    def group(self, kind: str, rank: int) -> tuple[int, ...]:
+        table = self._group_cache.get(kind)
+        if table is None:
+            table = {}
+            for g in self.spec.groups(kind):
+                for r in g:
+                    table[r] = g
+            self._group_cache[kind] = table
+        return table[rank]
+
+    def collective(self, key, make, kind: str, name: str, weight: int = 1) -> int:
+        index = self.keys.get(key)
+        if index is None:
+            coll = make()
+            missing = [r for r in coll.group if r not in self.local]
+            if missing:
+                raise ValueError(f"training_step.part: {self.part!r} builds a collective ({name}) with rank "
+                                 f"{missing[0]}, which is not built; expected part='all'")
+            coll = Collective(kind=coll.kind, nbytes=coll.nbytes, group=tuple(self.local[r] for r in coll.group),
+                              dtype=coll.dtype, splits=coll.splits)
+            index = len(self.collectives)
+            self.collectives.append(coll)
+            self.kinds.append(kind)
+            self.names.append(name)
+            self.weights.append(weight)
+            self.keys[key] = index
+        return index
+
+    # ---- weights ----------------------------------------------------------------------------------
+    def _one_expert_parameters(self) -> int:
+        model, spec = self.model, self.spec
+        if not model.is_moe or model.experts == 1:
+            return 0
+        layer = next(i for i in range(model.layers) if model.is_moe_layer(i))
+        all_here = model.layer_parameters(layer, tp=spec.tp, ep=1)
+        one_here = model.layer_parameters(layer, tp=spec.tp, ep=model.experts)
+        return (all_here - one_here) // (model.experts - 1)
+
+    def layer_unit(self, layer: int) -> _Unit:
+        total = self.model.layer_parameters(layer, tp=self.spec.tp, ep=self.spec.ep)
+        expert = (self.model.experts // self.spec.ep) * self.expert_param if self.model.is_moe_layer(layer) else 0
+        return _Unit(name=f"layer{layer}", dense=total - expert, expert=expert)
+
+    def embedding_unit(self) -> _Unit:
+        return _Unit(name="embedding", dense=self.model.embedding_parameters(tp=self.spec.tp), expert=0)
+
+    def output_unit(self) -> _Unit:
+        model, tp = self.model, self.spec.tp
+        if model.tied_embeddings:
+            out = -(-model.vocab // tp) * model.hidden if self.spec.pp > 1 else 0
+        else:
+            out = model.output_parameters(tp=tp)
+        return _Unit(name="output", dense=out + model.final_norm_parameters(), expert=0)
+
+    def chunk_layers(self, v: int) -> range:
+        return range(v * self.L, (v + 1) * self.L)
+
+    def backward_units(self, v: int) -> list[_Unit]:
+        """Units of virtual stage v in the order its backward produces their gradients."""
+        units = [self.output_unit()] if v == self.V - 1 else []
+        units += [self.layer_unit(l) for l in reversed(self.chunk_layers(v))]
+        if v == 0:
+            units.append(self.embedding_unit())
+        return units
+
+    # ---- collective factories -------------------------------------------------------------------
+    def p2p(self, key, src: int, dst: int, nbytes: int, name: str) -> int:
+        def make():
+            return Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=nbytes, group=(src, dst), dtype=self.act_dtype,
+                              splits=((0, nbytes), (0, 0)))
+        return self.collective(key, make, "pp", name, weight=self.spec.tp if self.tensor_rank0_p2p else 1)
+
+    def simple(self, key, kind: CollectiveKind, nbytes: int, group: tuple[int, ...], dtype: str, tag: str,
+               name: str) -> int:
+        return self.collective(key, lambda: Collective(kind=kind, nbytes=nbytes, group=group, dtype=dtype), tag, name)
+
+    def padded(self, kind: CollectiveKind, nbytes: int, n: int, elt: int) -> int:
+        if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
+            return _round_up(nbytes, n * elt)
+        return nbytes
+
+    # ---- per-layer communication sizes ----------------------------------------------------------
+    def tp_sizes(self, phase: str):
+        if self.spec.tp == 1:
+            return ()
+        return self.model.tp_collectives_per_layer(micro_batch=self.spec.micro_batch, seq_len=self.seq,
+                                                   tp=self.spec.tp, sp=self.spec.sp, cp=self.spec.cp, phase=phase,
+                                                   recompute=self.recompute)
+
+    def cp_sizes(self, phase: str):
+        if self.spec.cp == 1:
+            return ()
+        return self.model.cp_collectives_per_layer(micro_batch=self.spec.micro_batch, seq_len=self.seq,
+                                                   tp=self.spec.tp, cp=self.spec.cp, phase=phase,
+                                                   recompute=self.recompute)
+
+    def ep_sizes(self, layer: int, phase: str):
+        if self.spec.ep == 1:
+            return ()
+        return self.model.ep_collectives_per_layer(layer, micro_batch=self.spec.micro_batch, seq_len=self.seq,
+                                                   tp=self.spec.tp, cp=self.spec.cp, ep=self.spec.ep, phase=phase,
+                                                   recompute=self.recompute)
+
+    def ep_matrix(self, nbytes: int, layer: int, combine: bool) -> list[list[int]]:
+        """Bytes member p sends member q in one dispatch (transposed for a combine)."""
+        n, elt = self.spec.ep, _elt(self.act_dtype)
+        elements = nbytes // elt
+        busiest = layer % n
+        heavy = min(elements, int(round((1.0 + self.spec.ep_imbalance) * elements / n)))
+        light, extra = divmod(elements - heavy, n - 1)
+        rows = []
+        for p in range(n):
+            others = [q for q in range(n) if q != busiest]
+            row = [0] * n
+            row[busiest] = heavy
+            for j, q in enumerate(others):
+                row[q] = light + (1 if j < extra else 0)
+            rows.append([b * elt for b in row])
+        if combine:
+            rows = [list(col) for col in zip(*rows)]
+        return rows
+
+
+def _elt(dtype: str) -> int:
+    return DTYPE_BYTES[dtype]
+
+
+def _matrix_collective(group: tuple[int, ...], matrix: list[list[int]], dtype: str) -> Collective:
+    n = len(group)
+    even = len({b for row in matrix for b in row}) == 1
+    if even and matrix[0][0] * n % (n * _elt(dtype)) == 0:
+        return Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=matrix[0][0] * n, group=group, dtype=dtype)
+    splits = tuple(tuple(int(b) for b in row) for row in matrix)
+    return Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=max(sum(r) for r in splits), group=group, dtype=dtype,
+                      splits=splits)
+
+
+# --------------------------------------------------------------------------------------------------
+# one rank's program
+# --------------------------------------------------------------------------------------------------
+
+
+class _RankProgram:
+    def __init__(self, b: _Builder, rank: int):
+        self.b, self.rank = b, rank
+        spec = b.spec
+        self.coords = spec.coords(rank)
+        self.stage = self.coords.pp
+        self.prog = _Program()
+        self.tp_group = b.group("tp", rank)
+        self.cp_group = b.group("cp", rank)
+        self.ep_group = b.group("ep", rank)
+        self.dp_group = b.group("dp_cp", rank)
+        self.edp_group = b.group("edp", rank)
+        self.ops = pipeline_schedule(spec.schedule, pp=spec.pp, stage=self.stage, microbatches=b.m, vp=spec.vp)
+        last_b: dict[int, int] = {}
+        for i, (phase, _, chunk) in enumerate(self.ops):
+            if phase == "B":
+                last_b[chunk] = i
+        self.last_backward = last_b
+        self.pipeline = b.part in ("all", "pipeline")
+        self.reduce = b.part in ("all", "reduction")
+        self.reduces_dense = len(self.dp_group) > 1
+        self.reduces_expert = len(self.edp_group) > 1 and b.model.is_moe
+        self.overlap = self.reduce and b.part == "all" and spec.dp_overlap and b.zero < 3
+        self.dp_started = False
+        self.stretched_all = b.zero >= 3 and self.reduces_dense
+        self.dp_tasks: list[int] = []
+
+    # ---- helpers ---------------------------------------------------------------------------------
+    def peer(self, virtual_stage: int) -> int:
+        c = self.coords
+        stage, _ = stage_of_chunk(virtual_stage, self.b.spec.pp)
+        return self.b.spec.rank_of(tp=c.tp, cp=c.cp, dp=c.dp, pp=stage)
+
+    def duration(self, seconds: float, *, backward_last: bool) -> float:
+        slow = self.stretched_all or (backward_last and self.dp_started)
+        return seconds * (1.0 + self.b.compute.overlap_slowdown) if slow else seconds
+
+    def compute(self, seconds: float, name: str, *, backward_last: bool = False) -> int:
+        return self.prog.stream0(ComputeTask, duration_s=self.duration(seconds, backward_last=backward_last),
+                                 name=name)
+
+    # ---- the program ------------------------------------------------------------------------------
+    def build(self) -> tuple:
+        spec = self.b.spec
+        self.buckets = {v: self.plan_buckets(v) for v in range(spec.vp)}
+        if self.pipeline:
+            op_end: list[tuple[int, ...]] = []
+            deferred: list[int] = []
+            for i, (phase, mb, chunk) in enumerate(self.ops):
+                v = chunk * spec.pp + self.stage
+                # Receives are posted when the pass before the consumer ends; in the interleaved schedule
+                # Megatron posts a backward's receive one pass earlier, with the previous (F, B) pair's.
+                early = spec.schedule == "interleaved" and phase == "B" and i >= 1 and self.ops[i - 1][0] == "F"
+                j = i - 2 if early else i - 1
+                post = op_end[j] if j >= 0 else ()
+                if phase == "F":
+                    sends = self.forward(mb, v, post)
+                else:
+                    sends = self.backward(mb, v, post, last=self.last_backward[chunk] == i)
+                op_end.append(self.prog.last0)
+                # Blocking sends: the next pass waits for them. Interleaved steady state runs a (F, B) pair
+                # back to back and exchanges after it (Megatron), so F's sends block the pass after B.
+                pair = spec.schedule == "interleaved" and phase == "F" and i + 1 < len(self.ops) \
+                    and self.ops[i + 1][0] == "B"
+                if pair:
+                    deferred = sends
+                else:
+                    self.prog.pending.extend(sends + deferred)
+                    deferred = []
+        if self.reduce:
+            self.finish()
+        return tuple(self.prog.tasks)
+
+    def label(self, phase: str, mb: int, v: int) -> str:
+        _, chunk = stage_of_chunk(v, self.b.spec.pp)
+        return f"{phase} mb{mb} stage{self.stage}" + (f" chunk{chunk}" if self.b.spec.vp > 1 else "")
+
+    def recv(self, mb: int, v_from: int, direction: str, label: str, post: tuple[int, ...]) -> None:
+        """Receive the activation (forward) or gradient (backward) of ``mb`` from virtual stage v_from."""
+        b, spec = self.b, self.b.spec
+        c = self.coords
+        if self.transfers():
+            key = ("pp", direction, mb, v_from, c.tp, c.cp, c.dp)
+            v_to = v_from + 1 if direction == "act" else v_from - 1
+            index = b.p2p(key, self.peer(v_from), self.rank, self.pp_bytes(),
+                          f"pp {direction} mb{mb} v{v_from}->v{v_to}")
+            stream = STREAM_RECV_PREV if direction == "act" else STREAM_RECV_NEXT
+            task = self.prog.side(index, f"pp recv {direction} {label}", stream, post)
+            self.prog.pending.append(task)
+        if self.scatter_gather():
+            full = b.model.pp_activation_bytes(micro_batch=spec.micro_batch, seq_len=b.seq, tp=spec.tp, cp=spec.cp)
+            gkey = ("pp-gather", direction, mb, v_from, self.tp_group)
+            gi = b.simple(gkey, CollectiveKind.ALL_GATHER, full, self.tp_group, b.act_dtype, "tp",
+                          f"pp allgather {direction} mb{mb}")
+            self.prog.stream0(CommTask, index=gi, name=f"pp allgather {direction} {label}")
+
+    def send(self, mb: int, v: int, direction: str, label: str) -> list[int]:
+        b = self.b
+        if not self.transfers():
+            return []
+        v_to = v + 1 if direction == "act" else v - 1
+        dst = self.peer(v_to)
+        c = self.coords
+        key = ("pp", direction, mb, v, c.tp, c.cp, c.dp)
+        index = b.p2p(key, self.rank, dst, self.pp_bytes(), f"pp {direction} mb{mb} v{v}->v{v_to}")
+        stream = STREAM_SEND_NEXT if direction == "act" else STREAM_SEND_PREV
+        return [self.prog.side(index, f"pp send {direction} {label}", stream, self.prog.last0)]
+
+    def transfers(self) -> bool:
+        """Whether this rank moves its pipeline tensors itself (False: tensor rank 0 stands for it)."""
+        return not self.b.tensor_rank0_p2p or self.coords.tp == 0
+
+    def scatter_gather(self) -> bool:
+        spec = self.b.spec
+        return spec.tp > 1 and spec.scatter_gather and not spec.sp
+
+    def pp_bytes(self) -> int:
+        b, spec = self.b, self.b.spec
+        return b.model.pp_activation_bytes(micro_batch=spec.micro_batch, seq_len=b.seq, tp=spec.tp, sp=spec.sp,
+                                           cp=spec.cp, scatter_gather=self.scatter_gather())
+
+    # ---- ZeRO-3 parameter gathers -------------------------------------------------------------------
+    def gather_params(self, units: list[_Unit], key, label: str) -> None:
+        b = self.b
+        if b.zero < 3:
+            return
+        # the gather for the next compute task may start once the task before it has ended (depth 1)
+        prefetch_after = tuple(self.prog.computes[-2:-1]) if len(self.prog.computes) >= 2 else ()
+        for part, group in (("dense", self.dp_group), ("expert", self.edp_group)):
+            params = sum(getattr(u, part) for u in units)
+            if params == 0 or len(group) == 1:
+                continue
+            elt = _elt(b.param_dtype)
+            nbytes = b.padded(CollectiveKind.ALL_GATHER, params * b.model.dtype_bytes, len(group), elt)
+            gi = b.simple(("zero-ag", key, part, group), CollectiveKind.ALL_GATHER, nbytes, group, b.param_dtype, "dp",
+                          f"zero allgather {part} {label}")
+            task = self.prog.side(gi, f"zero allgather {label}", STREAM_PARAM, prefetch_after)
+            self.prog.pending.append(task)
+
+    # ---- passes ----------------------------------------------------------------------------------
+    def forward(self, mb: int, v: int, post: tuple[int, ...]) -> list[int]:
+        b = self.b
+        label = self.label("fwd", mb, v)
+        if v > 0:
+            self.recv(mb, v - 1, "act", label, post)
+        layers = b.chunk_layers(v)
+        first, last = v == 0, v == b.V - 1
+        if b.granularity == "chunk":
+            units = ([b.embedding_unit()] if first else []) + [b.layer_unit(l) for l in layers] \
+                + ([b.output_unit()] if last else [])
+            self.gather_params(units, ("F", mb, v), label)
+            seconds = sum(b.compute.layer_forward_s[l] for l in layers)
+            seconds += (b.compute.embedding_forward_s if first else 0.0) + (b.compute.logits_forward_s if last else 0.0)
+            self.compute(seconds, label)
+            self.layer_comm(list(layers), "forward", ("F", mb, v), label)
+        else:
+            if first:
+                self.gather_params([b.embedding_unit()], ("F", mb, v, "emb"), label)
+                self.compute(b.compute.embedding_forward_s, f"{label} embedding")
+            for l in layers:
+                self.gather_params([b.layer_unit(l)], ("F", mb, v, l), label)
+                self.compute(b.compute.layer_forward_s[l], f"{label} layer{l}")
+                self.layer_comm([l], "forward", ("F", mb, v, l), label)
+            if last:
+                self.gather_params([b.output_unit()], ("F", mb, v, "out"), label)
+                self.compute(b.compute.logits_forward_s, f"{label} logits")
+        return self.send(mb, v, "act", label) if v < b.V - 1 else []
+
+    def backward(self, mb: int, v: int, post: tuple[int, ...], *, last: bool) -> list[int]:
+        b = self.b
+        label = self.label("bwd", mb, v)
+        if v < b.V - 1:
+            self.recv(mb, v + 1, "grad", label, post)
+        layers = list(reversed(b.chunk_layers(v)))
+        first_chunk, last_chunk = v == 0, v == b.V - 1
+        _, chunk = stage_of_chunk(v, b.spec.pp)
+        overlapped = last and self.overlap and (self.reduces_dense or self.reduces_expert)
+        per_layer = b.granularity == "layer" or overlapped or (last and b.zero >= 3)
+        if not per_layer:
+            units = ([b.output_unit()] if last_chunk else []) + [b.layer_unit(l) for l in layers] \
+                + ([b.embedding_unit()] if first_chunk else [])
+            self.gather_params(units, ("B", mb, v), label)
+            seconds = sum(b.compute.layer_backward_s[l] for l in layers)
+            seconds += (b.compute.logits_backward_s if last_chunk else 0.0)
+            seconds += (b.compute.embedding_backward_s if first_chunk else 0.0)
+            task = self.compute(seconds, label, backward_last=last)
+            self.layer_comm(layers, "backward", ("B", mb, v), label)
+            if last:
+                self.grads_ready(chunk, len(units), task)
+        else:
+            done = 0
+            if last_chunk:
+                self.gather_params([b.output_unit()], ("B", mb, v, "out"), label)
+                task = self.compute(b.compute.logits_backward_s, f"{label} logits", backward_last=last)
+                done += 1
+                if last:
+                    self.grads_ready(chunk, done, task)
+            for l in layers:
+                self.gather_params([b.layer_unit(l)], ("B", mb, v, l), label)
+                task = self.compute(b.compute.layer_backward_s[l], f"{label} layer{l}", backward_last=last)
+                self.layer_comm([l], "backward", ("B", mb, v, l), label)
+                done += 1
+                if last:
+                    self.grads_ready(chunk, done, task)
+            if first_chunk:
+                self.gather_params([b.embedding_unit()], ("B", mb, v, "emb"), label)
+                task = self.compute(b.compute.embedding_backward_s, f"{label} embedding", backward_last=last)
+                done += 1
+                if last:
+                    self.grads_ready(chunk, done, task)
+        return self.send(mb, v, "grad", label) if v > 0 else []
+
+    def layer_comm(self, layers: list[int], phase: str, key, label: str) -> None:
+        """TP and EP collectives after the layers' compute (stream 0), CP exchange overlapping it (stream 3)."""
+        b, spec = self.b, self.b.spec
+        n = len(layers)
+        # context parallelism: issued when the compute began, the next compute-stream task waits for it
+        start_after = tuple(self.prog.computes[-2:-1]) if len(self.prog.computes) >= 2 else ()
+        for size in b.cp_sizes(phase):
+            counts = [size.count * n] if b.granularity == "chunk" and n > 1 else [1] * (size.count * n)
+            for j, count in enumerate(counts):
+                ci = b.simple(("cp", key, size.name, j, self.cp_group), CollectiveKind.SENDRECV, size.nbytes * count,
+                              self.cp_group, b.act_dtype, "cp", f"cp kv {label}")
+                self.prog.pending.append(self.prog.side(ci, f"cp kv {label}", STREAM_CP, start_after))
+        # tensor parallelism
+        sizes = b.tp_sizes(phase)
+        if b.granularity == "chunk" and n > 1:
+            merged: dict[CollectiveKind, int] = {}
+            for size in sizes:
+                merged[size.kind] = merged.get(size.kind, 0) + size.nbytes * size.count * n
+            for kind, nbytes in merged.items():
+                ti = b.simple(("tp", key, kind.value, self.tp_group), kind, nbytes, self.tp_group, b.act_dtype, "tp",
+                              f"tp {kind.value} {label}")
+                self.prog.stream0(CommTask, index=ti, name=f"tp {kind.value.replace('_', '')}")
+        else:
+            for l in layers:
+                for j, size in enumerate(_interleave(sizes)):
+                    ti = b.simple(("tp", key, l, j, self.tp_group), size.kind, size.nbytes, self.tp_group, b.act_dtype,
+                                  "tp", f"tp {size.name} layer{l} {label}")
+                    self.prog.stream0(CommTask, index=ti, name=f"tp {size.kind.value.replace('_', '')}")
+        # expert parallelism
+        if spec.ep > 1:
+            matrices: list[list[list[int]]] = []
+            for l in layers:
+                for size in self.b.ep_sizes(l, phase):
+                    for j in range(size.count):
+                        matrices.append(b.ep_matrix(size.nbytes, l, combine=j % 2 == 1))
+            if b.granularity == "chunk" and n > 1 and matrices:
+                total = [[sum(mx[p][q] for mx in matrices) for q in range(spec.ep)] for p in range(spec.ep)]
+                matrices = [total]
+            for j, mx in enumerate(matrices):
+                ei = b.collective(("ep", key, j, self.ep_group),
+                                  lambda mx=mx: _matrix_collective(self.ep_group, mx, b.act_dtype), "ep",
+                                  f"ep alltoall {label}")
+                self.prog.stream0(CommTask, index=ei, name="ep alltoall")
+
+    # ---- data parallelism ------------------------------------------------------------------------
+    def plan_buckets(self, chunk: int) -> list[tuple[str, int, int, int]]:
+        """Buckets of this rank's chunk: (dense|expert, params, ready after unit count k, bucket id)."""
+        b, spec = self.b, self.b.spec
+        if not self.reduce:
+            return []
+        v = chunk * spec.pp + self.stage
+        units = b.backward_units(v)
+        out = []
+        for part, active in (("dense", self.reduces_dense), ("expert", self.reduces_expert)):
+            if not active:
+                continue
+            sizes = [getattr(u, part) for u in units]
+            total = sum(sizes)
+            if total == 0:
+                continue
+            if b.zero >= 3:          # one reduce-scatter per unit, when its gradients are complete
+                out += [(part, s, k + 1, k) for k, s in enumerate(sizes) if s > 0]
+                continue
+            cap = total if spec.bucket_bytes is None else max(1, spec.bucket_bytes // b.grad_bytes)
+            cumulative = [sum(sizes[:k + 1]) for k in range(len(sizes))]
+            start, bucket = 0, 0
+            while start < total:
+                end = min(total, start + cap)
+                ready = next(k for k, c in enumerate(cumulative) if c >= end) + 1
+                out.append((part, end - start, ready, bucket))
+                start, bucket = end, bucket + 1
+        return out
+
+    def grads_ready(self, chunk: int, units_done: int, task: int) -> None:
+        if not self.overlap and not (self.b.zero >= 3 and self.reduce and self.b.part == "all"):
+            return
+        for bucket in self.buckets[chunk]:
+            if bucket[2] == units_done:
+                self.reduce_bucket(chunk, bucket, (task,))
+
+    def reduce_bucket(self, chunk: int, bucket, after: tuple[int, ...]) -> None:
+        b = self.b
+        part, params, _, bid = bucket
+        group = self.dp_group if part == "dense" else self.edp_group
+        kind = CollectiveKind.ALL_REDUCE if b.zero == 0 else CollectiveKind.REDUCE_SCATTER
+        nbytes = b.padded(kind, params * b.grad_bytes, len(group), b.grad_bytes)
+        label = f"dp bucket {bid}" + (f" chunk{chunk}" if b.spec.vp > 1 else "") \
+            + (" experts" if part == "expert" else "")
+        index = b.simple(("dp", chunk, part, bid, group), kind, nbytes, group, b.grad_dtype, "dp", label)
+        self.dp_tasks.append(self.prog.side(index, label, STREAM_DP, after))
+        self.dp_started = True
+
+    def finish(self) -> None:
+        b, spec = self.b, self.b.spec
+        end = self.prog.last0
+        overlapped = self.overlap or (b.zero >= 3 and b.part == "all")
+        if not overlapped:
+            for chunk in reversed(range(spec.vp)):
+                for bucket in self.buckets[chunk]:
+                    self.reduce_bucket(chunk, bucket, end)
+        if b.model.tied_embeddings and spec.pp > 1 and self.stage in (0, spec.pp - 1):
+            c = self.coords
+            group = (spec.rank_of(tp=c.tp, cp=c.cp, dp=c.dp, pp=0), spec.rank_of(tp=c.tp, cp=c.cp, dp=c.dp,
+                                                                                   pp=spec.pp - 1))
+            nbytes = -(-b.model.vocab // spec.tp) * b.model.hidden * b.grad_bytes
+            index = b.simple(("emb", group), CollectiveKind.ALL_REDUCE, nbytes, group, b.grad_dtype, "pp",
+                             "embedding allreduce")
+            self.dp_tasks.append(self.prog.side(index, "embedding allreduce", STREAM_DP, end))
+        self.prog.pending.extend(self.dp_tasks)
+        optimizer = b.compute.optimizer_s[self.stage] if b.compute.optimizer_s else 0.0
+        opt = self.prog.stream0(ComputeTask, duration_s=optimizer, name=f"optimizer stage{self.stage}")
+        if b.zero in (1, 2) and self.reduces_dense:
+            for chunk in range(spec.vp):
+                for part, params, _, bid in self.buckets[chunk]:
+                    group = self.dp_group if part == "dense" else self.edp_group
+                    nbytes = b.padded(CollectiveKind.ALL_GATHER, params * b.model.dtype_bytes, len(group),
+                                      _elt(b.param_dtype))
+                    label = f"zero allgather bucket {bid}" + (f" chunk{chunk}" if spec.vp > 1 else "")
+                    index = b.simple(("zero-post", chunk, part, bid, group), CollectiveKind.ALL_GATHER, nbytes, group,
+                                     b.param_dtype, "dp", label)
+                    self.prog.side(index, label, STREAM_DP, (opt,))
+
+
+def _interleave(sizes) -> list:
+    """Per-layer collectives in execution order: one of each kind in turn (AG, RS, AG, RS, ...)."""
+    out, j = [], 0
+    while any(j < s.count for s in sizes):
+        out += [s for s in sizes if j < s.count]
+        j += 1
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# entry point
+# --------------------------------------------------------------------------------------------------
+
+
+def training_step(model: ModelSpec, parallelism: ParallelismSpec, compute: StepCompute, *, recompute: str = "none",
+                  granularity: str = "layer", part: str = "all", ranks=None,
+                  tensor_rank0_p2p: bool = False) -> TrainingWorkload:
+    """The programs of every rank for one training step (see the module docstring).
+
+    ``part``: "all" (the step), "pipeline" (forward/backward passes only, no data-parallel reduction or
+    optimizer) or "reduction" (only the data-parallel reduction, embedding sync and optimizer: what
+    follows the pipeline when ``dp_overlap`` is False). ``ranks``: build only these global ranks (their
+    collectives must stay among them), renumbered 0..len-1 in the Workload. ``tensor_rank0_p2p``: only
+    tensor rank 0 of each stage moves the pipeline tensors (see the module docstring, task merging).
+    """
+    if not isinstance(model, ModelSpec):
+        raise _reject("model", model, "a workloads.model.ModelSpec")
+    if not isinstance(parallelism, ParallelismSpec):
+        raise _reject("parallelism", parallelism, "a workloads.parallelism.ParallelismSpec")
+    if not isinstance(compute, StepCompute):
+        raise _reject("compute", compute, "a StepCompute")
+    if recompute not in RECOMPUTE:
+        raise _reject("recompute", recompute, f"one of {', '.join(map(repr, RECOMPUTE))}")
+    if granularity not in GRANULARITIES:
+        raise _reject("granularity", granularity, f"one of {', '.join(map(repr, GRANULARITIES))}")
+    if part not in PARTS:
+        raise _reject("part", part, f"one of {', '.join(map(repr, PARTS))}")
+    if not isinstance(tensor_rank0_p2p, bool):
+        raise _reject("tensor_rank0_p2p", tensor_rank0_p2p, "True or False")
+    parallelism.check(model)
+    if len(compute.layer_forward_s) != model.layers:
+        raise _reject("compute.layer_forward_s", f"{len(compute.layer_forward_s)} entries",
+                      f"one per layer of {model.name} ({model.layers})")
+    if compute.optimizer_s and len(compute.optimizer_s) != parallelism.pp:
+        raise _reject("compute.optimizer_s", f"{len(compute.optimizer_s)} entries",
+                      f"one per pipeline stage ({parallelism.pp}) or none")
+    if part == "reduction" and parallelism.zero_stage >= 3:
+        raise _reject("part", part, "'all' with ZeRO-3/FSDP, whose parameter gathers sit inside the pipeline")
+    world = parallelism.world_size
+    if ranks is None:
+        ranks = tuple(range(world))
+    else:
+        ranks = tuple(int(r) for r in ranks)
+        if not ranks or len(set(ranks)) != len(ranks) or not all(0 <= r < world for r in ranks):
+            raise _reject("ranks", ranks, f"distinct ranks in 0..{world - 1}, at least one")
+    builder = _Builder(model, parallelism, compute, recompute=recompute, granularity=granularity, part=part,
+                       ranks=ranks, tensor_rank0_p2p=tensor_rank0_p2p)
+    programs = tuple(_RankProgram(builder, r).build() for r in ranks)
+    workload = Workload(nranks=len(ranks), collectives=tuple(builder.collectives), programs=programs)
+    return TrainingWorkload(workload=workload, group_kinds=tuple(builder.kinds),
+                            collective_names=tuple(builder.names), collective_weights=tuple(builder.weights),
+                            parallelism=parallelism, model_name=model.name,
+                            recompute=recompute, granularity=granularity, part=part, ranks=ranks)
