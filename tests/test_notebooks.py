@@ -2,7 +2,8 @@
 
 The kernel is this interpreter (a kernelspec written into the temporary directory), so the
 notebooks see the fabricsim under test whatever kernels the machine has registered. A notebook
-must write nothing: the notebooks/ folder is unchanged afterwards.
+must write nothing: the notebooks/ folder is unchanged afterwards. ``FABRICSIM_NOTEBOOK_SMALL=1``
+is set for the kernel: notebooks that read it (fabrics.ipynb) run at reduced sizes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ KERNEL = "fabricsim-test-python"
 
 def test_notebooks_found():
     assert NOTEBOOKS, "notebooks/ holds no notebook"
+    assert {"validation.ipynb", "fabrics.ipynb"} <= {p.name for p in NOTEBOOKS}
 
 
 @pytest.mark.slow
@@ -35,6 +37,7 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "fabricsim test", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("FABRICSIM_NOTEBOOK_SMALL", "1")      # the kernel inherits this environment
     work = tmp_path / "cwd"
     work.mkdir()
     before = sorted(p.name for p in (ROOT / "notebooks").iterdir())
