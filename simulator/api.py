@@ -27,9 +27,15 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
                     failed_links=config.failed_links)
     qps = config.collectives.qps_per_connection
     ctx = LoweringContext(topology=topology, router=router, rank_gpu=placement.rank_gpu, qps_per_connection=qps)
-    choices = [choose(c, ctx, config.collectives) for c in workload.collectives]
-    schedules = [ALGORITHMS[ch.algorithm].lower(c, ctx, protocol=ch.protocol, nchannels=ch.nchannels)
-                 for c, ch in zip(workload.collectives, choices)]
+    # equal collectives (a training step repeats each TP all-reduce thousands of times) are chosen
+    # and lowered once: Collective is frozen, and choice and schedule depend only on it and ctx
+    planned: dict = {}
+    for c in workload.collectives:
+        if c not in planned:
+            ch = choose(c, ctx, config.collectives)
+            planned[c] = (ch, ALGORITHMS[ch.algorithm].lower(c, ctx, protocol=ch.protocol, nchannels=ch.nchannels))
+    choices = [planned[c][0] for c in workload.collectives]
+    schedules = [planned[c][1] for c in workload.collectives]
     if config.congestion:
         network = build_network(config.network_model, topology, congestion=config.congestion)
     else:

@@ -107,15 +107,20 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
     recorded = range(workload.nranks) if task_ranks is None else task_ranks
     task_times = {rank: np.full((len(workload.programs[rank]), 2), np.nan) for rank in recorded}
 
+    lowered: dict[tuple[int, int], NetworkFlows] = {}    # (id of a shared schedule, step) -> flows
+
     def execute(index: int):
         meeting = meetings[index]
         meeting.start_s = env.now
         schedule = schedules[index]
         if launch_overhead_s > 0:
             yield env.timeout(launch_overhead_s)
-        for step in schedule.steps:
-            flows = network_flows(step, schedule, topology=topology, router=router, rank_gpu=rank_gpu,
-                                  qps_per_connection=qps_per_connection)
+        for k, step in enumerate(schedule.steps):
+            flows = lowered.get((id(schedule), k))
+            if flows is None:
+                flows = lowered[(id(schedule), k)] = network_flows(
+                    step, schedule, topology=topology, router=router, rank_gpu=rank_gpu,
+                    qps_per_connection=qps_per_connection)
             yield fabric.transfer(flows.paths, flows.weights, flows.wire_bytes, flows.caps_bytes_per_s,
                                   step.latency_s + (flows.latency_s if step.path_latency else 0.0),
                                   flows.fill_bytes)
