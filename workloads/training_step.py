@@ -335,6 +335,7 @@ class _Builder:
         self.names: list[str] = []
         self.weights: list[int] = []
         self.keys: dict = {}
+        self._size_cache: dict = {}          # per-layer communication sizes, which depend only on the layout
         self.seq = spec.seq(model)
         self.act_dtype = {1: "fp8", 2: _ACT_DTYPE[spec.dtype], 4: "float32"}[model.dtype_bytes]
         self.grad_bytes = gradient_bytes_per_param(spec.dtype)
@@ -431,26 +432,31 @@ class _Builder:
         return nbytes
 
     # ---- per-layer communication sizes ----------------------------------------------------------
+    def _sizes_cached(self, key, build):
+        if key not in self._size_cache:
+            self._size_cache[key] = build()
+        return self._size_cache[key]
+
     def tp_sizes(self, phase: str):
         if self.spec.tp == 1:
             return ()
-        return self.model.tp_collectives_per_layer(micro_batch=self.spec.micro_batch, seq_len=self.seq,
-                                                   tp=self.spec.tp, sp=self.spec.sp, cp=self.spec.cp, phase=phase,
-                                                   recompute=self.recompute)
+        return self._sizes_cached(("tp", phase), lambda: self.model.tp_collectives_per_layer(
+            micro_batch=self.spec.micro_batch, seq_len=self.seq, tp=self.spec.tp, sp=self.spec.sp, cp=self.spec.cp,
+            phase=phase, recompute=self.recompute))
 
     def cp_sizes(self, phase: str):
         if self.spec.cp == 1:
             return ()
-        return self.model.cp_collectives_per_layer(micro_batch=self.spec.micro_batch, seq_len=self.seq,
-                                                   tp=self.spec.tp, cp=self.spec.cp, phase=phase,
-                                                   recompute=self.recompute)
+        return self._sizes_cached(("cp", phase), lambda: self.model.cp_collectives_per_layer(
+            micro_batch=self.spec.micro_batch, seq_len=self.seq, tp=self.spec.tp, cp=self.spec.cp, phase=phase,
+            recompute=self.recompute))
 
     def ep_sizes(self, layer: int, phase: str):
         if self.spec.ep == 1:
             return ()
-        return self.model.ep_collectives_per_layer(layer, micro_batch=self.spec.micro_batch, seq_len=self.seq,
-                                                   tp=self.spec.tp, cp=self.spec.cp, ep=self.spec.ep, phase=phase,
-                                                   recompute=self.recompute)
+        return self._sizes_cached(("ep", layer, phase), lambda: self.model.ep_collectives_per_layer(
+            layer, micro_batch=self.spec.micro_batch, seq_len=self.seq, tp=self.spec.tp, cp=self.spec.cp,
+            ep=self.spec.ep, phase=phase, recompute=self.recompute))
 
     def ep_matrix(self, nbytes: int, layer: int, combine: bool) -> list[list[int]]:
         """Bytes member p sends member q in one dispatch (transposed for a combine)."""

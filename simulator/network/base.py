@@ -29,33 +29,82 @@ def entries_of(flow_ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return offsets + np.arange(int(counts.sum()), dtype=np.int64)
 
 
+def _slot_view(name: str) -> property:
+    """A per-flow array: the used part of a growable buffer; assigning copies into it."""
+    def get(self) -> np.ndarray:
+        return self._slots[name][:self._n]
+
+    def put(self, value) -> None:
+        self._slots[name][:self._n] = value
+    return property(get, put)
+
+
 class FluidNetwork:
     """Flows, remaining bytes and rates as flat arrays; subclasses decide the rates.
 
     Flows are addressed by stable ids (returned by ``add``); storage slots are compacted when
-    finished flows dominate, so a long simulation does not grow without bound.
+    finished flows dominate, so a long simulation does not grow without bound. Per-flow arrays
+    (``remaining``, ``fill``, ``rate``, ``cap``, ``active``, ``batch``, ``ids``) and the CSR entry
+    arrays (``flow_ptr``, ``flow_links``, ``flow_weights``) are views of buffers that grow by
+    doubling, so adding flows costs what is added, not what is stored.
     """
 
     name = "fluid"
     COMPACT_MIN_SLOTS = 4096
+    _SLOT_DTYPES = {"remaining": np.float64, "fill": np.float64, "rate": np.float64, "cap": np.float64,
+                    "active": np.bool_, "batch": np.int64, "ids": np.int64}
+
+    remaining = _slot_view("remaining")
+    fill = _slot_view("fill")              # start-up bytes still to drain (not data)
+    rate = _slot_view("rate")
+    cap = _slot_view("cap")
+    active = _slot_view("active")
+    batch = _slot_view("batch")
+    ids = _slot_view("ids")
 
     def __init__(self, capacity_bytes_per_s: np.ndarray):
         self.capacity_bytes_per_s = np.asarray(capacity_bytes_per_s, dtype=np.float64)
         self.link_bytes = np.zeros(self.capacity_bytes_per_s.shape[0], dtype=np.float64)
-        self.flow_ptr = np.zeros(1, dtype=np.int64)
-        self.flow_links = np.zeros(0, dtype=np.int64)
-        self.flow_weights = np.zeros(0, dtype=np.float64)
-        self.remaining = np.zeros(0, dtype=np.float64)
-        self.fill = np.zeros(0, dtype=np.float64)       # start-up bytes still to drain (not data)
-        self.rate = np.zeros(0, dtype=np.float64)
-        self.cap = np.zeros(0, dtype=np.float64)
-        self.active = np.zeros(0, dtype=np.bool_)
-        self.batch = np.zeros(0, dtype=np.int64)
-        self.ids = np.zeros(0, dtype=np.int64)
+        self._n = 0                                   # flow slots in use
+        self._m = 0                                   # (flow, link) entries in use
+        self._slots = {name: np.zeros(16, dtype=dtype) for name, dtype in self._SLOT_DTYPES.items()}
+        self._ptr = np.zeros(17, dtype=np.int64)
+        self._links = np.zeros(64, dtype=np.int64)
+        self._weights = np.zeros(64, dtype=np.float64)
         self._next_id = 0
         self._nbatches = 0
         self._dirty = False
         self.rerates = 0
+
+    @property
+    def flow_ptr(self) -> np.ndarray:
+        return self._ptr[:self._n + 1]
+
+    @property
+    def flow_links(self) -> np.ndarray:
+        return self._links[:self._m]
+
+    @property
+    def flow_weights(self) -> np.ndarray:
+        return self._weights[:self._m]
+
+    def _reserve(self, nslots: int, nentries: int) -> None:
+        """Grow the buffers (doubling) to hold ``nslots`` flows and ``nentries`` entries."""
+        size = self._slots["rate"].shape[0]
+        if nslots > size:
+            new = max(nslots, 2 * size)
+            for name, buf in self._slots.items():
+                grown = np.zeros(new, dtype=buf.dtype)
+                grown[:self._n] = buf[:self._n]
+                self._slots[name] = grown
+            ptr = np.zeros(new + 1, dtype=np.int64)
+            ptr[:self._n + 1] = self._ptr[:self._n + 1]
+            self._ptr = ptr
+        if nentries > self._links.shape[0]:
+            new = max(nentries, 2 * self._links.shape[0])
+            links, weights = np.zeros(new, dtype=np.int64), np.zeros(new, dtype=np.float64)
+            links[:self._m], weights[:self._m] = self._links[:self._m], self._weights[:self._m]
+            self._links, self._weights = links, weights
 
     def add(self, paths: list[np.ndarray], weights: list[np.ndarray], wire_bytes: np.ndarray,
             caps_bytes_per_s: np.ndarray, fill_bytes: np.ndarray | None = None) -> np.ndarray:
@@ -64,19 +113,24 @@ class FluidNetwork:
         self._compact()
         n = len(paths)
         lengths = np.fromiter((p.shape[0] for p in paths), dtype=np.int64, count=n)
-        self.flow_ptr = np.concatenate([self.flow_ptr, self.flow_ptr[-1] + np.cumsum(lengths)])
+        total = int(lengths.sum())
+        n0, m0 = self._n, self._m
+        self._reserve(n0 + n, m0 + total)
+        self._ptr[n0 + 1:n0 + n + 1] = m0 + np.cumsum(lengths)
         if n:
-            self.flow_links = np.concatenate([self.flow_links, *paths]).astype(np.int64, copy=False)
-            self.flow_weights = np.concatenate([self.flow_weights, *weights]).astype(np.float64, copy=False)
+            self._links[m0:m0 + total] = np.concatenate(paths)
+            self._weights[m0:m0 + total] = np.concatenate(weights)
         fill = np.zeros(n) if fill_bytes is None else np.asarray(fill_bytes, dtype=np.float64)
-        self.remaining = np.concatenate([self.remaining, np.asarray(wire_bytes, dtype=np.float64) + fill])
-        self.fill = np.concatenate([self.fill, fill])
-        self.rate = np.concatenate([self.rate, np.zeros(n)])
-        self.cap = np.concatenate([self.cap, np.asarray(caps_bytes_per_s, dtype=np.float64)])
-        self.active = np.concatenate([self.active, np.ones(n, dtype=np.bool_)])
-        self.batch = np.concatenate([self.batch, np.full(n, self._nbatches, dtype=np.int64)])
         new_ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
-        self.ids = np.concatenate([self.ids, new_ids])
+        slots = self._slots
+        slots["remaining"][n0:n0 + n] = np.asarray(wire_bytes, dtype=np.float64) + fill
+        slots["fill"][n0:n0 + n] = fill
+        slots["rate"][n0:n0 + n] = 0.0
+        slots["cap"][n0:n0 + n] = caps_bytes_per_s
+        slots["active"][n0:n0 + n] = True
+        slots["batch"][n0:n0 + n] = self._nbatches
+        slots["ids"][n0:n0 + n] = new_ids
+        self._n, self._m = n0 + n, m0 + total
         self._next_id += n
         self._nbatches += 1
         self._dirty = True
@@ -128,8 +182,10 @@ class FluidNetwork:
         keep = np.flatnonzero(self.active)
         entries = entries_of(self.flow_ptr, keep)
         counts = self.flow_ptr[keep + 1] - self.flow_ptr[keep]
-        self.flow_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.flow_links = self.flow_links[entries]
-        self.flow_weights = self.flow_weights[entries]
-        for name in ("remaining", "fill", "rate", "cap", "active", "batch", "ids"):
-            setattr(self, name, getattr(self, name)[keep])
+        k, m = keep.shape[0], entries.shape[0]
+        self._ptr[1:k + 1] = np.cumsum(counts)
+        self._links[:m] = self._links[entries]
+        self._weights[:m] = self._weights[entries]
+        for buf in self._slots.values():
+            buf[:k] = buf[keep]
+        self._n, self._m = k, m
