@@ -1,5 +1,6 @@
 """The ``fabricsim`` command.
 
+    fabricsim step [scenario.toml] [--model llama3-8b --nodes 8 --tp 2 --pp 2 ...] [--trace step.json]
     fabricsim bench all_reduce --system dgx-h100 --nodes 2 -b 8 -e 8G -f 2
     fabricsim systems
     fabricsim validate [--series SUBSTRING] [--data FILE.csv --system PRESET] [--plot DIR] [--format csv]
@@ -97,9 +98,66 @@ def _topology(args):
                         nics_per_node=args.nics_per_node, planes=args.planes, gdr=args.gdr)
 
 
+# `fabricsim step` with no arguments: a Llama-3 8B-class model on 8 DGX H100 (64 GPUs), TP 2 x PP 2 x DP 16,
+# 256 sequences of 8192 tokens per step (2M tokens), micro-batch 1, bf16, DDP buckets overlapped with backward.
+STEP_DEFAULTS = {"model": "llama3-8b", "system": "dgx-h100", "nodes": 8, "tp": 2, "pp": 2, "cp": 1, "ep": 1, "vp": 1,
+                 "zero": 0, "fsdp": False, "global_batch": 256, "micro_batch": 1, "seq_len": 8192, "bucket_mb": 25.0,
+                 "dtype": "bf16", "schedule": "1f1b", "sequence_parallel": False, "recompute": "none",
+                 "net_model": "flow", "granularity": "layer", "topology": "leaf-spine", "fabric": None,
+                 "oversubscription": 1.0, "rail_optimised": True, "nics_per_node": None, "planes": 1, "gdr": True,
+                 "routing": "ecmp", "seed": 0, "congestion": (), "layers": None, "hidden": None, "heads": None,
+                 "vocab": 51200, "ffn_hidden": None, "dp": None, "format": "table", "trace": None}
+
+
+def _step_parser(sub) -> None:
+    step = sub.add_parser("step", help="one training step: step time, throughput, time in network, breakdown",
+                          argument_default=None)
+    step.add_argument("scenario", nargs="?", default=None, metavar="SCENARIO.toml",
+                      help="a TOML file with any of the options below (names with _ for -); options given "
+                           "on the command line win")
+    step.add_argument("--model", help="a model preset (llama3-8b, llama3-70b, gpt3-175b, mixtral-8x7b, ...) or "
+                                      "'gpt' with --layers --hidden --heads; default llama3-8b")
+    for name, what in (("layers", "transformer layers"), ("hidden", "hidden size"), ("heads", "attention heads"),
+                       ("vocab", "vocabulary (default 51200)"), ("ffn-hidden", "MLP size (default 4 x hidden)")):
+        step.add_argument(f"--{name}", type=_positive_int(name), help=f"with --model gpt: {what}")
+    step.add_argument("--system", help="system preset; default dgx-h100")
+    step.add_argument("--nodes", type=_positive_int("nodes"), help="servers; default 8")
+    step.add_argument("--topology", help=f"wiring: {', '.join(TOPOLOGIES)}")
+    step.add_argument("--fabric", help=f"fabric technology: {', '.join(FABRICS)}")
+    step.add_argument("--oversubscription", type=_positive_float("oversubscription"), help="leaf down:up ratio")
+    step.add_argument("--no-rail-optimised", dest="rail_optimised", action="store_const", const=False,
+                      help="top-of-rack leaves")
+    step.add_argument("--nics-per-node", type=_positive_int("nics-per-node"), help="NICs per server")
+    step.add_argument("--planes", type=_positive_int("planes"), help="fabric planes")
+    step.add_argument("--no-gdr", dest="gdr", action="store_const", const=False, help="GPUDirect RDMA off")
+    step.add_argument("--routing", choices=ROUTING_POLICIES, help="fabric routing; default ecmp")
+    step.add_argument("--seed", type=int, help="seed of ECMP hashing; default 0")
+    step.add_argument("--congestion", nargs="+", choices=("dcqcn", "pfc", "ib-credit"), help="flow-model refinements")
+    for name in ("tp", "pp", "dp", "cp", "ep", "vp"):
+        step.add_argument(f"--{name}", type=_positive_int(name),
+                          help={"dp": "data-parallel size; default GPUs / (tp pp cp)",
+                                "vp": "virtual stages per pipeline rank (interleaved 1F1B)"}.get(name, f"{name} size"))
+    step.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage; default 0")
+    step.add_argument("--fsdp", action="store_const", const=True, help="FSDP full sharding (ZeRO-3 semantics)")
+    step.add_argument("--global-batch", type=_positive_int("global-batch"), help="sequences per step; default 256")
+    step.add_argument("--micro-batch", type=_positive_int("micro-batch"), help="sequences per micro-batch; default 1")
+    step.add_argument("--seq-len", type=_positive_int("seq-len"), help="tokens per sequence; default 8192")
+    step.add_argument("--bucket-mb", type=float, help="DDP gradient bucket in MiB; default 25")
+    step.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), help="training precision; default bf16")
+    step.add_argument("--schedule", choices=("1f1b", "gpipe", "interleaved"), help="pipeline schedule; default 1f1b")
+    step.add_argument("--sequence-parallel", action="store_const", const=True, help="Megatron sequence parallelism")
+    step.add_argument("--recompute", choices=("none", "selective", "full"), help="activation recomputation")
+    step.add_argument("--net-model", choices=("flow", "analytical"), help="network model; default flow")
+    step.add_argument("--granularity", choices=("layer", "chunk"),
+                      help="tasks per layer (default) or per model chunk (faster; bytes and compute conserved)")
+    step.add_argument("--format", choices=("table", "json"), help="output format; default table")
+    step.add_argument("--trace", metavar="FILE.json", help="also write the step as a Chrome/Perfetto trace")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fabricsim", description="Simulate GPU-cluster networks and NCCL collectives.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    _step_parser(sub)
 
     bench = sub.add_parser("bench", help="nccl-tests-style table for one collective on a system")
     bench.add_argument("collective", help=f"one of {', '.join(BENCH_COLLECTIVES)}")
@@ -245,6 +303,112 @@ def _bench(args) -> str:
     return format_table(rows, title=title)
 
 
+def _step_settings(args) -> dict:
+    """STEP_DEFAULTS, then the scenario file, then the command line."""
+    settings = dict(STEP_DEFAULTS)
+    if args.scenario is not None:
+        import tomllib
+        try:
+            with open(args.scenario, "rb") as handle:
+                scenario = tomllib.load(handle)
+        except OSError as exc:
+            raise ValueError(f"scenario: {args.scenario!r} cannot be read ({exc.strerror})") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"scenario: {args.scenario} is not valid TOML ({exc})") from None
+        for key, value in scenario.items():
+            name = key.replace("-", "_")
+            if name not in settings or name in ("format", "trace") and not isinstance(value, str):
+                raise ValueError(f"scenario: {args.scenario}: {key!r} is not a known field; expected one of "
+                                 f"{', '.join(k for k in STEP_DEFAULTS)}")
+            settings[name] = tuple(value) if name == "congestion" else value
+    for name in settings:
+        value = getattr(args, name, None)
+        if value is not None:
+            settings[name] = tuple(value) if name == "congestion" else value
+    return settings
+
+
+def _step(args) -> str:
+    import dataclasses
+    import json
+
+    from simulator.config import SimConfig
+    from simulator.training import simulate_step
+    from topologies.presets import build_system
+    from workloads.parallelism import ParallelismSpec
+    from workloads.presets import custom_gpt, model_preset
+
+    s = _step_settings(args)
+    if str(s["model"]).lower() == "gpt":
+        missing = [f"--{k}" for k in ("layers", "hidden", "heads") if s[k] is None]
+        if missing:
+            raise ValueError(f"model: 'gpt' needs {', '.join(missing)}")
+        model = custom_gpt(layers=s["layers"], hidden=s["hidden"], heads=s["heads"], vocab=s["vocab"],
+                           ffn_hidden=s["ffn_hidden"])
+    else:
+        model = model_preset(str(s["model"]))
+    topology = build_system(s["system"], nodes=s["nodes"], topology=s["topology"], fabric=s["fabric"],
+                            oversubscription=s["oversubscription"], rail_optimised=s["rail_optimised"],
+                            nics_per_node=s["nics_per_node"], planes=s["planes"], gdr=s["gdr"])
+    if not (isinstance(s["bucket_mb"], (int, float)) and s["bucket_mb"] > 0):
+        raise ValueError(f"bucket_mb: {s['bucket_mb']!r} is not allowed; expected a number > 0")
+    parallelism = ParallelismSpec(tp=s["tp"], pp=s["pp"], dp=s["dp"], cp=s["cp"], ep=s["ep"], vp=s["vp"],
+                                  gpus=topology.num_gpus, zero=s["zero"],
+                                  fsdp=s["fsdp"], micro_batch=s["micro_batch"], global_batch=s["global_batch"],
+                                  seq_len=s["seq_len"], schedule=s["schedule"],
+                                  sequence_parallel=s["sequence_parallel"], dtype=s["dtype"],
+                                  bucket_bytes=int(s["bucket_mb"] * 1024 * 1024))
+    config = SimConfig(network_model=s["net_model"], routing=s["routing"], seed=s["seed"],
+                       congestion=tuple(s["congestion"]))
+    result = simulate_step(model, parallelism, topology=topology, config=config, recompute=s["recompute"],
+                           granularity=s["granularity"])
+    trace_note = ""
+    if s["trace"] is not None:
+        from simulator.analysis import chrome_trace
+        try:
+            Path(s["trace"]).write_text(json.dumps(chrome_trace(result)))
+        except OSError as exc:
+            raise ValueError(f"trace: {s['trace']!r} cannot be written ({exc.strerror})") from None
+        trace_note = f"# trace written to {s['trace']} (open it in https://ui.perfetto.dev or chrome://tracing)\n"
+    if s["format"] == "json":
+        data = result.as_dict()
+        data["parallelism"] = dataclasses.asdict(parallelism) | {"dp": result.parallelism.dp}
+        return json.dumps(data, indent=1, default=str) + "\n"
+    return format_step(result, topology) + trace_note
+
+
+def format_step(result, topology) -> str:
+    """The human-readable summary of a StepResult."""
+    p = result.parallelism
+    step = result.step_time_s
+    pct = (lambda x: f"{100 * x / step:5.1f} %" if step > 0 else "    -")
+    gib = 1 << 30
+    lines = [f"# fabricsim step: {result.model} on {topology.description or topology.name} ({result.gpus} GPUs)",
+             f"# tp {p.tp} x pp {p.pp} x dp {p.dp} x cp {p.cp} (ep {p.ep}, vp {p.vp}), {p.schedule}, "
+             f"{p.global_batch} x {p.seq_len} tokens, micro-batch {p.micro_batch}, {p.dtype}, ZeRO {p.zero_stage}",
+             f"step time            {step:12.4f} s",
+             f"tokens/s             {result.tokens_per_s:12.0f}",
+             f"TFLOP/s per GPU      {result.tflops_per_gpu:12.1f}",
+             f"MFU                  {result.mfu:12.3f}",
+             f"compute              {result.compute_s:12.4f} s  {pct(result.compute_s)}",
+             f"pipeline bubble      {result.bubble_s:12.4f} s  {pct(result.bubble_s)}",
+             f"time in network      {result.exposed_comm_s:12.4f} s  {pct(result.exposed_comm_s)}  "
+             "(exposed communication on the critical path)",
+             f"communication        {result.comm_s:12.4f} s  (all collectives, overlapped or not)",
+             f"memory per GPU       {result.memory_bytes_per_gpu / gib:12.1f} GiB of "
+             f"{result.memory_capacity_bytes / gib:.0f} GiB" + ("  OUT OF MEMORY" if result.out_of_memory else ""),
+             "", f"{'group':<8}{'count':>8}{'GB moved':>12}{'time s':>10}{'exposed s':>11}"]
+    for name, entry in result.breakdown["group"].items():
+        lines.append(f"{name:<8}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>10.4f}"
+                     f"{entry['exposed_s']:>11.4f}")
+    lines += ["", f"{'link tier':<10}{'TB moved':>10}"]
+    for name, nbytes in result.breakdown["link_tier_bytes"].items():
+        if nbytes > 0:
+            lines.append(f"{name:<10}{nbytes / 1e12:>10.2f}")
+    lines += [f"# note: {note}" for note in result.notes]
+    return "\n".join(lines) + "\n"
+
+
 def _topo(args) -> str:
     from topologies.cost import cost_summary
 
@@ -361,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
             out = _calibrate(args)
         elif args.command == "topo":
             out = _topo(args)
+        elif args.command == "step":
+            out = _step(args)
         else:
             out = _perf(args)
     except (_UsageError, ValueError, argparse.ArgumentTypeError) as exc:

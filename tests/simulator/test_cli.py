@@ -131,3 +131,59 @@ def test_bench_congestion_option_reaches_the_network_model(capsys):
     assert code == 0 and json.loads(out)["rows"][0]["busbw_GBps"] > 0
     code, out, err = run(capsys, "bench", "all_reduce", "--net-model", "analytical", "--congestion", "pfc")
     assert code == 2 and "congestion" in err and "analytical" in err
+
+
+# ---- fabricsim step ------------------------------------------------------------------------------
+
+SMALL_STEP = ["--model", "gpt", "--layers", "4", "--hidden", "1024", "--heads", "16", "--nodes", "2",
+              "--global-batch", "16", "--seq-len", "2048"]
+
+
+def test_step_json_keys_and_trace(capsys, tmp_path):
+    trace = tmp_path / "step.json"
+    code, out, err = run(capsys, "step", *SMALL_STEP, "--format", "json", "--trace", str(trace))
+    assert code == 0, err
+    data = json.loads(out)
+    for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "compute_s", "comm_s", "exposed_comm_s",
+                "breakdown"):
+        assert key in data
+    # 2 DGX H100 = 16 GPUs; tp 2 x pp 2 (defaults) leaves dp = 16 / 4 = 4
+    assert data["gpus"] == 16 and data["parallelism"]["dp"] == 4
+    # tokens/s = global batch x sequence / step time
+    assert data["tokens_per_s"] == pytest.approx(16 * 2048 / data["step_time_s"], rel=1e-12)
+    assert data["step_time_s"] >= data["compute_s"] and 0 <= data["exposed_comm_s"] <= data["step_time_s"]
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert events and all({"ph", "pid", "name"} <= set(e) for e in events)
+    spans = [e for e in events if e["ph"] == "X"]
+    assert spans and all(e["dur"] >= 0 and "ts" in e and "tid" in e for e in spans)
+
+
+def test_step_scenario_file_and_command_line_override(capsys, tmp_path):
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('model = "gpt"\nlayers = 4\nhidden = 1024\nheads = 16\nnodes = 2\nglobal_batch = 16\n'
+                        'seq_len = 2048\ntp = 4\npp = 1\nformat = "json"\n')
+    code, out, err = run(capsys, "step", str(scenario))
+    assert code == 0, err
+    assert json.loads(out)["parallelism"]["tp"] == 4 and json.loads(out)["parallelism"]["dp"] == 4
+    code, out, err = run(capsys, "step", str(scenario), "--tp", "8")
+    assert code == 0, err
+    assert json.loads(out)["parallelism"]["tp"] == 8 and json.loads(out)["parallelism"]["dp"] == 2
+
+
+@pytest.mark.parametrize("argv,needle", [
+    ([*SMALL_STEP, "--tp", "3"], "tp"),
+    ([*SMALL_STEP, "--dp", "3"], "dp"),
+    ([*SMALL_STEP, "--model", "llama9-1t"], "llama9-1t"),
+    (["--model", "gpt", "--layers", "2"], "--hidden"),
+])
+def test_step_bad_layouts_are_one_line_errors(capsys, argv, needle):
+    code, out, err = run(capsys, "step", *argv)
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err.startswith("fabricsim: error:") and needle in err and err.count("\n") == 1
+
+
+def test_step_bad_scenario_field(capsys, tmp_path):
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('modle = "gpt"\n')
+    code, _, err = run(capsys, "step", str(scenario))
+    assert code == 2 and "modle" in err
