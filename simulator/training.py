@@ -165,7 +165,7 @@ def memory_per_gpu(model: ModelSpec, parallelism: ParallelismSpec, *, recompute:
     grad_bytes = gradient_bytes_per_param(p.dtype)
     state = model.training_state_bytes(tp=p.tp, pp=p.pp, ep=p.ep, dp=p.dp * p.cp, zero_stage=p.zero_stage,
                                        grad_bytes=grad_bytes)
-    chunk_layers = model.layers // (p.pp * p.vp)
+    chunk_layers = -(-model.layers // (p.pp * p.vp))        # the longest chunk (the first ones hold the extra)
     per_layer = max(model.activation_bytes_per_layer(layer, micro_batch=p.micro_batch, seq_len=p.seq(model),
                                                      tp=p.tp, sp=p.sp, cp=p.cp, recompute=recompute,
                                                      flash_attention=flash_attention)
@@ -521,17 +521,43 @@ def sc21_layout(row: Mapping[str, str]) -> tuple[ModelSpec, ParallelismSpec]:
 SC21_STEADY_MICROBATCHES = 16     # k for the steady-state extrapolation (rounded up to a multiple of p)
 
 
-def sc21_check(*, models: tuple[str, ...] | None = None, config: SimConfig | None = None,
-               max_gpus: int | None = None, granularity: str = "layer", symmetric_replicas: bool = True,
-               tensor_rank0_p2p: bool = True, extrapolate: bool = True, progress=None) -> tuple[Sc21Row, ...]:
-    """Simulate SC21 Table 1 rows (all, or those named in ``models``, up to ``max_gpus`` GPUs) on DGX A100.
+def _sc21_selection(models, rows) -> tuple[frozenset | None, frozenset | None]:
+    table = _sc21_rows()
+    names = [r["model"] for r in table]
+    if models is not None:
+        if isinstance(models, str) or not all(isinstance(m, str) for m in models):
+            raise ValueError(f"models: {models!r} is not allowed; expected a tuple of Table 1 model names "
+                             f"({', '.join(names)}) or None")
+        unknown = [m for m in models if m not in names]
+        if unknown:
+            raise ValueError(f"models: {unknown[0]!r} is not a Table 1 row; expected one of {', '.join(names)}")
+        models = frozenset(models)
+    if rows is not None:
+        if isinstance(rows, (str, bytes)) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                     and 1 <= i <= len(table) for i in rows):
+            raise ValueError(f"rows: {rows!r} is not allowed; expected a tuple of Table 1 row numbers in "
+                             f"1..{len(table)} or None")
+        rows = frozenset(rows)
+    return models, rows
+
+
+def sc21_check(*, models: tuple[str, ...] | None = None, rows: tuple[int, ...] | None = None,
+               config: SimConfig | None = None, max_gpus: int | None = None, granularity: str = "layer",
+               symmetric_replicas: bool = True, tensor_rank0_p2p: bool = True, extrapolate: bool = True,
+               compute_model: cmp.GpuComputeModel | None = None, progress=None) -> tuple[Sc21Row, ...]:
+    """Simulate SC21 Table 1 rows on DGX A100: all, or those named in ``models`` and/or numbered in ``rows``
+    (1-based, Table 1 order: 1 = GPT-1.7B ... 10 = GPT-1008.0B), up to ``max_gpus`` GPUs.
 
     With ``extrapolate``, a row with m >= 4k micro-batches (k = 16 rounded up to a multiple of p) is
     simulated with k and 2k micro-batches and extrapolated (``simulate_step(steady_state_microbatches=k)``).
+    ``compute_model`` replaces the A100's shipped kernel efficiencies (e.g. ``compute.A100_MAMF_2024``).
     """
+    models, rows = _sc21_selection(models, rows)
     out = []
-    for row in _sc21_rows():
+    for number, row in enumerate(_sc21_rows(), start=1):
         if models is not None and row["model"] not in models:
+            continue
+        if rows is not None and number not in rows:
             continue
         model, spec = sc21_layout(row)
         if max_gpus is not None and spec.world_size > max_gpus:
@@ -542,7 +568,7 @@ def sc21_check(*, models: tuple[str, ...] | None = None, config: SimConfig | Non
         result = simulate_step(model, spec, system="dgx-a100", nodes=spec.world_size // 8, config=config,
                                recompute="full", flash_attention=False, granularity=granularity,
                                symmetric_replicas=symmetric_replicas, tensor_rank0_p2p=tensor_rank0_p2p,
-                               steady_state_microbatches=steady)
+                               steady_state_microbatches=steady, compute_model=compute_model)
         wall = time.perf_counter() - began
         entry = Sc21Row(model=row["model"], gpus=spec.world_size, tp=spec.tp, pp=spec.pp, dp=spec.dp, vp=spec.vp,
                         micro_batch=spec.micro_batch, microbatches=spec.microbatches,
@@ -576,13 +602,41 @@ def _main(argv=None) -> None:
     parser.add_argument("--max-gpus", type=int, default=None, help="skip rows with more GPUs")
     parser.add_argument("--network-model", default="flow", choices=("flow", "analytical"))
     parser.add_argument("--model", action="append", default=None, help="only this row (repeatable)")
+    parser.add_argument("--models", default=None, help="only these rows, comma-separated names (GPT-1.7B,GPT-3.6B)")
+    parser.add_argument("--rows", default=None,
+                        help="only these Table 1 rows, 1-based, comma-separated numbers or ranges (1-5,7)")
     parser.add_argument("--granularity", default="layer", choices=GRANULARITIES,
                         help="tasks per layer, or merged per model-chunk pass (faster)")
+    parser.add_argument("--compute-model", default="calibrated", choices=("calibrated", "mamf-2024"),
+                        help="A100 GEMM efficiency: fitted on Table 1 (default) or Bekman's 2024 MAMF measurement")
     args = parser.parse_args(argv)
-    rows = sc21_check(models=tuple(args.model) if args.model else None, max_gpus=args.max_gpus,
-                      config=SimConfig(network_model=args.network_model), granularity=args.granularity,
-                      progress=lambda r: print(format_sc21([r]).splitlines()[1], flush=True))
+    names = list(args.model or []) + [m.strip() for m in (args.models or "").split(",") if m.strip()]
+    try:
+        rows = sc21_check(models=tuple(names) or None, rows=_parse_rows(args.rows), max_gpus=args.max_gpus,
+                          config=SimConfig(network_model=args.network_model), granularity=args.granularity,
+                          compute_model=cmp.A100_MAMF_2024 if args.compute_model == "mamf-2024" else None,
+                          progress=lambda r: print(format_sc21([r]).splitlines()[1], flush=True))
+    except ValueError as error:
+        parser.error(str(error))
     print(format_sc21(rows))
+
+
+def _parse_rows(text: str | None) -> tuple[int, ...] | None:
+    """"1-5,7" -> (1, 2, 3, 4, 5, 7); None -> None."""
+    if text is None:
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            first, last = 1, 0
+        if last < first:
+            raise ValueError(f"rows: {text!r} is not allowed; expected comma-separated row numbers or ascending "
+                             "ranges such as 1-5,7")
+        out.extend(range(first, last + 1))
+    return tuple(out)
 
 
 if __name__ == "__main__":      # python -m simulator.training

@@ -197,9 +197,10 @@ class ParallelismSpec:
                                          f"({model.kv_heads})")
         if model.ffn_hidden % self.tp:
             raise _reject("tp", self.tp, f"a divisor of the model's ffn_hidden ({model.ffn_hidden})")
-        if model.layers % (self.pp * self.vp):
-            raise _reject("pp", self.pp, f"a value with layers ({model.layers}) divisible by pp x vp = {self.pp} x "
-                                         f"{self.vp} = {self.pp * self.vp} (equal pipeline chunks)")
+        if self.pp * self.vp > model.layers:
+            raise _reject("pp", self.pp, f"a value with pp x vp = {self.pp} x {self.vp} = {self.pp * self.vp} at "
+                                         f"most the model's layers ({model.layers}); chunks get layers // (pp vp) "
+                                         "layers, the first layers % (pp vp) one more")
         s = self.seq(model)
         if s % self.cp:
             raise _reject("cp", self.cp, f"a divisor of seq_len ({s})")

@@ -342,7 +342,7 @@ class _Builder:
         self.grad_dtype = "float16" if self.grad_bytes == 2 else "float32"
         self.param_dtype = self.act_dtype
         self.V = spec.virtual_stages
-        self.L = model.layers // self.V
+        self.chunks = model.stage_layers(pp=self.V)      # layers of each model chunk (the first ones longer)
         self.m = spec.microbatches
         self.zero = spec.zero_stage
         self.expert_param = self._one_expert_parameters()
@@ -405,7 +405,7 @@ class _Builder:
         return _Unit(name="output", dense=out + model.final_norm_parameters(), expert=0)
 
     def chunk_layers(self, v: int) -> range:
-        return range(v * self.L, (v + 1) * self.L)
+        return self.chunks[v]
 
     def backward_units(self, v: int) -> list[_Unit]:
         """Units of virtual stage v in the order its backward produces their gradients."""

@@ -159,9 +159,9 @@ def test_bad_layouts_are_rejected_by_name(kwargs, words):
 
 @pytest.mark.parametrize("model, kwargs, words", [
     (custom_gpt(layers=24, hidden=2304, heads=24), dict(tp=16, dp=1), ["tp", "16", "heads (24)"]),
-    (custom_gpt(layers=30, hidden=3072, heads=32), dict(pp=4, dp=1), ["pp", "layers (30)", "pp x vp"]),
-    (custom_gpt(layers=24, hidden=2304, heads=24), dict(pp=4, vp=4, dp=1, schedule="interleaved",
-                                                          global_batch=4), ["pp", "layers (24)", "16"]),
+    (custom_gpt(layers=6, hidden=3072, heads=32), dict(pp=8, dp=1), ["pp", "layers (6)", "pp x vp"]),
+    (custom_gpt(layers=12, hidden=2304, heads=24), dict(pp=4, vp=4, dp=1, schedule="interleaved",
+                                                          global_batch=4), ["pp", "layers (12)", "16"]),
     (custom_gpt(layers=4, hidden=64, heads=4, seq_len=100), dict(cp=8, dp=1), ["cp", "8", "seq_len (100)"]),
     (custom_gpt(layers=4, hidden=64, heads=4), dict(ep=2, dp=2), ["ep", "2", "dense model"]),
     (moe(experts=6), dict(ep=4, dp=4), ["ep", "4", "experts (6)"]),

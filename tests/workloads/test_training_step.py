@@ -371,3 +371,18 @@ def test_worked_number_of_the_module_docstring():
     assert len(buckets) == math.ceil(3_304_461_312 / 26_214_400) == 127
     names = [t.name for t in tw.workload.programs[0] if isinstance(t, ComputeTask)]
     assert sum("layer" in n for n in names) == 48 and sum("embedding" in n for n in names) == 2
+
+
+def test_uneven_pipeline_stages_hold_every_layer_once():
+    """30 layers on pp = 4: chunks of 30 // 4 = 7 layers, the first 30 % 4 = 2 stages one more (8, 8, 7, 7),
+    as ModelSpec.stage_layers; every layer's forward appears exactly once per micro-batch."""
+    from workloads.presets import custom_gpt
+    model = custom_gpt(layers=30, hidden=256, heads=4)
+    spec = ParallelismSpec(tp=1, pp=4, dp=1, global_batch=2, micro_batch=1, seq_len=128)
+    compute = StepCompute.uniform(layers=30, forward_s=1e-3, backward_s=2e-3)
+    training = training_step(model, spec, compute)
+    assert [len(r) for r in model.stage_layers(pp=4)] == [8, 8, 7, 7]
+    fwd = sum(task.duration_s for program in training.workload.programs for task in program
+              if isinstance(task, ComputeTask) and task.name.startswith("fwd"))
+    # 30 layers x 2 micro-batches x 1 ms (plus no embedding/logits time in a uniform StepCompute)
+    assert fwd == pytest.approx(30 * 2 * 1e-3, rel=1e-12)
