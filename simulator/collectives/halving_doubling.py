@@ -157,7 +157,9 @@ class Pat(HalvingDoubling):
             return "PAT runs with one GPU per server, on 2 or more servers"
         return None
 
-    def _latencies(self, collective: Collective, ctx: LoweringContext, protocol: str) -> list[float]:
+    def _latencies(self, collective: Collective, ctx: LoweringContext, protocol: str, *,
+                   nccl: bool = False) -> list[float]:
+        """PAT's latency (network hops only: no intra-server hop, so NCCL's and the simulated agree)."""
         nnodes = ctx.layout(collective.group).nnodes
         total = (PAT_BASE_LATENCY_US + np.log2(nnodes) * nccl_model.HW_LATENCY_US["net"]["tree"]["Simple"] / 3.5
                  + PAT_PER_RANK_LATENCY_US * collective.nranks)

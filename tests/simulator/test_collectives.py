@@ -139,3 +139,20 @@ def test_nccl_environment_maps_to_policy():
     for bad in ({"NCCL_ALGO": "Ring,Tree"}, {"NCCL_PROTO": "LL256"}, {"NCCL_MIN_NCHANNELS": "many"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             CollectivePolicy.from_environment(bad)
+
+
+def test_pat_is_considered_by_the_tuner_without_error():
+    """One GPU per server on 4 servers: PAT runs all_gather there, so the tuner estimates it (NCCL's
+    latency view) next to ring; the choice must come back whatever it is."""
+    from simulator.collectives import LoweringContext
+    from simulator.collectives.tuner import choose
+    from simulator.placement import Placement
+    from topologies.presets import build_system
+    from topologies.routing import Router
+    from workloads.collectives import Collective, CollectiveKind
+    topo = build_system("dgx-h100", nodes=4)
+    placement = Placement.block(topo, nranks=4, gpus_per_node=1)
+    ctx = LoweringContext(topology=topo, router=Router(topo), rank_gpu=placement.rank_gpu)
+    for size in (1 << 10, 1 << 26):
+        choice = choose(Collective(kind=CollectiveKind.ALL_GATHER, nbytes=size, group=(0, 1, 2, 3)), ctx)
+        assert choice.algorithm in ("ring", "pat") and choice.predicted_s > 0
