@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from topologies.routing import equal_share_rates
-
 from .base import FluidNetwork, entries_of
 
 
@@ -24,13 +22,19 @@ class AnalyticalNetwork(FluidNetwork):
     name = "analytical"
 
     def _rerate(self) -> None:
+        """Vectorised ``topologies.routing.equal_share_rates`` of each fresh batch."""
         fresh = np.flatnonzero(self.active & (self.rate == 0) & (self.remaining > 0))
+        capacity = self.capacity_bytes_per_s
         for batch in np.unique(self.batch[fresh]):
             members = fresh[self.batch[fresh] == batch]
-            paths, weights = [], []
-            for f in members:
-                entries = entries_of(self.flow_ptr, np.array([f]))
-                paths.append(self.flow_links[entries])
-                weights.append(self.flow_weights[entries])
-            rates = equal_share_rates(paths, self.capacity_bytes_per_s, weights)
+            entries = entries_of(self.flow_ptr, members)
+            links, weights = self.flow_links[entries], self.flow_weights[entries]
+            load = np.bincount(links, weights=weights, minlength=capacity.shape[0])
+            share = capacity[links] / load[links]          # each link's equal share, per unit of weight
+            counts = self.flow_ptr[members + 1] - self.flow_ptr[members]
+            rates = np.full(members.shape[0], np.inf)
+            has = counts > 0
+            if has.any():
+                starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[has]
+                rates[has] = np.minimum.reduceat(share, starts)
             self.rate[members] = np.minimum(rates, self.cap[members])
