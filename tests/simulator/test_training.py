@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from simulator.analysis import chrome_trace, task_times, union_length_s
-from simulator.compute import sc21_compute_only_check
+from simulator.compute import A100_MAMF_2024, sc21_compute_only_check
 from simulator.config import SimConfig
 from simulator.placement import Placement
-from simulator.training import memory_per_gpu, sc21_check, sc21_layout, simulate_step, _sc21_rows
+from simulator.training import _main, _parse_rows, memory_per_gpu, sc21_check, sc21_layout, simulate_step, _sc21_rows
 from topologies.links import LinkKind
 from topologies.presets import build_system
 from workloads.collectives import Collective, CollectiveKind
@@ -203,6 +203,57 @@ def test_sc21_small_rows_against_the_compute_only_check():
         assert r.step_time_s - r.exposed_comm_s == pytest.approx(c.iteration_time_s, rel=1e-9)
         assert r.predicted_tflops < c.compute_only_tflops
         assert r.exposed_comm_s > 0
+
+
+def _mean_abs_error(rows) -> float:
+    return sum(abs(r.error) for r in rows) / len(rows)
+
+
+def test_sc21_rows_up_to_256_gpus_meet_the_acceptance():
+    # the calibrated A100 (eff_max 0.70, fitted once on all ten rows) through the full step simulation;
+    # measured: +7.2, +0.7, +0.3, -0.0 % (simulator.training docstring), mean 2.1 %
+    rows = sc21_check(max_gpus=256)
+    assert [r.model for r in rows] == ["GPT-1.7B", "GPT-3.6B", "GPT-7.5B", "GPT-18.4B"]
+    assert _mean_abs_error(rows) <= 0.10
+    assert all(abs(r.error) <= 0.10 for r in rows)
+
+
+@pytest.mark.slow
+def test_sc21_rows_up_to_1536_gpus_meet_the_acceptance():
+    # adds GPT-39.1B, -76.1B, -145.6B (pipelines, interleaving, the steady-state extrapolation); measured
+    # -2.3, +5.6, -1.3 %; the whole table takes ~15 min (python -m simulator.training)
+    rows = sc21_check(max_gpus=1536)
+    assert len(rows) == 7 and rows[-1].model == "GPT-145.6B"
+    assert _mean_abs_error(rows) <= 0.10
+
+
+def test_sc21_selection_and_compute_model():
+    one = sc21_check(rows=(1,))
+    assert [r.model for r in one] == ["GPT-1.7B"]
+    assert [r.model for r in sc21_check(models=("GPT-1.7B", "GPT-3.6B"), rows=(2, 3))] == ["GPT-3.6B"]
+    # the 2024 MAMF GEMM efficiency (271.2/312 instead of 0.70) makes the same row 2.886 s, +22.3 %
+    # (the table before the calibration); only compute changed, so the exposed communication is the same
+    mamf = sc21_check(rows=(1,), compute_model=A100_MAMF_2024)[0]
+    assert mamf.step_time_s == pytest.approx(2.886, abs=5e-4) and mamf.error == pytest.approx(0.223, abs=5e-4)
+    assert mamf.exposed_comm_s == pytest.approx(one[0].exposed_comm_s, rel=1e-9)
+    assert one[0].step_time_s > mamf.step_time_s
+    assert _parse_rows("1-3,7") == (1, 2, 3, 7) and _parse_rows(None) is None
+
+
+def test_sc21_bad_selection(capsys):
+    with pytest.raises(ValueError, match=r"rows: \(0,\) is not allowed; expected a tuple of Table 1 row numbers "
+                                         r"in 1..10 or None"):
+        sc21_check(rows=(0,))
+    with pytest.raises(ValueError, match=r"models: 'GPT-2' is not a Table 1 row; expected one of GPT-1.7B"):
+        sc21_check(models=("GPT-2",))
+    with pytest.raises(ValueError, match=r"models: 'GPT-1.7B' is not allowed; expected a tuple"):
+        sc21_check(models="GPT-1.7B")
+    for text in ("3-1", "x", "1,,2"):
+        with pytest.raises(ValueError, match=r"rows: .* is not allowed; expected comma-separated row numbers"):
+            _parse_rows(text)
+    with pytest.raises(SystemExit):
+        _main(["--rows", "11"])
+    assert "rows: (11,) is not allowed" in capsys.readouterr().err
 
 
 def test_sc21_layout_of_a_row():
