@@ -302,7 +302,13 @@ class Router:
         topo = self.topology
         src_info, dst_info = topo.servers[s], topo.servers[t]
         rail = dst_info.nic_of_gpu[b]
-        senders = [self.nic_for(s, a, t, b, pxn=pxn)] + ([rail] if 0 <= rail < len(src_info.nics) else [])
+        first = self.nic_for(s, a, t, b, pxn=pxn)
+        if not self.failed_links and first >= 0 and rail >= 0:      # the common case: the preferred pair works
+            send_nic, recv_nic = src_info.nics[first], dst_info.nics[rail]
+            if (send_nic in self._nic_leaf and recv_nic in self._nic_down
+                    and self._nic_leaf[send_nic] in self._distances(self._nic_leaf[recv_nic])):
+                return first, rail
+        senders = [first] + ([rail] if 0 <= rail < len(src_info.nics) else [])
         senders = list(dict.fromkeys(senders + [src_info.nic_of_gpu[a]] + list(range(len(src_info.nics)))))
         receivers = list(dict.fromkeys([rail] + list(range(len(dst_info.nics)))))
         usable = [j for j in senders if j >= 0 and self._can_send(src_info.nics[j], src_info.gpu_to_nic_routes[(a, j)])]

@@ -251,14 +251,18 @@ class ParallelismSpec:
             raise ValueError(f"rank: {rank!r} is not allowed; expected an integer in 0..{self.world_size - 1}")
         strides, sizes = self._strides(), self._sizes()
         c = {d: (rank // strides[d]) % sizes[d] for d in _DENSE_DIMS}
-        block = self._expert_block(c["tp"], c["pp"])
-        position = block.index(rank)
+        # position in the expert block (the d x c ranks of this tensor shard and stage, sorted by rank):
+        # the dimension with the larger stride is the more significant one
+        inner, outer = sorted(("cp", "dp"), key=lambda d: strides[d])
+        position = c[outer] * sizes[inner] + c[inner]
         return RankCoords(tp=c["tp"], cp=c["cp"], dp=c["dp"], pp=c["pp"], ep=position // self.ep,
                           ep_rank=position % self.ep)
 
     def _expert_block(self, tp: int, pp: int) -> list[int]:
         """The d x c ranks holding tensor shard ``tp`` of stage ``pp``, sorted by rank."""
-        return sorted(self.rank_of(tp=tp, cp=c, dp=d, pp=pp) for c in range(self.cp) for d in range(self.dp))
+        strides = self._strides()
+        base = tp * strides["tp"] + pp * strides["pp"]
+        return sorted(base + c * strides["cp"] + d * strides["dp"] for c in range(self.cp) for d in range(self.dp))
 
     def groups(self, kind: str) -> list[tuple[int, ...]]:
         """Process groups of ``kind`` (one of GROUP_KINDS): every rank is in exactly one group of each
@@ -274,11 +278,12 @@ class ParallelismSpec:
             varying = ("cp", "dp") if kind == "dp_cp" else (kind,)
             fixed = [d for d in _DENSE_DIMS if d not in varying]
             out = []
+            strides = self._strides()
+            offsets = [sum(v * strides[d] for d, v in zip(varying, vs))
+                       for vs in _product([range(sizes[d]) for d in varying])]
             for f in _product([range(sizes[d]) for d in fixed]):
-                base = dict(zip(fixed, f))
-                members = [self.rank_of(**base, **dict(zip(varying, v)))
-                           for v in _product([range(sizes[d]) for d in varying])]
-                out.append(tuple(sorted(members)))
+                base = sum(v * strides[d] for d, v in zip(fixed, f))
+                out.append(tuple(sorted(base + o for o in offsets)))
             return sorted(out)
         out = []
         for tp in range(self.tp):
