@@ -247,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     perf.add_argument("--quick", action="store_true", help="smaller instances")
     perf.add_argument("--scale", action="store_true",
                       help="also: 1 GiB ring all_reduce on 4,096 and 16,384 GPUs (DGX H100, 3-tier fat-tree)")
+    perf.add_argument("--step", action="store_true",
+                      help="also: one Llama-3 405B step on 16,384 H100 (TP 8, PP 16, DP 128, 8192 tokens) on a "
+                           "RoCE 400G fat-tree, flow and analytical network models")
     return parser
 
 
@@ -505,7 +508,42 @@ def _perf(args) -> str:
                          f"flow model): {done - start:.1f} s wall (build {built - start:.1f} s, simulate "
                          f"{done - built:.1f} s); {row.time_us / 1e3:.1f} ms, busbw {row.busbw_GBps:.1f} GB/s "
                          f"({row.protocol}, {row.channels} channels)")
+    if args.step:
+        lines += _perf_step()
     return "\n".join(lines) + "\n"
+
+
+def _perf_step() -> list[str]:
+    """The scale scenario: Llama-3 405B on 16,384 H100, 2,048 sequences of 8,192 tokens, micro-batch 1
+    (16 micro-batches per replica), gradients reduced after the pipeline in one buffer, with
+    simulate_step's reductions for symmetric layouts (one replica's pipeline, tensor rank 0's
+    transfers, steady state extrapolated from 4 and 8 micro-batches)."""
+    import resource
+
+    from simulator.config import SimConfig
+    from simulator.training import simulate_step
+    from topologies.presets import build_system
+    from workloads.parallelism import ParallelismSpec
+    from workloads.presets import model_preset
+
+    lines = []
+    start = time.perf_counter()
+    topology = build_system("dgx-h100", nodes=2048, fabric="roce-400g", topology="fat-tree")
+    built = time.perf_counter()
+    layout = ParallelismSpec(tp=8, pp=16, dp=128, gpus=16384, micro_batch=1, global_batch=2048, seq_len=8192,
+                             dp_overlap=False, bucket_bytes=None)
+    for net in ("flow", "analytical"):
+        t0 = time.perf_counter()
+        result = simulate_step(model_preset("llama3-405b"), layout, topology=topology,
+                               config=SimConfig(network_model=net), granularity="chunk", symmetric_replicas=True,
+                               tensor_rank0_p2p=True, steady_state_microbatches=4)
+        wall = time.perf_counter() - t0
+        rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20     # Linux: KiB
+        lines.append(f"llama3-405b step on 16384 H100 (roce-400g fat-tree, {net}): {wall:.1f} s wall "
+                     f"(+ {built - start:.1f} s building the fabric), peak RSS {rss_gib:.2f} GiB; step "
+                     f"{result.step_time_s:.2f} s, {result.tflops_per_gpu:.0f} TFLOP/s per GPU, time in network "
+                     f"{result.exposed_comm_s:.2f} s")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
