@@ -62,6 +62,7 @@ from typing import Iterable, Mapping
 from topologies.devices import A100_SXM4_80GB
 
 from . import compute as cmp
+from .calibration import golden_section_min
 
 __all__ = ("SC21_MAMF_STEP_S", "Sc21Prediction", "Sc21Fit", "sc21_network_added_s", "sc21_predict",
            "mean_abs_error", "fit_gemm_efficiency", "sc21_holdout", "format_fit")
@@ -74,7 +75,6 @@ SC21_MAMF_STEP_S: Mapping[str, float] = types.MappingProxyType({
 })
 """Full-simulation step seconds of every Table 1 row with the 2024 MAMF GEMM efficiency (measured once)."""
 
-GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 FIT_RANGE = (0.5, 1.0)        # eff_max searched; 0.5 is below any published dense-GEMM figure for A100
 FIT_TOLERANCE = 1e-4          # bracket width at which the golden-section search stops
 
@@ -195,19 +195,7 @@ def fit_gemm_efficiency(*, models: Iterable[str] | None = None, network_added_s:
     def objective(g: float) -> float:
         return mean_abs_error(p for p in at(g) if p.model in fit_models)
 
-    lo, hi = FIT_RANGE
-    x1, x2 = hi - GOLDEN * (hi - lo), lo + GOLDEN * (hi - lo)
-    f1, f2 = objective(x1), objective(x2)
-    while hi - lo > FIT_TOLERANCE:
-        if f1 <= f2:
-            hi, x2, f2 = x2, x1, f1
-            x1 = hi - GOLDEN * (hi - lo)
-            f1 = objective(x1)
-        else:
-            lo, x1, f1 = x1, x2, f2
-            x2 = lo + GOLDEN * (hi - lo)
-            f2 = objective(x2)
-    g = (lo + hi) / 2.0
+    g = golden_section_min(objective, *FIT_RANGE, tol=FIT_TOLERANCE)
     return Sc21Fit(gemm_efficiency=g, fit_models=fit_models, predictions=at(g))
 
 
