@@ -40,12 +40,15 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
         network = build_network(config.network_model, topology, congestion=config.congestion)
     else:
         network = NETWORK_MODELS[config.network_model](topology.link_capacity_bytes_per_s)
+    bad = [e.link for e in config.link_events if e.link >= topology.num_links]
+    if bad:
+        raise ValueError(f"link_events: link {bad[0]} does not exist; the topology has {topology.num_links} links")
     if config.task_ranks is not None and any(r >= workload.nranks for r in config.task_ranks):
         raise ValueError(f"task_ranks: {config.task_ranks!r} names a rank >= {workload.nranks} (the workload's ranks)")
     times, rank_end, task_times = run(network=network, workload=workload, schedules=schedules, topology=topology,
                                       router=router, rank_gpu=placement.rank_gpu,
                                       launch_overhead_s=config.launch_overhead_s, qps_per_connection=qps,
-                                      task_ranks=config.task_ranks)
+                                      task_ranks=config.task_ranks, link_events=config.link_events)
     records = tuple(
         CollectiveRecord(index=i, collective=c, algorithm=ch.algorithm, protocol=ch.protocol, nchannels=ch.nchannels,
                          start_s=start, end_s=end, latency_s=s.latency_s, predicted_s=ch.predicted_s)

@@ -13,6 +13,24 @@ CONGESTION_NAMES = ("dcqcn", "pfc", "ib-credit")   # refinements of the flow mod
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LinkEvent:
+    """At ``time_s`` link ``link`` starts running at ``scale`` x its capacity: 0 < scale < 1 degrades
+    it, 0 fails it (routes avoid it from then on and running flows across it are rerouted)."""
+
+    time_s: float
+    link: int
+    scale: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.time_s, (int, float)) and 0 <= self.time_s < float("inf")):
+            raise ValueError(f"LinkEvent.time_s: {self.time_s!r} is not allowed; expected a finite number >= 0")
+        if not isinstance(self.link, int) or isinstance(self.link, bool) or self.link < 0:
+            raise ValueError(f"LinkEvent.link: {self.link!r} is not allowed; expected a link id >= 0")
+        if not (isinstance(self.scale, (int, float)) and 0 <= self.scale <= 1):
+            raise ValueError(f"LinkEvent.scale: {self.scale!r} is not allowed; expected a number in [0, 1]")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:
     network_model: str = "flow"
     routing: str = "ecmp"
@@ -23,6 +41,7 @@ class SimConfig:
     failed_links: frozenset[int] = frozenset()   # link ids that carry nothing (routes avoid them)
     congestion: tuple[str, ...] = ()             # flow-model refinements: any of "dcqcn", "pfc", "ib-credit"
     task_ranks: tuple[int, ...] | None = ()      # ranks whose per-task start/end times are kept (None: all)
+    link_events: tuple[LinkEvent, ...] = ()      # links degraded or failed during the run
 
     def __post_init__(self) -> None:
         if self.network_model not in NETWORK_MODEL_NAMES:
@@ -36,7 +55,8 @@ class SimConfig:
             raise ValueError(f"launch_overhead_s: {self.launch_overhead_s!r} is not allowed; expected 0 <= s < 1")
         if not isinstance(self.failed_links, frozenset) or any(
                 not isinstance(k, int) or isinstance(k, bool) or k < 0 for k in self.failed_links):
-            raise ValueError(f"failed_links: {self.failed_links!r} is not allowed; expected a frozenset of link ids >= 0")
+            raise ValueError(f"failed_links: {self.failed_links!r} is not allowed; expected a frozenset of link "
+                             "ids >= 0")
         if (not isinstance(self.congestion, tuple) or any(c not in CONGESTION_NAMES for c in self.congestion)
                 or len(set(self.congestion)) != len(self.congestion)):
             raise ValueError(f"congestion: {self.congestion!r} is not allowed; expected a tuple of distinct names "
@@ -48,5 +68,7 @@ class SimConfig:
                 not isinstance(r, int) or isinstance(r, bool) or r < 0 for r in self.task_ranks)):
             raise ValueError(f"task_ranks: {self.task_ranks!r} is not allowed; expected None (all ranks) or a tuple "
                              "of rank indices >= 0")
+        if not isinstance(self.link_events, tuple) or any(not isinstance(e, LinkEvent) for e in self.link_events):
+            raise ValueError(f"link_events: {self.link_events!r} is not allowed; expected a tuple of LinkEvent")
         if not isinstance(self.collectives, CollectivePolicy):
             raise ValueError("collectives: expected a CollectivePolicy")

@@ -33,10 +33,15 @@ class Fabric:
         self._outstanding: dict[int, int] = {}
         self._done_events: dict[int, simpy.Event] = {}
         self._next_transfer = 0
+        self._rebuild: dict[int, tuple] = {}      # transfer -> (rebuild callable, kept flow indices)
+        self._flows_of: dict[int, list[int]] = {}  # transfer -> its current flow ids, in kept order
 
     # ---- public ------------------------------------------------------------------------------
     def transfer(self, paths: list[np.ndarray], weights: list[np.ndarray], wire_bytes: np.ndarray,
-                 caps_bytes_per_s: np.ndarray, latency_s: float, fill_bytes: np.ndarray | None = None) -> simpy.Event:
+                 caps_bytes_per_s: np.ndarray, latency_s: float, fill_bytes: np.ndarray | None = None,
+                 rebuild=None) -> simpy.Event:
+        """``rebuild()`` (optional) returns fresh (paths, weights) for the same flows, in the same
+        order: used to move them off a link that fails while they run (``fail_link``)."""
         done = self.env.event()
         keep = np.flatnonzero(np.asarray(wire_bytes) > 0)
         if keep.size == 0:
@@ -45,6 +50,8 @@ class Fabric:
         tid = self._next_transfer
         self._next_transfer += 1
         self._done_events[tid] = done
+        if rebuild is not None:
+            self._rebuild[tid] = (rebuild, keep)
         fill = np.zeros(len(paths)) if fill_bytes is None else np.asarray(fill_bytes, dtype=np.float64)
         payload = ([paths[i] for i in keep], [weights[i] for i in keep], np.asarray(wire_bytes)[keep],
                    np.asarray(caps_bytes_per_s)[keep], fill[keep])
@@ -61,10 +68,48 @@ class Fabric:
 
     def _start(self, tid: int, paths, weights, wire_bytes, caps, fill) -> None:
         self._advance_to_now()
+        if tid in self._rebuild and paths and not self.network.capacity_bytes_per_s[np.concatenate(paths)].all():
+            rebuild, keep = self._rebuild[tid]            # a link failed while this transfer waited its latency
+            fresh_paths, fresh_weights = rebuild()
+            paths, weights = [fresh_paths[i] for i in keep], [fresh_weights[i] for i in keep]
         ids = self.network.add(paths, weights, wire_bytes, caps, fill)
         self._outstanding[tid] = len(ids)
+        self._flows_of[tid] = ids.tolist()
         for fid in ids.tolist():
             self._flow_transfer[fid] = tid
+        self._request_settle()
+
+    # ---- link events -------------------------------------------------------------------------
+    def scale_link(self, link: int, scale: float) -> None:
+        """Link ``link`` runs at ``scale`` x its capacity from now on (degraded; 0 is ``fail_link``)."""
+        self._advance_to_now()
+        self.network.set_link_scale(link, scale)
+        self._request_settle()
+
+    def fail_link(self, link: int) -> None:
+        """Link ``link`` fails now: running flows that cross it move to the paths their transfer's
+        ``rebuild`` gives (the caller has rerouted by then); they keep the bytes left to send."""
+        self._advance_to_now()
+        self.network.set_link_scale(link, 0.0)
+        for tid in [t for t in self._outstanding if t in self._flows_of]:
+            ids = np.asarray(self._flows_of[tid], dtype=np.int64)
+            slots = np.searchsorted(self.network.ids, ids)
+            alive = self.network.active[slots]
+            ptr, links = self.network.flow_ptr, self.network.flow_links
+            crossing = [i for i, slot in enumerate(slots.tolist())
+                        if alive[i] and (links[ptr[slot]:ptr[slot + 1]] == link).any()]
+            if not crossing:
+                continue
+            if tid not in self._rebuild:
+                raise RuntimeError(f"fabric: link {link} failed under transfer {tid}, which cannot be rerouted")
+            rebuild, keep = self._rebuild[tid]
+            paths, weights = rebuild()
+            new = self.network.repath(ids[crossing], [paths[keep[i]] for i in crossing],
+                                      [weights[keep[i]] for i in crossing])
+            for i, fid in zip(crossing, new.tolist()):
+                del self._flow_transfer[int(ids[i])]
+                self._flow_transfer[fid] = tid
+                self._flows_of[tid][i] = fid
         self._request_settle()
 
     def _finish(self, finished: np.ndarray) -> None:
@@ -73,6 +118,8 @@ class Fabric:
             self._outstanding[tid] -= 1
             if self._outstanding[tid] == 0:
                 del self._outstanding[tid]
+                self._flows_of.pop(tid, None)
+                self._rebuild.pop(tid, None)
                 self._done_events.pop(tid).succeed()
 
     def _request_settle(self) -> None:

@@ -77,7 +77,8 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
             weights.append(np.concatenate([edge_w[i] * (wire_bytes[i] / top) for i in used.tolist()]))
             nbytes.append(top)
             fills.append(float(fill_wire[used].max()))
-    caps = np.array([min(cap, connection_cap(topology, path, qps_per_connection, w)) for path, w in zip(paths, weights)])
+    caps = np.array([min(cap, connection_cap(topology, path, qps_per_connection, w))
+                     for path, w in zip(paths, weights)])
     return NetworkFlows(paths=paths, weights=weights, wire_bytes=np.asarray(nbytes) * wire,
                         caps_bytes_per_s=caps, latency_s=latency, fill_bytes=np.asarray(fills))
 
@@ -92,7 +93,7 @@ class _Rendezvous:
 
 def run(*, network, workload: Workload, schedules: list[Schedule], topology: Topology, router: Router,
         rank_gpu: tuple[int, ...], launch_overhead_s: float = 0.0, qps_per_connection: int = 1,
-        task_ranks: tuple[int, ...] | None = ()) -> tuple[list[tuple[float, float]], list[float], dict]:
+        task_ranks: tuple[int, ...] | None = (), link_events=()) -> tuple[list[tuple[float, float]], list[float], dict]:
     """Replay ``workload`` on a fresh SimPy environment whose fabric drives ``network``.
 
     Returns per-collective (start_s, end_s), per-rank end times, and for the ranks in
@@ -108,6 +109,25 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
     task_times = {rank: np.full((len(workload.programs[rank]), 2), np.nan) for rank in recorded}
 
     lowered: dict[tuple[int, int], NetworkFlows] = {}    # (id of a shared schedule, step) -> flows
+    routing = {"router": router}                         # replaced when a link fails
+
+    def flows_of(step, schedule) -> NetworkFlows:
+        return network_flows(step, schedule, topology=topology, router=routing["router"], rank_gpu=rank_gpu,
+                             qps_per_connection=qps_per_connection)
+
+    def link_event(event):
+        yield env.timeout(event.time_s)
+        if event.scale > 0:
+            fabric.scale_link(event.link, event.scale)
+            return
+        old = routing["router"]
+        routing["router"] = Router(topology, policy=old.policy, seed=old.seed, pxn=old.pxn,
+                                   failed_links=old.failed_links | {event.link})
+        lowered.clear()
+        fabric.fail_link(event.link)
+
+    for event in sorted(link_events, key=lambda e: (e.time_s, e.link)):
+        env.process(link_event(event))
 
     def execute(index: int):
         meeting = meetings[index]
@@ -118,12 +138,14 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
         for k, step in enumerate(schedule.steps):
             flows = lowered.get((id(schedule), k))
             if flows is None:
-                flows = lowered[(id(schedule), k)] = network_flows(
-                    step, schedule, topology=topology, router=router, rank_gpu=rank_gpu,
-                    qps_per_connection=qps_per_connection)
+                flows = lowered[(id(schedule), k)] = flows_of(step, schedule)
+
+            def rebuild(step=step, schedule=schedule):
+                fresh = flows_of(step, schedule)
+                return fresh.paths, fresh.weights
             yield fabric.transfer(flows.paths, flows.weights, flows.wire_bytes, flows.caps_bytes_per_s,
                                   step.latency_s + (flows.latency_s if step.path_latency else 0.0),
-                                  flows.fill_bytes)
+                                  flows.fill_bytes, rebuild=rebuild if link_events else None)
         meeting.end_s = env.now
         meeting.done.succeed()
 

@@ -63,7 +63,8 @@ class FluidNetwork:
     ids = _slot_view("ids")
 
     def __init__(self, capacity_bytes_per_s: np.ndarray):
-        self.capacity_bytes_per_s = np.asarray(capacity_bytes_per_s, dtype=np.float64)
+        self._base_capacity = np.asarray(capacity_bytes_per_s, dtype=np.float64)
+        self.capacity_bytes_per_s = self._base_capacity.copy()      # changes with set_link_scale
         self.link_bytes = np.zeros(self.capacity_bytes_per_s.shape[0], dtype=np.float64)
         self._n = 0                                   # flow slots in use
         self._m = 0                                   # (flow, link) entries in use
@@ -135,6 +136,21 @@ class FluidNetwork:
         self._nbatches += 1
         self._dirty = True
         return new_ids
+
+    def set_link_scale(self, link: int, scale: float) -> None:
+        """From now on link ``link`` carries ``scale`` x its rated capacity (0: failed). Flows are
+        re-rated at the next change (the caller re-paths flows off a failed link first)."""
+        self.capacity_bytes_per_s[link] = self._base_capacity[link] * scale
+        self._dirty = True
+
+    def repath(self, ids: np.ndarray, paths: list[np.ndarray], weights: list[np.ndarray]) -> np.ndarray:
+        """Move active flows ``ids`` onto new paths, keeping their remaining bytes, start-up and cap;
+        returns their new ids (the old ones end without completing)."""
+        slots = np.searchsorted(self.ids, ids)          # ids grow with slot order (compaction keeps it)
+        remaining, fill, cap = self.remaining[slots].copy(), self.fill[slots].copy(), self.cap[slots].copy()
+        self.active[slots] = False
+        self.rate[slots] = 0.0
+        return self.add(paths, weights, remaining - fill, cap, fill)
 
     def next_completion_s(self) -> float:
         if self._dirty:

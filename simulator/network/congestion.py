@@ -358,6 +358,8 @@ class CongestionNetwork(FlowNetwork):
                 ib = (self._kind == int(LinkKind.INFINIBAND)) & (self._latency > 0)
                 self._effective[ib] = np.minimum(self._effective[ib],
                                                  spec.vl_buffer_bytes / (2.0 * self._latency[ib]))
+        self._credit_cap = self._effective.copy()          # the credit-loop cap alone (inf where none)
+        self._credit_cap[self._effective >= self.capacity_bytes_per_s] = np.inf
         self.link_queue_bytes = np.zeros(n_links)
         self.link_pause_fraction = np.zeros(n_links)
         self.dcqcn_simulated_s = 0.0
@@ -379,6 +381,10 @@ class CongestionNetwork(FlowNetwork):
         return float(np.sum(self.link_queue_bytes[links] / self._effective[links]))
 
     # ---- rates ------------------------------------------------------------------------------------
+    def set_link_scale(self, link: int, scale: float) -> None:
+        super().set_link_scale(link, scale)
+        self._effective[link] = min(self.capacity_bytes_per_s[link], self._credit_cap[link])
+
     def _rerate(self) -> None:
         active = self.active
         ptr, links, weights = self.flow_ptr, self.flow_links, self.flow_weights

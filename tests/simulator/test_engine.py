@@ -277,3 +277,69 @@ def test_without_gpudirect_rdma_network_bytes_cross_host_memory_twice():
         host = np.asarray(topo.link_kind) == LinkKind.HOST_MEMORY
         # sendrecv on 2 ranks: rank 0 -> 1 and 1 -> 0, 64 MiB each
         assert res.link_bytes[host].sum() == pytest.approx(crossings * 2 * (64 << 20), rel=1e-9)
+
+
+# ---- links degraded or failed during a run ------------------------------------------------------
+
+def _fabric_links(topo):
+    from topologies.topology import LinkTier
+    tier = {n: d.get("tier") for n, d in topo.graph.nodes(data=True)}
+    return [k for k in range(topo.num_links) if topo.link_tier[k] == LinkTier.FABRIC_1
+            and tier[int(topo.link_src[k])] == 1 and tier[int(topo.link_dst[k])] == 2]
+
+
+def test_degraded_link_mid_transfer_slows_the_rest_by_hand():
+    """2 ranks on 2 servers exchange S = 256 MiB each way (sendrecv). Healthy: time L + D at total
+    rate r0 = S / D per direction (L, D from two sizes: T(S) = L + D, T(2S) = L + 2D). At t_e = L + D/2
+    rank 0's NIC uplink drops to 5 % of its capacity C, below the flows' caps, so its direction moves
+    its remaining S - r0 (t_e - L) bytes at 0.05 C: end = t_e + (S - r0 (t_e - L)) / (0.05 C)."""
+    from simulator.config import LinkEvent
+    topo = build_system("dgx-h100", nodes=2)
+    place = Placement.block(topo, nranks=2, gpus_per_node=1)
+    size = 256 << 20
+
+    def run(nbytes, events=()):
+        work = Workload.sequence([Collective(kind=CollectiveKind.SENDRECV, nbytes=nbytes, group=(0, 1))], nranks=2)
+        return simulate(topo, work, placement=place, config=SimConfig(link_events=events))
+    t1, t2 = run(size).collectives[0].time_s, run(2 * size).collectives[0].time_s
+    d, lat = t2 - t1, 2 * t1 - t2
+    info = topo.servers[0]
+    uplink = topo.nic_leaf_link[info.nics[info.nic_of_gpu[0]]]
+    t_event = lat + d / 2
+    slow = run(size, (LinkEvent(time_s=t_event, link=uplink, scale=0.05),))
+    assert slow.link_bytes[uplink] > 0
+    expected = t_event + (size - size / d * (t_event - lat)) / (0.05 * topo.link_capacity_bytes_per_s[uplink])
+    assert slow.collectives[0].end_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_failed_link_mid_run_reroutes_and_conserves_bytes():
+    topo = build_system("dgx-h100", nodes=8, rail_optimised=False)
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=256 << 20, group=tuple(range(64)))
+    work = Workload.sequence([coll], nranks=64)
+    healthy = simulate(topo, work)
+    up = _fabric_links(topo)
+    busiest = max(up, key=lambda k: healthy.link_bytes[k])
+    from simulator.config import LinkEvent
+    half = healthy.collectives[0].start_s + healthy.collectives[0].time_s / 2
+    failed = simulate(topo, work, config=SimConfig(link_events=(LinkEvent(time_s=half, link=busiest),)))
+    # it finishes; the failed link carried only what it moved before the failure
+    assert 0 < failed.link_bytes[busiest] < healthy.link_bytes[busiest]
+    assert failed.collectives[0].time_s >= healthy.collectives[0].time_s * (1 - 1e-12)
+    # rerouting changes fabric paths only: every NIC link carries the same bytes as when healthy
+    from topologies.topology import LinkTier
+    nic = np.asarray(topo.link_tier) == LinkTier.NIC
+    assert failed.link_bytes[nic] == pytest.approx(healthy.link_bytes[nic], rel=1e-9)
+    assert failed.link_bytes[up].sum() == pytest.approx(healthy.link_bytes[up].sum(), rel=1e-9)
+
+
+def test_link_event_errors():
+    from simulator.config import LinkEvent
+    with pytest.raises(ValueError, match="LinkEvent.scale"):
+        LinkEvent(time_s=0.0, link=1, scale=1.5)
+    with pytest.raises(ValueError, match="LinkEvent.time_s"):
+        LinkEvent(time_s=-1.0, link=1)
+    topo = build_system("dgx-h100")
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1024, group=(0, 1))
+    with pytest.raises(ValueError, match="link_events: link 999999"):
+        simulate(topo, Workload.sequence([coll], nranks=2),
+                 config=SimConfig(link_events=(LinkEvent(time_s=0.0, link=999999),)))
