@@ -2,7 +2,10 @@
 
 * one process per (rank, stream) runs that stream's tasks in program order; a task first waits
   for the tasks of its rank named in its ``after`` (cross-stream dependencies);
-* ComputeTask -> ``timeout(duration)``.
+* ComputeTask -> ``timeout(duration)``;
+* a LinkEvent (``SimConfig.link_events``) at its time scales the link's capacity; a failure also
+  swaps in a router that avoids the link, and the Fabric moves running flows that cross it onto
+  their transfer's fresh paths (the same flows, routed again) with the bytes they have left.
 * CommTask -> arrive at the collective's rendezvous; when the group's last rank arrives the
   collective's schedule runs (the launch overhead, then each step: its protocol latency, then
   ``Fabric.transfer`` of its flows) and every member resumes when it ends.
