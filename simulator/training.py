@@ -334,15 +334,25 @@ def _merge(total: dict, part: dict, scale: int) -> None:
 
 def _measure(model: ModelSpec, p: ParallelismSpec, topology: Topology, compute: StepCompute, config: SimConfig, *,
              placement: Placement, recompute: str, granularity: str, symmetric_replicas: bool,
-             tensor_rank0_p2p: bool) -> _Raw:
+             tensor_rank0_p2p: bool, reductions: dict | None = None) -> _Raw:
+    """One step's additive measurements. ``reductions`` (optional) keeps the reduction phase of a
+    symmetric-replica step by layout without the batch, which that phase does not depend on (it
+    reduces every gradient once and runs the optimizer): the steady-state extrapolation measures
+    two batch sizes and simulates the reduction once."""
     kw = dict(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
     if symmetric_replicas and p.dp > 1:
         replica = tuple(r for r in range(p.world_size) if p.coords(r).dp == 0)
         pipe = training_step(model, p, compute, part="pipeline", ranks=replica, **kw)
-        reduce = training_step(model, p, compute, part="reduction", **kw)
         first = _run_phase(topology, pipe, Placement.custom(topology, [placement.rank_gpu[r] for r in replica]),
                            config, 0.0, p.dp)
-        phases = (first, _run_phase(topology, reduce, placement, config, first.sim.makespan_s, 1))
+        key = tuple((f.name, getattr(p, f.name)) for f in dataclasses.fields(p) if f.name != "global_batch")
+        second = (reductions or {}).get(key)
+        if second is None:
+            reduce = training_step(model, p, compute, part="reduction", **kw)
+            second = _run_phase(topology, reduce, placement, config, 0.0, 1)
+            if reductions is not None:
+                reductions[key] = second
+        phases = (first, dataclasses.replace(second, offset_s=first.sim.makespan_s))
     else:
         phases = (_run_phase(topology, training_step(model, p, compute, **kw), placement, config, 0.0, 1),)
     raw = _Raw(step_s=math.fsum(ph.sim.makespan_s for ph in phases),
@@ -441,8 +451,9 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
     if k is not None and m > 2 * k:
         few = dataclasses.replace(p, global_batch=k * p.dp * p.micro_batch)
         more = dataclasses.replace(p, global_batch=2 * k * p.dp * p.micro_batch)
-        a = _measure(model, few, topology, compute, config, **kw)
-        b = _measure(model, more, topology, compute, config, **kw)
+        reductions: dict = {}
+        a = _measure(model, few, topology, compute, config, reductions=reductions, **kw)
+        b = _measure(model, more, topology, compute, config, reductions=reductions, **kw)
         x = (m - k) / k
         raw = _Raw(step_s=_lerp(a.step_s, b.step_s, x), critical_s=_lerp(a.critical_s, b.critical_s, x),
                    compute_s=_lerp(a.compute_s, b.compute_s, x), comm_s=_lerp(a.comm_s, b.comm_s, x),
