@@ -620,14 +620,20 @@ def _logits_ops(model: ModelSpec, *, micro_batch: int, seq_len: int | None, tp: 
     ]
 
 
+def _logits(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None, tp: int, sp: bool, cp: int,
+            dtype: str, compute_model: GpuComputeModel | None) -> tuple[_Ctx, list[_Op]]:
+    cm = compute_model_for(gpu, compute_model)
+    _check_dtype(dtype, gpu, cm)
+    return _Ctx(gpu=gpu, cm=cm, dtype=dtype), _logits_ops(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
+                                                           sp=sp, cp=cp)
+
+
 def logits_forward(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
                    sp: bool = False, cp: int = 1, dtype: str = "bf16",
                    compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
     """Final norm, output GEMM (b s / c) x (V/t) x h and the loss."""
-    cm = compute_model_for(gpu, compute_model)
-    _check_dtype(dtype, gpu, cm)
-    ctx = _Ctx(gpu=gpu, cm=cm, dtype=dtype)
-    ops = _logits_ops(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp)
+    ctx, ops = _logits(model, gpu, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, dtype=dtype,
+                       compute_model=compute_model)
     return ComputeBreakdown(ops=tuple(t for op in ops for t in _forward_times(op, ctx)))
 
 
@@ -635,10 +641,8 @@ def logits_backward(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len
                     sp: bool = False, cp: int = 1, dtype: str = "bf16",
                     compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
     """Loss gradient, output-layer gradient GEMMs, final-norm backward."""
-    cm = compute_model_for(gpu, compute_model)
-    _check_dtype(dtype, gpu, cm)
-    ctx = _Ctx(gpu=gpu, cm=cm, dtype=dtype)
-    ops = _logits_ops(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp)
+    ctx, ops = _logits(model, gpu, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, dtype=dtype,
+                       compute_model=compute_model)
     return ComputeBreakdown(ops=tuple(t for op in reversed(ops) for t in _backward_times(op, ctx)))
 
 
