@@ -37,38 +37,27 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(f"fabricsim: error: {message}")
 
 
+def _bounded(name: str, cast=int, low: float = 1, *, strict: bool = False):
+    """argparse type: ``cast`` of the text, at least ``low`` (more than it when ``strict``)."""
+    kind = "an integer" if cast is int else "a number"
+
+    def parse(text: str):
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not {kind}") from None
+        if not (value > low if strict else value >= low):
+            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not allowed; expected {kind} "
+                                             f"{'>' if strict else '>='} {low:g}")
+        return value
+    return parse
+
+
 def _positive_int(name: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not an integer") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name}: {value} is not allowed; expected an integer >= 1")
-        return value
-    return parse
+    return _bounded(name)
 
 
-def _factor(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"stepfactor: {text!r} is not a number") from None
-    if not value > 1:
-        raise argparse.ArgumentTypeError(f"stepfactor: {text!r} is not allowed; expected a number > 1")
-    return value
-
-
-def _positive_float(name: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not a number") from None
-        if not value >= 1:
-            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not allowed; expected a number >= 1")
-        return value
-    return parse
+_factor = _bounded("stepfactor", float, 1, strict=True)
 
 
 def _fabric_options(p: argparse.ArgumentParser) -> None:
@@ -79,7 +68,7 @@ def _fabric_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", default="leaf-spine", help=f"wiring: {', '.join(TOPOLOGIES)}; default leaf-spine")
     p.add_argument("--fabric", default=None,
                    help=f"fabric technology: {', '.join(FABRICS)}; default the preset's own")
-    p.add_argument("--oversubscription", type=_positive_float("oversubscription"), default=1.0,
+    p.add_argument("--oversubscription", type=_bounded("oversubscription", float), default=1.0,
                    help="leaf down:up ratio R (R:1); default 1 (non-blocking)")
     p.add_argument("--no-rail-optimised", dest="rail_optimised", action="store_false",
                    help="cable every NIC of a server to the same top-of-rack leaf")
@@ -124,7 +113,7 @@ def _step_parser(sub) -> None:
     step.add_argument("--nodes", type=_positive_int("nodes"), help="servers; default 8")
     step.add_argument("--topology", help=f"wiring: {', '.join(TOPOLOGIES)}")
     step.add_argument("--fabric", help=f"fabric technology: {', '.join(FABRICS)}")
-    step.add_argument("--oversubscription", type=_positive_float("oversubscription"), help="leaf down:up ratio")
+    step.add_argument("--oversubscription", type=_bounded("oversubscription", float), help="leaf down:up ratio")
     step.add_argument("--no-rail-optimised", dest="rail_optimised", action="store_const", const=False,
                       help="top-of-rack leaves")
     step.add_argument("--nics-per-node", type=_positive_int("nics-per-node"), help="NICs per server")
