@@ -24,6 +24,7 @@ of its flows'.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import simpy
@@ -118,6 +119,11 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
         return network_flows(step, schedule, topology=topology, router=routing["router"], rank_gpu=rank_gpu,
                              qps_per_connection=qps_per_connection)
 
+    def rerouted(step, schedule) -> tuple[list, list]:
+        """Fresh paths of a step's flows, for a transfer caught by a link failure."""
+        fresh = flows_of(step, schedule)
+        return fresh.paths, fresh.weights
+
     def link_event(event):
         yield env.timeout(event.time_s)
         if event.scale > 0:
@@ -142,13 +148,9 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
             flows = lowered.get((id(schedule), k))
             if flows is None:
                 flows = lowered[(id(schedule), k)] = flows_of(step, schedule)
-
-            def rebuild(step=step, schedule=schedule):
-                fresh = flows_of(step, schedule)
-                return fresh.paths, fresh.weights
             yield fabric.transfer(flows.paths, flows.weights, flows.wire_bytes, flows.caps_bytes_per_s,
                                   step.latency_s + (flows.latency_s if step.path_latency else 0.0),
-                                  flows.fill_bytes, rebuild=rebuild if link_events else None)
+                                  flows.fill_bytes, rebuild=partial(rerouted, step, schedule) if link_events else None)
         meeting.end_s = env.now
         meeting.done.succeed()
 
