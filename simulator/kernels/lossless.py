@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .maxmin import _heap_rekey, _heap_remove, _sift_down
+from .maxmin import _heap_remove, _sift_down, _sift_up
 
 __all__ = ["lossless_throttle", "successor_pairs"]
 
@@ -184,7 +184,14 @@ def _throttle_kernel(flow_ptr, flow_links, flow_weights, participant, link_capac
             if count[l] == 0:
                 size = _heap_remove(heap, hkey, pos, l, size)
                 continue
-            _heap_rekey(heap, hkey, pos, l, residual[l] / weight_sum[l] if weight_sum[l] > 0.0 else np.inf, size)
+            slot = pos[l]
+            old_key = hkey[slot]
+            new_key = residual[l] / weight_sum[l] if weight_sum[l] > 0.0 else np.inf
+            hkey[slot] = new_key
+            if new_key < old_key:
+                _sift_up(heap, hkey, pos, slot)
+            elif new_key > old_key:
+                _sift_down(heap, hkey, pos, slot, size)
         event += 1
     return m, pause, tree_level
 

@@ -139,18 +139,6 @@ def _heap_remove(heap, hkey, pos, link, size):
     return size
 
 
-@njit(cache=True, inline="always")
-def _heap_rekey(heap, hkey, pos, link, new_key, size):
-    """Give ``link`` (in the heap) the key ``new_key`` and restore the heap order."""
-    slot = pos[link]
-    old_key = hkey[slot]
-    hkey[slot] = new_key
-    if new_key < old_key:
-        _sift_up(heap, hkey, pos, slot)
-    elif new_key > old_key:
-        _sift_down(heap, hkey, pos, slot, size)
-
-
 # --------------------------------------------------------------------------------------------
 # The kernel
 # --------------------------------------------------------------------------------------------
@@ -285,7 +273,14 @@ def _maxmin_kernel(flow_ptr, flow_links, flow_weights, active, link_capacity, fl
                 size = _heap_remove(heap, hkey, pos, link, size)
                 continue
             w = weight_sum[link]
-            _heap_rekey(heap, hkey, pos, link, residual[link] / w if w > 0.0 else level, size)
+            new_key = residual[link] / w if w > 0.0 else level
+            slot = pos[link]
+            old_key = hkey[slot]
+            hkey[slot] = new_key
+            if new_key < old_key:
+                _sift_up(heap, hkey, pos, slot)
+            elif new_key > old_key:
+                _sift_down(heap, hkey, pos, slot, size)
         event += 1
 
     if n_unfrozen > 0:
