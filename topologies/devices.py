@@ -490,7 +490,10 @@ NVSWITCH_GEN4 = SwitchSpec(          # HGX/DGX B200 (2 chips per board), GB200 N
     port_rate_bytes_per_s=NVLINK5.line_rate_bytes_per_s,   # 50 GB/s per direction per port
     latency_s=_NVSWITCH_LATENCY_S,   # ESTIMATE (see above)
     sharp=True,                      # NVIDIA NVLink/NVLink Switch page: SHARP engines in each NVLink Switch
-    reduction_efficiency=0.74,       # NCCL nvlsEfficiency[Blackwell] (src/graph/tuning.cc, 2.28+)
+    # NCCL nvlsEfficiency[Blackwell] 0.74 (src/graph/tuning.cc, 2.28+) applies to NCCL's SM100 NVLink
+    # figure (40.1 GB/s per link); NVLink5 here carries the measured 37.9 (topologies/links.py), so the
+    # same NVLS throughput is 0.74 x 40.1 / 37.9 = 0.783 of it
+    reduction_efficiency=0.74 * (40.1 / NVLINK5.line_rate_bytes_per_s * 1e9) / NVLINK5.protocol_efficiency,
 )
 PCIE_SWITCH_GEN4 = SwitchSpec(       # Broadcom PEX88096 class (4 per DGX A100)
     name="pcie_switch_gen4",

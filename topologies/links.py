@@ -205,11 +205,18 @@ class LinkSpec:
 # SM90_NVLINK_BW 20.6, SM100_NVLINK_BW 40.1 GB/s. NVIDIA's S. Jeaugey on H100: "450GB/s is the line
 # rate. With the protocol overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s"
 # (github.com/NVIDIA/nccl-tests/issues/212). 18 x 20.6 = 370.8 GB/s.
+# B200 is the exception: every measured ring plateau sits ~6 % under NCCL's 18 x 40.1 = 722 GB/s.
+# NVLink5 takes the measured figure: 8x B200 ring all_reduce at 8 GiB, NCCL_NVLS_ENABLE=0, 682.2 GB/s
+# busbw (AWS p6-b200, NCCL 2.27.7; stas00/ml-engineering network/README.md, shipped calibration
+# nvls_vs_ring_gpucount_h200_b200_mleng.csv) / 18 = 37.9 GB/s per link. An independent HGX B200
+# (b200_vultr_hgx_1node_2node_allcoll.csv) agrees: all_gather 672, reduce_scatter 695, alltoall
+# 673, sendrecv 664 GB/s at 16 GiB.
 _NVLINK34_LINE_GBPS = 25.0   # GB/s per direction per NVLink3/NVLink4 link (see above)
 _NVLINK5_LINE_GBPS = 50.0    # GB/s per direction per NVLink5 link (see above)
 _NCCL_SM80_NVLINK_GBPS = 20.0   # NCCL src/graph/topo.h (v2.30.7) SM80_NVLINK_BW
 _NCCL_SM90_NVLINK_GBPS = 20.6   # NCCL src/graph/topo.h (v2.30.7) SM90_NVLINK_BW
 _NCCL_SM100_NVLINK_GBPS = 40.1  # NCCL src/graph/topo.h (v2.30.7) SM100_NVLINK_BW
+_B200_NVLINK_GBPS = 37.9        # measured 8x B200 ring plateau / 18 links (see above)
 # ESTIMATE: NVIDIA publishes no per-hop NVLink latency (ASTRA-sim maintainers: "NVLink latency
 # parameters are confidential and not public", github.com/astra-sim/astra-sim/issues/59). One
 # traversal = serdes/FEC at both ends (tens of ns each for 50-100 Gb/s lanes) + < 1 m of board trace
@@ -238,7 +245,7 @@ NVLINK5 = LinkSpec(  # B200 (SM100)
     kind=LinkKind.NVLINK,
     line_rate_bytes_per_s=gbyte_per_s(_NVLINK5_LINE_GBPS),
     encoding_efficiency=1.0,
-    protocol_efficiency=_NCCL_SM100_NVLINK_GBPS / _NVLINK5_LINE_GBPS,  # 40.1 / 50 = 0.802
+    protocol_efficiency=_B200_NVLINK_GBPS / _NVLINK5_LINE_GBPS,  # 37.9 / 50 = 0.758
     latency_s=_NVLINK_LATENCY_S,
 )
 

@@ -22,6 +22,8 @@ from typing import Protocol
 
 import numpy as np
 
+from topologies.devices import GPU_PRESETS
+from topologies.links import LinkKind
 from topologies.routing import Router, equal_share_rates
 from topologies.topology import Topology
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
@@ -95,10 +97,35 @@ class LoweringContext:
                           if all(i.nvswitch >= 0 for i in infos) else 0.0),
         )
 
-    def chain_rates(self, chains: list[np.ndarray], weights: list[np.ndarray] | None = None) -> np.ndarray:
+    def nccl_capacity(self) -> np.ndarray:
+        """Link capacities as NCCL's tuner sees them: an NVLink link between a GPU and its switch
+        at NCCL's per-link figure for the GPU's generation (``nccl_model.NCCL_NVLINK_GBPS``) times
+        its link count, every other link as modelled."""
+        def build():
+            topo = self.topology
+            capacity = topo.link_capacity_bytes_per_s.copy()
+            nvlink = np.flatnonzero(topo.link_kind == int(LinkKind.NVLINK))
+            gpu_of_node = {int(node): gpu for gpu, node in enumerate(topo.gpu_nodes.tolist())}
+            for link in nvlink.tolist():
+                gpu = gpu_of_node.get(int(topo.link_src[link]), gpu_of_node.get(int(topo.link_dst[link])))
+                if gpu is None:
+                    continue
+                name = topo.graph.nodes[int(topo.gpu_nodes[gpu])].get("gpu")
+                spec = GPU_PRESETS.get(name)
+                nccl_gbps = nccl_model.NCCL_NVLINK_GBPS.get(spec.arch) if spec is not None else None
+                scale = nccl_gbps * 1e9 / spec.nvlink.bandwidth_bytes_per_s if nccl_gbps and spec.nvlink else 1.0
+                if abs(scale - 1.0) > 1e-9:       # only where the model departs from NCCL's figure
+                    capacity[link] *= scale
+            return capacity
+        return self.cached(("nccl-capacity",), build)
+
+    def chain_rates(self, chains: list[np.ndarray], weights: list[np.ndarray] | None = None, *,
+                    nccl: bool = False) -> np.ndarray:
         """Equal-share rate of each chain's link list (the tuner's static bandwidth estimate),
-        bounded by what its network connections can stream."""
-        rates = equal_share_rates(chains, self.topology.link_capacity_bytes_per_s, weights)
+        bounded by what its network connections can stream; ``nccl=True``: on the links as NCCL
+        sees them (:meth:`nccl_capacity`)."""
+        capacity = self.nccl_capacity() if nccl else self.topology.link_capacity_bytes_per_s
+        rates = equal_share_rates(chains, capacity, weights)
         caps = np.array([connection_cap(self.topology, path, self.qps_per_connection,
                                         None if weights is None else weights[i]) for i, path in enumerate(chains)])
         return np.minimum(rates, caps) if len(chains) else rates

@@ -127,13 +127,16 @@ def test_nvlink4_x18_is_nccls_h100_ring_ceiling():
     # busbw ceiling (~360-370 GB/s) on 8x H100.
     assert devices.H100_SXM5_80GB.nvlink_bandwidth_bytes_per_s == pytest.approx(370.8 * GB)
     assert links.NVLINK4.aggregated(18).line_rate_bytes_per_s == pytest.approx(450 * GB)   # 900 GB/s bidirectional
-    # A100: 12 x 20.0 = 240 GB/s; B200: 18 x 40.1 = 721.8 GB/s
+    # A100: 12 x 20.0 = 240 GB/s; B200: 18 x 37.9 = 682.2 GB/s (the measured ring plateau, not NCCL's 40.1)
     assert devices.A100_SXM4_80GB.nvlink_bandwidth_bytes_per_s == pytest.approx(240.0 * GB)
-    assert devices.B200.nvlink_bandwidth_bytes_per_s == pytest.approx(721.8 * GB)
-    # protocol efficiencies exactly as NCCL topo.h figures / line rate
+    assert devices.B200.nvlink_bandwidth_bytes_per_s == pytest.approx(682.2 * GB)
+    # protocol efficiencies: NCCL topo.h figures / line rate; NVLink5 the measured 37.9 / 50
     assert links.NVLINK3.protocol_efficiency == pytest.approx(0.800)
     assert links.NVLINK4.protocol_efficiency == pytest.approx(0.824)
-    assert links.NVLINK5.protocol_efficiency == pytest.approx(0.802)
+    assert links.NVLINK5.protocol_efficiency == pytest.approx(0.758)
+    # NVLS on B200 keeps NCCL's throughput, 0.74 x 18 x 40.1 GB/s, on the measured links
+    assert (devices.NVSWITCH_GEN4.reduction_efficiency * devices.B200.nvlink_bandwidth_bytes_per_s
+            == pytest.approx(0.74 * 18 * 40.1 * GB))
 
 
 def test_pcie_gen4_x16_numbers():
