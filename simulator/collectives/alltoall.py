@@ -15,9 +15,13 @@ leaving through the NIC on the receiver's rail (PXN), as NCCL's point-to-point d
 Buffers (verification): the send half holds the pieces for members 0..n-1 in order, the receive
 half the pieces from members 0..n-1 in order (``simulator.verify.alltoall_offsets``).
 
-Latency: NCCL's per-hop figures, per rank: base + sum over its n-1 peers of the hop latency
-(NVLink/PCIe inside a server, network across) for LL (pieces <= 16 KiB, NCCL's P2P LL threshold)
-or Simple. Worked number, 8x B200 one node, LL: 6.6 + 7 x 0.6 = 10.8 us (measured 11.0 us).
+Latency: NCCL's per-hop figures (NVLink/PCIe inside a server, network across), per rank. LL
+(pieces <= 16 KiB, NCCL's P2P LL threshold): base + the sum over its n-1 peers, since the same
+threads write and poll every peer's flagged lines. Simple: base + the slowest peer's hop, since each
+peer streams through its own channel's pipeline and the peers' hop latencies overlap. Worked
+numbers, 8x B200 one node (+0.7 us platform hop): LL 6.6 + 7 x 0.6 + 0.7 = 11.5 us (measured 11.0 us
+at 128 B); Simple 8.4 + 3.4 + 0.7 = 12.5 us (measured 13.7 us at 256 KiB, where summing the peers'
+hops would give 33 us).
 """
 
 from __future__ import annotations
@@ -66,9 +70,10 @@ class Alltoall:
         intra = nccl_model.HW_LATENCY_US[layout.intra]["ring"][protocol]
         inter = nccl_model.HW_LATENCY_US["net"]["ring"][protocol]
         worst = 0.0
+        combine = sum if protocol == "LL" else max
         for p in range(len(group)):
-            hops = sum(inter if ctx.server(group[p]) != ctx.server(group[q]) else intra
-                       for q in range(len(group)) if q != p)
+            hops = combine([inter if ctx.server(group[p]) != ctx.server(group[q]) else intra
+                            for q in range(len(group)) if q != p] or [0.0])
             worst = max(worst, hops)
         # the platform's extra hop latency is paid once: a rank's sends to its peers run concurrently
         extra = 0.0 if nccl else layout.hop_extra_us

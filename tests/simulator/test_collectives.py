@@ -106,6 +106,21 @@ def test_nccl_latency_worked_examples():
                                      nchannels=16) == pytest.approx(184.24e-6)
 
 
+def test_alltoall_latency_sums_peers_under_ll_and_overlaps_them_under_simple():
+    ctx = context(nodes=2)         # 2x DGX H100: NCCL's table holds on Hopper (no platform hop extra)
+    pairwise = ALGORITHMS["pairwise"]
+    for nranks, nodes in ((8, 1), (16, 2)):
+        c = Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=nranks * 1024, group=tuple(range(nranks)))
+        ll = pairwise.estimate(c, ctx, protocol="LL", nchannels=16)[0]
+        simple = pairwise.estimate(c, ctx, protocol="Simple", nchannels=16)[0]
+        if nodes == 1:
+            # LL 6.6 + 7 peers x 0.6 = 10.8 us; Simple 8.4 + the slowest peer's 3.4 = 11.8 us
+            assert (ll, simple) == (pytest.approx(10.8e-6), pytest.approx(11.8e-6))
+        else:
+            # 8 peers across the network: LL 6.6 + 8 x 2.7 + 7 x 0.6 = 32.4 us; Simple 8.4 + 14 = 22.4 us
+            assert (ll, simple) == (pytest.approx(32.4e-6), pytest.approx(22.4e-6))
+
+
 def test_tuner_picks_ll_small_simple_large_and_obeys_overrides():
     ctx = context(nodes=1)
     small = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1024, group=tuple(range(8)))
