@@ -110,7 +110,8 @@ def _reject(field: str, value: object, expected: str) -> ValueError:
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    # the exact-type test answers the common case without the (slow) abstract-base-class check
+    return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
 def _int_at_least(field: str, value: object, low: int) -> int:
@@ -340,12 +341,16 @@ class ModelSpec:
 
     def is_moe_layer(self, layer: int) -> bool:
         self._check_layer(layer)
+        return self._is_moe_layer(layer)
+
+    def _is_moe_layer(self, layer: int) -> bool:
+        """:meth:`is_moe_layer` of a layer index already checked."""
         return self.is_moe and layer >= self.first_dense_layers \
             and (layer - self.first_dense_layers) % self.moe_layer_freq == 0
 
     @property
     def moe_layers(self) -> int:
-        return sum(self.is_moe_layer(i) for i in range(self.layers))
+        return sum(self._is_moe_layer(i) for i in range(self.layers))
 
     def _check_layer(self, layer: int) -> None:
         if not _is_int(layer) or not 0 <= layer < self.layers:
@@ -385,7 +390,9 @@ class ModelSpec:
 
     def attention_parameters(self, *, tp: int = 1) -> int:
         """QKV and output projection of one layer on one tensor-parallel rank."""
-        tp = self._check_tp(tp)
+        return self._attention_parameters(self._check_tp(tp))
+
+    def _attention_parameters(self, tp: int) -> int:
         h, q = self.hidden, self.hidden + 2 * self.kv_dim
         weights = h * q // tp + h * h // tp
         biases = (q // tp + h) if self.bias else 0
@@ -396,9 +403,12 @@ class ModelSpec:
         row-parallel biases are replicated), ep splits the routed experts (expert weights are not
         tensor-parallel: expert tensor parallelism 1, as Megatron's MoE recipes and DeepSeek-V3 use)."""
         self._check_layer(layer)
-        tp, ep = self._check_tp(tp), self._check_ep(ep)
-        total = 2 * self._norm_parameters() + self.attention_parameters(tp=tp)
-        if self.is_moe_layer(layer):
+        return self._layer_parameters(layer, self._check_tp(tp), self._check_ep(ep))
+
+    def _layer_parameters(self, layer: int, tp: int, ep: int) -> int:
+        """:meth:`layer_parameters` with arguments already checked (stage and model sums check them once)."""
+        total = 2 * self._norm_parameters() + self._attention_parameters(tp)
+        if self._is_moe_layer(layer):
             total += self.hidden * self.experts                               # router
             total += (self.experts // ep) * self._mlp_parameters(self.expert_ffn_hidden)
             total += self.shared_experts * self._mlp_parameters(self.expert_ffn_hidden, tp=tp)
@@ -427,7 +437,7 @@ class ModelSpec:
         >>> round(model_preset("gpt3-175b").total_parameters() / 1e9, 1)
         174.6
         """
-        return (sum(self.layer_parameters(i) for i in range(self.layers)) + self.embedding_parameters()
+        return (sum(self._layer_parameters(i, 1, 1) for i in range(self.layers)) + self.embedding_parameters()
                 + self.output_parameters() + self.final_norm_parameters())
 
     def active_parameters(self) -> int:
@@ -458,7 +468,8 @@ class ModelSpec:
         stages = self.stage_layers(pp=pp)
         if not _is_int(stage) or not 0 <= stage < len(stages):
             raise _reject("stage", stage, f"an integer in 0..{len(stages) - 1}")
-        total = sum(self.layer_parameters(i, tp=tp, ep=ep) for i in stages[stage])
+        checked_tp, checked_ep = self._check_tp(tp), self._check_ep(ep)      # once, not per layer
+        total = sum(self._layer_parameters(i, checked_tp, checked_ep) for i in stages[stage])
         if stage == 0:
             total += self.embedding_parameters(tp=tp)
         if stage == len(stages) - 1:
@@ -521,7 +532,7 @@ class ModelSpec:
             Gemm(name="attn_proj", m=tokens, n=h, k=h // tp),
         ]
         up = self.mlp_matrices - 1            # fc1 (GeLU) or fused gate+up (SwiGLU) columns per ffn unit
-        if self.is_moe_layer(layer):
+        if self._is_moe_layer(layer):
             t_moe = tokens / tp
             fe = self.expert_ffn_hidden
             per_expert = t_moe * self.top_k * ep / self.experts
@@ -619,7 +630,7 @@ class ModelSpec:
             sharded += (D + (mask + D if self.dropout else 0)) * scores     # softmax output, dropout mask and output
         replicated += D * sb * h + mask * sb * h               # MLP block input, residual dropout mask
         act = 3 * D if self.gated_mlp else 2 * D               # per MLP unit: fc1 output(s) and activation output
-        if self.is_moe_layer(layer):
+        if self._is_moe_layer(layer):
             routed = sb * self.top_k
             sharded += routed * (D * h + act * self.expert_ffn_hidden)       # permuted input, expert activations
             sharded += sb * self.shared_experts * act * self.expert_ffn_hidden
@@ -690,7 +701,7 @@ class ModelSpec:
         ep = self._check_ep(ep)
         _choice("phase", phase, PHASES)
         _choice("recompute", recompute, RECOMPUTE)
-        if ep == 1 or not self.is_moe_layer(layer):
+        if ep == 1 or not self._is_moe_layer(layer):
             return ()
         nbytes = self.ep_alltoall_bytes(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
         count = 2 if phase == "forward" else (4 if recompute == "full" else 2)

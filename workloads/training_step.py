@@ -92,10 +92,21 @@ communication kernel for their whole duration).
 Worked number: GPT-1.7B (24 layers), t = p = 1, d = 32, b = 16, B = 512 -> m = 1; each rank runs 24
 forward and 24 backward layer tasks and 2 embedding, 2 logits tasks; its fp16 gradients, 1.652e9 x 2 B
 = 3.305e9 B, are 127 buckets of 25 MiB = 26,214,400 B (126.06 of them: the last one holds 0.06).
+
+Building cost: what depends only on the stage (its schedule, weight units, gradient buckets, per-layer
+communication sizes, transfer sizes) is computed once per call and shared by the ranks of that stage; a
+collective is built once per group (looked up by key by its other members); equal tasks are one shared
+frozen object. What is left per rank is its group look-ups and its list of tasks, so a build costs
+O(ranks x tasks per rank) dictionary operations and at most one bucket plan per virtual stage. Example,
+Llama-3 405B on 16,384 GPUs (t 8, p 16, d 128, one gradient buffer reduced after the pipeline): the
+"reduction" part is 16,384 programs of 2 tasks over 128 all-reduces (one per data-parallel group) and
+16 distinct optimizer tasks.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -284,6 +295,7 @@ def stage_of_chunk(virtual_stage: int, pp: int) -> tuple[int, int]:
 
 @dataclass(slots=True)
 class _Program:
+    shared: dict                                       # task fields -> the one (frozen) task of those values
     tasks: list = field(default_factory=list)
     pending: list = field(default_factory=list)        # tasks the next compute-stream task waits for
     computes: list = field(default_factory=list)       # indices of compute tasks, in order
@@ -291,15 +303,33 @@ class _Program:
     def stream0(self, task_cls, **kw) -> int:
         after = tuple(sorted(set(self.pending)))
         self.pending.clear()
-        self.tasks.append(task_cls(stream=STREAM_COMPUTE, after=after, **kw))
-        index = len(self.tasks) - 1
         if task_cls is ComputeTask:
-            self.computes.append(index)
-        return index
+            self.tasks.append(self._compute_task(kw["duration_s"], kw["name"], after))
+            self.computes.append(len(self.tasks) - 1)
+        else:
+            self.tasks.append(self._comm_task(kw["index"], kw["name"], STREAM_COMPUTE, after))
+        return len(self.tasks) - 1
 
     def side(self, index: int, name: str, stream: int, after: tuple[int, ...] = ()) -> int:
-        self.tasks.append(CommTask(index=index, name=name, stream=stream, after=tuple(sorted(set(after)))))
+        self.tasks.append(self._comm_task(index, name, stream, tuple(sorted(set(after)))))
         return len(self.tasks) - 1
+
+    # Ranks of one stage repeat the same tasks: equal frozen tasks are built once and shared (tasks compare
+    # by value and nothing mutates them). The key tells 0 from 0.0 and -0.0 from 0.0, which compare equal.
+    def _compute_task(self, duration_s: float, name: str, after: tuple[int, ...]) -> ComputeTask:
+        key = (ComputeTask, type(duration_s), duration_s, math.copysign(1.0, duration_s), name, after)
+        task = self.shared.get(key)
+        if task is None:
+            task = self.shared[key] = ComputeTask(duration_s=duration_s, name=name, stream=STREAM_COMPUTE,
+                                                  after=after)
+        return task
+
+    def _comm_task(self, index: int, name: str, stream: int, after: tuple[int, ...]) -> CommTask:
+        key = (CommTask, index, name, stream, after)
+        task = self.shared.get(key)
+        if task is None:
+            task = self.shared[key] = CommTask(index=index, name=name, stream=stream, after=after)
+        return task
 
     @property
     def last0(self) -> tuple[int, ...]:
@@ -346,19 +376,35 @@ class _Builder:
         self.m = spec.microbatches
         self.zero = spec.zero_stage
         self.expert_param = self._one_expert_parameters()
-        # groups, cached
+        # groups, cached: rank -> its group, and its position in the group
         self._group_cache: dict[str, dict[int, tuple[int, ...]]] = {}
+        self._position_cache: dict[str, dict[int, int]] = {}
+        self.shared_tasks: dict = {}
+        # per-stage structures shared by every rank of the stage (immutable once built)
+        self._units: dict = {}
+        self._backward_units: dict[int, tuple[_Unit, ...]] = {}
+        self._buckets: dict = {}
+        self._schedules: dict[int, tuple] = {}
+        self._bucket_reductions: dict = {}
 
     # ---- groups -----------------------------------------------------------------------------------
     def group(self, kind: str, rank: int) -> tuple[int, ...]:
         table = self._group_cache.get(kind)
         if table is None:
-            table = {}
+            table, positions = {}, {}
             for g in self.spec.groups(kind):
-                for r in g:
+                for i, r in enumerate(g):
                     table[r] = g
+                    positions[r] = i
             self._group_cache[kind] = table
+            self._position_cache[kind] = positions
         return table[rank]
+
+    def position(self, kind: str, rank: int) -> int:
+        """Index of ``rank`` in its group of ``kind``: its coordinate along a tensor, context, data or pipeline
+        group, whose members are listed in increasing coordinate (ParallelismSpec.groups)."""
+        self.group(kind, rank)
+        return self._position_cache[kind][rank]
 
     def collective(self, key, make, kind: str, name: str, weight: int = 1) -> int:
         index = self.keys.get(key)
@@ -389,31 +435,105 @@ class _Builder:
         return (all_here - one_here) // (model.experts - 1)
 
     def layer_unit(self, layer: int) -> _Unit:
-        total = self.model.layer_parameters(layer, tp=self.spec.tp, ep=self.spec.ep)
-        expert = (self.model.experts // self.spec.ep) * self.expert_param if self.model.is_moe_layer(layer) else 0
-        return _Unit(name=f"layer{layer}", dense=total - expert, expert=expert)
+        unit = self._units.get(layer)
+        if unit is None:
+            total = self.model.layer_parameters(layer, tp=self.spec.tp, ep=self.spec.ep)
+            expert = (self.model.experts // self.spec.ep) * self.expert_param if self.model.is_moe_layer(layer) else 0
+            unit = self._units[layer] = _Unit(name=f"layer{layer}", dense=total - expert, expert=expert)
+        return unit
 
     def embedding_unit(self) -> _Unit:
-        return _Unit(name="embedding", dense=self.model.embedding_parameters(tp=self.spec.tp), expert=0)
+        unit = self._units.get("embedding")
+        if unit is None:
+            unit = self._units["embedding"] = _Unit(name="embedding",
+                                                    dense=self.model.embedding_parameters(tp=self.spec.tp), expert=0)
+        return unit
 
     def output_unit(self) -> _Unit:
-        model, tp = self.model, self.spec.tp
-        if model.tied_embeddings:
-            out = -(-model.vocab // tp) * model.hidden if self.spec.pp > 1 else 0
-        else:
-            out = model.output_parameters(tp=tp)
-        return _Unit(name="output", dense=out + model.final_norm_parameters(), expert=0)
+        unit = self._units.get("output")
+        if unit is None:
+            model, tp = self.model, self.spec.tp
+            if model.tied_embeddings:
+                out = -(-model.vocab // tp) * model.hidden if self.spec.pp > 1 else 0
+            else:
+                out = model.output_parameters(tp=tp)
+            unit = self._units["output"] = _Unit(name="output", dense=out + model.final_norm_parameters(), expert=0)
+        return unit
 
     def chunk_layers(self, v: int) -> range:
         return self.chunks[v]
 
-    def backward_units(self, v: int) -> list[_Unit]:
+    def backward_units(self, v: int) -> tuple[_Unit, ...]:
         """Units of virtual stage v in the order its backward produces their gradients."""
-        units = [self.output_unit()] if v == self.V - 1 else []
-        units += [self.layer_unit(l) for l in reversed(self.chunk_layers(v))]
-        if v == 0:
-            units.append(self.embedding_unit())
+        units = self._backward_units.get(v)
+        if units is None:
+            built = [self.output_unit()] if v == self.V - 1 else []
+            built += [self.layer_unit(l) for l in reversed(self.chunk_layers(v))]
+            if v == 0:
+                built.append(self.embedding_unit())
+            units = self._backward_units[v] = tuple(built)
         return units
+
+    def schedule(self, stage: int) -> tuple[tuple[tuple[str, int, int], ...], dict[int, int]]:
+        """The passes of ``stage`` (:func:`pipeline_schedule`) and the index of each chunk's last backward."""
+        entry = self._schedules.get(stage)
+        if entry is None:
+            spec = self.spec
+            ops = pipeline_schedule(spec.schedule, pp=spec.pp, stage=stage, microbatches=self.m, vp=spec.vp)
+            last_b: dict[int, int] = {}
+            for i, (phase, _, chunk) in enumerate(ops):
+                if phase == "B":
+                    last_b[chunk] = i
+            entry = self._schedules[stage] = (ops, last_b)
+        return entry
+
+    def buckets(self, v: int, dense: bool, expert: bool) -> tuple[tuple[str, int, int, int], ...]:
+        """Gradient buckets of virtual stage v: (dense|expert, params, ready after unit count k, bucket id).
+
+        ``dense``/``expert``: whether the rank reduces that kind of gradient (its group has > 1 member)."""
+        key = (v, dense, expert)
+        plan = self._buckets.get(key)
+        if plan is not None:
+            return plan
+        units = self.backward_units(v)
+        out = []
+        for part, active in (("dense", dense), ("expert", expert)):
+            if not active:
+                continue
+            sizes = [getattr(u, part) for u in units]
+            total = sum(sizes)
+            if total == 0:
+                continue
+            if self.zero >= 3:          # one reduce-scatter per unit, when its gradients are complete
+                out += [(part, s, k + 1, k) for k, s in enumerate(sizes) if s > 0]
+                continue
+            cap = total if self.spec.bucket_bytes is None else max(1, self.spec.bucket_bytes // self.grad_bytes)
+            cumulative = list(itertools.accumulate(sizes))
+            start, bucket = 0, 0
+            while start < total:
+                end = min(total, start + cap)
+                # the first unit whose running total reaches the bucket's end completes it
+                ready = bisect.bisect_left(cumulative, end) + 1
+                out.append((part, end - start, ready, bucket))
+                start, bucket = end, bucket + 1
+        plan = self._buckets[key] = tuple(out)
+        return plan
+
+    def bucket_reduction(self, chunk: int, bucket: tuple[str, int, int, int],
+                         group: tuple[int, ...]) -> tuple[int, str]:
+        """(collective index, name) of the reduction of ``bucket`` of ``chunk`` in ``group``: built once per
+        group, shared by its members."""
+        key = ("dp", chunk, bucket, group)
+        entry = self._bucket_reductions.get(key)
+        if entry is None:
+            part, params, _, bid = bucket
+            kind = CollectiveKind.ALL_REDUCE if self.zero == 0 else CollectiveKind.REDUCE_SCATTER
+            nbytes = self.padded(kind, params * self.grad_bytes, len(group), self.grad_bytes)
+            label = f"dp bucket {bid}" + (f" chunk{chunk}" if self.spec.vp > 1 else "") \
+                + (" experts" if part == "expert" else "")
+            index = self.simple(("dp", chunk, part, bid, group), kind, nbytes, group, self.grad_dtype, "dp", label)
+            entry = self._bucket_reductions[key] = (index, label)
+        return entry
 
     # ---- collective factories -------------------------------------------------------------------
     def p2p(self, key, src: int, dst: int, nbytes: int, name: str) -> int:
@@ -501,34 +621,42 @@ class _RankProgram:
     def __init__(self, b: _Builder, rank: int):
         self.b, self.rank = b, rank
         spec = b.spec
-        self.coords = spec.coords(rank)
-        self.stage = self.coords.pp
-        self.prog = _Program()
-        self.tp_group = b.group("tp", rank)
-        self.cp_group = b.group("cp", rank)
-        self.ep_group = b.group("ep", rank)
+        self.prog = _Program(shared=b.shared_tasks)
+        # pipeline groups list their members stage 0 first (ParallelismSpec.groups): position = stage
+        self.pp_group = b.group("pp", rank)
+        self.stage = b.position("pp", rank)
         self.dp_group = b.group("dp_cp", rank)
-        self.edp_group = b.group("edp", rank)
-        self.ops = pipeline_schedule(spec.schedule, pp=spec.pp, stage=self.stage, microbatches=b.m, vp=spec.vp)
-        last_b: dict[int, int] = {}
-        for i, (phase, _, chunk) in enumerate(self.ops):
-            if phase == "B":
-                last_b[chunk] = i
-        self.last_backward = last_b
+        self.ops, self.last_backward = b.schedule(self.stage)
         self.pipeline = b.part in ("all", "pipeline")
         self.reduce = b.part in ("all", "reduction")
         self.reduces_dense = len(self.dp_group) > 1
-        self.reduces_expert = len(self.edp_group) > 1 and b.model.is_moe
+        self.reduces_expert = b.model.is_moe and len(self.edp_group) > 1
         self.overlap = self.reduce and b.part == "all" and spec.dp_overlap and b.zero < 3
         self.dp_started = False
         self.stretched_all = b.zero >= 3 and self.reduces_dense
         self.dp_tasks: list[int] = []
 
+    # The other groups are looked up when used: a reduction-only build never needs them.
+    @property
+    def tp_group(self) -> tuple[int, ...]:
+        return self.b.group("tp", self.rank)
+
+    @property
+    def cp_group(self) -> tuple[int, ...]:
+        return self.b.group("cp", self.rank)
+
+    @property
+    def ep_group(self) -> tuple[int, ...]:
+        return self.b.group("ep", self.rank)
+
+    @property
+    def edp_group(self) -> tuple[int, ...]:
+        return self.b.group("edp", self.rank)
+
     # ---- helpers ---------------------------------------------------------------------------------
     def peer(self, virtual_stage: int) -> int:
-        c = self.coords
         stage, _ = stage_of_chunk(virtual_stage, self.b.spec.pp)
-        return self.b.spec.rank_of(tp=c.tp, cp=c.cp, dp=c.dp, pp=stage)
+        return self.pp_group[stage]          # pipeline groups list their members stage 0 first
 
     def duration(self, seconds: float, *, backward_last: bool) -> float:
         slow = self.stretched_all or (backward_last and self.dp_started)
@@ -577,9 +705,8 @@ class _RankProgram:
     def recv(self, mb: int, v_from: int, direction: str, label: str, post: tuple[int, ...]) -> None:
         """Receive the activation (forward) or gradient (backward) of ``mb`` from virtual stage v_from."""
         b, spec = self.b, self.b.spec
-        c = self.coords
         if self.transfers():
-            key = ("pp", direction, mb, v_from, c.tp, c.cp, c.dp)
+            key = ("pp", direction, mb, v_from, self.pp_group)
             v_to = v_from + 1 if direction == "act" else v_from - 1
             index = b.p2p(key, self.peer(v_from), self.rank, self.pp_bytes(),
                           f"pp {direction} mb{mb} v{v_from}->v{v_to}")
@@ -587,7 +714,8 @@ class _RankProgram:
             task = self.prog.side(index, f"pp recv {direction} {label}", stream, post)
             self.prog.pending.append(task)
         if self.scatter_gather():
-            full = b.model.pp_activation_bytes(micro_batch=spec.micro_batch, seq_len=b.seq, tp=spec.tp, cp=spec.cp)
+            full = b._sizes_cached(("pp-full",), lambda: b.model.pp_activation_bytes(
+                micro_batch=spec.micro_batch, seq_len=b.seq, tp=spec.tp, cp=spec.cp))
             gkey = ("pp-gather", direction, mb, v_from, self.tp_group)
             gi = b.simple(gkey, CollectiveKind.ALL_GATHER, full, self.tp_group, b.act_dtype, "tp",
                           f"pp allgather {direction} mb{mb}")
@@ -599,15 +727,14 @@ class _RankProgram:
             return []
         v_to = v + 1 if direction == "act" else v - 1
         dst = self.peer(v_to)
-        c = self.coords
-        key = ("pp", direction, mb, v, c.tp, c.cp, c.dp)
+        key = ("pp", direction, mb, v, self.pp_group)
         index = b.p2p(key, self.rank, dst, self.pp_bytes(), f"pp {direction} mb{mb} v{v}->v{v_to}")
         stream = STREAM_SEND_NEXT if direction == "act" else STREAM_SEND_PREV
         return [self.prog.side(index, f"pp send {direction} {label}", stream, self.prog.last0)]
 
     def transfers(self) -> bool:
         """Whether this rank moves its pipeline tensors itself (False: tensor rank 0 stands for it)."""
-        return not self.b.tensor_rank0_p2p or self.coords.tp == 0
+        return not self.b.tensor_rank0_p2p or self.b.position("tp", self.rank) == 0
 
     def scatter_gather(self) -> bool:
         spec = self.b.spec
@@ -615,8 +742,9 @@ class _RankProgram:
 
     def pp_bytes(self) -> int:
         b, spec = self.b, self.b.spec
-        return b.model.pp_activation_bytes(micro_batch=spec.micro_batch, seq_len=b.seq, tp=spec.tp, sp=spec.sp,
-                                           cp=spec.cp, scatter_gather=self.scatter_gather())
+        return b._sizes_cached(("pp",), lambda: b.model.pp_activation_bytes(
+            micro_batch=spec.micro_batch, seq_len=b.seq, tp=spec.tp, sp=spec.sp, cp=spec.cp,
+            scatter_gather=self.scatter_gather()))
 
     # ---- ZeRO-3 parameter gathers -------------------------------------------------------------------
     def gather_params(self, units: list[_Unit], key, label: str) -> None:
@@ -754,33 +882,11 @@ class _RankProgram:
                 self.prog.stream0(CommTask, index=ei, name="ep alltoall")
 
     # ---- data parallelism ------------------------------------------------------------------------
-    def plan_buckets(self, chunk: int) -> list[tuple[str, int, int, int]]:
+    def plan_buckets(self, chunk: int) -> tuple[tuple[str, int, int, int], ...]:
         """Buckets of this rank's chunk: (dense|expert, params, ready after unit count k, bucket id)."""
-        b, spec = self.b, self.b.spec
         if not self.reduce:
-            return []
-        v = chunk * spec.pp + self.stage
-        units = b.backward_units(v)
-        out = []
-        for part, active in (("dense", self.reduces_dense), ("expert", self.reduces_expert)):
-            if not active:
-                continue
-            sizes = [getattr(u, part) for u in units]
-            total = sum(sizes)
-            if total == 0:
-                continue
-            if b.zero >= 3:          # one reduce-scatter per unit, when its gradients are complete
-                out += [(part, s, k + 1, k) for k, s in enumerate(sizes) if s > 0]
-                continue
-            cap = total if spec.bucket_bytes is None else max(1, spec.bucket_bytes // b.grad_bytes)
-            cumulative = [sum(sizes[:k + 1]) for k in range(len(sizes))]
-            start, bucket = 0, 0
-            while start < total:
-                end = min(total, start + cap)
-                ready = next(k for k, c in enumerate(cumulative) if c >= end) + 1
-                out.append((part, end - start, ready, bucket))
-                start, bucket = end, bucket + 1
-        return out
+            return ()
+        return self.b.buckets(chunk * self.b.spec.pp + self.stage, self.reduces_dense, self.reduces_expert)
 
     def grads_ready(self, chunk: int, units_done: int, task: int) -> None:
         if not self.overlap and not (self.b.zero >= 3 and self.reduce and self.b.part == "all"):
@@ -790,14 +896,8 @@ class _RankProgram:
                 self.reduce_bucket(chunk, bucket, (task,))
 
     def reduce_bucket(self, chunk: int, bucket, after: tuple[int, ...]) -> None:
-        b = self.b
-        part, params, _, bid = bucket
-        group = self.dp_group if part == "dense" else self.edp_group
-        kind = CollectiveKind.ALL_REDUCE if b.zero == 0 else CollectiveKind.REDUCE_SCATTER
-        nbytes = b.padded(kind, params * b.grad_bytes, len(group), b.grad_bytes)
-        label = f"dp bucket {bid}" + (f" chunk{chunk}" if b.spec.vp > 1 else "") \
-            + (" experts" if part == "expert" else "")
-        index = b.simple(("dp", chunk, part, bid, group), kind, nbytes, group, b.grad_dtype, "dp", label)
+        group = self.dp_group if bucket[0] == "dense" else self.edp_group
+        index, label = self.b.bucket_reduction(chunk, bucket, group)
         self.dp_tasks.append(self.prog.side(index, label, STREAM_DP, after))
         self.dp_started = True
 
@@ -810,9 +910,7 @@ class _RankProgram:
                 for bucket in self.buckets[chunk]:
                     self.reduce_bucket(chunk, bucket, end)
         if b.model.tied_embeddings and spec.pp > 1 and self.stage in (0, spec.pp - 1):
-            c = self.coords
-            group = (spec.rank_of(tp=c.tp, cp=c.cp, dp=c.dp, pp=0), spec.rank_of(tp=c.tp, cp=c.cp, dp=c.dp,
-                                                                                   pp=spec.pp - 1))
+            group = (self.pp_group[0], self.pp_group[-1])
             nbytes = -(-b.model.vocab // spec.tp) * b.model.hidden * b.grad_bytes
             index = b.simple(("emb", group), CollectiveKind.ALL_REDUCE, nbytes, group, b.grad_dtype, "pp",
                              "embedding allreduce")

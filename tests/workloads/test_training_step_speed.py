@@ -1,0 +1,316 @@
+"""Invariants behind building training steps at scale: per-stage results are shared between ranks, so
+
+* ranks of one stage (same tensor, context and expert coordinate where it matters) run the same program up to
+  the relabelling of ranks and collectives;
+* the order in which ranks are built (which one fills the shared per-stage results first) changes nothing;
+* what is shared is what the per-rank path would compute: gradient buckets against a direct re-derivation,
+  stage parameter sums against the per-layer public function;
+* the public validation and its messages are unchanged where the inner loops no longer repeat it.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from workloads.collectives import CollectiveKind
+from workloads.model import ModelSpec
+from workloads.parallelism import ParallelismSpec
+from workloads.presets import custom_gpt
+from workloads.tasks import CommTask, ComputeTask
+from workloads.training_step import STREAM_COMPUTE, STREAM_DP, StepCompute, training_step
+
+
+def gpt(layers: int = 4) -> ModelSpec:
+    # h 64, a 4, V 128, s 32, tied embeddings, learned positions: 12 h^2 + 13 h = 49,984 weights per layer
+    return custom_gpt(layers=layers, hidden=64, heads=4, vocab=128, seq_len=32)
+
+
+def llama(layers: int = 5) -> ModelSpec:
+    return ModelSpec(name="tiny-llama", layers=layers, hidden=64, heads=4, kv_heads=2, vocab=130, seq_len=32,
+                     ffn_hidden=96, gated_mlp=True, position_embedding="rope", norm="rmsnorm", bias=False,
+                     dropout=False)
+
+
+def moe(layers: int = 4, **kw) -> ModelSpec:
+    args = dict(name="tiny-moe", layers=layers, hidden=64, heads=4, kv_heads=4, vocab=128, seq_len=32,
+                ffn_hidden=128, gated_mlp=True, position_embedding="rope", norm="rmsnorm", bias=False, dropout=False,
+                experts=8, top_k=2)
+    args.update(kw)
+    return ModelSpec(**args)
+
+
+def varied_times(model: ModelSpec, spec: ParallelismSpec) -> StepCompute:
+    """Different seconds per layer and per stage, so that a task shared with the wrong stage shows."""
+    n = model.layers
+    return StepCompute(layer_forward_s=tuple(1e-3 * (1 + 0.1 * i) for i in range(n)),
+                       layer_backward_s=tuple(2.1e-3 * (1 + 0.07 * i) for i in range(n)),
+                       embedding_forward_s=3e-4, embedding_backward_s=5e-4, logits_forward_s=7e-4,
+                       logits_backward_s=1.1e-3, optimizer_s=tuple(1e-4 * (j + 1) for j in range(spec.pp)),
+                       overlap_slowdown=0.25)
+
+
+# (model, layout): dense and MoE; tp, pp, dp, cp, ep; ZeRO 0-3 and FSDP; 1F1B, GPipe, interleaved; buckets on
+# and off, reduced during or after the backward; uneven stages (7 layers on 3 stages, 5 on 2)
+LAYOUTS = [
+    (gpt(4), dict(tp=2, pp=2, dp=2, global_batch=6, bucket_bytes=16 * 1024)),
+    (gpt(4), dict(tp=2, pp=2, dp=4, global_batch=8, dp_overlap=False, bucket_bytes=None)),
+    (gpt(4), dict(tp=2, pp=2, dp=2, global_batch=4, sequence_parallel=True, zero=1, dtype="fp16")),
+    (gpt(4), dict(tp=2, pp=2, dp=2, global_batch=4, zero=2, dp_overlap=False, bucket_bytes=8 * 1024)),
+    (gpt(4), dict(tp=2, pp=2, dp=2, global_batch=4, zero=3)),
+    (gpt(4), dict(pp=2, dp=4, global_batch=8, fsdp=True, dtype="fp8")),
+    (gpt(8), dict(tp=2, pp=2, dp=2, vp=2, schedule="interleaved", global_batch=4, bucket_bytes=16 * 1024)),
+    (gpt(8), dict(pp=4, dp=2, schedule="gpipe", global_batch=6)),
+    (gpt(7), dict(pp=3, dp=2, global_batch=6, bucket_bytes=20 * 1024)),
+    (llama(5), dict(tp=2, pp=2, cp=2, dp=2, global_batch=4, sequence_parallel=True, bucket_bytes=8 * 1024)),
+    (llama(8), dict(tp=2, pp=2, cp=2, dp=2, vp=2, schedule="interleaved", global_batch=4, zero=1,
+                    order="tp-dp-cp-pp")),
+    (moe(4), dict(dp=4, ep=2, ep_imbalance=0.3, global_batch=8, bucket_bytes=4096)),
+    (moe(4), dict(tp=2, pp=2, dp=2, ep=2, sequence_parallel=True, global_batch=4, dp_overlap=False)),
+    (moe(4), dict(cp=2, dp=2, ep=4, order="tp-ep-dp-cp-pp", zero=1)),
+    (moe(6, first_dense_layers=1, moe_layer_freq=2, shared_experts=1, expert_ffn_hidden=64),
+     dict(pp=2, vp=3, schedule="interleaved", dp=2, ep=2, global_batch=4, fsdp=True)),
+]
+OPTIONS = [dict(), dict(granularity="chunk", tensor_rank0_p2p=True), dict(recompute="full", granularity="chunk")]
+CASES = [pytest.param(model, layout, opts, id=f"{i}-{j}")
+         for i, (model, layout) in enumerate(LAYOUTS) for j, opts in enumerate(OPTIONS)]
+
+
+def parts(spec: ParallelismSpec) -> list[tuple[str, tuple[int, ...]]]:
+    """The parts simulate_step builds: the whole step, and for ZeRO < 3 one replica's pipeline (all ranks
+    when expert groups span replicas) and the reduction of every rank."""
+    world = tuple(range(spec.world_size))
+    out = [("all", world)]
+    if spec.zero_stage < 3:
+        replica = tuple(r for r in world if spec.coords(r).dp == 0) if spec.ep == 1 else world
+        out += [("pipeline", replica), ("reduction", world)]
+    return out
+
+
+def collective_seen_by(tw, index: int, rank: int) -> tuple:
+    """Collective ``index`` without rank ids: what ``rank`` (local id) sends and receives in it, and the rest."""
+    c = tw.workload.collectives[index]
+    me = c.group.index(rank)
+    view = None if c.splits is None else (c.splits[me], tuple(row[me] for row in c.splits))
+    return (c.kind, c.nbytes, c.dtype, c.op, c.root, len(c.group), view, tw.group_kinds[index],
+            tw.collective_names[index], tw.collective_weights[index])
+
+
+def up_to_relabelling(tw, rank: int) -> tuple:
+    """Program ``rank`` (local id) with every collective index replaced by its order of first use in the program
+    and its rank-free description (two uses of one collective stay recognisable as one)."""
+    first_use: dict[int, int] = {}
+    out = []
+    for task in tw.workload.programs[rank]:
+        if isinstance(task, CommTask):
+            label = first_use.setdefault(task.index, len(first_use))
+            out.append(("comm", task.name, task.stream, task.after, label, collective_seen_by(tw, task.index, rank)))
+        else:
+            out.append(("compute", task.name, task.stream, task.after, repr(task.duration_s)))
+    return tuple(out)
+
+
+def with_global_ranks(tw, local: int) -> tuple:
+    """Program of local rank ``local`` with every collective written out in global rank ids."""
+    out = []
+    for task in tw.workload.programs[local]:
+        if isinstance(task, CommTask):
+            c = tw.workload.collectives[task.index]
+            group = tuple(tw.ranks[r] for r in c.group)
+            out.append((task.name, task.stream, task.after, c.kind, c.nbytes, group, c.dtype, c.splits,
+                        tw.group_kinds[task.index], tw.collective_names[task.index],
+                        tw.collective_weights[task.index]))
+        else:
+            out.append((task.name, task.stream, task.after, repr(task.duration_s)))
+    return tuple(out)
+
+
+def sharing_class(spec: ParallelismSpec, rank: int, tensor_rank0_p2p: bool) -> tuple:
+    """Ranks that must run the same program up to relabelling: one stage; with representative transfers one
+    tensor coordinate (tensor rank 0 moves the pipeline tensors); with experts one position in the expert group
+    (the busiest member of a layer is a fixed position)."""
+    c = spec.coords(rank)
+    return (c.pp, c.tp if tensor_rank0_p2p and spec.tp > 1 else None, c.ep_rank if spec.ep > 1 else None)
+
+
+# --------------------------------------------------------------------------------------------------
+# invariants
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model, layout, opts", CASES)
+def test_ranks_of_one_stage_run_one_program_up_to_relabelling(model, layout, opts):
+    spec = ParallelismSpec(**layout)
+    compute = varied_times(model, spec)
+    for part, ranks in parts(spec):
+        tw = training_step(model, spec, compute, part=part, ranks=ranks, **opts)
+        classes: dict[tuple, set] = {}
+        for local, rank in enumerate(tw.ranks):
+            classes.setdefault(sharing_class(spec, rank, opts.get("tensor_rank0_p2p", False)), set()).add(
+                up_to_relabelling(tw, local))
+        assert all(len(programs) == 1 for programs in classes.values()), part
+        # and the stages' programs differ (task names carry the stage): nothing leaked from one stage to another
+        assert len({key[0] for key in classes}) == spec.pp
+        assert len({programs.pop() for programs in classes.values()}) >= spec.pp
+
+
+@pytest.mark.parametrize("model, layout, opts", CASES)
+def test_build_order_does_not_matter(model, layout, opts):
+    """The first rank built fills the shared per-stage results; building the ranks backwards, or odd ranks first,
+    gives every rank the same program and the same collectives."""
+    spec = ParallelismSpec(**layout)
+    compute = varied_times(model, spec)
+    for part, ranks in parts(spec):
+        forward = training_step(model, spec, compute, part=part, ranks=ranks, **opts)
+        expected = {rank: with_global_ranks(forward, local) for local, rank in enumerate(forward.ranks)}
+        for order in (tuple(reversed(ranks)), ranks[1::2] + ranks[0::2]):
+            other = training_step(model, spec, compute, part=part, ranks=order, **opts)
+            assert other.ranks == order
+            assert len(other.workload.collectives) == len(forward.workload.collectives)
+            for local, rank in enumerate(other.ranks):
+                assert with_global_ranks(other, local) == expected[rank], (part, rank)
+
+
+@pytest.mark.parametrize("model, layout, opts", CASES[:6])
+def test_building_twice_gives_equal_workloads(model, layout, opts):
+    spec = ParallelismSpec(**layout)
+    compute = varied_times(model, spec)
+    first = training_step(model, spec, compute, **opts)
+    assert training_step(model, spec, compute, **opts) == first
+
+
+def test_a_wide_reduction_is_one_program_per_stage():
+    # 256 ranks (t 2, p 4, d 32) with one gradient buffer reduced after the pipeline, as the scale benchmark:
+    # every rank all-reduces its stage's gradients once, then runs its stage's optimizer
+    model = llama(8)
+    spec = ParallelismSpec(tp=2, pp=4, dp=32, global_batch=32, dp_overlap=False, bucket_bytes=None)
+    tw = training_step(model, spec, varied_times(model, spec), part="reduction", granularity="chunk")
+    assert len(tw.workload.collectives) == 2 * 4                  # one per data-parallel group (t p of them)
+    for rank, program in enumerate(tw.workload.programs):
+        stage = spec.coords(rank).pp
+        bucket, optimizer = program
+        assert isinstance(bucket, CommTask) and bucket.stream == STREAM_DP and bucket.after == ()
+        assert tw.workload.collectives[bucket.index].group == spec.group_of("dp_cp", rank)
+        assert tw.workload.collectives[bucket.index].nbytes == model.stage_parameters(stage, tp=2, pp=4) * 4
+        assert isinstance(optimizer, ComputeTask) and optimizer.after == (0,)
+        assert optimizer.duration_s == 1e-4 * (stage + 1) and optimizer.name == f"optimizer stage{stage}"
+
+
+def test_buckets_close_at_the_backward_task_that_completes_them():
+    """With per-layer tasks and buckets reduced during the backward (DDP), a bucket waits for the backward task
+    after which the running sum of gradients, in backward order, first reaches the bucket's end (the direct
+    definition, re-derived here from the public parameter counts)."""
+    model = gpt(7)
+    bucket_bytes = 20 * 1024
+    spec = ParallelismSpec(pp=3, dp=2, global_batch=6, bucket_bytes=bucket_bytes)          # layers 3, 2, 2
+    tw = training_step(model, spec, varied_times(model, spec))
+    cap = bucket_bytes // 4                                                                  # bf16: fp32 grads
+    for rank in range(spec.world_size):
+        stage = spec.coords(rank).pp
+        layers = model.stage_layers(pp=3)[stage]
+        units = [] if stage < 2 else [model.final_norm_parameters() + model.vocab * model.hidden]
+        units += [model.layer_parameters(layer) for layer in reversed(layers)]
+        units += [model.embedding_parameters()] if stage == 0 else []
+        assert sum(units) == model.stage_parameters(stage, pp=3)
+        running = list(itertools.accumulate(units))
+        ends = list(range(cap, running[-1], cap)) + [running[-1]]
+        program = tw.workload.programs[rank]
+        # the backward tasks of the last micro-batch, one per unit (logits/output, layers, embedding)
+        last_mb = [i for i, t in enumerate(program) if isinstance(t, ComputeTask) and t.stream == STREAM_COMPUTE
+                   and t.name.startswith(f"bwd mb{spec.microbatches - 1} ")]
+        assert len(last_mb) == len(units)
+        buckets = [t for t in program if isinstance(t, CommTask) and t.stream == STREAM_DP
+                   and tw.group_kinds[t.index] == "dp"]
+        assert len(buckets) == len(ends)
+        for task, end in zip(buckets, ends):
+            done = next(k for k, total in enumerate(running) if total >= end)
+            assert task.after == (last_mb[done],)
+
+
+# --------------------------------------------------------------------------------------------------
+# model: parameter sums and validation
+# --------------------------------------------------------------------------------------------------
+
+
+MOE = moe(6, first_dense_layers=1, moe_layer_freq=2, shared_experts=1, expert_ffn_hidden=64)
+
+
+@pytest.mark.parametrize("model", [gpt(7), llama(5), MOE], ids=["gpt", "llama", "moe"])
+def test_stage_and_model_sums_agree_with_the_per_layer_function(model):
+    eps = (1, 2, 8) if model.is_moe else (1,)
+    for tp, ep, pp in itertools.product((1, 2), eps, (1, 2, 3)):
+        stages = model.stage_layers(pp=pp)
+        for stage, layers in enumerate(stages):
+            extra = model.embedding_parameters(tp=tp) if stage == 0 else 0
+            if stage == pp - 1:
+                extra += model.final_norm_parameters()
+                extra += (-(-model.vocab // tp) * model.hidden if pp > 1 else 0) if model.tied_embeddings \
+                    else model.output_parameters(tp=tp)
+            expected = sum(model.layer_parameters(i, tp=tp, ep=ep) for i in layers) + extra
+            assert model.stage_parameters(stage, tp=tp, pp=pp, ep=ep) == expected
+    assert model.total_parameters() == sum(model.layer_parameters(i) for i in range(model.layers)) \
+        + model.embedding_parameters() + model.output_parameters() + model.final_norm_parameters()
+    assert model.moe_layers == sum(model.is_moe_layer(i) for i in range(model.layers))
+
+
+def test_hand_derived_layer_counts():
+    # GPT, h 64: attention 4 h^2 + 4 h, MLP 8 h^2 + 5 h, two LayerNorms 4 h -> 12 h^2 + 13 h = 49,984
+    assert gpt().layer_parameters(0) == 12 * 64 ** 2 + 13 * 64 == 49_984
+    # MoE layer 1 (first_dense_layers 1, every 2nd layer): 2 RMSNorms 2 h, attention 4 h^2 (MHA, no biases),
+    # router h E = 512, 8 experts and 1 shared expert of 3 h f_e = 3 x 64 x 64 = 12,288 each:
+    # 128 + 16,384 + 512 + 9 x 12,288 = 127,616; with ep = 8 one routed expert stays: 127,616 - 7 x 12,288
+    assert [MOE.is_moe_layer(i) for i in range(6)] == [False, True, False, True, False, True]
+    assert MOE.layer_parameters(1) == 127_616
+    assert MOE.layer_parameters(1, ep=8) == 127_616 - 7 * 12_288 == 41_600
+
+
+def test_validation_is_kept_at_every_public_entry():
+    model = MOE
+    # numpy integers are integers; booleans and floats are not
+    assert model.layer_parameters(np.int64(1), tp=np.int64(2), ep=np.int64(2)) == model.layer_parameters(1, tp=2,
+                                                                                                          ep=2)
+    for bad in (6, -1, 1.0, True, "1"):
+        with pytest.raises(ValueError, match=f"layer: {bad!r} is not allowed; expected an integer in 0..5"):
+            model.layer_parameters(bad)
+        with pytest.raises(ValueError, match=f"layer: {bad!r} is not allowed"):
+            model.is_moe_layer(bad)
+    with pytest.raises(ValueError, match="tp: 3 is not allowed; expected a divisor of heads"):
+        model.layer_parameters(1, tp=3)
+    with pytest.raises(ValueError, match="ep: 3 is not allowed; expected a divisor of experts"):
+        model.stage_parameters(0, pp=2, ep=3)
+    with pytest.raises(ValueError, match="tp: 0 is not allowed; expected an integer >= 1"):
+        model.stage_parameters(0, tp=0)
+    with pytest.raises(ValueError, match="stage: 2 is not allowed; expected an integer in 0..1"):
+        model.stage_parameters(2, pp=2)
+    with pytest.raises(ValueError, match="tp: 3 is not allowed"):
+        model.attention_parameters(tp=3)
+    with pytest.raises(ValueError, match="ep: 2 is not allowed; expected 1 for a dense model"):
+        gpt().layer_parameters(0, ep=2)
+
+
+# --------------------------------------------------------------------------------------------------
+# hand-derived numbers
+# --------------------------------------------------------------------------------------------------
+
+
+def test_reduction_part_by_hand():
+    """Tiny GPT (4 layers of 49,984 weights), p 2, d 2, one bucket, bf16 (fp32 gradients, 4 B):
+    stage 0 holds layers 0-1 and the embedding (V h + s h = 8,192 + 2,048): 110,208 weights -> 440,832 B;
+    stage 1 layers 2-3, the final norm (2 h = 128) and the tied output copy (V h = 8,192): 108,288 -> 433,152 B.
+    Both stages also all-reduce the tied embedding gradient, V h x 4 B = 32,768 B, between stage 0 and 1."""
+    model = gpt()
+    spec = ParallelismSpec(pp=2, dp=2, global_batch=2, dp_overlap=False, bucket_bytes=None)
+    tw = training_step(model, spec, varied_times(model, spec), part="reduction")
+    expected = {0: 440_832, 1: 433_152}
+    for rank, program in enumerate(tw.workload.programs):
+        stage = spec.coords(rank).pp
+        bucket, embedding, optimizer = program
+        c = tw.workload.collectives[bucket.index]
+        assert (c.kind, c.nbytes, c.group) == (CollectiveKind.ALL_REDUCE, expected[stage],
+                                               spec.group_of("dp_cp", rank))
+        e = tw.workload.collectives[embedding.index]
+        assert (e.kind, e.nbytes, tw.group_kinds[embedding.index]) == (CollectiveKind.ALL_REDUCE, 32_768, "pp")
+        assert e.group == spec.group_of("pp", rank)
+        assert optimizer.after == (0, 1) and optimizer.duration_s == 1e-4 * (stage + 1)
