@@ -80,6 +80,25 @@ are a topology matter: ``Topology.with_link_scale`` scales the capacity of every
 Switch-level paths (``switch_path``, ``gpu_to_node``, ``node_to_gpu``: in-network reduction trees)
 are ECMP under every policy.
 
+Cost, and what Routers share. With S fabric switches and E switch-to-switch links, the hop table
+to one destination switch is a breadth-first search backwards from it, level by level over a CSR
+of the links into each switch: O(S + E) numpy work, once per destination. Hierarchical tables are
+Dijkstra, O(E log S). Next hops are derived once per (table, switch). Reachability of two switches
+(the NIC choice above) is one comparison of connected-component labels when every surviving
+switch link has its reverse (then reaching is being in one component), else a table lookup. These
+depend on the topology and ``failed_links`` only, so every Router of one topology shares them (kept
+while the topology lives, for its last 8 failure sets). Per Router: each GPU pair's server routes
+and NIC switches are found once, and a pair whose NICs share a switch has one path for all its
+flows; ``mix64``'s state after (seed, servers, local GPUs) is computed once per pair, so a flow's
+hash is one more round and each hop one round. The load of the flows routed is added in one
+``np.add.at`` when it is next read (same additions, same order: bit-identical to one per flow).
+Worked number: 2,048 DGX H100 on a RoCE 400G fat-tree (16,384 GPUs) have S = 640 and E = 65,536.
+The ring estimates of a Llama-3 405B step route 262,144 flows: 128 data-parallel rings of 128 GPUs
+x 16 channels, over 16,384 GPU pairs. A 128-port edge switch takes one rail of d = 64 servers
+(``fat_tree.py``), so a ring of 128 consecutive servers changes edge switch twice: 128 x 2 = 256
+pairs, 4,096 flows, walk the fabric, towards 256 distinct edge switches: 256 searches in all; the
+other 16,128 pairs reuse one array for their 16 flows.
+
 What is ignored: per-packet dynamics (adaptive and UGAL decide per flow from assigned load, not
 from instantaneous queue occupancy), reordering costs of spraying, and the deadlock-avoidance
 virtual channels real dragonfly routers need. Everything is deterministic for a given ``seed``
@@ -88,9 +107,11 @@ and order of calls.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
-from collections import deque
+import weakref
+from collections import OrderedDict
 from typing import Callable, Iterable
 
 import numpy as np
@@ -102,8 +123,13 @@ ROUTING_POLICIES = ("ecmp", "minimal", "valiant", "ugal", "adaptive", "spray")
 VALIANT_SALT = 0x56414C49414E54   # "VALIANT": separates the intermediate's hash from per-switch hashes
 
 _MASK64 = (1 << 64) - 1
+_GOLDEN64 = 0x9E3779B97F4A7C15     # splitmix64's increment, also mix64's starting state
 
 _Option = tuple[int, int]          # (link id, next switch)
+
+#: Failure sets whose fabric tables are kept per topology (least recently used first out); a bound
+#: on memory for failure sweeps, not a model parameter.
+_FAILURE_SETS_KEPT = 8
 
 
 def mix64(*values: int) -> int:
@@ -119,16 +145,256 @@ def mix64(*values: int) -> int:
     return h
 
 
+def _absorb(h: int, v: int) -> int:
+    """One round of :func:`mix64`: ``mix64(*vs, v) == _absorb(<state after vs>, v)``, the state
+    after no value being ``_GOLDEN64``. Lets the router hash a flow's fixed prefix once."""
+    h = ((h ^ (v & _MASK64)) + _GOLDEN64) & _MASK64
+    h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return h ^ (h >> 31)
+
+
 def _readonly(array: np.ndarray) -> np.ndarray:
     array.setflags(write=False)
     return array
 
 
+@functools.lru_cache(maxsize=64)
+def _ones(length: int) -> np.ndarray:
+    """A read-only array of ``length`` ones (unit weights of an unsplit path), shared."""
+    return _readonly(np.ones(length))
+
+
+# ---- static structure, shared by every Router of a topology ---------------------------------------
+
+class _Table:
+    """Costs to a target set (``dist``: switch -> hops or hierarchical cost, reachable switches
+    only) and the next hops already derived from them (``hops``: switch -> options)."""
+
+    __slots__ = ("dist", "hops", "minimal")
+
+    def __init__(self, dist: dict[int, int], minimal: bool):
+        self.dist = dist
+        self.hops: dict[int, list[_Option]] = {}
+        self.minimal = minimal
+
+
+class _Wiring:
+    """What a Router derives from a topology alone: switches (ids, compact index, tier, group),
+    switch-to-switch links, NIC cabling, GPU -> server tables; plus its :class:`_Fabric` per failure
+    set. Read-only once built, except the lazily filled caches of the fabrics."""
+
+    def __init__(self, topology: Topology):
+        graph = topology.graph
+        self.refs = (topology.link_src, topology.link_dst, topology.nic_leaf_link, topology.servers,
+                     topology.gpu_server, topology.gpu_local)
+        self.num_nodes = graph.number_of_nodes()
+        self.num_gpus = topology.num_gpus
+        self.gpu_server: list[int] = topology.gpu_server.tolist()
+        self.gpu_local: list[int] = topology.gpu_local.tolist()
+        switches = sorted(n for n, kind in graph.nodes(data="kind") if kind == NodeKind.FABRIC_SWITCH)
+        self.switches = switches
+        self.is_switch = frozenset(switches)
+        self.index = {n: i for i, n in enumerate(switches)}          # switch -> compact index
+        self.tier = {n: graph.nodes[n]["tier"] for n in switches if "tier" in graph.nodes[n]}
+        group_of = {n: graph.nodes[n].get("group") for n in switches}
+        self.group: dict[int, int] = {}
+        self.groups: dict[int, tuple[int, ...]] = {}
+        if switches and all(g is not None for g in group_of.values()):
+            self.group = {n: int(g) for n, g in group_of.items()}
+            for n in switches:
+                self.groups.setdefault(self.group[n], ())
+                self.groups[self.group[n]] += (n,)
+        self.groups_sorted = sorted(self.groups.items())
+        top = max(self.tier.values(), default=None)
+        self.top = tuple(n for n in switches if top is None or self.tier.get(n) == top)
+        # hierarchical ("minimal") hop costs: 1 inside a group, 1 + B between groups (module docstring)
+        self.between = len(switches) + 1
+        src, dst = topology.link_src, topology.link_dst
+        self.switch_ids = switch_ids = np.asarray(switches, dtype=np.int64)
+        self.switch_links = np.flatnonzero(np.isin(src, switch_ids) & np.isin(dst, switch_ids))   # increasing
+        self.switch_src = src[self.switch_links]
+        self.switch_dst = dst[self.switch_links]
+        self.switch_src_index = np.searchsorted(switch_ids, self.switch_src)
+        self.switch_dst_index = np.searchsorted(switch_ids, self.switch_dst)
+        if self.group:
+            group = np.asarray([self.group[n] for n in switches], dtype=np.int64)
+            self.switch_link_cost = np.where(group[self.switch_src_index] == group[self.switch_dst_index],
+                                             1, 1 + self.between)
+        else:
+            self.switch_link_cost = None
+        # NIC cabling: the switch each NIC's uplink enters, and every link from that switch back to the NIC
+        nics = np.fromiter(topology.nic_leaf_link.keys(), dtype=np.int64, count=len(topology.nic_leaf_link))
+        ups = np.fromiter(topology.nic_leaf_link.values(), dtype=np.int64, count=len(topology.nic_leaf_link))
+        leaves = dst[ups]
+        self.nic_leaf = dict(zip(nics.tolist(), leaves.tolist()))
+        order = np.argsort(nics, kind="stable")
+        sorted_nics = nics[order]
+        slot = np.minimum(np.searchsorted(sorted_nics, dst), max(len(nics) - 1, 0))
+        if len(nics):
+            down = np.flatnonzero((sorted_nics[slot] == dst) & (src == leaves[order][slot]))
+        else:
+            down = np.zeros(0, dtype=np.int64)
+        self.nic_down_links = down                                   # increasing link ids
+        self.nic_down_nic = sorted_nics[slot[down]] if len(nics) else down
+        self.fabrics: OrderedDict[frozenset[int], _Fabric] = OrderedDict()
+
+    def matches(self, topology: Topology) -> bool:
+        refs = (topology.link_src, topology.link_dst, topology.nic_leaf_link, topology.servers,
+                topology.gpu_server, topology.gpu_local)
+        return (all(a is b for a, b in zip(self.refs, refs))
+                and self.num_nodes == topology.graph.number_of_nodes())
+
+    def fabric(self, failed: frozenset[int], num_links: int) -> _Fabric:
+        fabric = self.fabrics.get(failed)
+        if fabric is None:
+            fabric = _Fabric(self, failed, num_links)
+            self.fabrics[failed] = fabric
+            while len(self.fabrics) > _FAILURE_SETS_KEPT:
+                self.fabrics.popitem(last=False)
+        else:
+            self.fabrics.move_to_end(failed)
+        return fabric
+
+
+class _Fabric:
+    """The surviving switch graph of a topology under one set of failed links: adjacency lists,
+    receiving NIC links, hierarchical link costs, connected components (when every surviving
+    switch link has its reverse, reachability is "same component"), and caches of distance tables
+    and sprayed splits, filled on demand (pure functions of the above)."""
+
+    def __init__(self, wiring: _Wiring, failed: frozenset[int], num_links: int):
+        dead = np.zeros(num_links, dtype=bool)
+        if failed:
+            dead[np.fromiter(failed, dtype=np.int64, count=len(failed))] = True
+        alive = ~dead[wiring.switch_links]
+        links = wiring.switch_links[alive]
+        src, dst = wiring.switch_src[alive], wiring.switch_dst[alive]
+        self.src_index = wiring.switch_src_index[alive]
+        self.dst_index = wiring.switch_dst_index[alive]
+        self.num_switches = len(wiring.switches)
+        self.switch_ids = wiring.switch_ids
+        self.index = wiring.index
+        self.links, self.src, self.dst = links, src, dst
+        self.switch_out = self._adjacency(links, src, dst)       # switch -> [(link, next switch)], increasing link
+        self._switch_back: dict[int, list[_Option]] | None = None
+        # links into each switch (compact indices), for the breadth-first searches: CSR by head
+        order = np.argsort(self.dst_index, kind="stable")
+        self.in_tail = self.src_index[order]
+        self.in_start = np.zeros(self.num_switches + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.dst_index, minlength=self.num_switches), out=self.in_start[1:])
+        self.link_cost: dict[int, int] = {}
+        if wiring.switch_link_cost is not None:
+            self.link_cost = dict(zip(links.tolist(), wiring.switch_link_cost[alive].tolist()))
+        down_alive = ~dead[wiring.nic_down_links]
+        nic, first = np.unique(wiring.nic_down_nic[down_alive], return_index=True)
+        self.nic_down = dict(zip(nic.tolist(), wiring.nic_down_links[down_alive][first].tolist()))
+        self.labels = self._components()
+        self.tables: dict[tuple[bool, tuple[int, ...]], _Table] = {}
+        self.sprays: dict[tuple[int, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+
+    @staticmethod
+    def _adjacency(links: np.ndarray, key: np.ndarray, other: np.ndarray) -> dict[int, list[_Option]]:
+        order = np.argsort(key, kind="stable")                    # keeps increasing link ids per switch
+        keys = key[order]
+        nodes, starts = np.unique(keys, return_index=True)
+        options = list(zip(links[order].tolist(), other[order].tolist()))
+        bounds = starts.tolist() + [len(options)]
+        return {n: options[b0:b1] for n, b0, b1 in zip(nodes.tolist(), bounds, bounds[1:])}
+
+    def _components(self) -> dict[int, int] | None:
+        """Switch -> component label when every surviving switch link has its reverse (then a
+        switch reaches another exactly when both have one label), else None."""
+        n, u, v = self.num_switches, self.src_index, self.dst_index
+        if not np.isin(v * n + u, u * n + v).all():
+            return None
+        label = np.arange(n)
+        while True:                                              # minimum-label propagation
+            following = label.copy()
+            np.minimum.at(following, v, label[u])
+            if np.array_equal(following, label):
+                break
+            label = following
+        return dict(zip(self.switch_ids.tolist(), label.tolist()))
+
+    def hops_to(self, targets: tuple[int, ...]) -> dict[int, int]:
+        """Hop count from every switch that can reach one of ``targets`` to the nearest of them
+        (level-synchronous breadth-first search backwards over the surviving switch links)."""
+        n = self.num_switches
+        dist = np.full(n, -1, dtype=np.int64)
+        frontier = np.unique(np.asarray([self.index[t] for t in targets if t in self.index], dtype=np.int64))
+        dist[frontier] = 0
+        start, tail = self.in_start, self.in_tail
+        level = 0
+        while frontier.size:
+            first, count = start[frontier], start[frontier + 1] - start[frontier]
+            ends = np.cumsum(count)
+            edges = np.repeat(first - ends + count, count) + np.arange(ends[-1])   # every link into the frontier
+            fresh = np.zeros(n, dtype=bool)
+            fresh[tail[edges]] = True
+            fresh &= dist < 0
+            frontier = np.flatnonzero(fresh)
+            level += 1
+            dist[frontier] = level
+        found = np.flatnonzero(dist >= 0)
+        out = {t: 0 for t in targets}
+        out.update(zip(self.switch_ids[found].tolist(), dist[found].tolist()))
+        return out
+
+    def costs_to(self, targets: tuple[int, ...]) -> dict[int, int]:
+        """Hierarchical cost from every switch that can reach one of ``targets`` (Dijkstra)."""
+        if self._switch_back is None:                          # switch -> [(link, previous switch)]
+            self._switch_back = self._adjacency(self.links, self.dst, self.src)
+        back = self._switch_back
+        dist = {t: 0 for t in targets}
+        heap = [(0, t) for t in sorted(targets)]
+        done: set[int] = set()
+        while heap:
+            d, v = heapq.heappop(heap)
+            if v in done:
+                continue
+            done.add(v)
+            for link, u in back.get(v, ()):
+                du = d + self.link_cost[link]
+                if du < dist.get(u, du + 1):
+                    dist[u] = du
+                    heapq.heappush(heap, (du, u))
+        return dist
+
+
+#: Graph of a topology -> its static routing structure. Weak keys: an entry goes with its topology.
+#: A Topology (frozen, slotted, holding arrays) can be neither hashed nor weakly referenced; its graph
+#: can, and the entry checks the topology's arrays by identity (``with_link_scale`` copies share them).
+_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _wiring_of(topology: Topology) -> _Wiring:
+    wiring = _SHARED.get(topology.graph)
+    if wiring is None or not wiring.matches(topology):
+        wiring = _Wiring(topology)
+        _SHARED[topology.graph] = wiring
+    return wiring
+
+
+class _Pair:
+    """A GPU pair's flow-independent part: the routes inside both servers, the two NICs' switches,
+    mix64's state after (seed, servers, local GPUs) (until first needed: those four numbers), and
+    the whole path when it is fixed."""
+
+    __slots__ = ("head", "tail", "leaf_src", "leaf_dst", "prefix", "fixed")
+
+    def __init__(self, head: tuple[int, ...], tail: tuple[int, ...], leaf_src: int, leaf_dst: int,
+                 prefix: int | tuple[int, ...], fixed: np.ndarray | None):
+        self.head, self.tail, self.leaf_src, self.leaf_dst = head, tail, leaf_src, leaf_dst
+        self.prefix, self.fixed = prefix, fixed
+
+
 class Router:
     """Computes link-id paths between GPUs of ``topology`` under a routing ``policy``.
 
-    One Router per simulation; it caches fabric distances and paths and keeps the per-link load
-    it has assigned (instance state only).
+    One Router per simulation; it keeps the per-link load it has assigned and the pinned flows
+    (instance state). Structure derived from the topology and ``failed_links`` alone (switch
+    adjacency, NIC cabling, distance tables) is shared by every Router of the same topology.
     """
 
     def __init__(self, topology: Topology, *, policy: str = "ecmp", seed: int = 0, pxn: bool = True,
@@ -143,49 +409,16 @@ class Router:
         self.seed = seed
         self.pxn = pxn
         self.failed_links = self._check_failed(topology, failed_links)
-        failed = self.failed_links
-        graph = topology.graph
-        self._is_switch = {n: graph.nodes[n]["kind"] == NodeKind.FABRIC_SWITCH for n in graph.nodes}
-        self._switch_out: dict[int, list[_Option]] = {}   # switch -> [(link, next switch)], surviving links
-        self._switch_back: dict[int, list[_Option]] = {}   # switch -> [(link, previous switch)]
-        for link in range(topology.num_links):
-            u, v = int(topology.link_src[link]), int(topology.link_dst[link])
-            if self._is_switch[u] and self._is_switch[v] and link not in failed:
-                self._switch_out.setdefault(u, []).append((link, v))
-                self._switch_back.setdefault(v, []).append((link, u))
-        self._nic_down: dict[int, int] = {}      # NIC -> lowest surviving link switch -> NIC
-        self._nic_leaf: dict[int, int] = {}      # NIC -> the switch it is cabled to
-        for nic, up in topology.nic_leaf_link.items():
-            leaf = int(topology.link_dst[up])
-            self._nic_leaf[nic] = leaf
-            down = [link for link in graph.get_edge_data(leaf, nic) or () if link not in failed]
-            if down:
-                self._nic_down[nic] = min(down)
-        switches = sorted(n for n, is_switch in self._is_switch.items() if is_switch)
-        self._tier = {n: graph.nodes[n]["tier"] for n in switches if "tier" in graph.nodes[n]}
-        group_of = {n: graph.nodes[n].get("group") for n in switches}
-        self._group: dict[int, int] = {}
-        self._groups: dict[int, tuple[int, ...]] = {}
-        if switches and all(g is not None for g in group_of.values()):
-            self._group = {n: int(g) for n, g in group_of.items()}
-            for n in switches:
-                self._groups.setdefault(self._group[n], ())
-                self._groups[self._group[n]] += (n,)
-        top = max(self._tier.values(), default=None)
-        self._top = tuple(n for n in switches if top is None or self._tier.get(n) == top)
-        # hierarchical ("minimal") hop costs: 1 inside a group, 1 + B between groups (module docstring)
-        self._between = len(switches) + 1
-        self._link_cost: dict[int, int] = {}
-        if self._group:
-            for u, options in self._switch_out.items():
-                for link, v in options:
-                    self._link_cost[link] = 1 if self._group[u] == self._group[v] else 1 + self._between
+        self._w = _wiring_of(topology)
+        self._f = self._w.fabric(self.failed_links, topology.num_links)
+        self._spraying = policy == "spray"
+        self._seed_state = _absorb(_GOLDEN64, seed)
         self._capacity = topology.link_capacity_bytes_per_s
         self._load = np.zeros(topology.num_links)
-        self._dist: dict[tuple[bool, tuple[int, ...]], dict[int, int]] = {}
+        self._pending: list[tuple[np.ndarray, np.ndarray | None, float]] = []   # load not yet in _load
         self._cache: dict[tuple[int, int, int, bool], np.ndarray] = {}
         self._flows: dict[tuple[int, int, int, bool, bool], tuple[np.ndarray, np.ndarray | None]] = {}
-        self._sprays: dict[tuple[int, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        self._pairs: dict[tuple[int, int, bool], _Pair] = {}
 
     @staticmethod
     def _check_failed(topology: Topology, failed_links: Iterable[int]) -> frozenset[int]:
@@ -223,69 +456,108 @@ class Router:
         """
         links, weights = self._route(src_gpu, dst_gpu, flow_key, pxn, nbytes, walk=False)
         if weights is None:
-            weights = _readonly(np.ones(links.shape[0]))
+            weights = _ones(links.shape[0])
         return links, weights
 
     @property
     def assigned_bytes(self) -> np.ndarray:
         """Bytes (or flows, with the default ``nbytes=1``) assigned to each link so far (a copy)."""
-        return _readonly(self._load.copy())
+        return _readonly(self._loads().copy())
 
     def reset_load(self) -> None:
         """Forget the assigned load and the pinned routes of every flow."""
+        self._pending.clear()
         self._load[:] = 0.0
         self._flows.clear()
+
+    def _loads(self) -> np.ndarray:
+        """The per-link load, after adding the flows routed since the last call: one ``np.add.at``
+        over them in routing order, the same additions in the same order as one per flow."""
+        pending = self._pending
+        if pending:
+            self._pending = []
+            lengths = np.fromiter((p[0].shape[0] for p in pending), dtype=np.int64, count=len(pending))
+            values = np.repeat(np.fromiter((p[2] for p in pending), dtype=np.float64, count=len(pending)), lengths)
+            weighted = [i for i, p in enumerate(pending) if p[1] is not None]
+            if weighted:
+                ends = np.cumsum(lengths).tolist()
+                for i in weighted:
+                    links, weights, nbytes = pending[i]
+                    values[ends[i] - links.shape[0]:ends[i]] = nbytes * weights
+            np.add.at(self._load, np.concatenate([p[0] for p in pending]), values)
+        return self._load
 
     def _route(self, src_gpu: int, dst_gpu: int, flow_key: int, pxn: bool | None, nbytes: float,
                *, walk: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """(links, weights or None for all ones); ``walk`` asks for a single path (ECMP under spray)."""
         pxn = self.pxn if pxn is None else pxn
-        representative = walk and self.policy == "spray"       # not the flow's own routing: no load
+        representative = walk and self._spraying              # not the flow's own routing: no load
         key = (src_gpu, dst_gpu, flow_key, pxn, representative)
         hit = self._flows.get(key)
         if hit is not None:
             return hit
-        topo = self.topology
-        for name, gpu in (("src_gpu", src_gpu), ("dst_gpu", dst_gpu)):
-            if not 0 <= gpu < topo.num_gpus:
-                raise ValueError(f"route: {name}={gpu} out of range; the topology has {topo.num_gpus} GPUs")
+        num_gpus = self._w.num_gpus
+        if not (0 <= src_gpu < num_gpus and 0 <= dst_gpu < num_gpus):
+            for name, gpu in (("src_gpu", src_gpu), ("dst_gpu", dst_gpu)):
+                if not 0 <= gpu < num_gpus:
+                    raise ValueError(f"route: {name}={gpu} out of range; the topology has {num_gpus} GPUs")
         if src_gpu == dst_gpu:
             raise ValueError(f"route: source and destination are the same GPU ({src_gpu})")
-        if not (isinstance(nbytes, (int, float, np.floating, np.integer)) and not isinstance(nbytes, bool)
-                and math.isfinite(nbytes) and nbytes > 0):
-            raise ValueError(f"route: nbytes={nbytes!r} is not allowed; expected a finite number > 0")
-        s, t = int(topo.gpu_server[src_gpu]), int(topo.gpu_server[dst_gpu])
-        a, b = int(topo.gpu_local[src_gpu]), int(topo.gpu_local[dst_gpu])
+        if not (type(nbytes) is float and 0.0 < nbytes < math.inf):       # the common case first
+            if not (isinstance(nbytes, (int, float, np.floating, np.integer)) and not isinstance(nbytes, bool)
+                    and math.isfinite(nbytes) and nbytes > 0):
+                raise ValueError(f"route: nbytes={nbytes!r} is not allowed; expected a finite number > 0")
+            nbytes = float(nbytes)
+        pair = self._pairs.get((src_gpu, dst_gpu, pxn))
+        if pair is None:
+            pair = self._pair(src_gpu, dst_gpu, pxn)
         weights = None
+        if self._spraying and not representative and pair.leaf_src >= 0:     # a sprayed inter-server flow
+            fabric, fractions = self._spray(pair.leaf_src, pair.leaf_dst)
+            out = _readonly(np.asarray(pair.head + fabric + pair.tail, dtype=np.int64))
+            weights = _readonly(np.asarray([1.0] * len(pair.head) + list(fractions) + [1.0] * len(pair.tail),
+                                           dtype=np.float64))
+        elif pair.fixed is not None:                           # inside a server, or both NICs on one switch
+            out = pair.fixed
+        else:
+            prefix = pair.prefix
+            if type(prefix) is tuple:                          # first hashed flow of the pair
+                state = self._seed_state
+                for v in prefix:
+                    state = _absorb(state, v)
+                pair.prefix = prefix = state
+            flow_hash = _absorb(prefix, int(flow_key))
+            fabric = self._fabric_route(pair.leaf_src, pair.leaf_dst, flow_hash, nbytes)
+            out = _readonly(np.asarray(pair.head + fabric + pair.tail, dtype=np.int64))
+        if not representative:
+            self._pending.append((out, weights, nbytes))
+        result = (out, weights)
+        self._flows[key] = result
+        return result
+
+    def _pair(self, src_gpu: int, dst_gpu: int, pxn: bool) -> _Pair:
+        """The flow-independent part of routes from ``src_gpu`` to ``dst_gpu`` (memoised per router)."""
+        w, topo = self._w, self.topology
+        s, t = w.gpu_server[src_gpu], w.gpu_server[dst_gpu]
+        a, b = w.gpu_local[src_gpu], w.gpu_local[dst_gpu]
         if s == t:
             links = topo.servers[s].intra_routes[(a, b)]
             self._check_alive(links, f"GPU {a} -> GPU {b} of {topo.servers[s].name}")
+            pair = _Pair(links, (), -1, -1, 0, _readonly(np.asarray(links, dtype=np.int64)))   # no switch: -1
         else:
-            links, weights = self._inter_server(s, a, t, b, flow_key, pxn, float(nbytes), representative)
-        out = _readonly(np.asarray(links, dtype=np.int64))
-        w = None if weights is None else _readonly(np.asarray(weights, dtype=np.float64))
-        if not representative:
-            np.add.at(self._load, out, float(nbytes) if w is None else float(nbytes) * w)
-        self._flows[key] = (out, w)
-        return out, w
-
-    def _inter_server(self, s: int, a: int, t: int, b: int, flow_key: int, pxn: bool, nbytes: float,
-                      representative: bool) -> tuple[tuple[int, ...], list[float] | None]:
-        topo = self.topology
-        src_info, dst_info = topo.servers[s], topo.servers[t]
-        if not src_info.nics or not dst_info.nics:
-            raise ValueError(f"route: server {src_info.name if not src_info.nics else dst_info.name} has no NIC, "
-                             f"so GPU {a} of {src_info.name} cannot reach GPU {b} of {dst_info.name}")
-        j_src, j_dst = self._nic_pair(s, a, t, b, pxn)
-        nic_src, nic_dst = src_info.nics[j_src], dst_info.nics[j_dst]
-        leaf_src, leaf_dst = self._nic_leaf[nic_src], self._nic_leaf[nic_dst]
-        head = src_info.gpu_to_nic_routes[(a, j_src)] + (topo.nic_leaf_link[nic_src],)
-        tail = (self._nic_down[nic_dst],) + dst_info.nic_to_gpu_routes[(j_dst, b)]
-        if self.policy == "spray" and not representative:
-            fabric, fractions = self._spray(leaf_src, leaf_dst)
-            return head + fabric + tail, [1.0] * len(head) + list(fractions) + [1.0] * len(tail)
-        fabric = self._fabric_route(leaf_src, leaf_dst, mix64(self.seed, s, a, t, b, flow_key), nbytes)
-        return head + fabric + tail, None
+            src_info, dst_info = topo.servers[s], topo.servers[t]
+            if not src_info.nics or not dst_info.nics:
+                raise ValueError(f"route: server {src_info.name if not src_info.nics else dst_info.name} has no "
+                                 f"NIC, so GPU {a} of {src_info.name} cannot reach GPU {b} of {dst_info.name}")
+            j_src, j_dst = self._nic_pair(s, a, t, b, pxn)
+            nic_src, nic_dst = src_info.nics[j_src], dst_info.nics[j_dst]
+            leaf_src, leaf_dst = w.nic_leaf[nic_src], w.nic_leaf[nic_dst]
+            head = src_info.gpu_to_nic_routes[(a, j_src)] + (topo.nic_leaf_link[nic_src],)
+            tail = (self._f.nic_down[nic_dst],) + dst_info.nic_to_gpu_routes[(j_dst, b)]
+            fixed = _readonly(np.asarray(head + tail, dtype=np.int64)) if leaf_src == leaf_dst else None
+            pair = _Pair(head, tail, leaf_src, leaf_dst, (s, a, t, b), fixed)
+        self._pairs[(src_gpu, dst_gpu, pxn)] = pair
+        return pair
 
     def nic_for(self, server: int, local_gpu: int, dst_server: int, dst_local: int, *, pxn: bool) -> int:
         """Index of the NIC that server ``server`` prefers for sending from local GPU to the
@@ -296,17 +568,26 @@ class Router:
             return dst_nic
         return src_info.nic_of_gpu[local_gpu]
 
+    def _reaches(self, src_switch: int, dst_switch: int) -> bool:
+        """Whether ``src_switch`` can reach ``dst_switch`` over surviving switch links."""
+        labels = self._f.labels
+        if labels is None:
+            return src_switch in self._distances(dst_switch)
+        label = labels.get(src_switch)
+        return src_switch == dst_switch if label is None else label == labels.get(dst_switch)
+
     def _nic_pair(self, s: int, a: int, t: int, b: int, pxn: bool) -> tuple[int, int]:
         """(sending NIC index, receiving NIC index): the first pair, in preference order, whose
         NICs are usable and whose switches are connected."""
         topo = self.topology
         src_info, dst_info = topo.servers[s], topo.servers[t]
+        nic_leaf, nic_down = self._w.nic_leaf, self._f.nic_down
         rail = dst_info.nic_of_gpu[b]
         first = self.nic_for(s, a, t, b, pxn=pxn)
         if not self.failed_links and first >= 0 and rail >= 0:      # the common case: the preferred pair works
             send_nic, recv_nic = src_info.nics[first], dst_info.nics[rail]
-            if (send_nic in self._nic_leaf and recv_nic in self._nic_down
-                    and self._nic_leaf[send_nic] in self._distances(self._nic_leaf[recv_nic])):
+            if (send_nic in nic_leaf and recv_nic in nic_down
+                    and self._reaches(nic_leaf[send_nic], nic_leaf[recv_nic])):
                 return first, rail
         senders = [first] + ([rail] if 0 <= rail < len(src_info.nics) else [])
         senders = list(dict.fromkeys(senders + [src_info.nic_of_gpu[a]] + list(range(len(src_info.nics)))))
@@ -316,9 +597,8 @@ class Router:
             nic = dst_info.nics[jd]
             if not self._can_receive(nic, dst_info.nic_to_gpu_routes[(jd, b)]):
                 continue
-            dist = self._distances(self._nic_leaf[nic])
             for js in usable:
-                if self._nic_leaf[src_info.nics[js]] in dist:
+                if self._reaches(nic_leaf[src_info.nics[js]], nic_leaf[nic]):
                     return js, jd
         failed = " (with failed links)" if self.failed_links else ""
         raise ValueError(f"route: GPU {a} of {src_info.name} (GPU {src_info.first_gpu + a}) cannot reach GPU {b} of "
@@ -326,13 +606,13 @@ class Router:
                          f"through the fabric{failed} to a NIC of {dst_info.name}")
 
     def _can_send(self, nic: int, inside: tuple[int, ...]) -> bool:
-        if nic not in self._nic_leaf:
+        if nic not in self._w.nic_leaf:
             return False
         return not self.failed_links or (self.topology.nic_leaf_link[nic] not in self.failed_links
                                          and self.failed_links.isdisjoint(inside))
 
     def _can_receive(self, nic: int, inside: tuple[int, ...]) -> bool:
-        return nic in self._nic_down and self.failed_links.isdisjoint(inside)
+        return nic in self._f.nic_down and self.failed_links.isdisjoint(inside)
 
     def _check_alive(self, links: tuple[int, ...], what: str) -> None:
         if self.failed_links and not self.failed_links.isdisjoint(links):
@@ -353,18 +633,19 @@ class Router:
             return ()
         a, b = int(topo.gpu_local[src_gpu]), int(topo.gpu_local[dst_gpu])
         j_src, j_dst = self._nic_pair(s, a, t, b, pxn)
-        leaf_src = self._nic_leaf[topo.servers[s].nics[j_src]]
-        leaf_dst = self._nic_leaf[topo.servers[t].nics[j_dst]]
+        leaf_src = self._w.nic_leaf[topo.servers[s].nics[j_src]]
+        leaf_dst = self._w.nic_leaf[topo.servers[t].nics[j_dst]]
         if leaf_src == leaf_dst:
             return ()
         found = self._valiant(leaf_src, leaf_dst, mix64(self.seed, s, a, t, b, flow_key))
         return () if found is None else found[1]
 
     def _candidates(self, src: int, dst: int) -> list[tuple[int, ...]]:
-        if self._groups:
-            ends = (self._group[src], self._group[dst])
-            return [members for g, members in sorted(self._groups.items()) if g not in ends]
-        return [(n,) for n in self._top if n != src and n != dst]
+        w = self._w
+        if w.groups:
+            ends = (w.group[src], w.group[dst])
+            return [members for g, members in w.groups_sorted if g not in ends]
+        return [(n,) for n in w.top if n != src and n != dst]
 
     def _valiant(self, src: int, dst: int, flow_hash: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """(fabric links, intermediate) of the Valiant route, or None without a usable intermediate."""
@@ -377,12 +658,12 @@ class Router:
         for i in range(n):
             via = candidates[(start + i) % n]
             to_via = self._distances_to(via, minimal=True)
-            if src not in to_via or not any(m in to_dst for m in via):
+            if src not in to_via.dist or not any(m in to_dst.dist for m in via):
                 continue
-            first, middle = self._walk(src, to_via, self._hashed(flow_hash), minimal=True)
-            if middle not in to_dst:
+            first, middle = self._walk(src, to_via, self._hashed(flow_hash))
+            if middle not in to_dst.dist:
                 continue
-            second, _ = self._walk(middle, to_dst, self._hashed(flow_hash), minimal=True)
+            second, _ = self._walk(middle, to_dst, self._hashed(flow_hash))
             return first + second, via
         return None
 
@@ -391,13 +672,12 @@ class Router:
         if src == dst:
             return ()
         policy = self.policy
-        if policy == "spray":                                  # its representative single path
+        if policy == "ecmp" or policy == "spray":              # spray: its representative single path
             return self._fabric_path(src, dst, flow_hash)
         if policy == "adaptive":
-            return self._walk(src, self._distances(dst), self._least_loaded(flow_hash))[0]
-        if policy == "ecmp":
-            return self._fabric_path(src, dst, flow_hash)
-        minimal = self._walk(src, self._distances_to((dst,), minimal=True), self._hashed(flow_hash), minimal=True)[0]
+            self._loads()
+            return self._walk(src, self._distances_to((dst,)), self._least_loaded(flow_hash))[0]
+        minimal = self._walk(src, self._distances_to((dst,), minimal=True), self._hashed(flow_hash))[0]
         if policy == "minimal":
             return minimal
         detour = self._valiant(src, dst, flow_hash)
@@ -412,35 +692,50 @@ class Router:
         if not links:
             return 0.0
         unique, count = np.unique(np.asarray(links, dtype=np.int64), return_counts=True)
-        return len(links) * float(np.max((self._load[unique] + count * nbytes) / self._capacity[unique]))
+        load = self._loads()
+        return len(links) * float(np.max((load[unique] + count * nbytes) / self._capacity[unique]))
 
     @staticmethod
     def _hashed(flow_hash: int) -> Callable[[list[_Option], int], _Option]:
+        state = _absorb(_GOLDEN64, flow_hash)          # mix64(flow_hash, here) == _absorb(state, here)
+
         def choose(options: list[_Option], here: int) -> _Option:
-            return options[mix64(flow_hash, here) % len(options)]
+            n = len(options)
+            return options[_absorb(state, here) % n] if n > 1 else options[0]
         return choose
 
     def _least_loaded(self, flow_hash: int) -> Callable[[list[_Option], int], _Option]:
+        state = _absorb(_GOLDEN64, flow_hash)
+        load, capacity = self._load, self._capacity    # _fabric_route brought the load up to date
+
         def choose(options: list[_Option], here: int) -> _Option:
-            use = [self._load[link] / self._capacity[link] for link, _ in options]
+            use = [load[link] / capacity[link] for link, _ in options]
             least = min(use)
             ties = [option for option, u in zip(options, use) if u == least]
-            return ties[mix64(flow_hash, here) % len(ties)]
+            return ties[_absorb(state, here) % len(ties)] if len(ties) > 1 else ties[0]
         return choose
 
-    def _next_hops(self, here: int, dist: dict[int, int], minimal: bool = False) -> list[_Option]:
-        cost = self._link_cost if minimal else {}
-        return [(link, v) for link, v in self._switch_out.get(here, ())
-                if dist.get(v, -1) == dist[here] - cost.get(link, 1)]
+    def _next_hops(self, here: int, table: _Table) -> list[_Option]:
+        """Links from ``here`` one step down ``table``'s costs (memoised in the table)."""
+        options = table.hops.get(here)
+        if options is None:
+            dist = table.dist
+            cost = self._f.link_cost if table.minimal else {}
+            d = dist[here]
+            options = [(link, v) for link, v in self._f.switch_out.get(here, ())
+                       if dist.get(v, -1) == d - cost.get(link, 1)]
+            table.hops[here] = options
+        return options
 
-    def _walk(self, src: int, dist: dict[int, int], choose: Callable[[list[_Option], int], _Option],
-              minimal: bool = False) -> tuple[tuple[int, ...], int]:
-        """Follow ``dist`` (hop counts, or hierarchical costs when ``minimal``) down to a target
-        from ``src`` (which must be in ``dist``); returns the links and the target reached."""
+    def _walk(self, src: int, table: _Table, choose: Callable[[list[_Option], int], _Option]
+              ) -> tuple[tuple[int, ...], int]:
+        """Follow ``table``'s costs (hop counts, or hierarchical costs) down to a target from
+        ``src`` (which must be in it); returns the links and the target reached."""
+        dist = table.dist
         links = []
         here = src
         while dist[here] > 0:
-            link, here = choose(self._next_hops(here, dist, minimal), here)
+            link, here = choose(self._next_hops(here, table), here)
             links.append(link)
         return tuple(links), here
 
@@ -448,68 +743,48 @@ class Router:
         """Links of all shortest src -> dst paths and the fraction of the flow on each, splitting
         evenly over the next hops at every switch (level by level, each link once)."""
         key = (src, dst)
-        hit = self._sprays.get(key)
+        hit = self._f.sprays.get(key)
         if hit is not None:
             return hit
-        dist = self._distances(dst)
+        table = self._distances_to((dst,))
         weight: dict[int, float] = {}
         level = {src: 1.0}
         while dst not in level:
             following: dict[int, float] = {}
             for here in sorted(level):
-                options = self._next_hops(here, dist)
+                options = self._next_hops(here, table)
                 share = level[here] / len(options)
                 for link, v in options:
                     weight[link] = weight.get(link, 0.0) + share
                     following[v] = following.get(v, 0.0) + share
             level = following
         out = (tuple(weight), tuple(weight.values()))
-        self._sprays[key] = out
+        self._f.sprays[key] = out
         return out
 
     def _distances(self, dst_switch: int) -> dict[int, int]:
-        return self._distances_to((dst_switch,))
+        return self._distances_to((dst_switch,)).dist
 
-    def _distances_to(self, targets: tuple[int, ...], *, minimal: bool = False) -> dict[int, int]:
+    def _distances_to(self, targets: tuple[int, ...], *, minimal: bool = False) -> _Table:
         """Cost from every switch that can reach one of ``targets`` to the nearest of them: hops,
-        or with ``minimal`` the hierarchical cost (Dijkstra; plain hops on a fabric without groups)."""
-        minimal = minimal and bool(self._link_cost)
+        or with ``minimal`` the hierarchical cost (Dijkstra; plain hops on a fabric without groups).
+        Shared by every Router of the topology with the same failed links."""
+        fabric = self._f
+        minimal = minimal and bool(fabric.link_cost)
         key = (minimal, targets)
-        dist = self._dist.get(key)
-        if dist is not None:
-            return dist
-        dist = {t: 0 for t in targets}
-        if not minimal:
-            queue = deque(targets)
-            while queue:
-                v = queue.popleft()
-                for _, u in self._switch_back.get(v, ()):
-                    if u not in dist:
-                        dist[u] = dist[v] + 1
-                        queue.append(u)
-        else:
-            heap = [(0, t) for t in sorted(targets)]
-            done: set[int] = set()
-            while heap:
-                d, v = heapq.heappop(heap)
-                if v in done:
-                    continue
-                done.add(v)
-                for link, u in self._switch_back.get(v, ()):
-                    du = d + self._link_cost[link]
-                    if du < dist.get(u, du + 1):
-                        dist[u] = du
-                        heapq.heappush(heap, (du, u))
-        self._dist[key] = dist
-        return dist
+        table = fabric.tables.get(key)
+        if table is None:
+            table = _Table(fabric.costs_to(targets) if minimal else fabric.hops_to(targets), minimal)
+            fabric.tables[key] = table
+        return table
 
     def _fabric_path(self, src_switch: int, dst_switch: int, flow_hash: int) -> tuple[int, ...]:
-        dist = self._distances(dst_switch)
-        if src_switch not in dist:
+        table = self._distances_to((dst_switch,))
+        if src_switch not in table.dist:
             failed = " (with failed links)" if self.failed_links else ""
             raise ValueError(f"route: switch {self.topology.node_name(src_switch)} cannot reach "
                              f"{self.topology.node_name(dst_switch)}{failed}")
-        return self._walk(src_switch, dist, self._hashed(flow_hash))[0]
+        return self._walk(src_switch, table, self._hashed(flow_hash))[0]
 
     # ---- switch-level paths (in-network reduction) -----------------------------------------------
     def gpu_to_node(self, gpu: int, node: int) -> np.ndarray:
@@ -533,20 +808,20 @@ class Router:
         if node == info.nvswitch:
             u, v = (g, node) if up else (node, g)
             links = (min(topo.graph.get_edge_data(u, v)),)
-        elif self._is_switch.get(node, False):
+        elif node in self._w.is_switch:
             j = info.nic_of_gpu[local]
             if j < 0:
                 raise ValueError(f"route: GPU {gpu} has no NIC to reach {topo.node_name(node)}")
             nic = info.nics[j]
-            leaf = self._nic_leaf[nic]
+            leaf = self._w.nic_leaf[nic]
             flow_hash = mix64(self.seed, gpu, node)
             if up:
                 links = (info.gpu_to_nic_routes[(local, j)] + (topo.nic_leaf_link[nic],)
                          + self._fabric_path(leaf, node, flow_hash))
             else:
-                if nic not in self._nic_down:
+                if nic not in self._f.nic_down:
                     raise ValueError(f"route: every link into NIC {topo.node_name(nic)} of GPU {gpu} has failed")
-                links = (self._fabric_path(node, leaf, flow_hash) + (self._nic_down[nic],)
+                links = (self._fabric_path(node, leaf, flow_hash) + (self._f.nic_down[nic],)
                          + info.nic_to_gpu_routes[(j, local)])
         else:
             raise ValueError(f"route: {topo.node_name(node)} is neither GPU {gpu}'s NVSwitch nor a fabric switch")
@@ -566,15 +841,15 @@ class Router:
         """The fabric switch the GPU's own NIC is cabled to."""
         topo = self.topology
         info = topo.servers[int(topo.gpu_server[gpu])]
-        return self._nic_leaf[info.nics[info.nic_of_gpu[int(topo.gpu_local[gpu])]]]
+        return self._w.nic_leaf[info.nics[info.nic_of_gpu[int(topo.gpu_local[gpu])]]]
 
     def spines_above(self, leaf: int) -> list[int]:
         """Switches one hop up from ``leaf`` (sorted): its neighbours of a higher ``tier`` when the
         switches carry tiers (none on a dragonfly, whose routers share one tier), else all."""
-        above = {v for _, v in self._switch_out.get(leaf, ())}
-        tier = self._tier.get(leaf)
+        above = {v for _, v in self._f.switch_out.get(leaf, ())}
+        tier = self._w.tier.get(leaf)
         if tier is not None:
-            above = {v for v in above if self._tier.get(v, tier + 1) > tier}
+            above = {v for v in above if self._w.tier.get(v, tier + 1) > tier}
         return sorted(above)
 
 
