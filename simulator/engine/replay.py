@@ -161,7 +161,7 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
             task = program[position]
             waits = [done[a] for a in task.after if not done[a].triggered]
             if waits:
-                yield env.all_of(waits)
+                yield waits[0] if len(waits) == 1 else env.all_of(waits)
             if times is not None:
                 times[position, 0] = env.now
             if isinstance(task, ComputeTask):
