@@ -50,7 +50,7 @@ from workloads.collectives import CollectiveKind
 
 from .collectives.tuner import CollectivePolicy
 from .config import SimConfig
-from .nccl_tests import NCCL_TESTS_TYPES, BenchRow, collective_for_size, run_bench
+from .nccl_tests import NCCL_TESTS_TYPES, BenchRow, NcclTestsRow, collective_for_size, run_bench
 from .validation import BANDWIDTH_REGIME_MIN_BYTES, GPU_SYSTEMS, LATENCY_REGIME_MAX_BYTES, Comparison, \
     summarise, system_for_gpu
 
@@ -72,16 +72,11 @@ LINK_KIND_NAMES = tuple(k.name.lower() for k in LinkKind)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LogRow:
-    """One result row of nccl-tests' output (out-of-place columns; the in-place ones are not kept)."""
+class LogRow(NcclTestsRow):
+    """One result row of nccl-tests' output (out-of-place columns; the in-place ones are not kept),
+    with its line number in the log; the bandwidth columns may be unreadable (None)."""
 
     line: int
-    size_bytes: int
-    count: int
-    type: str
-    redop: str
-    root: int
-    time_us: float
     algbw_GBps: float | None
     busbw_GBps: float | None
 

@@ -44,13 +44,21 @@ HOST_LAUNCH_S_PER_GPU = 2.8e-6
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BenchRow:
+class NcclTestsRow:
+    """The columns every nccl-tests result row has (out-of-place half)."""
+
     size_bytes: int
     count: int
     type: str
     redop: str
     root: int
     time_us: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchRow(NcclTestsRow):
+    """One predicted row: nccl-tests' columns plus the choice that produced it."""
+
     algbw_GBps: float
     busbw_GBps: float
     algorithm: str
