@@ -52,6 +52,7 @@ github.com/pytorch/ao/pull/4002).
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import types
 from dataclasses import dataclass
@@ -588,22 +589,17 @@ TOMAHAWK_4 = SwitchSpec(             # Broadcom BCM56990 class, 25.6 Tb/s (e.g. 
     latency_s=_ETHERNET_SWITCH_LATENCY_S,   # ESTIMATE (see above)
     sharp=False,
 )
-TOMAHAWK_4_200G = SwitchSpec(        # same ASIC, 400G ports split 2 x 200G (200GbE RoCE fabrics)
-    name="tomahawk_4_200g",
-    kind="ethernet",
-    radix=128,                       # Broadcom BCM56990: up to 128 x 200GbE (Linley Group newsletter 2019-12-17)
-    port_rate_bytes_per_s=ROCE_200G.line_rate_bytes_per_s,
-    latency_s=_ETHERNET_SWITCH_LATENCY_S,   # ESTIMATE (see above)
-    sharp=False,
-)
-TOMAHAWK_4_100G = SwitchSpec(        # same ASIC, 400G ports split 4 x 100G (100GbE RoCE fabrics)
-    name="tomahawk_4_100g",
-    kind="ethernet",
-    radix=256,                       # Broadcom BCM56990: up to 256 x 100GbE (Linley Group newsletter 2019-12-17)
-    port_rate_bytes_per_s=ROCE_100G.line_rate_bytes_per_s,
-    latency_s=_ETHERNET_SWITCH_LATENCY_S,   # ESTIMATE (see above)
-    sharp=False,
-)
+
+
+def _split_ports(asic: SwitchSpec, port: LinkSpec, name: str) -> SwitchSpec:
+    """``asic`` with each port split into lower-rate ones: same switching capacity, radix x (rate / port rate)."""
+    radix = round(asic.radix * asic.port_rate_bytes_per_s / port.line_rate_bytes_per_s)
+    return dataclasses.replace(asic, name=name, radix=radix, port_rate_bytes_per_s=port.line_rate_bytes_per_s)
+
+
+# Broadcom BCM56990: up to 128 x 200GbE or 256 x 100GbE (Linley Group newsletter 2019-12-17)
+TOMAHAWK_4_200G = _split_ports(TOMAHAWK_4, ROCE_200G, "tomahawk_4_200g")   # 200GbE RoCE fabrics
+TOMAHAWK_4_100G = _split_ports(TOMAHAWK_4, ROCE_100G, "tomahawk_4_100g")   # 100GbE RoCE fabrics
 
 # ==================================================================================================
 # Preset mappings (read-only), keyed by lower-case name
