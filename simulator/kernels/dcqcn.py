@@ -68,6 +68,8 @@ import math
 import numpy as np
 from numba import njit
 
+from .maxmin import flow_csr
+
 __all__ = ["dcqcn_rates", "DCQCN_PARAM_NAMES"]
 
 #: Order of the physical parameters in the ``params`` array given to ``dcqcn_rates``.
@@ -364,9 +366,7 @@ def dcqcn_rates(flow_ptr, flow_links, flow_weights, controlled, link_capacity, m
 
     Returns ``(rates float64[F], mean_queue_bytes float64[L], simulated_s)``.
     """
-    flow_ptr = np.ascontiguousarray(flow_ptr, dtype=np.int64)
-    flow_links = np.ascontiguousarray(flow_links, dtype=np.int64)
-    flow_weights = np.ascontiguousarray(flow_weights, dtype=np.float64)
+    flow_ptr, flow_links, flow_weights = flow_csr(flow_ptr, flow_links, flow_weights)
     controlled = np.ascontiguousarray(controlled, dtype=np.bool_)
     link_capacity = np.ascontiguousarray(link_capacity, dtype=np.float64)
     marking = np.ascontiguousarray(marking, dtype=np.bool_)

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .maxmin import _heap_remove, _sift_down, _sift_up
+from .maxmin import _heap_remove, _sift_down, _sift_up, flow_csr
 
 __all__ = ["lossless_throttle", "successor_pairs"]
 
@@ -231,9 +231,7 @@ def lossless_throttle(flow_ptr, flow_links, flow_weights, participant, link_capa
         Level of the congestion tree the link belongs to (``inf`` if none): the saturated egress
         and every paused link of its tree.
     """
-    flow_ptr = np.ascontiguousarray(flow_ptr, dtype=np.int64)
-    flow_links = np.ascontiguousarray(flow_links, dtype=np.int64)
-    flow_weights = np.ascontiguousarray(flow_weights, dtype=np.float64)
+    flow_ptr, flow_links, flow_weights = flow_csr(flow_ptr, flow_links, flow_weights)
     participant = np.ascontiguousarray(participant, dtype=np.bool_)
     link_capacity = np.ascontiguousarray(link_capacity, dtype=np.float64)
     demand = np.ascontiguousarray(demand, dtype=np.float64)

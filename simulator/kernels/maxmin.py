@@ -65,7 +65,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["maxmin_rates", "build_csr"]
+__all__ = ["maxmin_rates", "build_csr", "flow_csr"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -328,9 +328,7 @@ def maxmin_rates(
     This is on a hot path: shapes are checked in O(1), link ids are NOT range-checked
     (an id outside ``[0, L)`` is undefined behaviour). Inputs are never modified.
     """
-    flow_ptr = np.ascontiguousarray(flow_ptr, dtype=np.int64)
-    flow_links = np.ascontiguousarray(flow_links, dtype=np.int64)
-    flow_weights = np.ascontiguousarray(flow_weights, dtype=np.float64)
+    flow_ptr, flow_links, flow_weights = flow_csr(flow_ptr, flow_links, flow_weights)
     active = np.ascontiguousarray(active, dtype=np.bool_)
     link_capacity = np.ascontiguousarray(link_capacity, dtype=np.float64)
     n_flows = active.shape[0]
@@ -351,6 +349,13 @@ def maxmin_rates(
             f"{flow_weights.shape[0]}, flow_ptr[-1] {flow_ptr[-1]}"
         )
     return _maxmin_kernel(flow_ptr, flow_links, flow_weights, active, link_capacity, flow_cap)
+
+
+def flow_csr(flow_ptr, flow_links, flow_weights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The flows' link lists as the kernels take them: contiguous int64 offsets and link ids,
+    float64 weights (no copy when they already are)."""
+    return (np.ascontiguousarray(flow_ptr, dtype=np.int64), np.ascontiguousarray(flow_links, dtype=np.int64),
+            np.ascontiguousarray(flow_weights, dtype=np.float64))
 
 
 def build_csr(
