@@ -62,6 +62,7 @@ from topologies.links import (
     IB_HDR,
     IB_NDR,
     IB_XDR,
+    NCCL_NVLINK_GBPS,
     NVLINK3,
     NVLINK4,
     NVLINK5,
@@ -494,7 +495,7 @@ NVSWITCH_GEN4 = SwitchSpec(          # HGX/DGX B200 (2 chips per board), GB200 N
     # NCCL nvlsEfficiency[Blackwell] 0.74 (src/graph/tuning.cc, 2.28+) applies to NCCL's SM100 NVLink
     # figure (40.1 GB/s per link); NVLink5 here carries the measured 37.9 (topologies/links.py), so the
     # same NVLS throughput is 0.74 x 40.1 / 37.9 = 0.783 of it
-    reduction_efficiency=0.74 * (40.1 / NVLINK5.line_rate_bytes_per_s * 1e9) / NVLINK5.protocol_efficiency,
+    reduction_efficiency=0.74 * gbyte_per_s(NCCL_NVLINK_GBPS["blackwell"]) / NVLINK5.bandwidth_bytes_per_s,
 )
 PCIE_SWITCH_GEN4 = SwitchSpec(       # Broadcom PEX88096 class (4 per DGX A100)
     name="pcie_switch_gen4",

@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from types import MappingProxyType
 
+from topologies import links
+
 PROTOCOLS = ("LL", "LL128", "Simple")
 
 # Wire bytes per payload byte (NCCL src/include/device.h: LL lines are 8 B with a 4 B flag,
@@ -60,10 +62,10 @@ HW_LATENCY_US = MappingProxyType({
 # Only the simulated time pays it: NCCL's choice (the estimates) uses NCCL's own table.
 NVLINK_HOP_EXTRA_US = MappingProxyType({"ampere": 0.65, "blackwell": 0.7})
 
-# NCCL's effective bandwidth of one NVLink link per GPU generation, GB/s (src/graph/topo.h, NCCL
-# 2.30.7: SM80_NVLINK_BW, SM90_NVLINK_BW, SM100_NVLINK_BW). The modelled links carry the same figures
-# except NVLink5, which carries the measured 37.9 (topologies/links.py); NCCL's choice still sees 40.1.
-NCCL_NVLINK_GBPS = MappingProxyType({"ampere": 20.0, "hopper": 20.6, "blackwell": 40.1})
+# NCCL's effective bandwidth of one NVLink link per GPU generation, GB/s (topologies.links, from
+# NCCL's topo.h). The modelled links carry the same figures except NVLink5, which carries the
+# measured 37.9; NCCL's choice still sees 40.1.
+NCCL_NVLINK_GBPS = links.NCCL_NVLINK_GBPS
 
 # llMaxBws[row][1 node, 2 nodes, >=3 nodes] in GB/s: row = GPU arch on one node, CPU vendor
 # across nodes (tuning.cc, NCCL 2.30.7).
