@@ -12,12 +12,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from simulator import api
 from simulator.api import simulate
 from simulator.config import SimConfig
 from simulator.kernels import build_csr, dcqcn_rates, lossless_throttle
-from simulator.network import (NETWORK_MODELS, CongestionNetwork, Dcqcn, Ecn, FlowNetwork, IbCredit, Pfc,
-                               build_network)
+from simulator.network import CongestionNetwork, Dcqcn, Ecn, FlowNetwork, IbCredit, Pfc, build_network
 from topologies import devices as dev
 from topologies import links as lk
 from topologies.fat_tree import leaf_spine
@@ -142,8 +140,8 @@ def test_without_refinements_or_link_metadata_it_is_the_flow_model(seed):
     fabric, paths, caps, nbytes = random_fabric(seed)
     reference = []
     drain(FlowNetwork(fabric.capacity), paths, caps, nbytes, check=lambda n: reference.append(n.rate.tobytes()))
-    models = [CongestionNetwork(fabric.capacity), CongestionNetwork(fabric.capacity, refinements=COMBOS[-1])]
-    models += [NETWORK_MODELS[name](fabric.capacity) for name in NETWORK_MODELS if name.startswith("flow+")]
+    models = [CongestionNetwork(fabric.capacity)]
+    models += [CongestionNetwork(fabric.capacity, refinements=combo) for combo in COMBOS]
     for model in models:
         seen = []
         drain(model, paths, caps, nbytes, check=lambda n: seen.append(n.rate.tobytes()))
@@ -353,7 +351,7 @@ def test_topology_metadata_gives_the_same_victim():
     network = CongestionNetwork(topology.link_capacity_bytes_per_s, refinements=("pfc",), topology=topology)
     rates = start(network, [[up[0], down[2]], [up[1], down[2]], [up[0], down[3]]])
     np.testing.assert_allclose(rates, [C / 3, 2 * C / 3, C / 3], rtol=1e-12)
-    assert build_network("flow+dcqcn", topology).name == "flow+dcqcn"
+    assert build_network("flow", topology, congestion=("dcqcn",)).name == "flow+dcqcn"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -449,7 +447,8 @@ def test_build_network_names_and_errors():
     assert build_network("flow", topology).name == "flow"
     assert type(build_network("flow", topology)) is FlowNetwork
     assert build_network("flow", topology, congestion=("pfc", "dcqcn")).name == "flow+dcqcn+pfc"
-    assert build_network("flow+pfc", topology, congestion=("dcqcn",)).name == "flow+dcqcn+pfc"
+    with pytest.raises(ValueError, match="network_model: 'flow\\+pfc' is not known"):
+        build_network("flow+pfc", topology, congestion=("dcqcn",))    # refinements go in congestion=
     with pytest.raises(ValueError, match="congestion.*analytical"):
         build_network("analytical", topology, congestion=("pfc",))
     with pytest.raises(ValueError, match="network_model: 'flow\\+ecn' is not known"):
@@ -493,13 +492,9 @@ def test_simulate_on_an_oversubscribed_roce_fabric():
     work = Workload.sequence([Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=64 << 20, group=tuple(range(32)))],
                              nranks=32)
     results = {}
-    for model in ("flow", "flow+dcqcn", "flow+pfc", "flow+dcqcn+pfc"):
-        previous = api.NETWORK_MODELS
-        api.NETWORK_MODELS = {"flow": lambda capacity, model=model: build_network(model, topology)}
-        try:
-            results[model] = simulate(topology, work, config=SimConfig(network_model="flow"))
-        finally:
-            api.NETWORK_MODELS = previous
+    for congestion in ((), ("dcqcn",), ("pfc",), ("dcqcn", "pfc")):
+        model = "+".join(("flow",) + congestion)
+        results[model] = simulate(topology, work, config=SimConfig(network_model="flow", congestion=congestion))
     flow = results["flow"]
     for model, result in results.items():
         np.testing.assert_allclose(result.link_bytes, flow.link_bytes, rtol=1e-6)
