@@ -43,7 +43,7 @@ from topologies.links import LinkKind
 from topologies.topology import LinkTier
 from workloads.tasks import CommTask, ComputeTask, Workload
 
-__all__ = ("Timeline", "task_times", "union_length_s", "interval_breakdown", "link_class_bytes", "chrome_trace")
+__all__ = ("Timeline", "task_times", "arrival_times", "union_length_s", "interval_breakdown", "link_class_bytes", "chrome_trace")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,6 +144,26 @@ def task_times(workload: Workload, collective_time_s=None) -> Timeline:
     return Timeline(start_s=tuple(np.asarray(s, dtype=np.float64) for s in start),
                     end_s=tuple(np.asarray(e, dtype=np.float64) for e in end),
                     collective_start_s=c_start, collective_end_s=c_end)
+
+
+def arrival_times(workload: Workload, timeline: Timeline, ranks) -> dict[int, np.ndarray]:
+    """For each rank in ``ranks``: an array (tasks x 2) of every task's (start, end) as the event replay
+    records them, where a collective task starts when *its rank* is ready (its stream and ``after``
+    allow it) rather than when the last member arrives; its time includes the wait for its group."""
+    out = {}
+    for rank in ranks:
+        program, start, end = workload.programs[rank], timeline.start_s[rank], timeline.end_s[rank]
+        times = np.empty((len(program), 2))
+        previous: dict[int, int] = {}
+        for position, task in enumerate(program):
+            ready = end[previous[task.stream]] if task.stream in previous else 0.0
+            for a in task.after:
+                ready = max(ready, end[a])
+            times[position] = (ready if isinstance(task, CommTask) else start[position], end[position])
+            previous[task.stream] = position
+        times.setflags(write=False)
+        out[rank] = times
+    return out
 
 
 def union_length_s(intervals) -> float:

@@ -8,9 +8,11 @@ from topologies.routing import Router
 from topologies.topology import Topology
 from workloads.tasks import Workload
 
+from .analysis import arrival_times, task_times as timeline_of
 from .collectives import ALGORITHMS, LoweringContext
 from .collectives.tuner import choose
 from .config import SimConfig
+from .engine.closed_form import collective_times
 from .engine.replay import run
 from .network import NETWORK_MODELS, build_network
 from .placement import Placement
@@ -45,17 +47,30 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
         raise ValueError(f"link_events: link {bad[0]} does not exist; the topology has {topology.num_links} links")
     if config.task_ranks is not None and any(r >= workload.nranks for r in config.task_ranks):
         raise ValueError(f"task_ranks: {config.task_ranks!r} names a rank >= {workload.nranks} (the workload's ranks)")
-    times, rank_end, task_times = run(network=network, workload=workload, schedules=schedules, topology=topology,
-                                      router=router, rank_gpu=placement.rank_gpu,
-                                      launch_overhead_s=config.launch_overhead_s, qps_per_connection=qps,
-                                      task_ranks=config.task_ranks, link_events=config.link_events)
+    timeline = None
+    if network.context_free and not config.link_events:
+        # each collective's time ignores the rest: time each distinct schedule once, then the
+        # timeline in closed form (engine.closed_form), with no event replay
+        durations, link_bytes, rerates = collective_times(
+            network=network, schedules=schedules, topology=topology, router=router, rank_gpu=placement.rank_gpu,
+            launch_overhead_s=config.launch_overhead_s, qps_per_connection=qps)
+        timeline = timeline_of(workload, durations)
+        times = zip(timeline.collective_start_s.tolist(), timeline.collective_end_s.tolist())
+        rank_end = [float(e.max()) if e.size else 0.0 for e in timeline.end_s]
+        task_times = arrival_times(workload, timeline,
+                                   range(workload.nranks) if config.task_ranks is None else config.task_ranks)
+    else:
+        times, rank_end, task_times = run(network=network, workload=workload, schedules=schedules,
+                                          topology=topology, router=router, rank_gpu=placement.rank_gpu,
+                                          launch_overhead_s=config.launch_overhead_s, qps_per_connection=qps,
+                                          task_ranks=config.task_ranks, link_events=config.link_events)
+        link_bytes, rerates = network.link_bytes.copy(), network.rerates
     records = tuple(
         CollectiveRecord(index=i, collective=c, algorithm=ch.algorithm, protocol=ch.protocol, nchannels=ch.nchannels,
                          start_s=start, end_s=end, latency_s=s.latency_s, predicted_s=ch.predicted_s)
         for i, (c, ch, s, (start, end)) in enumerate(zip(workload.collectives, choices, schedules, times))
     )
-    link_bytes = network.link_bytes.copy()
     link_bytes.setflags(write=False)
     return SimResult(config=config, topology_name=topology.name, collectives=records, rank_end_s=tuple(rank_end),
-                     link_bytes=link_bytes, link_names=topology.link_names, network_rerates=network.rerates,
-                     task_times=MappingProxyType(task_times))
+                     link_bytes=link_bytes, link_names=topology.link_names, network_rerates=rerates,
+                     task_times=MappingProxyType(task_times), timeline=timeline)

@@ -10,6 +10,7 @@ import numpy as np
 
 from workloads.collectives import Collective
 
+from .analysis import Timeline
 from .config import SimConfig
 
 
@@ -49,6 +50,9 @@ class SimResult:
     network_rerates: int
     # rank -> (tasks x 2) read-only array of each task's start and end (s), for SimConfig.task_ranks
     task_times: Mapping[int, np.ndarray] = field(default_factory=lambda: MappingProxyType({}))
+    # every task's times (collective tasks from their group's start), when the closed-form replay
+    # of a context-free network model built them; None after an event replay
+    timeline: Timeline | None = None
 
     @property
     def makespan_s(self) -> float:

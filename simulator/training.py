@@ -285,8 +285,7 @@ def _build_topology(system: str, nodes: int | None, world: int, wiring: str | No
 def _run_phase(topology: Topology, training: TrainingWorkload, placement: Placement, config: SimConfig,
                offset_s: float, replicas: int) -> StepPhase:
     sim = simulate(topology, training.workload, placement, config)
-    durations = [record.time_s for record in sim.collectives]
-    timeline = task_times(training.workload, durations)
+    timeline = sim.timeline or task_times(training.workload, [record.time_s for record in sim.collectives])
     if not math.isclose(timeline.makespan_s, sim.makespan_s, rel_tol=1e-9, abs_tol=1e-12):
         raise RuntimeError(f"task times: rebuilt makespan {timeline.makespan_s!r} s differs from the engine's "
                            f"{sim.makespan_s!r} s")

@@ -47,16 +47,18 @@ class RingAlgorithm:
         """Ring order (ranks) of every channel."""
         def build():
             layout = ctx.layout(group)
+            servers = []         # per server: its ranks, NIC count, first position of a rank on each rail
+            for server, ranks in zip(layout.servers, layout.ranks_by_server):
+                info = ctx.topology.servers[server]
+                first: dict[int, int] = {}
+                for i, r in enumerate(ranks):
+                    first.setdefault(info.nic_of_gpu[ctx.local(r)], i)
+                servers.append((list(ranks), len(info.nics) if layout.nnodes > 1 else 0, first))
             rings = []
             for c in range(nchannels):
                 ring: list[int] = []
-                for m, (server, ranks) in enumerate(zip(layout.servers, layout.ranks_by_server)):
-                    info = ctx.topology.servers[server]
-                    entry = 0
-                    if info.nics and layout.nnodes > 1:
-                        rail = (c - m) % len(info.nics)
-                        on_rail = [i for i, r in enumerate(ranks) if info.nic_of_gpu[ctx.local(r)] == rail]
-                        entry = on_rail[0] if on_rail else (c - m) % len(ranks)
+                for m, (ranks, nics, first) in enumerate(servers):
+                    entry = first.get((c - m) % nics, (c - m) % len(ranks)) if nics else 0
                     ring.extend(ranks[entry:] + ranks[:entry])
                 rings.append(tuple(ring))
             return tuple(rings)

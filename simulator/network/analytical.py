@@ -9,6 +9,11 @@ alpha-beta model with beta from the topology.
 
 It agrees exactly with the ``flow`` model when flows do not contend (each link used by one
 flow, or a batch whose flows are symmetric and run alone) - a standing test.
+
+Because a batch's rates depend on nothing but the batch, a collective's time under this model
+does not depend on what else runs (``context_free``): the engine can then time every distinct
+collective once and lay the step out in closed form (``engine.closed_form``) instead of
+replaying it event by event.
 """
 
 from __future__ import annotations
@@ -20,21 +25,28 @@ from .base import FluidNetwork, entries_of
 
 class AnalyticalNetwork(FluidNetwork):
     name = "analytical"
+    context_free = True
+
+    def batch_rates(self, links: np.ndarray, weights: np.ndarray, counts: np.ndarray,
+                    caps_bytes_per_s: np.ndarray) -> np.ndarray:
+        """Rates of one batch of flows that start together: flow i has the ``counts[i]`` consecutive
+        (link, weight) entries of ``links``/``weights``; ``r_i = min(cap_i, min_l c_l / sum_j w_jl)``
+        (vectorised ``topologies.routing.equal_share_rates``)."""
+        capacity = self.capacity_bytes_per_s
+        load = np.bincount(links, weights=weights, minlength=capacity.shape[0])
+        share = capacity[links] / load[links]          # each link's equal share, per unit of weight
+        rates = np.full(counts.shape[0], np.inf)
+        has = counts > 0
+        if has.any():
+            starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[has]
+            rates[has] = np.minimum.reduceat(share, starts)
+        return np.minimum(rates, caps_bytes_per_s)
 
     def _rerate(self) -> None:
-        """Vectorised ``topologies.routing.equal_share_rates`` of each fresh batch."""
         fresh = np.flatnonzero(self.active & (self.rate == 0) & (self.remaining > 0))
-        capacity = self.capacity_bytes_per_s
         for batch in np.unique(self.batch[fresh]):
             members = fresh[self.batch[fresh] == batch]
             entries = entries_of(self.flow_ptr, members)
-            links, weights = self.flow_links[entries], self.flow_weights[entries]
-            load = np.bincount(links, weights=weights, minlength=capacity.shape[0])
-            share = capacity[links] / load[links]          # each link's equal share, per unit of weight
-            counts = self.flow_ptr[members + 1] - self.flow_ptr[members]
-            rates = np.full(members.shape[0], np.inf)
-            has = counts > 0
-            if has.any():
-                starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[has]
-                rates[has] = np.minimum.reduceat(share, starts)
-            self.rate[members] = np.minimum(rates, self.cap[members])
+            self.rate[members] = self.batch_rates(self.flow_links[entries], self.flow_weights[entries],
+                                                  self.flow_ptr[members + 1] - self.flow_ptr[members],
+                                                  self.cap[members])

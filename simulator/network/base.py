@@ -50,6 +50,7 @@ class FluidNetwork:
     """
 
     name = "fluid"
+    context_free = False        # True: a batch's rates ignore every other flow (see ``analytical``)
     COMPACT_MIN_SLOTS = 4096
     _SLOT_DTYPES = {"remaining": np.float64, "fill": np.float64, "rate": np.float64, "cap": np.float64,
                     "active": np.bool_, "batch": np.int64, "ids": np.int64}
