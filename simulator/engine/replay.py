@@ -62,8 +62,8 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
     edge_w = [w for _, w in routed]
     # a sprayed edge's latency is the byte-weighted mean over its paths (= path latency when unsplit)
     latency = 0.0
+    lengths = np.fromiter((p.shape[0] for p in edge_paths), dtype=np.int64, count=len(edge_paths))
     if routed:
-        lengths = np.fromiter((p.shape[0] for p in edge_paths), dtype=np.int64, count=len(edge_paths))
         per_link = topology.link_latency_s[np.concatenate(edge_paths)] * np.concatenate(edge_w)
         if lengths.all():
             latency = float(np.add.reduceat(per_link, np.cumsum(lengths) - lengths).max())
@@ -89,8 +89,10 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
             if top <= 0:
                 continue
             used = members[sizes > 0]
-            paths.append(np.concatenate([edge_paths[i] for i in used.tolist()]))
-            weights.append(np.concatenate([edge_w[i] * (wire_bytes[i] / top) for i in used.tolist()]))
+            listed = used.tolist()
+            paths.append(np.concatenate([edge_paths[i] for i in listed]))
+            weights.append(np.concatenate([edge_w[i] for i in listed])
+                           * np.repeat(wire_bytes[used] / top, lengths[used]))
             nbytes.append(top)
             fills.append(float(fill_wire[used].max()))
     caps = np.array([min(cap, connection_cap(topology, path, qps_per_connection, w))
