@@ -322,6 +322,30 @@ class _Raw:
     phases: tuple
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _PhaseParts:
+    """What one phase adds to a step's measurements (before replicas scale counts and bytes)."""
+
+    compute_s: float
+    comm_s: float
+    by_group: dict
+    by_kind: dict
+    links: dict
+
+
+def _phase_parts(phase: StepPhase, topology: Topology) -> _PhaseParts:
+    busy, comm, last = _phase_metrics(phase)
+    training = phase.training
+    workload = training.workload
+    return _PhaseParts(
+        compute_s=busy, comm_s=comm,
+        by_group=interval_breakdown(workload, phase.timeline, training.group_kinds, focus_rank=last,
+                                    weights=training.collective_weights),
+        by_kind=interval_breakdown(workload, phase.timeline, [c.kind.value for c in workload.collectives],
+                                   focus_rank=last, weights=training.collective_weights),
+        links=link_class_bytes(topology, phase.sim.link_bytes))
+
+
 def _merge(total: dict, part: dict, scale: int) -> None:
     for label, entry in part.items():
         into = total.setdefault(label, {"count": 0, "nbytes": 0, "time_s": 0.0, "exposed_s": 0.0})
@@ -335,9 +359,9 @@ def _measure(model: ModelSpec, p: ParallelismSpec, topology: Topology, compute: 
              placement: Placement, recompute: str, granularity: str, symmetric_replicas: bool,
              tensor_rank0_p2p: bool, reductions: dict | None = None) -> _Raw:
     """One step's additive measurements. ``reductions`` (optional) keeps the reduction phase of a
-    symmetric-replica step by layout without the batch, which that phase does not depend on (it
-    reduces every gradient once and runs the optimizer): the steady-state extrapolation measures
-    two batch sizes and simulates the reduction once."""
+    symmetric-replica step (and what it adds to the measurements) by layout without the batch, which
+    that phase does not depend on (it reduces every gradient once and runs the optimizer): the
+    steady-state extrapolation measures two batch sizes and simulates the reduction once."""
     kw = dict(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
     if symmetric_replicas and p.dp > 1:
         replica = tuple(r for r in range(p.world_size) if p.coords(r).dp == 0)
@@ -345,29 +369,27 @@ def _measure(model: ModelSpec, p: ParallelismSpec, topology: Topology, compute: 
         first = _run_phase(topology, pipe, Placement.custom(topology, [placement.rank_gpu[r] for r in replica]),
                            config, 0.0, p.dp)
         key = tuple((f.name, getattr(p, f.name)) for f in dataclasses.fields(p) if f.name != "global_batch")
-        second = (reductions or {}).get(key)
+        second, second_parts = (reductions or {}).get(key, (None, None))
         if second is None:
             reduce = training_step(model, p, compute, part="reduction", **kw)
             second = _run_phase(topology, reduce, placement, config, 0.0, 1)
+            second_parts = _phase_parts(second, topology)
             if reductions is not None:
-                reductions[key] = second
+                reductions[key] = (second, second_parts)
         phases = (first, dataclasses.replace(second, offset_s=first.sim.makespan_s))
+        parts = (_phase_parts(first, topology), second_parts)
     else:
         phases = (_run_phase(topology, training_step(model, p, compute, **kw), placement, config, 0.0, 1),)
+        parts = (_phase_parts(phases[0], topology),)
     raw = _Raw(step_s=math.fsum(ph.sim.makespan_s for ph in phases),
                critical_s=math.fsum(ph.critical_path_s for ph in phases), compute_s=0.0, comm_s=0.0, by_group={},
                by_kind={}, tiers={}, kinds={}, phases=phases)
-    for ph in phases:
-        busy, comm, last = _phase_metrics(ph)
-        raw.compute_s += busy
-        raw.comm_s += comm
-        training = ph.training
-        workload = training.workload
-        _merge(raw.by_group, interval_breakdown(workload, ph.timeline, training.group_kinds, focus_rank=last,
-                                                weights=training.collective_weights), ph.replicas)
-        _merge(raw.by_kind, interval_breakdown(workload, ph.timeline, [c.kind.value for c in workload.collectives],
-                                               focus_rank=last, weights=training.collective_weights), ph.replicas)
-        links = link_class_bytes(topology, ph.sim.link_bytes)
+    for ph, part in zip(phases, parts):
+        raw.compute_s += part.compute_s
+        raw.comm_s += part.comm_s
+        _merge(raw.by_group, part.by_group, ph.replicas)
+        _merge(raw.by_kind, part.by_kind, ph.replicas)
+        links = part.links
         for name, value in links["tier"].items():
             raw.tiers[name] = raw.tiers.get(name, 0.0) + value * ph.replicas
         for name, value in links["kind"].items():
