@@ -364,7 +364,7 @@ def _measure(model: ModelSpec, p: ParallelismSpec, topology: Topology, compute: 
     steady-state extrapolation measures two batch sizes and simulates the reduction once."""
     kw = dict(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
     if symmetric_replicas and p.dp > 1:
-        replica = tuple(r for r in range(p.world_size) if p.coords(r).dp == 0)
+        replica = tuple(sorted(group[0] for group in p.groups("dp")))     # the ranks with dp coordinate 0
         pipe = training_step(model, p, compute, part="pipeline", ranks=replica, **kw)
         first = _run_phase(topology, pipe, Placement.custom(topology, [placement.rank_gpu[r] for r in replica]),
                            config, 0.0, p.dp)

@@ -105,17 +105,24 @@ class LoweringContext:
             topo = self.topology
             capacity = topo.link_capacity_bytes_per_s.copy()
             nvlink = np.flatnonzero(topo.link_kind == int(LinkKind.NVLINK))
-            gpu_of_node = {int(node): gpu for gpu, node in enumerate(topo.gpu_nodes.tolist())}
-            for link in nvlink.tolist():
-                gpu = gpu_of_node.get(int(topo.link_src[link]), gpu_of_node.get(int(topo.link_dst[link])))
-                if gpu is None:
-                    continue
-                name = topo.graph.nodes[int(topo.gpu_nodes[gpu])].get("gpu")
+            nodes = int(max(topo.link_src.max(initial=0), topo.link_dst.max(initial=0), topo.gpu_nodes.max(initial=0)))
+            gpu_of_node = np.full(nodes + 1, -1, dtype=np.int64)
+            gpu_of_node[topo.gpu_nodes] = np.arange(topo.gpu_nodes.shape[0])
+            src_gpu, dst_gpu = gpu_of_node[topo.link_src[nvlink]], gpu_of_node[topo.link_dst[nvlink]]
+            gpu = np.where(src_gpu >= 0, src_gpu, dst_gpu)       # the GPU end of each NVLink link
+            nvlink, gpu = nvlink[gpu >= 0], gpu[gpu >= 0]
+            names = [topo.graph.nodes[int(node)].get("gpu") for node in topo.gpu_nodes[np.unique(gpu)].tolist()]
+            scale_of = {}
+            for name in set(names):
                 spec = GPU_PRESETS.get(name)
                 nccl_gbps = nccl_model.NCCL_NVLINK_GBPS.get(spec.arch) if spec is not None else None
-                scale = nccl_gbps * 1e9 / spec.nvlink.bandwidth_bytes_per_s if nccl_gbps and spec.nvlink else 1.0
-                if abs(scale - 1.0) > 1e-9:       # only where the model departs from NCCL's figure
-                    capacity[link] *= scale
+                scale_of[name] = (nccl_gbps * 1e9 / spec.nvlink.bandwidth_bytes_per_s
+                                  if nccl_gbps and spec.nvlink else 1.0)
+            scale = np.ones(topo.gpu_nodes.shape[0])
+            scale[np.unique(gpu)] = [scale_of[name] for name in names]
+            scale = scale[gpu]
+            departs = np.abs(scale - 1.0) > 1e-9           # only where the model departs from NCCL's figure
+            capacity[nvlink[departs]] *= scale[departs]
             return capacity
         return self.cached(("nccl-capacity",), build)
 

@@ -47,6 +47,8 @@ class RingAlgorithm:
         """Ring order (ranks) of every channel."""
         def build():
             layout = ctx.layout(group)
+            if layout.ppn == 1:           # one rank per server: every channel's ring is the servers' order
+                return (tuple(ranks[0] for ranks in layout.ranks_by_server),) * nchannels
             servers = []         # per server: its ranks, NIC count, first position of a rank on each rail
             for server, ranks in zip(layout.servers, layout.ranks_by_server):
                 info = ctx.topology.servers[server]
