@@ -76,6 +76,7 @@ class Workload:
             if max(coll.group) >= self.nranks:
                 raise ValueError(f"Workload.collectives[{i}]: group rank {max(coll.group)} >= nranks {self.nranks}")
         for rank, program in enumerate(self.programs):
+            joined: set[int] = set()
             for position, task in enumerate(program):
                 if any(a >= position for a in task.after):
                     raise ValueError(f"Workload.programs[{rank}][{position}].after: {task.after} names a task that is "
@@ -86,6 +87,10 @@ class Workload:
                     if rank not in self.collectives[task.index].group:
                         raise ValueError(f"Workload.programs[{rank}]: rank {rank} is not in the group of "
                                          f"collective {task.index}")
+                    if task.index in joined:
+                        raise ValueError(f"Workload.programs[{rank}]: collective {task.index} appears twice; expected "
+                                         "each rank to take part in a collective once")
+                    joined.add(task.index)
 
     @classmethod
     def sequence(cls, collectives: list[Collective] | tuple[Collective, ...], *, nranks: int) -> "Workload":

@@ -1,0 +1,395 @@
+"""``simulator.analysis.task_times`` (stream walk) against the original work-queue implementation.
+
+The stream walk must give bit-identical timelines (every start/end float, the collective times, NaN for a
+collective nobody runs) and the same RuntimeError/ValueError messages as the original, which is kept
+below verbatim as ``reference_task_times``. Invariants of the max-plus recurrence come first, then numbers
+derived by hand, then equality with the reference on seeded random workloads (several streams, ``after``
+dependencies, collectives over random subsets, zero durations, deadlocks) and on pipeline workloads built
+by ``workloads.training_step``. Speed is measured outside the test suite (no timed assertions).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+
+import numpy as np
+import pytest
+
+from simulator.analysis import Timeline, task_times
+from workloads.collectives import Collective, CollectiveKind
+from workloads.parallelism import ParallelismSpec
+from workloads.presets import custom_gpt
+from workloads.tasks import CommTask, ComputeTask, Workload
+from workloads.training_step import StepCompute, training_step
+
+
+def reference_task_times(workload: Workload, collective_time_s=None) -> Timeline:
+    """The original ``task_times``: a work queue over (rank, stream) keys (unchanged, for comparison)."""
+    if not isinstance(workload, Workload):
+        raise ValueError(f"workload: {workload!r} is not allowed; expected a workloads.tasks.Workload")
+    ncoll = len(workload.collectives)
+    durations = np.zeros(ncoll) if collective_time_s is None else np.asarray(collective_time_s, dtype=np.float64)
+    if durations.shape != (ncoll,) or not np.all(np.isfinite(durations)) or np.any(durations < 0):
+        raise ValueError(f"collective_time_s: expected {ncoll} finite durations >= 0")
+    programs = workload.programs
+    start: list[list] = [[None] * len(p) for p in programs]
+    end: list[list] = [[None] * len(p) for p in programs]
+    streams: list[dict[int, list[int]]] = []
+    for program in programs:
+        table: dict[int, list[int]] = {}
+        for position, task in enumerate(program):
+            table.setdefault(task.stream, []).append(position)
+        streams.append(table)
+    pointer = {(r, s): 0 for r, table in enumerate(streams) for s in table}
+    members: list[list[tuple[int, int, int]]] = [[] for _ in range(ncoll)]   # (rank, stream, position)
+    arrived = np.zeros(ncoll, dtype=np.int64)
+    latest = [0.0] * ncoll
+    durations_list = durations.tolist()
+    c_start, c_end = np.full(ncoll, np.nan), np.full(ncoll, np.nan)
+    waiters: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    queue = deque(pointer)
+    queued = set(pointer)
+
+    def finish(rank: int, position: int) -> None:
+        for key in waiters.pop((rank, position), ()):
+            if key not in queued:
+                queued.add(key)
+                queue.append(key)
+
+    while queue:
+        key = queue.popleft()
+        queued.discard(key)
+        rank, stream = key
+        order = streams[rank][stream]
+        program, s_rank, e_rank = programs[rank], start[rank], end[rank]
+        while pointer[key] < len(order):
+            k = pointer[key]
+            position = order[k]
+            task = program[position]
+            if s_rank[position] is not None and isinstance(task, CommTask):
+                break                                   # arrived, waiting for the rest of its group
+            blocked = next((a for a in task.after if e_rank[a] is None), None)
+            if blocked is not None:
+                waiters.setdefault((rank, blocked), []).append(key)
+                break
+            ready = e_rank[order[k - 1]] if k else 0.0
+            for a in task.after:
+                ready = max(ready, e_rank[a])
+            if isinstance(task, ComputeTask):
+                s_rank[position] = ready
+                e_rank[position] = ready + task.duration_s
+                pointer[key] = k + 1
+                finish(rank, position)
+                continue
+            i = task.index
+            s_rank[position] = ready                    # arrival; replaced by the collective's start below
+            members[i].append((rank, stream, position))
+            arrived[i] += 1
+            latest[i] = max(latest[i], ready)
+            if arrived[i] < workload.collectives[i].nranks:
+                break
+            t0, t1 = latest[i], latest[i] + durations_list[i]
+            c_start[i], c_end[i] = t0, t1
+            for r, st, pos in members[i]:
+                start[r][pos], end[r][pos] = t0, t1
+                pointer[(r, st)] += 1
+                finish(r, pos)
+                if (r, st) != key and (r, st) not in queued:
+                    queued.add((r, st))
+                    queue.append((r, st))
+    stuck = [(r, s) for (r, s), k in pointer.items() if k < len(streams[r][s])]
+    if stuck:
+        r, s = stuck[0]
+        task = programs[r][streams[r][s][pointer[(r, s)]]]
+        raise RuntimeError(f"task_times: rank {r} stream {s} never finishes task {task.name!r} (deadlock in the "
+                           f"programs; {len(stuck)} stream(s) stuck)")
+    return Timeline(start_s=tuple(np.asarray(s, dtype=np.float64) for s in start),
+                    end_s=tuple(np.asarray(e, dtype=np.float64) for e in end),
+                    collective_start_s=c_start, collective_end_s=c_end)
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def outcome(function, workload, durations):
+    """The Timeline, or (exception type, message) for the errors task_times documents."""
+    try:
+        return function(workload, durations)
+    except (RuntimeError, ValueError) as error:
+        return type(error), str(error)
+
+
+def assert_bit_identical(got, want) -> None:
+    if isinstance(want, tuple) and not isinstance(want, Timeline):
+        assert got == want
+        return
+    assert isinstance(got, Timeline)
+    assert len(got.start_s) == len(want.start_s) and len(got.end_s) == len(want.end_s)
+    for a, b in zip(got.start_s + got.end_s + (got.collective_start_s, got.collective_end_s),
+                    want.start_s + want.end_s + (want.collective_start_s, want.collective_end_s)):
+        assert a.dtype == b.dtype == np.float64 and a.shape == b.shape
+        assert a.tobytes() == b.tobytes()              # bit-identical, NaN payloads included
+
+
+def same_as_reference(workload, durations):
+    want = outcome(reference_task_times, workload, durations)
+    assert_bit_identical(outcome(task_times, workload, durations), want)
+    return want
+
+
+DURATIONS_S = (0.0, 0, 0.25, 0.5, 1.0, 0.1, 1e-9, 3e-3)   # zeros (float and int), dyadic ties, inexact sums
+
+
+def random_duration(rng) -> float:
+    if rng.random() < 0.3:
+        return float(rng.random() * 1e-2)
+    return DURATIONS_S[int(rng.integers(len(DURATIONS_S)))]
+
+
+def random_workload(rng, *, nranks: int, steps: int, nstreams: int, unused: int = 0, swaps: int = 0) -> Workload:
+    """Tasks appended in one global order (a compute on one rank, or a collective on all of a random subset),
+    each on a random stream with random ``after`` among its rank's earlier tasks: that order is a schedule,
+    so no deadlock. ``swaps`` exchanges the collectives of two CommTasks of a random rank (may deadlock);
+    ``unused`` collectives are in the table but in no program (their times stay NaN)."""
+    programs: list[list] = [[] for _ in range(nranks)]
+    collectives: list[Collective] = []
+
+    def options(rank):
+        n = len(programs[rank])
+        count = int(rng.integers(0, min(n, 3) + 1))
+        after = tuple(sorted(rng.choice(n, size=count, replace=False).tolist())) if count else ()
+        return {"stream": int(rng.integers(nstreams)), "after": after}
+
+    for _ in range(steps):
+        if rng.random() < 0.5:
+            rank = int(rng.integers(nranks))
+            programs[rank].append(ComputeTask(duration_s=random_duration(rng), **options(rank)))
+        else:
+            size = int(rng.integers(1, nranks + 1))
+            group = tuple(rng.permutation(nranks)[:size].tolist())
+            index = len(collectives)
+            collectives.append(Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1024, group=group))
+            for rank in group:
+                programs[rank].append(CommTask(index=index, **options(rank)))
+    for _ in range(unused):
+        collectives.append(Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=8, group=(0,)))
+    for _ in range(swaps):
+        rank = int(rng.integers(nranks))
+        comms = [p for p, t in enumerate(programs[rank]) if isinstance(t, CommTask)]
+        if len(comms) >= 2:
+            p, q = rng.choice(comms, size=2, replace=False).tolist()
+            a, b = programs[rank][p], programs[rank][q]
+            programs[rank][p] = dataclasses.replace(a, index=b.index)
+            programs[rank][q] = dataclasses.replace(b, index=a.index)
+    return Workload(nranks=nranks, collectives=tuple(collectives), programs=tuple(tuple(p) for p in programs))
+
+
+def random_collective_times(rng, workload):
+    return [random_duration(rng) for _ in workload.collectives]
+
+
+def ar(*group):
+    return Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=8, group=tuple(group))
+
+
+# --------------------------------------------------------------------------------------------------
+# invariants
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_max_plus_invariants_on_random_workloads(seed):
+    rng = np.random.default_rng(seed)
+    w = random_workload(rng, nranks=int(rng.integers(1, 7)), steps=40, nstreams=3, unused=1)
+    times = random_collective_times(rng, w)
+    t = task_times(w, times)
+    used = {task.index for program in w.programs for task in program if isinstance(task, CommTask)}
+    arrival = {i: [] for i in used}
+    for rank, program in enumerate(w.programs):
+        start, end = t.start_s[rank], t.end_s[rank]
+        assert start.shape == end.shape == (len(program),)
+        previous: dict[int, int] = {}
+        for position, task in enumerate(program):
+            # ready = max(end of the stream's previous task, ends of ``after``), 0 s for a stream's first task
+            ready = max([0.0] + [end[previous[s]] for s in (task.stream,) if s in previous]
+                        + [end[a] for a in task.after])
+            if isinstance(task, ComputeTask):
+                assert start[position] == ready and end[position] == ready + task.duration_s
+            else:
+                arrival[task.index].append(ready)
+                assert start[position] == t.collective_start_s[task.index] >= ready
+                assert end[position] == t.collective_end_s[task.index]
+            previous[task.stream] = position
+    for i, ready in arrival.items():
+        # a collective starts when its last member arrives and lasts its given duration
+        assert len(ready) == w.collectives[i].nranks
+        assert t.collective_start_s[i] == max(ready)
+        assert t.collective_end_s[i] == t.collective_start_s[i] + times[i]
+    unused = [i for i in range(len(w.collectives)) if i not in used]
+    assert unused and np.isnan(t.collective_start_s[unused]).all() and np.isnan(t.collective_end_s[unused]).all()
+
+
+def test_free_network_never_slower_and_durations_only_add():
+    # max-plus is monotone: 0 s collectives give a makespan no larger than any other durations
+    rng = np.random.default_rng(7)
+    for _ in range(10):
+        w = random_workload(rng, nranks=4, steps=30, nstreams=2)
+        assert task_times(w).makespan_s <= task_times(w, random_collective_times(rng, w)).makespan_s
+
+
+# --------------------------------------------------------------------------------------------------
+# numbers by hand
+# --------------------------------------------------------------------------------------------------
+
+
+def test_two_streams_by_hand():
+    # rank 0: compute 1 s on stream 0 (0 .. 1), its collective on stream 1 after it (arrives at 1), compute
+    # 0.5 s on stream 0 (1 .. 1.5, overlapping). rank 1 (second rank of a 3-task program, stream 0): compute
+    # 2 s (0 .. 2), arrives at 2. The collective runs max(1, 2) = 2 .. 2 + 0.25 = 2.25; collective 1 is in
+    # no program: NaN. Rank 2 has an empty program.
+    w = Workload(nranks=3, collectives=(ar(0, 1), ar(0, 2)), programs=(
+        (ComputeTask(duration_s=1.0), CommTask(index=0, stream=1, after=(0,)), ComputeTask(duration_s=0.5)),
+        (ComputeTask(duration_s=2.0), CommTask(index=0)),
+        (),
+    ))
+    t = task_times(w, [0.25, 1.0])
+    assert t.start_s[0].tolist() == [0.0, 2.0, 1.0] and t.end_s[0].tolist() == [1.0, 2.25, 1.5]
+    assert t.start_s[1].tolist() == [0.0, 2.0] and t.end_s[1].tolist() == [2.0, 2.25]
+    assert t.start_s[2].shape == t.end_s[2].shape == (0,)
+    assert t.collective_start_s[0] == 2.0 and t.collective_end_s[0] == 2.25
+    assert np.isnan(t.collective_start_s[1]) and np.isnan(t.collective_end_s[1])
+    assert t.makespan_s == 2.25
+    same_as_reference(w, [0.25, 1.0])
+
+
+def test_pipeline_by_hand():
+    # two stages, 3 micro-batches, forward 1 s then send (p2p pair collective, 0.5 s) on stage 0; stage 1
+    # receives then computes 2 s. Sends are chained on stage 0's stream: send j starts at
+    # max(forward j done = j + 1, previous send end) and stage 1 computes after each receive:
+    #   send 0: 1 .. 1.5,  compute 1.5 .. 3.5
+    #   send 1: stage 0 ready at 2 (f1 ends 2), stage 1 ready at 3.5 -> 3.5 .. 4,  compute 4 .. 6
+    #   send 2: stage 1 ready at 6 -> 6 .. 6.5, compute 6.5 .. 8.5
+    sends = tuple(ar(0, 1) for _ in range(3))
+    stage0 = tuple(task for j in range(3) for task in (ComputeTask(duration_s=1.0), CommTask(index=j)))
+    stage1 = tuple(task for j in range(3) for task in (CommTask(index=j), ComputeTask(duration_s=2.0)))
+    w = Workload(nranks=2, collectives=sends, programs=(stage0, stage1))
+    t = task_times(w, [0.5] * 3)
+    assert t.collective_start_s.tolist() == [1.0, 3.5, 6.0]
+    assert t.end_s[1].tolist() == [1.5, 3.5, 4.0, 6.0, 6.5, 8.5]
+    assert t.makespan_s == 8.5
+    same_as_reference(w, [0.5] * 3)
+
+
+# --------------------------------------------------------------------------------------------------
+# errors: same type, same message
+# --------------------------------------------------------------------------------------------------
+
+
+def test_crossed_collectives_deadlock_message():
+    # rank 0 waits in collective 0, rank 1 in collective 1: both streams stuck, rank 0's reported first
+    w = Workload(nranks=2, collectives=(ar(0, 1), ar(0, 1)), programs=((CommTask(index=0), CommTask(index=1)),
+                                                                        (CommTask(index=1), CommTask(index=0))))
+    message = "task_times: rank 0 stream 0 never finishes task 'comm' (deadlock in the programs; 2 stream(s) stuck)"
+    assert outcome(task_times, w, None) == (RuntimeError, message)
+    same_as_reference(w, None)
+
+
+def test_deadlock_reported_on_first_stuck_stream_after_empty_rank():
+    # rank 0 is empty; rank 1 finishes stream 2 but waits on stream 3 in collective 0 (group 1, 2); rank 2
+    # waits in collective 1 whose other member, rank 3, has no program: streams (1, 3) and (2, 0) are stuck
+    w = Workload(nranks=4, collectives=(ar(1, 2), ar(2, 3)), programs=(
+        (),
+        (ComputeTask(duration_s=1.0, stream=2), CommTask(index=0, stream=3, after=(0,), name="grad")),
+        (CommTask(index=1), CommTask(index=0)),
+        (),
+    ))
+    message = "task_times: rank 1 stream 3 never finishes task 'grad' (deadlock in the programs; 2 stream(s) stuck)"
+    assert outcome(task_times, w, [1.0, 1.0]) == (RuntimeError, message)
+    same_as_reference(w, [1.0, 1.0])
+
+
+@pytest.mark.parametrize("durations", [[1.0], [1.0, -1.0], [1.0, np.nan], [np.inf, 0.0], [[1.0, 2.0]]])
+def test_bad_durations_same_message(durations):
+    w = Workload(nranks=2, collectives=(ar(0, 1), ar(0, 1)), programs=((CommTask(index=0), CommTask(index=1)),) * 2)
+    assert outcome(task_times, w, durations) == (ValueError, "collective_time_s: expected 2 finite durations >= 0")
+    same_as_reference(w, durations)
+
+
+def test_not_a_workload():
+    with pytest.raises(ValueError, match="workload: .* expected a workloads.tasks.Workload"):
+        task_times("w")
+
+
+# --------------------------------------------------------------------------------------------------
+# bit-identical to the reference
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_workloads_match_reference(seed):
+    rng = np.random.default_rng(1000 + seed)
+    w = random_workload(rng, nranks=int(rng.integers(1, 9)), steps=int(rng.integers(1, 80)),
+                        nstreams=int(rng.integers(1, 4)), unused=int(rng.integers(0, 2)))
+    assert isinstance(same_as_reference(w, None), Timeline)           # built from a schedule: never deadlocks
+    same_as_reference(w, random_collective_times(rng, w))
+
+
+def test_random_deadlocks_match_reference():
+    rng = np.random.default_rng(2024)
+    kinds = {"timeline": 0, "deadlock": 0}
+    for _ in range(60):
+        w = random_workload(rng, nranks=int(rng.integers(2, 6)), steps=int(rng.integers(5, 30)),
+                            nstreams=int(rng.integers(1, 3)), swaps=1)
+        want = same_as_reference(w, random_collective_times(rng, w))
+        kinds["deadlock" if isinstance(want, tuple) and want[0] is RuntimeError else "timeline"] += 1
+    assert kinds["deadlock"] >= 5 and kinds["timeline"] >= 5          # both outcomes were compared
+
+
+def test_a_rank_cannot_take_part_twice_in_one_collective():
+    # the stream walk counts one arrival per member: Workload rejects a program that joins twice
+    with pytest.raises(ValueError, match=r"programs\[0\]: collective 0 appears twice"):
+        Workload(nranks=2, collectives=(ar(0, 1),), programs=((CommTask(index=0), CommTask(index=0, stream=1)),
+                                                              (CommTask(index=0),)))
+
+
+def test_symmetric_data_parallel_workload_matches_reference():
+    # the shape of a large data-parallel phase: every rank all-reduces on stream 1 then computes after it,
+    # groups of 8 ranks; equal program lengths
+    nranks, size = 256, 8
+    collectives = tuple(ar(*range(g, g + size)) for g in range(0, nranks, size))
+    programs = tuple((CommTask(index=r // size, stream=1), ComputeTask(duration_s=1e-3 * (r % 5), after=(0,)))
+                     for r in range(nranks))
+    w = Workload(nranks=nranks, collectives=collectives, programs=programs)
+    t = same_as_reference(w, [1e-4 * (i + 1) for i in range(len(collectives))])
+    # group g's collective: all arrive at 0, so it runs 0 .. 1e-4 (g + 1); the compute follows it
+    assert t.end_s[nranks - 1][1] == 1e-4 * (nranks // size) + 1e-3 * ((nranks - 1) % 5)
+
+
+def test_no_tasks_at_all():
+    w = Workload(nranks=3, collectives=(ar(0, 1),), programs=((), (), ()))
+    t = same_as_reference(w, None)
+    assert [s.shape for s in t.start_s] == [(0,)] * 3 and t.makespan_s == 0.0
+    assert np.isnan(t.collective_start_s).all()
+
+
+def tiny(layers: int):
+    return custom_gpt(layers=layers, hidden=64, heads=4, vocab=128, seq_len=32)
+
+
+@pytest.mark.parametrize("schedule, pp, vp, m, granularity", [
+    ("1f1b", 4, 1, 8, "chunk"), ("1f1b", 3, 1, 5, "layer"), ("gpipe", 2, 1, 3, "chunk"),
+    ("interleaved", 2, 2, 4, "chunk"), ("interleaved", 3, 2, 6, "layer"),
+])
+def test_pipeline_workloads_match_reference(schedule, pp, vp, m, granularity):
+    layers = 2 * pp * vp
+    model = tiny(layers)
+    spec = ParallelismSpec(tp=2, pp=pp, dp=2, vp=vp, schedule=schedule, global_batch=2 * m)
+    compute = StepCompute.uniform(layers=layers, forward_s=1e-3, backward_s=2.1e-3)
+    w = training_step(model, spec, compute, granularity=granularity).workload
+    rng = np.random.default_rng(pp * 100 + m)
+    assert isinstance(same_as_reference(w, None), Timeline)
+    same_as_reference(w, rng.random(len(w.collectives)) * 1e-3)
+    same_as_reference(w, np.zeros(len(w.collectives)))
