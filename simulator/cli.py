@@ -506,7 +506,10 @@ def _perf_step() -> list[str]:
     """The scale scenario: Llama-3 405B on 16,384 H100, 2,048 sequences of 8,192 tokens, micro-batch 1
     (16 micro-batches per replica), gradients reduced after the pipeline in one buffer, with
     simulate_step's reductions for symmetric layouts (one replica's pipeline, tensor rank 0's
-    transfers, steady state extrapolated from 4 and 8 micro-batches)."""
+    transfers, steady state extrapolated from 4 and 8 micro-batches). The analytical model runs
+    first on the freshly built fabric (its routing tables are built during the run: "cold"), then
+    the flow model, then the analytical model again with the routing tables the first runs built
+    ("warm", what each further run of a sweep on the same fabric costs)."""
     import resource
 
     from simulator.config import SimConfig
@@ -521,14 +524,14 @@ def _perf_step() -> list[str]:
     built = time.perf_counter()
     layout = ParallelismSpec(tp=8, pp=16, dp=128, gpus=16384, micro_batch=1, global_batch=2048, seq_len=8192,
                              dp_overlap=False, bucket_bytes=None)
-    for net in ("flow", "analytical"):
+    for net, label in (("analytical", "analytical, cold"), ("flow", "flow"), ("analytical", "analytical, warm")):
         t0 = time.perf_counter()
         result = simulate_step(model_preset("llama3-405b"), layout, topology=topology,
                                config=SimConfig(network_model=net), granularity="chunk", symmetric_replicas=True,
                                tensor_rank0_p2p=True, steady_state_microbatches=4)
         wall = time.perf_counter() - t0
         rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20     # Linux: KiB
-        lines.append(f"llama3-405b step on 16384 H100 (roce-400g fat-tree, {net}): {wall:.1f} s wall "
+        lines.append(f"llama3-405b step on 16384 H100 (roce-400g fat-tree, {label}): {wall:.2f} s wall "
                      f"(+ {built - start:.1f} s building the fabric), peak RSS {rss_gib:.2f} GiB; step "
                      f"{result.step_time_s:.2f} s, {result.tflops_per_gpu:.0f} TFLOP/s per GPU, time in network "
                      f"{result.exposed_comm_s:.2f} s")

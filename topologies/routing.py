@@ -99,6 +99,18 @@ x 16 channels, over 16,384 GPU pairs. A 128-port edge switch takes one rail of d
 pairs, 4,096 flows, walk the fabric, towards 256 distinct edge switches: 256 searches in all; the
 other 16,128 pairs reuse one array for their 16 flows.
 
+Bulk requests (``paths``, ``weighted_paths``) are the loop of single calls in one call: same paths,
+pinned flows, pending load in the same order, same errors at the same flow (those before it routed).
+Under ``ecmp`` and ``spray`` no flow's route reads another's, so the request is checked with numpy
+(GPU range, same GPU), its memo keys are built and looked up by ``zip``/``map``, the flows missed are
+grouped by GPU pair (``np.unique`` of source x GPUs + destination) and each new pair gets its
+``_Pair`` in order of first use; every flow of a pair with one path for all (same server, one switch,
+sprayed) takes it without hashing, the others cost one round of ``mix64`` per flow plus the walk;
+the new memo and load entries are added in request order by ``dict.update``/``list.extend``. Under
+``minimal``, ``valiant``, ``adaptive`` and ``ugal`` (the last two read the load) it is the loop.
+Worked number: the 262,144 ring flows above make 16,384 ``_Pair``, 4,096 walks and 262,144 memo and
+load entries, with no Python call per flow; the pairs and entries, which the loop makes too, remain.
+
 What is ignored: per-packet dynamics (adaptive and UGAL decide per flow from assigned load, not
 from instantaneous queue occupancy), reordering costs of spraying, and the deadlock-avoidance
 virtual channels real dragonfly routers need. Everything is deterministic for a given ``seed``
@@ -112,6 +124,8 @@ import heapq
 import math
 import weakref
 from collections import OrderedDict
+from itertools import compress, repeat
+from operator import add, is_, is_not, itemgetter
 from typing import Callable, Iterable
 
 import numpy as np
@@ -459,6 +473,36 @@ class Router:
             weights = _ones(links.shape[0])
         return links, weights
 
+    def paths(self, src_gpus, dst_gpus, *, flow_keys, pxn: bool | None = None) -> list[np.ndarray]:
+        """:meth:`path` of many flows at once: ``[self.path(s, d, flow_key=k, pxn=pxn) for s, d, k in
+        zip(src_gpus, dst_gpus, flow_keys)]``, with the same paths, pinned flows, assigned load (same
+        additions in the same order) and errors (raised at the first bad flow, after those before it
+        are routed); under ``ecmp`` and ``spray`` without the per-flow call layers (module docstring).
+
+        ``src_gpus``, ``dst_gpus``: integer sequences or 1-d arrays of one length; ``flow_keys`` one
+        more, or a single integer for every flow. Each new flow weighs ``nbytes=1``. Flows with the
+        same path may share one read-only array.
+
+        >>> from topologies.presets import build_system
+        >>> router = Router(build_system("dgx-h100", nodes=2))
+        >>> [p.tolist() == router.path(s, d).tolist() for p, s, d in
+        ...  zip(router.paths([0, 0, 9], [1, 8, 0], flow_keys=0), [0, 0, 9], [1, 8, 0])]
+        [True, True, True]
+        """
+        return list(map(itemgetter(0), self._bulk_route(src_gpus, dst_gpus, flow_keys, pxn, walk=True,
+                                                         method="paths")))
+
+    def weighted_paths(self, src_gpus, dst_gpus, *, flow_keys, pxn: bool | None = None
+                       ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """:meth:`weighted_path` of many flows at once, as :meth:`paths` is :meth:`path`'s: the
+        list of links and the list of weights."""
+        routes = self._bulk_route(src_gpus, dst_gpus, flow_keys, pxn, walk=False, method="weighted_paths")
+        links = list(map(itemgetter(0), routes))
+        weights = list(map(_ones, map(len, links)))                # unit weights, replaced where split
+        for j in compress(range(len(routes)), map(is_not, map(itemgetter(1), routes), repeat(None))):
+            weights[j] = routes[j][1]
+        return links, weights
+
     @property
     def assigned_bytes(self) -> np.ndarray:
         """Bytes (or flows, with the default ``nbytes=1``) assigned to each link so far (a copy)."""
@@ -513,27 +557,148 @@ class Router:
             pair = self._pair(src_gpu, dst_gpu, pxn)
         weights = None
         if self._spraying and not representative and pair.leaf_src >= 0:     # a sprayed inter-server flow
-            fabric, fractions = self._spray(pair.leaf_src, pair.leaf_dst)
-            out = _readonly(np.asarray(pair.head + fabric + pair.tail, dtype=np.int64))
-            weights = _readonly(np.asarray([1.0] * len(pair.head) + list(fractions) + [1.0] * len(pair.tail),
-                                           dtype=np.float64))
+            out, weights = self._sprayed(pair)
         elif pair.fixed is not None:                           # inside a server, or both NICs on one switch
             out = pair.fixed
         else:
-            prefix = pair.prefix
-            if type(prefix) is tuple:                          # first hashed flow of the pair
-                state = self._seed_state
-                for v in prefix:
-                    state = _absorb(state, v)
-                pair.prefix = prefix = state
-            flow_hash = _absorb(prefix, int(flow_key))
-            fabric = self._fabric_route(pair.leaf_src, pair.leaf_dst, flow_hash, nbytes)
-            out = _readonly(np.asarray(pair.head + fabric + pair.tail, dtype=np.int64))
+            out = self._hashed_path(pair, flow_key, nbytes)
         if not representative:
             self._pending.append((out, weights, nbytes))
         result = (out, weights)
         self._flows[key] = result
         return result
+
+    def _sprayed(self, pair: _Pair) -> tuple[np.ndarray, np.ndarray]:
+        """Links and weights of a sprayed flow between servers (the same for every flow of ``pair``)."""
+        fabric, fractions = self._spray(pair.leaf_src, pair.leaf_dst)
+        out = _readonly(np.asarray(pair.head + fabric + pair.tail, dtype=np.int64))
+        weights = _readonly(np.asarray([1.0] * len(pair.head) + list(fractions) + [1.0] * len(pair.tail),
+                                       dtype=np.float64))
+        return out, weights
+
+    def _hashed_path(self, pair: _Pair, flow_key: int, nbytes: float) -> np.ndarray:
+        """Links of a flow of ``pair`` whose fabric part the policy chooses from the flow's hash."""
+        prefix = pair.prefix
+        if type(prefix) is tuple:                              # first hashed flow of the pair
+            state = self._seed_state
+            for v in prefix:
+                state = _absorb(state, v)
+            pair.prefix = prefix = state
+        flow_hash = _absorb(prefix, int(flow_key))
+        fabric = self._fabric_route(pair.leaf_src, pair.leaf_dst, flow_hash, nbytes)
+        return _readonly(np.asarray(pair.head + fabric + pair.tail, dtype=np.int64))
+
+    def _bulk_route(self, src_gpus, dst_gpus, flow_keys, pxn: bool | None, *, walk: bool, method: str
+                    ) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """``_route`` of each flow in turn (``nbytes=1``), same results and side effects in the same
+        order. Under ``ecmp`` and ``spray`` no flow's route depends on another's, so the flows before
+        the first one that fails go through :meth:`_bulk_independent`; from that one on (from the
+        first flow under the other policies) ``_route`` is called per flow, so the failing flow raises
+        the error the loop would raise."""
+        src = self._int_array(src_gpus, "src_gpus", method)
+        dst = self._int_array(dst_gpus, "dst_gpus", method)
+        count = src.shape[0]
+        if dst.shape[0] != count:
+            raise ValueError(f"Router.{method}: dst_gpus has {dst.shape[0]} entries and src_gpus {count}; "
+                             "expected one destination per source")
+        if isinstance(flow_keys, (int, np.integer)) and not isinstance(flow_keys, bool):
+            keys = [int(flow_keys)] * count
+        else:
+            keys = self._as_list(flow_keys, self._int_array(flow_keys, "flow_keys", method))
+            if len(keys) != count:
+                raise ValueError(f"Router.{method}: flow_keys has {len(keys)} entries and src_gpus {count}; "
+                                 "expected one flow key per source, or a single integer")
+        pxn = self.pxn if pxn is None else pxn
+        s_list, d_list = self._as_list(src_gpus, src), self._as_list(dst_gpus, dst)
+        routes: list[tuple[np.ndarray, np.ndarray | None]] = []
+        done = 0
+        if self.policy == "ecmp" or self.policy == "spray":
+            n = self._w.num_gpus
+            out_of_range = np.flatnonzero((src < 0) | (src >= n) | (dst < 0) | (dst >= n))
+            limit = int(out_of_range[0]) if out_of_range.size else count
+            src64, dst64 = src[:limit].astype(np.int64), dst[:limit].astype(np.int64)   # in range: exact
+            same = np.flatnonzero(src64 == dst64)
+            limit = int(same[0]) if same.size else limit
+            if limit:
+                routes, done = self._bulk_independent(src64[:limit] * n + dst64[:limit], s_list, d_list, keys,
+                                                      pxn, walk=walk)
+        for s, d, k in zip(s_list[done:], d_list[done:], keys[done:]):
+            routes.append(self._route(s, d, k, pxn, 1.0, walk=walk))
+        return routes
+
+    @staticmethod
+    def _as_list(values, array: np.ndarray) -> list:
+        """The values one by one, as the loop over them would see them (a list as it is)."""
+        return values if type(values) is list else array.tolist()
+
+    @staticmethod
+    def _int_array(values, name: str, method: str) -> np.ndarray:
+        array = np.asarray(values)
+        if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+            shown = repr(values) if len(repr(values)) <= 60 else repr(values)[:57] + "..."
+            raise ValueError(f"Router.{method}: {name}={shown} is not allowed; expected a sequence or 1-d array "
+                             "of integers")
+        return array
+
+    def _bulk_independent(self, pair_code: np.ndarray, s_list: list[int], d_list: list[int], keys: list[int],
+                          pxn: bool, *, walk: bool) -> tuple[list[tuple[np.ndarray, np.ndarray | None]], int]:
+        """Routes of the first ``len(pair_code)`` flows, whose GPUs are valid and distinct, under ``ecmp``
+        or ``spray``; ``pair_code`` = source GPU x number of GPUs + destination GPU. Returns them and their
+        number: fewer when a GPU pair new to the memo has no route (the loop raises at its first flow).
+
+        The memo is read in bulk. The GPU pairs of the flows it misses get their ``_Pair`` in order
+        of first use, as in the loop. Every flow of a pair whose route is the same for all (inside a
+        server, both NICs on one switch, sprayed) takes that one; the others are hashed. The new flows
+        enter the memo and the pending load in request order, a flow repeated in the request once,
+        with its first route."""
+        count = pair_code.shape[0]
+        representative = walk and self._spraying
+        flows, pairs = self._flows, self._pairs
+        memo_keys = list(zip(s_list[:count], d_list[:count], keys[:count], repeat(pxn, count),
+                             repeat(representative, count)))
+        if flows:
+            routes = list(map(flows.get, memo_keys))
+            missing = list(compress(range(count), map(is_, routes, repeat(None))))
+            if not missing:
+                return routes, count
+        else:                                                      # a fresh (or reset) router: no look-ups
+            missing = list(range(count))
+        miss = np.asarray(missing, dtype=np.int64)
+        codes, first = np.unique(pair_code[miss], return_index=True)
+        order = np.argsort(first, kind="stable")
+        spraying = self._spraying and not representative
+        shared: dict[int, tuple[np.ndarray, np.ndarray | None] | _Pair] = {}   # pair code -> route, or the _Pair
+        for code, i in zip(codes[order].tolist(), miss[first[order]].tolist()):
+            pair = pairs.get((s_list[i], d_list[i], pxn))
+            if pair is None:
+                try:
+                    pair = self._pair(s_list[i], d_list[i], pxn)
+                except ValueError:                                 # the loop stops at flow i: route those before
+                    return self._bulk_independent(pair_code[:i], s_list, d_list, keys, pxn, walk=walk)
+            if spraying and pair.leaf_src >= 0:
+                shared[code] = self._sprayed(pair)
+            elif pair.fixed is not None:
+                shared[code] = (pair.fixed, None)
+            else:
+                shared[code] = pair
+        every = len(missing) == count
+        new_keys = memo_keys if every else list(map(memo_keys.__getitem__, missing))
+        codes_of = pair_code.tolist()
+        new_routes = list(map(shared.__getitem__, codes_of if every else map(codes_of.__getitem__, missing)))
+        for j in compress(range(len(new_routes)), map(isinstance, new_routes, repeat(_Pair))):   # hashed pairs
+            new_routes[j] = (self._hashed_path(new_routes[j], new_keys[j][2], 1.0), None)
+        before = len(flows)
+        flows.update(zip(new_keys, new_routes))
+        if len(flows) - before < len(new_keys):                    # a flow repeated: its first route is pinned
+            first_of = dict(zip(reversed(new_keys), range(len(new_keys) - 1, -1, -1)))
+            kept = sorted(first_of.values())
+            new_keys = list(map(new_keys.__getitem__, kept))
+            new_routes = list(map(new_routes.__getitem__, kept))
+            flows.update(zip(new_keys, new_routes))
+            every = False
+        if not representative:
+            self._pending.extend(map(add, new_routes, repeat((1.0,))))    # (links, weights, nbytes) per flow
+        return (new_routes if every else list(map(flows.__getitem__, memo_keys))), count
 
     def _pair(self, src_gpu: int, dst_gpu: int, pxn: bool) -> _Pair:
         """The flow-independent part of routes from ``src_gpu`` to ``dst_gpu`` (memoised per router)."""
@@ -867,8 +1032,21 @@ def equal_share_rates(paths: list[np.ndarray], capacity_bytes_per_s: np.ndarray,
         return np.zeros(0)
     links = np.concatenate(paths)
     w = np.concatenate(weights) if weights is not None else np.ones(links.shape[0])
-    load = np.bincount(links, weights=w, minlength=capacity_bytes_per_s.shape[0])
-    rates = np.empty(len(paths))
-    for i, path in enumerate(paths):
-        rates[i] = np.min(capacity_bytes_per_s[path] / load[path]) if path.size else np.inf
+    counts = np.fromiter((p.shape[0] for p in paths), dtype=np.int64, count=len(paths))
+    return equal_share_rates_csr(links, w, counts, capacity_bytes_per_s)
+
+
+def equal_share_rates_csr(links: np.ndarray, weights: np.ndarray, counts: np.ndarray,
+                          capacity_bytes_per_s: np.ndarray) -> np.ndarray:
+    """:func:`equal_share_rates` of paths given as one array of links (path i: the next
+    ``counts[i]`` entries) with their weights; a path without links gets ``inf``. Loads are summed
+    over the links used only (not the whole topology), in entry order."""
+    used, inverse = np.unique(links, return_inverse=True)
+    load = np.bincount(inverse, weights=weights, minlength=used.shape[0])
+    share = capacity_bytes_per_s[links] / load[inverse]       # each link's equal share, per unit of weight
+    rates = np.full(counts.shape[0], np.inf)
+    has = counts > 0
+    if has.any():
+        starts = (np.cumsum(counts) - counts)[has]
+        rates[has] = np.minimum.reduceat(share, starts)
     return rates

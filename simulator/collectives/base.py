@@ -133,27 +133,34 @@ class LoweringContext:
         sees them (:meth:`nccl_capacity`)."""
         capacity = self.nccl_capacity() if nccl else self.topology.link_capacity_bytes_per_s
         rates = equal_share_rates(chains, capacity, weights)
-        caps = np.array([connection_cap(self.topology, path, self.qps_per_connection,
-                                        None if weights is None else weights[i]) for i, path in enumerate(chains)])
-        return np.minimum(rates, caps) if len(chains) else rates
+        return np.minimum(rates, connection_caps(self.topology, chains, self.qps_per_connection, weights))
 
 
-def connection_cap(topology: Topology, path: np.ndarray, qps_per_connection: int = 1,
-                   weights: np.ndarray | None = None) -> float:
-    """Most one channel (a chain or a flow) over ``path`` can stream: on every link with a
+def connection_caps(topology: Topology, paths: list[np.ndarray], qps_per_connection: int = 1,
+                    weights: list[np.ndarray] | None = None) -> np.ndarray:
+    """Most each channel (a chain or a flow) over ``paths[i]`` can stream: on every link with a
     per-connection limit, everything the channel sends over it (the sum of its weights there)
-    shares that limit x QPs per connection."""
-    if path.size == 0:
-        return float("inf")
-    limits = topology.link_flow_cap_bytes_per_s[path]
+    shares that limit x QPs per connection; ``inf`` where no link of the path has one."""
+    caps = np.full(len(paths), np.inf)
+    if not paths:
+        return caps
+    links = np.concatenate(paths)
+    limits = topology.link_flow_cap_bytes_per_s[links]
     finite = np.isfinite(limits)
     if not finite.any():
-        return float("inf")
-    links = path[finite]
-    w = np.ones(links.shape[0]) if weights is None else weights[finite]
-    unique, inverse = np.unique(links, return_inverse=True)
-    load = np.bincount(inverse, weights=w)
-    return qps_per_connection * float((topology.link_flow_cap_bytes_per_s[unique] / load).min())
+        return caps
+    counts = np.fromiter((p.shape[0] for p in paths), dtype=np.int64, count=len(paths))
+    channel = np.repeat(np.arange(len(paths)), counts)[finite]
+    w = (np.ones(links.shape[0]) if weights is None else np.concatenate(weights))[finite]
+    links = links[finite]
+    # one load per (channel, link): weights summed in path order
+    pairs, inverse = np.unique(channel * topology.num_links + links, return_inverse=True)
+    load = np.bincount(inverse, weights=w, minlength=pairs.shape[0])
+    share = topology.link_flow_cap_bytes_per_s[pairs % topology.num_links] / load
+    owner = pairs // topology.num_links
+    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    caps[owner[starts]] = qps_per_connection * np.minimum.reduceat(share, starts)
+    return caps
 
 
 def edge_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes, src: int, dst: int, *, flow_key: int = 0,

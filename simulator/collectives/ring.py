@@ -69,12 +69,15 @@ class RingAlgorithm:
     def chain_paths(self, group: tuple[int, ...], ctx: LoweringContext, nchannels: int) -> list[np.ndarray]:
         """Links of every channel's full ring (edge p: position p -> p+1, wrapping)."""
         def build():
-            paths = []
-            for c, ring in enumerate(self.orders(group, ctx, nchannels)):
-                edges = [ctx.router.path(ctx.gpu(a), ctx.gpu(b), flow_key=c, pxn=False)
-                         for a, b in zip(ring, ring[1:] + ring[:1])]
-                paths.append(np.concatenate(edges) if edges else np.zeros(0, dtype=np.int64))
-            return paths
+            orders = self.orders(group, ctx, nchannels)
+            gpu = ctx.rank_gpu
+            src = [gpu[a] for ring in orders for a in ring]
+            dst = [gpu[b] for ring in orders for b in ring[1:] + ring[:1]]
+            keys = [c for c, ring in enumerate(orders) for _ in ring]
+            edges = ctx.router.paths(src, dst, flow_keys=keys, pxn=False)
+            n = len(group)
+            return [np.concatenate(edges[c * n:(c + 1) * n]) if n else np.zeros(0, dtype=np.int64)
+                    for c in range(len(orders))]
         return ctx.cached(("ring-paths", group, nchannels), build)
 
     # ---- data --------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from topologies.routing import Router
 from topologies.topology import Topology
 from workloads.tasks import CommTask, ComputeTask, Workload
 
-from ..collectives.base import connection_cap, edge_weighted_path
+from ..collectives.base import connection_caps, edge_weighted_path
 from ..schedule import Schedule, Step
 from .fabric import Fabric
 
@@ -51,24 +51,24 @@ class NetworkFlows:
 def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router: Router,
                   rank_gpu: tuple[int, ...], qps_per_connection: int = 1) -> NetworkFlows:
     wire, cap = schedule.wire_factor, schedule.chain_rate_cap_bytes_per_s * schedule.wire_factor
-    triples = zip(step.src.tolist(), step.dst.tolist(), step.channel.tolist())
     if schedule.innet_nodes:
         routed = [edge_weighted_path(router, rank_gpu, schedule.innet_nodes, s, d, flow_key=c, pxn=schedule.pxn)
-                  for s, d, c in triples]
-    else:                                   # rank -> rank only: straight to the router
-        route, pxn = router.weighted_path, schedule.pxn
-        routed = [route(rank_gpu[s], rank_gpu[d], flow_key=c, pxn=pxn) for s, d, c in triples]
-    edge_paths = [links for links, _ in routed]
-    edge_w = [w for _, w in routed]
+                  for s, d, c in zip(step.src.tolist(), step.dst.tolist(), step.channel.tolist())]
+        edge_paths = [links for links, _ in routed]
+        edge_w = [w for _, w in routed]
+    else:                                   # rank -> rank only: straight to the router, in bulk
+        edge_paths, edge_w = router.weighted_paths([rank_gpu[s] for s in step.src.tolist()],
+                                                   [rank_gpu[d] for d in step.dst.tolist()],
+                                                   flow_keys=step.channel.tolist(), pxn=schedule.pxn)
     # a sprayed edge's latency is the byte-weighted mean over its paths (= path latency when unsplit)
     latency = 0.0
     lengths = np.fromiter((p.shape[0] for p in edge_paths), dtype=np.int64, count=len(edge_paths))
-    if routed:
+    if edge_paths:
         per_link = topology.link_latency_s[np.concatenate(edge_paths)] * np.concatenate(edge_w)
         if lengths.all():
             latency = float(np.add.reduceat(per_link, np.cumsum(lengths) - lengths).max())
         else:
-            latency = max(float(topology.link_latency_s[p] @ w) for p, w in routed)
+            latency = max(float(topology.link_latency_s[p] @ w) for p, w in zip(edge_paths, edge_w))
     wire_bytes = step.nbytes.astype(np.float64) * (1.0 if step.wire_scale is None else step.wire_scale)
     fill_wire = (np.zeros(step.num_flows) if step.fill_bytes is None else step.fill_bytes * wire_bytes
                  / np.maximum(step.nbytes, 1)) * wire
@@ -95,8 +95,7 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
                            * np.repeat(wire_bytes[used] / top, lengths[used]))
             nbytes.append(top)
             fills.append(float(fill_wire[used].max()))
-    caps = np.array([min(cap, connection_cap(topology, path, qps_per_connection, w))
-                     for path, w in zip(paths, weights)])
+    caps = np.minimum(cap, connection_caps(topology, paths, qps_per_connection, weights))
     return NetworkFlows(paths=paths, weights=weights, wire_bytes=np.asarray(nbytes) * wire,
                         caps_bytes_per_s=caps, latency_s=latency, fill_bytes=np.asarray(fills))
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from topologies.routing import equal_share_rates_csr
+
 from .base import FluidNetwork, entries_of
 
 
@@ -32,15 +34,7 @@ class AnalyticalNetwork(FluidNetwork):
         """Rates of one batch of flows that start together: flow i has the ``counts[i]`` consecutive
         (link, weight) entries of ``links``/``weights``; ``r_i = min(cap_i, min_l c_l / sum_j w_jl)``
         (vectorised ``topologies.routing.equal_share_rates``)."""
-        capacity = self.capacity_bytes_per_s
-        load = np.bincount(links, weights=weights, minlength=capacity.shape[0])
-        share = capacity[links] / load[links]          # each link's equal share, per unit of weight
-        rates = np.full(counts.shape[0], np.inf)
-        has = counts > 0
-        if has.any():
-            starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[has]
-            rates[has] = np.minimum.reduceat(share, starts)
-        return np.minimum(rates, caps_bytes_per_s)
+        return np.minimum(equal_share_rates_csr(links, weights, counts, self.capacity_bytes_per_s), caps_bytes_per_s)
 
     def _rerate(self) -> None:
         fresh = np.flatnonzero(self.active & (self.rate == 0) & (self.remaining > 0))
