@@ -66,7 +66,7 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
                                           task_ranks=config.task_ranks, link_events=config.link_events)
         link_bytes, rerates = network.link_bytes.copy(), network.rerates
     records = tuple(
-        CollectiveRecord(index=i, collective=c, algorithm=ch.algorithm, protocol=ch.protocol, nchannels=ch.nchannels,
+        CollectiveRecord(index=i, collective=c, algorithm=ch.algorithm, protocol=ch.protocol, nchannels=s.nchannels,
                          start_s=start, end_s=end, latency_s=s.latency_s, predicted_s=ch.predicted_s)
         for i, (c, ch, s, (start, end)) in enumerate(zip(workload.collectives, choices, schedules, times))
     )

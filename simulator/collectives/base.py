@@ -224,15 +224,16 @@ def piece_layout(collective: Collective, nchannels: int) -> tuple[np.ndarray, np
 
 
 def protocol_schedule(collective: Collective, ctx: LoweringContext, *, algorithm: str, protocol: str,
-                      nchannels: int, steps, **fields) -> Schedule:
-    """A Schedule whose flows carry the protocol's wire factor and per-channel payload cap."""
+                      nchannels: int, steps, comm_channels: int | None = None, **fields) -> Schedule:
+    """A Schedule whose flows carry the protocol's wire factor and per-channel payload cap: the cap
+    of a channel of a communicator of ``comm_channels`` (default ``nchannels``) channels."""
     from . import nccl_model
     layout = ctx.layout(collective.group)
     return Schedule(collective=collective, algorithm=algorithm, protocol=protocol, nchannels=nchannels,
                     steps=tuple(steps), wire_factor=nccl_model.WIRE_FACTOR[protocol],
                     chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
                         protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor, nnodes=layout.nnodes,
-                        nchannels=nchannels), **fields)
+                        nchannels=nchannels if comm_channels is None else comm_channels), **fields)
 
 
 def check_runnable(algorithm: str, reason: str | None, protocol: str, protocols: tuple[str, ...]) -> None:

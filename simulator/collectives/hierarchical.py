@@ -58,7 +58,9 @@ class Hierarchical:
         check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)
         steps = []
         for stage in self._stages(collective, ctx):
-            parts = [RING.lower(c, ctx, protocol=protocol, nchannels=nchannels).steps[0] for c, _ in stage]
+            # sub-rings on the collective's own channels (as in program), not NCCL's launch for their size
+            parts = [RING.lower_on(c, ctx, protocol=protocol, nchannels=nchannels, comm_channels=nchannels).steps[0]
+                     for c, _ in stage]
             offsets = np.cumsum([0] + [int(p.chain.max()) + 1 if p.num_flows else 0 for p in parts])[:-1]
             steps.append(Step.of(src=np.concatenate([p.src for p in parts]), dst=np.concatenate([p.dst for p in parts]),
                                  nbytes=np.concatenate([p.nbytes for p in parts]),

@@ -164,6 +164,15 @@ class RingAlgorithm:
 
     # ---- interface ---------------------------------------------------------------------------
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
+        """The ring on the channels NCCL launches for this size (``nccl_model.launched_channels``) of
+        a communicator of ``nchannels``."""
+        launched = nccl_model.launched_channels(algorithm="ring", protocol=protocol, nbytes=collective.nbytes,
+                                                nchannels=nchannels, nranks=collective.nranks)
+        return self.lower_on(collective, ctx, protocol=protocol, nchannels=launched, comm_channels=nchannels)
+
+    def lower_on(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int,
+                 comm_channels: int) -> Schedule:
+        """The ring on exactly ``nchannels`` channels of a communicator of ``comm_channels``."""
         group = collective.group
         layout = ctx.layout(group)
         n = len(group)
@@ -181,13 +190,13 @@ class RingAlgorithm:
         channel = cat(chan)
         latency = nccl_model.ring_latency_s(
             kind_value=collective.kind.value, protocol=protocol, nranks=n, nnodes=layout.nnodes, ppn=layout.ppn,
-            intra=layout.intra, cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=nchannels,
+            intra=layout.intra, cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=comm_channels,
             hop_extra_us=layout.hop_extra_us)
         step = Step.of(src=cat(src), dst=cat(dst), nbytes=cat(size), channel=channel, chain=channel,
                        latency_s=latency, label=f"ring {collective.kind.value}",
                        fill_bytes=self._fill(collective, nbytes, nedges, protocol)[channel] if n > 1 else None)
         return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                                 steps=(step,))
+                                 steps=(step,), comm_channels=comm_channels)
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]:

@@ -110,6 +110,15 @@ class TreeAlgorithm:
 
     # ---- interface ---------------------------------------------------------------------------
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
+        """The trees on the channels NCCL launches for this size (``nccl_model.launched_channels``) of
+        a communicator of ``nchannels``."""
+        launched = nccl_model.launched_channels(algorithm="tree", protocol=protocol, nbytes=collective.nbytes,
+                                                nchannels=nchannels, nranks=collective.nranks)
+        return self.lower_on(collective, ctx, protocol=protocol, nchannels=launched, comm_channels=nchannels)
+
+    def lower_on(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int,
+                 comm_channels: int) -> Schedule:
+        """The trees on exactly ``nchannels`` channels of a communicator of ``comm_channels``."""
         elt = DTYPE_BYTES[collective.dtype]
         edges = self._edges(collective, ctx, nchannels)
         src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
@@ -117,7 +126,7 @@ class TreeAlgorithm:
                        latency_s=self._latency_s(collective, ctx, protocol), label="tree all_reduce")
         return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
                         steps=(step,), wire_factor=nccl_model.WIRE_FACTOR[protocol],
-                        chain_rate_cap_bytes_per_s=self._chain_cap(ctx, collective, protocol, nchannels))
+                        chain_rate_cap_bytes_per_s=self._chain_cap(ctx, collective, protocol, comm_channels))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         layout = ctx.layout(collective.group)

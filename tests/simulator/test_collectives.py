@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from simulator.collectives import ALGORITHMS, LoweringContext
@@ -30,8 +31,9 @@ CASES = [(1, 2), (1, 3), (1, 8), (2, 8), (3, 5)]   # (nodes, gpus per node): inc
 def test_ring_all_reduce_sends_2_n_minus_1_over_n(nodes, gpn, nchannels):
     ctx = context(nodes=nodes, gpus_per_node=gpn)
     n = nodes * gpn
-    # S divisible by n * nchannels * 4 B so every chunk is equal: each rank sends exactly 2(n-1)/n S
-    size = n * nchannels * 4 * 1000
+    # S divisible by n * nchannels * 4 B so every chunk is equal: each rank sends exactly 2(n-1)/n S;
+    # S >= nchannels x 32 KiB (512 Simple threads x 64 B) so NCCL launches every channel
+    size = n * nchannels * 4 * 10000
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=size, group=tuple(range(n)))
     schedule = RING.lower(coll, ctx, protocol="Simple", nchannels=nchannels)
     expected = 2 * (n - 1) * size // n
@@ -171,3 +173,58 @@ def test_pat_is_considered_by_the_tuner_without_error():
     for size in (1 << 10, 1 << 26):
         choice = choose(Collective(kind=CollectiveKind.ALL_GATHER, nbytes=size, group=(0, 1, 2, 3)), ctx)
         assert choice.algorithm in ("ring", "pat") and choice.predicted_s > 0
+
+
+# ---- channels NCCL launches per size (enqueue.cc "Ring/Tree channel tuning") -------------------
+
+def _nccl_channel_loop(nbytes, nchannels, threads, threshold):
+    """NCCL's loop, restated: drop a channel while nbytes < channels x threads x threshold."""
+    nc = nchannels
+    while nbytes < nc * threads * threshold and nc >= 2:
+        nc -= 1
+    return nc
+
+
+def test_launched_channels_by_hand():
+    # ring LL on 8 ranks: 8 B x 8 ranks per thread x 512 threads = 32 KiB per channel
+    ring_ll = dict(algorithm="ring", protocol="LL", nchannels=16, nranks=8)
+    assert nccl_model.launched_channels(nbytes=64 << 10, **ring_ll) == 2
+    assert nccl_model.launched_channels(nbytes=48 << 10, **ring_ll) == 1       # 48 KiB < 2 x 32 KiB
+    assert nccl_model.launched_channels(nbytes=8, **ring_ll) == 1
+    assert nccl_model.launched_channels(nbytes=1 << 20, **ring_ll) == 16      # 32 x 32 KiB: capped at 16
+    # tree LL128: 8 B x 640 threads = 5 KiB per channel (no x nRanks): 64 KiB -> 12 channels
+    assert nccl_model.launched_channels(algorithm="tree", protocol="LL128", nbytes=64 << 10, nchannels=16,
+                                        nranks=16) == 12
+    # Simple: 64 B x 512 threads = 32 KiB per channel, whatever the algorithm and rank count
+    for algorithm in ("ring", "tree"):
+        assert nccl_model.launched_channels(algorithm=algorithm, protocol="Simple", nbytes=96 << 10, nchannels=16,
+                                            nranks=32) == 3
+
+
+def test_launched_channels_is_nccls_loop():
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        protocol = ("LL", "LL128", "Simple")[int(rng.integers(3))]
+        algorithm = ("ring", "tree")[int(rng.integers(2))]
+        nranks, nchannels = int(rng.integers(2, 65)), int(rng.integers(1, 33))
+        nbytes = int(2 ** rng.uniform(0, 24))
+        threshold = nccl_model.THREAD_THRESHOLD_BYTES[protocol] * (nranks if (algorithm, protocol) == ("ring", "LL")
+                                                                  else 1)
+        assert nccl_model.launched_channels(algorithm=algorithm, protocol=protocol, nbytes=nbytes, nchannels=nchannels,
+                                            nranks=nranks) == _nccl_channel_loop(
+            nbytes, nchannels, nccl_model.MAX_THREADS[protocol], threshold)
+
+
+def test_a_small_ring_runs_on_fewer_channels_at_the_communicators_per_channel_ceiling():
+    # 64 KiB LL all_reduce on one DGX H100 (16 channels): 2 chains, each capped at llMaxBw / 16 (one
+    # SM's LL throughput does not grow because fewer SMs run), so the LL data moves at 2/16 of llMaxBw
+    ctx = context(nodes=1)
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 10, group=tuple(range(8)))
+    schedule = RING.lower(coll, ctx, protocol="LL", nchannels=16)
+    assert schedule.nchannels == 2
+    assert set(schedule.steps[0].chain.tolist()) == {0, 1}
+    ll_max = nccl_model.ll_max_bw_bytes_per_s(arch="hopper", cpu_vendor="intel", nnodes=1)
+    assert schedule.chain_rate_cap_bytes_per_s == pytest.approx(ll_max / 16, rel=1e-12)
+    # with every channel the same cap per channel: 16 chains
+    assert RING.lower_on(coll, ctx, protocol="LL", nchannels=16, comm_channels=16).chain_rate_cap_bytes_per_s == \
+        schedule.chain_rate_cap_bytes_per_s

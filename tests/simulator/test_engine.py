@@ -157,7 +157,7 @@ def test_chain_becomes_one_flow_weighted_by_edge_bytes():
     router = Router(topo)
     ctx = LoweringContext(topology=topo, router=router, rank_gpu=tuple(range(8)))
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=8 * 4 * 1001, group=tuple(range(8)))
-    sched = ALGORITHMS["ring"].lower(coll, ctx, protocol="Simple", nchannels=2)
+    sched = ALGORITHMS["ring"].lower_on(coll, ctx, protocol="Simple", nchannels=2, comm_channels=2)   # 2 chains
     flows = network_flows(sched.steps[0], sched, topology=topo, router=router, rank_gpu=ctx.rank_gpu)
     assert len(flows.paths) == 2                       # one network flow per channel
     assert all(w.max() == 1.0 for w in flows.weights)  # the busiest edge paces the chain
