@@ -885,10 +885,14 @@ class Router:
         options = table.hops.get(here)
         if options is None:
             dist = table.dist
-            cost = self._f.link_cost if table.minimal else {}
             d = dist[here]
-            options = [(link, v) for link, v in self._f.switch_out.get(here, ())
-                       if dist.get(v, -1) == d - cost.get(link, 1)]
+            if table.minimal:
+                cost = self._f.link_cost
+                options = [(link, v) for link, v in self._f.switch_out.get(here, ())
+                           if dist.get(v, -1) == d - cost.get(link, 1)]
+            else:                                                  # hop counts: one step closer
+                get, closer = dist.get, d - 1
+                options = [option for option in self._f.switch_out.get(here, ()) if get(option[1]) == closer]
             table.hops[here] = options
         return options
 
