@@ -125,7 +125,7 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
     member_stream: list[list[int]] = [[] for _ in range(ncoll)]
     member_task: list[list[int]] = [[] for _ in range(ncoll)]
     c_start, c_end = [np.nan] * ncoll, [np.nan] * ncoll
-    waiters: dict[int, int | list[int]] = {}     # unfinished task -> stream(s) blocked on it by ``after``
+    waiters: dict[int, list[int]] = {}           # unfinished task -> streams blocked on it by ``after``
     stack = list(range(nstreams - 1, -1, -1))    # each stream is on the stack at most once
     push, pop, compute = stack.append, stack.pop, ComputeTask
     while stack:
@@ -145,25 +145,13 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
                     if e > ready:              # the same value as max(): no NaN, no -0.0 can occur
                         ready = e
                 if blocked:
-                    key = base + a
-                    w = waiters.get(key)
-                    if w is None:
-                        waiters[key] = sid
-                    elif type(w) is int:
-                        waiters[key] = [w, sid]
-                    else:
-                        w.append(sid)
+                    waiters.setdefault(base + a, []).append(sid)
                     break
             if isinstance(task, compute):
                 start[g] = ready
                 ready_prev = end[g] = ready + task.duration_s
-                if waiters:
-                    w = waiters.pop(g, None)
-                    if w is not None:
-                        if type(w) is int:
-                            push(w)
-                        else:
-                            stack.extend(w)
+                if waiters and g in waiters:
+                    stack.extend(waiters.pop(g))
                 g = nxt[g]
                 continue
             i = task.index
@@ -187,13 +175,8 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
                     if following >= 0:
                         previous_end[msid] = t1
                         push(msid)
-                if waiters:
-                    w = waiters.pop(mg, None)
-                    if w is not None:
-                        if type(w) is int:
-                            push(w)
-                        else:
-                            stack.extend(w)
+                if waiters and mg in waiters:
+                    stack.extend(waiters.pop(mg))
             ready_prev = t1
             g = nxt[g]
         current[sid] = g

@@ -227,13 +227,21 @@ def protocol_schedule(collective: Collective, ctx: LoweringContext, *, algorithm
                       nchannels: int, steps, comm_channels: int | None = None, **fields) -> Schedule:
     """A Schedule whose flows carry the protocol's wire factor and per-channel payload cap: the cap
     of a channel of a communicator of ``comm_channels`` (default ``nchannels``) channels."""
-    from . import nccl_model
     layout = ctx.layout(collective.group)
     return Schedule(collective=collective, algorithm=algorithm, protocol=protocol, nchannels=nchannels,
                     steps=tuple(steps), wire_factor=nccl_model.WIRE_FACTOR[protocol],
                     chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
                         protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor, nnodes=layout.nnodes,
                         nchannels=nchannels if comm_channels is None else comm_channels), **fields)
+
+
+def lower_launched(algorithm, collective: Collective, ctx: LoweringContext, *, protocol: str,
+                   nchannels: int) -> Schedule:
+    """``algorithm.lower_on`` (ring, tree) on the channels NCCL launches for the collective's size
+    (``nccl_model.launched_channels``) out of the communicator's ``nchannels``."""
+    launched = nccl_model.launched_channels(algorithm=algorithm.name, protocol=protocol, nbytes=collective.nbytes,
+                                            nchannels=nchannels, nranks=collective.nranks)
+    return algorithm.lower_on(collective, ctx, protocol=protocol, nchannels=launched, comm_channels=nchannels)
 
 
 def check_runnable(algorithm: str, reason: str | None, protocol: str, protocols: tuple[str, ...]) -> None:

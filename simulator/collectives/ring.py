@@ -30,7 +30,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import LoweringContext, piece_layout, protocol_schedule
+from .base import LoweringContext, lower_launched, piece_layout, protocol_schedule
 
 
 class RingAlgorithm:
@@ -164,11 +164,8 @@ class RingAlgorithm:
 
     # ---- interface ---------------------------------------------------------------------------
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
-        """The ring on the channels NCCL launches for this size (``nccl_model.launched_channels``) of
-        a communicator of ``nchannels``."""
-        launched = nccl_model.launched_channels(algorithm="ring", protocol=protocol, nbytes=collective.nbytes,
-                                                nchannels=nchannels, nranks=collective.nranks)
-        return self.lower_on(collective, ctx, protocol=protocol, nchannels=launched, comm_channels=nchannels)
+        """The ring on the channels NCCL launches for this size of a communicator of ``nchannels``."""
+        return lower_launched(self, collective, ctx, protocol=protocol, nchannels=nchannels)
 
     def lower_on(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int,
                  comm_channels: int) -> Schedule:

@@ -28,7 +28,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import LoweringContext, split_evenly
+from .base import LoweringContext, lower_launched, split_evenly
 from .nvls_tree import double_binary_tree, levels
 
 
@@ -110,11 +110,8 @@ class TreeAlgorithm:
 
     # ---- interface ---------------------------------------------------------------------------
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
-        """The trees on the channels NCCL launches for this size (``nccl_model.launched_channels``) of
-        a communicator of ``nchannels``."""
-        launched = nccl_model.launched_channels(algorithm="tree", protocol=protocol, nbytes=collective.nbytes,
-                                                nchannels=nchannels, nranks=collective.nranks)
-        return self.lower_on(collective, ctx, protocol=protocol, nchannels=launched, comm_channels=nchannels)
+        """The trees on the channels NCCL launches for this size of a communicator of ``nchannels``."""
+        return lower_launched(self, collective, ctx, protocol=protocol, nchannels=nchannels)
 
     def lower_on(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int,
                  comm_channels: int) -> Schedule:
