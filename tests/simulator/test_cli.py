@@ -187,3 +187,12 @@ def test_step_bad_scenario_field(capsys, tmp_path):
     scenario.write_text('modle = "gpt"\n')
     code, _, err = run(capsys, "step", str(scenario))
     assert code == 2 and "modle" in err
+
+
+def test_perf_quick_prints_its_figures(capsys):
+    # the benchmark command (timings are printed, never asserted): the max-min kernel on 20,000 flows x
+    # 4,000 links and a 2-node bench sweep of 31 sizes (8 B .. 8 GiB, factor 2)
+    assert main(["perf", "--quick"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("max-min kernel: maxmin: 20,000 flows x 4,000 links")
+    assert "bench all_reduce dgx-h100 --nodes 2 -b 8 -e 8G -f 2: 31 rows in" in out[1]
