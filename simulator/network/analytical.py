@@ -7,6 +7,11 @@ other collectives running at the same time are ignored, and bandwidth freed by a
 finishes early is not handed to the others. Time of a flow = latency + bytes / rate: the
 alpha-beta model with beta from the topology.
 
+A link whose capacity changes while flows run (``set_link_scale``, 0 < scale) re-rates every batch
+with a running flow across it: the same rule over the batch's running flows on the new capacities,
+and their remaining bytes drain at the new rates. A failed link's flows are moved by ``repath``
+and start as a new batch instead.
+
 It agrees exactly with the ``flow`` model when flows do not contend (each link used by one
 flow, or a batch whose flows are symmetric and run alone) - a standing test.
 
@@ -35,6 +40,14 @@ class AnalyticalNetwork(FluidNetwork):
         (link, weight) entries of ``links``/``weights``; ``r_i = min(cap_i, min_l c_l / sum_j w_jl)``
         (vectorised ``topologies.routing.equal_share_rates``)."""
         return np.minimum(equal_share_rates_csr(links, weights, counts, self.capacity_bytes_per_s), caps_bytes_per_s)
+
+    def set_link_scale(self, link: int, scale: float) -> None:
+        super().set_link_scale(link, scale)
+        if scale > 0:
+            entry_flow = np.repeat(np.arange(self.active.shape[0]), np.diff(self.flow_ptr))
+            crossing = entry_flow[self.flow_links == link]
+            batches = np.unique(self.batch[crossing[self.active[crossing]]])
+            self.rate[self.active & np.isin(self.batch, batches)] = 0.0     # rated afresh at the next change
 
     def _rerate(self) -> None:
         fresh = np.flatnonzero(self.active & (self.rate == 0) & (self.remaining > 0))

@@ -53,6 +53,18 @@ def test_models_agree_without_contention():
         assert drain(net) == pytest.approx({0: 2.0, 1: 3.0})
 
 
+def test_degraded_link_slows_running_flows_in_both_models():
+    # one 100 B flow on a 10 B/s link, degraded to 0.1 x (1 B/s) at t = 1 s: 10 B moved by then, the
+    # other 90 B at 1 B/s, so it finishes at 1 + 90 / 1 = 91 s (the analytical model re-rates its batch)
+    for model in (FlowNetwork, AnalyticalNetwork):
+        net = model(np.array([10.0]))
+        net.add([np.array([0])], [np.ones(1)], np.array([100.0]), np.array([np.inf]))
+        assert net.next_completion_s() == pytest.approx(10.0)
+        assert net.advance(1.0).size == 0
+        net.set_link_scale(0, 0.1)
+        assert 1.0 + drain(net)[0] == pytest.approx(91.0), model.name
+
+
 def bench_workload(kind, sizes, nranks):
     return Workload.sequence([Collective(kind=kind, nbytes=s, group=tuple(range(nranks))) for s in sizes],
                              nranks=nranks)
