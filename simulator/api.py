@@ -14,7 +14,7 @@ from .collectives.tuner import choose
 from .config import SimConfig
 from .engine.closed_form import collective_times
 from .engine.replay import run
-from .network import NETWORK_MODELS, build_network
+from .network import build_network
 from .placement import Placement
 from .results import CollectiveRecord, SimResult
 
@@ -38,10 +38,7 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
             planned[c] = (ch, ALGORITHMS[ch.algorithm].lower(c, ctx, protocol=ch.protocol, nchannels=ch.nchannels))
     choices = [planned[c][0] for c in workload.collectives]
     schedules = [planned[c][1] for c in workload.collectives]
-    if config.congestion:
-        network = build_network(config.network_model, topology, congestion=config.congestion)
-    else:
-        network = NETWORK_MODELS[config.network_model](topology.link_capacity_bytes_per_s)
+    network = build_network(config.network_model, topology, congestion=config.congestion)
     bad = [e.link for e in config.link_events if e.link >= topology.num_links]
     if bad:
         raise ValueError(f"link_events: link {bad[0]} does not exist; the topology has {topology.num_links} links")

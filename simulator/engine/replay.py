@@ -62,13 +62,11 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
                                                    flow_keys=step.channel.tolist(), pxn=schedule.pxn)
     # a sprayed edge's latency is the byte-weighted mean over its paths (= path latency when unsplit)
     latency = 0.0
-    lengths = np.fromiter((p.shape[0] for p in edge_paths), dtype=np.int64, count=len(edge_paths))
+    n_edges = len(edge_paths)
+    lengths = np.fromiter((p.shape[0] for p in edge_paths), dtype=np.int64, count=n_edges)
     if edge_paths:
         per_link = topology.link_latency_s[np.concatenate(edge_paths)] * np.concatenate(edge_w)
-        if lengths.all():
-            latency = float(np.add.reduceat(per_link, np.cumsum(lengths) - lengths).max())
-        else:
-            latency = max(float(topology.link_latency_s[p] @ w) for p, w in zip(edge_paths, edge_w))
+        latency = float(np.bincount(np.repeat(np.arange(n_edges), lengths), weights=per_link, minlength=n_edges).max())
     wire_bytes = step.nbytes.astype(np.float64) * (1.0 if step.wire_scale is None else step.wire_scale)
     fill_wire = (np.zeros(step.num_flows) if step.fill_bytes is None else step.fill_bytes * wire_bytes
                  / np.maximum(step.nbytes, 1)) * wire

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .maxmin import _heap_remove, _sift_down, _sift_up, flow_csr
+from .maxmin import _freeze, _rekey_dirty, _sift_down, flow_csr
 
 __all__ = ["lossless_throttle", "successor_pairs"]
 
@@ -87,7 +87,11 @@ def _throttle_kernel(flow_ptr, flow_links, flow_weights, participant, link_capac
     tree_level = np.full(n_links, np.inf)
     in_tree = np.zeros(n_links, dtype=np.bool_)
 
-    # link -> participating flows (one per entry) and per-link sums
+    # each entry's use per unit throttle (weight x demand), link -> participating flows, per-link sums
+    use_w = np.empty(flow_links.shape[0])
+    for f in range(n_flows):
+        for j in range(flow_ptr[f], flow_ptr[f + 1]):
+            use_w[j] = flow_weights[j] * demand[f]
     count = np.zeros(n_links, dtype=np.int64)
     weight_sum = np.zeros(n_links)
     residual = link_capacity.copy()
@@ -97,7 +101,7 @@ def _throttle_kernel(flow_ptr, flow_links, flow_weights, participant, link_capac
             n_unfrozen += 1
             for j in range(flow_ptr[f], flow_ptr[f + 1]):
                 count[flow_links[j]] += 1
-                weight_sum[flow_links[j]] += flow_weights[j] * demand[f]
+                weight_sum[flow_links[j]] += use_w[j]
     link_ptr = np.zeros(n_links + 1, dtype=np.int64)
     for l in range(n_links):
         link_ptr[l + 1] = link_ptr[l] + count[l]
@@ -156,19 +160,9 @@ def _throttle_kernel(flow_ptr, flow_links, flow_weights, participant, link_capac
                 f = link_flows[j]
                 if frozen[f]:
                     continue
-                frozen[f] = True
-                m[f] = level
+                n_dirty = _freeze(f, level, m, frozen, flow_ptr, flow_links, use_w, residual, weight_sum, count,
+                                  dirty_stamp, dirty, n_dirty, event)
                 n_unfrozen -= 1
-                for k in range(flow_ptr[f], flow_ptr[f + 1]):
-                    l = flow_links[k]
-                    use = flow_weights[k] * demand[f]
-                    residual[l] -= use * level
-                    weight_sum[l] -= use
-                    count[l] -= 1
-                    if dirty_stamp[l] != event:
-                        dirty_stamp[l] = event
-                        dirty[n_dirty] = l
-                        n_dirty += 1
             for k in range(up_count[x], up_count[x + 1]):
                 i = upstream[k]
                 if not in_tree[i]:
@@ -177,21 +171,7 @@ def _throttle_kernel(flow_ptr, flow_links, flow_weights, participant, link_capac
                     pause[i] = 1.0 - level
                     stack[top] = i
                     top += 1
-        for i in range(n_dirty):
-            l = dirty[i]
-            if pos[l] < 0:
-                continue
-            if count[l] == 0:
-                size = _heap_remove(heap, hkey, pos, l, size)
-                continue
-            slot = pos[l]
-            old_key = hkey[slot]
-            new_key = residual[l] / weight_sum[l] if weight_sum[l] > 0.0 else np.inf
-            hkey[slot] = new_key
-            if new_key < old_key:
-                _sift_up(heap, hkey, pos, slot)
-            elif new_key > old_key:
-                _sift_down(heap, hkey, pos, slot, size)
+        size = _rekey_dirty(heap, hkey, pos, size, dirty, n_dirty, count, residual, weight_sum, np.inf)
         event += 1
     return m, pause, tree_level
 
@@ -203,8 +183,7 @@ def successor_pairs(flow_ptr, flow_links, participant, link_src, link_dst):
                   np.ascontiguousarray(link_dst, dtype=np.int64))
 
 
-def lossless_throttle(flow_ptr, flow_links, flow_weights, participant, link_capacity, demand, lossless, link_src,
-                      link_dst):
+def lossless_throttle(flow_ptr, flow_links, flow_weights, participant, link_capacity, demand, lossless, ups, downs):
     """Throttles of lossless back-pressure; see the module docstring.
 
     Parameters
@@ -218,8 +197,9 @@ def lossless_throttle(flow_ptr, flow_links, flow_weights, participant, link_capa
         Offered rate of each participating flow, bytes/s, finite and >= 0.
     lossless : bool[L]
         Links whose receiver can pause them (PFC priority or InfiniBand credits).
-    link_src, link_dst : int64[L]
-        Node ids at each end of each link.
+    ups, downs : int64[P]
+        The participating flows' successor pairs, as ``successor_pairs`` gives them: link ``ups[k]``
+        feeds link ``downs[k]``.
 
     Returns
     -------
@@ -236,18 +216,17 @@ def lossless_throttle(flow_ptr, flow_links, flow_weights, participant, link_capa
     link_capacity = np.ascontiguousarray(link_capacity, dtype=np.float64)
     demand = np.ascontiguousarray(demand, dtype=np.float64)
     lossless = np.ascontiguousarray(lossless, dtype=np.bool_)
-    link_src = np.ascontiguousarray(link_src, dtype=np.int64)
-    link_dst = np.ascontiguousarray(link_dst, dtype=np.int64)
+    ups = np.ascontiguousarray(ups, dtype=np.int64)
+    downs = np.ascontiguousarray(downs, dtype=np.int64)
     n_flows, n_links = participant.shape[0], link_capacity.shape[0]
     if flow_ptr.shape[0] != n_flows + 1 or demand.shape[0] != n_flows:
         raise ValueError(f"shape mismatch: flow_ptr {flow_ptr.shape[0]} (want F+1), participant {n_flows}, "
                          f"demand {demand.shape[0]}")
-    if lossless.shape[0] != n_links or link_src.shape[0] != n_links or link_dst.shape[0] != n_links:
-        raise ValueError(f"shape mismatch: link_capacity {n_links}, lossless {lossless.shape[0]}, link_src "
-                         f"{link_src.shape[0]}, link_dst {link_dst.shape[0]}")
+    if lossless.shape[0] != n_links or ups.shape[0] != downs.shape[0]:
+        raise ValueError(f"shape mismatch: link_capacity {n_links}, lossless {lossless.shape[0]}, ups "
+                         f"{ups.shape[0]}, downs {downs.shape[0]}")
     d = demand[participant]
     if not np.all(np.isfinite(d) & (d >= 0)):
         raise ValueError("demand: every participating flow needs a finite demand >= 0")
-    ups, downs = _pairs(flow_ptr, flow_links, participant, link_src, link_dst)
     return _throttle_kernel(flow_ptr, flow_links, flow_weights, participant, link_capacity, demand, lossless,
                             ups, downs)

@@ -139,6 +139,30 @@ def _heap_remove(heap, hkey, pos, link, size):
     return size
 
 
+@njit(cache=True, inline="always")
+def _rekey_dirty(heap, hkey, pos, size, dirty, n_dirty, count, residual, weight_sum, empty_key):
+    """Re-key each of the ``n_dirty`` links in ``dirty`` still in the heap at ``residual / weight_sum``
+    (``empty_key`` when no weight is left); drop those whose ``count`` of unfrozen entries is 0.
+    Returns the new heap size."""
+    for i in range(n_dirty):
+        link = dirty[i]
+        if pos[link] < 0:
+            continue
+        if count[link] == 0:
+            size = _heap_remove(heap, hkey, pos, link, size)
+            continue
+        w = weight_sum[link]
+        new_key = residual[link] / w if w > 0.0 else empty_key
+        slot = pos[link]
+        old_key = hkey[slot]
+        hkey[slot] = new_key
+        if new_key < old_key:
+            _sift_up(heap, hkey, pos, slot)
+        elif new_key > old_key:
+            _sift_down(heap, hkey, pos, slot, size)
+    return size
+
+
 # --------------------------------------------------------------------------------------------
 # The kernel
 # --------------------------------------------------------------------------------------------
@@ -265,22 +289,7 @@ def _maxmin_kernel(flow_ptr, flow_links, flow_weights, active, link_capacity, fl
                     n_unfrozen -= 1
 
         # Re-key every link touched by this event once.
-        for i in range(n_dirty):
-            link = dirty[i]
-            if pos[link] < 0:
-                continue
-            if unfrozen_count[link] == 0:
-                size = _heap_remove(heap, hkey, pos, link, size)
-                continue
-            w = weight_sum[link]
-            new_key = residual[link] / w if w > 0.0 else level
-            slot = pos[link]
-            old_key = hkey[slot]
-            hkey[slot] = new_key
-            if new_key < old_key:
-                _sift_up(heap, hkey, pos, slot)
-            elif new_key > old_key:
-                _sift_down(heap, hkey, pos, slot, size)
+        size = _rekey_dirty(heap, hkey, pos, size, dirty, n_dirty, unfrozen_count, residual, weight_sum, level)
         event += 1
 
     if n_unfrozen > 0:

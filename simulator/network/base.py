@@ -158,34 +158,37 @@ class FluidNetwork:
             self._rerate()
             self.rerates += 1
             self._dirty = False
-        moving = self.active & (self.rate > 0)
+        rate = self.rate
+        moving = self.active & (rate > 0)
         if not moving.any():
             return np.inf
-        return float(np.min(self.remaining[moving] / self.rate[moving]))
+        return float(np.min(self.remaining[moving] / rate[moving]))
 
     def advance(self, dt_s: float) -> np.ndarray:
         """Drain ``dt_s`` seconds at current rates; return the ids of flows that finished."""
         if self._dirty:
             self.next_completion_s()
-        idx = np.flatnonzero(self.active)
+        rate, remaining, fill, active = self.rate, self.remaining, self.fill, self.active
+        idx = np.flatnonzero(active)
         if idx.size == 0:
             return idx
         if dt_s > 0:
-            moved = np.minimum(self.rate[idx] * dt_s, self.remaining[idx])
-            filled = np.minimum(moved, self.fill[idx])          # start-up first: no data on the links
-            self.fill[idx] -= filled
-            entries = entries_of(self.flow_ptr, idx)
-            counts = self.flow_ptr[idx + 1] - self.flow_ptr[idx]
+            moved = np.minimum(rate[idx] * dt_s, remaining[idx])
+            filled = np.minimum(moved, fill[idx])          # start-up first: no data on the links
+            fill[idx] -= filled
+            ptr = self.flow_ptr
+            entries = entries_of(ptr, idx)
+            counts = ptr[idx + 1] - ptr[idx]
             self.link_bytes += np.bincount(self.flow_links[entries],
                                            weights=np.repeat(moved - filled, counts) * self.flow_weights[entries],
                                            minlength=self.link_bytes.shape[0])
-            self.remaining[idx] -= moved
+            remaining[idx] -= moved
         # finished: at most a nanosecond of transfer left (float round-off on the drain)
-        done = idx[self.remaining[idx] <= self.rate[idx] * 1e-9 + 1e-9]
+        done = idx[remaining[idx] <= rate[idx] * 1e-9 + 1e-9]
         if done.size:
-            self.remaining[done] = 0.0
-            self.active[done] = False
-            self.rate[done] = 0.0
+            remaining[done] = 0.0
+            active[done] = False
+            rate[done] = 0.0
             self._dirty = True
         return self.ids[done]
 

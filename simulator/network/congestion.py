@@ -111,9 +111,8 @@ downlink's tree pauses every sender's uplink, so the senders' other flows are th
 (HOL victims). Queueing delay: the standing queue of each link is kept in ``link_queue_bytes``
 (DCQCN: the time-averaged fluid queue; PFC/credits: the Xoff threshold / VL buffer of each paused
 ingress feeding a congested egress) and ``queueing_delay_s(links)`` = :math:`\sum_l q_l / c_l`.
-The engine would add ``queueing_delay_s(path)`` of a transfer's paths to its latency when it
-starts (``engine/fabric.py``); the rates are unaffected (a standing queue delays the first byte,
-not the throughput).
+That delay is a query only: the engine does not add it to any transfer's latency, and the rates
+are unaffected (a standing queue delays the first byte, not the throughput).
 """
 
 from __future__ import annotations
@@ -349,17 +348,15 @@ class CongestionNetwork(FlowNetwork):
                              "egresses (ECN marking) from NIC ports")
         if self._lossless.any() and (self._src is None or self._dst is None):
             raise ValueError("CongestionNetwork: pfc / ib-credit need link_src and link_dst (or topology=)")
-        self._effective = self.capacity_bytes_per_s.copy()
+        self._credit_cap = np.full(n_links, np.inf)          # the credit-loop bound B_VL / RTT (inf where none)
         for spec in self._lossless_specs:
             if isinstance(spec, IbCredit) and spec.vl_buffer_bytes is not None:
                 if self._latency is None:
                     raise ValueError("CongestionNetwork: IbCredit(vl_buffer_bytes=...) needs link_latency_s "
                                      "(or topology=)")
                 ib = (self._kind == int(LinkKind.INFINIBAND)) & (self._latency > 0)
-                self._effective[ib] = np.minimum(self._effective[ib],
-                                                 spec.vl_buffer_bytes / (2.0 * self._latency[ib]))
-        self._credit_cap = self._effective.copy()          # the credit-loop cap alone (inf where none)
-        self._credit_cap[self._effective >= self.capacity_bytes_per_s] = np.inf
+                self._credit_cap[ib] = spec.vl_buffer_bytes / (2.0 * self._latency[ib])
+        self._effective = np.minimum(self.capacity_bytes_per_s, self._credit_cap)
         self.link_queue_bytes = np.zeros(n_links)
         self.link_pause_fraction = np.zeros(n_links)
         self.dcqcn_simulated_s = 0.0
@@ -383,7 +380,7 @@ class CongestionNetwork(FlowNetwork):
     # ---- rates ------------------------------------------------------------------------------------
     def set_link_scale(self, link: int, scale: float) -> None:
         super().set_link_scale(link, scale)
-        self._effective[link] = min(self.capacity_bytes_per_s[link], self._credit_cap[link])
+        self._effective = np.minimum(self.capacity_bytes_per_s, self._credit_cap)
 
     def _rerate(self) -> None:
         active = self.active
@@ -400,10 +397,11 @@ class CongestionNetwork(FlowNetwork):
         offered = np.full(active.shape[0], np.inf)
         refined = np.zeros(active.shape[0], dtype=np.bool_)
 
-        if self._roce[links].any():
-            refined |= self._run_dcqcn(rates, entry_flow, offered)
-        if self._lossless[links].any():
-            refined |= self._run_lossless(entry_flow, offered)
+        roce_entry, lossless_entry = self._roce[links], self._lossless[links]
+        if roce_entry.any():
+            refined |= self._run_dcqcn(rates, entry_flow, roce_entry, offered)
+        if lossless_entry.any():
+            refined |= self._run_lossless(entry_flow, lossless_entry, offered)
         if refined.any():
             caps = self.cap.copy()
             caps[refined] = np.minimum(caps[refined], offered[refined])
@@ -411,15 +409,16 @@ class CongestionNetwork(FlowNetwork):
             rates[~active] = 0.0
             self.rate = rates
 
-    def _run_dcqcn(self, rates: np.ndarray, entry_flow: np.ndarray, offered: np.ndarray) -> np.ndarray:
+    def _run_dcqcn(self, rates: np.ndarray, entry_flow: np.ndarray, roce_entry: np.ndarray,
+                   offered: np.ndarray) -> np.ndarray:
         """Stage 2; returns the flows it refined (and writes their offered rates)."""
         ptr, links, weights = self.flow_ptr, self.flow_links, self.flow_weights
         n_flows = self.active.shape[0]
         on_roce = np.zeros(n_flows, dtype=np.bool_)
-        on_roce[entry_flow[self._roce[links]]] = True
+        on_roce[entry_flow[roce_entry]] = True
         controlled = self.active & on_roce
         # line rate of each queue pair: its cap and the slowest link up to its NIC port (weight-scaled)
-        upstream = self._upto_first(entry_flow, self._roce[links])
+        upstream = self._upto_first(entry_flow, roce_entry)
         rate_max = np.full(n_flows, np.inf)
         np.minimum.at(rate_max, entry_flow[upstream], self._effective[links[upstream]] / weights[upstream])
         rate_max = np.minimum(rate_max, self.cap)
@@ -432,20 +431,19 @@ class CongestionNetwork(FlowNetwork):
             return np.zeros(n_flows, dtype=np.bool_)     # no egress can queue: DCQCN stays at line rate
         spec = self._dcqcn
         s, queue, simulated = dcqcn_rates(ptr, links, weights, controlled, self._effective, marking, is_port,
-                                          np.where(controlled, rate_max, 1.0), rates, spec.params(),
-                                          dt_s=spec.dt_s, warmup_s=spec.warmup_s, block_s=spec.block_s,
-                                          horizon_s=spec.horizon_s, settle_tol=spec.settle_tolerance)
+                                          rate_max, rates, spec.params(), dt_s=spec.dt_s, warmup_s=spec.warmup_s,
+                                          block_s=spec.block_s, horizon_s=spec.horizon_s,
+                                          settle_tol=spec.settle_tolerance)
         offered[controlled] = s[controlled]
         self.link_queue_bytes = np.maximum(self.link_queue_bytes, queue)
         self.dcqcn_simulated_s = simulated
         self.dcqcn_settled = simulated < spec.horizon_s - 0.5 * spec.dt_s
         return controlled
 
-    def _run_lossless(self, entry_flow: np.ndarray, offered: np.ndarray) -> np.ndarray:
+    def _run_lossless(self, entry_flow: np.ndarray, lossless_entry: np.ndarray, offered: np.ndarray) -> np.ndarray:
         """Stage 3; returns the flows it throttled (and writes their offered rates)."""
         ptr, links, weights = self.flow_ptr, self.flow_links, self.flow_weights
         n_flows = self.active.shape[0]
-        lossless_entry = self._lossless[links]
         crosses = np.zeros(n_flows, dtype=np.bool_)
         crosses[entry_flow[lossless_entry]] = True
         participant = self.active & crosses
@@ -454,15 +452,15 @@ class CongestionNetwork(FlowNetwork):
         if need.any():
             demand[need] = self._injection_share(entry_flow, lossless_entry, participant)[need]
         demand[~participant] = 0.0
+        ups, downs = successor_pairs(ptr, links, participant, self._src, self._dst)
         throttle, pause, tree_level = lossless_throttle(ptr, links, weights, participant, self._effective, demand,
-                                                        self._lossless, self._src, self._dst)
+                                                        self._lossless, ups, downs)
         slowed = participant & (throttle < 1.0)
         if not slowed.any():
             return np.zeros(n_flows, dtype=np.bool_)
         offered[participant] = demand[participant] * throttle[participant]
         self.link_pause_fraction = pause
         # standing queue behind each paused ingress: its Xoff / VL buffer, at the egress it feeds
-        ups, downs = successor_pairs(ptr, links, participant, self._src, self._dst)
         hit = (pause[ups] > 0) & np.isfinite(tree_level[downs])
         if hit.any():
             pairs = np.unique(np.stack([ups[hit], downs[hit]]), axis=1)

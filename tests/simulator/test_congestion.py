@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from simulator.api import simulate
-from simulator.config import SimConfig
-from simulator.kernels import build_csr, dcqcn_rates, lossless_throttle
-from simulator.network import CongestionNetwork, Dcqcn, Ecn, FlowNetwork, IbCredit, Pfc, build_network
+from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES, SimConfig
+from simulator.kernels import build_csr, dcqcn_rates, lossless_throttle, successor_pairs
+from simulator.network import (NETWORK_MODELS, REFINEMENTS, CongestionNetwork, Dcqcn, Ecn, FlowNetwork, IbCredit,
+                               Pfc, build_network)
 from topologies import devices as dev
 from topologies import links as lk
 from topologies.fat_tree import leaf_spine
@@ -358,9 +359,6 @@ def test_topology_metadata_gives_the_same_victim():
 # Kernels against their twins
 # --------------------------------------------------------------------------------------------------
 
-PARAMS = Dcqcn().params()
-
-
 def random_dcqcn_instance(seed: int):
     """1-7 NIC ports, 1-9 marking links, 1-24 flows (one port + 0-3 marking links, weights 0.5-1.5),
     90 % controlled, capacities 10-50 GB/s, starting rates 20-100 % of line rate."""
@@ -380,16 +378,20 @@ def random_dcqcn_instance(seed: int):
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_dcqcn_kernel_matches_naive(seed):
+@pytest.mark.parametrize("threshold", [1, 5])
+def test_dcqcn_kernel_matches_naive(seed, threshold):
+    # threshold F = 1 (the NVIDIA default) takes the kernel's shortcut for the stage weights,
+    # F = 5 their general form (1 + w)^F, which the twin always uses
     instance = random_dcqcn_instance(seed)
+    params = Dcqcn(threshold=threshold).params()
     kw = dict(dt_s=4e-6, warmup_s=0.1e-3, block_s=0.1e-3, horizon_s=0.8e-3, settle_tol=0.0)
-    rates, queue, simulated = dcqcn_rates(*instance, PARAMS, **kw)
-    twin_rates, twin_queue, twin_simulated = dcqcn_rates_naive(*instance, PARAMS, **kw)
+    rates, queue, simulated = dcqcn_rates(*instance, params, **kw)
+    twin_rates, twin_queue, twin_simulated = dcqcn_rates_naive(*instance, params, **kw)
     assert simulated == twin_simulated
     np.testing.assert_allclose(rates, twin_rates, rtol=1e-9, atol=0.0)
     np.testing.assert_allclose(queue, twin_queue, rtol=1e-9, atol=1e-6)
     assert np.all(rates[~instance[3]] == 0) and np.all(np.isfinite(rates))
-    again = dcqcn_rates(*instance, PARAMS, **kw)
+    again = dcqcn_rates(*instance, params, **kw)
     assert again[0].tobytes() == rates.tobytes()        # bit-identical on a rerun
 
 
@@ -424,8 +426,9 @@ def random_layered_instance(seed: int):
 @pytest.mark.parametrize("seed", range(60))
 def test_lossless_kernel_matches_naive_and_is_feasible(seed):
     instance = random_layered_instance(seed)
-    flow_ptr, flow_links, flow_weights, participant, capacity, demand = instance[:6]
-    result = lossless_throttle(*instance)
+    flow_ptr, flow_links, flow_weights, participant, capacity, demand, _, src, dst = instance
+    ups, downs = successor_pairs(flow_ptr, flow_links, participant, src, dst)
+    result = lossless_throttle(*instance[:7], ups, downs)
     for got, want in zip(result, lossless_throttle_naive(*instance)):
         assert np.array_equal(np.isfinite(got), np.isfinite(want))
         np.testing.assert_allclose(got[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-12, atol=1e-14)
@@ -453,6 +456,13 @@ def test_build_network_names_and_errors():
         build_network("analytical", topology, congestion=("pfc",))
     with pytest.raises(ValueError, match="network_model: 'flow\\+ecn' is not known"):
         build_network("flow+ecn", topology)
+
+
+def test_config_names_are_the_registries_names():
+    # SimConfig checks names without importing the network package (numba); its lists must stay the
+    # registries' keys, in order
+    assert CONGESTION_NAMES == tuple(REFINEMENTS)
+    assert NETWORK_MODEL_NAMES == tuple(NETWORK_MODELS)
 
 
 def test_bad_input_is_named():

@@ -126,10 +126,10 @@ def test_concurrent_collectives_never_exceed_capacity_and_conserve_bytes(monkeyp
     work = Workload(nranks=16, collectives=colls, programs=programs)
     made = []
 
-    def factory(capacity):
-        made.append(CheckedFlowNetwork(capacity))
+    def factory(model, topology, *, congestion=()):
+        made.append(CheckedFlowNetwork(topology.link_capacity_bytes_per_s))
         return made[-1]
-    monkeypatch.setattr(api, "NETWORK_MODELS", {"flow": factory})
+    monkeypatch.setattr(api, "build_network", factory)
     res = simulate(topo, work, config=SimConfig(collectives=CollectivePolicy(algorithm="ring", protocol="Simple")))
     assert made[0].checked >= 3
     # bytes conserved: every link moved exactly the wire bytes of the flows routed over it
