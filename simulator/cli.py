@@ -17,13 +17,19 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES
 from topologies.presets import FABRICS, SYSTEMS, TOPOLOGIES
 from topologies.routing import ROUTING_POLICIES
 from workloads.collectives import CollectiveKind
+from workloads.parallelism import DDP_BUCKET_BYTES
+from workloads.presets import SC21_VOCAB
 
 BENCH_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall")
+DEFAULT_SYSTEM = "dgx-h100"          # the system preset when none is given
+STEP_FORMATS = ("table", "json")
 
 
 class _UsageError(Exception):
@@ -60,11 +66,11 @@ def _positive_int(name: str):
 _factor = _bounded("stepfactor", float, 1, strict=True)
 
 
-def _fabric_options(p: argparse.ArgumentParser) -> None:
-    """The options that choose and wire the fabric (bench and topo)."""
+def _fabric_options(p: argparse.ArgumentParser, *, nodes: int = 1) -> None:
+    """The options that choose and wire the fabric (bench, topo and step), ``nodes`` servers by default."""
     p.add_argument("--system", default=None,
-                   help="system preset (see `fabricsim systems`); default dgx-h100")
-    p.add_argument("--nodes", type=_positive_int("nodes"), default=1, help="servers; default 1")
+                   help=f"system preset (see `fabricsim systems`); default {DEFAULT_SYSTEM}")
+    p.add_argument("--nodes", type=_positive_int("nodes"), default=nodes, help=f"servers; default {nodes}")
     p.add_argument("--topology", default="leaf-spine", help=f"wiring: {', '.join(TOPOLOGIES)}; default leaf-spine")
     p.add_argument("--fabric", default=None,
                    help=f"fabric technology: {', '.join(FABRICS)}; default the preset's own")
@@ -80,22 +86,25 @@ def _fabric_options(p: argparse.ArgumentParser) -> None:
                    help="GPUDirect RDMA off: network traffic staged through host memory (NCCL 'GDR 0')")
 
 
-def _topology(args):
+def _topology(settings: Mapping):
+    """The system the fabric options in ``settings`` (parsed arguments as a dict, or step settings) describe."""
     from topologies.presets import build_system
-    return build_system(args.system, nodes=args.nodes, topology=args.topology, fabric=args.fabric,
-                        oversubscription=args.oversubscription, rail_optimised=args.rail_optimised,
-                        nics_per_node=args.nics_per_node, planes=args.planes, gdr=args.gdr)
+    return build_system(settings["system"], nodes=settings["nodes"], topology=settings["topology"],
+                        fabric=settings["fabric"], oversubscription=settings["oversubscription"],
+                        rail_optimised=settings["rail_optimised"], nics_per_node=settings["nics_per_node"],
+                        planes=settings["planes"], gdr=settings["gdr"])
 
 
 # `fabricsim step` with no arguments: a Llama-3 8B-class model on 8 DGX H100 (64 GPUs), TP 2 x PP 2 x DP 16,
 # 256 sequences of 8192 tokens per step (2M tokens), micro-batch 1, bf16, DDP buckets overlapped with backward.
-STEP_DEFAULTS = {"model": "llama3-8b", "system": "dgx-h100", "nodes": 8, "tp": 2, "pp": 2, "cp": 1, "ep": 1, "vp": 1,
-                 "zero": 0, "fsdp": False, "global_batch": 256, "micro_batch": 1, "seq_len": 8192, "bucket_mb": 25.0,
-                 "dtype": "bf16", "schedule": "1f1b", "sequence_parallel": False, "recompute": "none",
-                 "net_model": "flow", "granularity": "layer", "topology": "leaf-spine", "fabric": None,
-                 "oversubscription": 1.0, "rail_optimised": True, "nics_per_node": None, "planes": 1, "gdr": True,
-                 "routing": "ecmp", "seed": 0, "congestion": (), "layers": None, "hidden": None, "heads": None,
-                 "vocab": 51200, "ffn_hidden": None, "dp": None, "format": "table", "trace": None}
+STEP_DEFAULTS = {"model": "llama3-8b", "system": DEFAULT_SYSTEM, "nodes": 8, "tp": 2, "pp": 2, "cp": 1, "ep": 1,
+                 "vp": 1, "zero": 0, "fsdp": False, "global_batch": 256, "micro_batch": 1, "seq_len": 8192,
+                 "bucket_mb": DDP_BUCKET_BYTES / 2**20, "dtype": "bf16", "schedule": "1f1b",
+                 "sequence_parallel": False, "recompute": "none", "net_model": "flow", "granularity": "layer",
+                 "topology": "leaf-spine", "fabric": None, "oversubscription": 1.0, "rail_optimised": True,
+                 "nics_per_node": None, "planes": 1, "gdr": True, "routing": "ecmp", "seed": 0, "congestion": (),
+                 "layers": None, "hidden": None, "heads": None, "vocab": SC21_VOCAB, "ffn_hidden": None, "dp": None,
+                 "format": "table", "trace": None}
 
 
 def _step_parser(sub) -> None:
@@ -107,21 +116,13 @@ def _step_parser(sub) -> None:
     step.add_argument("--model", help="a model preset (llama3-8b, llama3-70b, gpt3-175b, mixtral-8x7b, ...) or "
                                       "'gpt' with --layers --hidden --heads; default llama3-8b")
     for name, what in (("layers", "transformer layers"), ("hidden", "hidden size"), ("heads", "attention heads"),
-                       ("vocab", "vocabulary (default 51200)"), ("ffn-hidden", "MLP size (default 4 x hidden)")):
+                       ("vocab", f"vocabulary (default {SC21_VOCAB})"),
+                       ("ffn-hidden", "MLP size (default 4 x hidden)")):
         step.add_argument(f"--{name}", type=_positive_int(name), help=f"with --model gpt: {what}")
-    step.add_argument("--system", help="system preset; default dgx-h100")
-    step.add_argument("--nodes", type=_positive_int("nodes"), help="servers; default 8")
-    step.add_argument("--topology", help=f"wiring: {', '.join(TOPOLOGIES)}")
-    step.add_argument("--fabric", help=f"fabric technology: {', '.join(FABRICS)}")
-    step.add_argument("--oversubscription", type=_bounded("oversubscription", float), help="leaf down:up ratio")
-    step.add_argument("--no-rail-optimised", dest="rail_optimised", action="store_const", const=False,
-                      help="top-of-rack leaves")
-    step.add_argument("--nics-per-node", type=_positive_int("nics-per-node"), help="NICs per server")
-    step.add_argument("--planes", type=_positive_int("planes"), help="fabric planes")
-    step.add_argument("--no-gdr", dest="gdr", action="store_const", const=False, help="GPUDirect RDMA off")
+    _fabric_options(step, nodes=STEP_DEFAULTS["nodes"])
     step.add_argument("--routing", choices=ROUTING_POLICIES, help="fabric routing; default ecmp")
     step.add_argument("--seed", type=int, help="seed of ECMP hashing; default 0")
-    step.add_argument("--congestion", nargs="+", choices=("dcqcn", "pfc", "ib-credit"), help="flow-model refinements")
+    step.add_argument("--congestion", nargs="+", choices=CONGESTION_NAMES, help="flow-model refinements")
     for name in ("tp", "pp", "dp", "cp", "ep", "vp"):
         step.add_argument(f"--{name}", type=_positive_int(name),
                           help={"dp": "data-parallel size; default GPUs / (tp pp cp)",
@@ -131,16 +132,18 @@ def _step_parser(sub) -> None:
     step.add_argument("--global-batch", type=_positive_int("global-batch"), help="sequences per step; default 256")
     step.add_argument("--micro-batch", type=_positive_int("micro-batch"), help="sequences per micro-batch; default 1")
     step.add_argument("--seq-len", type=_positive_int("seq-len"), help="tokens per sequence; default 8192")
-    step.add_argument("--bucket-mb", type=float, help="DDP gradient bucket in MiB; default 25")
+    step.add_argument("--bucket-mb", type=float,
+                      help=f"DDP gradient bucket in MiB; default {STEP_DEFAULTS['bucket_mb']:g}")
     step.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), help="training precision; default bf16")
     step.add_argument("--schedule", choices=("1f1b", "gpipe", "interleaved"), help="pipeline schedule; default 1f1b")
     step.add_argument("--sequence-parallel", action="store_const", const=True, help="Megatron sequence parallelism")
     step.add_argument("--recompute", choices=("none", "selective", "full"), help="activation recomputation")
-    step.add_argument("--net-model", choices=("flow", "analytical"), help="network model; default flow")
+    step.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, help="network model; default flow")
     step.add_argument("--granularity", choices=("layer", "chunk"),
                       help="tasks per layer (default) or per model chunk (faster; bytes and compute conserved)")
-    step.add_argument("--format", choices=("table", "json"), help="output format; default table")
+    step.add_argument("--format", choices=STEP_FORMATS, help="output format; default table")
     step.add_argument("--trace", metavar="FILE.json", help="also write the step as a Chrome/Perfetto trace")
+    step.set_defaults(**dict.fromkeys(STEP_DEFAULTS))     # None: not given, so the scenario file or the default holds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,14 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fabric routing: ecmp (seeded hash), adaptive, spray, minimal, valiant, ugal; default ecmp")
     bench.add_argument("--qps-per-connection", type=_positive_int("qps-per-connection"), default=None,
                        help="QPs per NCCL network connection (as NCCL_IB_QPS_PER_CONNECTION), each hashed separately")
-    bench.add_argument("--congestion", nargs="+", default=(), choices=("dcqcn", "pfc", "ib-credit"),
+    bench.add_argument("--congestion", nargs="+", default=(), choices=CONGESTION_NAMES,
                        help="refine the flow model: DCQCN rate control, PFC pause spreading (RoCE), "
                             "InfiniBand credit back-pressure")
     bench.add_argument("--sharp", action="store_true",
                        help="allow in-network reduction on SHARP switches (as NCCL_COLLNET_ENABLE=1)")
     bench.add_argument("--gpus-per-node", type=_positive_int("gpus-per-node"), default=None,
                        help="use this many of each server's GPUs; default all")
-    bench.add_argument("--net-model", choices=("flow", "analytical"), default="flow",
+    bench.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, default="flow",
                        help="network model: flow (max-min sharing, default) or analytical (alpha-beta)")
     bench.add_argument("--algo", default=None, help="force the algorithm (as NCCL_ALGO): ring")
     bench.add_argument("--proto", default=None, help="force the protocol (as NCCL_PROTO): LL, LL128, Simple")
@@ -203,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="with --data: the channel count it forced")
     validate.add_argument("-g", "--ngpus", type=_positive_int("ngpus"), default=None,
                           help="with --data: GPUs per nccl-tests process (-g); default 1")
-    validate.add_argument("--net-model", choices=("flow", "analytical"), default="flow", help="network model")
+    validate.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, default="flow", help="network model")
     validate.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
     validate.add_argument("--plot", default=None, metavar="DIR",
                           help="also write one PNG per series (predicted vs measured busbw against size) into DIR")
@@ -228,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--proto", default=None, help="the protocol it forced (NCCL_PROTO)")
     calibrate.add_argument("--channels", type=_positive_int("channels"), default=None,
                            help="the channel count it forced")
-    calibrate.add_argument("--net-model", choices=("flow", "analytical"), default="flow", help="network model")
+    calibrate.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, default="flow", help="network model")
     calibrate.add_argument("--out", default=None, metavar="FILE.json",
                            help="write the calibration here, for `fabricsim bench --calibration FILE.json`")
 
@@ -261,7 +264,7 @@ def _bench(args) -> str:
             raise ValueError(f"calibration: {args.calibration} was fitted on system {calibration.system!r}, not "
                              f"{args.system!r}; expected --system {calibration.system} (or no --system)")
         args.system = calibration.system
-    args.system = args.system or "dgx-h100"
+    args.system = args.system or DEFAULT_SYSTEM
     if args.system not in SYSTEMS:
         raise ValueError(f"system: {args.system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
     # NCCL's environment variables (NCCL_ALGO, NCCL_PROTO, NCCL_NVLS_ENABLE, NCCL_MIN/MAX_NCHANNELS,
@@ -271,7 +274,7 @@ def _bench(args) -> str:
                                                collnet=True if args.sharp else None)
     config = SimConfig(network_model=args.net_model, seed=args.seed, routing=args.routing, collectives=policy,
                        congestion=tuple(args.congestion))
-    system = _topology(args)
+    system = _topology(vars(args))
     if calibration is not None:
         from simulator.calibration import apply_calibration
         system, config = apply_calibration(system, config, calibration)
@@ -309,9 +312,14 @@ def _step_settings(args) -> dict:
             raise ValueError(f"scenario: {args.scenario} is not valid TOML ({exc})") from None
         for key, value in scenario.items():
             name = key.replace("-", "_")
-            if name not in settings or name in ("format", "trace") and not isinstance(value, str):
+            if name not in settings:
                 raise ValueError(f"scenario: {args.scenario}: {key!r} is not a known field; expected one of "
                                  f"{', '.join(k for k in STEP_DEFAULTS)}")
+            if name == "format" and value not in STEP_FORMATS:
+                raise ValueError(f"scenario: {args.scenario}: format: {value!r} is not allowed; expected one of "
+                                 f"{', '.join(STEP_FORMATS)}")
+            if name == "trace" and not isinstance(value, str):
+                raise ValueError(f"scenario: {args.scenario}: trace: {value!r} is not allowed; expected a file name")
             settings[name] = tuple(value) if name == "congestion" else value
     for name in settings:
         value = getattr(args, name, None)
@@ -326,7 +334,6 @@ def _step(args) -> str:
 
     from simulator.config import SimConfig
     from simulator.training import simulate_step
-    from topologies.presets import build_system
     from workloads.parallelism import ParallelismSpec
     from workloads.presets import custom_gpt, model_preset
 
@@ -339,9 +346,7 @@ def _step(args) -> str:
                            ffn_hidden=s["ffn_hidden"])
     else:
         model = model_preset(str(s["model"]))
-    topology = build_system(s["system"], nodes=s["nodes"], topology=s["topology"], fabric=s["fabric"],
-                            oversubscription=s["oversubscription"], rail_optimised=s["rail_optimised"],
-                            nics_per_node=s["nics_per_node"], planes=s["planes"], gdr=s["gdr"])
+    topology = _topology(s)
     if not (isinstance(s["bucket_mb"], (int, float)) and s["bucket_mb"] > 0):
         raise ValueError(f"bucket_mb: {s['bucket_mb']!r} is not allowed; expected a number > 0")
     parallelism = ParallelismSpec(tp=s["tp"], pp=s["pp"], dp=s["dp"], cp=s["cp"], ep=s["ep"], vp=s["vp"],
@@ -404,8 +409,8 @@ def format_step(result, topology) -> str:
 def _topo(args) -> str:
     from topologies.cost import cost_summary
 
-    args.system = args.system or "dgx-h100"
-    topology = _topology(args)
+    args.system = args.system or DEFAULT_SYSTEM
+    topology = _topology(vars(args))
     out = f"{topology.name}: {topology.description}\n{topology.num_gpus} GPUs, {topology.num_servers} servers\n"
     out += cost_summary(topology, nic_cables=args.nic_cables).format().rstrip("\n") + "\n"
     if args.draw is not None:

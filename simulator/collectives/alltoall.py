@@ -65,8 +65,9 @@ class Alltoall:
         return [[pair for r in rounds[i:i + ROUNDS_IN_FLIGHT] for pair in r]
                 for i in range(0, len(rounds), ROUNDS_IN_FLIGHT)]
 
-    def _latency_s(self, collective: Collective, ctx: LoweringContext, protocol: str, *, nccl: bool = False) -> float:
-        """Simulated latency; ``nccl=True``: NCCL's own estimate (no platform hop extra)."""
+    def _latency_s(self, collective: Collective, ctx: LoweringContext, protocol: str, *,
+                   hop_extra_us: float = 0.0) -> float:
+        """Latency with the platform's ``hop_extra_us`` (``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate)."""
         layout = ctx.layout(collective.group)
         group = collective.group
         intra = nccl_model.HW_LATENCY_US[layout.intra]["ring"][protocol]
@@ -78,8 +79,7 @@ class Alltoall:
                             for q in range(len(group)) if q != p] or [0.0])
             worst = max(worst, hops)
         # the platform's extra hop latency is paid once: a rank's sends to its peers run concurrently
-        extra = 0.0 if nccl else layout.hop_extra_us
-        return (nccl_model.BASE_LATENCY_US["ring"][protocol] + worst + extra) * 1e-6
+        return (nccl_model.BASE_LATENCY_US["ring"][protocol] + worst + hop_extra_us) * 1e-6
 
     def _pair_flows(self, collective: Collective, ctx: LoweringContext, p: int, q: int, nchannels: int):
         """(src, dst, bytes, channel) flows of one pair."""
@@ -90,7 +90,7 @@ class Alltoall:
         return [(group[p], group[q], int(b), c) for c, b in enumerate(pieces)]
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
-        latency = self._latency_s(collective, ctx, protocol)
+        latency = self._latency_s(collective, ctx, protocol, hop_extra_us=ctx.layout(collective.group).hop_extra_us)
         steps = []
         for i, pairs in enumerate(self._rounds(collective)):
             flows = [f for p, q in pairs for f in self._pair_flows(collective, ctx, p, q, nchannels)]
@@ -125,7 +125,7 @@ class Alltoall:
                  nchannels: int) -> tuple[float, float]:
         counts = alltoall_counts(collective)
         biggest = int(counts.max()) * DTYPE_BYTES[collective.dtype] if counts.size else 0
-        latency = self._latency_s(collective, ctx, protocol, nccl=True)
+        latency = self._latency_s(collective, ctx, protocol)
         if collective.nranks == 1:
             return latency, float("inf")
         if (protocol == "LL") != (biggest <= P2P_LL_THRESHOLD_BYTES):

@@ -17,13 +17,14 @@ never touch a network model or the engine.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from topologies.devices import GPU_PRESETS
-from topologies.links import LinkKind
+from topologies.links import NCCL_NVLINK_GBPS, LinkKind
 from topologies.routing import Router, equal_share_rates
 from topologies.topology import Topology
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
@@ -99,41 +100,44 @@ class LoweringContext:
 
     def nccl_capacity(self) -> np.ndarray:
         """Link capacities as NCCL's tuner sees them: an NVLink link between a GPU and its switch
-        at NCCL's per-link figure for the GPU's generation (``nccl_model.NCCL_NVLINK_GBPS``) times
-        its link count, every other link as modelled."""
+        at NCCL's per-link figure for the GPU's generation (``topologies.links.NCCL_NVLINK_GBPS``)
+        times its link count, every other link as modelled (only B200's NVLink5 departs: modelled
+        37.9 GB/s per link, NCCL's 40.1)."""
         def build():
             topo = self.topology
             capacity = topo.link_capacity_bytes_per_s.copy()
             nvlink = np.flatnonzero(topo.link_kind == int(LinkKind.NVLINK))
-            nodes = int(max(topo.link_src.max(initial=0), topo.link_dst.max(initial=0), topo.gpu_nodes.max(initial=0)))
-            gpu_of_node = np.full(nodes + 1, -1, dtype=np.int64)
-            gpu_of_node[topo.gpu_nodes] = np.arange(topo.gpu_nodes.shape[0])
-            src_gpu, dst_gpu = gpu_of_node[topo.link_src[nvlink]], gpu_of_node[topo.link_dst[nvlink]]
-            gpu = np.where(src_gpu >= 0, src_gpu, dst_gpu)       # the GPU end of each NVLink link
-            nvlink, gpu = nvlink[gpu >= 0], gpu[gpu >= 0]
-            names = [topo.graph.nodes[int(node)].get("gpu") for node in topo.gpu_nodes[np.unique(gpu)].tolist()]
-            scale_of = {}
-            for name in set(names):
-                spec = GPU_PRESETS.get(name)
-                nccl_gbps = nccl_model.NCCL_NVLINK_GBPS.get(spec.arch) if spec is not None else None
-                scale_of[name] = (nccl_gbps * 1e9 / spec.nvlink.bandwidth_bytes_per_s
-                                  if nccl_gbps and spec.nvlink else 1.0)
-            scale = np.ones(topo.gpu_nodes.shape[0])
-            scale[np.unique(gpu)] = [scale_of[name] for name in names]
-            scale = scale[gpu]
-            departs = np.abs(scale - 1.0) > 1e-9           # only where the model departs from NCCL's figure
-            capacity[nvlink[departs]] *= scale[departs]
+            src, dst = topo.link_src[nvlink], topo.link_dst[nvlink]
+            gpu_end = np.where(np.isin(src, topo.gpu_nodes), src, dst)      # the GPU end of each NVLink link
+            gpus_by_name: dict[str | None, list[int]] = {}
+            for node in topo.gpu_nodes.tolist():
+                gpus_by_name.setdefault(topo.graph.nodes[node].get("gpu"), []).append(node)
+            for name, gpus in gpus_by_name.items():
+                scale = _nccl_nvlink_scale(name)
+                if abs(scale - 1.0) > 1e-9:                  # only where the model departs from NCCL's figure
+                    capacity[nvlink[np.isin(gpu_end, gpus)]] *= scale
             return capacity
         return self.cached(("nccl-capacity",), build)
 
     def chain_rates(self, chains: list[np.ndarray], weights: list[np.ndarray] | None = None, *,
-                    nccl: bool = False) -> np.ndarray:
+                    view: str = "model") -> np.ndarray:
         """Equal-share rate of each chain's link list (the tuner's static bandwidth estimate),
-        bounded by what its network connections can stream; ``nccl=True``: on the links as NCCL
-        sees them (:meth:`nccl_capacity`)."""
-        capacity = self.nccl_capacity() if nccl else self.topology.link_capacity_bytes_per_s
+        bounded by what its network connections can stream. ``view`` selects the link capacities:
+        "model" as modelled, "nccl" as NCCL sees them (:meth:`nccl_capacity`)."""
+        if view not in ("model", "nccl"):
+            raise ValueError(f"view: {view!r} is not known; expected 'model' or 'nccl'")
+        capacity = self.nccl_capacity() if view == "nccl" else self.topology.link_capacity_bytes_per_s
         rates = equal_share_rates(chains, capacity, weights)
         return np.minimum(rates, connection_caps(self.topology, chains, self.qps_per_connection, weights))
+
+
+def _nccl_nvlink_scale(gpu_name: str | None) -> float:
+    """NCCL's per-link NVLink figure over the modelled one for a GPU preset (1 when either is unknown)."""
+    spec = GPU_PRESETS.get(gpu_name)
+    nccl_gbps = NCCL_NVLINK_GBPS.get(spec.arch) if spec is not None else None
+    if not nccl_gbps or spec.nvlink is None:
+        return 1.0
+    return nccl_gbps * 1e9 / spec.nvlink.bandwidth_bytes_per_s
 
 
 def connection_caps(topology: Topology, paths: list[np.ndarray], qps_per_connection: int = 1,
@@ -253,18 +257,20 @@ def check_runnable(algorithm: str, reason: str | None, protocol: str, protocols:
 
 
 def innet_schedule(collective: Collective, *, algorithm: str, protocol: str, nchannels: int, edges,
-                   efficiency: float, innet_nodes: dict[int, int], latency_s: float) -> Schedule:
+                   efficiency: float, innet_nodes: dict[int, int], latency_s: float,
+                   chain_rate_cap_bytes_per_s: float = math.inf) -> Schedule:
     """One step of chains through in-network reduction buffers (NVLS, NVLSTree, CollNet).
 
     ``edges`` are (src, dst, elements, chain); legs into or out of a switch buffer (negative id)
     run at the switch's reduction ``efficiency`` (wire scale 1/efficiency), other legs do not.
+    ``chain_rate_cap_bytes_per_s`` is the Schedule's per-chain cap (CollNet: the SHARP aggregation rate).
     """
     src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
     scale = np.where((src < 0) | (dst < 0), 1.0 / efficiency, 1.0)
     step = Step.of(src=src, dst=dst, nbytes=count * DTYPE_BYTES[collective.dtype], chain=chain, channel=chain,
                    latency_s=latency_s, label=f"{algorithm} {collective.kind.value}", wire_scale=scale)
     return Schedule(collective=collective, algorithm=algorithm, protocol=protocol, nchannels=nchannels,
-                    steps=(step,), innet_nodes=innet_nodes)
+                    steps=(step,), innet_nodes=innet_nodes, chain_rate_cap_bytes_per_s=chain_rate_cap_bytes_per_s)
 
 
 def innet_chain_rate(ctx: LoweringContext, edges, innet_nodes: dict[int, int], efficiency: float) -> tuple[float, int]:

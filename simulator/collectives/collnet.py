@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import replace
 
 import numpy as np
 
@@ -88,17 +87,19 @@ class CollNetAlgorithm:
     # ---- structure ---------------------------------------------------------------------------
     def _allocation(self, collective: Collective, ctx: LoweringContext) -> SharpAllocation | str:
         """The communicator's SHARP trees (one per rail, from the simulation's pool), or why not."""
-        def build():
-            layout = ctx.layout(collective.group)
-            rails = []
-            for q in range(layout.ppn):
-                nics = []
-                for ranks in layout.ranks_by_server:
-                    info = ctx.topology.servers[ctx.server(ranks[q])]
-                    nics.append(info.nics[info.nic_of_gpu[ctx.local(ranks[q])]])
-                rails.append(tuple(nics))
-            return sharp_pool(ctx).allocate(collective.group, rails)
-        return ctx.cached(("collnet-allocation", collective.group), build)
+        pool = sharp_pool(ctx)
+        known = pool.allocation(collective.group)
+        if known is not None:
+            return known
+        layout = ctx.layout(collective.group)
+        rails = []
+        for q in range(layout.ppn):
+            nics = []
+            for ranks in layout.ranks_by_server:
+                info = ctx.topology.servers[ctx.server(ranks[q])]
+                nics.append(info.nics[info.nic_of_gpu[ctx.local(ranks[q])]])
+            rails.append(tuple(nics))
+        return pool.allocate(collective.group, rails)
 
     def _tree(self, collective: Collective, ctx: LoweringContext, q: int) -> SharpTree:
         allocation = self._allocation(collective, ctx)
@@ -106,21 +107,16 @@ class CollNetAlgorithm:
             raise ValueError(f"algorithm {self.name}: {allocation}")
         return allocation.trees[allocation.rail_tree[q]]
 
-    def _plan(self, collective: Collective, ctx: LoweringContext, nchannels: int):
-        """Sub-shards: (owner local index, offset, count, leaf of each server, distinct leaves, root)."""
+    def _plan(self, collective: Collective, ctx: LoweringContext, nchannels: int) -> list[tuple[int, int, int]]:
+        """Sub-shards: (owner local index, offset, count); ``max(1, nchannels // ppn)`` per local index."""
         layout = ctx.layout(collective.group)
         nshards = layout.ppn * max(1, nchannels // layout.ppn)
         elements = collective.nbytes // DTYPE_BYTES[collective.dtype]
         count = split_evenly(elements, nshards)
         offset = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
-        plan = []
-        for j in range(nshards):
-            tree = self._tree(collective, ctx, j % layout.ppn)
-            plan.append((j % layout.ppn, int(offset[j]), int(count[j]), list(tree.leaves), sorted(set(tree.leaves)),
-                         tree.root))
-        return plan
+        return [(j % layout.ppn, int(offset[j]), int(count[j])) for j in range(nshards)]
 
-    def _buffers(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+    def _buffers(self, collective: Collective, ctx: LoweringContext):
         """In-network buffer ids: up and down stage of every switch used, -> topology node."""
         layout = ctx.layout(collective.group)
         switches = sorted({s for q in range(layout.ppn) for s in self._tree(collective, ctx, q).switches})
@@ -137,11 +133,12 @@ class CollNetAlgorithm:
         Trees of different heights share the steps: a shallower tree's levels sit next to the
         middle (its top level up is the step just before the first step down)."""
         layout = ctx.layout(collective.group)
-        up, down, _ = self._buffers(collective, ctx, nchannels)
+        up, down, _ = self._buffers(collective, ctx)
         top = max(self._tree(collective, ctx, q).height for q in range(layout.ppn))
         stages = [[] for _ in range(4 + 2 * top)]
-        for j, (q, off, cnt, leaves, _, root) in enumerate(self._plan(collective, ctx, nchannels)):
+        for j, (q, off, cnt) in enumerate(self._plan(collective, ctx, nchannels)):
             tree = self._tree(collective, ctx, q)
+            leaves, root = tree.leaves, tree.root
             for m, ranks in enumerate(layout.ranks_by_server):
                 owner = ranks[q]
                 stages[0] += [(p, owner, off, cnt, True, j) for p in ranks if p != owner]
@@ -161,8 +158,8 @@ class CollNetAlgorithm:
         return (2 * (min(1, ppn - 1) * COLLNET_NVLINK_LATENCY_US + (ppn - 1) * COLLNET_ARITY_LATENCY_US)
                 + COLLNET_NET_LATENCY_US) * 1e-6
 
-    def _efficiency(self, collective: Collective, ctx: LoweringContext, nchannels: int) -> float:
-        _, _, nodes = self._buffers(collective, ctx, nchannels)
+    def _efficiency(self, collective: Collective, ctx: LoweringContext) -> float:
+        _, _, nodes = self._buffers(collective, ctx)
         return min(ctx.topology.graph.nodes[n].get("reduction_efficiency", 1.0) for n in nodes.values())
 
     # ---- interface ---------------------------------------------------------------------------
@@ -175,23 +172,19 @@ class CollNetAlgorithm:
         """Most one chain's switch legs carry: the slowest tree's ``min over its switches of
         sharp_aggregation_bytes_per_s / chains on the tree`` (inf when no switch states a rate)."""
         allocation = self._allocation(collective, ctx)
-        chains = Counter(allocation.rail_tree[q] for q, *_ in self._plan(collective, ctx, nchannels))
+        per_rail = max(1, nchannels // ctx.layout(collective.group).ppn)      # chains per rail (``_plan``)
         nodes = ctx.topology.graph.nodes
-
-        def rate(switch: int) -> float:
-            value = nodes[switch].get("sharp_aggregation_bytes_per_s")
-            return math.inf if value is None else float(value)
-        return min(min(rate(s) for s in allocation.trees[t].switches) / n for t, n in chains.items())
+        return min(min(nodes[s].get("sharp_aggregation_bytes_per_s", math.inf) for s in allocation.trees[t].switches)
+                   / (rails * per_rail) for t, rails in Counter(allocation.rail_tree).items())
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)
-        schedule = innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                                  edges=self._edges(collective, ctx, nchannels),
-                                  efficiency=self._efficiency(collective, ctx, nchannels),
-                                  innet_nodes=self._buffers(collective, ctx, nchannels)[2],
-                                  latency_s=self._latency_s(collective, ctx))
-        cap = min(schedule.chain_rate_cap_bytes_per_s, self._aggregation_cap_bytes_per_s(collective, ctx, nchannels))
-        return replace(schedule, chain_rate_cap_bytes_per_s=cap)
+        return innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
+                              edges=self._edges(collective, ctx, nchannels),
+                              efficiency=self._efficiency(collective, ctx),
+                              innet_nodes=self._buffers(collective, ctx)[2],
+                              latency_s=self._latency_s(collective, ctx),
+                              chain_rate_cap_bytes_per_s=self._aggregation_cap_bytes_per_s(collective, ctx, nchannels))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         return tuple(DataStep.of([(s, d, off, cnt, off, red) for s, d, off, cnt, red, _ in stage])
@@ -204,11 +197,10 @@ class CollNetAlgorithm:
             return latency, 0.0
 
         chain_rate, nshards = ctx.cached(("collnet-rate", collective.group, nchannels), lambda: innet_chain_rate(
-            ctx, self._edges(collective, ctx, nchannels), self._buffers(collective, ctx, nchannels)[2],
-            self._efficiency(collective, ctx, nchannels)))
+            ctx, self._edges(collective, ctx, nchannels), self._buffers(collective, ctx)[2],
+            self._efficiency(collective, ctx)))
         # the cap bounds the switch legs' bytes, 1/efficiency per payload byte
-        cap = self._aggregation_cap_bytes_per_s(collective, ctx, nchannels) * self._efficiency(collective, ctx,
-                                                                                                 nchannels)
+        cap = self._aggregation_cap_bytes_per_s(collective, ctx, nchannels) * self._efficiency(collective, ctx)
         return latency, min(chain_rate, cap) * nshards
 
 

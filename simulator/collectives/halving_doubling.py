@@ -94,22 +94,24 @@ class HalvingDoubling:
 
     # ---- interface ---------------------------------------------------------------------------
     def _latencies(self, collective: Collective, ctx: LoweringContext, protocol: str, *,
-                   nccl: bool = False) -> list[float]:
-        """Latency of each step; ``nccl=True``: NCCL's per-hop table only (no platform hop extra)."""
+                   hop_extra_us: float = 0.0) -> list[float]:
+        """Latency of each step; ``hop_extra_us`` is added to every intra-server hop (the
+        platform's ``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate)."""
         layout = ctx.layout(collective.group)
         group = collective.group
         out = []
         for i, ops in enumerate(self.steps(collective)):
             crosses = any(ctx.server(group[a]) != ctx.server(group[b]) for a, b, *_ in ops)
             hop = (nccl_model.HW_LATENCY_US["net"]["ring"][protocol] if crosses else
-                   nccl_model.HW_LATENCY_US[layout.intra]["ring"][protocol] + (0.0 if nccl else layout.hop_extra_us))
+                   nccl_model.HW_LATENCY_US[layout.intra]["ring"][protocol] + hop_extra_us)
             out.append((hop + (nccl_model.BASE_LATENCY_US["ring"][protocol] if i == 0 else 0.0)) * 1e-6)
         return out
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         group, elt = collective.group, DTYPE_BYTES[collective.dtype]
+        latencies = self._latencies(collective, ctx, protocol, hop_extra_us=ctx.layout(group).hop_extra_us)
         steps = []
-        for ops, latency in zip(self.steps(collective), self._latencies(collective, ctx, protocol)):
+        for ops, latency in zip(self.steps(collective), latencies):
             flows = [(group[a], group[b], int(bytes_), ch) for a, b, _, c, _ in ops
                      for ch, bytes_ in enumerate(split_evenly(c * elt, nchannels, elt))]
             steps.append(Step.of(src=[f[0] for f in flows], dst=[f[1] for f in flows], nbytes=[f[2] for f in flows],
@@ -125,7 +127,7 @@ class HalvingDoubling:
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]:
-        latency = sum(self._latencies(collective, ctx, protocol, nccl=True))
+        latency = sum(self._latencies(collective, ctx, protocol))
         group, elt = collective.group, DTYPE_BYTES[collective.dtype]
         time_s = 0.0
         for ops in self.steps(collective):
@@ -158,8 +160,9 @@ class Pat(HalvingDoubling):
         return None
 
     def _latencies(self, collective: Collective, ctx: LoweringContext, protocol: str, *,
-                   nccl: bool = False) -> list[float]:
-        """PAT's latency (network hops only: no intra-server hop, so NCCL's and the simulated agree)."""
+                   hop_extra_us: float = 0.0) -> list[float]:
+        """PAT's latency, network hops only: with one GPU per server there is no intra-server hop,
+        so ``hop_extra_us`` does not apply and NCCL's and the simulated latency agree."""
         nnodes = ctx.layout(collective.group).nnodes
         total = (PAT_BASE_LATENCY_US + np.log2(nnodes) * nccl_model.HW_LATENCY_US["net"]["tree"]["Simple"] / 3.5
                  + PAT_PER_RANK_LATENCY_US * collective.nranks)
@@ -169,7 +172,7 @@ class Pat(HalvingDoubling):
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]:
         from .ring import RING
-        latency = sum(self._latencies(collective, ctx, protocol, nccl=True))
+        latency = sum(self._latencies(collective, ctx, protocol))
         if self.supported(collective, ctx) or protocol != "Simple":
             return latency, 0.0
         return latency, 0.75 * RING.estimate(collective, ctx, protocol="Simple", nchannels=nchannels)[1]

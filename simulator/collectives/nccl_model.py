@@ -28,8 +28,6 @@ from __future__ import annotations
 import math
 from types import MappingProxyType
 
-from topologies import links
-
 PROTOCOLS = ("LL", "LL128", "Simple")
 
 # Wire bytes per payload byte (NCCL src/include/device.h: LL lines are 8 B with a 4 B flag,
@@ -61,11 +59,6 @@ HW_LATENCY_US = MappingProxyType({
 # +0.7 us); the other tables of those GPUs (all_gather, reduce_scatter, sendrecv, two nodes) are held out.
 # Only the simulated time pays it: NCCL's choice (the estimates) uses NCCL's own table.
 NVLINK_HOP_EXTRA_US = MappingProxyType({"ampere": 0.65, "blackwell": 0.7})
-
-# NCCL's effective bandwidth of one NVLink link per GPU generation, GB/s (topologies.links, from
-# NCCL's topo.h). The modelled links carry the same figures except NVLink5, which carries the
-# measured 37.9; NCCL's choice still sees 40.1.
-NCCL_NVLINK_GBPS = links.NCCL_NVLINK_GBPS
 
 # llMaxBws[row][1 node, 2 nodes, >=3 nodes] in GB/s: row = GPU arch on one node, CPU vendor
 # across nodes (tuning.cc, NCCL 2.30.7).

@@ -44,13 +44,14 @@ class SendRecv:
         group = np.asarray(collective.group, dtype=np.int64)
         return group, np.roll(group, -1)
 
-    def _latency(self, collective: Collective, ctx: LoweringContext, protocol: str, *, nccl: bool = False) -> float:
-        """Simulated latency; ``nccl=True``: NCCL's own estimate (no platform hop extra)."""
+    def _latency(self, collective: Collective, ctx: LoweringContext, protocol: str, *,
+                 hop_extra_us: float = 0.0) -> float:
+        """Latency with the platform's ``hop_extra_us`` (``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate)."""
         layout = ctx.layout(collective.group)
         return nccl_model.ring_latency_s(kind_value="sendrecv", protocol=protocol, nranks=collective.nranks,
                                          nnodes=layout.nnodes, ppn=layout.ppn, intra=layout.intra,
                                          cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=1,
-                                         hop_extra_us=0.0 if nccl else layout.hop_extra_us)
+                                         hop_extra_us=hop_extra_us)
 
     def _flows(self, collective: Collective, ctx: LoweringContext, nchannels: int):
         """(src, dst, element offset, elements, channel) of every flow."""
@@ -68,8 +69,9 @@ class SendRecv:
         flows = self._flows(collective, ctx, nchannels)
         elt = DTYPE_BYTES[collective.dtype]
         step = Step.of(src=[f[0] for f in flows], dst=[f[1] for f in flows], nbytes=[f[3] * elt for f in flows],
-                       channel=[f[4] for f in flows], latency_s=self._latency(collective, ctx, protocol),
-                       label="sendrecv")
+                       channel=[f[4] for f in flows], label="sendrecv",
+                       latency_s=self._latency(collective, ctx, protocol,
+                                               hop_extra_us=ctx.layout(collective.group).hop_extra_us))
         return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
                                  steps=(step,), pxn=ctx.router.pxn)
 
@@ -81,7 +83,7 @@ class SendRecv:
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]:
-        latency = self._latency(collective, ctx, protocol, nccl=True)
+        latency = self._latency(collective, ctx, protocol)
         if collective.nranks == 1:
             return latency, float("inf")
         if (protocol == "LL") != (collective.nbytes <= P2P_LL_THRESHOLD_BYTES):

@@ -205,7 +205,7 @@ class RingAlgorithm:
         if n == 1:
             return latency, float("inf")
         wire_rate = ctx.cached(("ring-rate", collective.group, nchannels), lambda: float(
-            ctx.chain_rates(self.chain_paths(collective.group, ctx, nchannels), nccl=True).min()))
+            ctx.chain_rates(self.chain_paths(collective.group, ctx, nchannels), view="nccl").min()))
         cap = nccl_model.protocol_cap_bytes_per_s(protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor,
                                                   nnodes=layout.nnodes, nchannels=nchannels)
         busbw = nchannels * min(cap, wire_rate / nccl_model.WIRE_FACTOR[protocol])

@@ -68,7 +68,6 @@ SHARP_SALT = 0x5348415250   # "SHARP": separates tree choices from other uses of
 class SharpTree:
     """One rail's aggregation tree: ``leaves[m]`` is the switch NIC ``nics[m]`` is cabled to."""
 
-    rail: int
     nics: tuple[int, ...]
     leaves: tuple[int, ...]
     root: int
@@ -102,7 +101,6 @@ class SharpTree:
 class SharpAllocation:
     """A communicator's trees: ``trees[rail_tree[i]]`` serves rail ``i`` of the request."""
 
-    group: tuple[int, ...]
     trees: tuple[SharpTree, ...]
     rail_tree: tuple[int, ...]
 
@@ -138,9 +136,6 @@ class SharpPool:
         """What an earlier :meth:`allocate` gave ``group`` (None if it never asked)."""
         return self._allocations.get(group)
 
-    def leaf_of_nic(self, nic: int) -> int:
-        return self._leaf[nic]
-
     # ---- allocation ----------------------------------------------------------------------------
     def allocate(self, group: tuple[int, ...], rails: Sequence[tuple[int, ...]]) -> SharpAllocation | str:
         """Trees for every rail of ``group`` (each rail: its NIC nodes in server order), or the
@@ -168,8 +163,7 @@ class SharpPool:
             first_reason = None
             for root in sorted(roots, key=lambda s: (held[s], mix64(salt, s))):
                 parent = self._attach(root, sorted(set(leaves)), salt, held)
-                tree = SharpTree(rail=rail, nics=tuple(nics), leaves=leaves, root=root,
-                                 parent=MappingProxyType(parent))
+                tree = SharpTree(nics=tuple(nics), leaves=leaves, root=root, parent=MappingProxyType(parent))
                 why = self._check(tree, held, ports)
                 if why is None:
                     trees.append(tree)
@@ -185,7 +179,7 @@ class SharpPool:
                         "CollNet")
         self.held, self.port_held = held, ports
         index = {nics: i for i, nics in enumerate(distinct)}
-        return SharpAllocation(group=group, trees=tuple(trees), rail_tree=tuple(index[tuple(n)] for n in rails))
+        return SharpAllocation(trees=tuple(trees), rail_tree=tuple(index[tuple(n)] for n in rails))
 
     def _ancestors_of(self, switch: int) -> frozenset[int]:
         found = self._ancestors.get(switch)

@@ -83,10 +83,12 @@ class TreeAlgorithm:
                 edges.append((chains[par][0], chains[child][0], count[k], k))
         return edges
 
-    def _latency_s(self, collective: Collective, ctx: LoweringContext, protocol: str, *, nccl: bool = False) -> float:
-        """Simulated latency; ``nccl=True``: NCCL's own estimate (no platform hop extra)."""
+    def _latency_s(self, collective: Collective, ctx: LoweringContext, protocol: str, *,
+                   hop_extra_us: float = 0.0) -> float:
+        """Latency; ``hop_extra_us`` is added to every intra-server hop (the platform's
+        ``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate)."""
         layout = ctx.layout(collective.group)
-        intra = nccl_model.HW_LATENCY_US[layout.intra]["tree"][protocol] + (0.0 if nccl else layout.hop_extra_us)
+        intra = nccl_model.HW_LATENCY_US[layout.intra]["tree"][protocol] + hop_extra_us
         inter = nccl_model.HW_LATENCY_US["net"]["tree"][protocol]
         hops = (layout.ppn - 1) * intra + math.log2(layout.nnodes) * inter
         return (nccl_model.BASE_LATENCY_US["tree"][protocol] + 2 * hops) * 1e-6
@@ -120,7 +122,9 @@ class TreeAlgorithm:
         edges = self._edges(collective, ctx, nchannels)
         src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
         step = Step.of(src=src, dst=dst, nbytes=count * elt, chain=chain, channel=chain // 2,
-                       latency_s=self._latency_s(collective, ctx, protocol), label="tree all_reduce")
+                       latency_s=self._latency_s(collective, ctx, protocol,
+                                                 hop_extra_us=ctx.layout(collective.group).hop_extra_us),
+                       label="tree all_reduce")
         return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
                         steps=(step,), wire_factor=nccl_model.WIRE_FACTOR[protocol],
                         chain_rate_cap_bytes_per_s=self._chain_cap(ctx, collective, protocol, comm_channels))
@@ -159,7 +163,7 @@ class TreeAlgorithm:
         LL128: x 7/9 on one node, x 120/128 across nodes), halved into algbw, times NCCL's
         tree correction for the size."""
         from .ring import RING
-        latency = self._latency_s(collective, ctx, protocol, nccl=True)
+        latency = self._latency_s(collective, ctx, protocol)
         layout = ctx.layout(collective.group)
         column = nccl_model.node_column(layout.nnodes)
         _, ring_algbw = RING.estimate(collective, ctx, protocol="Simple", nchannels=nchannels)

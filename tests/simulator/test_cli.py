@@ -189,6 +189,19 @@ def test_step_bad_scenario_field(capsys, tmp_path):
     assert code == 2 and "modle" in err
 
 
+@pytest.mark.parametrize("line,needle", [
+    ('format = "csv"', "format: 'csv' is not allowed; expected one of table, json"),   # step prints no csv
+    ("format = 1", "format: 1 is not allowed"),
+    ("trace = 5", "trace: 5 is not allowed"),
+])
+def test_step_scenario_format_and_trace_are_checked(capsys, tmp_path, line, needle):
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(line + "\n")
+    code, out, err = run(capsys, "step", str(scenario))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert needle in err and "not a known field" not in err
+
+
 def test_perf_quick_prints_its_figures(capsys):
     # the benchmark command (timings are printed, never asserted): the max-min kernel on 20,000 flows x
     # 4,000 links and a 2-node bench sweep of 31 sizes (8 B .. 8 GiB, factor 2)

@@ -161,18 +161,15 @@ def test_nccl_environment_maps_to_policy():
 def test_pat_is_considered_by_the_tuner_without_error():
     """One GPU per server on 4 servers: PAT runs all_gather there, so the tuner estimates it (NCCL's
     latency view) next to ring; the choice must come back whatever it is."""
-    from simulator.collectives import LoweringContext
-    from simulator.collectives.tuner import choose
-    from simulator.placement import Placement
-    from topologies.presets import build_system
-    from topologies.routing import Router
-    from workloads.collectives import Collective, CollectiveKind
-    topo = build_system("dgx-h100", nodes=4)
-    placement = Placement.block(topo, nranks=4, gpus_per_node=1)
-    ctx = LoweringContext(topology=topo, router=Router(topo), rank_gpu=placement.rank_gpu)
+    ctx = context(nodes=4, gpus_per_node=1)
     for size in (1 << 10, 1 << 26):
         choice = choose(Collective(kind=CollectiveKind.ALL_GATHER, nbytes=size, group=(0, 1, 2, 3)), ctx)
         assert choice.algorithm in ("ring", "pat") and choice.predicted_s > 0
+    # NCCL's PAT latency (tuning.cc): 8.0 + log2(nNodes) x NET/tree/Simple 14 / 3.5 + 2.8 x nRanks
+    # = 8.0 + 2 x 4.0 + 2.8 x 4 = 27.2 us
+    coll = Collective(kind=CollectiveKind.ALL_GATHER, nbytes=1 << 20, group=(0, 1, 2, 3))
+    latency_s, _ = ALGORITHMS["pat"].estimate(coll, ctx, protocol="Simple", nchannels=1)
+    assert latency_s == pytest.approx(27.2e-6, rel=1e-12)
 
 
 # ---- channels NCCL launches per size (enqueue.cc "Ring/Tree channel tuning") -------------------

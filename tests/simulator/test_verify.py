@@ -79,8 +79,8 @@ def test_collnet_over_several_leaves_aggregates_at_a_spine():
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=4 * 6 * 37 + 8, group=tuple(range(6)))
     algo = ALGORITHMS["collnet"]
     assert algo.supported(coll, ctx) is None
-    plan = algo._plan(coll, ctx, 2)
-    assert all(len(distinct) == 3 and root not in distinct for _, _, _, _, distinct, root in plan)
+    trees = [algo._tree(coll, ctx, q) for q, _, _ in algo._plan(coll, ctx, 2)]
+    assert all(len(set(tree.leaves)) == 3 and tree.root not in tree.leaves for tree in trees)
     program = algo.program(coll, ctx, nchannels=2)
     assert count_wrong(coll, program) == 0
     assert wire_mismatch(coll, program, algo.lower(coll, ctx, protocol="Simple", nchannels=2)) == {}
