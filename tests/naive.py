@@ -3,12 +3,24 @@
 Each function here has the same signature and semantics as one kernel in
 ``simulator/kernels/``, written to be obviously correct rather than fast: small dense
 matrices, one full recomputation per step, no incremental bookkeeping. Tests compare the
-kernels against these twins on random instances. One section per kernel.
+kernels against these twins on random instances. One section per kernel, after the dense
+flow-by-link matrix they share.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+
+def _dense(flow_ptr, flow_links, flow_weights, n_links):
+    """A[l, f] = total weight of flow f on link l (repeated entries add up); shared by the twins."""
+    n_flows = len(flow_ptr) - 1
+    A = np.zeros((n_links, n_flows))
+    for f in range(n_flows):
+        for j in range(flow_ptr[f], flow_ptr[f + 1]):
+            A[flow_links[j], f] += flow_weights[j]
+    return A
+
 
 # ============================================================================================
 # maxmin: weighted max-min fair rates (twin of simulator.kernels.maxmin.maxmin_rates)
@@ -30,12 +42,7 @@ def maxmin_rates_naive(flow_ptr, flow_links, flow_weights, active, link_capacity
     flow_cap = np.asarray(flow_cap, dtype=np.float64)
     n_flows = len(active)
     n_links = len(link_capacity)
-
-    # A[l, f] = total weight of flow f on link l (repeated entries add up).
-    A = np.zeros((n_links, n_flows))
-    for f in range(n_flows):
-        for j in range(flow_ptr[f], flow_ptr[f + 1]):
-            A[flow_links[j], f] += flow_weights[j]
+    A = _dense(flow_ptr, flow_links, flow_weights, n_links)
 
     rates = np.zeros(n_flows)
     unfrozen = active.copy()
@@ -71,16 +78,6 @@ def maxmin_rates_naive(flow_ptr, flow_links, flow_weights, active, link_capacity
 # ============================================================================================
 # dcqcn: DCQCN fluid model (twin of simulator.kernels.dcqcn.dcqcn_rates)
 # ============================================================================================
-
-
-def _dense(flow_ptr, flow_links, flow_weights, n_links):
-    """A[l, f] = total weight of flow f on link l."""
-    n_flows = len(flow_ptr) - 1
-    A = np.zeros((n_links, n_flows))
-    for f in range(n_flows):
-        for j in range(flow_ptr[f], flow_ptr[f + 1]):
-            A[flow_links[j], f] += flow_weights[j]
-    return A
 
 
 def _water_level(rates, weights, capacity):

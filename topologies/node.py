@@ -20,6 +20,8 @@ Routes inside a server (link-id tuples, precomputed once per server):
   over NVLink to that GPU first (NCCL's PXN, on by default since NCCL 2.12) when the server has
   NVSwitch, else through PCIe/CPU.
 * NIC j -> GPU: GPUDirect RDMA write through PCIe (the engine chooses the receiver's own NIC).
+* Without GPUDirect RDMA (``gdr=False``, NCCL's "GDR 0") both GPU -> NIC and NIC -> GPU are staged
+  through a bounce buffer in the GPU's socket memory.
 
 Closed form: a server with G GPUs, K NICs, P PCIe switches and S sockets has
 G + K + P + 2S (+1 NVSwitch) devices.
@@ -128,7 +130,8 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
     if spec.nvswitch is not None:
         nvsw = builder.add_node(NodeKind.NVSWITCH, f"{prefix}.nvswitch", server=index,
                                 latency_s=spec.nvswitch.latency_s)
-        bundle = spec.gpu.nvlink.aggregated(spec.gpu.nvlink_count, name=f"{spec.gpu.nvlink.name}x{spec.gpu.nvlink_count}")
+        bundle = spec.gpu.nvlink.aggregated(spec.gpu.nvlink_count,
+                                            name=f"{spec.gpu.nvlink.name}x{spec.gpu.nvlink_count}")
         for node in gpus:
             builder.add_link(node, nvsw, bundle, tier=LinkTier.NVLINK)
 
@@ -162,6 +165,11 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
         parent = gpu_parent[i]
         cpu_of[i] = parent if parent in cpus else next(v for v in g.successors(parent) if v in cpus)
 
+    def staged(a: int, src: int, dst: int) -> tuple[int, ...]:
+        # src -> GPU a's CPU -> its host memory -> back to that CPU -> dst (a bounce buffer in host memory)
+        ca, mem = cpu_of[a], mems[cpus.index(cpu_of[a])]
+        return pcie_route(src, ca) + path_links(builder, [ca, mem, ca]) + pcie_route(ca, dst)
+
     intra: dict[tuple[int, int], tuple[int, ...]] = {}
     for a in range(spec.gpus):
         for b in range(spec.gpus):
@@ -172,9 +180,7 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
             elif spec.p2p:
                 intra[(a, b)] = pcie_route(gpus[a], gpus[b])
             else:
-                ca, mem = cpu_of[a], mems[cpus.index(cpu_of[a])]
-                intra[(a, b)] = (pcie_route(gpus[a], ca) + path_links(builder, [ca, mem, ca])
-                                 + pcie_route(ca, gpus[b]))
+                intra[(a, b)] = staged(a, gpus[a], gpus[b])
 
     to_nic: dict[tuple[int, int], tuple[int, ...]] = {}
     from_nic: dict[tuple[int, int], tuple[int, ...]] = {}
@@ -184,15 +190,14 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
             if not spec.gdr:
                 # no GPUDirect RDMA (NCCL "GDR 0"): the GPU writes into a host bounce buffer in its
                 # socket's memory, the NIC reads it from there (and the reverse on receive)
-                ca, mem = cpu_of[a], mems[cpus.index(cpu_of[a])]
-                to_nic[(a, j)] = pcie_route(gpus[a], ca) + path_links(builder, [ca, mem, ca]) + pcie_route(ca, nics[j])
-                from_nic[(j, a)] = pcie_route(nics[j], ca) + path_links(builder, [ca, mem, ca]) + pcie_route(ca, gpus[a])
-            elif nvsw >= 0 and a != home and nic_of_gpu[a] != j:
+                to_nic[(a, j)] = staged(a, gpus[a], nics[j])
+                from_nic[(j, a)] = staged(a, nics[j], gpus[a])
+                continue
+            if nvsw >= 0 and a != home and nic_of_gpu[a] != j:
                 to_nic[(a, j)] = path_links(builder, [gpus[a], nvsw, gpus[home]]) + pcie_route(gpus[home], nics[j])
             else:
                 to_nic[(a, j)] = pcie_route(gpus[a], nics[j])
-            if spec.gdr:
-                from_nic[(j, a)] = pcie_route(nics[j], gpus[a])
+            from_nic[(j, a)] = pcie_route(nics[j], gpus[a])
 
     info = ServerInfo(
         index=index,
@@ -209,7 +214,8 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
         nic_to_gpu_routes=MappingProxyType(from_nic),
         gpu_arch=spec.gpu.arch,
         cpu_vendor=spec.cpu_vendor,
-        nvls_efficiency=spec.nvswitch.reduction_efficiency if spec.nvswitch is not None and spec.nvswitch.sharp else 0.0,
+        nvls_efficiency=(spec.nvswitch.reduction_efficiency if spec.nvswitch is not None and spec.nvswitch.sharp
+                         else 0.0),
     )
     builder.servers.append(info)
     return info

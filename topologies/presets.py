@@ -160,6 +160,9 @@ def _dragonfly_shape(*, server, switch, servers: int | None) -> tuple[int, int, 
 
 
 def _dragonfly_options(rail_optimised, oversubscription, planes) -> None:
+    if rail_optimised is not True:
+        raise ValueError(f"rail_optimised: {rail_optimised!r} is not allowed with topology 'dragonfly', which "
+                         "spreads each server's NICs over its group's routers itself (dragonfly.py); expected True")
     if oversubscription != 1 or planes != 1:
         raise ValueError("oversubscription/planes: not used by topology 'dragonfly' (its global links set the "
                          "bisection); expected the defaults 1 and 1")

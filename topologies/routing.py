@@ -8,7 +8,8 @@ A path is built in three parts:
    same-rail traffic under one leaf;
 2. across the fabric, from the sending NIC's switch to the receiving NIC's switch, as the
    routing policy decides (below);
-3. inside the destination server, from the receiving GPU's own NIC to the GPU (GPUDirect RDMA).
+3. inside the destination server, from the receiving NIC to the GPU (``ServerInfo`` routes: GPUDirect
+   RDMA, or through host memory on a server without it).
 
 GPUs of the same server use the server's intra routes (NVSwitch, PCIe P2P or host staging).
 
@@ -101,15 +102,12 @@ other 16,128 pairs reuse one array for their 16 flows.
 
 Bulk requests (``paths``, ``weighted_paths``) are the loop of single calls in one call: same paths,
 pinned flows, pending load in the same order, same errors at the same flow (those before it routed).
-Under ``ecmp`` and ``spray`` no flow's route reads another's, so the request is checked with numpy
-(GPU range, same GPU), its memo keys are built and looked up by ``zip``/``map``, the flows missed are
-grouped by GPU pair (``np.unique`` of source x GPUs + destination) and each new pair gets its
-``_Pair`` in order of first use; every flow of a pair with one path for all (same server, one switch,
-sprayed) takes it without hashing, the others cost one round of ``mix64`` per flow plus the walk;
-the new memo and load entries are added in request order by ``dict.update``/``list.extend``. Under
-``minimal``, ``valiant``, ``adaptive`` and ``ugal`` (the last two read the load) it is the loop.
-Worked number: the 262,144 ring flows above make 16,384 ``_Pair``, 4,096 walks and 262,144 memo and
-load entries, with no Python call per flow; the pairs and entries, which the loop makes too, remain.
+The GPUs are checked with numpy up to the first bad flow; each flow before it skips the per-call
+checks and argument handling.
+
+Module-level caches: ``_SHARED`` (the structure above, weakly keyed by the topology's graph) and
+``_ones`` (read-only unit weights) are the exception to the project's no-module-level-state rule:
+they hold pure derived data, go with their topology, and results are identical warm or cold.
 
 What is ignored: per-packet dynamics (adaptive and UGAL decide per flow from assigned load, not
 from instantaneous queue occupancy), reordering costs of spraying, and the deadlock-avoidance
@@ -124,8 +122,6 @@ import heapq
 import math
 import weakref
 from collections import OrderedDict
-from itertools import compress, repeat
-from operator import add, is_, is_not, itemgetter
 from typing import Callable, Iterable
 
 import numpy as np
@@ -146,26 +142,19 @@ _Option = tuple[int, int]          # (link id, next switch)
 _FAILURE_SETS_KEPT = 8
 
 
-def mix64(*values: int) -> int:
-    """Deterministic 64-bit hash of integers (splitmix64 finaliser chained over the values)."""
-    h = 0x9E3779B97F4A7C15
-    for v in values:
-        h = (h ^ (int(v) & _MASK64)) & _MASK64
-        h = (h + 0x9E3779B97F4A7C15) & _MASK64
-        z = h
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-        h = z ^ (z >> 31)
-    return h
-
-
 def _absorb(h: int, v: int) -> int:
-    """One round of :func:`mix64`: ``mix64(*vs, v) == _absorb(<state after vs>, v)``, the state
-    after no value being ``_GOLDEN64``. Lets the router hash a flow's fixed prefix once."""
+    """One round of :func:`mix64`: the state ``h`` after some values, with ``v`` added (xor, then
+    splitmix64's increment and finaliser). Lets the router hash a flow's fixed prefix once."""
     h = ((h ^ (v & _MASK64)) + _GOLDEN64) & _MASK64
     h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _MASK64
     return h ^ (h >> 31)
+
+
+def mix64(*values: int) -> int:
+    """Deterministic 64-bit hash of integers: :func:`_absorb` folded over the values from ``_GOLDEN64``
+    (splitmix64 finaliser chained over them)."""
+    return functools.reduce(_absorb, map(int, values), _GOLDEN64)
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -203,12 +192,12 @@ class _Wiring:
         self.refs = (topology.link_src, topology.link_dst, topology.nic_leaf_link, topology.servers,
                      topology.gpu_server, topology.gpu_local)
         self.num_nodes = graph.number_of_nodes()
+        self.num_links = topology.num_links
         self.num_gpus = topology.num_gpus
         self.gpu_server: list[int] = topology.gpu_server.tolist()
         self.gpu_local: list[int] = topology.gpu_local.tolist()
         switches = sorted(n for n, kind in graph.nodes(data="kind") if kind == NodeKind.FABRIC_SWITCH)
         self.switches = switches
-        self.is_switch = frozenset(switches)
         self.index = {n: i for i, n in enumerate(switches)}          # switch -> compact index
         self.tier = {n: graph.nodes[n]["tier"] for n in switches if "tier" in graph.nodes[n]}
         group_of = {n: graph.nodes[n].get("group") for n in switches}
@@ -222,8 +211,6 @@ class _Wiring:
         self.groups_sorted = sorted(self.groups.items())
         top = max(self.tier.values(), default=None)
         self.top = tuple(n for n in switches if top is None or self.tier.get(n) == top)
-        # hierarchical ("minimal") hop costs: 1 inside a group, 1 + B between groups (module docstring)
-        self.between = len(switches) + 1
         src, dst = topology.link_src, topology.link_dst
         self.switch_ids = switch_ids = np.asarray(switches, dtype=np.int64)
         self.switch_links = np.flatnonzero(np.isin(src, switch_ids) & np.isin(dst, switch_ids))   # increasing
@@ -232,25 +219,19 @@ class _Wiring:
         self.switch_src_index = np.searchsorted(switch_ids, self.switch_src)
         self.switch_dst_index = np.searchsorted(switch_ids, self.switch_dst)
         if self.group:
+            # hierarchical ("minimal") hop costs: 1 inside a group, 1 + B between groups (module docstring)
+            between = len(switches) + 1
             group = np.asarray([self.group[n] for n in switches], dtype=np.int64)
             self.switch_link_cost = np.where(group[self.switch_src_index] == group[self.switch_dst_index],
-                                             1, 1 + self.between)
+                                             1, 1 + between)
         else:
             self.switch_link_cost = None
         # NIC cabling: the switch each NIC's uplink enters, and every link from that switch back to the NIC
-        nics = np.fromiter(topology.nic_leaf_link.keys(), dtype=np.int64, count=len(topology.nic_leaf_link))
-        ups = np.fromiter(topology.nic_leaf_link.values(), dtype=np.int64, count=len(topology.nic_leaf_link))
-        leaves = dst[ups]
-        self.nic_leaf = dict(zip(nics.tolist(), leaves.tolist()))
-        order = np.argsort(nics, kind="stable")
-        sorted_nics = nics[order]
-        slot = np.minimum(np.searchsorted(sorted_nics, dst), max(len(nics) - 1, 0))
-        if len(nics):
-            down = np.flatnonzero((sorted_nics[slot] == dst) & (src == leaves[order][slot]))
-        else:
-            down = np.zeros(0, dtype=np.int64)
-        self.nic_down_links = down                                   # increasing link ids
-        self.nic_down_nic = sorted_nics[slot[down]] if len(nics) else down
+        self.nic_leaf = {nic: int(dst[up]) for nic, up in topology.nic_leaf_link.items()}
+        down = sorted(link for nic, leaf in self.nic_leaf.items()
+                      for link in graph.get_edge_data(leaf, nic, default={}))    # edge keys are link ids
+        self.nic_down_links = np.asarray(down, dtype=np.int64)        # increasing link ids
+        self.nic_down_nic = dst[self.nic_down_links]
         self.fabrics: OrderedDict[frozenset[int], _Fabric] = OrderedDict()
 
     def matches(self, topology: Topology) -> bool:
@@ -259,10 +240,10 @@ class _Wiring:
         return (all(a is b for a, b in zip(self.refs, refs))
                 and self.num_nodes == topology.graph.number_of_nodes())
 
-    def fabric(self, failed: frozenset[int], num_links: int) -> _Fabric:
+    def fabric(self, failed: frozenset[int]) -> _Fabric:
         fabric = self.fabrics.get(failed)
         if fabric is None:
-            fabric = _Fabric(self, failed, num_links)
+            fabric = _Fabric(self, failed)
             self.fabrics[failed] = fabric
             while len(self.fabrics) > _FAILURE_SETS_KEPT:
                 self.fabrics.popitem(last=False)
@@ -277,8 +258,8 @@ class _Fabric:
     switch link has its reverse, reachability is "same component"), and caches of distance tables
     and sprayed splits, filled on demand (pure functions of the above)."""
 
-    def __init__(self, wiring: _Wiring, failed: frozenset[int], num_links: int):
-        dead = np.zeros(num_links, dtype=bool)
+    def __init__(self, wiring: _Wiring, failed: frozenset[int]):
+        dead = np.zeros(wiring.num_links, dtype=bool)
         if failed:
             dead[np.fromiter(failed, dtype=np.int64, count=len(failed))] = True
         alive = ~dead[wiring.switch_links]
@@ -392,15 +373,17 @@ def _wiring_of(topology: Topology) -> _Wiring:
 
 class _Pair:
     """A GPU pair's flow-independent part: the routes inside both servers, the two NICs' switches,
-    mix64's state after (seed, servers, local GPUs) (until first needed: those four numbers), and
-    the whole path when it is fixed."""
+    either the whole path when it is fixed (``fixed``; ``prefix`` 0) or mix64's state after
+    (seed, servers, local GPUs) (``prefix``; ``fixed`` None), and its sprayed links and weights once
+    found (``sprayed``)."""
 
-    __slots__ = ("head", "tail", "leaf_src", "leaf_dst", "prefix", "fixed")
+    __slots__ = ("head", "tail", "leaf_src", "leaf_dst", "prefix", "fixed", "sprayed")
 
     def __init__(self, head: tuple[int, ...], tail: tuple[int, ...], leaf_src: int, leaf_dst: int,
-                 prefix: int | tuple[int, ...], fixed: np.ndarray | None):
+                 prefix: int, fixed: np.ndarray | None):
         self.head, self.tail, self.leaf_src, self.leaf_dst = head, tail, leaf_src, leaf_dst
         self.prefix, self.fixed = prefix, fixed
+        self.sprayed: tuple[np.ndarray, np.ndarray] | None = None
 
 
 class Router:
@@ -424,7 +407,7 @@ class Router:
         self.pxn = pxn
         self.failed_links = self._check_failed(topology, failed_links)
         self._w = _wiring_of(topology)
-        self._f = self._w.fabric(self.failed_links, topology.num_links)
+        self._f = self._w.fabric(self.failed_links)
         self._spraying = policy == "spray"
         self._seed_state = _absorb(_GOLDEN64, seed)
         self._capacity = topology.link_capacity_bytes_per_s
@@ -477,7 +460,7 @@ class Router:
         """:meth:`path` of many flows at once: ``[self.path(s, d, flow_key=k, pxn=pxn) for s, d, k in
         zip(src_gpus, dst_gpus, flow_keys)]``, with the same paths, pinned flows, assigned load (same
         additions in the same order) and errors (raised at the first bad flow, after those before it
-        are routed); under ``ecmp`` and ``spray`` without the per-flow call layers (module docstring).
+        are routed), without the per-flow checks (module docstring).
 
         ``src_gpus``, ``dst_gpus``: integer sequences or 1-d arrays of one length; ``flow_keys`` one
         more, or a single integer for every flow. Each new flow weighs ``nbytes=1``. Flows with the
@@ -489,19 +472,15 @@ class Router:
         ...  zip(router.paths([0, 0, 9], [1, 8, 0], flow_keys=0), [0, 0, 9], [1, 8, 0])]
         [True, True, True]
         """
-        return list(map(itemgetter(0), self._bulk_route(src_gpus, dst_gpus, flow_keys, pxn, walk=True,
-                                                         method="paths")))
+        return [links for links, _ in self._bulk_route(src_gpus, dst_gpus, flow_keys, pxn, walk=True,
+                                                       method="paths")]
 
     def weighted_paths(self, src_gpus, dst_gpus, *, flow_keys, pxn: bool | None = None
                        ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """:meth:`weighted_path` of many flows at once, as :meth:`paths` is :meth:`path`'s: the
         list of links and the list of weights."""
         routes = self._bulk_route(src_gpus, dst_gpus, flow_keys, pxn, walk=False, method="weighted_paths")
-        links = list(map(itemgetter(0), routes))
-        weights = list(map(_ones, map(len, links)))                # unit weights, replaced where split
-        for j in compress(range(len(routes)), map(is_not, map(itemgetter(1), routes), repeat(None))):
-            weights[j] = routes[j][1]
-        return links, weights
+        return [links for links, _ in routes], [_ones(len(links)) if w is None else w for links, w in routes]
 
     @property
     def assigned_bytes(self) -> np.ndarray:
@@ -534,12 +513,6 @@ class Router:
     def _route(self, src_gpu: int, dst_gpu: int, flow_key: int, pxn: bool | None, nbytes: float,
                *, walk: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """(links, weights or None for all ones); ``walk`` asks for a single path (ECMP under spray)."""
-        pxn = self.pxn if pxn is None else pxn
-        representative = walk and self._spraying              # not the flow's own routing: no load
-        key = (src_gpu, dst_gpu, flow_key, pxn, representative)
-        hit = self._flows.get(key)
-        if hit is not None:
-            return hit
         num_gpus = self._w.num_gpus
         if not (0 <= src_gpu < num_gpus and 0 <= dst_gpu < num_gpus):
             for name, gpu in (("src_gpu", src_gpu), ("dst_gpu", dst_gpu)):
@@ -552,6 +525,18 @@ class Router:
                     and math.isfinite(nbytes) and nbytes > 0):
                 raise ValueError(f"route: nbytes={nbytes!r} is not allowed; expected a finite number > 0")
             nbytes = float(nbytes)
+        return self._routed(src_gpu, dst_gpu, flow_key, self.pxn if pxn is None else pxn, nbytes,
+                            walk and self._spraying)
+
+    def _routed(self, src_gpu: int, dst_gpu: int, flow_key: int, pxn: bool, nbytes: float,
+                representative: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`_route` of a flow between two valid, distinct GPUs: the pinned route of a flow seen
+        before, else its route, pinned and its load pending (``representative``: the single walk of
+        a sprayed flow, not the flow's own routing, so no load)."""
+        key = (src_gpu, dst_gpu, flow_key, pxn, representative)
+        hit = self._flows.get(key)
+        if hit is not None:
+            return hit
         pair = self._pairs.get((src_gpu, dst_gpu, pxn))
         if pair is None:
             pair = self._pair(src_gpu, dst_gpu, pxn)
@@ -569,32 +554,27 @@ class Router:
         return result
 
     def _sprayed(self, pair: _Pair) -> tuple[np.ndarray, np.ndarray]:
-        """Links and weights of a sprayed flow between servers (the same for every flow of ``pair``)."""
-        fabric, fractions = self._spray(pair.leaf_src, pair.leaf_dst)
-        out = _readonly(np.asarray(pair.head + fabric + pair.tail, dtype=np.int64))
-        weights = _readonly(np.asarray([1.0] * len(pair.head) + list(fractions) + [1.0] * len(pair.tail),
-                                       dtype=np.float64))
-        return out, weights
+        """Links and weights of a sprayed flow between servers (the same for every flow of ``pair``,
+        kept on it)."""
+        if pair.sprayed is None:
+            fabric, fractions = self._spray(pair.leaf_src, pair.leaf_dst)
+            out = _readonly(np.asarray(pair.head + fabric + pair.tail, dtype=np.int64))
+            weights = _readonly(np.asarray([1.0] * len(pair.head) + list(fractions) + [1.0] * len(pair.tail),
+                                           dtype=np.float64))
+            pair.sprayed = (out, weights)
+        return pair.sprayed
 
     def _hashed_path(self, pair: _Pair, flow_key: int, nbytes: float) -> np.ndarray:
         """Links of a flow of ``pair`` whose fabric part the policy chooses from the flow's hash."""
-        prefix = pair.prefix
-        if type(prefix) is tuple:                              # first hashed flow of the pair
-            state = self._seed_state
-            for v in prefix:
-                state = _absorb(state, v)
-            pair.prefix = prefix = state
-        flow_hash = _absorb(prefix, int(flow_key))
+        flow_hash = _absorb(pair.prefix, int(flow_key))
         fabric = self._fabric_route(pair.leaf_src, pair.leaf_dst, flow_hash, nbytes)
         return _readonly(np.asarray(pair.head + fabric + pair.tail, dtype=np.int64))
 
     def _bulk_route(self, src_gpus, dst_gpus, flow_keys, pxn: bool | None, *, walk: bool, method: str
                     ) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """``_route`` of each flow in turn (``nbytes=1``), same results and side effects in the same
-        order. Under ``ecmp`` and ``spray`` no flow's route depends on another's, so the flows before
-        the first one that fails go through :meth:`_bulk_independent`; from that one on (from the
-        first flow under the other policies) ``_route`` is called per flow, so the failing flow raises
-        the error the loop would raise."""
+        order: the flows before the first with a bad GPU (checked with numpy) go to :meth:`_routed`,
+        then ``_route`` raises the loop's error at that flow."""
         src = self._int_array(src_gpus, "src_gpus", method)
         dst = self._int_array(dst_gpus, "dst_gpus", method)
         count = src.shape[0]
@@ -609,20 +589,14 @@ class Router:
                 raise ValueError(f"Router.{method}: flow_keys has {len(keys)} entries and src_gpus {count}; "
                                  "expected one flow key per source, or a single integer")
         pxn = self.pxn if pxn is None else pxn
+        n = self._w.num_gpus
+        bad = np.flatnonzero((src < 0) | (src >= n) | (dst < 0) | (dst >= n) | (src == dst))
+        limit = int(bad[0]) if bad.size else count
         s_list, d_list = self._as_list(src_gpus, src), self._as_list(dst_gpus, dst)
-        routes: list[tuple[np.ndarray, np.ndarray | None]] = []
-        done = 0
-        if self.policy == "ecmp" or self.policy == "spray":
-            n = self._w.num_gpus
-            out_of_range = np.flatnonzero((src < 0) | (src >= n) | (dst < 0) | (dst >= n))
-            limit = int(out_of_range[0]) if out_of_range.size else count
-            src64, dst64 = src[:limit].astype(np.int64), dst[:limit].astype(np.int64)   # in range: exact
-            same = np.flatnonzero(src64 == dst64)
-            limit = int(same[0]) if same.size else limit
-            if limit:
-                routes, done = self._bulk_independent(src64[:limit] * n + dst64[:limit], s_list, d_list, keys,
-                                                      pxn, walk=walk)
-        for s, d, k in zip(s_list[done:], d_list[done:], keys[done:]):
+        routed, representative = self._routed, walk and self._spraying
+        routes = [routed(s, d, k, pxn, 1.0, representative)
+                  for s, d, k in zip(s_list[:limit], d_list[:limit], keys[:limit])]
+        for s, d, k in zip(s_list[limit:], d_list[limit:], keys[limit:]):    # the first of these raises
             routes.append(self._route(s, d, k, pxn, 1.0, walk=walk))
         return routes
 
@@ -639,66 +613,6 @@ class Router:
             raise ValueError(f"Router.{method}: {name}={shown} is not allowed; expected a sequence or 1-d array "
                              "of integers")
         return array
-
-    def _bulk_independent(self, pair_code: np.ndarray, s_list: list[int], d_list: list[int], keys: list[int],
-                          pxn: bool, *, walk: bool) -> tuple[list[tuple[np.ndarray, np.ndarray | None]], int]:
-        """Routes of the first ``len(pair_code)`` flows, whose GPUs are valid and distinct, under ``ecmp``
-        or ``spray``; ``pair_code`` = source GPU x number of GPUs + destination GPU. Returns them and their
-        number: fewer when a GPU pair new to the memo has no route (the loop raises at its first flow).
-
-        The memo is read in bulk. The GPU pairs of the flows it misses get their ``_Pair`` in order
-        of first use, as in the loop. Every flow of a pair whose route is the same for all (inside a
-        server, both NICs on one switch, sprayed) takes that one; the others are hashed. The new flows
-        enter the memo and the pending load in request order, a flow repeated in the request once,
-        with its first route."""
-        count = pair_code.shape[0]
-        representative = walk and self._spraying
-        flows, pairs = self._flows, self._pairs
-        memo_keys = list(zip(s_list[:count], d_list[:count], keys[:count], repeat(pxn, count),
-                             repeat(representative, count)))
-        if flows:
-            routes = list(map(flows.get, memo_keys))
-            missing = list(compress(range(count), map(is_, routes, repeat(None))))
-            if not missing:
-                return routes, count
-        else:                                                      # a fresh (or reset) router: no look-ups
-            missing = list(range(count))
-        miss = np.asarray(missing, dtype=np.int64)
-        codes, first = np.unique(pair_code[miss], return_index=True)
-        order = np.argsort(first, kind="stable")
-        spraying = self._spraying and not representative
-        shared: dict[int, tuple[np.ndarray, np.ndarray | None] | _Pair] = {}   # pair code -> route, or the _Pair
-        for code, i in zip(codes[order].tolist(), miss[first[order]].tolist()):
-            pair = pairs.get((s_list[i], d_list[i], pxn))
-            if pair is None:
-                try:
-                    pair = self._pair(s_list[i], d_list[i], pxn)
-                except ValueError:                                 # the loop stops at flow i: route those before
-                    return self._bulk_independent(pair_code[:i], s_list, d_list, keys, pxn, walk=walk)
-            if spraying and pair.leaf_src >= 0:
-                shared[code] = self._sprayed(pair)
-            elif pair.fixed is not None:
-                shared[code] = (pair.fixed, None)
-            else:
-                shared[code] = pair
-        every = len(missing) == count
-        new_keys = memo_keys if every else list(map(memo_keys.__getitem__, missing))
-        codes_of = pair_code.tolist()
-        new_routes = list(map(shared.__getitem__, codes_of if every else map(codes_of.__getitem__, missing)))
-        for j in compress(range(len(new_routes)), map(isinstance, new_routes, repeat(_Pair))):   # hashed pairs
-            new_routes[j] = (self._hashed_path(new_routes[j], new_keys[j][2], 1.0), None)
-        before = len(flows)
-        flows.update(zip(new_keys, new_routes))
-        if len(flows) - before < len(new_keys):                    # a flow repeated: its first route is pinned
-            first_of = dict(zip(reversed(new_keys), range(len(new_keys) - 1, -1, -1)))
-            kept = sorted(first_of.values())
-            new_keys = list(map(new_keys.__getitem__, kept))
-            new_routes = list(map(new_routes.__getitem__, kept))
-            flows.update(zip(new_keys, new_routes))
-            every = False
-        if not representative:
-            self._pending.extend(map(add, new_routes, repeat((1.0,))))    # (links, weights, nbytes) per flow
-        return (new_routes if every else list(map(flows.__getitem__, memo_keys))), count
 
     def _pair(self, src_gpu: int, dst_gpu: int, pxn: bool) -> _Pair:
         """The flow-independent part of routes from ``src_gpu`` to ``dst_gpu`` (memoised per router)."""
@@ -720,7 +634,8 @@ class Router:
             head = src_info.gpu_to_nic_routes[(a, j_src)] + (topo.nic_leaf_link[nic_src],)
             tail = (self._f.nic_down[nic_dst],) + dst_info.nic_to_gpu_routes[(j_dst, b)]
             fixed = _readonly(np.asarray(head + tail, dtype=np.int64)) if leaf_src == leaf_dst else None
-            pair = _Pair(head, tail, leaf_src, leaf_dst, (s, a, t, b), fixed)
+            prefix = 0 if fixed is not None else functools.reduce(_absorb, (s, a, t, b), self._seed_state)
+            pair = _Pair(head, tail, leaf_src, leaf_dst, prefix, fixed)
         self._pairs[(src_gpu, dst_gpu, pxn)] = pair
         return pair
 
@@ -840,7 +755,6 @@ class Router:
         if policy == "ecmp" or policy == "spray":              # spray: its representative single path
             return self._fabric_path(src, dst, flow_hash)
         if policy == "adaptive":
-            self._loads()
             return self._walk(src, self._distances_to((dst,)), self._least_loaded(flow_hash))[0]
         minimal = self._walk(src, self._distances_to((dst,), minimal=True), self._hashed(flow_hash))[0]
         if policy == "minimal":
@@ -871,7 +785,7 @@ class Router:
 
     def _least_loaded(self, flow_hash: int) -> Callable[[list[_Option], int], _Option]:
         state = _absorb(_GOLDEN64, flow_hash)
-        load, capacity = self._load, self._capacity    # _fabric_route brought the load up to date
+        load, capacity = self._loads(), self._capacity
 
         def choose(options: list[_Option], here: int) -> _Option:
             use = [load[link] / capacity[link] for link, _ in options]
@@ -977,7 +891,7 @@ class Router:
         if node == info.nvswitch:
             u, v = (g, node) if up else (node, g)
             links = (min(topo.graph.get_edge_data(u, v)),)
-        elif node in self._w.is_switch:
+        elif node in self._w.index:
             j = info.nic_of_gpu[local]
             if j < 0:
                 raise ValueError(f"route: GPU {gpu} has no NIC to reach {topo.node_name(node)}")

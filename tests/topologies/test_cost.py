@@ -6,6 +6,7 @@ import doctest
 
 import pytest
 
+from tests.topologies.fabrics import toy_switch
 from topologies import cost as cost_module
 from topologies import devices as dv
 from topologies import links as lk
@@ -14,11 +15,6 @@ from topologies.fat_tree import fat_tree, leaf_spine, rail_only
 from topologies.node import ServerSpec, add_server, dgx_h100
 from topologies.presets import build_system
 from topologies.topology import LinkTier, NodeKind, Topology, TopologyBuilder
-
-
-def _switch(radix: int) -> dv.SwitchSpec:
-    return dv.SwitchSpec(name=f"toy_radix{radix}", kind="infiniband", radix=radix,
-                         port_rate_bytes_per_s=lk.IB_NDR.line_rate_bytes_per_s, latency_s=2e-7)
 
 
 def _host() -> ServerSpec:
@@ -76,7 +72,7 @@ def test_three_tier_fat_tree_with_a_partial_pod():
     # 4 with 2 down + 2 up (16): 80; 8 cores: per group, core 0 takes 2 links from pods 0 and 1 and
     # 2 from pod 2 (6 ports), core 1 takes 2 + 2 (4): 4 groups x 10 = 40. Used 200 = 5 per NIC port;
     # available 30 x 8 = 240. Cables 40 per link tier; optics 2 x 120 = 240; per GPU 5 ports, 6 optics.
-    topo = fat_tree(server=_host(), servers=40, switch=_switch(8), fabric_link=lk.IB_NDR)
+    topo = fat_tree(server=_host(), servers=40, switch=toy_switch(8), fabric_link=lk.IB_NDR)
     cost = cost_summary(topo)
     assert [(t.tier, t.switches, t.ports_used, t.ports_available) for t in cost.switch_tiers] == \
         [(1, 10, 80, 80), (2, 12, 80, 96), (3, 8, 40, 64)]
@@ -91,7 +87,7 @@ def test_rail_only_is_cheaper_than_a_fat_tree_for_the_same_servers():
     # 12 DGX H100 (96 GPUs), radix-8 switches. Rail-only (test_fat_tree): per rail 3 leaves (8 ports)
     # and 2 spines (6 ports): 8 x (24 + 12) = 288 ports = 3 per GPU. Fat-tree k = 8: d = 4, E = 8 x 3
     # = 24 edges, 6 pods of 4 aggs, non-blocking 3 tiers: 5 ports per NIC port = 480.
-    servers = dict(server=dgx_h100(), servers=12, switch=_switch(8), fabric_link=lk.IB_NDR)
+    servers = dict(server=dgx_h100(), servers=12, switch=toy_switch(8), fabric_link=lk.IB_NDR)
     rail, tree = cost_summary(rail_only(**servers)), cost_summary(fat_tree(**servers))
     assert rail.switch_ports_used == 288 and rail.switch_ports_per_gpu == 3.0
     assert tree.switch_ports_used == 480 and tree.switch_ports_per_gpu == 5.0
@@ -138,11 +134,11 @@ def test_generic_graph_without_generator_attributes():
 
 @pytest.fixture(scope="module", params=["leaf-spine", "fat-tree", "rail-only", "planes", "tor"])
 def fabric(request) -> Topology:
-    common = dict(server=dgx_h100(), servers=6, switch=_switch(16), fabric_link=lk.IB_NDR)
+    common = dict(server=dgx_h100(), servers=6, switch=toy_switch(16), fabric_link=lk.IB_NDR)
     return {
         "leaf-spine": lambda: leaf_spine(**common, oversubscription=3.0),
         "fat-tree": lambda: fat_tree(**common, k=8),
-        "rail-only": lambda: rail_only(**dict(common, switch=_switch(4))),
+        "rail-only": lambda: rail_only(**dict(common, switch=toy_switch(4))),
         "planes": lambda: leaf_spine(**common, planes=4),
         "tor": lambda: fat_tree(**common, rail_optimised=False),
     }[request.param]()

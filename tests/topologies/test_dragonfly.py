@@ -7,28 +7,17 @@ import itertools
 import numpy as np
 import pytest
 
+from tests.topologies.fabrics import BOX, DUO, toy_switch
 from topologies import devices as dv
 from topologies import links as lk
 from topologies.dragonfly import ARRANGEMENTS, dragonfly, global_port_target
 from topologies.node import ServerSpec
 from topologies.topology import LinkTier, NodeKind, Topology
 
-# One GPU and one NIC per server (K = 1): p is servers per router.
-BOX = ServerSpec(name="box", gpu=dv.H100_SXM5_80GB, gpus=1, nic=dv.CONNECTX7_NDR, nics=1, sockets=1)
-# Two GPUs, NVSwitch, two NICs (K = 2), one GPU and one NIC per PCIe switch.
-DUO = ServerSpec(name="duo", gpu=dv.H100_SXM5_80GB, gpus=2, nvswitch=dv.NVSWITCH_GEN3, nic=dv.CONNECTX7_NDR, nics=2,
-                 pcie_switch=dv.PCIE_SWITCH_GEN5, pcie_switches=2, sockets=2)
-
-
-def _switch(radix: int) -> dv.SwitchSpec:
-    return dv.SwitchSpec(name=f"toy_radix{radix}", kind="infiniband", radix=radix,
-                         port_rate_bytes_per_s=lk.IB_NDR.line_rate_bytes_per_s, latency_s=2e-7)
-
-
 def _build(p: int, a: int, h: int, g: int | None = None, *, server: ServerSpec = BOX, arrangement: str = "absolute",
            radix: int = 64, global_link: lk.LinkSpec | None = None) -> Topology:
     return dragonfly(server=server, servers_per_router=p, routers_per_group=a, global_links_per_router=h, groups=g,
-                     switch=_switch(radix), fabric_link=lk.IB_NDR, global_link=global_link, arrangement=arrangement)
+                     switch=toy_switch(radix), fabric_link=lk.IB_NDR, global_link=global_link, arrangement=arrangement)
 
 
 def _routers(topo: Topology) -> list[int]:

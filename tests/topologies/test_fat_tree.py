@@ -11,6 +11,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from tests.topologies.fabrics import toy_switch
 from topologies import devices as dv
 from topologies import fat_tree as fat_tree_module
 from topologies import links as lk
@@ -30,13 +31,8 @@ from topologies.topology import LinkTier, NodeKind, Topology, TopologyBuilder
 K_NICS = 8   # DGX H100: 8 compute NICs, one per rail
 
 
-def _switch(radix: int) -> dv.SwitchSpec:
-    return dv.SwitchSpec(name=f"toy_radix{radix}", kind="infiniband", radix=radix,
-                         port_rate_bytes_per_s=lk.IB_NDR.line_rate_bytes_per_s, latency_s=2e-7)
-
-
 def _build(radix: int, servers: int, oversub: float, rail: bool) -> Topology:
-    switch = dv.QUANTUM2_NDR if radix == dv.QUANTUM2_NDR.radix else _switch(radix)
+    switch = dv.QUANTUM2_NDR if radix == dv.QUANTUM2_NDR.radix else toy_switch(radix)
     return leaf_spine(server=dgx_h100(), servers=servers, switch=switch, fabric_link=lk.IB_NDR,
                       rail_optimised=rail, oversubscription=oversub)
 
@@ -254,7 +250,7 @@ def test_single_dgx_has_no_fabric_even_with_nics():
 def test_single_nic_servers_on_one_leaf_need_no_spine():
     # 1 NIC per server, radix 16, R = 1: d = 8; 4 servers -> 1 rail x ceil(4/8) = 1 leaf, 0 spines
     server = dataclasses.replace(dgx_h100(), nics=1, pcie_switches=0, pcie_switch=None)
-    topo = leaf_spine(server=server, servers=4, switch=_switch(16), fabric_link=lk.IB_NDR)
+    topo = leaf_spine(server=server, servers=4, switch=toy_switch(16), fabric_link=lk.IB_NDR)
     assert len(_switches(topo, 1)) == 1
     assert len(_switches(topo, 2)) == 0
 
@@ -307,7 +303,7 @@ def _fabric_nics(topo: Topology) -> int:
 
 
 def _ft(server, servers, k, *, oversub=1.0, rail=True, planes=1) -> Topology:
-    return fat_tree(server=server, servers=servers, switch=_switch(k), fabric_link=lk.IB_NDR,
+    return fat_tree(server=server, servers=servers, switch=toy_switch(k), fabric_link=lk.IB_NDR,
                     rail_optimised=rail, oversubscription=oversub, planes=planes)
 
 
@@ -521,7 +517,7 @@ def test_fat_tree_max_servers_is_the_boundary(make, k, rail, oversub, planes):
     expected = {(_host, 8, True, 1.0, 1): 128, (dgx_h100, 8, True, 1.0, 1): 16,
                 (dgx_h100, 16, False, 1.0, 1): 128, (dgx_h100, 8, True, 3.0, 2): 48}[(make, k, rail, oversub, planes)]
     server = make()
-    most = fat_tree_max_servers(server=server, switch=_switch(k), rail_optimised=rail, oversubscription=oversub,
+    most = fat_tree_max_servers(server=server, switch=toy_switch(k), rail_optimised=rail, oversubscription=oversub,
                                 planes=planes)
     assert most == expected
     if make is _host:      # building the boundary itself is cheap with 1-GPU hosts
@@ -535,11 +531,11 @@ def test_fat_tree_max_servers_is_the_boundary(make, k, rail, oversub, planes):
 def test_leaf_spine_max_servers_matches_its_closed_form():
     # radix 16, K = 8, R = 1: floor(16 / 8) x 8 = 16 servers (16 leaves = 16 spine ports);
     # ToR: 16 leaves x floor(8 / 8) = 16; Quantum-2 DGX H100: 8 x 32 = 256
-    assert leaf_spine_max_servers(server=dgx_h100(), switch=_switch(16)) == 16
-    assert leaf_spine_max_servers(server=dgx_h100(), switch=_switch(16), rail_optimised=False) == 16
+    assert leaf_spine_max_servers(server=dgx_h100(), switch=toy_switch(16)) == 16
+    assert leaf_spine_max_servers(server=dgx_h100(), switch=toy_switch(16), rail_optimised=False) == 16
     assert leaf_spine_max_servers(server=dgx_h100(), switch=dv.QUANTUM2_NDR) == 256
     # 2 planes: K_p = 4 -> floor(16 / 4) x 8 = 32
-    assert leaf_spine_max_servers(server=dgx_h100(), switch=_switch(16), planes=2) == 32
+    assert leaf_spine_max_servers(server=dgx_h100(), switch=toy_switch(16), planes=2) == 32
     _build(16, 16, 1, True)       # the boundary builds (see test_exactly_radix_leaves_is_allowed)
     # one more server: 8 rails x ceil(17/8) = 24 leaves > 16 spine ports
     with pytest.raises(ValueError, match="24 leaves"):
@@ -549,13 +545,13 @@ def test_leaf_spine_max_servers_matches_its_closed_form():
 @pytest.mark.parametrize("k, msg", [(7, "7"), (0, "0"), (18, "18"), (2.0, "2.0"), ("8", "'8'")])
 def test_bad_k_is_rejected(k, msg):
     with pytest.raises(ValueError, match=r"fat_tree\.k: ") as err:
-        fat_tree(server=_host(), servers=5, switch=_switch(16), fabric_link=lk.IB_NDR, k=k)
+        fat_tree(server=_host(), servers=5, switch=toy_switch(16), fabric_link=lk.IB_NDR, k=k)
     assert msg in str(err.value) and "even integer in 2..16" in str(err.value)
 
 
 def test_k_smaller_than_the_radix_uses_only_k_ports():
     # radix 16 switches wired as a k = 4 fat-tree: 16 hosts fill it (4 pods), every switch uses 4 ports
-    topo = fat_tree(server=_host(), servers=16, switch=_switch(16), fabric_link=lk.IB_NDR, k=4)
+    topo = fat_tree(server=_host(), servers=16, switch=toy_switch(16), fabric_link=lk.IB_NDR, k=4)
     assert _tiers(topo) == (8, 8, 4)
     assert all(_ports(topo, s) == 4 for s in _fabric_switches(topo))
     assert all(topo.graph.nodes[s]["radix"] == 16 for s in _fabric_switches(topo))
@@ -565,7 +561,7 @@ def test_k_smaller_than_the_radix_uses_only_k_ports():
 def test_planes_must_divide_the_nic_count(planes):
     for fn in (fat_tree, leaf_spine):
         with pytest.raises(ValueError, match=rf"{fn.__name__}\.planes: {planes!r} is not allowed") as err:
-            fn(server=dgx_h100(), servers=2, switch=_switch(16), fabric_link=lk.IB_NDR, planes=planes)
+            fn(server=dgx_h100(), servers=2, switch=toy_switch(16), fabric_link=lk.IB_NDR, planes=planes)
         assert "1, 2, 4, 8" in str(err.value)
 
 
@@ -573,7 +569,7 @@ def test_planes_must_divide_the_nic_count(planes):
 @pytest.mark.parametrize("field, value", [("servers", 0), ("servers", 1.5), ("oversubscription", 0.5),
                                           ("oversubscription", math.nan)])
 def test_bad_common_arguments_name_the_generator_and_field(fn, field, value):
-    kwargs = dict(server=dgx_h100(), servers=2, switch=_switch(16), fabric_link=lk.IB_NDR)
+    kwargs = dict(server=dgx_h100(), servers=2, switch=toy_switch(16), fabric_link=lk.IB_NDR)
     kwargs[field] = value
     with pytest.raises(ValueError, match=rf"{fn.__name__}\.{field}: {value!r} is not allowed"):
         fn(**kwargs)
@@ -593,7 +589,7 @@ def test_fat_tree_tor_with_a_server_wider_than_an_edge_is_an_error():
 def test_multi_plane_leaf_spine_counts_and_independence():
     # DGX H100, 2 planes (K_p = 4), radix 16, R = 1, N = 12: per plane d = 8, leaves = 4 x ceil(12/8) = 8
     # (4 with 8 NICs, 4 with 4), spines = max(8, 4) = 8; x 2 planes = 16 leaves, 16 spines
-    topo = leaf_spine(server=dgx_h100(), servers=12, switch=_switch(16), fabric_link=lk.IB_NDR, planes=2)
+    topo = leaf_spine(server=dgx_h100(), servers=12, switch=toy_switch(16), fabric_link=lk.IB_NDR, planes=2)
     assert len(_switches(topo, 1)) == 16 and len(_switches(topo, 2)) == 16
     g = topo.graph
     comps = list(nx.connected_components(g.subgraph(_fabric_switches(topo)).to_undirected()))
@@ -633,7 +629,7 @@ def test_rail_only_with_a_rail_per_switch():
 def test_rail_only_leaf_spine_per_rail_counts_and_no_cross_rail_switch():
     # radix 8, R = 1, N = 12 DGX > 8: d = 4, L = 3 leaves per rail (4 NICs, 4 uplinks each); a spine
     # takes floor(8/3) = 2 links from each leaf -> ceil(4/2) = 2 spines per rail; 8 rails x (3 + 2)
-    topo = rail_only(server=dgx_h100(), servers=12, switch=_switch(8), fabric_link=lk.IB_NDR)
+    topo = rail_only(server=dgx_h100(), servers=12, switch=toy_switch(8), fabric_link=lk.IB_NDR)
     assert len(_switches(topo, 1)) == 24 and len(_switches(topo, 2)) == 16
     g = topo.graph
     comps = list(nx.connected_components(g.subgraph(_fabric_switches(topo)).to_undirected()))
@@ -649,7 +645,7 @@ def test_rail_only_leaf_spine_per_rail_counts_and_no_cross_rail_switch():
 
 
 def test_rail_only_routes_same_rail_pairs_and_pxn_pairs_over_shortest_paths():
-    topo = rail_only(server=dgx_h100(), servers=12, switch=_switch(8), fabric_link=lk.IB_NDR)
+    topo = rail_only(server=dgx_h100(), servers=12, switch=toy_switch(8), fabric_link=lk.IB_NDR)
     lengths = dict(nx.all_pairs_shortest_path_length(topo.graph.subgraph(_fabric_switches(topo))))
     own = Router(topo, pxn=False)
     pxn = Router(topo, pxn=True)
@@ -670,12 +666,12 @@ def test_rail_only_routes_same_rail_pairs_and_pxn_pairs_over_shortest_paths():
 
 def test_rail_only_max_servers_is_the_boundary():
     # radix 8, R = 1: d = 4, at most 8 leaves per rail -> 32 servers; 1-NIC hosts keep it cheap
-    assert rail_only_max_servers(server=_host(), switch=_switch(8)) == 32
+    assert rail_only_max_servers(server=_host(), switch=toy_switch(8)) == 32
     assert rail_only_max_servers(server=dgx_h100(), switch=dv.QUANTUM2_NDR) == 64 * 32
-    topo = rail_only(server=_host(), servers=32, switch=_switch(8), fabric_link=lk.IB_NDR)
+    topo = rail_only(server=_host(), servers=32, switch=toy_switch(8), fabric_link=lk.IB_NDR)
     assert len(_switches(topo, 1)) == 8 and len(_switches(topo, 2)) == 4   # floor(8/8) = 1 link per leaf
     with pytest.raises(ValueError, match=r"rail_only: 33 servers need 9 leaves per rail.*at most 32 servers"):
-        rail_only(server=_host(), servers=33, switch=_switch(8), fabric_link=lk.IB_NDR)
+        rail_only(server=_host(), servers=33, switch=toy_switch(8), fabric_link=lk.IB_NDR)
 
 
 # ================================================================================================

@@ -178,7 +178,7 @@ def test_max_nodes_for_matches_closed_forms(system, topology, kwargs, expected):
 
 
 def test_max_nodes_is_the_largest_wiring():
-    # backward compatible property, now counting every wiring: max(256, 8192, 2048, 32832); the
+    # the largest over every wiring (leaf-spine, fat-tree, rail-only, dragonfly): max(256, 8192, 2048, 32832); the
     # balanced dragonfly of radix-64 routers: p = h = 16, a = 32, 513 groups of 32 x 16 / 8 = 64 nodes
     assert SYSTEMS["dgx-h100"].max_nodes == 513 * 64
     # Quantum HDR radix 40: p = h = 10, a = 20, 201 groups of 20 x 10 / 8 = 25 nodes
@@ -307,6 +307,17 @@ def test_bad_node_count(nodes):
 def test_rail_only_rejects_options_it_cannot_honour(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         build_system("dgx-h100", nodes=2, topology="rail-only", **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    ({"rail_optimised": False}, r"rail_optimised: False is not allowed with topology 'dragonfly'.*expected True$"),
+    ({"planes": 2}, r"oversubscription/planes: not used by topology 'dragonfly'"),
+])
+def test_dragonfly_rejects_options_it_cannot_honour(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        build_system("dgx-h100", nodes=128, topology="dragonfly", **kwargs)
+    with pytest.raises(ValueError, match=pattern):
+        SYSTEMS["dgx-h100"].max_nodes_for("dragonfly", **kwargs)
 
 
 def test_planes_not_dividing_the_nics_is_an_error():

@@ -8,19 +8,14 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from topologies import devices as dv
+from tests.topologies.fabrics import BOX, DUO, reverse, toy_switch
 from topologies import links as lk
 from topologies.dragonfly import dragonfly
 from topologies.fat_tree import leaf_spine
-from topologies.node import ServerSpec, add_server, dgx_h100
+from topologies.node import add_server, dgx_h100
 from topologies.presets import build_system
 from topologies.routing import Router, equal_share_rates, mix64
 from topologies.topology import LinkTier, NodeKind, Topology, TopologyBuilder
-
-
-def _switch(radix: int) -> dv.SwitchSpec:
-    return dv.SwitchSpec(name=f"toy_radix{radix}", kind="infiniband", radix=radix,
-                         port_rate_bytes_per_s=lk.IB_NDR.line_rate_bytes_per_s, latency_s=2e-7)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +27,7 @@ def dgx4() -> Topology:
 @pytest.fixture(scope="module")
 def tor3() -> Topology:
     # 3 DGX H100 on a ToR radix-16 leaf-spine: d = 8 -> one leaf per server, 3 leaves, 8 spines
-    return leaf_spine(server=dgx_h100(), servers=3, switch=_switch(16), fabric_link=lk.IB_NDR,
+    return leaf_spine(server=dgx_h100(), servers=3, switch=toy_switch(16), fabric_link=lk.IB_NDR,
                       rail_optimised=False)
 
 
@@ -40,7 +35,7 @@ def tor3() -> Topology:
 def uneven12() -> Topology:
     # 12 DGX H100, rail-optimised radix 16, R = 1: d = 8 -> per rail leaf A (servers 0-7, 8 uplinks)
     # and leaf B (servers 8-11, 4 uplinks to spines 0-3); 16 leaves, 8 spines
-    return leaf_spine(server=dgx_h100(), servers=12, switch=_switch(16), fabric_link=lk.IB_NDR)
+    return leaf_spine(server=dgx_h100(), servers=12, switch=toy_switch(16), fabric_link=lk.IB_NDR)
 
 
 def _fabric_switches(topo: Topology) -> list[int]:
@@ -333,11 +328,6 @@ def test_equal_share_on_real_paths(dgx4):
 # Routing policies, dragonfly, partitioned fabrics, failures
 # ================================================================================================
 
-# One GPU and one NIC per server: p is servers per router.
-BOX = ServerSpec(name="box", gpu=dv.H100_SXM5_80GB, gpus=1, nic=dv.CONNECTX7_NDR, nics=1, sockets=1)
-# Two GPUs on an NVSwitch, two NICs (one per PCIe switch, next to GPU 0 and GPU 1).
-DUO = ServerSpec(name="duo", gpu=dv.H100_SXM5_80GB, gpus=2, nvswitch=dv.NVSWITCH_GEN3, nic=dv.CONNECTX7_NDR, nics=2,
-                 pcie_switch=dv.PCIE_SWITCH_GEN5, pcie_switches=2, sockets=2)
 NDR = lk.IB_NDR.bandwidth_bytes_per_s
 SINGLE_PATH = ("ecmp", "minimal", "valiant", "ugal", "adaptive")
 
@@ -346,7 +336,7 @@ def _fly(arrangement: str = "absolute", **kwargs) -> Topology:
     # p = 2, a = 4, h = 2: g = 4 * 2 + 1 = 9 groups of 4 routers, 8 single-GPU servers per group, 72 GPUs
     args = dict(servers_per_router=2, routers_per_group=4, global_links_per_router=2)
     args.update(kwargs)
-    return dragonfly(server=BOX, switch=_switch(16), fabric_link=lk.IB_NDR, arrangement=arrangement, **args)
+    return dragonfly(server=BOX, switch=toy_switch(16), fabric_link=lk.IB_NDR, arrangement=arrangement, **args)
 
 
 @pytest.fixture(scope="module")
@@ -358,7 +348,7 @@ def fly() -> Topology:
 def fly_duo() -> Topology:
     # DUO, p = 2, a = 2, h = 1: g = 3 groups, a*p/K = 2 servers per group, 6 servers, 12 GPUs
     return dragonfly(server=DUO, servers_per_router=2, routers_per_group=2, global_links_per_router=1,
-                     switch=_switch(16), fabric_link=lk.IB_NDR)
+                     switch=toy_switch(16), fabric_link=lk.IB_NDR)
 
 
 def _fabric_links(topo: Topology, path: np.ndarray) -> list[int]:
@@ -398,13 +388,6 @@ def _min_lgl_hops(topo: Topology, u: int, v: int) -> int:
     cables = [(int(topo.link_src[l]), int(topo.link_dst[l])) for l in glob]
     return min((u != x) + 1 + (y != v) for x, y in cables
                if _group(topo, x) == _group(topo, u) and _group(topo, y) == _group(topo, v))
-
-
-def _reverse(topo: Topology, link: int) -> int:
-    """The other direction of a single cable."""
-    u, v = topo.link_src[link], topo.link_dst[link]
-    (rev,) = np.flatnonzero((topo.link_src == v) & (topo.link_dst == u))
-    return int(rev)
 
 
 # ---- every policy routes every pair --------------------------------------------------------------
@@ -794,7 +777,7 @@ def test_failed_cable_is_avoided_and_paths_stay_shortest(dgx4):
     leaf0 = int(topo.link_dst[topo.nic_leaf_link[topo.servers[0].nics[0]]])
     spine0 = min(n for n in _fabric_switches(topo) if topo.graph.nodes[n]["tier"] == 2)
     up = min(topo.graph.get_edge_data(leaf0, spine0))
-    failed = frozenset({up, _reverse(topo, up)})
+    failed = frozenset({up, reverse(topo, up)})
     for policy in SINGLE_PATH:
         router = Router(topo, policy=policy, pxn=False, failed_links=failed)
         used = set()
@@ -849,7 +832,7 @@ def test_failed_nic_cable_relays_through_another_nic(dgx4):
 def test_destination_cut_off_by_failures_names_the_pair(dgx4):
     topo = dgx4
     s1 = topo.servers[1]
-    down = frozenset(_reverse(topo, topo.nic_leaf_link[nic]) for nic in s1.nics)
+    down = frozenset(reverse(topo, topo.nic_leaf_link[nic]) for nic in s1.nics)
     with pytest.raises(ValueError, match=r"GPU 0 of s0 \(GPU 0\) cannot reach GPU 3 of s1 \(GPU 11\).*failed"):
         Router(topo, failed_links=down).path(0, 11)
 

@@ -11,19 +11,12 @@ import re
 import numpy as np
 import pytest
 
-from topologies import devices as dv
+from tests.topologies.fabrics import DUO, TOY8, reverse
 from topologies import links as lk
 from topologies.dragonfly import dragonfly
 from topologies.fat_tree import fat_tree, leaf_spine, rail_only
-from topologies.node import ServerSpec
 from topologies.routing import ROUTING_POLICIES, Router
 from topologies.topology import NodeKind, Topology
-
-# Two GPUs on an NVSwitch, two NICs (one per PCIe switch): two rails, so PXN matters.
-DUO = ServerSpec(name="duo", gpu=dv.H100_SXM5_80GB, gpus=2, nvswitch=dv.NVSWITCH_GEN3, nic=dv.CONNECTX7_NDR, nics=2,
-                 pcie_switch=dv.PCIE_SWITCH_GEN5, pcie_switches=2, sockets=2)
-TOY8 = dv.SwitchSpec(name="toy_radix8", kind="infiniband", radix=8,
-                     port_rate_bytes_per_s=lk.IB_NDR.line_rate_bytes_per_s, latency_s=2e-7)
 
 BUILDERS = {
     # 24 servers, rail-optimised 8-ary fat-tree: d = 4 NICs per edge, 12 edges in 3 pods, 32 switches, 48 GPUs
@@ -47,10 +40,6 @@ def fabrics() -> dict[str, Topology]:
     return {name: build() for name, build in BUILDERS.items()}
 
 
-def _reverse(topo: Topology, link: int) -> int:
-    return min(topo.graph.get_edge_data(int(topo.link_dst[link]), int(topo.link_src[link])))
-
-
 def _failure_set(topo: Topology, kind: str) -> frozenset[int]:
     """``none``; ``nic``: both directions of NIC 0's cable of server 1 (flows fall back to NIC 1);
     ``cable``: both directions of the first switch-to-switch link that GPU 0 -> last GPU uses."""
@@ -58,11 +47,11 @@ def _failure_set(topo: Topology, kind: str) -> frozenset[int]:
         return frozenset()
     if kind == "nic":
         up = topo.nic_leaf_link[topo.servers[1].nics[0]]
-        return frozenset({up, _reverse(topo, up)})
+        return frozenset({up, reverse(topo, up)})
     switches = {n for n in topo.graph.nodes if topo.node_kind(n) == NodeKind.FABRIC_SWITCH}
     for link in Router(topo).path(0, topo.num_gpus - 1, pxn=False).tolist():
         if int(topo.link_src[link]) in switches and int(topo.link_dst[link]) in switches:
-            return frozenset({link, _reverse(topo, link)})
+            return frozenset({link, reverse(topo, link)})
     raise AssertionError(f"{topo.name}: GPU 0 -> GPU {topo.num_gpus - 1} crosses no switch-to-switch link")
 
 
@@ -251,7 +240,7 @@ def test_an_unroutable_pair_raises_at_its_first_flow_after_the_flows_before(fabr
     failed = set()
     for nic in topo.servers[1].nics:
         up = topo.nic_leaf_link[nic]
-        failed |= {up, _reverse(topo, up)}
+        failed |= {up, reverse(topo, up)}
     src, dst, keys = _request(topo, seed=12, count=80)
     src = [0, 2, 3] + src + [2] + src                          # 2 -> 3 stays inside server 1: routable
     dst = [1, 3, 2] + dst + [40] + dst
@@ -270,7 +259,7 @@ def test_an_unroutable_pair_raises_at_its_first_flow_after_the_flows_before(fabr
 def test_a_failed_link_inside_a_server_raises_like_the_loop(fabrics):
     topo = fabrics["fat_tree"]
     route = topo.servers[0].intra_routes[(0, 1)]              # GPU 0 -> NVSwitch -> GPU 1 of server 0
-    failed = {route[0], _reverse(topo, route[0])}
+    failed = {route[0], reverse(topo, route[0])}
     src, dst, keys = [4, 6, 0, 1, 0], [5, 8, 2, 0, 1], [0, 0, 0, 0, 0]
     loop, bulk = Router(topo, failed_links=failed), Router(topo, failed_links=failed)
     message = _loop_until_error(loop.path, src, dst, keys)

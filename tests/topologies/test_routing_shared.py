@@ -1,7 +1,7 @@
-"""Tests for the fast paths of topologies.routing: the one-round hash against mix64, the structure
-that Routers of one topology share (same paths as a Router with nothing shared, failure sets kept
-apart, released with the topology), the numpy breadth-first search against a plain one, and the
-deferred load against one ``np.add.at`` per flow. Invariants only: no timing."""
+"""Tests for what the Routers of one topology share, and the other fast paths of topologies.routing:
+the shared structure (same paths as a Router with nothing shared, failure sets kept apart, released
+with the topology), the one-round hash against mix64, the numpy breadth-first search against a plain
+one, and the deferred load against one ``np.add.at`` per flow. Invariants only: no timing."""
 
 from __future__ import annotations
 
@@ -13,22 +13,13 @@ from collections import deque
 import numpy as np
 import pytest
 
-from topologies import devices as dv
+from tests.topologies.fabrics import BOX, DUO, TOY8, reverse
 from topologies import links as lk
 from topologies import routing
 from topologies.dragonfly import dragonfly
 from topologies.fat_tree import fat_tree
-from topologies.node import ServerSpec
 from topologies.routing import ROUTING_POLICIES, Router, mix64
 from topologies.topology import NodeKind, Topology
-
-# Two GPUs on an NVSwitch, two NICs (one per PCIe switch): two rails.
-DUO = ServerSpec(name="duo", gpu=dv.H100_SXM5_80GB, gpus=2, nvswitch=dv.NVSWITCH_GEN3, nic=dv.CONNECTX7_NDR, nics=2,
-                 pcie_switch=dv.PCIE_SWITCH_GEN5, pcie_switches=2, sockets=2)
-# One GPU and one NIC per server.
-BOX = ServerSpec(name="box", gpu=dv.H100_SXM5_80GB, gpus=1, nic=dv.CONNECTX7_NDR, nics=1, sockets=1)
-TOY8 = dv.SwitchSpec(name="toy_radix8", kind="infiniband", radix=8,
-                     port_rate_bytes_per_s=lk.IB_NDR.line_rate_bytes_per_s, latency_s=2e-7)
 
 
 def _fat8() -> Topology:
@@ -51,10 +42,6 @@ def fat8() -> Topology:
 
 def _switches(topo: Topology) -> list[int]:
     return sorted(n for n in topo.graph.nodes if topo.node_kind(n) == NodeKind.FABRIC_SWITCH)
-
-
-def _reverse(topo: Topology, link: int) -> int:
-    return min(topo.graph.get_edge_data(int(topo.link_dst[link]), int(topo.link_src[link])))
 
 
 def _all_routes(router: Router, *, flow_keys: int = 2) -> list:
@@ -157,7 +144,7 @@ def _cut_used_spine_cable(topo: Topology, router: Router) -> frozenset[int]:
         for link in router.path(0, b, pxn=False).tolist():
             u, v = int(topo.link_src[link]), int(topo.link_dst[link])
             if u in switches and v in switches and topo.graph.nodes[u]["tier"] == 1:
-                return frozenset({link, _reverse(topo, link)})
+                return frozenset({link, reverse(topo, link)})
     raise AssertionError("no path crosses an edge uplink")
 
 
@@ -189,8 +176,8 @@ def test_failure_sets_kept_are_bounded_and_evicted_ones_rebuild_identically(fat8
     switches = set(_switches(fat8))
     switch_links = [link for link in range(fat8.num_links)
                     if int(fat8.link_src[link]) in switches and int(fat8.link_dst[link]) in switches]
-    cables = [link for link in switch_links if link < _reverse(fat8, link)]
-    sets = [frozenset({link, _reverse(fat8, link)}) for link in cables[:routing._FAILURE_SETS_KEPT + 3]]
+    cables = [link for link in switch_links if link < reverse(fat8, link)]
+    sets = [frozenset({link, reverse(fat8, link)}) for link in cables[:routing._FAILURE_SETS_KEPT + 3]]
     first = [Router(fat8, failed_links=cut).path(0, 47, pxn=False).tolist() for cut in sets]
     assert len(routing._wiring_of(fat8).fabrics) == routing._FAILURE_SETS_KEPT
     assert sets[0] not in routing._wiring_of(fat8).fabrics   # least recently used first out
