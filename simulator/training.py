@@ -170,11 +170,13 @@ def memory_per_gpu(model: ModelSpec, parallelism: ParallelismSpec, *, recompute:
     grad_bytes = gradient_bytes_per_param(p.dtype)
     state = model.training_state_bytes(tp=p.tp, pp=p.pp, ep=p.ep, dp=p.dp * p.cp, zero_stage=p.zero_stage,
                                        grad_bytes=grad_bytes)
-    chunk_layers = -(-model.layers // (p.pp * p.vp))        # the longest chunk (the first ones hold the extra)
+    chunk_layers = max(map(len, model.stage_layers(pp=p.pp * p.vp)))       # the longest model chunk
+    # the larger of a dense and a MoE layer (all layers of one kind keep the same activations)
+    kinds = {model.is_moe_layer(layer): layer for layer in range(model.layers)}
     per_layer = max(model.activation_bytes_per_layer(layer, micro_batch=p.micro_batch, seq_len=p.seq(model),
                                                      tp=p.tp, sp=p.sp, cp=p.cp, recompute=recompute,
                                                      flash_attention=flash_attention)
-                    for layer in {0, model.layers - 1})
+                    for layer in kinds.values())
     worst = 0
     for stage in range(p.pp):
         ops = pipeline_schedule(p.schedule, pp=p.pp, stage=stage, microbatches=p.microbatches, vp=p.vp)

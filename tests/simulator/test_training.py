@@ -283,6 +283,24 @@ def test_memory_holds_the_micro_batches_in_flight():
     assert mem["total"] == pytest.approx(state.total + mem["activations"])
 
 
+def test_memory_takes_the_larger_of_a_dense_and_a_moe_layer():
+    # 5 layers, MoE on layers 1 and 3 (first_dense_layers 1, every 2nd): layers 0 and 4 are dense.
+    # h 64, a = g = 4, s 32, b 1, t 1, 2-byte activations, no dropout, SwiGLU (3 D per MLP unit), FlashAttention.
+    # Both kinds keep norm inputs 2 x 4096 + block inputs 2 x 4096 + Q, K, V 3 x 4096 + projection input 4096
+    # + log-sum-exp 4 a s = 512 B = 33,280 B; the dense MLP adds 6 s f = 6 x 32 x 128 = 24,576 B (57,856 B in
+    # all); the MoE layer adds k s (D h + 6 f_e) = 64 x 896 = 57,344 B of routed tokens and 4 s E = 1,024 B of
+    # router probabilities (91,648 B). One micro-batch in flight on the single stage: 5 x 91,648 B.
+    model = ModelSpec(name="tiny-moe", layers=5, hidden=64, heads=4, vocab=128, seq_len=32, ffn_hidden=128,
+                      gated_mlp=True, position_embedding="rope", norm="rmsnorm", bias=False, dropout=False,
+                      experts=8, top_k=2, first_dense_layers=1, moe_layer_freq=2)
+    assert [model.is_moe_layer(i) for i in range(5)] == [False, True, False, True, False]
+    kw = dict(micro_batch=1, flash_attention=True)
+    assert model.activation_bytes_per_layer(0, **kw) == 57_856
+    assert model.activation_bytes_per_layer(1, **kw) == 91_648
+    mem = memory_per_gpu(model, ParallelismSpec(dp=1))
+    assert mem["activations"] == 5 * 91_648 >= 5 * model.activation_bytes_per_layer(1, **kw)
+
+
 def test_out_of_memory_flag(h100x2):
     big = custom_gpt(layers=16, hidden=8192, heads=64, seq_len=256)      # 12.9e9 weights: 16 B each > 80 GB
     r = simulate_step(big, ParallelismSpec(dp=1), topology=h100x2, compute=uniform(big), granularity="chunk")
