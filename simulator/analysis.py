@@ -42,6 +42,7 @@ import numpy as np
 from topologies.links import LinkKind
 from topologies.topology import LinkTier
 from workloads.tasks import CommTask, ComputeTask, Workload
+from workloads.training_step import STREAM_NAMES
 
 __all__ = ("Timeline", "task_times", "arrival_times", "union_length_s", "interval_breakdown", "link_class_bytes",
            "chrome_trace")
@@ -252,21 +253,25 @@ def interval_breakdown(workload: Workload, timeline: Timeline, labels, *, focus_
         entry = out.setdefault(label, {"count": 0, "nbytes": 0, "time_s": 0.0, "exposed_s": 0.0})
         entry["count"] += weights[i]
         entry["nbytes"] += int(workload.collectives[i].nbytes) * weights[i]
-    for label in out:
-        worst = 0.0
-        for rank, program in enumerate(workload.programs):
-            spans = [(timeline.start_s[rank][p], timeline.end_s[rank][p]) for p, t in enumerate(program)
-                     if isinstance(t, CommTask) and labels[t.index] == label]
-            if spans:
-                worst = max(worst, union_length_s(spans))
-        out[label]["time_s"] = worst
-        if focus_rank is not None:
-            program = workload.programs[focus_rank]
-            spans = [(timeline.start_s[focus_rank][p], timeline.end_s[focus_rank][p]) for p, t in enumerate(program)
-                     if isinstance(t, CommTask) and labels[t.index] == label]
-            compute = [(timeline.start_s[focus_rank][p], timeline.end_s[focus_rank][p]) for p, t in enumerate(program)
-                       if isinstance(t, ComputeTask)]
-            out[label]["exposed_s"] = _subtract_length_s(spans, compute)
+    for rank, program in enumerate(workload.programs):
+        spans = _comm_spans_by_label(program, timeline.start_s[rank], timeline.end_s[rank], labels)
+        for label, rank_spans in spans.items():
+            out[label]["time_s"] = max(out[label]["time_s"], union_length_s(rank_spans))
+    if focus_rank is not None:
+        program, start, end = workload.programs[focus_rank], timeline.start_s[focus_rank], timeline.end_s[focus_rank]
+        spans = _comm_spans_by_label(program, start, end, labels)
+        compute = [(start[p], end[p]) for p, t in enumerate(program) if isinstance(t, ComputeTask)]
+        for label, entry in out.items():
+            entry["exposed_s"] = _subtract_length_s(spans.get(label, []), compute)
+    return out
+
+
+def _comm_spans_by_label(program, start, end, labels) -> dict[str, list[tuple[float, float]]]:
+    """[start, end] of every collective task of one program, grouped by its collective's label, in program order."""
+    out: dict[str, list] = {}
+    for p, t in enumerate(program):
+        if isinstance(t, CommTask):
+            out.setdefault(labels[t.index], []).append((start[p], end[p]))
     return out
 
 
@@ -283,8 +288,6 @@ def link_class_bytes(topology, link_bytes: np.ndarray) -> dict[str, dict[str, fl
 def chrome_trace(step_result) -> dict:
     """Chrome trace-event JSON (a dict; ``json.dump`` it) of a ``StepResult``: process = rank, thread =
     stream, one "X" event per task; collectives carry their group kind, bytes and the rank's arrival."""
-    from workloads.training_step import STREAM_NAMES
-
     events: list[dict] = []
     named: set[tuple[int, int]] = set()
     for phase in step_result.phases:

@@ -88,7 +88,8 @@ from importlib import resources
 from typing import Iterable, Mapping
 
 from topologies.devices import A100_SXM4_80GB, GpuSpec
-from workloads.model import RECOMPUTE, Gemm, ModelSpec
+from workloads.model import RECOMPUTE, Gemm, ModelSpec, ceil_div
+from workloads.parallelism import ParallelismSpec
 from workloads.presets import custom_gpt
 
 __all__ = (
@@ -108,6 +109,7 @@ __all__ = (
     "layer_backward",
     "layer_forward_time_s",
     "layer_backward_time_s",
+    "layer_times",
     "embedding_forward",
     "embedding_backward",
     "logits_forward",
@@ -116,6 +118,9 @@ __all__ = (
     "default_overlap_slowdown",
     "overlapped_time_s",
     "Sc21Check",
+    "sc21_rows",
+    "check_sc21_models",
+    "sc21_layout",
     "sc21_compute_only_check",
     "format_sc21_check",
 )
@@ -560,6 +565,28 @@ def layer_backward_time_s(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, s
                           compute_model=compute_model).time_s
 
 
+def layer_times(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
+                sp: bool = False, cp: int = 1, ep: int = 1, dtype: str = "bf16", flash_attention: bool = True,
+                recompute: str = "none",
+                compute_model: GpuComputeModel | None = None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Seconds of :func:`layer_forward` and :func:`layer_backward` of every layer, (forward, backward). All
+    dense (all MoE) layers of a model run the same kernels, so one layer of each kind is timed."""
+    if not isinstance(model, ModelSpec):
+        raise ValueError(f"model: {model!r} is not allowed; expected a workloads.model.ModelSpec")
+    kw = dict(micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, ep=ep, dtype=dtype,
+              flash_attention=flash_attention, compute_model=compute_model)
+    by_kind: dict[bool, tuple[float, float]] = {}
+    forward, backward = [], []
+    for layer in range(model.layers):
+        kind = model.is_moe_layer(layer)
+        if kind not in by_kind:
+            by_kind[kind] = (layer_forward(model, gpu, layer=layer, **kw).time_s,
+                             layer_backward(model, gpu, layer=layer, recompute=recompute, **kw).time_s)
+        forward.append(by_kind[kind][0])
+        backward.append(by_kind[kind][1])
+    return tuple(forward), tuple(backward)
+
+
 # --------------------------------------------------------------------------------------------------
 # embedding, logits and loss, optimizer
 # --------------------------------------------------------------------------------------------------
@@ -569,7 +596,7 @@ def _tokens(model: ModelSpec, micro_batch: int, seq_len: int | None, tp: int, cp
     # validates through the model (micro_batch, seq_len, cp, tp) and returns (local tokens, V/t)
     model.logits_flops(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
     s = model.seq_len if seq_len is None else seq_len
-    return micro_batch * s / cp, -(-model.vocab // tp)
+    return micro_batch * s / cp, ceil_div(model.vocab, tp)
 
 
 def _embedding_ops(model: ModelSpec, *, micro_batch: int, seq_len: int | None, tp: int, cp: int) -> list[_Op]:
@@ -729,7 +756,8 @@ class Sc21Check:
     optimizer_time_s: float
     iteration_time_s: float              # microbatches + (pp - 1)/vp bubble stage times + optimizer
     measured_tflops: float
-    compute_only_tflops: float           # eq. 3 FLOPs / (gpus x iteration_time_s)
+    flops: float                         # SC21 eq. 3: the step's FLOPs, all GPUs together
+    compute_only_tflops: float           # flops / (gpus x iteration_time_s)
     compute_only_tflops_no_bubble: float
 
     @property
@@ -738,24 +766,47 @@ class Sc21Check:
         return self.measured_tflops / self.compute_only_tflops
 
 
-def _sc21_rows() -> list[dict[str, str]]:
+def sc21_rows() -> list[dict[str, str]]:
+    """The ten SC21 Table 1 rows of the shipped calibration table, in Table 1 order (CSV columns as strings)."""
     with (resources.files("simulator") / "data" / "calibration" / SC21_TABLE).open(newline="") as handle:
         return [r for r in csv.DictReader(handle)
                 if r["metric_name"] == "achieved_tflops_per_gpu" and "Table 1" in r["source_ref"]]
 
 
+def check_sc21_models(models: Iterable[str] | None) -> tuple[str, ...]:
+    """``models`` as a tuple of Table 1 model names (all ten for None); ValueError names a bad entry."""
+    names = tuple(r["model"] for r in sc21_rows())
+    if models is None:
+        return names
+    if isinstance(models, str) or not isinstance(models, Iterable):
+        raise ValueError(f"models: {models!r} is not allowed; expected a tuple of Table 1 model names "
+                         f"({', '.join(names)}) or None")
+    models = tuple(models)
+    for m in models:
+        if m not in names:
+            raise ValueError(f"models: {m!r} is not a Table 1 row; expected one of {', '.join(names)}")
+    return models
+
+
+def sc21_layout(row: Mapping[str, str]) -> tuple[ModelSpec, ParallelismSpec]:
+    """The model and layout of one SC21 Table 1 row (run_table_1.sh settings: fp16, scatter/gather, gradients
+    all-reduced after the pipeline in one buffer; the interleaved schedule when v > 1)."""
+    model = custom_gpt(layers=int(row["layers"]), hidden=int(row["hidden"]), heads=int(row["heads"]),
+                       seq_len=int(row["seq_len"]), name=row["model"])
+    vp = int(row["vp"]) if row["vp"].strip() else 1
+    spec = ParallelismSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), vp=vp,
+                           gpus=int(row["gpus"]), micro_batch=int(row["micro_batch"]),
+                           global_batch=int(row["global_batch"]), schedule="interleaved" if vp > 1 else "1f1b",
+                           dtype="fp16", scatter_gather=True, dp_overlap=False, bucket_bytes=None)
+    return model, spec
+
+
 def _stage_time_s(model: ModelSpec, gpu: GpuSpec, layers: Iterable[int], *, first: bool, last: bool, tp: int,
-                  micro_batch: int, cm: GpuComputeModel, per_layer: dict[bool, float]) -> float:
-    # per_layer caches one layer's forward + backward by is_moe_layer: all dense (all MoE) layers of a
-    # model run the same kernels
-    kw = dict(micro_batch=micro_batch, tp=tp, sp=False, flash_attention=False, compute_model=cm)
+                  micro_batch: int, cm: GpuComputeModel, layer_s: list[float]) -> float:
+    # layer_s: forward + backward seconds of every layer of the model
     time_s = 0.0
     for i in layers:
-        key = model.is_moe_layer(i)
-        if key not in per_layer:
-            per_layer[key] = (layer_forward(model, gpu, layer=i, **kw).time_s
-                              + layer_backward(model, gpu, layer=i, recompute="full", **kw).time_s)
-        time_s += per_layer[key]
+        time_s += layer_s[i]
     if first:
         time_s += embedding_forward(model, gpu, micro_batch=micro_batch, tp=tp, compute_model=cm).time_s
         time_s += embedding_backward(model, gpu, micro_batch=micro_batch, tp=tp, compute_model=cm).time_s
@@ -776,27 +827,24 @@ def sc21_compute_only_check(*, gpu: GpuSpec = A100_SXM4_80GB,
     """
     cm = compute_model_for(gpu, compute_model)
     out = []
-    for row in _sc21_rows():
-        layers, hidden, heads = int(row["layers"]), int(row["hidden"]), int(row["heads"])
-        gpus, tp, pp, dp = int(row["gpus"]), int(row["tp"]), int(row["pp"]), int(row["dp"])
-        vp = int(row["vp"]) if row["vp"].strip() else 1
-        mbs, batch = int(row["micro_batch"]), int(row["global_batch"])
-        model = custom_gpt(layers=layers, hidden=hidden, heads=heads, seq_len=int(row["seq_len"]),
-                           name=row["model"])
-        microbatches = batch // (dp * mbs)
-        stages = model.stage_layers(pp=pp)
-        per_layer: dict[bool, float] = {}
+    for row in sc21_rows():
+        model, spec = sc21_layout(row)
+        tp, pp, vp, mbs = spec.tp, spec.pp, spec.vp, spec.micro_batch
+        gpus, microbatches = spec.world_size, spec.microbatches
+        forward, backward = layer_times(model, gpu, micro_batch=mbs, tp=tp, flash_attention=False, recompute="full",
+                                        compute_model=cm)
+        layer_s = [f + b for f, b in zip(forward, backward)]
         stage_times = [_stage_time_s(model, gpu, r, first=j == 0, last=j == pp - 1, tp=tp, micro_batch=mbs, cm=cm,
-                                     per_layer=per_layer) for j, r in enumerate(stages)]
+                                     layer_s=layer_s) for j, r in enumerate(model.stage_layers(pp=pp))]
         stage_s = max(stage_times)
         opt_s = max(optimizer_step(gpu, parameters=model.stage_parameters(j, tp=tp, pp=pp), compute_model=cm).time_s
                     for j in range(pp))
         iteration_s = (microbatches + (pp - 1) / vp) * stage_s + opt_s
-        flops = model.step_flops(batch=batch, recompute="full")
+        flops = model.step_flops(batch=spec.global_batch, recompute="full")
         out.append(Sc21Check(
-            model=row["model"], gpus=gpus, tp=tp, pp=pp, dp=dp, vp=vp, micro_batch=mbs, microbatches=microbatches,
-            stage_time_s=stage_s, optimizer_time_s=opt_s, iteration_time_s=iteration_s,
-            measured_tflops=float(row["metric_value"]),
+            model=row["model"], gpus=gpus, tp=tp, pp=pp, dp=spec.dp, vp=vp, micro_batch=mbs,
+            microbatches=microbatches, stage_time_s=stage_s, optimizer_time_s=opt_s, iteration_time_s=iteration_s,
+            measured_tflops=float(row["metric_value"]), flops=flops,
             compute_only_tflops=flops / (gpus * iteration_s) / 1e12,
             compute_only_tflops_no_bubble=flops / (gpus * (microbatches * stage_s + opt_s)) / 1e12,
         ))

@@ -120,29 +120,10 @@ class Sc21Fit:
         return mean_abs_error(rest) if rest else None
 
 
-def _table_models() -> tuple[str, ...]:
-    return tuple(r["model"] for r in cmp._sc21_rows())
-
-
-def _check_models(models: Iterable[str] | None) -> tuple[str, ...]:
-    names = _table_models()
-    if models is None:
-        return names
-    if isinstance(models, str):
-        raise ValueError(f"models: {models!r} is not allowed; expected a tuple of Table 1 model names or None")
-    models = tuple(models)
-    for m in models:
-        if m not in names:
-            raise ValueError(f"models: {m!r} is not a Table 1 row; expected one of {', '.join(names)}")
-    if not models:
-        raise ValueError("models: () is not allowed; expected at least one Table 1 model name or None")
-    return models
-
-
 def sc21_network_added_s(step_s: Mapping[str, float] = SC21_MAMF_STEP_S, *,
                          compute_model: cmp.GpuComputeModel = cmp.A100_MAMF_2024) -> dict[str, float]:
     """N_r = simulated step - compute-only iteration, both with ``compute_model``, for every row in ``step_s``."""
-    names = _table_models()
+    names = cmp.check_sc21_models(None)
     for name, value in step_s.items():
         if name not in names:
             raise ValueError(f"step_s: {name!r} is not a Table 1 row; expected one of {', '.join(names)}")
@@ -160,11 +141,10 @@ def sc21_predict(compute_model: cmp.GpuComputeModel | None = None, *,
     for c in cmp.sc21_compute_only_check(gpu=A100_SXM4_80GB, compute_model=compute_model):
         if c.model not in added:
             continue
-        flops = c.compute_only_tflops * 1e12 * c.gpus * c.iteration_time_s      # eq. 3 F, as the check used it
         step_s = c.iteration_time_s + added[c.model]
         out.append(Sc21Prediction(model=c.model, gpus=c.gpus, measured_tflops=c.measured_tflops,
                                   compute_only_iteration_s=c.iteration_time_s, network_added_s=added[c.model],
-                                  predicted_tflops=flops / (c.gpus * step_s) / 1e12))
+                                  predicted_tflops=c.flops / (c.gpus * step_s) / 1e12))
     return tuple(out)
 
 
@@ -183,7 +163,9 @@ def fit_gemm_efficiency(*, models: Iterable[str] | None = None, network_added_s:
     Every other field of the model is ``base``'s; the returned fit is not rounded (the shipped value is
     ``round(fit.gemm_efficiency, 3)``) and predicts every row, fitted or not.
     """
-    fit_models = _check_models(models)
+    fit_models = cmp.check_sc21_models(models)
+    if not fit_models:
+        raise ValueError("models: () is not allowed; expected at least one Table 1 model name or None")
     added = sc21_network_added_s() if network_added_s is None else dict(network_added_s)
     missing = [m for m in fit_models if m not in added]
     if missing:
@@ -201,7 +183,7 @@ def fit_gemm_efficiency(*, models: Iterable[str] | None = None, network_added_s:
 
 def sc21_holdout(*, network_added_s: Mapping[str, float] | None = None) -> tuple[Sc21Fit, Sc21Fit]:
     """Fit on Table 1 rows 1, 3, 5, 7, 9 and, separately, on rows 2, 4, 6, 8, 10; each predicts the others."""
-    names = _table_models()
+    names = cmp.check_sc21_models(None)
     added = sc21_network_added_s() if network_added_s is None else network_added_s
     return (fit_gemm_efficiency(models=names[0::2], network_added_s=added),
             fit_gemm_efficiency(models=names[1::2], network_added_s=added))
@@ -209,7 +191,8 @@ def sc21_holdout(*, network_added_s: Mapping[str, float] | None = None) -> tuple
 
 def format_fit(fit: Sc21Fit) -> str:
     """A text table of a fit's per-row predictions, fitted rows marked ``*``."""
-    lines = [f"gemm_efficiency {fit.gemm_efficiency:.4f} ({fit.gemm_efficiency * 312:.1f} TFLOP/s on an A100); "
+    peak_tflops = A100_SXM4_80GB.dense_bf16_flop_per_s / 1e12
+    lines = [f"gemm_efficiency {fit.gemm_efficiency:.4f} ({fit.gemm_efficiency * peak_tflops:.1f} TFLOP/s on an A100); "
              f"mean |error| {fit.fit_error * 100:.2f} % on the {len(fit.fit_models)} fitted rows"
              + (f", {fit.holdout_error * 100:.2f} % on the others" if fit.holdout_error is not None else ""),
              f"{'model':<12} {'gpus':>5} {'compute s':>9} {'network s':>9} {'meas TF':>8} {'pred TF':>8} {'error':>7}"]

@@ -140,7 +140,8 @@ def _check_jobs(jobs) -> list[Job]:
 
 
 def merge_jobs(topology: Topology, jobs: Sequence[Job]) -> tuple[Workload, Placement]:
-    """One workload and one placement running every job (ranks and collectives offset per job)."""
+    """One workload and one placement running every job (ranks and collectives offset per job). The one place
+    that checks ``jobs``: (Workload, Placement) pairs of equal rank counts on disjoint GPUs."""
     jobs = _check_jobs(jobs)
     collectives, programs, rank_gpu = [], [], []
     for workload, placement in jobs:
@@ -154,7 +155,7 @@ def merge_jobs(topology: Topology, jobs: Sequence[Job]) -> tuple[Workload, Place
     return merged, Placement.custom(topology, rank_gpu)
 
 
-def _split(result: SimResult, jobs: list[Job]) -> tuple[JobResult, ...]:
+def _split(result: SimResult, jobs: Sequence[Job]) -> tuple[JobResult, ...]:
     out, rank_offset, collective_offset = [], 0, 0
     for j, (workload, placement) in enumerate(jobs):
         records = tuple(dataclasses.replace(record, index=k, collective=c) for k, (record, c) in enumerate(
@@ -169,7 +170,6 @@ def _split(result: SimResult, jobs: list[Job]) -> tuple[JobResult, ...]:
 
 def simulate_jobs(topology: Topology, jobs: Sequence[Job], config: SimConfig | None = None) -> JobsResult:
     """Simulate ``jobs`` (a list of (Workload, Placement) pairs) together on ``topology``; split per job."""
-    jobs = _check_jobs(jobs)
     workload, placement = merge_jobs(topology, jobs)
     result = simulate(topology, workload, placement, config)
     return JobsResult(result=result, jobs=_split(result, jobs))
@@ -178,6 +178,9 @@ def simulate_jobs(topology: Topology, jobs: Sequence[Job], config: SimConfig | N
 def interference(topology: Topology, jobs: Sequence[Job], config: SimConfig | None = None) -> Interference:
     """``jobs`` together and each alone (same fabric, config and placement): per-job slowdowns."""
     together = simulate_jobs(topology, jobs, config)
-    alone = tuple(dataclasses.replace(_split(simulate(topology, w, p, config), [(w, p)])[0], job=j)
-                  for j, (w, p) in enumerate(_check_jobs(jobs)))
-    return Interference(together=together, alone=alone)
+    alone = []
+    for j, (workload, placement) in enumerate(jobs):
+        result = simulate(topology, workload, placement, config)
+        alone.append(JobResult(job=j, placement=placement, collectives=result.collectives,
+                               rank_end_s=result.rank_end_s))
+    return Interference(together=together, alone=tuple(alone))

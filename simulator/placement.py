@@ -68,6 +68,17 @@ def _check_nranks(field: str, nranks, g: int, topology: Topology) -> int:
     return nranks
 
 
+def _check_servers(field: str, servers: Sequence[int], topology: Topology) -> tuple[int, ...]:
+    servers = tuple(servers)
+    bad = [s for s in servers if not _is_int(s) or not 0 <= s < topology.num_servers]
+    if bad:
+        raise ValueError(f"{field}: {bad[0]!r} is not allowed; expected distinct server indices from 0 to "
+                         f"{topology.num_servers - 1}")
+    if len(set(servers)) != len(servers):
+        raise ValueError(f"{field}: {servers!r} lists a server twice; expected distinct servers")
+    return servers
+
+
 def _drawn(free: Sequence[int], count: int, *salt: int) -> list[int]:
     """``count`` servers of ``free``, the lowest by ``mix64(*salt, server)``, in increasing order."""
     return sorted(sorted(free, key=lambda s: (mix64(*salt, s), s))[:count])
@@ -79,22 +90,15 @@ class Placement:
 
     @classmethod
     def block(cls, topology: Topology, *, nranks: int, gpus_per_node: int | None = None) -> "Placement":
-        g = _per_server(topology, gpus_per_node)
-        _check_nranks("nranks", nranks, g, topology)
-        return cls(rank_gpu=tuple(topology.gpu(r // g, r % g) for r in range(nranks)))
+        """Ranks fill servers 0, 1, ... in order, ``gpus_per_node`` each: :meth:`contiguous` from server 0."""
+        return cls.contiguous(topology, nranks=nranks, gpus_per_node=gpus_per_node)
 
     @classmethod
     def on_servers(cls, topology: Topology, *, servers: Sequence[int], nranks: int,
                    gpus_per_node: int | None = None) -> "Placement":
         """Ranks fill ``servers`` in the order given, ``gpus_per_node`` each, on their first GPUs."""
         g = _per_server(topology, gpus_per_node)
-        servers = tuple(servers)
-        bad = [s for s in servers if not _is_int(s) or not 0 <= s < topology.num_servers]
-        if bad:
-            raise ValueError(f"servers: {bad[0]!r} is not allowed; expected server indices from 0 to "
-                             f"{topology.num_servers - 1}")
-        if len(set(servers)) != len(servers):
-            raise ValueError(f"servers: {servers!r} lists a server twice; expected distinct servers")
+        servers = _check_servers("servers", servers, topology)
         if not _is_int(nranks) or nranks < 1 or nranks > g * len(servers):
             raise ValueError(f"nranks: {nranks!r} is not allowed on {len(servers)} servers of {g} GPUs; expected an "
                              f"integer from 1 to {g * len(servers)}")
@@ -122,11 +126,8 @@ class Placement:
         (default: all): by the seeded draw, or with ``stride`` every stride-th from position ``offset``."""
         g = _per_server(topology, gpus_per_node)
         _check_nranks("nranks", nranks, g, topology)
-        free = list(range(topology.num_servers)) if free_servers is None else list(free_servers)
-        bad = [s for s in free if not _is_int(s) or not 0 <= s < topology.num_servers]
-        if bad or len(set(free)) != len(free):
-            raise ValueError(f"free_servers: {free_servers!r} is not allowed; expected distinct server indices from 0 "
-                             f"to {topology.num_servers - 1}")
+        free = list(range(topology.num_servers) if free_servers is None
+                    else _check_servers("free_servers", free_servers, topology))
         need = math.ceil(nranks / g)
         if need > len(free):
             raise ValueError(f"nranks: {nranks} needs {need} servers of {g} GPUs but only {len(free)} are free; "
@@ -145,7 +146,7 @@ class Placement:
                 raise ValueError(f"stride: {stride} from free position {offset} reaches {len(chosen)} of the "
                                  f"{len(free)} free servers, but {nranks} ranks need {need}; expected a smaller "
                                  "stride or offset")
-        return cls.on_servers(topology, servers=sorted(chosen), nranks=nranks, gpus_per_node=g)
+        return cls.on_servers(topology, servers=chosen, nranks=nranks, gpus_per_node=g)
 
     @classmethod
     def for_jobs(cls, topology: Topology, *, jobs: Sequence[int], policy: str = "contiguous", seed: int = 0,

@@ -8,6 +8,9 @@ figure to close afterwards.
 ``busbw_figure(comparisons, title=...)`` draws predicted vs measured bus bandwidth against message
 size for one series (one colour per collective / GPU-count group; measured as points, predicted as
 a line; log2 size axis). ``write_busbw_plots(tables, directory)`` writes one PNG per series.
+
+``fabric_figure(topology)`` draws a fabric's switch graph (servers at the bottom, then each switch tier; a
+dragonfly group by group around a circle); ``draw_fabric(topology, path)`` writes it as a PNG.
 """
 
 from __future__ import annotations
@@ -142,10 +145,10 @@ def fabric_figure(topology, *, title: str | None = None):
     switches = [n for n, d in graph.nodes(data=True) if d["kind"] == NodeKind.FABRIC_SWITCH]
     drawn = nx.Graph()
     for n in switches:
-        drawn.add_node(n, layer=int(graph.nodes[n].get("tier", 1)), group=graph.nodes[n].get("group", 0))
+        drawn.add_node(n, layer=int(graph.nodes[n].get("tier", 1)))
     for s, info in enumerate(topology.servers):
         node = ("server", s)
-        drawn.add_node(node, layer=0, group=-1)
+        drawn.add_node(node, layer=0)
         for nic in info.nics:
             link = topology.nic_leaf_link.get(nic)
             if link is not None:

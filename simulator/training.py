@@ -22,7 +22,8 @@ kind / link class: definitions in ``simulator.analysis``. Memory per GPU: weight
 state under ZeRO (ModelSpec.training_state_bytes over the d x c sharding group; gradients kept in fp32
 for bf16/fp8 training, fp16 for fp16) plus the activations of the micro-batches in flight on the most
 loaded stage (1F1B: p - s micro-batches on stage s; GPipe: all m; interleaved: warm-up + 1 chunk
-passes), ``ModelSpec.activation_bytes_per_layer`` each; ``out_of_memory`` when that exceeds the GPU.
+passes), ``ModelSpec.activation_bytes_per_layer`` each (of the larger of a dense and a MoE layer);
+``out_of_memory`` when that exceeds the GPU.
 
 Four reductions keep huge layouts tractable (all off by default):
 
@@ -78,22 +79,19 @@ take seconds.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from types import MappingProxyType
 from typing import Mapping
 
 from topologies.devices import GPU_PRESETS, GpuSpec
 from topologies.presets import SYSTEMS, TOPOLOGIES, build_system
 from topologies.topology import Topology
-from workloads.model import RECOMPUTE, ModelSpec
+from workloads.model import ModelSpec, ceil_div
 from workloads.parallelism import ParallelismSpec
-from workloads.presets import custom_gpt
 from workloads.tasks import CommTask, ComputeTask
 from workloads.training_step import (GRANULARITIES, StepCompute, TrainingWorkload, gradient_bytes_per_param,
                                      pipeline_schedule, training_step)
@@ -107,9 +105,6 @@ from .results import SimResult
 
 __all__ = ("StepPhase", "StepResult", "step_compute", "memory_per_gpu", "simulate_step", "Sc21Row", "sc21_check",
            "format_sc21")
-
-ADAM_STATE_BYTES = 12        # fp32 master weights, momentum, variance per parameter (ZeRO paper sec. 3.1)
-
 
 # --------------------------------------------------------------------------------------------------
 # compute times
@@ -125,22 +120,11 @@ def step_compute(model: ModelSpec, parallelism: ParallelismSpec, gpu: GpuSpec, *
                  flash_attention: bool = True, overlap_slowdown: float | None = None,
                  compute_model: cmp.GpuComputeModel | None = None) -> StepCompute:
     """Per-micro-batch compute seconds of every layer, the embedding, the logits and each stage's optimizer."""
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute: {recompute!r} is not allowed; expected one of {', '.join(map(repr, RECOMPUTE))}")
     p = parallelism
     p.check(model)
-    kw = dict(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, sp=p.sp, cp=p.cp, ep=p.ep,
-              dtype=_compute_dtype(p), flash_attention=flash_attention, compute_model=compute_model)
-    cache: dict[bool, tuple[float, float]] = {}
-    forward, backward = [], []
-    for layer in range(model.layers):
-        key = model.is_moe_layer(layer)
-        if key not in cache:
-            f = cmp.layer_forward(model, gpu, layer=layer, **kw).time_s
-            b = cmp.layer_backward(model, gpu, layer=layer, recompute=recompute, **kw).time_s
-            cache[key] = (f, b)
-        forward.append(cache[key][0])
-        backward.append(cache[key][1])
+    forward, backward = cmp.layer_times(model, gpu, micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, sp=p.sp,
+                                        cp=p.cp, ep=p.ep, dtype=_compute_dtype(p), flash_attention=flash_attention,
+                                        recompute=recompute, compute_model=compute_model)
     tkw = dict(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, cp=p.cp, compute_model=compute_model)
     shard = p.dp * p.cp if p.zero_stage >= 1 else 1
     optimizer = tuple(cmp.optimizer_step(gpu, parameters=model.stage_parameters(j, tp=p.tp, pp=p.pp, ep=p.ep) / shard,
@@ -148,17 +132,13 @@ def step_compute(model: ModelSpec, parallelism: ParallelismSpec, gpu: GpuSpec, *
                       for j in range(p.pp))
     slowdown = cmp.default_overlap_slowdown(gpu, compute_model=compute_model) if overlap_slowdown is None \
         else overlap_slowdown
-    if not isinstance(slowdown, (int, float)) or isinstance(slowdown, bool) or not math.isfinite(slowdown) \
-            or slowdown < 0:
-        raise ValueError(f"overlap_slowdown: {overlap_slowdown!r} is not allowed; expected a finite number >= 0 "
-                         "or None")
     return StepCompute(
-        layer_forward_s=tuple(forward), layer_backward_s=tuple(backward),
+        layer_forward_s=forward, layer_backward_s=backward,
         embedding_forward_s=cmp.embedding_forward(model, gpu, **tkw).time_s,
         embedding_backward_s=cmp.embedding_backward(model, gpu, **tkw).time_s,
         logits_forward_s=cmp.logits_forward(model, gpu, sp=p.sp, dtype=_compute_dtype(p), **tkw).time_s,
         logits_backward_s=cmp.logits_backward(model, gpu, sp=p.sp, dtype=_compute_dtype(p), **tkw).time_s,
-        optimizer_s=optimizer, overlap_slowdown=float(slowdown),
+        optimizer_s=optimizer, overlap_slowdown=slowdown,
     )
 
 
@@ -274,7 +254,7 @@ def _build_topology(system: str, nodes: int | None, world: int, wiring: str | No
         raise ValueError(f"system: {system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
     per_node = SYSTEMS[system].server().gpus
     if nodes is None:
-        nodes = -(-world // per_node)
+        nodes = ceil_div(world, per_node)
     if wiring is None:
         wiring = "leaf-spine"
         if nodes > 1 and nodes > SYSTEMS[system].max_nodes_for("leaf-spine"):
@@ -470,7 +450,7 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
     m = p.microbatches
     k = steady_state_microbatches
     if k is not None and p.schedule == "interleaved":
-        k = -(-k // p.pp) * p.pp
+        k = ceil_div(k, p.pp) * p.pp
     if k is not None and m > 2 * k:
         few = dataclasses.replace(p, global_batch=k * p.dp * p.micro_batch)
         more = dataclasses.replace(p, global_batch=2 * k * p.dp * p.micro_batch)
@@ -538,44 +518,17 @@ class Sc21Row:
         return (self.predicted_tflops - self.measured_tflops) / self.measured_tflops
 
 
-def _sc21_rows() -> list[dict[str, str]]:
-    path = resources.files("simulator") / "data" / "calibration" / "training_megatron_sc21.csv"
-    with path.open(newline="") as handle:
-        return [r for r in csv.DictReader(handle)
-                if r["metric_name"] == "achieved_tflops_per_gpu" and "Table 1" in r["source_ref"]]
-
-
-def sc21_layout(row: Mapping[str, str]) -> tuple[ModelSpec, ParallelismSpec]:
-    """The model and layout of one SC21 Table 1 row (run_table_1.sh settings, see the module docstring)."""
-    model = custom_gpt(layers=int(row["layers"]), hidden=int(row["hidden"]), heads=int(row["heads"]),
-                       seq_len=int(row["seq_len"]), name=row["model"])
-    vp = int(row["vp"]) if row["vp"].strip() else 1
-    spec = ParallelismSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), vp=vp,
-                           gpus=int(row["gpus"]), micro_batch=int(row["micro_batch"]),
-                           global_batch=int(row["global_batch"]), schedule="interleaved" if vp > 1 else "1f1b",
-                           dtype="fp16", scatter_gather=True, dp_overlap=False, bucket_bytes=None)
-    return model, spec
-
-
 SC21_STEADY_MICROBATCHES = 16     # k for the steady-state extrapolation (rounded up to a multiple of p)
 
 
-def _sc21_selection(models, rows) -> tuple[frozenset | None, frozenset | None]:
-    table = _sc21_rows()
-    names = [r["model"] for r in table]
+def _sc21_selection(models, rows, count: int) -> tuple[frozenset | None, frozenset | None]:
     if models is not None:
-        if isinstance(models, str) or not all(isinstance(m, str) for m in models):
-            raise ValueError(f"models: {models!r} is not allowed; expected a tuple of Table 1 model names "
-                             f"({', '.join(names)}) or None")
-        unknown = [m for m in models if m not in names]
-        if unknown:
-            raise ValueError(f"models: {unknown[0]!r} is not a Table 1 row; expected one of {', '.join(names)}")
-        models = frozenset(models)
+        models = frozenset(cmp.check_sc21_models(models))
     if rows is not None:
         if isinstance(rows, (str, bytes)) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                     and 1 <= i <= len(table) for i in rows):
+                                                     and 1 <= i <= count for i in rows):
             raise ValueError(f"rows: {rows!r} is not allowed; expected a tuple of Table 1 row numbers in "
-                             f"1..{len(table)} or None")
+                             f"1..{count} or None")
         rows = frozenset(rows)
     return models, rows
 
@@ -591,20 +544,21 @@ def sc21_check(*, models: tuple[str, ...] | None = None, rows: tuple[int, ...] |
     simulated with k and 2k micro-batches and extrapolated (``simulate_step(steady_state_microbatches=k)``).
     ``compute_model`` replaces the A100's shipped kernel efficiencies (e.g. ``compute.A100_MAMF_2024``).
     """
-    models, rows = _sc21_selection(models, rows)
+    table = cmp.sc21_rows()
+    models, rows = _sc21_selection(models, rows, len(table))
     out = []
-    for number, row in enumerate(_sc21_rows(), start=1):
+    for number, row in enumerate(table, start=1):
         if models is not None and row["model"] not in models:
             continue
         if rows is not None and number not in rows:
             continue
-        model, spec = sc21_layout(row)
+        model, spec = cmp.sc21_layout(row)
         if max_gpus is not None and spec.world_size > max_gpus:
             continue
-        k = -(-SC21_STEADY_MICROBATCHES // spec.pp) * spec.pp
+        k = ceil_div(SC21_STEADY_MICROBATCHES, spec.pp) * spec.pp
         steady = k if extrapolate and spec.microbatches >= 4 * k else None
         began = time.perf_counter()
-        result = simulate_step(model, spec, system="dgx-a100", nodes=spec.world_size // 8, config=config,
+        result = simulate_step(model, spec, system="dgx-a100", config=config,
                                recompute="full", flash_attention=False, granularity=granularity,
                                symmetric_replicas=symmetric_replicas, tensor_rank0_p2p=tensor_rank0_p2p,
                                steady_state_microbatches=steady, compute_model=compute_model)

@@ -89,6 +89,7 @@ __all__ = (
     "TrainingStateBytes",
     "CommSize",
     "zero_state_bytes",
+    "ceil_div",
 )
 
 RECOMPUTE = ("none", "selective", "full")
@@ -126,7 +127,8 @@ def _choice(field: str, value: object, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def _ceil_div(a: int, b: int) -> int:
+def ceil_div(a: int, b: int) -> int:
+    """ceil(a / b) for integers b > 0, exactly (no float): ceil_div(7, 2) = 4."""
     return -(-a // b)
 
 
@@ -410,7 +412,7 @@ class ModelSpec:
         total = 2 * self._norm_parameters() + self._attention_parameters(tp)
         if self._is_moe_layer(layer):
             total += self.hidden * self.experts                               # router
-            total += (self.experts // ep) * self._mlp_parameters(self.expert_ffn_hidden)
+            total += (self.experts // ep) * self.expert_parameters()
             total += self.shared_experts * self._mlp_parameters(self.expert_ffn_hidden, tp=tp)
         else:
             total += self._mlp_parameters(self.ffn_hidden, tp=tp)
@@ -420,12 +422,26 @@ class ModelSpec:
         """Input embedding (vocabulary-parallel: V/t rows per rank) plus learned positions (replicated)."""
         tp = self._check_tp(tp)
         positions = self.seq_len * self.hidden if self.position_embedding == "learned" else 0
-        return _ceil_div(self.vocab, tp) * self.hidden + positions
+        return ceil_div(self.vocab, tp) * self.hidden + positions
 
     def output_parameters(self, *, tp: int = 1) -> int:
         """The logits layer: 0 when tied to the input embedding, else V h / t."""
         tp = self._check_tp(tp)
-        return 0 if self.tied_embeddings else _ceil_div(self.vocab, tp) * self.hidden
+        return 0 if self.tied_embeddings else ceil_div(self.vocab, tp) * self.hidden
+
+    def last_stage_output_parameters(self, *, tp: int = 1, pp: int = 1) -> int:
+        """The logits weight on one GPU of the last of ``pp`` pipeline stages: V/t x h, also when tied to the
+        input embedding and pp > 1 (Megatron keeps a copy there and all-reduces its gradient with the first
+        stage); 0 when tied and pp = 1 (the embedding itself, counted by :meth:`embedding_parameters`)."""
+        pp = _int_at_least("pp", pp, 1)
+        if self.tied_embeddings and pp == 1:
+            return 0
+        return ceil_div(self.vocab, self._check_tp(tp)) * self.hidden
+
+    def expert_parameters(self) -> int:
+        """Weights of one routed expert (an MLP of ``expert_ffn_hidden``, not split over tensor-parallel ranks);
+        0 for a dense model."""
+        return self._mlp_parameters(self.expert_ffn_hidden) if self.is_moe else 0
 
     def final_norm_parameters(self) -> int:
         return self._norm_parameters()
@@ -444,7 +460,7 @@ class ModelSpec:
         """Weights one token passes through: MoE layers count top_k routed experts (and the shared ones)."""
         total = self.total_parameters()
         if self.is_moe:
-            idle = (self.experts - self.top_k) * self._mlp_parameters(self.expert_ffn_hidden)
+            idle = (self.experts - self.top_k) * self.expert_parameters()
             total -= self.moe_layers * idle
         return total
 
@@ -473,11 +489,7 @@ class ModelSpec:
         if stage == 0:
             total += self.embedding_parameters(tp=tp)
         if stage == len(stages) - 1:
-            total += self.final_norm_parameters()
-            if self.tied_embeddings:
-                total += _ceil_div(self.vocab, tp) * self.hidden if len(stages) > 1 else 0
-            else:
-                total += self.output_parameters(tp=tp)
+            total += self.final_norm_parameters() + self.last_stage_output_parameters(tp=tp, pp=len(stages))
         return total
 
     def parameters_per_gpu(self, *, tp: int = 1, pp: int = 1, ep: int = 1) -> int:
@@ -579,7 +591,7 @@ class ModelSpec:
         """Forward FLOPs of the output layer: 2 b s h V / (t c) (V/t rounded up: Megatron pads the vocabulary)."""
         b, s, cp = self._tokens(micro_batch, seq_len, cp)
         tp = self._check_tp(tp)
-        return 2.0 * (b * s // cp) * self.hidden * _ceil_div(self.vocab, tp)
+        return 2.0 * (b * s // cp) * self.hidden * ceil_div(self.vocab, tp)
 
     def step_flops(self, *, batch: int, seq_len: int | None = None, recompute: str = "full") -> float:
         """FLOPs of one training step over ``batch`` sequences, all GPUs together.
@@ -683,7 +695,7 @@ class ModelSpec:
         scatter/gather optimisation (sec. 4.1)."""
         tp = self._check_tp(tp)
         nbytes = self._hidden_bytes(micro_batch, seq_len, cp)
-        return _ceil_div(nbytes, tp) if (sp or scatter_gather) else nbytes
+        return ceil_div(nbytes, tp) if (sp or scatter_gather) else nbytes
 
     def ep_alltoall_bytes(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
                           cp: int = 1) -> int:

@@ -37,6 +37,9 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
+from .model import _is_int
+from .model import _reject as _reject_field
+
 __all__ = ("SCHEDULES", "DTYPES", "GROUP_KINDS", "DEFAULT_ORDER", "DDP_BUCKET_BYTES", "RankCoords", "ParallelismSpec")
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
@@ -54,11 +57,7 @@ _DENSE_DIMS = ("tp", "cp", "dp", "pp")
 
 
 def _reject(field: str, value: object, expected: str) -> ValueError:
-    return ValueError(f"ParallelismSpec.{field}: {value!r} is not allowed; expected {expected}")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    return _reject_field(f"ParallelismSpec.{field}", value, expected)
 
 
 @dataclass(frozen=True, slots=True)

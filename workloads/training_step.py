@@ -112,7 +112,7 @@ import numbers
 from dataclasses import dataclass, field
 
 from .collectives import DTYPE_BYTES, Collective, CollectiveKind
-from .model import RECOMPUTE, ModelSpec
+from .model import RECOMPUTE, ModelSpec, ceil_div
 from .parallelism import ParallelismSpec
 from .tasks import CommTask, ComputeTask, Workload
 
@@ -147,9 +147,9 @@ def _reject(field_name: str, value: object, expected: str) -> ValueError:
     return ValueError(f"{field_name}: {value!r} is not allowed; expected {expected}")
 
 
-def _seconds(field_name: str, value: object) -> float:
+def _seconds(field_name: str, value: object, expected: str = "a finite number of seconds >= 0") -> float:
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise _reject(field_name, value, "a finite number of seconds >= 0")
+        raise _reject(field_name, value, expected)
     return float(value)
 
 
@@ -182,9 +182,10 @@ class StepCompute:
         if len(self.layer_forward_s) != len(self.layer_backward_s) or not self.layer_forward_s:
             raise _reject("StepCompute.layer_backward_s", f"{len(self.layer_backward_s)} entries",
                           f"one per layer, as many as layer_forward_s ({len(self.layer_forward_s)}), at least one")
-        for name in ("embedding_forward_s", "embedding_backward_s", "logits_forward_s", "logits_backward_s",
-                     "overlap_slowdown"):
+        for name in ("embedding_forward_s", "embedding_backward_s", "logits_forward_s", "logits_backward_s"):
             object.__setattr__(self, name, _seconds(f"StepCompute.{name}", getattr(self, name)))
+        object.__setattr__(self, "overlap_slowdown", _seconds("StepCompute.overlap_slowdown", self.overlap_slowdown,
+                                                              "a finite number >= 0"))
 
     @classmethod
     def uniform(cls, *, layers: int, forward_s: float, backward_s: float, **kw) -> "StepCompute":
@@ -214,11 +215,6 @@ class TrainingWorkload:
     granularity: str
     part: str
     ranks: tuple[int, ...]
-
-    def collective_indices(self, kind: str) -> tuple[int, ...]:
-        if kind not in GROUP_TAGS:
-            raise _reject("kind", kind, f"one of {', '.join(GROUP_TAGS)}")
-        return tuple(i for i, k in enumerate(self.group_kinds) if k == kind)
 
     def rank_collectives(self, rank: int) -> tuple[int, ...]:
         """Indices of the collectives program ``rank`` takes part in, in program order."""
@@ -300,14 +296,20 @@ class _Program:
     pending: list = field(default_factory=list)        # tasks the next compute-stream task waits for
     computes: list = field(default_factory=list)       # indices of compute tasks, in order
 
-    def stream0(self, task_cls, **kw) -> int:
+    def _take_pending(self) -> tuple[int, ...]:
         after = tuple(sorted(set(self.pending)))
         self.pending.clear()
-        if task_cls is ComputeTask:
-            self.tasks.append(self._compute_task(kw["duration_s"], kw["name"], after))
-            self.computes.append(len(self.tasks) - 1)
-        else:
-            self.tasks.append(self._comm_task(kw["index"], kw["name"], STREAM_COMPUTE, after))
+        return after
+
+    def add_compute(self, duration_s: float, name: str) -> int:
+        """A compute task on the compute stream, after the pending tasks; returns its position."""
+        self.tasks.append(self._compute_task(duration_s, name, self._take_pending()))
+        self.computes.append(len(self.tasks) - 1)
+        return len(self.tasks) - 1
+
+    def add_comm(self, index: int, name: str) -> int:
+        """Collective ``index`` on the compute stream (it blocks compute), after the pending tasks."""
+        self.tasks.append(self._comm_task(index, name, STREAM_COMPUTE, self._take_pending()))
         return len(self.tasks) - 1
 
     def side(self, index: int, name: str, stream: int, after: tuple[int, ...] = ()) -> int:
@@ -348,10 +350,6 @@ class _Unit:
     expert: int
 
 
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
 class _Builder:
     def __init__(self, model: ModelSpec, spec: ParallelismSpec, compute: StepCompute, *, recompute: str,
                  granularity: str, part: str, ranks: tuple[int, ...], tensor_rank0_p2p: bool):
@@ -367,15 +365,17 @@ class _Builder:
         self.keys: dict = {}
         self._size_cache: dict = {}          # per-layer communication sizes, which depend only on the layout
         self.seq = spec.seq(model)
+        # activations and weights (parameter all-gathers) share the model's element type
         self.act_dtype = {1: "fp8", 2: _ACT_DTYPE[spec.dtype], 4: "float32"}[model.dtype_bytes]
         self.grad_bytes = gradient_bytes_per_param(spec.dtype)
         self.grad_dtype = "float16" if self.grad_bytes == 2 else "float32"
-        self.param_dtype = self.act_dtype
         self.V = spec.virtual_stages
         self.chunks = model.stage_layers(pp=self.V)      # layers of each model chunk (the first ones longer)
         self.m = spec.microbatches
         self.zero = spec.zero_stage
-        self.expert_param = self._one_expert_parameters()
+        # a single expert's gradients are reduced with the dense ones: its expert-data-parallel group is the
+        # dense gradient group (ep divides the experts, so ep = 1)
+        self.expert_param = model.expert_parameters() if model.experts > 1 else 0
         # groups, cached: rank -> its group, and its position in the group
         self._group_cache: dict[str, dict[int, tuple[int, ...]]] = {}
         self._position_cache: dict[str, dict[int, int]] = {}
@@ -425,15 +425,6 @@ class _Builder:
         return index
 
     # ---- weights ----------------------------------------------------------------------------------
-    def _one_expert_parameters(self) -> int:
-        model, spec = self.model, self.spec
-        if not model.is_moe or model.experts == 1:
-            return 0
-        layer = next(i for i in range(model.layers) if model.is_moe_layer(i))
-        all_here = model.layer_parameters(layer, tp=spec.tp, ep=1)
-        one_here = model.layer_parameters(layer, tp=spec.tp, ep=model.experts)
-        return (all_here - one_here) // (model.experts - 1)
-
     def layer_unit(self, layer: int) -> _Unit:
         unit = self._units.get(layer)
         if unit is None:
@@ -452,16 +443,27 @@ class _Builder:
     def output_unit(self) -> _Unit:
         unit = self._units.get("output")
         if unit is None:
-            model, tp = self.model, self.spec.tp
-            if model.tied_embeddings:
-                out = -(-model.vocab // tp) * model.hidden if self.spec.pp > 1 else 0
-            else:
-                out = model.output_parameters(tp=tp)
+            model = self.model
+            out = model.last_stage_output_parameters(tp=self.spec.tp, pp=self.spec.pp)
             unit = self._units["output"] = _Unit(name="output", dense=out + model.final_norm_parameters(), expert=0)
         return unit
 
     def chunk_layers(self, v: int) -> range:
         return self.chunks[v]
+
+    def unit_tasks(self, v: int, phase: str) -> list[tuple[_Unit, object, float, str, int | None]]:
+        """The per-layer compute tasks of one pass of virtual stage v, one per weight unit, in execution order
+        (forward: embedding, layers, logits; backward the reverse): (unit, key, seconds, name, layer or None)."""
+        c, forward = self.compute, phase == "forward"
+        layer_s = c.layer_forward_s if forward else c.layer_backward_s
+        tasks = [(self.layer_unit(l), l, layer_s[l], f"layer{l}", l) for l in self.chunk_layers(v)]
+        if v == 0:
+            seconds = c.embedding_forward_s if forward else c.embedding_backward_s
+            tasks.insert(0, (self.embedding_unit(), "emb", seconds, "embedding", None))
+        if v == self.V - 1:
+            seconds = c.logits_forward_s if forward else c.logits_backward_s
+            tasks.append((self.output_unit(), "out", seconds, "logits", None))
+        return tasks if forward else tasks[::-1]
 
     def backward_units(self, v: int) -> tuple[_Unit, ...]:
         """Units of virtual stage v in the order its backward produces their gradients."""
@@ -546,9 +548,10 @@ class _Builder:
                name: str) -> int:
         return self.collective(key, lambda: Collective(kind=kind, nbytes=nbytes, group=group, dtype=dtype), tag, name)
 
-    def padded(self, kind: CollectiveKind, nbytes: int, n: int, elt: int) -> int:
+    @staticmethod
+    def padded(kind: CollectiveKind, nbytes: int, n: int, elt: int) -> int:
         if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
-            return _round_up(nbytes, n * elt)
+            return ceil_div(nbytes, n * elt) * n * elt
         return nbytes
 
     # ---- per-layer communication sizes ----------------------------------------------------------
@@ -578,34 +581,37 @@ class _Builder:
             layer, micro_batch=self.spec.micro_batch, seq_len=self.seq, tp=self.spec.tp, cp=self.spec.cp,
             ep=self.spec.ep, phase=phase, recompute=self.recompute))
 
-    def ep_matrix(self, nbytes: int, layer: int, combine: bool) -> list[list[int]]:
-        """Bytes member p sends member q in one dispatch (transposed for a combine)."""
+    def ep_matrix(self, nbytes: int, layer: int, combine: bool) -> tuple[tuple[int, ...], ...]:
+        """Bytes member p sends member q in one dispatch (transposed for a combine). Every member sends the
+        same row: the busiest member gets its share, the others the rest in whole elements."""
         n, elt = self.spec.ep, _elt(self.act_dtype)
         elements = nbytes // elt
         busiest = layer % n
         heavy = min(elements, int(round((1.0 + self.spec.ep_imbalance) * elements / n)))
         light, extra = divmod(elements - heavy, n - 1)
-        rows = []
-        for p in range(n):
-            others = [q for q in range(n) if q != busiest]
-            row = [0] * n
-            row[busiest] = heavy
-            for j, q in enumerate(others):
-                row[q] = light + (1 if j < extra else 0)
-            rows.append([b * elt for b in row])
+        others = [q for q in range(n) if q != busiest]
+        row = [0] * n
+        row[busiest] = heavy * elt
+        for j, q in enumerate(others):
+            row[q] = (light + (1 if j < extra else 0)) * elt
         if combine:
-            rows = [list(col) for col in zip(*rows)]
-        return rows
+            return tuple((b,) * n for b in row)
+        return (tuple(row),) * n
+
+    def ep_matrix_sum(self, sends) -> list[list[int]]:
+        """Element-wise sum of :meth:`ep_matrix` over ``sends``, a list of (nbytes, layer, combine)."""
+        matrices = [self.ep_matrix(*one) for one in sends]
+        n = self.spec.ep
+        return [[sum(mx[p][q] for mx in matrices) for q in range(n)] for p in range(n)]
 
 
 def _elt(dtype: str) -> int:
     return DTYPE_BYTES[dtype]
 
 
-def _matrix_collective(group: tuple[int, ...], matrix: list[list[int]], dtype: str) -> Collective:
+def _matrix_collective(group: tuple[int, ...], matrix, dtype: str) -> Collective:
     n = len(group)
-    even = len({b for row in matrix for b in row}) == 1
-    if even and matrix[0][0] * n % (n * _elt(dtype)) == 0:
+    if len({b for row in matrix for b in row}) == 1:         # even: the plain all-to-all of nccl-tests
         return Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=matrix[0][0] * n, group=group, dtype=dtype)
     splits = tuple(tuple(int(b) for b in row) for row in matrix)
     return Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=max(sum(r) for r in splits), group=group, dtype=dtype,
@@ -630,28 +636,17 @@ class _RankProgram:
         self.pipeline = b.part in ("all", "pipeline")
         self.reduce = b.part in ("all", "reduction")
         self.reduces_dense = len(self.dp_group) > 1
-        self.reduces_expert = b.model.is_moe and len(self.edp_group) > 1
+        self.reduces_expert = b.model.is_moe and len(self.group("edp")) > 1
         self.overlap = self.reduce and b.part == "all" and spec.dp_overlap and b.zero < 3
+        # buckets are reduced during the backward (DDP overlap, or ZeRO-3's per-unit reduce-scatters), not after it
+        self.reduce_in_backward = b.part == "all" and (spec.dp_overlap or b.zero >= 3)
         self.dp_started = False
         self.stretched_all = b.zero >= 3 and self.reduces_dense
         self.dp_tasks: list[int] = []
 
-    # The other groups are looked up when used: a reduction-only build never needs them.
-    @property
-    def tp_group(self) -> tuple[int, ...]:
-        return self.b.group("tp", self.rank)
-
-    @property
-    def cp_group(self) -> tuple[int, ...]:
-        return self.b.group("cp", self.rank)
-
-    @property
-    def ep_group(self) -> tuple[int, ...]:
-        return self.b.group("ep", self.rank)
-
-    @property
-    def edp_group(self) -> tuple[int, ...]:
-        return self.b.group("edp", self.rank)
+    def group(self, kind: str) -> tuple[int, ...]:
+        """This rank's group of ``kind``, looked up when used: a reduction-only build never needs most kinds."""
+        return self.b.group(kind, self.rank)
 
     # ---- helpers ---------------------------------------------------------------------------------
     def peer(self, virtual_stage: int) -> int:
@@ -663,8 +658,7 @@ class _RankProgram:
         return seconds * (1.0 + self.b.compute.overlap_slowdown) if slow else seconds
 
     def compute(self, seconds: float, name: str, *, backward_last: bool = False) -> int:
-        return self.prog.stream0(ComputeTask, duration_s=self.duration(seconds, backward_last=backward_last),
-                                 name=name)
+        return self.prog.add_compute(self.duration(seconds, backward_last=backward_last), name)
 
     # ---- the program ------------------------------------------------------------------------------
     def build(self) -> tuple:
@@ -716,10 +710,10 @@ class _RankProgram:
         if self.scatter_gather():
             full = b._sizes_cached(("pp-full",), lambda: b.model.pp_activation_bytes(
                 micro_batch=spec.micro_batch, seq_len=b.seq, tp=spec.tp, cp=spec.cp))
-            gkey = ("pp-gather", direction, mb, v_from, self.tp_group)
-            gi = b.simple(gkey, CollectiveKind.ALL_GATHER, full, self.tp_group, b.act_dtype, "tp",
-                          f"pp allgather {direction} mb{mb}")
-            self.prog.stream0(CommTask, index=gi, name=f"pp allgather {direction} {label}")
+            tp_group = self.group("tp")
+            gi = b.simple(("pp-gather", direction, mb, v_from, tp_group), CollectiveKind.ALL_GATHER, full, tp_group,
+                          b.act_dtype, "tp", f"pp allgather {direction} mb{mb}")
+            self.prog.add_comm(gi, f"pp allgather {direction} {label}")
 
     def send(self, mb: int, v: int, direction: str, label: str) -> list[int]:
         b = self.b
@@ -752,14 +746,14 @@ class _RankProgram:
         if b.zero < 3:
             return
         # the gather for the next compute task may start once the task before it has ended (depth 1)
-        prefetch_after = tuple(self.prog.computes[-2:-1]) if len(self.prog.computes) >= 2 else ()
-        for part, group in (("dense", self.dp_group), ("expert", self.edp_group)):
+        prefetch_after = tuple(self.prog.computes[-2:-1])
+        for part, group in (("dense", self.dp_group), ("expert", self.group("edp"))):
             params = sum(getattr(u, part) for u in units)
             if params == 0 or len(group) == 1:
                 continue
-            elt = _elt(b.param_dtype)
+            elt = _elt(b.act_dtype)
             nbytes = b.padded(CollectiveKind.ALL_GATHER, params * b.model.dtype_bytes, len(group), elt)
-            gi = b.simple(("zero-ag", key, part, group), CollectiveKind.ALL_GATHER, nbytes, group, b.param_dtype, "dp",
+            gi = b.simple(("zero-ag", key, part, group), CollectiveKind.ALL_GATHER, nbytes, group, b.act_dtype, "dp",
                           f"zero allgather {part} {label}")
             task = self.prog.side(gi, f"zero allgather {label}", STREAM_PARAM, prefetch_after)
             self.prog.pending.append(task)
@@ -772,25 +766,19 @@ class _RankProgram:
             self.recv(mb, v - 1, "act", label, post)
         layers = b.chunk_layers(v)
         first, last = v == 0, v == b.V - 1
+        tasks = b.unit_tasks(v, "forward")
         if b.granularity == "chunk":
-            units = ([b.embedding_unit()] if first else []) + [b.layer_unit(l) for l in layers] \
-                + ([b.output_unit()] if last else [])
-            self.gather_params(units, ("F", mb, v), label)
+            self.gather_params([unit for unit, *_ in tasks], ("F", mb, v), label)
             seconds = sum(b.compute.layer_forward_s[l] for l in layers)
             seconds += (b.compute.embedding_forward_s if first else 0.0) + (b.compute.logits_forward_s if last else 0.0)
             self.compute(seconds, label)
             self.layer_comm(list(layers), "forward", ("F", mb, v), label)
         else:
-            if first:
-                self.gather_params([b.embedding_unit()], ("F", mb, v, "emb"), label)
-                self.compute(b.compute.embedding_forward_s, f"{label} embedding")
-            for l in layers:
-                self.gather_params([b.layer_unit(l)], ("F", mb, v, l), label)
-                self.compute(b.compute.layer_forward_s[l], f"{label} layer{l}")
-                self.layer_comm([l], "forward", ("F", mb, v, l), label)
-            if last:
-                self.gather_params([b.output_unit()], ("F", mb, v, "out"), label)
-                self.compute(b.compute.logits_forward_s, f"{label} logits")
+            for unit, part, seconds, name, layer in tasks:
+                self.gather_params([unit], ("F", mb, v, part), label)
+                self.compute(seconds, f"{label} {name}")
+                if layer is not None:
+                    self.layer_comm([layer], "forward", ("F", mb, v, layer), label)
         return self.send(mb, v, "act", label) if v < b.V - 1 else []
 
     def backward(self, mb: int, v: int, post: tuple[int, ...], *, last: bool) -> list[int]:
@@ -803,36 +791,20 @@ class _RankProgram:
         _, chunk = stage_of_chunk(v, b.spec.pp)
         overlapped = last and self.overlap and (self.reduces_dense or self.reduces_expert)
         per_layer = b.granularity == "layer" or overlapped or (last and b.zero >= 3)
-        if not per_layer:
-            units = ([b.output_unit()] if last_chunk else []) + [b.layer_unit(l) for l in layers] \
-                + ([b.embedding_unit()] if first_chunk else [])
-            self.gather_params(units, ("B", mb, v), label)
+        tasks = b.unit_tasks(v, "backward")
+        if not per_layer:      # one merged task: no bucket is reduced during it (that takes per-layer tasks)
+            self.gather_params([unit for unit, *_ in tasks], ("B", mb, v), label)
             seconds = sum(b.compute.layer_backward_s[l] for l in layers)
             seconds += (b.compute.logits_backward_s if last_chunk else 0.0)
             seconds += (b.compute.embedding_backward_s if first_chunk else 0.0)
-            task = self.compute(seconds, label, backward_last=last)
+            self.compute(seconds, label, backward_last=last)
             self.layer_comm(layers, "backward", ("B", mb, v), label)
-            if last:
-                self.grads_ready(chunk, len(units), task)
         else:
-            done = 0
-            if last_chunk:
-                self.gather_params([b.output_unit()], ("B", mb, v, "out"), label)
-                task = self.compute(b.compute.logits_backward_s, f"{label} logits", backward_last=last)
-                done += 1
-                if last:
-                    self.grads_ready(chunk, done, task)
-            for l in layers:
-                self.gather_params([b.layer_unit(l)], ("B", mb, v, l), label)
-                task = self.compute(b.compute.layer_backward_s[l], f"{label} layer{l}", backward_last=last)
-                self.layer_comm([l], "backward", ("B", mb, v, l), label)
-                done += 1
-                if last:
-                    self.grads_ready(chunk, done, task)
-            if first_chunk:
-                self.gather_params([b.embedding_unit()], ("B", mb, v, "emb"), label)
-                task = self.compute(b.compute.embedding_backward_s, f"{label} embedding", backward_last=last)
-                done += 1
+            for done, (unit, part, seconds, name, layer) in enumerate(tasks, start=1):
+                self.gather_params([unit], ("B", mb, v, part), label)
+                task = self.compute(seconds, f"{label} {name}", backward_last=last)
+                if layer is not None:
+                    self.layer_comm([layer], "backward", ("B", mb, v, layer), label)
                 if last:
                     self.grads_ready(chunk, done, task)
         return self.send(mb, v, "grad", label) if v > 0 else []
@@ -842,44 +814,44 @@ class _RankProgram:
         b, spec = self.b, self.b.spec
         n = len(layers)
         # context parallelism: issued when the compute began, the next compute-stream task waits for it
-        start_after = tuple(self.prog.computes[-2:-1]) if len(self.prog.computes) >= 2 else ()
+        start_after = tuple(self.prog.computes[-2:-1])
+        merge = b.granularity == "chunk" and n > 1
         for size in b.cp_sizes(phase):
-            counts = [size.count * n] if b.granularity == "chunk" and n > 1 else [1] * (size.count * n)
+            cp_group = self.group("cp")
+            counts = [size.count * n] if merge else [1] * (size.count * n)
             for j, count in enumerate(counts):
-                ci = b.simple(("cp", key, size.name, j, self.cp_group), CollectiveKind.SENDRECV, size.nbytes * count,
-                              self.cp_group, b.act_dtype, "cp", f"cp kv {label}")
+                ci = b.simple(("cp", key, size.name, j, cp_group), CollectiveKind.SENDRECV, size.nbytes * count,
+                              cp_group, b.act_dtype, "cp", f"cp kv {label}")
                 self.prog.pending.append(self.prog.side(ci, f"cp kv {label}", STREAM_CP, start_after))
         # tensor parallelism
         sizes = b.tp_sizes(phase)
-        if b.granularity == "chunk" and n > 1:
+        tp_group = self.group("tp") if sizes else ()
+        if merge:
             merged: dict[CollectiveKind, int] = {}
             for size in sizes:
                 merged[size.kind] = merged.get(size.kind, 0) + size.nbytes * size.count * n
             for kind, nbytes in merged.items():
-                ti = b.simple(("tp", key, kind.value, self.tp_group), kind, nbytes, self.tp_group, b.act_dtype, "tp",
+                ti = b.simple(("tp", key, kind.value, tp_group), kind, nbytes, tp_group, b.act_dtype, "tp",
                               f"tp {kind.value} {label}")
-                self.prog.stream0(CommTask, index=ti, name=f"tp {kind.value.replace('_', '')}")
+                self.prog.add_comm(ti, f"tp {kind.value.replace('_', '')}")
         else:
             for l in layers:
                 for j, size in enumerate(_interleave(sizes)):
-                    ti = b.simple(("tp", key, l, j, self.tp_group), size.kind, size.nbytes, self.tp_group, b.act_dtype,
+                    ti = b.simple(("tp", key, l, j, tp_group), size.kind, size.nbytes, tp_group, b.act_dtype,
                                   "tp", f"tp {size.name} layer{l} {label}")
-                    self.prog.stream0(CommTask, index=ti, name=f"tp {size.kind.value.replace('_', '')}")
-        # expert parallelism
+                    self.prog.add_comm(ti, f"tp {size.kind.value.replace('_', '')}")
+        # expert parallelism: one all-to-all per (layer, dispatch or combine), or their sum per chunk pass; the
+        # send matrices are built only when the group's first member builds the collective
         if spec.ep > 1:
-            matrices: list[list[list[int]]] = []
-            for l in layers:
-                for size in self.b.ep_sizes(l, phase):
-                    for j in range(size.count):
-                        matrices.append(b.ep_matrix(size.nbytes, l, combine=j % 2 == 1))
-            if b.granularity == "chunk" and n > 1 and matrices:
-                total = [[sum(mx[p][q] for mx in matrices) for q in range(spec.ep)] for p in range(spec.ep)]
-                matrices = [total]
-            for j, mx in enumerate(matrices):
-                ei = b.collective(("ep", key, j, self.ep_group),
-                                  lambda mx=mx: _matrix_collective(self.ep_group, mx, b.act_dtype), "ep",
-                                  f"ep alltoall {label}")
-                self.prog.stream0(CommTask, index=ei, name="ep alltoall")
+            ep_group = self.group("ep")
+            sends = [(size.nbytes, l, j % 2 == 1) for l in layers for size in b.ep_sizes(l, phase)
+                     for j in range(size.count)]
+            batches = ([sends] if sends else []) if merge else [[one] for one in sends]
+            for j, batch in enumerate(batches):
+                ei = b.collective(("ep", key, j, ep_group),
+                                  lambda batch=batch: _matrix_collective(ep_group, b.ep_matrix_sum(batch), b.act_dtype),
+                                  "ep", f"ep alltoall {label}")
+                self.prog.add_comm(ei, "ep alltoall")
 
     # ---- data parallelism ------------------------------------------------------------------------
     def plan_buckets(self, chunk: int) -> tuple[tuple[str, int, int, int], ...]:
@@ -889,14 +861,14 @@ class _RankProgram:
         return self.b.buckets(chunk * self.b.spec.pp + self.stage, self.reduces_dense, self.reduces_expert)
 
     def grads_ready(self, chunk: int, units_done: int, task: int) -> None:
-        if not self.overlap and not (self.b.zero >= 3 and self.reduce and self.b.part == "all"):
+        if not self.reduce_in_backward:
             return
         for bucket in self.buckets[chunk]:
             if bucket[2] == units_done:
                 self.reduce_bucket(chunk, bucket, (task,))
 
     def reduce_bucket(self, chunk: int, bucket, after: tuple[int, ...]) -> None:
-        group = self.dp_group if bucket[0] == "dense" else self.edp_group
+        group = self.dp_group if bucket[0] == "dense" else self.group("edp")
         index, label = self.b.bucket_reduction(chunk, bucket, group)
         self.dp_tasks.append(self.prog.side(index, label, STREAM_DP, after))
         self.dp_started = True
@@ -904,29 +876,28 @@ class _RankProgram:
     def finish(self) -> None:
         b, spec = self.b, self.b.spec
         end = self.prog.last0
-        overlapped = self.overlap or (b.zero >= 3 and b.part == "all")
-        if not overlapped:
+        if not self.reduce_in_backward:
             for chunk in reversed(range(spec.vp)):
                 for bucket in self.buckets[chunk]:
                     self.reduce_bucket(chunk, bucket, end)
         if b.model.tied_embeddings and spec.pp > 1 and self.stage in (0, spec.pp - 1):
             group = (self.pp_group[0], self.pp_group[-1])
-            nbytes = -(-b.model.vocab // spec.tp) * b.model.hidden * b.grad_bytes
+            nbytes = b.model.last_stage_output_parameters(tp=spec.tp, pp=spec.pp) * b.grad_bytes
             index = b.simple(("emb", group), CollectiveKind.ALL_REDUCE, nbytes, group, b.grad_dtype, "pp",
                              "embedding allreduce")
             self.dp_tasks.append(self.prog.side(index, "embedding allreduce", STREAM_DP, end))
         self.prog.pending.extend(self.dp_tasks)
         optimizer = b.compute.optimizer_s[self.stage] if b.compute.optimizer_s else 0.0
-        opt = self.prog.stream0(ComputeTask, duration_s=optimizer, name=f"optimizer stage{self.stage}")
+        opt = self.prog.add_compute(optimizer, f"optimizer stage{self.stage}")
         if b.zero in (1, 2) and self.reduces_dense:
             for chunk in range(spec.vp):
                 for part, params, _, bid in self.buckets[chunk]:
-                    group = self.dp_group if part == "dense" else self.edp_group
+                    group = self.dp_group if part == "dense" else self.group("edp")
                     nbytes = b.padded(CollectiveKind.ALL_GATHER, params * b.model.dtype_bytes, len(group),
-                                      _elt(b.param_dtype))
+                                      _elt(b.act_dtype))
                     label = f"zero allgather bucket {bid}" + (f" chunk{chunk}" if spec.vp > 1 else "")
                     index = b.simple(("zero-post", chunk, part, bid, group), CollectiveKind.ALL_GATHER, nbytes, group,
-                                     b.param_dtype, "dp", label)
+                                     b.act_dtype, "dp", label)
                     self.prog.side(index, label, STREAM_DP, (opt,))
 
 

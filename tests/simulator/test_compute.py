@@ -28,6 +28,7 @@ from simulator.compute import (
     layer_backward_time_s,
     layer_forward,
     layer_forward_time_s,
+    layer_times,
     logits_backward,
     logits_forward,
     memory_op,
@@ -88,6 +89,18 @@ def test_layer_breakdowns_add_up_and_match_the_model_flops():
     assert [op.name for op in full.ops[:len(fwd.ops)]] == ["recompute." + op.name for op in fwd.ops]
 
 
+def test_layer_times_of_every_layer_are_those_of_its_kind():
+    # DeepSeek-V3-like: 3 dense layers, then MoE; each layer's times are layer_forward / layer_backward's
+    model = MODELS["deepseek-v3-like"]
+    kw = dict(micro_batch=1, tp=8, sp=True, ep=8)
+    forward, backward = layer_times(model, H100_SXM5_80GB, recompute="full", **kw)
+    assert len(forward) == len(backward) == model.layers
+    for layer in (0, 2, 3, model.layers - 1):
+        assert forward[layer] == layer_forward(model, H100_SXM5_80GB, layer=layer, **kw).time_s
+        assert backward[layer] == layer_backward(model, H100_SXM5_80GB, layer=layer, recompute="full", **kw).time_s
+    assert forward[0] != forward[3]                     # a dense and a MoE layer
+
+
 def test_elementwise_kernels_are_memory_bound_and_flash_needs_no_selective_recompute():
     model = MODELS["llama3-70b"]
     kw = dict(micro_batch=1, tp=8, sp=True)
@@ -140,7 +153,7 @@ def test_moe_layers_time_every_expert_kernel():
 def test_huge_aligned_gemm_reaches_eff_max():
     # A100: m = 108 x 256, n = 64 x 128 -> 6912 tiles = exactly 64 waves of 108 SMs, no padding, compute-bound
     eff = gemm_efficiency(A100_SXM4_80GB, m=108 * 256, n=64 * 128, k=8192)
-    assert eff == pytest.approx(0.70, rel=1e-12)             # the SC21-fitted A100 eff_max
+    assert eff == pytest.approx(A100_SC21_GEMM_EFFICIENCY, rel=1e-12)        # the SC21-fitted A100 eff_max
     eff = gemm_efficiency(A100_SXM4_80GB, m=108 * 256, n=64 * 128, k=8192, compute_model=A100_MAMF_2024)
     assert eff == pytest.approx(271.2 / 312, rel=1e-12)      # Bekman's 2024 MAMF measurement
 
@@ -160,9 +173,9 @@ def test_wave_and_tile_quantisation():
     two = gemm_op(A100_SXM4_80GB, m=9 * 256, n=12 * 128 + 1, k=8192)
     assert one.bound == two.bound == "compute"
     assert two.time_s == pytest.approx(2 * one.time_s, rel=1e-12)
-    # a single 64^3 GEMM uses 1 of 108 SMs and 1/16 of its tile: 0.70 x (64 x 64)/(256 x 128) / 108
+    # a single 64^3 GEMM uses 1 of 108 SMs and 1/16 of its tile: eff_max x (64 x 64)/(256 x 128) / 108
     assert gemm_efficiency(A100_SXM4_80GB, m=64, n=64, k=64) == pytest.approx(
-        0.70 * (64 * 64) / (256 * 128) / 108, rel=1e-12)
+        A100_SC21_GEMM_EFFICIENCY * (64 * 64) / (256 * 128) / 108, rel=1e-12)
 
 
 def test_small_elementwise_op_is_memory_bound_at_measured_bandwidth():
@@ -226,10 +239,12 @@ def test_sc21_compute_only_throughput_bounds_the_measured_one():
     rows = sc21_compute_only_check()
     print("\n" + format_sc21_check(rows))
     assert len(rows) == 10
-    ceiling = 0.70 * 312                         # A100 best-shape GEMM, TFLOP/s: nothing runs faster on average
+    # A100 best-shape GEMM, TFLOP/s: nothing runs faster on average
+    ceiling = A100_SC21_GEMM_EFFICIENCY * A100_SXM4_80GB.dense_bf16_flop_per_s / 1e12
     for r in rows:
         # the measured runs also communicate, load data and log: compute alone must be at least as fast
         assert r.ratio <= 1.0, r.model
+        assert r.compute_only_tflops == r.flops / (r.gpus * r.iteration_time_s) / 1e12
         assert r.measured_tflops < r.compute_only_tflops <= r.compute_only_tflops_no_bubble < ceiling
         assert r.microbatches * r.micro_batch * r.dp == {
             "GPT-1.7B": 512, "GPT-3.6B": 512, "GPT-7.5B": 512, "GPT-18.4B": 1024, "GPT-39.1B": 1536,

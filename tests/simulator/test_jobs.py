@@ -285,7 +285,12 @@ def test_contiguous_interferes_less_than_fragmented_when_oversubscribed(oversubs
         placements = Placement.for_jobs(oversubscribed, jobs=[4, 4], policy=policy, seed=1)
         slowdown[policy] = interference(oversubscribed, [(work, p) for p in placements], config).slowdowns
     assert slowdown["contiguous"] == pytest.approx((1.0, 1.0), rel=1e-12, abs=0)
-    assert all(s > 1.1 for s in slowdown["fragmented"] + slowdown["strided"])
+    # Alone a chain streams at 20 GB/s: the bandwidth part of the time, 1.5 x 32 MiB per channel / 20 GB/s =
+    # 2.52 ms, is 93 % of the 2.70 ms alone; together it runs at C / 4, r = 20 / 12.42 = 1.61 times longer
+    # (next test), and the fixed part barely changes, so the slowdown is just under r: 1 + 0.93 (r - 1) = 1.57
+    # .. r; simulated 1.58 (2.70 ms alone, 4.27 ms together, simulator.jobs docstring).
+    r = CONNECTION / (NDR / 4)
+    assert all(s == pytest.approx(1.58, abs=5e-3) and s < r for s in slowdown["fragmented"] + slowdown["strided"])
     assert max(slowdown["contiguous"]) < min(slowdown["fragmented"])
 
 

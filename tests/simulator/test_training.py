@@ -1,4 +1,4 @@
-"""Step simulation: timeline rebuild, critical path and exposed communication, overlap, reductions, SC21."""
+"""Step simulation: critical path and exposed communication, overlap, reductions, SC21, memory, outputs."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ import math
 import numpy as np
 import pytest
 
-from simulator.analysis import chrome_trace, task_times, union_length_s
-from simulator.compute import A100_MAMF_2024, sc21_compute_only_check
+from simulator.analysis import chrome_trace, task_times
+from simulator.compute import A100_MAMF_2024, sc21_compute_only_check, sc21_layout, sc21_rows
+from simulator.compute_calibration import SC21_MAMF_STEP_S
 from simulator.config import SimConfig
 from simulator.placement import Placement
-from simulator.training import _main, _parse_rows, memory_per_gpu, sc21_check, sc21_layout, simulate_step, _sc21_rows
+from simulator.training import _main, _parse_rows, memory_per_gpu, sc21_check, simulate_step
 from topologies.links import LinkKind
 from topologies.presets import build_system
-from workloads.collectives import Collective, CollectiveKind
+from workloads.model import ModelSpec
 from workloads.parallelism import ParallelismSpec
 from workloads.presets import custom_gpt
-from workloads.tasks import CommTask, ComputeTask, Workload
 from workloads.training_step import StepCompute, training_step
 
 
@@ -48,34 +48,8 @@ def free_network(h100x2):
 
 
 # --------------------------------------------------------------------------------------------------
-# task times
+# pipeline schedules
 # --------------------------------------------------------------------------------------------------
-
-
-def test_task_times_by_hand():
-    ar = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=8, group=(0, 1))
-    w = Workload(nranks=2, collectives=(ar,), programs=(
-        (ComputeTask(duration_s=1.0), CommTask(index=0), ComputeTask(duration_s=0.5)),
-        (ComputeTask(duration_s=2.0), CommTask(index=0, stream=1, after=(0,)), ComputeTask(duration_s=0.1)),
-    ))
-    t = task_times(w, [0.25])
-    # rank 1 arrives at 2.0 (after its compute), rank 0 at 1.0: the collective runs 2.0 .. 2.25
-    assert t.collective_start_s[0] == 2.0 and t.collective_end_s[0] == 2.25
-    assert list(t.start_s[0]) == [0.0, 2.0, 2.25] and t.end_s[0][2] == 2.75
-    # rank 1's last compute is on stream 0 after its first compute: it overlaps the collective (stream 1)
-    assert list(t.start_s[1]) == [0.0, 2.0, 2.0] and t.end_s[1][2] == pytest.approx(2.1)
-    assert t.makespan_s == 2.75
-    assert task_times(w).makespan_s == 2.5                 # free network: 2.0 + 0.5
-
-
-def test_task_times_finds_deadlocks():
-    a = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=8, group=(0, 1))
-    w = Workload(nranks=2, collectives=(a, a), programs=((CommTask(index=0), CommTask(index=1)),
-                                                         (CommTask(index=1), CommTask(index=0))))
-    with pytest.raises(RuntimeError, match="deadlock"):
-        task_times(w)
-    with pytest.raises(ValueError, match="collective_time_s"):
-        task_times(w, [1.0])
 
 
 @pytest.mark.parametrize("schedule, pp, vp, m", [("1f1b", p, 1, m) for p in (2, 3, 5) for m in (1, 2, 7)]
@@ -92,12 +66,6 @@ def test_schedules_run_without_deadlock_in_their_closed_form(schedule, pp, vp, m
     per_stage = 3e-3 * layers / pp
     bubble = (pp - 1) / vp if schedule == "interleaved" else pp - 1
     assert task_times(tw.workload).makespan_s == pytest.approx((m + bubble) * per_stage, rel=1e-12)
-
-
-def test_union_length():
-    # [0, 2] and [3, 4]: 3 s
-    assert union_length_s([(0, 1), (0.5, 2), (3, 4), (3.5, 3.5)]) == 3.0
-    assert union_length_s([]) == 0.0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -234,7 +202,8 @@ def test_sc21_selection_and_compute_model():
     # the 2024 MAMF GEMM efficiency (271.2/312 instead of 0.70) makes the same row 2.886 s, +22.3 %
     # (the table before the calibration); only compute changed, so the exposed communication is the same
     mamf = sc21_check(rows=(1,), compute_model=A100_MAMF_2024)[0]
-    assert mamf.step_time_s == pytest.approx(2.886, abs=5e-4) and mamf.error == pytest.approx(0.223, abs=5e-4)
+    assert mamf.step_time_s == pytest.approx(SC21_MAMF_STEP_S["GPT-1.7B"], abs=5e-4)
+    assert mamf.error == pytest.approx(0.223, abs=5e-4)
     assert mamf.exposed_comm_s == pytest.approx(one[0].exposed_comm_s, rel=1e-9)
     assert one[0].step_time_s > mamf.step_time_s
     assert _parse_rows("1-3,7") == (1, 2, 3, 7) and _parse_rows(None) is None
@@ -256,8 +225,17 @@ def test_sc21_bad_selection(capsys):
     assert "rows: (11,) is not allowed" in capsys.readouterr().err
 
 
+def test_sc21_mamf_step_times_are_the_recorded_ones():
+    # compute_calibration.SC21_MAMF_STEP_S holds the full simulation's step times with the 2024 MAMF GEMM
+    # efficiency, recorded to the millisecond; the rows up to 256 GPUs still give them
+    rows = sc21_check(max_gpus=256, compute_model=A100_MAMF_2024)
+    assert len(rows) == 4
+    for r in rows:
+        assert r.step_time_s == pytest.approx(SC21_MAMF_STEP_S[r.model], abs=5e-4), r.model
+
+
 def test_sc21_layout_of_a_row():
-    row = next(r for r in _sc21_rows() if r["model"] == "GPT-145.6B")
+    row = next(r for r in sc21_rows() if r["model"] == "GPT-145.6B")
     model, spec = sc21_layout(row)
     # 1536 GPUs, t 8, p 8, d 24, v 2, b 2, B 2304 -> m 48; fp16 gradients in one buffer after the pipeline
     assert (spec.tp, spec.pp, spec.dp, spec.vp, spec.microbatches) == (8, 8, 24, 2, 48)

@@ -9,7 +9,7 @@ from importlib import resources
 import pytest
 
 from workloads.collectives import CollectiveKind
-from workloads.model import ModelSpec, zero_state_bytes
+from workloads.model import ModelSpec, ceil_div, zero_state_bytes
 from workloads.presets import MODELS, SC21_GPTS, custom_gpt, model_preset
 
 
@@ -116,6 +116,22 @@ def test_moe_active_parameters_count_top_k_experts():
 # --------------------------------------------------------------------------------------------------
 # hand-derived numbers
 # --------------------------------------------------------------------------------------------------
+
+
+def test_output_weight_of_the_last_stage_and_one_expert_by_hand():
+    # ceil_div(51,200, 3) = 17,067 (17,066.7 rounded up). Vocabulary 51,200, h 64, t 2: V/t h = 25,600 x 64. A
+    # tied output weight is a copy on the last stage when pp > 1 and the embedding itself when pp = 1; an untied
+    # one is always there.
+    tied = custom_gpt(layers=2, hidden=64, heads=4, vocab=51_200, seq_len=32)
+    untied = ModelSpec(name="untied", layers=2, hidden=64, heads=4, vocab=51_200, seq_len=32)
+    assert ceil_div(51_200, 3) == 17_067 and ceil_div(51_200, 2) == 25_600
+    assert tied.last_stage_output_parameters(tp=1, pp=1) == 0
+    assert tied.last_stage_output_parameters(tp=2, pp=2) == 25_600 * 64
+    assert untied.last_stage_output_parameters(tp=2, pp=1) == untied.output_parameters(tp=2) == 25_600 * 64
+    # one routed SwiGLU expert of f_e: 3 h f_e weights, no biases, not split over t; none in a dense model
+    moe = tiny_moe()
+    assert moe.expert_parameters() == 3 * 8 * 8 == 192                  # h = f_e = 8
+    assert tied.expert_parameters() == 0
 
 
 def test_gpt_parameters_follow_megatron_formula():

@@ -376,7 +376,6 @@ def test_worked_number_of_the_module_docstring():
 def test_uneven_pipeline_stages_hold_every_layer_once():
     """30 layers on pp = 4: chunks of 30 // 4 = 7 layers, the first 30 % 4 = 2 stages one more (8, 8, 7, 7),
     as ModelSpec.stage_layers; every layer's forward appears exactly once per micro-batch."""
-    from workloads.presets import custom_gpt
     model = custom_gpt(layers=30, hidden=256, heads=4)
     spec = ParallelismSpec(tp=1, pp=4, dp=1, global_batch=2, micro_batch=1, seq_len=128)
     compute = StepCompute.uniform(layers=30, forward_s=1e-3, backward_s=2e-3)

@@ -1,11 +1,11 @@
-"""Invariants behind building training steps at scale: per-stage results are shared between ranks, so
+"""Training-step programs share per-stage results between ranks; these tests check that sharing is exact:
 
 * ranks of one stage (same tensor, context and expert coordinate where it matters) run the same program up to
   the relabelling of ranks and collectives;
 * the order in which ranks are built (which one fills the shared per-stage results first) changes nothing;
-* what is shared is what the per-rank path would compute: gradient buckets against a direct re-derivation,
-  stage parameter sums against the per-layer public function;
-* the public validation and its messages are unchanged where the inner loops no longer repeat it.
+* what is shared is what each rank would compute alone: gradient buckets against a direct derivation from the
+  public parameter counts, stage parameter sums against the per-layer public function;
+* every public ModelSpec entry validates its arguments and names the bad field in its message.
 """
 
 from __future__ import annotations
@@ -245,9 +245,7 @@ def test_stage_and_model_sums_agree_with_the_per_layer_function(model):
         for stage, layers in enumerate(stages):
             extra = model.embedding_parameters(tp=tp) if stage == 0 else 0
             if stage == pp - 1:
-                extra += model.final_norm_parameters()
-                extra += (-(-model.vocab // tp) * model.hidden if pp > 1 else 0) if model.tied_embeddings \
-                    else model.output_parameters(tp=tp)
+                extra += model.final_norm_parameters() + model.last_stage_output_parameters(tp=tp, pp=pp)
             expected = sum(model.layer_parameters(i, tp=tp, ep=ep) for i in layers) + extra
             assert model.stage_parameters(stage, tp=tp, pp=pp, ep=ep) == expected
     assert model.total_parameters() == sum(model.layer_parameters(i) for i in range(model.layers)) \
