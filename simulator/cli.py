@@ -514,7 +514,10 @@ def _perf_step() -> list[str]:
     transfers, steady state extrapolated from 4 and 8 micro-batches). The analytical model runs
     first on the freshly built fabric (its routing tables are built during the run: "cold"), then
     the flow model, then the analytical model again with the routing tables the first runs built
-    ("warm", what each further run of a sweep on the same fabric costs)."""
+    ("warm", what each further run of a sweep on the same fabric costs). Each run starts after a
+    full garbage collection, so that none pays for collecting what the runs before it left (as
+    ``timeit`` keeps the collector out of its timings)."""
+    import gc
     import resource
 
     from simulator.config import SimConfig
@@ -530,6 +533,7 @@ def _perf_step() -> list[str]:
     layout = ParallelismSpec(tp=8, pp=16, dp=128, gpus=16384, micro_batch=1, global_batch=2048, seq_len=8192,
                              dp_overlap=False, bucket_bytes=None)
     for net, label in (("analytical", "analytical, cold"), ("flow", "flow"), ("analytical", "analytical, warm")):
+        gc.collect()
         t0 = time.perf_counter()
         result = simulate_step(model_preset("llama3-405b"), layout, topology=topology,
                                config=SimConfig(network_model=net), granularity="chunk", symmetric_replicas=True,

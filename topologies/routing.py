@@ -377,13 +377,18 @@ class _Pair:
     (seed, servers, local GPUs) (``prefix``; ``fixed`` None), and its sprayed links and weights once
     found (``sprayed``)."""
 
-    __slots__ = ("head", "tail", "leaf_src", "leaf_dst", "prefix", "fixed", "sprayed")
+    __slots__ = ("head", "tail", "leaf_src", "leaf_dst", "prefix", "fixed", "sprayed", "route", "load", "pinned")
 
     def __init__(self, head: tuple[int, ...], tail: tuple[int, ...], leaf_src: int, leaf_dst: int,
                  prefix: int, fixed: np.ndarray | None):
         self.head, self.tail, self.leaf_src, self.leaf_dst = head, tail, leaf_src, leaf_dst
         self.prefix, self.fixed = prefix, fixed
         self.sprayed: tuple[np.ndarray, np.ndarray] | None = None
+        # a fixed pair's (links, weights) and pending load of a flow of 1 byte, shared by its flows
+        self.route = (fixed, None)
+        self.load = (fixed, None, 1.0)
+        # the pair's pinned flows: 2 flow_key + representative -> (links, weights or None)
+        self.pinned: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
 
 
 class Router:
@@ -414,8 +419,7 @@ class Router:
         self._load = np.zeros(topology.num_links)
         self._pending: list[tuple[np.ndarray, np.ndarray | None, float]] = []   # load not yet in _load
         self._cache: dict[tuple[int, int, int, bool], np.ndarray] = {}
-        self._flows: dict[tuple[int, int, int, bool, bool], tuple[np.ndarray, np.ndarray | None]] = {}
-        self._pairs: dict[tuple[int, int, bool], _Pair] = {}
+        self._pairs: dict[int, _Pair] = {}       # (src GPU x GPUs + dst GPU) x 2 + pxn -> pair and its pins
 
     @staticmethod
     def _check_failed(topology: Topology, failed_links: Iterable[int]) -> frozenset[int]:
@@ -491,14 +495,13 @@ class Router:
         """Forget the assigned load and the pinned routes of every flow."""
         self._pending.clear()
         self._load[:] = 0.0
-        self._flows.clear()
+        self._pairs.clear()
 
     def _loads(self) -> np.ndarray:
         """The per-link load, after adding the flows routed since the last call: one ``np.add.at``
         over them in routing order, the same additions in the same order as one per flow."""
-        pending = self._pending
+        pending = self._pending          # emptied in place: the bulk loop holds it
         if pending:
-            self._pending = []
             lengths = np.fromiter((p[0].shape[0] for p in pending), dtype=np.int64, count=len(pending))
             values = np.repeat(np.fromiter((p[2] for p in pending), dtype=np.float64, count=len(pending)), lengths)
             weighted = [i for i, p in enumerate(pending) if p[1] is not None]
@@ -508,6 +511,7 @@ class Router:
                     links, weights, nbytes = pending[i]
                     values[ends[i] - links.shape[0]:ends[i]] = nbytes * weights
             np.add.at(self._load, np.concatenate([p[0] for p in pending]), values)
+            pending.clear()
         return self._load
 
     def _route(self, src_gpu: int, dst_gpu: int, flow_key: int, pxn: bool | None, nbytes: float,
@@ -520,6 +524,10 @@ class Router:
                     raise ValueError(f"route: {name}={gpu} out of range; the topology has {num_gpus} GPUs")
         if src_gpu == dst_gpu:
             raise ValueError(f"route: source and destination are the same GPU ({src_gpu})")
+        if type(flow_key) is not int:
+            if not isinstance(flow_key, (int, np.integer)) or isinstance(flow_key, bool):
+                raise ValueError(f"route: flow_key={flow_key!r} is not allowed; expected an integer")
+            flow_key = int(flow_key)
         if not (type(nbytes) is float and 0.0 < nbytes < math.inf):       # the common case first
             if not (isinstance(nbytes, (int, float, np.floating, np.integer)) and not isinstance(nbytes, bool)
                     and math.isfinite(nbytes) and nbytes > 0):
@@ -533,24 +541,25 @@ class Router:
         """:meth:`_route` of a flow between two valid, distinct GPUs: the pinned route of a flow seen
         before, else its route, pinned and its load pending (``representative``: the single walk of
         a sprayed flow, not the flow's own routing, so no load)."""
-        key = (src_gpu, dst_gpu, flow_key, pxn, representative)
-        hit = self._flows.get(key)
-        if hit is not None:
-            return hit
-        pair = self._pairs.get((src_gpu, dst_gpu, pxn))
+        pair = self._pairs.get((src_gpu * self._w.num_gpus + dst_gpu) * 2 + (1 if pxn else 0))
         if pair is None:
             pair = self._pair(src_gpu, dst_gpu, pxn)
-        weights = None
+        hit = pair.pinned.get(2 * flow_key + representative)
+        return self._pin(pair, flow_key, nbytes, representative) if hit is None else hit
+
+    def _pin(self, pair: _Pair, flow_key: int, nbytes: float, representative: bool
+             ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Route a flow of ``pair`` not seen before, pin it and add its load to the pending."""
         if self._spraying and not representative and pair.leaf_src >= 0:     # a sprayed inter-server flow
-            out, weights = self._sprayed(pair)
+            result = self._sprayed(pair)
         elif pair.fixed is not None:                           # inside a server, or both NICs on one switch
-            out = pair.fixed
+            result = pair.route
         else:
-            out = self._hashed_path(pair, flow_key, nbytes)
+            result = (self._hashed_path(pair, flow_key, nbytes), None)
         if not representative:
-            self._pending.append((out, weights, nbytes))
-        result = (out, weights)
-        self._flows[key] = result
+            self._pending.append(pair.load if result is pair.route and nbytes == 1.0
+                                 else (result[0], result[1], nbytes))
+        pair.pinned[2 * flow_key + representative] = result
         return result
 
     def _sprayed(self, pair: _Pair) -> tuple[np.ndarray, np.ndarray]:
@@ -593,9 +602,27 @@ class Router:
         bad = np.flatnonzero((src < 0) | (src >= n) | (dst < 0) | (dst >= n) | (src == dst))
         limit = int(bad[0]) if bad.size else count
         s_list, d_list = self._as_list(src_gpus, src), self._as_list(dst_gpus, dst)
-        routed, representative = self._routed, walk and self._spraying
-        routes = [routed(s, d, k, pxn, 1.0, representative)
-                  for s, d, k in zip(s_list[:limit], d_list[:limit], keys[:limit])]
+        representative = walk and self._spraying
+        pin, pair_of, get_pair, pending = self._pin, self._pair, self._pairs.get, self._pending
+        fixed_case = not self._spraying or representative          # where _pin takes a fixed pair's route
+        # the pair and pin keys of :meth:`_routed`, computed at once
+        pair_keys = ((src[:limit].astype(np.int64) * n + dst[:limit]) * 2 + (1 if pxn else 0)).tolist()
+        routes = []
+        append = routes.append
+        for s, d, k, key in zip(s_list[:limit], d_list[:limit], keys[:limit], pair_keys):
+            pair = get_pair(key)
+            if pair is None:
+                pair = pair_of(s, d, pxn)
+            code = 2 * k + representative
+            hit = pair.pinned.get(code)
+            if hit is None:
+                if pair.fixed is not None and fixed_case:       # _pin of a fixed pair, inline (most flows)
+                    hit = pair.pinned[code] = pair.route
+                    if not representative:
+                        pending.append(pair.load)
+                else:
+                    hit = pin(pair, k, 1.0, representative)
+            append(hit)
         for s, d, k in zip(s_list[limit:], d_list[limit:], keys[limit:]):    # the first of these raises
             routes.append(self._route(s, d, k, pxn, 1.0, walk=walk))
         return routes
@@ -636,7 +663,7 @@ class Router:
             fixed = _readonly(np.asarray(head + tail, dtype=np.int64)) if leaf_src == leaf_dst else None
             prefix = 0 if fixed is not None else functools.reduce(_absorb, (s, a, t, b), self._seed_state)
             pair = _Pair(head, tail, leaf_src, leaf_dst, prefix, fixed)
-        self._pairs[(src_gpu, dst_gpu, pxn)] = pair
+        self._pairs[(src_gpu * w.num_gpus + dst_gpu) * 2 + (1 if pxn else 0)] = pair
         return pair
 
     def nic_for(self, server: int, local_gpu: int, dst_server: int, dst_local: int, *, pxn: bool) -> int:

@@ -145,17 +145,24 @@ def connection_caps(topology: Topology, paths: list[np.ndarray], qps_per_connect
     """Most each channel (a chain or a flow) over ``paths[i]`` can stream: on every link with a
     per-connection limit, everything the channel sends over it (the sum of its weights there)
     shares that limit x QPs per connection; ``inf`` where no link of the path has one."""
-    caps = np.full(len(paths), np.inf)
     if not paths:
-        return caps
-    links = np.concatenate(paths)
+        return np.full(0, np.inf)
+    counts = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
+    return connection_caps_flat(topology, np.concatenate(paths), counts, qps_per_connection,
+                                None if weights is None else np.concatenate(weights))
+
+
+def connection_caps_flat(topology: Topology, links: np.ndarray, counts: np.ndarray, qps_per_connection: int = 1,
+                         weights: np.ndarray | None = None) -> np.ndarray:
+    """:func:`connection_caps` of channels given flat: channel i crosses the ``counts[i]``
+    consecutive entries of ``links`` (with ``weights``; None: all 1)."""
+    caps = np.full(counts.shape[0], np.inf)
     limits = topology.link_flow_cap_bytes_per_s[links]
     finite = np.isfinite(limits)
     if not finite.any():
         return caps
-    counts = np.fromiter((p.shape[0] for p in paths), dtype=np.int64, count=len(paths))
-    channel = np.repeat(np.arange(len(paths)), counts)[finite]
-    w = (np.ones(links.shape[0]) if weights is None else np.concatenate(weights))[finite]
+    channel = np.repeat(np.arange(counts.shape[0]), counts)[finite]
+    w = (np.ones(links.shape[0]) if weights is None else weights)[finite]
     links = links[finite]
     # one load per (channel, link): weights summed in path order
     pairs, inverse = np.unique(channel * topology.num_links + links, return_inverse=True)

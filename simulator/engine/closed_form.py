@@ -62,10 +62,10 @@ def collective_times(*, network, schedules: list[Schedule], topology: Topology, 
             keep = np.flatnonzero(flows.wire_bytes > 0)
             if keep.size == 0:
                 continue
-            paths = [flows.paths[i] for i in keep.tolist()]
-            counts = np.fromiter((p.shape[0] for p in paths), dtype=np.int64, count=len(paths))
-            links = np.concatenate(paths)
-            weights = np.concatenate([flows.weights[i] for i in keep.tolist()])
+            links, weights, counts = flows.links, flows.link_weights, flows.counts
+            if keep.size < counts.size:                      # drop the flows that carry nothing
+                entries = np.repeat(flows.wire_bytes > 0, counts)
+                links, weights, counts = links[entries], weights[entries], counts[keep]
             rates = network.batch_rates(links, weights, counts, flows.caps_bytes_per_s[keep])
             rated += 1
             if not np.all(rates > 0):

@@ -33,69 +33,90 @@ from topologies.routing import Router
 from topologies.topology import Topology
 from workloads.tasks import CommTask, ComputeTask, Workload
 
-from ..collectives.base import connection_caps, edge_weighted_path
+from ..collectives.base import connection_caps_flat, edge_weighted_path
 from ..schedule import Schedule, Step
 from .fabric import Fabric
 
 
 @dataclass(frozen=True, slots=True)
 class NetworkFlows:
-    paths: list[np.ndarray]
-    weights: list[np.ndarray]
+    """A step's network flows, flat: flow i crosses the ``counts[i]`` consecutive entries of
+    ``links`` with the fractions ``link_weights`` of its bytes."""
+    links: np.ndarray
+    link_weights: np.ndarray
+    counts: np.ndarray
     wire_bytes: np.ndarray
     caps_bytes_per_s: np.ndarray
     latency_s: float
     fill_bytes: np.ndarray
 
+    @property
+    def paths(self) -> list[np.ndarray]:
+        """Each flow's links (views of ``links``)."""
+        return np.split(self.links, np.cumsum(self.counts)[:-1]) if self.counts.size else []
+
+    @property
+    def weights(self) -> list[np.ndarray]:
+        """Each flow's link weights (views of ``link_weights``)."""
+        return np.split(self.link_weights, np.cumsum(self.counts)[:-1]) if self.counts.size else []
+
 
 def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router: Router,
                   rank_gpu: tuple[int, ...], qps_per_connection: int = 1) -> NetworkFlows:
     wire, cap = schedule.wire_factor, schedule.chain_rate_cap_bytes_per_s * schedule.wire_factor
+    edge_w = None                           # None: every edge unsplit (weights 1)
     if schedule.innet_nodes:
         routed = [edge_weighted_path(router, rank_gpu, schedule.innet_nodes, s, d, flow_key=c, pxn=schedule.pxn)
                   for s, d, c in zip(step.src.tolist(), step.dst.tolist(), step.channel.tolist())]
         edge_paths = [links for links, _ in routed]
         edge_w = [w for _, w in routed]
     else:                                   # rank -> rank only: straight to the router, in bulk
-        edge_paths, edge_w = router.weighted_paths([rank_gpu[s] for s in step.src.tolist()],
-                                                   [rank_gpu[d] for d in step.dst.tolist()],
-                                                   flow_keys=step.channel.tolist(), pxn=schedule.pxn)
-    # a sprayed edge's latency is the byte-weighted mean over its paths (= path latency when unsplit)
-    latency = 0.0
+        src, dst = [rank_gpu[s] for s in step.src.tolist()], [rank_gpu[d] for d in step.dst.tolist()]
+        if router.policy == "spray":
+            edge_paths, edge_w = router.weighted_paths(src, dst, flow_keys=step.channel.tolist(), pxn=schedule.pxn)
+        else:
+            edge_paths = router.paths(src, dst, flow_keys=step.channel.tolist(), pxn=schedule.pxn)
     n_edges = len(edge_paths)
-    lengths = np.fromiter((p.shape[0] for p in edge_paths), dtype=np.int64, count=n_edges)
-    if edge_paths:
-        per_link = topology.link_latency_s[np.concatenate(edge_paths)] * np.concatenate(edge_w)
-        latency = float(np.bincount(np.repeat(np.arange(n_edges), lengths), weights=per_link, minlength=n_edges).max())
+    lengths = np.fromiter(map(len, edge_paths), dtype=np.int64, count=n_edges)
+    flat_links = np.concatenate(edge_paths) if n_edges else np.zeros(0, dtype=np.int64)
+    flat_w = np.ones(flat_links.shape[0]) if edge_w is None else np.concatenate(edge_w)
+    edge_of = np.repeat(np.arange(n_edges), lengths)          # the edge of each (edge, link) entry
+    # a sprayed edge's latency is the byte-weighted mean over its paths (= path latency when unsplit)
+    latency = float(np.bincount(edge_of, weights=topology.link_latency_s[flat_links] * flat_w,
+                                minlength=n_edges).max()) if n_edges else 0.0
     wire_bytes = step.nbytes.astype(np.float64) * (1.0 if step.wire_scale is None else step.wire_scale)
     fill_wire = (np.zeros(step.num_flows) if step.fill_bytes is None else step.fill_bytes * wire_bytes
                  / np.maximum(step.nbytes, 1)) * wire
-    paths, weights, nbytes, fills = [], [], [], []
-    independent = np.flatnonzero(step.chain < 0)
-    for i in independent.tolist():
-        paths.append(edge_paths[i])
-        weights.append(edge_w[i])
-        nbytes.append(float(wire_bytes[i]))
-        fills.append(float(fill_wire[i]))
-    chained = np.flatnonzero(step.chain >= 0)
-    if chained.size:
-        order = chained[np.argsort(step.chain[chained], kind="stable")]
-        _, starts = np.unique(step.chain[order], return_index=True)
-        for members in np.split(order, starts[1:]):
-            sizes = wire_bytes[members]
-            top = sizes.max()
-            if top <= 0:
-                continue
-            used = members[sizes > 0]
-            listed = used.tolist()
-            paths.append(np.concatenate([edge_paths[i] for i in listed]))
-            weights.append(np.concatenate([edge_w[i] for i in listed])
-                           * np.repeat(wire_bytes[used] / top, lengths[used]))
-            nbytes.append(top)
-            fills.append(float(fill_wire[used].max()))
-    caps = np.minimum(cap, connection_caps(topology, paths, qps_per_connection, weights))
-    return NetworkFlows(paths=paths, weights=weights, wire_bytes=np.asarray(nbytes) * wire,
-                        caps_bytes_per_s=caps, latency_s=latency, fill_bytes=np.asarray(fills))
+    # independent flows first (one per edge, in edge order), then one flow per chain (by chain id)
+    chained = step.chain >= 0
+    independent = np.flatnonzero(~chained)
+    entries = [np.flatnonzero(~chained[edge_of])]
+    weights = [flat_w[entries[0]]]
+    counts, nbytes, fills = [lengths[independent]], [wire_bytes[independent]], [fill_wire[independent]]
+    members = np.flatnonzero(chained)
+    if members.size:
+        # a chain is one flow over its edges' links in edge order, each weighted by its edge's
+        # share of the chain's largest edge; chains whose edges all carry nothing are dropped
+        order = members[np.argsort(step.chain[members], kind="stable")]
+        ids, starts = np.unique(step.chain[order], return_index=True)
+        top = np.maximum.reduceat(wire_bytes[order], starts)
+        fill_top = np.maximum.reduceat(np.where(wire_bytes[order] > 0, fill_wire[order], -np.inf), starts)
+        kept = top > 0
+        top_of = np.zeros(int(ids[-1]) + 1)
+        top_of[ids] = top
+        entry = np.flatnonzero((chained & (wire_bytes > 0))[edge_of])   # entries of chained edges that carry bytes
+        entry = entry[np.argsort(step.chain[edge_of[entry]], kind="stable")]   # chain by chain, in edge order
+        entry_edge = edge_of[entry]
+        entries.append(entry)
+        weights.append(flat_w[entry] * (wire_bytes[entry_edge] / top_of[step.chain[entry_edge]]))
+        counts.append(np.bincount(step.chain[entry_edge], minlength=top_of.shape[0])[ids[kept]])
+        nbytes.append(top[kept])
+        fills.append(fill_top[kept])
+    entry = np.concatenate(entries)
+    links, link_weights, counts = flat_links[entry], np.concatenate(weights), np.concatenate(counts)
+    caps = np.minimum(cap, connection_caps_flat(topology, links, counts, qps_per_connection, link_weights))
+    return NetworkFlows(links=links, link_weights=link_weights, counts=counts, wire_bytes=np.concatenate(nbytes) * wire,
+                        caps_bytes_per_s=caps, latency_s=latency, fill_bytes=np.concatenate(fills))
 
 
 @dataclass(slots=True)

@@ -74,8 +74,8 @@ def _request(topo: Topology, seed: int, count: int = 300) -> tuple[list[int], li
 def _state(router: Router) -> tuple:
     """Everything a routing call leaves behind, in insertion order: pinned flows, pending load, the
     pair memo (with each pair's hash state), then the assigned load's bytes (this flushes pending)."""
-    flows = [(key, links.tolist(), None if weights is None else weights.tolist())
-             for key, (links, weights) in router._flows.items()]
+    flows = [(key, code, links.tolist(), None if weights is None else weights.tolist())
+             for key, p in router._pairs.items() for code, (links, weights) in p.pinned.items()]
     pending = [(links.tolist(), None if weights is None else weights.tolist(), nbytes)
                for links, weights, nbytes in router._pending]
     pairs = [(key, p.head, p.tail, p.leaf_src, p.leaf_dst, p.prefix, None if p.fixed is None else p.fixed.tolist())
@@ -201,7 +201,7 @@ def test_an_empty_request_returns_empty_lists_and_routes_nothing(fabrics):
     assert router.paths([], [], flow_keys=[]) == []
     assert router.paths(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), flow_keys=0) == []
     assert router.weighted_paths([], [], flow_keys=0, pxn=False) == ([], [])
-    assert not router._flows and not router._pairs and not router._pending
+    assert not router._pairs and not router._pending
     assert not router.assigned_bytes.any()
 
 
@@ -284,7 +284,7 @@ def test_malformed_requests_name_the_field(fabrics, args, field):
     for method in ("paths", "weighted_paths"):
         with pytest.raises(ValueError, match=rf"Router\.{method}: {re.escape(field)}"):
             getattr(router, method)(args[0], args[1], flow_keys=args[2])
-    assert not router._flows and not router._pairs
+    assert not router._pairs
 
 
 # ------------------------------------------------------------------------------------------------

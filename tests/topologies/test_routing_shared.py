@@ -121,7 +121,7 @@ def test_router_after_another_routes_like_one_with_nothing_shared(fat8, policy):
     warm = _all_routes(first)
     second = Router(fat8, policy=policy, seed=3)
     assert second._f is first._f                            # the static structure is shared ...
-    assert second._load is not first._load and second._flows is not first._flows   # ... the load is not
+    assert second._load is not first._load and second._pairs is not first._pairs   # ... the load is not
     alone = Router(_fat8(), policy=policy, seed=3)          # an identical build: its own, empty structure
     assert alone._f is not first._f
     routes = _all_routes(second)
