@@ -121,13 +121,16 @@ class LoweringContext:
 
     def chain_rates(self, chains: list[np.ndarray], weights: list[np.ndarray] | None = None, *,
                     view: str = "model") -> np.ndarray:
-        """Equal-share rate of each chain's link list (the tuner's static bandwidth estimate),
-        bounded by what its network connections can stream. ``view`` selects the link capacities:
-        "model" as modelled, "nccl" as NCCL sees them (:meth:`nccl_capacity`)."""
+        """Equal-share rate of each chain's link list (the tuner's static bandwidth estimate).
+        ``view`` "model": the modelled capacities, bounded by what the chain's network connections
+        can stream; "nccl": the links as NCCL's topology sees them (:meth:`nccl_capacity`), whose
+        graph knows port speeds but no per-connection limit."""
         if view not in ("model", "nccl"):
             raise ValueError(f"view: {view!r} is not known; expected 'model' or 'nccl'")
         capacity = self.nccl_capacity() if view == "nccl" else self.topology.link_capacity_bytes_per_s
         rates = equal_share_rates(chains, capacity, weights)
+        if view == "nccl":
+            return rates
         return np.minimum(rates, connection_caps(self.topology, chains, self.qps_per_connection, weights))
 
 
@@ -153,22 +156,29 @@ def connection_caps(topology: Topology, paths: list[np.ndarray], qps_per_connect
 
 
 def connection_caps_flat(topology: Topology, links: np.ndarray, counts: np.ndarray, qps_per_connection: int = 1,
-                         weights: np.ndarray | None = None) -> np.ndarray:
+                         weights: np.ndarray | None = None, connections: np.ndarray | None = None) -> np.ndarray:
     """:func:`connection_caps` of channels given flat: channel i crosses the ``counts[i]``
-    consecutive entries of ``links`` (with ``weights``; None: all 1)."""
+    consecutive entries of ``links`` (with ``weights``; None: all 1). ``connections`` (optional,
+    an integer >= 0 per entry) tells a channel's connections apart: a chain of edges to different
+    peers (a tree's link to its parent and to a child) opens one connection per edge, each with
+    its own limit, so the load on a limited link is summed per (channel, connection) and the
+    channel streams at most the smallest share. None: each channel is one connection."""
     caps = np.full(counts.shape[0], np.inf)
     limits = topology.link_flow_cap_bytes_per_s[links]
     finite = np.isfinite(limits)
     if not finite.any():
         return caps
     channel = np.repeat(np.arange(counts.shape[0]), counts)[finite]
+    span = 1 if connections is None else int(connections.max()) + 1     # connection ids per channel
+    if connections is not None:
+        channel = channel * span + connections[finite]
     w = (np.ones(links.shape[0]) if weights is None else weights)[finite]
     links = links[finite]
-    # one load per (channel, link): weights summed in path order
+    # one load per (channel, connection, link): weights summed in path order
     pairs, inverse = np.unique(channel * topology.num_links + links, return_inverse=True)
     load = np.bincount(inverse, weights=w, minlength=pairs.shape[0])
     share = topology.link_flow_cap_bytes_per_s[pairs % topology.num_links] / load
-    owner = pairs // topology.num_links
+    owner = pairs // topology.num_links // span
     starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
     caps[owner[starts]] = qps_per_connection * np.minimum.reduceat(share, starts)
     return caps

@@ -8,19 +8,22 @@ q owned by local GPU q of every server):
 2. the GPUs q of all servers all-reduce the shard along a chain of servers (reduce towards the
    chain's root, broadcast back), through their own NICs, so each shard stays on one rail;
    shards alternate between two opposite chains, so every NIC carries one unit up and one down
-   per shard whatever the server count. NCCL's cost model gives NVLSTree beyond two servers the
-   network bandwidth of a ring (busbw = network bandwidth), which this pipeline reproduces and
-   the measurements (4 and 8 H100 servers) support; a binary tree of servers would load inner
-   servers' NICs three times and leaves' once, and predicts 30-50% too much;
+   per shard whatever the server count (NCCL's double binary tree loads a NIC as much in total,
+   inner in one tree and leaf in the other, but unevenly per tree);
 3. NVLS multicast inside each server: GPU q sends the total once, the switch copies it to all.
 
 NCCL pipelines the three stages, so each shard is one chain over all its links. Per GPU the
 NVLinks carry what single-server NVLS carries ((n+1)/n S each way, at the switch's reduction
-efficiency); the NIC of rail q carries shard q once per tree edge. Worked number, 2x 8 H100
-with 8x NDR: NVLink bound 0.85 x 370.8 / 9 = 35.0 GB/s per shard vs NIC 49.7 GB/s, so
-algbw = 8 x 35.0 = 280 GB/s, busbw 525 GB/s (measured: 469 GB/s). With 4 servers the NICs
-bound it: 4 units per NIC per direction, 49.7 / 4 = 12.4 GB/s per sub-shard chain, algbw
-16 x 12.4 = 199 GB/s, busbw 385 GB/s (measured: 365 GB/s).
+efficiency); the NIC of rail q carries shard q once per tree edge, each tree edge over its own
+connection (one per peer). On top, the collective runs at most at NCCL's NVLSTree ceiling:
+perChMaxNVLSTreeBw per NVLS head (a GPU with its own NIC; tuning.cc), NVIDIA's figure for what
+the kernel sustains, shared evenly by the sub-shard chains (as the tree's per-channel limits).
+Worked numbers, 8 H100 with 8x NDR per server: 2 servers, NVLink bound 0.85 x 370.8 / 9 = 35.0
+GB/s per shard (busbw 525 GB/s) above the ceiling 8 x 57.7 = 462 GB/s (measured: 467-469 GB/s);
+4 servers, NICs bound 4 units per NIC per direction, 49.7 / 4 = 12.4 GB/s per sub-shard chain
+(busbw 385 GB/s) above the ceiling 8 x 45.5 = 364 GB/s (measured: 366 GB/s on one cluster; NCCL
+ran Ring on another, 325 GB/s). NCCL's own estimate (:meth:`NvlsTreeAlgorithm.estimate`) rates
+NVLSTree from 4 servers below the ring's 8 x 49.7 = 398 GB/s, so the tuner picks Ring there.
 
 Latency (tuning.cc): NVLS intra latency 25 us + 2 log2(nNodes) x 20.9 us (NET, NVLSTree, Simple).
 """
@@ -173,6 +176,26 @@ class NvlsTreeAlgorithm:
                                      arch=layout.arch)
         return efficiency * nvls_chunk_efficiency(chunk, channel_rate)
 
+    @staticmethod
+    def _ceiling_bytes_per_s(collective: Collective, ctx: LoweringContext) -> float:
+        """NCCL's NVLSTree bus-bandwidth ceiling for the whole collective: heads (NVLS graph
+        channels) x perChMaxNVLSTreeBw (tuning.cc), 0 where NCCL has none."""
+        layout = ctx.layout(collective.group)
+        per_channel = nccl_model.PER_CHANNEL_MAX_NVLSTREE_GBPS.get(layout.arch, (0.0, 0.0, 0.0))[
+            nccl_model.node_column(layout.nnodes)] * 1e9
+        return min(layout.ppn, layout.nics_per_server) * per_channel
+
+    def _chain_cap(self, collective: Collective, ctx: LoweringContext, nchannels: int, efficiency: float) -> float:
+        """Each sub-shard chain's share of :meth:`_ceiling_bytes_per_s` as a payload rate (algbw =
+        busbw / (2(n-1)/n), split over the chains), stated on the chain's switch legs, whose wire
+        bytes are payload / ``efficiency``. Worked number, 2x 8 H100: 8 x 57.7 GB/s = 462 GB/s
+        busbw, 16 chains: 462 / 1.875 / 16 = 15.4 GB/s of payload per chain."""
+        ceiling = self._ceiling_bytes_per_s(collective, ctx)
+        if ceiling <= 0:
+            return math.inf
+        nchains = len(self._parts(collective, ctx, nchannels)[3])
+        return ceiling / collective.busbw_factor / nchains / efficiency
+
     def _latency_s(self, collective: Collective, ctx: LoweringContext) -> float:
         nnodes = ctx.layout(collective.group).nnodes
         return (NVLS_LATENCY_US + 2 * math.log2(nnodes) * NVLSTREE_NET_LATENCY_US) * 1e-6
@@ -180,10 +203,11 @@ class NvlsTreeAlgorithm:
     # ---- interface ---------------------------------------------------------------------------
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)
+        efficiency = self._chunk_efficiency(collective, ctx, nchannels)
         return innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                              edges=self._edges(collective, ctx, nchannels),
-                              efficiency=self._chunk_efficiency(collective, ctx, nchannels),
-                              innet_nodes=self._innet(collective, ctx), latency_s=self._latency_s(collective, ctx))
+                              edges=self._edges(collective, ctx, nchannels), efficiency=efficiency,
+                              innet_nodes=self._innet(collective, ctx), latency_s=self._latency_s(collective, ctx),
+                              chain_rate_cap_bytes_per_s=self._chain_cap(collective, ctx, nchannels, efficiency))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         layout, offset, count, owner, tree_of, trees = self._parts(collective, ctx, nchannels)
@@ -215,24 +239,32 @@ class NvlsTreeAlgorithm:
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]:
-        """NCCL's NVLSTree model (tuning.cc) on this topology: per channel
-        min(NVLink/ch x efficiency x (ch-1)/ch x 2, network/ch (x2 on <= 2 servers), ceiling),
-        bus bandwidth = channels x that, algbw = busbw / (2(n-1)/n). The network bandwidth is the
-        ring's (which includes per-connection limits)."""
-        from .ring import RING
+        """NCCL's NVLSTree model (tuning.cc, NCCL 2.30) on this topology, on the NVLS graph's channels:
+        one per head (a local GPU with its own NIC, at most the GPUs per server), each moving
+        min(bwIntra x efficiency x (h-1)/h x 2, bwInter (x2 on <= 2 servers), per-channel ceiling);
+        bus bandwidth = heads x that, algbw = busbw / (2(n-1)/n). bwIntra is a GPU's NVLink as NCCL
+        sees it shared by the heads, bwInter the head's NIC port (NCCL's graph knows no per-connection
+        limit). ``nchannels`` (the kernel's channels) does not enter NCCL's estimate. Worked number,
+        8x H100 with 8x NDR: bwIntra 370.8 / 8 = 46.4 GB/s, intra 46.4 x 0.85 x 7/8 x 2 = 69.0; on 2
+        servers min(69.0, 2 x 49.7, 57.7) = 57.7, busbw 8 x 57.7 = 462 GB/s (ring: 8 NICs x 49.7 =
+        398); from 4 servers min(69.0, 49.7, 45.5) = 45.5, busbw 364 GB/s, below the ring's 398, so
+        NCCL runs Ring there."""
         latency = self._latency_s(collective, ctx)
         if self.supported(collective, ctx) or protocol != "Simple":
             return latency, 0.0
         layout = ctx.layout(collective.group)
+        heads = min(layout.ppn, layout.nics_per_server)
+        if heads < 2:                                   # NCCL needs two NVLS channels
+            return latency, 0.0
+        topo, capacity = ctx.topology, ctx.nccl_capacity()
         first = collective.group[0]
-        info = ctx.topology.servers[ctx.server(first)]
-        nvlink = float(ctx.topology.link_capacity_bytes_per_s[ctx.router.gpu_to_node(ctx.gpu(first), info.nvswitch)].min())
-        intra = nvlink / nchannels * self._efficiency(collective, ctx) * (nchannels - 1) / nchannels * 2
-        _, ring_algbw = RING.estimate(collective, ctx, protocol="Simple", nchannels=nchannels)
-        inter = ring_algbw * collective.busbw_factor / nchannels * (2 if layout.nnodes <= 2 else 1)
-        ceiling = nccl_model.PER_CHANNEL_MAX_NVLSTREE_GBPS.get(layout.arch, (0.0, 0.0, 0.0))[
-            nccl_model.node_column(layout.nnodes)] * 1e9
-        bus = nchannels * min(intra, inter, ceiling)
+        info = topo.servers[ctx.server(first)]
+        nvlink = float(capacity[ctx.router.gpu_to_node(ctx.gpu(first), info.nvswitch)].min())
+        nic = min(float(capacity[topo.nic_leaf_link[n]]) for n in info.nics)
+        intra = nvlink / heads * self._efficiency(collective, ctx) * (heads - 1) / heads * 2
+        inter = nic * (2 if layout.nnodes <= 2 else 1)
+        bus = heads * min(intra, inter) if (ceiling := self._ceiling_bytes_per_s(collective, ctx)) <= 0 \
+            else min(heads * min(intra, inter), ceiling)
         return latency, bus / collective.busbw_factor
 
 

@@ -17,7 +17,9 @@ network flow over the union of their links, each link weighted by its edge's sha
 chain's bytes. Bytes become wire bytes with the protocol's wire factor (and the step's per-flow
 wire scale); the protocol's payload
 cap becomes a wire-rate cap, and a flow that leaves a server is also capped by what its network
-connection streams (per-QP limit x QPs per connection). A transfer's path latency is the largest
+connections stream: each distinct (source, destination, channel) of a step is one connection
+(per-QP limit x QPs per connection), so a chain's edges to different peers through one NIC (a
+tree's parent and child) do not share one limit. A transfer's path latency is the largest
 of its flows'.
 """
 
@@ -114,7 +116,10 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
         fills.append(fill_top[kept])
     entry = np.concatenate(entries)
     links, link_weights, counts = flat_links[entry], np.concatenate(weights), np.concatenate(counts)
-    caps = np.minimum(cap, connection_caps_flat(topology, links, counts, qps_per_connection, link_weights))
+    # each distinct (source, destination, channel) of the step is one connection (its own QPs)
+    _, connection = np.unique(np.stack([step.src, step.dst, step.channel]), axis=1, return_inverse=True)
+    caps = np.minimum(cap, connection_caps_flat(topology, links, counts, qps_per_connection, link_weights,
+                                                connections=connection.reshape(-1)[edge_of[entry]]))
     return NetworkFlows(links=links, link_weights=link_weights, counts=counts, wire_bytes=np.concatenate(nbytes) * wire,
                         caps_bytes_per_s=caps, latency_s=latency, fill_bytes=np.concatenate(fills))
 

@@ -225,3 +225,40 @@ def test_a_small_ring_runs_on_fewer_channels_at_the_communicators_per_channel_ce
     # with every channel the same cap per channel: 16 chains
     assert RING.lower_on(coll, ctx, protocol="LL", nchannels=16, comm_channels=16).chain_rate_cap_bytes_per_s == \
         schedule.chain_rate_cap_bytes_per_s
+
+
+# ---- NVLSTree: NCCL's per-head model and ceiling --------------------------------------------------
+
+def _nvlstree_case(nodes: int, nbytes: int = 8 << 30):
+    topo = build_system("dgx-h100", nodes=nodes)
+    ctx = LoweringContext(topology=topo, router=Router(topo), rank_gpu=tuple(range(topo.num_gpus)))
+    return ctx, Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=nbytes, group=tuple(range(topo.num_gpus)))
+
+
+@pytest.mark.parametrize("nodes, ceiling_gbps", [(2, 57.7), (4, 45.5)])
+def test_nvlstree_estimate_is_nccls_per_head_model(nodes, ceiling_gbps):
+    # 8 heads (a NIC per GPU); per head min(bwIntra x 0.85 x 7/8 x 2, NIC (x2 on 2 servers), ceiling) with
+    # bwIntra = 18 x 20.6 / 8 = 46.4 GB/s: intra 69.0 GB/s, NIC 49.7 GB/s, so the ceiling binds on 2 servers
+    # (57.7 < 69.0, 99.4) and from 4 (45.5 < 49.7): busbw = 8 x ceiling
+    ctx, coll = _nvlstree_case(nodes)
+    _, algbw = ALGORITHMS["nvlstree"].estimate(coll, ctx, protocol="Simple", nchannels=16)
+    assert algbw * coll.busbw_factor == pytest.approx(8 * ceiling_gbps * 1e9)
+
+
+@pytest.mark.parametrize("nodes, expected", [(2, "nvlstree"), (4, "ring"), (8, "ring")])
+def test_tuner_prefers_ring_over_nvlstree_from_four_servers(nodes, expected):
+    # NCCL's view of the ring: 8 NICs x 49.7 GB/s = 398 GB/s busbw, above NVLSTree's 8 x 45.5 = 364 from
+    # 4 servers and below its 8 x 57.7 = 462 on 2 (measured on H100 + 8x NDR, nccl-tests issue 309:
+    # 467-469 GB/s on 2 servers, ring-like 321-325 GB/s on 4 and 8 of one cluster)
+    ctx, coll = _nvlstree_case(nodes)
+    assert choose(coll, ctx).algorithm == expected
+
+
+def test_nvlstree_runs_at_nccls_ceiling_on_two_servers():
+    # 2x 8 H100: the NVLink bound (0.85 x 370.8 / 9 x 16 shards x 1.875 = 525 GB/s busbw) is above NCCL's
+    # NVLSTree ceiling 8 x 57.7 = 461.6 GB/s, which paces each of the 16 sub-shard chains at
+    # 461.6 / 1.875 / 16 = 15.4 GB/s; 8 GiB then take 8 GiB / 246.2 GB/s + 66.8 us of latency
+    from simulator.nccl_tests import run_bench
+    row, = run_bench("all_reduce", system="dgx-h100", nodes=2, minbytes="8G", maxbytes="8G")
+    assert row.algorithm == "nvlstree"
+    assert row.time_us == pytest.approx((8 << 30) / (461.6e9 / 1.875) * 1e6 + 66.8, rel=1e-3)

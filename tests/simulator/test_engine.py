@@ -13,6 +13,7 @@ from simulator.config import SimConfig
 from simulator.engine.replay import network_flows
 from simulator.network import AnalyticalNetwork, FlowNetwork
 from simulator.placement import Placement
+from simulator.schedule import Schedule, Step
 from topologies.presets import build_system
 from topologies.routing import Router
 from workloads.collectives import Collective, CollectiveKind
@@ -179,6 +180,31 @@ def test_chain_becomes_one_flow_weighted_by_edge_bytes():
                    for s, d, b, k in zip(sched.steps[0].src, sched.steps[0].dst, sched.steps[0].nbytes,
                                          sched.steps[0].channel))
     assert total == pytest.approx(per_edge)
+
+
+def _fan_out_schedule(dst: tuple[int, ...]) -> Schedule:
+    """One chain (channel 0) of 1 MiB edges from rank 0 to each of ``dst``."""
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 20, group=tuple(range(24)))
+    n = len(dst)
+    step = Step.of(src=[0] * n, dst=list(dst), nbytes=[1 << 20] * n, chain=[0] * n, channel=[0] * n)
+    return Schedule(collective=coll, algorithm="test", protocol="Simple", nchannels=1, steps=(step,))
+
+
+def test_each_connection_of_a_chain_streams_its_own_limit():
+    # rank 0 (server 0, GPU 0) sends to GPU 0 of servers 1 and 2: both edges leave through GPU 0's
+    # NIC, each over its own connection (one QP per peer), so each gets the 20 GB/s a connection
+    # streams (topologies.devices) and the chain, paced by its busiest edge, streams 20 GB/s; two
+    # edges to one peer on one channel are one connection and share it: 10 GB/s.
+    topo = build_system("dgx-h100", nodes=3)
+    router = Router(topo)
+    limit = float(np.max(topo.link_flow_cap_bytes_per_s[np.isfinite(topo.link_flow_cap_bytes_per_s)]))
+    assert limit == 20e9
+    two_peers = network_flows(_fan_out_schedule((8, 16)).steps[0], _fan_out_schedule((8, 16)),
+                              topology=topo, router=router, rank_gpu=tuple(range(24)))
+    one_peer = network_flows(_fan_out_schedule((8, 8)).steps[0], _fan_out_schedule((8, 8)),
+                             topology=topo, router=router, rank_gpu=tuple(range(24)))
+    assert two_peers.caps_bytes_per_s.tolist() == [limit]
+    assert one_peer.caps_bytes_per_s.tolist() == [limit / 2]
 
 
 def test_deadlock_is_reported():
