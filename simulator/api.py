@@ -53,7 +53,7 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
             launch_overhead_s=config.launch_overhead_s, qps_per_connection=qps)
         timeline = timeline_of(workload, durations)
         times = zip(timeline.collective_start_s.tolist(), timeline.collective_end_s.tolist())
-        rank_end = [float(e.max()) if e.size else 0.0 for e in timeline.end_s]
+        rank_end = timeline.rank_end_s.tolist()
         task_times = arrival_times(workload, timeline,
                                    range(workload.nranks) if config.task_ranks is None else config.task_ranks)
     else:

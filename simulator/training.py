@@ -87,17 +87,19 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+import numpy as np
+
 from topologies.devices import GPU_PRESETS, GpuSpec
 from topologies.presets import SYSTEMS, TOPOLOGIES, build_system
 from topologies.topology import Topology
 from workloads.model import ModelSpec, ceil_div
 from workloads.parallelism import ParallelismSpec
-from workloads.tasks import CommTask, ComputeTask
+from workloads.tasks import ComputeTask
 from workloads.training_step import (GRANULARITIES, StepCompute, TrainingWorkload, gradient_bytes_per_param,
                                      pipeline_schedule, training_step)
 
 from . import compute as cmp
-from .analysis import Timeline, interval_breakdown, link_class_bytes, task_times, union_length_s
+from .analysis import Timeline, interval_breakdowns, link_class_bytes, task_times
 from .api import simulate
 from .config import SimConfig
 from .placement import Placement
@@ -276,17 +278,13 @@ def _run_phase(topology: Topology, training: TrainingWorkload, placement: Placem
                      replicas=replicas)
 
 
-def _phase_metrics(phase: StepPhase) -> tuple[float, float, int]:
-    """(largest per-rank compute busy time, largest per-rank comm union, rank that ends last)."""
-    workload, timeline = phase.training.workload, phase.timeline
-    compute = comm = 0.0
-    for rank, program in enumerate(workload.programs):
-        busy = math.fsum(t.duration_s for t in program if isinstance(t, ComputeTask))
-        spans = [(timeline.start_s[rank][p], timeline.end_s[rank][p]) for p, t in enumerate(program)
-                 if isinstance(t, CommTask)]
-        compute, comm = max(compute, busy), max(comm, union_length_s(spans))
-    last = max(range(workload.nranks), key=lambda r: float(timeline.end_s[r].max()) if timeline.end_s[r].size else 0)
-    return compute, comm, last
+def _phase_metrics(phase: StepPhase) -> tuple[float, int]:
+    """(largest per-rank compute busy time, rank that ends last). Ranks share program objects
+    (training_step builds equal programs once): each distinct program's busy time is summed once."""
+    programs = {id(program): program for program in phase.training.workload.programs}.values()
+    compute = max((math.fsum(t.duration_s for t in program if isinstance(t, ComputeTask)) for program in programs),
+                  default=0.0)
+    return compute, int(np.argmax(phase.timeline.rank_end_s))        # the first of the ranks ending last
 
 
 @dataclass(slots=True, kw_only=True)
@@ -316,16 +314,17 @@ class _PhaseParts:
 
 
 def _phase_parts(phase: StepPhase, topology: Topology) -> _PhaseParts:
-    busy, comm, last = _phase_metrics(phase)
+    busy, last = _phase_metrics(phase)
     training = phase.training
     workload = training.workload
+    # per group kind, per collective kind, and all collectives as one label: comm_s, the largest per-rank union
+    labelings = {"group": training.group_kinds, "kind": [c.kind.value for c in workload.collectives],
+                 "all": ("comm",) * len(workload.collectives)}
+    parts = interval_breakdowns(workload, phase.timeline, labelings, focus_rank=last,
+                                weights=training.collective_weights)
     return _PhaseParts(
-        compute_s=busy, comm_s=comm,
-        by_group=interval_breakdown(workload, phase.timeline, training.group_kinds, focus_rank=last,
-                                    weights=training.collective_weights),
-        by_kind=interval_breakdown(workload, phase.timeline, [c.kind.value for c in workload.collectives],
-                                   focus_rank=last, weights=training.collective_weights),
-        links=link_class_bytes(topology, phase.sim.link_bytes))
+        compute_s=busy, comm_s=parts["all"]["comm"]["time_s"] if workload.collectives else 0.0,
+        by_group=parts["group"], by_kind=parts["kind"], links=link_class_bytes(topology, phase.sim.link_bytes))
 
 
 def _merge(total: dict, part: dict, scale: int) -> None:

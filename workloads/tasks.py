@@ -36,7 +36,8 @@ class ComputeTask:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.duration_s, (int, float)) and math.isfinite(self.duration_s) and self.duration_s >= 0):
-            raise ValueError(f"ComputeTask.duration_s: {self.duration_s!r} is not allowed; expected a finite number >= 0")
+            raise ValueError(f"ComputeTask.duration_s: {self.duration_s!r} is not allowed; expected a finite "
+                             "number >= 0")
         _check_stream("ComputeTask", self.stream, self.after)
 
 
@@ -75,22 +76,36 @@ class Workload:
         for i, coll in enumerate(self.collectives):
             if max(coll.group) >= self.nranks:
                 raise ValueError(f"Workload.collectives[{i}]: group rank {max(coll.group)} >= nranks {self.nranks}")
+        # ranks often share one program object (training_step builds equal programs once): its tasks are checked
+        # once, then every rank's membership of the program's collectives
+        indices_of: dict[int, tuple[int, ...]] = {}
+        members: dict[int, frozenset[int]] = {}
         for rank, program in enumerate(self.programs):
-            joined: set[int] = set()
-            for position, task in enumerate(program):
-                if any(a >= position for a in task.after):
-                    raise ValueError(f"Workload.programs[{rank}][{position}].after: {task.after} names a task that is "
-                                     f"not earlier in the program; expected indices < {position}")
-                if isinstance(task, CommTask):
-                    if not 0 <= task.index < len(self.collectives):
-                        raise ValueError(f"Workload.programs[{rank}]: collective index {task.index} does not exist")
-                    if rank not in self.collectives[task.index].group:
-                        raise ValueError(f"Workload.programs[{rank}]: rank {rank} is not in the group of "
-                                         f"collective {task.index}")
-                    if task.index in joined:
-                        raise ValueError(f"Workload.programs[{rank}]: collective {task.index} appears twice; expected "
-                                         "each rank to take part in a collective once")
-                    joined.add(task.index)
+            indices = indices_of.get(id(program))
+            if indices is None:
+                indices = indices_of[id(program)] = self._check_program(rank, program)
+            for i in indices:
+                group = members.get(i)
+                if group is None:
+                    group = members[i] = frozenset(self.collectives[i].group)
+                if rank not in group:
+                    raise ValueError(f"Workload.programs[{rank}]: rank {rank} is not in the group of collective {i}")
+
+    def _check_program(self, rank: int, program) -> tuple[int, ...]:
+        """Check the tasks of program ``rank``; returns the indices of its collectives, in program order."""
+        joined: dict[int, None] = {}
+        for position, task in enumerate(program):
+            if any(a >= position for a in task.after):
+                raise ValueError(f"Workload.programs[{rank}][{position}].after: {task.after} names a task that is "
+                                 f"not earlier in the program; expected indices < {position}")
+            if isinstance(task, CommTask):
+                if not 0 <= task.index < len(self.collectives):
+                    raise ValueError(f"Workload.programs[{rank}]: collective index {task.index} does not exist")
+                if task.index in joined:
+                    raise ValueError(f"Workload.programs[{rank}]: collective {task.index} appears twice; expected "
+                                     "each rank to take part in a collective once")
+                joined[task.index] = None
+        return tuple(joined)
 
     @classmethod
     def sequence(cls, collectives: list[Collective] | tuple[Collective, ...], *, nranks: int) -> "Workload":

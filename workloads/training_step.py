@@ -96,11 +96,13 @@ forward and 24 backward layer tasks and 2 embedding, 2 logits tasks; its fp16 gr
 Building cost: what depends only on the stage (its schedule, weight units, gradient buckets, per-layer
 communication sizes, transfer sizes) is computed once per call and shared by the ranks of that stage; a
 collective is built once per group (looked up by key by its other members); equal tasks are one shared
-frozen object. What is left per rank is its group look-ups and its list of tasks, so a build costs
-O(ranks x tasks per rank) dictionary operations and at most one bucket plan per virtual stage. Example,
-Llama-3 405B on 16,384 GPUs (t 8, p 16, d 128, one gradient buffer reduced after the pipeline): the
-"reduction" part is 16,384 programs of 2 tasks over 128 all-reduces (one per data-parallel group) and
-16 distinct optimizer tasks.
+frozen object. A rank's program depends on the rank only through what it asks about it (its stage, the
+groups it uses, whether it is tensor rank 0), so ranks giving the same answers share one program object,
+built once: the other ranks cost one look-up per question. Example, Llama-3 405B on 16,384 GPUs (t 8,
+p 16, d 128, one gradient buffer reduced after the pipeline): the "reduction" part is 16,384 programs of
+2 tasks over 128 all-reduces (one per data-parallel group) and 16 distinct optimizer tasks; the members
+of a data-parallel group ask only their stage and that group, so 128 programs are built. In one replica's
+pipeline with representative transfers (c = e = 1), tensor ranks 1..t-1 of a stage share one program.
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ import itertools
 import math
 import numbers
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from .collectives import DTYPE_BYTES, Collective, CollectiveKind
 from .model import RECOMPUTE, ModelSpec, ceil_div
@@ -350,6 +354,17 @@ class _Unit:
     expert: int
 
 
+@dataclass(slots=True)
+class _Node:
+    """A node of the tree of kept programs (_Builder.program): the next question, every rank's answer to it
+    and a child per answer, or at a leaf (no question) the program of the ranks whose answers lead there."""
+
+    question: tuple[str, str] | None = None
+    answers: list | None = None
+    children: dict = field(default_factory=dict)
+    program: tuple | None = None
+
+
 class _Builder:
     def __init__(self, model: ModelSpec, spec: ParallelismSpec, compute: StepCompute, *, recompute: str,
                  granularity: str, part: str, ranks: tuple[int, ...], tensor_rank0_p2p: bool):
@@ -376,10 +391,11 @@ class _Builder:
         # a single expert's gradients are reduced with the dense ones: its expert-data-parallel group is the
         # dense gradient group (ep divides the experts, so ep = 1)
         self.expert_param = model.expert_parameters() if model.experts > 1 else 0
-        # groups, cached: rank -> its group, and its position in the group
-        self._group_cache: dict[str, dict[int, tuple[int, ...]]] = {}
-        self._position_cache: dict[str, dict[int, int]] = {}
+        # groups per kind and every rank's answers per question (see answers), built on first use
+        self.groups: dict[str, list[tuple[int, ...]]] = {}
+        self._answers: dict[tuple[str, str], list[int | bool]] = {}
         self.shared_tasks: dict = {}
+        self._programs = _Node()             # programs built so far, by their ranks' answers (see program)
         # per-stage structures shared by every rank of the stage (immutable once built)
         self._units: dict = {}
         self._backward_units: dict[int, tuple[_Unit, ...]] = {}
@@ -388,23 +404,50 @@ class _Builder:
         self._bucket_reductions: dict = {}
 
     # ---- groups -----------------------------------------------------------------------------------
-    def group(self, kind: str, rank: int) -> tuple[int, ...]:
-        table = self._group_cache.get(kind)
+    def answers(self, question: tuple[str, str]) -> list[int | bool]:
+        """Every rank's answer (a list indexed by rank) to a question a program may ask about its rank
+        (_RankProgram.ask): ("group", kind) -> the index of its group in ``groups[kind]``; ("position", kind)
+        -> its index in that group, i.e. its coordinate along a tensor, context, data or pipeline group, whose
+        members are listed in increasing coordinate (ParallelismSpec.groups); ("first", kind) -> whether that
+        position is 0."""
+        table = self._answers.get(question)
         if table is None:
-            table, positions = {}, {}
-            for g in self.spec.groups(kind):
-                for i, r in enumerate(g):
-                    table[r] = g
-                    positions[r] = i
-            self._group_cache[kind] = table
-            self._position_cache[kind] = positions
-        return table[rank]
+            what, kind = question
+            if kind not in self.groups:
+                self.groups[kind] = self.spec.groups(kind)
+                members = np.array(self.groups[kind], dtype=np.int64)      # the groups of a kind have one size
+                index, position = np.empty((2, self.spec.world_size), dtype=np.int64)
+                index[members] = np.arange(len(members))[:, None]
+                position[members] = np.arange(members.shape[1])
+                self._answers["group", kind], self._answers["position", kind] = index.tolist(), position.tolist()
+            if what == "first":
+                self._answers[question] = [j == 0 for j in self._answers["position", kind]]
+            table = self._answers[question]
+        return table
 
-    def position(self, kind: str, rank: int) -> int:
-        """Index of ``rank`` in its group of ``kind``: its coordinate along a tensor, context, data or pipeline
-        group, whose members are listed in increasing coordinate (ParallelismSpec.groups)."""
-        self.group(kind, rank)
-        return self._position_cache[kind][rank]
+    def program(self, rank: int) -> tuple:
+        """Rank ``rank``'s program. A program depends on its rank only through the answers it got about it
+        (:meth:`answers`), and which question it asks next only on the answers before: so the programs built
+        so far are kept in a tree of questions and answers, and a rank whose answers lead to a kept program
+        gets that one without a build (the reduction part of Llama-3 405B on 16,384 GPUs builds one program
+        per data-parallel group, 128). Collectives are still created in rank order: a rank that would create
+        one answers differently from every rank before it, so it is built."""
+        node = self._programs
+        while node.question is not None:
+            node = node.children.get(node.answers[rank])
+            if node is None:
+                break
+        else:
+            if node.program is not None:
+                return node.program
+        built = _RankProgram(self, rank)
+        program = built.build()
+        node = self._programs
+        for question, answer in built.asked.items():          # in the order asked
+            node.question, node.answers = question, self.answers(question)
+            node = node.children.setdefault(answer, _Node())
+        node.program = program
+        return program
 
     def collective(self, key, make, kind: str, name: str, weight: int = 1) -> int:
         index = self.keys.get(key)
@@ -624,32 +667,63 @@ def _matrix_collective(group: tuple[int, ...], matrix, dtype: str) -> Collective
 
 
 class _RankProgram:
+    """One rank's program. Its rank number serves only to answer ``ask``: everything the program knows of
+    its rank (its stage, its groups, whether it is tensor rank 0) comes from there, and ``asked`` keeps
+    the answers in the order first asked; ranks that give the same answers get the same program
+    (_Builder.program)."""
+
     def __init__(self, b: _Builder, rank: int):
-        self.b, self.rank = b, rank
+        self.b, self._rank = b, rank
         spec = b.spec
+        self.asked: dict[tuple[str, str], int | bool] = {}
         self.prog = _Program(shared=b.shared_tasks)
         # pipeline groups list their members stage 0 first (ParallelismSpec.groups): position = stage
-        self.pp_group = b.group("pp", rank)
-        self.stage = b.position("pp", rank)
-        self.dp_group = b.group("dp_cp", rank)
+        self.stage = self.ask("position", "pp")
         self.ops, self.last_backward = b.schedule(self.stage)
         self.pipeline = b.part in ("all", "pipeline")
         self.reduce = b.part in ("all", "reduction")
-        self.reduces_dense = len(self.dp_group) > 1
-        self.reduces_expert = b.model.is_moe and len(self.group("edp")) > 1
         self.overlap = self.reduce and b.part == "all" and spec.dp_overlap and b.zero < 3
         # buckets are reduced during the backward (DDP overlap, or ZeRO-3's per-unit reduce-scatters), not after it
         self.reduce_in_backward = b.part == "all" and (spec.dp_overlap or b.zero >= 3)
         self.dp_started = False
-        self.stretched_all = b.zero >= 3 and self.reduces_dense
         self.dp_tasks: list[int] = []
+
+    def ask(self, what: str, kind: str) -> int | bool:
+        """The answer to a question about this rank (_Builder.answers), kept with the others."""
+        question = (what, kind)
+        answer = self.asked.get(question)
+        if answer is None:
+            answer = self.asked[question] = self.b.answers(question)[self._rank]
+        return answer
 
     def group(self, kind: str) -> tuple[int, ...]:
         """This rank's group of ``kind``, looked up when used: a reduction-only build never needs most kinds."""
-        return self.b.group(kind, self.rank)
+        index = self.ask("group", kind)          # builds the tables of ``kind`` on first use
+        return self.b.groups[kind][index]
+
+    @property
+    def pp_group(self) -> tuple[int, ...]:
+        return self.group("pp")
+
+    @property
+    def dp_group(self) -> tuple[int, ...]:
+        return self.group("dp_cp")
+
+    @property
+    def reduces_dense(self) -> bool:
+        return len(self.dp_group) > 1
+
+    @property
+    def reduces_expert(self) -> bool:
+        return self.b.model.is_moe and len(self.group("edp")) > 1
+
+    @property
+    def stretched_all(self) -> bool:
+        return self.b.zero >= 3 and self.reduces_dense
 
     # ---- helpers ---------------------------------------------------------------------------------
     def peer(self, virtual_stage: int) -> int:
+        """The rank holding ``virtual_stage`` in this rank's pipeline (this rank for its own virtual stages)."""
         stage, _ = stage_of_chunk(virtual_stage, self.b.spec.pp)
         return self.pp_group[stage]          # pipeline groups list their members stage 0 first
 
@@ -702,7 +776,7 @@ class _RankProgram:
         if self.transfers():
             key = ("pp", direction, mb, v_from, self.pp_group)
             v_to = v_from + 1 if direction == "act" else v_from - 1
-            index = b.p2p(key, self.peer(v_from), self.rank, self.pp_bytes(),
+            index = b.p2p(key, self.peer(v_from), self.peer(v_to), self.pp_bytes(),
                           f"pp {direction} mb{mb} v{v_from}->v{v_to}")
             stream = STREAM_RECV_PREV if direction == "act" else STREAM_RECV_NEXT
             task = self.prog.side(index, f"pp recv {direction} {label}", stream, post)
@@ -722,13 +796,13 @@ class _RankProgram:
         v_to = v + 1 if direction == "act" else v - 1
         dst = self.peer(v_to)
         key = ("pp", direction, mb, v, self.pp_group)
-        index = b.p2p(key, self.rank, dst, self.pp_bytes(), f"pp {direction} mb{mb} v{v}->v{v_to}")
+        index = b.p2p(key, self.peer(v), dst, self.pp_bytes(), f"pp {direction} mb{mb} v{v}->v{v_to}")
         stream = STREAM_SEND_NEXT if direction == "act" else STREAM_SEND_PREV
         return [self.prog.side(index, f"pp send {direction} {label}", stream, self.prog.last0)]
 
     def transfers(self) -> bool:
         """Whether this rank moves its pipeline tensors itself (False: tensor rank 0 stands for it)."""
-        return not self.b.tensor_rank0_p2p or self.b.position("tp", self.rank) == 0
+        return not self.b.tensor_rank0_p2p or self.ask("first", "tp")
 
     def scatter_gather(self) -> bool:
         spec = self.b.spec
@@ -958,7 +1032,7 @@ def training_step(model: ModelSpec, parallelism: ParallelismSpec, compute: StepC
             raise _reject("ranks", ranks, f"distinct ranks in 0..{world - 1}, at least one")
     builder = _Builder(model, parallelism, compute, recompute=recompute, granularity=granularity, part=part,
                        ranks=ranks, tensor_rank0_p2p=tensor_rank0_p2p)
-    programs = tuple(_RankProgram(builder, r).build() for r in ranks)
+    programs = tuple(map(builder.program, ranks))
     workload = Workload(nranks=len(ranks), collectives=tuple(builder.collectives), programs=programs)
     return TrainingWorkload(workload=workload, group_kinds=tuple(builder.kinds),
                             collective_names=tuple(builder.names), collective_weights=tuple(builder.weights),

@@ -5,7 +5,9 @@ max-plus recurrence with a plain work queue over (rank, stream) keys. Invariants
 first, then numbers derived by hand and the error messages, then bit-identical equality with the reference
 (every start/end float, the collective times, NaN for a collective nobody runs, the deadlock message) on
 seeded random workloads (several streams, ``after`` dependencies, collectives over random subsets, zero
-durations, deadlocks) and on pipeline workloads built by ``workloads.training_step``.
+durations, deadlocks) and on pipeline workloads built by ``workloads.training_step``. The per-label breakdown
+and the per-rank ends, computed over all ranks at once, are compared bit for bit with their rank-by-rank
+definitions (``reference_breakdown``) on random timelines where ranks share program objects.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections import deque
 import numpy as np
 import pytest
 
-from simulator.analysis import Timeline, interval_breakdown, task_times, union_length_s
+from simulator.analysis import Timeline, interval_breakdown, interval_breakdowns, task_times, union_length_s
 from workloads.collectives import Collective, CollectiveKind
 from workloads.parallelism import ParallelismSpec
 from workloads.presets import custom_gpt
@@ -105,6 +107,31 @@ def reference_task_times(workload: Workload, collective_time_s=None) -> Timeline
                     collective_start_s=c_start, collective_end_s=c_end)
 
 
+def reference_breakdown(workload: Workload, timeline: Timeline, labels, *, focus_rank=None, weights=None) -> dict:
+    """``interval_breakdown`` rank by rank from its definition: per label, the largest per-rank union of the
+    label's [start, end] intervals, and on ``focus_rank`` that union minus the union of its compute tasks."""
+    weights = [1] * len(labels) if weights is None else list(weights)
+    out: dict = {}
+    for i, label in enumerate(labels):
+        entry = out.setdefault(label, {"count": 0, "nbytes": 0, "time_s": 0.0, "exposed_s": 0.0})
+        entry["count"] += weights[i]
+        entry["nbytes"] += int(workload.collectives[i].nbytes) * weights[i]
+    for rank, program in enumerate(workload.programs):
+        start, end = timeline.start_s[rank], timeline.end_s[rank]
+        spans: dict = {}
+        for p, t in enumerate(program):
+            if isinstance(t, CommTask):
+                spans.setdefault(labels[t.index], []).append((start[p], end[p]))
+        for label, rank_spans in spans.items():
+            out[label]["time_s"] = max(out[label]["time_s"], union_length_s(rank_spans))
+        if rank == focus_rank:
+            compute = [(start[p], end[p]) for p, t in enumerate(program) if isinstance(t, ComputeTask)]
+            for label, entry in out.items():
+                both = union_length_s(spans.get(label, []) + compute)
+                entry["exposed_s"] = both - union_length_s(compute)
+    return out
+
+
 # --------------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------------
@@ -182,6 +209,28 @@ def random_workload(rng, *, nranks: int, steps: int, nstreams: int, unused: int 
             programs[rank][p] = dataclasses.replace(a, index=b.index)
             programs[rank][q] = dataclasses.replace(b, index=a.index)
     return Workload(nranks=nranks, collectives=tuple(collectives), programs=tuple(tuple(p) for p in programs))
+
+
+def shared_copies(base: Workload, copies: int) -> Workload:
+    """``copies`` ranks per rank of ``base`` running the very same program object, each collective's group
+    widened to every copy of its members (so the shared programs stay valid)."""
+    n = base.nranks
+    collectives = tuple(dataclasses.replace(c, group=tuple(r + n * j for j in range(copies) for r in c.group))
+                        for c in base.collectives)
+    return Workload(nranks=n * copies, collectives=collectives,
+                    programs=tuple(base.programs[r % n] for r in range(n * copies)))
+
+
+def random_timeline(rng, workload: Workload) -> Timeline:
+    """Any [start, end] per task, rank by rank (ranks sharing a program get different times): starts on a
+    coarse grid (ties), ends equal, after or before the start (empty and reversed intervals)."""
+    rows = []
+    for program in workload.programs:
+        start = rng.integers(0, 6, len(program)) * 0.25 + (rng.random(len(program)) < 0.3) * rng.random(len(program))
+        rows.append((start, start + rng.choice([0.0, 0.25, 0.5, 1.5, -0.25], len(program))))
+    return Timeline(start_s=tuple(r[0] for r in rows), end_s=tuple(r[1] for r in rows),
+                    collective_start_s=np.zeros(len(workload.collectives)),
+                    collective_end_s=np.zeros(len(workload.collectives)))
 
 
 def random_collective_times(rng, workload):
@@ -319,6 +368,21 @@ def test_interval_breakdown_by_hand():
     assert interval_breakdown(w, t, ["a", "b", "a"])["a"]["exposed_s"] == 0.0       # no focus rank
 
 
+def test_interval_breakdowns_is_one_breakdown_per_labelling():
+    # the hand-derived workload above, labelled twice: each labelling's breakdown is interval_breakdown's
+    w = Workload(nranks=2, collectives=(ar(0, 1), ar(0), ar(1)),
+                 programs=((ComputeTask(duration_s=1.0), CommTask(index=0, stream=1, after=(0,)),
+                            ComputeTask(duration_s=1.0), CommTask(index=1, after=(1,))),
+                           (CommTask(index=0), CommTask(index=2))))
+    t = task_times(w, [2.0, 1.0, 0.5])
+    labelings = {"x": ["a", "b", "a"], "all": ["comm"] * 3}
+    out = interval_breakdowns(w, t, labelings, focus_rank=0)
+    assert out == {name: interval_breakdown(w, t, labels, focus_rank=0) for name, labels in labelings.items()}
+    # one label for all: rank 0's collectives cover [1, 4] (3 s), rank 1's [1, 3] + [3, 3.5]: 3 s on the busiest;
+    # exposed on rank 0 beside compute [0, 2]: [2, 4] = 2 s
+    assert out["all"] == {"comm": {"count": 3, "nbytes": 24, "time_s": 3.0, "exposed_s": 2.0}}
+
+
 # --------------------------------------------------------------------------------------------------
 # errors
 # --------------------------------------------------------------------------------------------------
@@ -383,6 +447,30 @@ def test_random_deadlocks_match_reference():
     assert kinds["deadlock"] >= 5 and kinds["timeline"] >= 5          # both outcomes were compared
 
 
+@pytest.mark.parametrize("seed", range(24))
+def test_ranks_sharing_program_objects_match_reference(seed):
+    # task_times walks one rank per distinct program object and copies its times: the reference walks every
+    # rank. Deadlocks (swapped collectives) must name the same first rank and count every stuck stream.
+    rng = np.random.default_rng(5000 + seed)
+    base = random_workload(rng, nranks=int(rng.integers(1, 6)), steps=int(rng.integers(1, 50)),
+                           nstreams=int(rng.integers(1, 3)), unused=int(rng.integers(0, 2)), swaps=seed % 2)
+    w = shared_copies(base, int(rng.integers(2, 4)))
+    same_as_reference(w, None)
+    same_as_reference(w, random_collective_times(rng, w))
+
+
+def test_shared_deadlock_message_counts_every_rank():
+    # ranks 0 and 1 share a program waiting in collective 0 then 1; rank 2 waits in 1 then 0: all stuck, and
+    # the message counts 3 streams (two of them walked once) and names rank 0
+    crossed = (CommTask(index=0), CommTask(index=1))
+    w = Workload(nranks=3, collectives=(ar(0, 1, 2), ar(0, 1, 2)),
+                 programs=(crossed, crossed, (CommTask(index=1), CommTask(index=0))))
+    with pytest.raises(RuntimeError, match=r"rank 0 stream 0 never finishes task 'comm' \(deadlock in the programs; "
+                                           r"3 stream\(s\) stuck\)"):
+        task_times(w)
+    same_as_reference(w, None)
+
+
 def test_a_rank_cannot_take_part_twice_in_one_collective():
     # the stream walk counts one arrival per member: Workload rejects a program that joins twice
     with pytest.raises(ValueError, match=r"programs\[0\]: collective 0 appears twice"):
@@ -428,3 +516,35 @@ def test_pipeline_workloads_match_reference(schedule, pp, vp, m, granularity):
     assert isinstance(same_as_reference(w, None), Timeline)
     same_as_reference(w, rng.random(len(w.collectives)) * 1e-3)
     same_as_reference(w, np.zeros(len(w.collectives)))
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_breakdown_and_rank_ends_match_their_rank_by_rank_definitions(seed):
+    rng = np.random.default_rng(3000 + seed)
+    base = random_workload(rng, nranks=int(rng.integers(1, 6)), steps=int(rng.integers(1, 60)),
+                           nstreams=int(rng.integers(1, 3)), unused=int(rng.integers(0, 2)))
+    w = shared_copies(base, int(rng.integers(1, 4)))
+    alphabet = ["a", "b", "c"][:int(rng.integers(1, 4))]
+    labelings = {name: [alphabet[int(rng.integers(len(alphabet)))] for _ in w.collectives] for name in ("x", "y")}
+    labelings["all"] = ["comm"] * len(w.collectives)
+    weights = rng.integers(1, 4, len(w.collectives)).tolist()
+    for t in (task_times(w, random_collective_times(rng, w)), random_timeline(rng, w)):
+        focus = int(rng.integers(w.nranks))
+        got = interval_breakdowns(w, t, labelings, focus_rank=focus, weights=weights)
+        want = {name: reference_breakdown(w, t, labels, focus_rank=focus, weights=weights)
+                for name, labels in labelings.items()}
+        assert repr(got) == repr(want)                          # the same floats, bit for bit
+        ends = [float(e.max()) if e.size else 0.0 for e in t.end_s]
+        assert t.rank_end_s.tolist() == ends
+        assert t.makespan_s == max((e for e, row in zip(ends, t.end_s) if row.size), default=0.0)
+
+
+def test_rank_ends_with_empty_programs_first_and_last():
+    # ranks 0 and 3 run nothing; ranks 1 and 2 end at 1.5 and 2.0
+    w = Workload(nranks=4, collectives=(), programs=((), (ComputeTask(duration_s=1.5),),
+                                                     (ComputeTask(duration_s=0.5), ComputeTask(duration_s=1.5)), ()))
+    t = task_times(w)
+    assert t.rank_end_s.tolist() == [0.0, 1.5, 2.0, 0.0] and t.makespan_s == 2.0
+    rebuilt = Timeline(start_s=t.start_s, end_s=t.end_s, collective_start_s=t.collective_start_s,
+                       collective_end_s=t.collective_end_s)                  # rows only, nothing handed over
+    assert rebuilt.rank_end_s.tolist() == [0.0, 1.5, 2.0, 0.0] and rebuilt.makespan_s == 2.0

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from simulator.analysis import chrome_trace, task_times
+from simulator.analysis import chrome_trace, task_times, union_length_s
 from simulator.compute import A100_MAMF_2024, sc21_compute_only_check, sc21_layout, sc21_rows
 from simulator.compute_calibration import SC21_MAMF_STEP_S
 from simulator.config import SimConfig
@@ -20,6 +20,7 @@ from topologies.presets import build_system
 from workloads.model import ModelSpec
 from workloads.parallelism import ParallelismSpec
 from workloads.presets import custom_gpt
+from workloads.tasks import CommTask, ComputeTask
 from workloads.training_step import StepCompute, training_step
 
 
@@ -143,6 +144,47 @@ def test_symmetric_replicas_and_representative_transfers_match_the_full_step():
         for key in ("count", "nbytes"):
             assert reduced.breakdown["group"][group][key] == full.breakdown["group"][group][key]
     assert len(reduced.phases) == 2 and reduced.notes
+
+
+def test_step_measurements_follow_their_rank_by_rank_definitions():
+    # two phases: one replica's pipeline, then every rank's reduction (the members of each of the 4
+    # data-parallel groups share one program object). Per phase: the busiest rank's compute sum, the largest
+    # per-rank union of collective intervals, and per group kind the largest per-rank union and the time
+    # exposed on the first rank that ends last; counts and bytes of the pipeline phase count d = 4 times. The
+    # step adds the phases up.
+    topo = build_system("dgx-h100", nodes=2)
+    model = dataclasses.replace(tiny(8), tied_embeddings=False)       # no stage asks for its pipeline group
+    spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, dp_overlap=False, bucket_bytes=None)
+    r = simulate_step(model, spec, topology=topo, compute=uniform(model, 1e-3, 2e-3), granularity="chunk",
+                      symmetric_replicas=True, tensor_rank0_p2p=True)
+    compute_s = comm_s = 0.0
+    groups: dict = {}
+    for phase in r.phases:
+        w, t, kinds = phase.training.workload, phase.timeline, phase.training.group_kinds
+        busy, union, spans = [], [], []
+        for rank, program in enumerate(w.programs):
+            busy.append(math.fsum(task.duration_s for task in program if isinstance(task, ComputeTask)))
+            mine = [(kinds[task.index], (t.start_s[rank][p], t.end_s[rank][p])) for p, task in enumerate(program)
+                    if isinstance(task, CommTask)]
+            union.append(union_length_s([span for _, span in mine]))
+            spans.append({k: [span for kind, span in mine if kind == k] for k in set(kinds)})
+        compute_s += max(busy)
+        comm_s += max(union)
+        ends = [float(e.max()) if e.size else 0.0 for e in t.end_s]
+        last = ends.index(max(ends))
+        idle = [(t.start_s[last][p], t.end_s[last][p]) for p, task in enumerate(w.programs[last])
+                if isinstance(task, ComputeTask)]
+        for k in set(kinds):
+            entry = groups.setdefault(k, {"count": 0, "nbytes": 0, "time_s": 0.0, "exposed_s": 0.0})
+            mine = [i for i, kind in enumerate(kinds) if kind == k]
+            entry["count"] += sum(phase.training.collective_weights[i] for i in mine) * phase.replicas
+            entry["nbytes"] += sum(w.collectives[i].nbytes * phase.training.collective_weights[i]
+                                   for i in mine) * phase.replicas
+            entry["time_s"] += max(union_length_s(rank_spans[k]) for rank_spans in spans)
+            entry["exposed_s"] += union_length_s(spans[last][k] + idle) - union_length_s(idle)
+    assert len(r.phases) == 2 and len({id(p) for p in r.phases[1].training.workload.programs}) == 4
+    assert (r.compute_s, r.comm_s) == (compute_s, comm_s)
+    assert {k: dict(v) for k, v in r.breakdown["group"].items()} == groups
 
 
 def test_steady_state_extrapolation_is_exact_for_the_compute_path(h100x2):

@@ -20,7 +20,8 @@ from workloads.model import ModelSpec
 from workloads.parallelism import ParallelismSpec
 from workloads.presets import custom_gpt
 from workloads.tasks import CommTask, ComputeTask
-from workloads.training_step import STREAM_COMPUTE, STREAM_DP, StepCompute, training_step
+from workloads.training_step import (STREAM_COMPUTE, STREAM_DP, StepCompute, _Builder, _RankProgram,
+                                     training_step)
 
 
 def gpt(layers: int = 4) -> ModelSpec:
@@ -179,6 +180,48 @@ def test_building_twice_gives_equal_workloads(model, layout, opts):
     compute = varied_times(model, spec)
     first = training_step(model, spec, compute, **opts)
     assert training_step(model, spec, compute, **opts) == first
+
+
+@pytest.mark.parametrize("model, layout, opts", CASES)
+def test_shared_programs_are_the_programs_each_rank_builds_alone(model, layout, opts):
+    """training_step gives a rank whose answers about itself (stage, groups, tensor rank 0) match an earlier
+    rank's that rank's program without building it; building every rank's program (private _RankProgram, in
+    rank order, nothing shared) gives the same programs, collectives and labels."""
+    spec = ParallelismSpec(**layout)
+    compute = varied_times(model, spec)
+    for part, ranks in parts(spec):
+        tw = training_step(model, spec, compute, part=part, ranks=ranks, **opts)
+        opts_all = dict(dict(recompute="none", granularity="layer", tensor_rank0_p2p=False), **opts)
+        builder = _Builder(model, spec, compute, part=part, ranks=ranks, **opts_all)
+        alone = tuple(_RankProgram(builder, rank).build() for rank in ranks)
+        assert tw.workload.programs == alone, part
+        assert tw.workload.collectives == tuple(builder.collectives)
+        assert (tw.group_kinds, tw.collective_names, tw.collective_weights) == (
+            tuple(builder.kinds), tuple(builder.names), tuple(builder.weights))
+
+
+def test_which_ranks_share_a_program_object():
+    # reduction part: a rank asks its stage and its data-parallel group, so the d members of each of the
+    # t p = 8 groups share one program object. One replica's pipeline (d coordinate 0) with representative
+    # transfers: tensor rank 0 of a stage asks its pipeline group (its peers), tensor ranks 1..3 only their
+    # stage and tensor group: 4 stages x 2 objects
+    model = llama(8)
+    spec = ParallelismSpec(tp=2, pp=4, dp=32, global_batch=32, dp_overlap=False, bucket_bytes=None)
+    tw = training_step(model, spec, varied_times(model, spec), part="reduction", granularity="chunk")
+    objects: dict[int, set] = {}
+    for rank, program in enumerate(tw.workload.programs):
+        objects.setdefault(id(program), set()).add(spec.group_of("dp_cp", rank))
+    assert len(objects) == 8 and all(len(groups) == 1 for groups in objects.values())
+    model = gpt(4)
+    spec = ParallelismSpec(tp=4, pp=4, dp=2, global_batch=8, dp_overlap=False, bucket_bytes=None)
+    replica = tuple(r for r in range(spec.world_size) if spec.coords(r).dp == 0)
+    tw = training_step(model, spec, varied_times(model, spec), part="pipeline", ranks=replica,
+                       granularity="chunk", tensor_rank0_p2p=True)
+    objects = {}
+    for local, rank in enumerate(replica):
+        c = spec.coords(rank)
+        objects.setdefault(id(tw.workload.programs[local]), set()).add((c.pp, c.tp == 0))
+    assert len(objects) == 4 * 2 and all(len(kinds) == 1 for kinds in objects.values())
 
 
 def test_a_wide_reduction_is_one_program_per_stage():
