@@ -34,7 +34,6 @@ rank, one thread per stream, a complete ("X") event per task, times in microseco
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,15 +57,32 @@ class Timeline:
     collective_end_s: np.ndarray
     _flat: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # see flat()
 
+    @classmethod
+    def _from_flat(cls, start_s: np.ndarray, end_s: np.ndarray, base: np.ndarray, collective_start_s: np.ndarray,
+                   collective_end_s: np.ndarray) -> "Timeline":
+        """A Timeline whose rows are views of ``start_s`` and ``end_s`` (every task's times, rank after rank;
+        ``base[r]``: rank r's first task in them), which seed the cache of :meth:`flat`."""
+        sizes = np.diff(base, append=start_s.size)
+        if sizes.size and (sizes == sizes[0]).all():                            # equal program lengths
+            starts = tuple(start_s.reshape(sizes.size, int(sizes[0])))
+            ends = tuple(end_s.reshape(sizes.size, int(sizes[0])))
+        else:
+            spans = list(map(slice, base.tolist(), (base + sizes).tolist()))
+            starts, ends = tuple(map(start_s.__getitem__, spans)), tuple(map(end_s.__getitem__, spans))
+        timeline = cls(start_s=starts, end_s=ends, collective_start_s=collective_start_s,
+                       collective_end_s=collective_end_s)
+        timeline._flat.update(start_s=start_s, end_s=end_s, base=base)
+        return timeline
+
     def flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(start, end, base): every task's start and end in one array each, rank after rank, and the index
         of each rank's first task in them. The rows are concatenated on first use and kept (task_times
         hands over the arrays its rows are views of); like the rows, they are not to be modified."""
         if not self._flat:
             sizes = np.fromiter(map(len, self.end_s), dtype=np.int64, count=len(self.end_s))
-            self._flat.update(start=_concatenate(self.start_s), end=_concatenate(self.end_s),
+            self._flat.update(start_s=_concatenate(self.start_s), end_s=_concatenate(self.end_s),
                               base=np.cumsum(sizes) - sizes)
-        return self._flat["start"], self._flat["end"], self._flat["base"]
+        return self._flat["start_s"], self._flat["end_s"], self._flat["base"]
 
     @property
     def makespan_s(self) -> float:
@@ -108,18 +124,21 @@ def task_times(workload: Workload, collective_time_s=None) -> Timeline:
     return _walk_streams(workload, durations.tolist())
 
 
-def _stream_links(programs) -> tuple[list, list[int], list[int], list[int], list[int]]:
-    """Flatten the programs (global task id = rank's base + position) and chain each stream's tasks:
-    ``(tasks, next_in_stream, stream_heads, head_base, bases)``; ``next_in_stream[g] = -1`` at a stream's
-    end, streams are numbered rank by rank in order of first appearance (the order deadlocks are
-    reported in), ``bases[r]`` is rank r's first global id and ``bases[nranks]`` the task count."""
+def _stream_links(programs) -> tuple[list, list[int], list[int], list[int], list[int], list[int]]:
+    """Flatten the programs (global task id = program's base + position) and chain each stream's tasks:
+    ``(tasks, next_in_stream, stream_heads, head_base, stream_program, bases)``; ``next_in_stream[g] = -1``
+    at a stream's end, streams are numbered program by program in order of first appearance (the order
+    deadlocks are reported in), ``head_base[s]`` and ``stream_program[s]`` are stream s's program's first
+    global id and index, ``bases[k]`` is program k's first global id and ``bases[len(programs)]`` the task
+    count."""
     nxt = [-1] * sum(map(len, programs))
     tasks: list = []
     heads: list[int] = []
     head_base: list[int] = []
+    stream_program: list[int] = []
     bases = [0]
     g = 0
-    for program in programs:
+    for k, program in enumerate(programs):
         tasks.extend(program)
         base = g
         last: dict[int, int] = {}
@@ -129,12 +148,13 @@ def _stream_links(programs) -> tuple[list, list[int], list[int], list[int], list
             if previous is None:
                 heads.append(g)
                 head_base.append(base)
+                stream_program.append(k)
             else:
                 nxt[previous] = g
             last[stream] = g
             g += 1
         bases.append(g)
-    return tasks, nxt, heads, head_base, bases
+    return tasks, nxt, heads, head_base, stream_program, bases
 
 
 def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
@@ -145,13 +165,13 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
     collectives' times. So only the first rank of each distinct program is walked, a collective waits for
     one arrival per distinct program among its members, and the walked rank's times are copied to the
     others (a deadlock is reported on the first rank, as every rank of its program is stuck)."""
-    shared = _ranks_by_program(workload.programs)
+    shared = workload.shared_programs
     program_of = np.empty(workload.nranks, dtype=np.int64)
     for k, (_, ranks) in enumerate(shared):
         program_of[ranks] = k
     programs = [program for program, _ in shared]
     ncoll = len(durations)
-    tasks, nxt, heads, head_base, bases = _stream_links(programs)
+    tasks, nxt, heads, head_base, stream_program, bases = _stream_links(programs)
     total, nstreams = bases[-1], len(heads)
     start: list = [None] * total
     end: list = [None] * total
@@ -223,8 +243,7 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
     stuck = [sid for sid in range(nstreams) if current[sid] >= 0]
     if stuck:
         task = tasks[current[stuck[0]]]
-        # distinct programs with empty ones share a base: the last program at a stream's base holds it
-        holder = [bisect_right(bases, head_base[sid]) - 1 for sid in stuck]
+        holder = [stream_program[sid] for sid in stuck]
         raise RuntimeError(f"task_times: rank {shared[holder[0]][1][0]} stream {task.stream} never finishes task "
                            f"{task.name!r} (deadlock in the programs; {sum(len(shared[k][1]) for k in holder)} "
                            "stream(s) stuck)")
@@ -234,17 +253,8 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
     if len(shared) < workload.nranks:           # copy each walked program's times to the ranks sharing it
         source = np.arange(int(sizes.sum())) + np.repeat(np.array(bases[:-1])[program_of] - rank_base, sizes)
         start_a, end_a = start_a[source], end_a[source]
-    width = int(sizes[0])
-    if not start_a.size or (sizes == width).all():                              # equal program lengths
-        starts = tuple(start_a.reshape(workload.nranks, width))
-        ends = tuple(end_a.reshape(workload.nranks, width))
-    else:
-        spans = list(map(slice, rank_base.tolist(), (rank_base + sizes).tolist()))
-        starts, ends = tuple(map(start_a.__getitem__, spans)), tuple(map(end_a.__getitem__, spans))
-    timeline = Timeline(start_s=starts, end_s=ends, collective_start_s=np.array(c_start, dtype=np.float64),
-                        collective_end_s=np.array(c_end, dtype=np.float64))
-    timeline._flat.update(start=start_a, end=end_a, base=rank_base)     # the arrays the rows are views of
-    return timeline
+    return Timeline._from_flat(start_a, end_a, rank_base, np.array(c_start, dtype=np.float64),
+                               np.array(c_end, dtype=np.float64))
 
 
 def arrival_times(workload: Workload, timeline: Timeline, ranks) -> dict[int, np.ndarray]:
@@ -294,6 +304,7 @@ def interval_breakdown(workload: Workload, timeline: Timeline, labels, *, focus_
     """Per label (one per collective, e.g. its group kind): count, summed nbytes, time on the busiest rank
     (union of in-flight intervals) and time exposed on ``focus_rank`` (in flight while its compute is idle).
     ``weights[i]``: how many identical collectives collective i stands for in the count and bytes."""
+    labels = _per_collective("labels", labels, len(workload.collectives))
     return interval_breakdowns(workload, timeline, {"": labels}, focus_rank=focus_rank, weights=weights)[""]
 
 
@@ -302,9 +313,9 @@ def interval_breakdowns(workload: Workload, timeline: Timeline, labelings, *, fo
     """:func:`interval_breakdown` for each labelling of the collectives in ``labelings`` (name -> labels), in one
     pass over the ranks. Ranks sharing one program object share its comm positions and labels; the union of
     each (rank, label)'s intervals is computed for all the ranks of a program at once (_row_unions_s)."""
-    labelings = {name: list(labels) for name, labels in labelings.items()}
     ncoll = len(workload.collectives)
-    weights = [1] * ncoll if weights is None else list(weights)
+    labelings = {name: _per_collective(f"labelings[{name!r}]", labels, ncoll) for name, labels in labelings.items()}
+    weights = [1] * ncoll if weights is None else _per_collective("weights", weights, ncoll)
     nbytes = [int(c.nbytes) * w for c, w in zip(workload.collectives, weights)]
     out: dict[str, dict] = {}
     for name, labels in labelings.items():
@@ -314,7 +325,7 @@ def interval_breakdowns(workload: Workload, timeline: Timeline, labelings, *, fo
             entry["count"] += count
             entry["nbytes"] += size
     starts, ends, bases = timeline.flat()
-    for program, ranks in _ranks_by_program(workload.programs):
+    for program, ranks in workload.shared_programs:
         positions = [p for p, t in enumerate(program) if isinstance(t, CommTask)]
         if not positions:
             continue
@@ -343,21 +354,20 @@ def interval_breakdowns(workload: Workload, timeline: Timeline, labelings, *, fo
     return out
 
 
-def _ranks_by_program(programs) -> list[tuple[tuple, np.ndarray]]:
-    """The distinct program objects (by identity), each with the ranks that run it in increasing order, in
-    order of their first rank."""
-    ids = np.fromiter(map(id, programs), dtype=np.uint64, count=len(programs))
-    _, first, which = np.unique(ids, return_index=True, return_inverse=True)
-    members = np.split(np.argsort(which, kind="stable"), np.cumsum(np.bincount(which))[:-1])
-    return [(programs[first[k]], members[k]) for k in np.argsort(first)]
+def _per_collective(name: str, values, ncoll: int) -> list:
+    """``values`` as a list, checked to hold one value per collective."""
+    values = list(values)
+    if len(values) != ncoll:
+        raise ValueError(f"{name}: {len(values)} values are not allowed; expected one per collective ({ncoll})")
+    return values
 
 
 def _row_unions_s(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """:func:`union_length_s` of each row's intervals [start[r, j], end[r, j]], bit for bit: intervals sorted by
-    start; a new block where a start exceeds the running maximum of the ends before it; the blocks' lengths
-    (hi - lo) summed in order (a running sum with zeros between block ends adds nothing). An interval with
-    end <= start is dropped by union_length_s and kept here as [start, start], which can only join a block
-    or add a block of length 0."""
+    """:func:`union_length_s` of each row's intervals [start[r, j], end[r, j]], bit for bit when the times are
+    finite: intervals sorted by start; a new block where a start exceeds the running maximum of the ends before
+    it; the blocks' lengths (hi - lo) summed in order (a running sum with zeros between block ends adds
+    nothing). An interval with end <= start is dropped by union_length_s and kept here as [start, start],
+    which can only join a block or add a block of length 0."""
     if start.shape[1] == 1:
         return np.where(end[:, 0] > start[:, 0], end[:, 0] - start[:, 0], 0.0)
     order = np.argsort(start, axis=1, kind="stable")

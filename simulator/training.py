@@ -281,9 +281,8 @@ def _run_phase(topology: Topology, training: TrainingWorkload, placement: Placem
 def _phase_metrics(phase: StepPhase) -> tuple[float, int]:
     """(largest per-rank compute busy time, rank that ends last). Ranks share program objects
     (training_step builds equal programs once): each distinct program's busy time is summed once."""
-    programs = {id(program): program for program in phase.training.workload.programs}.values()
-    compute = max((math.fsum(t.duration_s for t in program if isinstance(t, ComputeTask)) for program in programs),
-                  default=0.0)
+    compute = max((math.fsum(t.duration_s for t in program if isinstance(t, ComputeTask))
+                   for program, _ in phase.training.workload.shared_programs), default=0.0)
     return compute, int(np.argmax(phase.timeline.rank_end_s))        # the first of the ranks ending last
 
 

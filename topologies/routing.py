@@ -375,7 +375,9 @@ class _Pair:
     """A GPU pair's flow-independent part: the routes inside both servers, the two NICs' switches,
     either the whole path when it is fixed (``fixed``; ``prefix`` 0) or mix64's state after
     (seed, servers, local GPUs) (``prefix``; ``fixed`` None), and its sprayed links and weights once
-    found (``sprayed``)."""
+    found (``sprayed``). A fixed pair also holds what its flows share: ``route`` (links, weights None)
+    and ``load``, the pending load of a flow of 1 byte (both None when the path is not fixed).
+    ``pinned`` maps 2 flow_key + representative to the route pinned for that flow."""
 
     __slots__ = ("head", "tail", "leaf_src", "leaf_dst", "prefix", "fixed", "sprayed", "route", "load", "pinned")
 
@@ -384,10 +386,8 @@ class _Pair:
         self.head, self.tail, self.leaf_src, self.leaf_dst = head, tail, leaf_src, leaf_dst
         self.prefix, self.fixed = prefix, fixed
         self.sprayed: tuple[np.ndarray, np.ndarray] | None = None
-        # a fixed pair's (links, weights) and pending load of a flow of 1 byte, shared by its flows
-        self.route = (fixed, None)
-        self.load = (fixed, None, 1.0)
-        # the pair's pinned flows: 2 flow_key + representative -> (links, weights or None)
+        self.route = None if fixed is None else (fixed, None)
+        self.load = None if fixed is None else (fixed, None, 1.0)
         self.pinned: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
 
 
@@ -420,6 +420,12 @@ class Router:
         self._pending: list[tuple[np.ndarray, np.ndarray | None, float]] = []   # load not yet in _load
         self._cache: dict[tuple[int, int, int, bool], np.ndarray] = {}
         self._pairs: dict[int, _Pair] = {}       # (src GPU x GPUs + dst GPU) x 2 + pxn -> pair and its pins
+
+    @property
+    def spraying(self) -> bool:
+        """Whether flows between servers are split over equal-cost paths (policy ``spray``), so
+        :meth:`weighted_paths`, not :meth:`paths`, gives where their bytes go."""
+        return self._spraying
 
     @staticmethod
     def _check_failed(topology: Topology, failed_links: Iterable[int]) -> frozenset[int]:
@@ -541,9 +547,10 @@ class Router:
         """:meth:`_route` of a flow between two valid, distinct GPUs: the pinned route of a flow seen
         before, else its route, pinned and its load pending (``representative``: the single walk of
         a sprayed flow, not the flow's own routing, so no load)."""
-        pair = self._pairs.get((src_gpu * self._w.num_gpus + dst_gpu) * 2 + (1 if pxn else 0))
+        key = (src_gpu * self._w.num_gpus + dst_gpu) * 2 + (1 if pxn else 0)
+        pair = self._pairs.get(key)
         if pair is None:
-            pair = self._pair(src_gpu, dst_gpu, pxn)
+            pair = self._pair(src_gpu, dst_gpu, pxn, key)
         hit = pair.pinned.get(2 * flow_key + representative)
         return self._pin(pair, flow_key, nbytes, representative) if hit is None else hit
 
@@ -582,8 +589,9 @@ class Router:
     def _bulk_route(self, src_gpus, dst_gpus, flow_keys, pxn: bool | None, *, walk: bool, method: str
                     ) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """``_route`` of each flow in turn (``nbytes=1``), same results and side effects in the same
-        order: the flows before the first with a bad GPU (checked with numpy) go to :meth:`_routed`,
-        then ``_route`` raises the loop's error at that flow."""
+        order: the flows before the first with a bad GPU (checked with numpy) take :meth:`_routed`'s
+        steps inline (pair and pin keys computed at once, a fixed pair's route pinned in the loop,
+        other new flows through :meth:`_pin`), then ``_route`` raises the loop's error at that flow."""
         src = self._int_array(src_gpus, "src_gpus", method)
         dst = self._int_array(dst_gpus, "dst_gpus", method)
         count = src.shape[0]
@@ -593,7 +601,7 @@ class Router:
         if isinstance(flow_keys, (int, np.integer)) and not isinstance(flow_keys, bool):
             keys = [int(flow_keys)] * count
         else:
-            keys = self._as_list(flow_keys, self._int_array(flow_keys, "flow_keys", method))
+            keys = self._int_array(flow_keys, "flow_keys", method).tolist()     # Python ints, as _route makes them
             if len(keys) != count:
                 raise ValueError(f"Router.{method}: flow_keys has {len(keys)} entries and src_gpus {count}; "
                                  "expected one flow key per source, or a single integer")
@@ -612,7 +620,7 @@ class Router:
         for s, d, k, key in zip(s_list[:limit], d_list[:limit], keys[:limit], pair_keys):
             pair = get_pair(key)
             if pair is None:
-                pair = pair_of(s, d, pxn)
+                pair = pair_of(s, d, pxn, key)
             code = 2 * k + representative
             hit = pair.pinned.get(code)
             if hit is None:
@@ -641,8 +649,9 @@ class Router:
                              "of integers")
         return array
 
-    def _pair(self, src_gpu: int, dst_gpu: int, pxn: bool) -> _Pair:
-        """The flow-independent part of routes from ``src_gpu`` to ``dst_gpu`` (memoised per router)."""
+    def _pair(self, src_gpu: int, dst_gpu: int, pxn: bool, key: int) -> _Pair:
+        """The flow-independent part of routes from ``src_gpu`` to ``dst_gpu`` (memoised per router
+        under ``key``, :meth:`_routed`'s pair key)."""
         w, topo = self._w, self.topology
         s, t = w.gpu_server[src_gpu], w.gpu_server[dst_gpu]
         a, b = w.gpu_local[src_gpu], w.gpu_local[dst_gpu]
@@ -663,7 +672,7 @@ class Router:
             fixed = _readonly(np.asarray(head + tail, dtype=np.int64)) if leaf_src == leaf_dst else None
             prefix = 0 if fixed is not None else functools.reduce(_absorb, (s, a, t, b), self._seed_state)
             pair = _Pair(head, tail, leaf_src, leaf_dst, prefix, fixed)
-        self._pairs[(src_gpu * w.num_gpus + dst_gpu) * 2 + (1 if pxn else 0)] = pair
+        self._pairs[key] = pair
         return pair
 
     def nic_for(self, server: int, local_gpu: int, dst_server: int, dst_local: int, *, pxn: bool) -> int:

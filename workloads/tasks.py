@@ -12,6 +12,11 @@ program, all earlier than the task itself), which is how a gradient bucket's all
 1 waits for the backward pass that produced it while the next backward layer keeps stream 0 busy.
 With one stream and no ``after`` a program is a plain sequence.
 
+Ranks may share one program object (training_step builds equal programs once). ``shared_programs`` lists
+each distinct program object (by identity) with the ranks that run it, in increasing order, in order of
+their first rank, so that consumers work once per distinct program; it is derived from ``programs`` and
+takes no part in equality, hashing or repr.
+
 >>> from workloads.collectives import Collective, CollectiveKind
 >>> c = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1024, group=(0, 1))
 >>> w = Workload.sequence([c, c], nranks=2)
@@ -22,7 +27,9 @@ With one stream and no ``after`` a program is a plain sequence.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from .collectives import Collective
 
@@ -67,6 +74,8 @@ class Workload:
     nranks: int
     collectives: tuple[Collective, ...]
     programs: tuple[tuple[Task, ...], ...]
+    # (program, read-only int64 array of its ranks) per distinct program object: see the module docstring
+    shared_programs: tuple[tuple[tuple[Task, ...], np.ndarray], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.nranks, int) or self.nranks < 1:
@@ -77,19 +86,22 @@ class Workload:
             if max(coll.group) >= self.nranks:
                 raise ValueError(f"Workload.collectives[{i}]: group rank {max(coll.group)} >= nranks {self.nranks}")
         # ranks often share one program object (training_step builds equal programs once): its tasks are checked
-        # once, then every rank's membership of the program's collectives
-        indices_of: dict[int, tuple[int, ...]] = {}
+        # once, then every rank's membership of the program's collectives; its ranks are kept (shared_programs)
+        shared: dict[int, tuple[tuple[Task, ...], tuple[int, ...], list[int]]] = {}   # id -> program, indices, ranks
         members: dict[int, frozenset[int]] = {}
         for rank, program in enumerate(self.programs):
-            indices = indices_of.get(id(program))
-            if indices is None:
-                indices = indices_of[id(program)] = self._check_program(rank, program)
-            for i in indices:
+            entry = shared.get(id(program))
+            if entry is None:
+                entry = shared[id(program)] = (program, self._check_program(rank, program), [])
+            entry[2].append(rank)
+            for i in entry[1]:
                 group = members.get(i)
                 if group is None:
                     group = members[i] = frozenset(self.collectives[i].group)
                 if rank not in group:
                     raise ValueError(f"Workload.programs[{rank}]: rank {rank} is not in the group of collective {i}")
+        object.__setattr__(self, "shared_programs", tuple((program, _read_only(ranks))
+                                                          for program, _, ranks in shared.values()))
 
     def _check_program(self, rank: int, program) -> tuple[int, ...]:
         """Check the tasks of program ``rank``; returns the indices of its collectives, in program order."""
@@ -116,3 +128,9 @@ class Workload:
             for rank in range(nranks)
         )
         return cls(nranks=nranks, collectives=collectives, programs=programs)
+
+
+def _read_only(values: list[int]) -> np.ndarray:
+    array = np.array(values, dtype=np.int64)
+    array.setflags(write=False)
+    return array

@@ -356,11 +356,10 @@ class _Unit:
 
 @dataclass(slots=True)
 class _Node:
-    """A node of the tree of kept programs (_Builder.program): the next question, every rank's answer to it
-    and a child per answer, or at a leaf (no question) the program of the ranks whose answers lead there."""
+    """A node of the tree of kept programs (_Builder.program): the next question and a child per answer to
+    it, or at a leaf (no question) the program of the ranks whose answers lead there."""
 
     question: tuple[str, str] | None = None
-    answers: list | None = None
     children: dict = field(default_factory=dict)
     program: tuple | None = None
 
@@ -434,7 +433,7 @@ class _Builder:
         one answers differently from every rank before it, so it is built."""
         node = self._programs
         while node.question is not None:
-            node = node.children.get(node.answers[rank])
+            node = node.children.get(self._answers[node.question][rank])
             if node is None:
                 break
         else:
@@ -444,8 +443,16 @@ class _Builder:
         program = built.build()
         node = self._programs
         for question, answer in built.asked.items():          # in the order asked
-            node.question, node.answers = question, self.answers(question)
+            if node.question not in (None, question):
+                raise RuntimeError(f"training_step: rank {rank} asked {question} where an earlier rank with the "
+                                   f"same answers asked {node.question}; a program must depend on its rank only "
+                                   "through its answers")
+            node.question = question
             node = node.children.setdefault(answer, _Node())
+        if node.question is not None or node.program is not None:
+            held = "a program" if node.program is not None else f"the question {node.question}"
+            raise RuntimeError(f"training_step: rank {rank}'s answers lead to {held} of an earlier rank with the same "
+                               "answers; a program must depend on its rank only through its answers")
         node.program = program
         return program
 

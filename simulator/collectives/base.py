@@ -127,10 +127,9 @@ class LoweringContext:
         graph knows port speeds but no per-connection limit."""
         if view not in ("model", "nccl"):
             raise ValueError(f"view: {view!r} is not known; expected 'model' or 'nccl'")
-        capacity = self.nccl_capacity() if view == "nccl" else self.topology.link_capacity_bytes_per_s
-        rates = equal_share_rates(chains, capacity, weights)
         if view == "nccl":
-            return rates
+            return equal_share_rates(chains, self.nccl_capacity(), weights)
+        rates = equal_share_rates(chains, self.topology.link_capacity_bytes_per_s, weights)
         return np.minimum(rates, connection_caps(self.topology, chains, self.qps_per_connection, weights))
 
 
@@ -169,16 +168,20 @@ def connection_caps_flat(topology: Topology, links: np.ndarray, counts: np.ndarr
     if not finite.any():
         return caps
     channel = np.repeat(np.arange(counts.shape[0]), counts)[finite]
-    span = 1 if connections is None else int(connections.max()) + 1     # connection ids per channel
+    group = channel                          # one group per (channel, connection), numbered in that order
     if connections is not None:
-        channel = channel * span + connections[finite]
+        span = int(connections.max()) + 1    # connection ids per channel
+        ids, group = np.unique(channel * span + connections[finite], return_inverse=True)
+        group = group.reshape(-1)
     w = (np.ones(links.shape[0]) if weights is None else weights)[finite]
     links = links[finite]
-    # one load per (channel, connection, link): weights summed in path order
-    pairs, inverse = np.unique(channel * topology.num_links + links, return_inverse=True)
+    # one load per (group, link): weights summed in path order
+    pairs, inverse = np.unique(group * topology.num_links + links, return_inverse=True)
     load = np.bincount(inverse, weights=w, minlength=pairs.shape[0])
     share = topology.link_flow_cap_bytes_per_s[pairs % topology.num_links] / load
-    owner = pairs // topology.num_links // span
+    owner = pairs // topology.num_links                     # the group of each (group, link) ...
+    if connections is not None:
+        owner = ids[owner] // span                          # ... and its channel
     starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
     caps[owner[starts]] = qps_per_connection * np.minimum.reduceat(share, starts)
     return caps

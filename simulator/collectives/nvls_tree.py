@@ -23,7 +23,7 @@ GB/s per shard (busbw 525 GB/s) above the ceiling 8 x 57.7 = 462 GB/s (measured:
 4 servers, NICs bound 4 units per NIC per direction, 49.7 / 4 = 12.4 GB/s per sub-shard chain
 (busbw 385 GB/s) above the ceiling 8 x 45.5 = 364 GB/s (measured: 366 GB/s on one cluster; NCCL
 ran Ring on another, 325 GB/s). NCCL's own estimate (:meth:`NvlsTreeAlgorithm.estimate`) rates
-NVLSTree from 4 servers below the ring's 8 x 49.7 = 398 GB/s, so the tuner picks Ring there.
+NVLSTree from 3 servers below the ring's 8 x 49.7 = 398 GB/s, so the tuner picks Ring there.
 
 Latency (tuning.cc): NVLS intra latency 25 us + 2 log2(nNodes) x 20.9 us (NET, NVLSTree, Simple).
 """
@@ -38,7 +38,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule
 from . import nccl_model
-from .base import LoweringContext, check_runnable, innet_schedule, split_evenly
+from .base import GroupLayout, LoweringContext, check_runnable, innet_schedule, split_evenly
 from .nvls import NVLS_LATENCY_US, NVLS_MAX_CHUNK_BYTES, nvls_channels, nvls_chunk_efficiency
 
 # hwLatencies[NET][NVLSTree][Simple] (tuning.cc, NCCL 2.30.7)
@@ -62,6 +62,11 @@ def nvlstree_chunk_bytes(nbytes: int, *, nchannels: int, nheads: int, nnodes: in
         if nbytes < loops * concurrent * chunk and chunk > smaller:
             chunk = smaller
     return chunk
+
+
+def _heads(layout: GroupLayout) -> int:
+    """NVLS heads per server (NVLS graph channels): local GPUs with their own NIC (tuning.cc)."""
+    return min(layout.ppn, layout.nics_per_server)
 
 
 def binary_tree(order: list[int]) -> dict[int, int]:
@@ -108,6 +113,9 @@ class NvlsTreeAlgorithm:
             return "NVLSTree needs NVLink SHARP in every server (Hopper or later NVSwitch)"
         if len({len(r) for r in layout.ranks_by_server}) != 1 or layout.ppn < 2:
             return "NVLSTree needs the same number (>= 2) of GPUs on every server"
+        if _heads(layout) < 2:
+            return (f"NVLSTree needs two NVLS heads (GPUs with their own NIC) per server; these servers have "
+                    f"{layout.nics_per_server} NIC(s)")
         return None
 
     def channels(self, collective: Collective, ctx: LoweringContext) -> int:
@@ -133,9 +141,9 @@ class NvlsTreeAlgorithm:
     def _buffers(m: int) -> tuple[int, int]:
         return -(2 * m + 1), -(2 * m + 2)          # reduce, multicast buffer of server m
 
-    def _edges(self, collective: Collective, ctx: LoweringContext, nchannels: int):
-        """(src, dst, elements, chain) of every edge; chain = sub-shard."""
-        layout, _, count, owner, tree_of, trees = self._parts(collective, ctx, nchannels)
+    def _edges(self, parts):
+        """(src, dst, elements, chain) of every edge of :meth:`_parts`' sub-shards; chain = sub-shard."""
+        layout, _, count, owner, tree_of, trees = parts
         edges = []
         for j, q in enumerate(owner):
             parent = trees[tree_of[j]]
@@ -169,7 +177,8 @@ class NvlsTreeAlgorithm:
         layout = ctx.layout(collective.group)
         first = collective.group[0]
         info = ctx.topology.servers[ctx.server(first)]
-        nvlink = float(ctx.topology.link_capacity_bytes_per_s[ctx.router.gpu_to_node(ctx.gpu(first), info.nvswitch)].min())
+        to_switch = ctx.router.gpu_to_node(ctx.gpu(first), info.nvswitch)
+        nvlink = float(ctx.topology.link_capacity_bytes_per_s[to_switch].min())
         efficiency = self._efficiency(collective, ctx)
         channel_rate = nvlink * efficiency * layout.ppn / (layout.ppn + 1) / nchannels
         chunk = nvlstree_chunk_bytes(collective.nbytes, nchannels=nchannels, nheads=layout.ppn, nnodes=layout.nnodes,
@@ -179,22 +188,19 @@ class NvlsTreeAlgorithm:
     @staticmethod
     def _ceiling_bytes_per_s(collective: Collective, ctx: LoweringContext) -> float:
         """NCCL's NVLSTree bus-bandwidth ceiling for the whole collective: heads (NVLS graph
-        channels) x perChMaxNVLSTreeBw (tuning.cc), 0 where NCCL has none."""
+        channels) x perChMaxNVLSTreeBw (tuning.cc), ``inf`` where NCCL has none."""
         layout = ctx.layout(collective.group)
-        per_channel = nccl_model.PER_CHANNEL_MAX_NVLSTREE_GBPS.get(layout.arch, (0.0, 0.0, 0.0))[
-            nccl_model.node_column(layout.nnodes)] * 1e9
-        return min(layout.ppn, layout.nics_per_server) * per_channel
+        per_channel_gbps = nccl_model.PER_CHANNEL_MAX_NVLSTREE_GBPS.get(layout.arch)
+        if per_channel_gbps is None:
+            return math.inf
+        return _heads(layout) * per_channel_gbps[nccl_model.node_column(layout.nnodes)] * 1e9
 
-    def _chain_cap(self, collective: Collective, ctx: LoweringContext, nchannels: int, efficiency: float) -> float:
+    def _chain_cap(self, collective: Collective, ctx: LoweringContext, nchains: int, efficiency: float) -> float:
         """Each sub-shard chain's share of :meth:`_ceiling_bytes_per_s` as a payload rate (algbw =
         busbw / (2(n-1)/n), split over the chains), stated on the chain's switch legs, whose wire
         bytes are payload / ``efficiency``. Worked number, 2x 8 H100: 8 x 57.7 GB/s = 462 GB/s
         busbw, 16 chains: 462 / 1.875 / 16 = 15.4 GB/s of payload per chain."""
-        ceiling = self._ceiling_bytes_per_s(collective, ctx)
-        if ceiling <= 0:
-            return math.inf
-        nchains = len(self._parts(collective, ctx, nchannels)[3])
-        return ceiling / collective.busbw_factor / nchains / efficiency
+        return self._ceiling_bytes_per_s(collective, ctx) / collective.busbw_factor / nchains / efficiency
 
     def _latency_s(self, collective: Collective, ctx: LoweringContext) -> float:
         nnodes = ctx.layout(collective.group).nnodes
@@ -204,10 +210,11 @@ class NvlsTreeAlgorithm:
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)
         efficiency = self._chunk_efficiency(collective, ctx, nchannels)
+        parts = self._parts(collective, ctx, nchannels)
         return innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                              edges=self._edges(collective, ctx, nchannels), efficiency=efficiency,
+                              edges=self._edges(parts), efficiency=efficiency,
                               innet_nodes=self._innet(collective, ctx), latency_s=self._latency_s(collective, ctx),
-                              chain_rate_cap_bytes_per_s=self._chain_cap(collective, ctx, nchannels, efficiency))
+                              chain_rate_cap_bytes_per_s=self._chain_cap(collective, ctx, len(parts[3]), efficiency))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         layout, offset, count, owner, tree_of, trees = self._parts(collective, ctx, nchannels)
@@ -247,15 +254,13 @@ class NvlsTreeAlgorithm:
         limit). ``nchannels`` (the kernel's channels) does not enter NCCL's estimate. Worked number,
         8x H100 with 8x NDR: bwIntra 370.8 / 8 = 46.4 GB/s, intra 46.4 x 0.85 x 7/8 x 2 = 69.0; on 2
         servers min(69.0, 2 x 49.7, 57.7) = 57.7, busbw 8 x 57.7 = 462 GB/s (ring: 8 NICs x 49.7 =
-        398); from 4 servers min(69.0, 49.7, 45.5) = 45.5, busbw 364 GB/s, below the ring's 398, so
+        398); from 3 servers min(69.0, 49.7, 45.5) = 45.5, busbw 364 GB/s, below the ring's 398, so
         NCCL runs Ring there."""
         latency = self._latency_s(collective, ctx)
         if self.supported(collective, ctx) or protocol != "Simple":
             return latency, 0.0
         layout = ctx.layout(collective.group)
-        heads = min(layout.ppn, layout.nics_per_server)
-        if heads < 2:                                   # NCCL needs two NVLS channels
-            return latency, 0.0
+        heads = _heads(layout)
         topo, capacity = ctx.topology, ctx.nccl_capacity()
         first = collective.group[0]
         info = topo.servers[ctx.server(first)]
@@ -263,8 +268,7 @@ class NvlsTreeAlgorithm:
         nic = min(float(capacity[topo.nic_leaf_link[n]]) for n in info.nics)
         intra = nvlink / heads * self._efficiency(collective, ctx) * (heads - 1) / heads * 2
         inter = nic * (2 if layout.nnodes <= 2 else 1)
-        bus = heads * min(intra, inter) if (ceiling := self._ceiling_bytes_per_s(collective, ctx)) <= 0 \
-            else min(heads * min(intra, inter), ceiling)
+        bus = min(heads * min(intra, inter), self._ceiling_bytes_per_s(collective, ctx))
         return latency, bus / collective.busbw_factor
 
 

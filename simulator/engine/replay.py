@@ -25,7 +25,7 @@ of its flows'.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
@@ -51,16 +51,24 @@ class NetworkFlows:
     caps_bytes_per_s: np.ndarray
     latency_s: float
     fill_bytes: np.ndarray
+    _split: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # see _per_flow
 
     @property
     def paths(self) -> list[np.ndarray]:
         """Each flow's links (views of ``links``)."""
-        return np.split(self.links, np.cumsum(self.counts)[:-1]) if self.counts.size else []
+        return self._per_flow("links", self.links)
 
     @property
     def weights(self) -> list[np.ndarray]:
         """Each flow's link weights (views of ``link_weights``)."""
-        return np.split(self.link_weights, np.cumsum(self.counts)[:-1]) if self.counts.size else []
+        return self._per_flow("link_weights", self.link_weights)
+
+    def _per_flow(self, name: str, flat: np.ndarray) -> list[np.ndarray]:
+        """``flat`` split flow by flow, once (a cached step's flows are transferred many times)."""
+        split = self._split.get(name)
+        if split is None:
+            split = self._split[name] = np.split(flat, np.cumsum(self.counts)[:-1]) if self.counts.size else []
+        return split
 
 
 def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router: Router,
@@ -74,7 +82,7 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
         edge_w = [w for _, w in routed]
     else:                                   # rank -> rank only: straight to the router, in bulk
         src, dst = [rank_gpu[s] for s in step.src.tolist()], [rank_gpu[d] for d in step.dst.tolist()]
-        if router.policy == "spray":
+        if router.spraying:
             edge_paths, edge_w = router.weighted_paths(src, dst, flow_keys=step.channel.tolist(), pxn=schedule.pxn)
         else:
             edge_paths = router.paths(src, dst, flow_keys=step.channel.tolist(), pxn=schedule.pxn)
@@ -100,28 +108,42 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
         # a chain is one flow over its edges' links in edge order, each weighted by its edge's
         # share of the chain's largest edge; chains whose edges all carry nothing are dropped
         order = members[np.argsort(step.chain[members], kind="stable")]
-        ids, starts = np.unique(step.chain[order], return_index=True)
+        _, starts, dense = np.unique(step.chain[order], return_index=True, return_inverse=True)
         top = np.maximum.reduceat(wire_bytes[order], starts)
         fill_top = np.maximum.reduceat(np.where(wire_bytes[order] > 0, fill_wire[order], -np.inf), starts)
         kept = top > 0
-        top_of = np.zeros(int(ids[-1]) + 1)
-        top_of[ids] = top
+        chain_index = np.zeros(step.num_flows, dtype=np.int64)          # each chained edge's chain, numbered 0, 1, ...
+        chain_index[order] = dense.reshape(-1)
         entry = np.flatnonzero((chained & (wire_bytes > 0))[edge_of])   # entries of chained edges that carry bytes
-        entry = entry[np.argsort(step.chain[edge_of[entry]], kind="stable")]   # chain by chain, in edge order
+        entry = entry[np.argsort(chain_index[edge_of[entry]], kind="stable")]   # chain by chain, in edge order
         entry_edge = edge_of[entry]
+        entry_chain = chain_index[entry_edge]
         entries.append(entry)
-        weights.append(flat_w[entry] * (wire_bytes[entry_edge] / top_of[step.chain[entry_edge]]))
-        counts.append(np.bincount(step.chain[entry_edge], minlength=top_of.shape[0])[ids[kept]])
+        weights.append(flat_w[entry] * (wire_bytes[entry_edge] / top[entry_chain]))
+        counts.append(np.bincount(entry_chain, minlength=starts.shape[0])[kept])
         nbytes.append(top[kept])
         fills.append(fill_top[kept])
     entry = np.concatenate(entries)
     links, link_weights, counts = flat_links[entry], np.concatenate(weights), np.concatenate(counts)
-    # each distinct (source, destination, channel) of the step is one connection (its own QPs)
-    _, connection = np.unique(np.stack([step.src, step.dst, step.channel]), axis=1, return_inverse=True)
+    # each distinct (source, destination, channel) of the step is one connection (its own QPs); without
+    # chains every flow is one edge, so one connection
+    connections = _connection_ids(step)[edge_of[entry]] if members.size else None
     caps = np.minimum(cap, connection_caps_flat(topology, links, counts, qps_per_connection, link_weights,
-                                                connections=connection.reshape(-1)[edge_of[entry]]))
+                                                connections=connections))
     return NetworkFlows(links=links, link_weights=link_weights, counts=counts, wire_bytes=np.concatenate(nbytes) * wire,
                         caps_bytes_per_s=caps, latency_s=latency, fill_bytes=np.concatenate(fills))
+
+
+def _connection_ids(step: Step) -> np.ndarray:
+    """Each flow's connection: distinct (source, destination, channel) get distinct ids 0, 1, ...
+    (in that lexicographic order), from one integer key per flow (sources and destinations are
+    negative for in-network buffers, so both are offset by the smallest)."""
+    lo = min(int(step.src.min()), int(step.dst.min()))
+    span = max(int(step.src.max()), int(step.dst.max())) - lo + 1
+    channel_lo = int(step.channel.min())
+    channel_span = int(step.channel.max()) - channel_lo + 1
+    key = ((step.src - lo) * span + (step.dst - lo)) * channel_span + (step.channel - channel_lo)
+    return np.unique(key, return_inverse=True)[1].reshape(-1)
 
 
 @dataclass(slots=True)

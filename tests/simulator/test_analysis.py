@@ -417,6 +417,27 @@ def test_bad_durations_message(durations):
     assert outcome(task_times, w, durations) == (ValueError, "collective_time_s: expected 2 finite durations >= 0")
 
 
+@pytest.mark.parametrize("labels", [["a", "b"], ["a", "b", "a", "b"]])
+def test_labels_of_the_wrong_length_are_refused(labels):
+    # three collectives need three labels, in either entry point; too few or too many is an error, not a zip
+    w = Workload(nranks=2, collectives=(ar(0, 1),) * 3, programs=(tuple(CommTask(index=i) for i in range(3)),) * 2)
+    t = task_times(w)
+    with pytest.raises(ValueError, match=rf"^labels: {len(labels)} values are not allowed; expected one per "
+                                         r"collective \(3\)$"):
+        interval_breakdown(w, t, labels)
+    with pytest.raises(ValueError, match=rf"^labelings\['kind'\]: {len(labels)} values are not allowed; expected "
+                                         r"one per collective \(3\)$"):
+        interval_breakdowns(w, t, {"all": ["comm"] * 3, "kind": labels})
+
+
+@pytest.mark.parametrize("weights", [[1, 1], [1, 1, 1, 1]])
+def test_weights_of_the_wrong_length_are_refused(weights):
+    w = Workload(nranks=2, collectives=(ar(0, 1),) * 3, programs=(tuple(CommTask(index=i) for i in range(3)),) * 2)
+    with pytest.raises(ValueError, match=rf"^weights: {len(weights)} values are not allowed; expected one per "
+                                         r"collective \(3\)$"):
+        interval_breakdowns(w, task_times(w), {"all": ["comm"] * 3}, weights=weights)
+
+
 def test_not_a_workload():
     with pytest.raises(ValueError, match="workload: .* expected a workloads.tasks.Workload"):
         task_times("w")

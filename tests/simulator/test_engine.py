@@ -199,10 +199,11 @@ def test_each_connection_of_a_chain_streams_its_own_limit():
     router = Router(topo)
     limit = float(np.max(topo.link_flow_cap_bytes_per_s[np.isfinite(topo.link_flow_cap_bytes_per_s)]))
     assert limit == 20e9
-    two_peers = network_flows(_fan_out_schedule((8, 16)).steps[0], _fan_out_schedule((8, 16)),
-                              topology=topo, router=router, rank_gpu=tuple(range(24)))
-    one_peer = network_flows(_fan_out_schedule((8, 8)).steps[0], _fan_out_schedule((8, 8)),
-                             topology=topo, router=router, rank_gpu=tuple(range(24)))
+    two_peer_schedule, one_peer_schedule = _fan_out_schedule((8, 16)), _fan_out_schedule((8, 8))
+    two_peers = network_flows(two_peer_schedule.steps[0], two_peer_schedule, topology=topo, router=router,
+                              rank_gpu=tuple(range(24)))
+    one_peer = network_flows(one_peer_schedule.steps[0], one_peer_schedule, topology=topo, router=router,
+                             rank_gpu=tuple(range(24)))
     assert two_peers.caps_bytes_per_s.tolist() == [limit]
     assert one_peer.caps_bytes_per_s.tolist() == [limit / 2]
 

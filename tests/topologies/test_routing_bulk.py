@@ -72,8 +72,9 @@ def _request(topo: Topology, seed: int, count: int = 300) -> tuple[list[int], li
 
 
 def _state(router: Router) -> tuple:
-    """Everything a routing call leaves behind, in insertion order: pinned flows, pending load, the
-    pair memo (with each pair's hash state), then the assigned load's bytes (this flushes pending)."""
+    """Everything a routing call leaves behind: pinned flows (pair by pair in memo order, each pair's
+    pins in pinning order), pending load in order, the pair memo (with each pair's hash state), then
+    the assigned load's bytes (this flushes pending)."""
     flows = [(key, code, links.tolist(), None if weights is None else weights.tolist())
              for key, p in router._pairs.items() for code, (links, weights) in p.pinned.items()]
     pending = [(links.tolist(), None if weights is None else weights.tolist(), nbytes)
@@ -182,6 +183,18 @@ def test_a_single_flow_key_stands_for_every_flow(fabrics):
     assert _same(a.paths(src, dst, flow_keys=3), b.paths(src, dst, flow_keys=[3] * len(src)))
     assert _same(a.paths(src, dst, flow_keys=np.int64(5)), b.paths(src, dst, flow_keys=np.full(len(src), 5)))
     assert _state(a) == _state(b)
+
+
+def test_numpy_integer_keys_in_a_list_pin_as_python_ints(fabrics):
+    # the pin code is 2 flow_key + representative: for |flow_key| >= 2**62 it does not fit int64, so
+    # numpy integers in a list must become Python ints first, as the loop's int(flow_key) makes them
+    topo = fabrics["fat_tree"]
+    src, dst, keys = _request(topo, seed=8)
+    big = [np.int64(2**62 + k) if k >= 0 else np.int64(-2**62 + k) for k in keys]
+    loop, bulk = Router(topo), Router(topo)
+    assert _same(bulk.paths(src, dst, flow_keys=big), _loop_paths(loop, src, dst, big, None))
+    assert _state(bulk) == _state(loop)
+    assert all(code >= 2**63 for pair in bulk._pairs.values() for code in pair.pinned if code > 0)
 
 
 def test_paths_are_read_only_int64_and_weights_float64(fabrics):

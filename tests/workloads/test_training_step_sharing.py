@@ -186,7 +186,8 @@ def test_building_twice_gives_equal_workloads(model, layout, opts):
 def test_shared_programs_are_the_programs_each_rank_builds_alone(model, layout, opts):
     """training_step gives a rank whose answers about itself (stage, groups, tensor rank 0) match an earlier
     rank's that rank's program without building it; building every rank's program (private _RankProgram, in
-    rank order, nothing shared) gives the same programs, collectives and labels."""
+    rank order, no program reused; the builder's per-stage caches are still shared) gives the same programs,
+    collectives and labels."""
     spec = ParallelismSpec(**layout)
     compute = varied_times(model, spec)
     for part, ranks in parts(spec):
