@@ -162,9 +162,10 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return array
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64)      # one entry per path length; a path has at most a few tens of links
 def _ones(length: int) -> np.ndarray:
-    """A read-only array of ``length`` ones (unit weights of an unsplit path), shared."""
+    """A read-only array of ``length`` ones (unit weights of an unsplit path), shared: a new array per
+    flow would double the time of ``weighted_paths`` over flows inside servers under ``spray``."""
     return _readonly(np.ones(length))
 
 
@@ -189,8 +190,7 @@ class _Wiring:
 
     def __init__(self, topology: Topology):
         graph = topology.graph
-        self.refs = (topology.link_src, topology.link_dst, topology.nic_leaf_link, topology.servers,
-                     topology.gpu_server, topology.gpu_local)
+        self.refs = self._refs(topology)
         self.num_nodes = graph.number_of_nodes()
         self.num_links = topology.num_links
         self.num_gpus = topology.num_gpus
@@ -234,10 +234,14 @@ class _Wiring:
         self.nic_down_nic = dst[self.nic_down_links]
         self.fabrics: OrderedDict[frozenset[int], _Fabric] = OrderedDict()
 
-    def matches(self, topology: Topology) -> bool:
-        refs = (topology.link_src, topology.link_dst, topology.nic_leaf_link, topology.servers,
+    @staticmethod
+    def _refs(topology: Topology) -> tuple:
+        """The topology's arrays and tables the wiring is derived from (compared by identity)."""
+        return (topology.link_src, topology.link_dst, topology.nic_leaf_link, topology.servers,
                 topology.gpu_server, topology.gpu_local)
-        return (all(a is b for a, b in zip(self.refs, refs))
+
+    def matches(self, topology: Topology) -> bool:
+        return (all(a is b for a, b in zip(self.refs, self._refs(topology)))
                 and self.num_nodes == topology.graph.number_of_nodes())
 
     def fabric(self, failed: frozenset[int]) -> _Fabric:
@@ -506,7 +510,7 @@ class Router:
     def _loads(self) -> np.ndarray:
         """The per-link load, after adding the flows routed since the last call: one ``np.add.at``
         over them in routing order, the same additions in the same order as one per flow."""
-        pending = self._pending          # emptied in place: the bulk loop holds it
+        pending = self._pending
         if pending:
             lengths = np.fromiter((p[0].shape[0] for p in pending), dtype=np.int64, count=len(pending))
             values = np.repeat(np.fromiter((p[2] for p in pending), dtype=np.float64, count=len(pending)), lengths)
@@ -517,7 +521,7 @@ class Router:
                     links, weights, nbytes = pending[i]
                     values[ends[i] - links.shape[0]:ends[i]] = nbytes * weights
             np.add.at(self._load, np.concatenate([p[0] for p in pending]), values)
-            pending.clear()
+            self._pending = []
         return self._load
 
     def _route(self, src_gpu: int, dst_gpu: int, flow_key: int, pxn: bool | None, nbytes: float,
@@ -589,9 +593,8 @@ class Router:
     def _bulk_route(self, src_gpus, dst_gpus, flow_keys, pxn: bool | None, *, walk: bool, method: str
                     ) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """``_route`` of each flow in turn (``nbytes=1``), same results and side effects in the same
-        order: the flows before the first with a bad GPU (checked with numpy) take :meth:`_routed`'s
-        steps inline (pair and pin keys computed at once, a fixed pair's route pinned in the loop,
-        other new flows through :meth:`_pin`), then ``_route`` raises the loop's error at that flow."""
+        order: the flows before the first with a bad GPU (checked with numpy) go straight to
+        :meth:`_routed`, then ``_route`` raises the loop's error at that flow."""
         src = self._int_array(src_gpus, "src_gpus", method)
         dst = self._int_array(dst_gpus, "dst_gpus", method)
         count = src.shape[0]
@@ -609,36 +612,13 @@ class Router:
         n = self._w.num_gpus
         bad = np.flatnonzero((src < 0) | (src >= n) | (dst < 0) | (dst >= n) | (src == dst))
         limit = int(bad[0]) if bad.size else count
-        s_list, d_list = self._as_list(src_gpus, src), self._as_list(dst_gpus, dst)
-        representative = walk and self._spraying
-        pin, pair_of, get_pair, pending = self._pin, self._pair, self._pairs.get, self._pending
-        fixed_case = not self._spraying or representative          # where _pin takes a fixed pair's route
-        # the pair and pin keys of :meth:`_routed`, computed at once
-        pair_keys = ((src[:limit].astype(np.int64) * n + dst[:limit]) * 2 + (1 if pxn else 0)).tolist()
-        routes = []
-        append = routes.append
-        for s, d, k, key in zip(s_list[:limit], d_list[:limit], keys[:limit], pair_keys):
-            pair = get_pair(key)
-            if pair is None:
-                pair = pair_of(s, d, pxn, key)
-            code = 2 * k + representative
-            hit = pair.pinned.get(code)
-            if hit is None:
-                if pair.fixed is not None and fixed_case:       # _pin of a fixed pair, inline (most flows)
-                    hit = pair.pinned[code] = pair.route
-                    if not representative:
-                        pending.append(pair.load)
-                else:
-                    hit = pin(pair, k, 1.0, representative)
-            append(hit)
-        for s, d, k in zip(s_list[limit:], d_list[limit:], keys[limit:]):    # the first of these raises
-            routes.append(self._route(s, d, k, pxn, 1.0, walk=walk))
+        s_list, d_list = src.tolist(), dst.tolist()
+        routed, representative = self._routed, walk and self._spraying
+        routes = [routed(s, d, k, pxn, 1.0, representative)
+                  for s, d, k in zip(s_list[:limit], d_list[:limit], keys[:limit])]
+        if limit < count:                                      # raises the loop's error at that flow
+            self._route(s_list[limit], d_list[limit], keys[limit], pxn, 1.0, walk=walk)
         return routes
-
-    @staticmethod
-    def _as_list(values, array: np.ndarray) -> list:
-        """The values one by one, as the loop over them would see them (a list as it is)."""
-        return values if type(values) is list else array.tolist()
 
     @staticmethod
     def _int_array(values, name: str, method: str) -> np.ndarray:
@@ -688,7 +668,7 @@ class Router:
         """Whether ``src_switch`` can reach ``dst_switch`` over surviving switch links."""
         labels = self._f.labels
         if labels is None:
-            return src_switch in self._distances(dst_switch)
+            return src_switch in self._distances_to((dst_switch,)).dist
         label = labels.get(src_switch)
         return src_switch == dst_switch if label is None else label == labels.get(dst_switch)
 
@@ -836,13 +816,9 @@ class Router:
         if options is None:
             dist = table.dist
             d = dist[here]
-            if table.minimal:
-                cost = self._f.link_cost
-                options = [(link, v) for link, v in self._f.switch_out.get(here, ())
-                           if dist.get(v, -1) == d - cost.get(link, 1)]
-            else:                                                  # hop counts: one step closer
-                get, closer = dist.get, d - 1
-                options = [option for option in self._f.switch_out.get(here, ()) if get(option[1]) == closer]
+            cost = self._f.link_cost if table.minimal else {}        # hop counts: each link costs 1
+            options = [(link, v) for link, v in self._f.switch_out.get(here, ())
+                       if dist.get(v, -1) == d - cost.get(link, 1)]
             table.hops[here] = options
         return options
 
@@ -880,9 +856,6 @@ class Router:
         out = (tuple(weight), tuple(weight.values()))
         self._f.sprays[key] = out
         return out
-
-    def _distances(self, dst_switch: int) -> dict[int, int]:
-        return self._distances_to((dst_switch,)).dist
 
     def _distances_to(self, targets: tuple[int, ...], *, minimal: bool = False) -> _Table:
         """Cost from every switch that can reach one of ``targets`` to the nearest of them: hops,

@@ -15,17 +15,15 @@ from simulator.collectives.tuner import CollectivePolicy
 from simulator.config import SimConfig
 from simulator.jobs import interference, merge_jobs, simulate_jobs
 from simulator.placement import PLACEMENT_POLICIES, Placement
+from tests.topologies.fabrics import BOX, toy_switch   # BOX: 1 GPU, 1 NIC, so every ring edge crosses the network
 from topologies import devices as dv
 from topologies import links as lk
 from topologies.fat_tree import leaf_spine
-from topologies.node import ServerSpec
 from topologies.presets import build_system
 from topologies.topology import LinkTier, Topology
 from workloads.collectives import Collective, CollectiveKind
 from workloads.tasks import CommTask, ComputeTask, Workload
 
-# One GPU and one NIC per server: every ring edge between two ranks is a network edge.
-BOX = ServerSpec(name="box", gpu=dv.H100_SXM5_80GB, gpus=1, nic=dv.CONNECTX7_NDR, nics=1, sockets=1)
 NDR = lk.IB_NDR.bandwidth_bytes_per_s                  # 49.68 GB/s per direction (links.py)
 CONNECTION = dv.CONNECTX7_NDR.connection_bytes_per_s     # 20 GB/s: most one NCCL connection streams
 # Ring, Simple protocol, 2 channels: fixed so that the hand derivations below do not depend on the tuner.
@@ -33,21 +31,16 @@ RING2 = CollectivePolicy(algorithm="ring", protocol="Simple", nchannels=2)
 MiB = 1 << 20
 
 
-def _switch(radix: int) -> dv.SwitchSpec:
-    return dv.SwitchSpec(name=f"toy_radix{radix}", kind="infiniband", radix=radix,
-                         port_rate_bytes_per_s=lk.IB_NDR.line_rate_bytes_per_s, latency_s=2e-7)
-
-
 @pytest.fixture(scope="module")
 def nonblocking() -> Topology:
     # radix 8, R = 1: d = floor(8 x 1 / 2) = 4 NICs per leaf, 4 uplinks each -> 8 servers on 2 leaves, 4 spines
-    return leaf_spine(server=BOX, servers=8, switch=_switch(8), fabric_link=lk.IB_NDR, oversubscription=1.0)
+    return leaf_spine(server=BOX, servers=8, switch=toy_switch(8), fabric_link=lk.IB_NDR, oversubscription=1.0)
 
 
 @pytest.fixture(scope="module")
 def oversubscribed() -> Topology:
     # radix 5, R = 4: d = floor(5 x 4 / 5) = 4 NICs per leaf, ceil(4 / 4) = 1 uplink -> 2 leaves, 1 spine
-    return leaf_spine(server=BOX, servers=8, switch=_switch(5), fabric_link=lk.IB_NDR, oversubscription=4.0)
+    return leaf_spine(server=BOX, servers=8, switch=toy_switch(5), fabric_link=lk.IB_NDR, oversubscription=4.0)
 
 
 @pytest.fixture(scope="module")

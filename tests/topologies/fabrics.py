@@ -26,6 +26,9 @@ TOY8 = toy_switch(8)
 
 
 def reverse(topo: Topology, link: int) -> int:
-    """The other direction of ``link``'s cable: the lowest link id from its head back to its tail
-    (graph edge keys are link ids)."""
-    return min(topo.graph.get_edge_data(int(topo.link_dst[link]), int(topo.link_src[link])))
+    """The other direction of ``link``'s cable. A duplex cable adds its two directions in turn
+    (``Topology.add_link``), so parallel cables between two nodes pair by rank: the i-th lowest link id
+    from tail to head with the i-th lowest from head back to tail (graph edge keys are link ids)."""
+    u, v = int(topo.link_src[link]), int(topo.link_dst[link])
+    ups, downs = sorted(topo.graph.get_edge_data(u, v)), sorted(topo.graph.get_edge_data(v, u))
+    return downs[ups.index(link)]

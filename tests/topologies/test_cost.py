@@ -6,19 +6,14 @@ import doctest
 
 import pytest
 
-from tests.topologies.fabrics import toy_switch
+from tests.topologies.fabrics import BOX, toy_switch
 from topologies import cost as cost_module
-from topologies import devices as dv
 from topologies import links as lk
 from topologies.cost import FabricCost, cost_summary
 from topologies.fat_tree import fat_tree, leaf_spine, rail_only
-from topologies.node import ServerSpec, add_server, dgx_h100
+from topologies.node import add_server, dgx_h100
 from topologies.presets import build_system
 from topologies.topology import LinkTier, NodeKind, Topology, TopologyBuilder
-
-
-def _host() -> ServerSpec:
-    return ServerSpec(name="host", gpu=dv.H100_SXM5_80GB, gpus=1, nic=dv.CONNECTX7_NDR, nics=1, sockets=1)
 
 
 def _tier(cost: FabricCost, tier: int):
@@ -72,7 +67,7 @@ def test_three_tier_fat_tree_with_a_partial_pod():
     # 4 with 2 down + 2 up (16): 80; 8 cores: per group, core 0 takes 2 links from pods 0 and 1 and
     # 2 from pod 2 (6 ports), core 1 takes 2 + 2 (4): 4 groups x 10 = 40. Used 200 = 5 per NIC port;
     # available 30 x 8 = 240. Cables 40 per link tier; optics 2 x 120 = 240; per GPU 5 ports, 6 optics.
-    topo = fat_tree(server=_host(), servers=40, switch=toy_switch(8), fabric_link=lk.IB_NDR)
+    topo = fat_tree(server=BOX, servers=40, switch=toy_switch(8), fabric_link=lk.IB_NDR)
     cost = cost_summary(topo)
     assert [(t.tier, t.switches, t.ports_used, t.ports_available) for t in cost.switch_tiers] == \
         [(1, 10, 80, 80), (2, 12, 80, 96), (3, 8, 40, 64)]
@@ -97,11 +92,11 @@ def test_rail_only_is_cheaper_than_a_fat_tree_for_the_same_servers():
 
 
 def test_generic_graph_without_generator_attributes():
-    # Hand-built: two 1-GPU hosts, switch A (attribute switch="quantum2_ndr", no radix, no tier) and
-    # switch B (unknown switch name). Cables: host0.nic - A, host1.nic - B, two parallel A - B cables,
+    # Hand-built: two BOX servers (1 GPU, 1 NIC), switch A (attribute switch="quantum2_ndr", no radix, no tier) and
+    # switch B (unknown switch name). Cables: s0.nic0 - A, s1.nic0 - B, two parallel A - B cables,
     # plus one extra one-way A -> B link (it still occupies a cable): A - B = max(3 out, 2 back) = 3.
     builder = TopologyBuilder("generic")
-    infos = [add_server(builder, _host(), s) for s in range(2)]
+    infos = [add_server(builder, BOX, s) for s in range(2)]
     a = builder.add_node(NodeKind.FABRIC_SWITCH, "A", switch="quantum2_ndr")
     b = builder.add_node(NodeKind.FABRIC_SWITCH, "B", switch="mystery")
     builder.add_link(infos[0].nics[0], a, lk.IB_NDR, tier=LinkTier.NIC)
@@ -119,7 +114,7 @@ def test_generic_graph_without_generator_attributes():
     assert "?" in text and "untiered" in text
     # with a known radix only: A alone is 64 ports (SWITCH_PRESETS["quantum2_ndr"])
     builder = TopologyBuilder("known")
-    infos = [add_server(builder, _host(), s) for s in range(2)]
+    infos = [add_server(builder, BOX, s) for s in range(2)]
     a = builder.add_node(NodeKind.FABRIC_SWITCH, "A", switch="quantum2_ndr", tier=1)
     for info in infos:
         builder.add_link(info.nics[0], a, lk.IB_NDR, tier=LinkTier.NIC)

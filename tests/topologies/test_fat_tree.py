@@ -11,7 +11,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from tests.topologies.fabrics import toy_switch
+from tests.topologies.fabrics import BOX, toy_switch
 from topologies import devices as dv
 from topologies import fat_tree as fat_tree_module
 from topologies import links as lk
@@ -260,8 +260,9 @@ def test_single_nic_servers_on_one_leaf_need_no_spine():
 # ================================================================================================
 
 def _host() -> ServerSpec:
-    """A 1-GPU, 1-NIC server: one NIC port per server, so the k-ary closed forms count servers."""
-    return ServerSpec(name="host", gpu=dv.H100_SXM5_80GB, gpus=1, nic=dv.CONNECTX7_NDR, nics=1, sockets=1)
+    """``BOX`` (1 GPU, 1 NIC: one NIC port per server, so the k-ary closed forms count servers), as a
+    server maker like ``dgx_h100``."""
+    return BOX
 
 
 @pytest.mark.parametrize("make", [dgx_h100, pcie_rtx4090, _host], ids=["dgx-h100", "rtx4090", "host"])

@@ -169,9 +169,10 @@ def test_bulk_and_single_calls_interleave_like_the_loop(fabrics, policy):
     loop_links, loop_weights = _loop_weighted(one, src, dst, keys, None)
     assert _same(links, loop_links) and _same(weights, loop_weights)
     assert _state(mixed) == _state(one)
-    # after reset_load the pairs stay memoised (with their hash state) and every flow is new again
+    # reset_load forgets the pairs with their pins, so every flow is new again
     mixed.reset_load()
     one.reset_load()
+    assert not mixed._pairs
     assert _same(mixed.paths(src, dst, flow_keys=1, pxn=False), _loop_paths(one, src, dst, [1] * len(src), False))
     assert _state(mixed) == _state(one)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import weakref
-from collections import deque
+from collections import Counter, deque
 
 import numpy as np
 import pytest
@@ -135,6 +135,16 @@ def test_router_after_another_routes_like_one_with_nothing_shared_on_dragonfly()
         first = _all_routes(Router(fly, policy=policy, seed=1))
         assert _all_routes(Router(fly, policy=policy, seed=1)) == first
         assert _all_routes(Router(_fly(), policy=policy, seed=1)) == first
+
+
+def test_reverse_pairs_the_two_directions_of_each_parallel_cable(fat8):
+    # the failure sets below cut cables through fabrics.reverse; fat8 joins each core to a pod by 2
+    # parallel cables (floor(8 / 3) = 2), so reverse must pair them one to one, not all with the lowest
+    src, dst = fat8.link_src.tolist(), fat8.link_dst.tolist()
+    assert max(Counter(zip(src, dst)).values()) == 2
+    back = [reverse(fat8, link) for link in range(fat8.num_links)]
+    assert all((src[b], dst[b]) == (dst[link], src[link]) for link, b in enumerate(back))
+    assert [back[b] for b in back] == list(range(fat8.num_links))
 
 
 def _cut_used_spine_cable(topo: Topology, router: Router) -> frozenset[int]:

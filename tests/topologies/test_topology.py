@@ -280,7 +280,8 @@ def test_server_device_count_matches_closed_form(preset):
     info = add_server(builder, spec, 3)
     topo = builder.build()
     nodes = [n for n in topo.graph.nodes if topo.graph.nodes[n]["server"] == 3]
-    closed_form = spec.gpus + spec.nics + spec.pcie_switches + 2 * spec.sockets + (1 if spec.nvswitch is not None else 0)
+    closed_form = (spec.gpus + spec.nics + spec.pcie_switches + 2 * spec.sockets
+                   + (1 if spec.nvswitch is not None else 0))
     assert len(nodes) == closed_form == _EXPECTED_DEVICES[preset]
     assert len(nodes) == topo.graph.number_of_nodes()     # nothing outside the server
     counts = {k: 0 for k in NodeKind}
