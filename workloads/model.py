@@ -74,9 +74,9 @@ multi-head latent attention (DeepSeek-V3's MLA is modelled as standard attention
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
+from ._validate import choice, finite_nonnegative, int_at_least, is_int, reject
 from .collectives import CollectiveKind
 
 __all__ = (
@@ -99,32 +99,6 @@ PHASES = ("forward", "backward")
 MASK_BYTES = 1                     # Korthikanti et al. 2022 sec. 4.1: dropout masks take 1 byte per element
 LSE_BYTES = 4                      # FlashAttention keeps the softmax log-sum-exp in fp32 (Dao 2023, Algorithm 1)
 ADAM_STATE_BYTES_PER_PARAM = 12    # ZeRO sec. 3.1: fp32 master weights, momentum and variance, K = 12
-
-
-# --------------------------------------------------------------------------------------------------
-# validation helpers (workloads may not import topologies, so these are local)
-# --------------------------------------------------------------------------------------------------
-
-
-def _reject(field: str, value: object, expected: str) -> ValueError:
-    return ValueError(f"{field}: {value!r} is not allowed; expected {expected}")
-
-
-def _is_int(value: object) -> bool:
-    # the exact-type test answers the common case without the (slow) abstract-base-class check
-    return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
-
-
-def _int_at_least(field: str, value: object, low: int) -> int:
-    if not _is_int(value) or value < low:
-        raise _reject(field, value, f"an integer >= {low}")
-    return int(value)
-
-
-def _choice(field: str, value: object, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise _reject(field, value, f"one of {', '.join(map(repr, allowed))}")
-    return value
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -221,16 +195,14 @@ def zero_state_bytes(parameters: float, *, zero_stage: int = 0, dp: int = 1, par
     >>> round(s.total / 1e9, 1)
     31.4
     """
-    if not isinstance(parameters, numbers.Real) or isinstance(parameters, bool) or not math.isfinite(parameters) \
-            or parameters < 0:
-        raise _reject("zero_state_bytes.parameters", parameters, "a finite number >= 0")
-    zero_stage = _int_at_least("zero_state_bytes.zero_stage", zero_stage, 0)
+    finite_nonnegative("zero_state_bytes.parameters", parameters, "a finite number >= 0")
+    zero_stage = int_at_least("zero_state_bytes.zero_stage", zero_stage, 0)
     if zero_stage > 3:
-        raise _reject("zero_state_bytes.zero_stage", zero_stage, "0, 1, 2 or 3")
-    dp = _int_at_least("zero_state_bytes.dp", dp, 1)
+        raise reject("zero_state_bytes.zero_stage", zero_stage, "0, 1, 2 or 3")
+    dp = int_at_least("zero_state_bytes.dp", dp, 1)
     for field, value in (("param_bytes", param_bytes), ("grad_bytes", grad_bytes),
                          ("optimizer_bytes", optimizer_bytes)):
-        _int_at_least(f"zero_state_bytes.{field}", value, 0)
+        int_at_least(f"zero_state_bytes.{field}", value, 0)
     return TrainingStateBytes(
         parameters=parameters * param_bytes / (dp if zero_stage >= 3 else 1),
         gradients=parameters * grad_bytes / (dp if zero_stage >= 2 else 1),
@@ -278,47 +250,47 @@ class ModelSpec:
     def __post_init__(self) -> None:
         owner = "ModelSpec"
         if not isinstance(self.name, str) or not self.name.strip():
-            raise _reject(f"{owner}.name", self.name, "a non-empty string")
+            raise reject(f"{owner}.name", self.name, "a non-empty string")
         for field in ("layers", "hidden", "heads", "vocab", "seq_len"):
-            _int_at_least(f"{owner}.{field}", getattr(self, field), 1)
+            int_at_least(f"{owner}.{field}", getattr(self, field), 1)
         if self.hidden % self.heads:
-            raise _reject(f"{owner}.heads", self.heads, f"a divisor of hidden ({self.hidden}) so heads have equal size")
+            raise reject(f"{owner}.heads", self.heads, f"a divisor of hidden ({self.hidden}) so heads have equal size")
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
-        _int_at_least(f"{owner}.kv_heads", self.kv_heads, 1)
+        int_at_least(f"{owner}.kv_heads", self.kv_heads, 1)
         if self.heads % self.kv_heads:
-            raise _reject(f"{owner}.kv_heads", self.kv_heads, f"a divisor of heads ({self.heads}) (grouped-query "
-                          "attention shares each KV head among heads/kv_heads query heads)")
+            raise reject(f"{owner}.kv_heads", self.kv_heads, f"a divisor of heads ({self.heads}) (grouped-query "
+                         "attention shares each KV head among heads/kv_heads query heads)")
         if self.ffn_hidden is None:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
-        _int_at_least(f"{owner}.ffn_hidden", self.ffn_hidden, 1)
+        int_at_least(f"{owner}.ffn_hidden", self.ffn_hidden, 1)
         for field in ("gated_mlp", "tied_embeddings", "bias", "dropout"):
             if not isinstance(getattr(self, field), bool):
-                raise _reject(f"{owner}.{field}", getattr(self, field), "True or False")
-        _choice(f"{owner}.position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
-        _choice(f"{owner}.norm", self.norm, NORMS)
-        _int_at_least(f"{owner}.experts", self.experts, 0)
-        _int_at_least(f"{owner}.top_k", self.top_k, 0)
-        _int_at_least(f"{owner}.shared_experts", self.shared_experts, 0)
-        _int_at_least(f"{owner}.moe_layer_freq", self.moe_layer_freq, 1)
-        _int_at_least(f"{owner}.first_dense_layers", self.first_dense_layers, 0)
+                raise reject(f"{owner}.{field}", getattr(self, field), "True or False")
+        choice(f"{owner}.position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
+        choice(f"{owner}.norm", self.norm, NORMS)
+        int_at_least(f"{owner}.experts", self.experts, 0)
+        int_at_least(f"{owner}.top_k", self.top_k, 0)
+        int_at_least(f"{owner}.shared_experts", self.shared_experts, 0)
+        int_at_least(f"{owner}.moe_layer_freq", self.moe_layer_freq, 1)
+        int_at_least(f"{owner}.first_dense_layers", self.first_dense_layers, 0)
         if self.experts == 0:
             for field in ("top_k", "shared_experts", "first_dense_layers"):
                 if getattr(self, field):
-                    raise _reject(f"{owner}.{field}", getattr(self, field), "0 for a dense model (experts = 0)")
+                    raise reject(f"{owner}.{field}", getattr(self, field), "0 for a dense model (experts = 0)")
             if self.expert_ffn_hidden is not None:
-                raise _reject(f"{owner}.expert_ffn_hidden", self.expert_ffn_hidden, "None for a dense model")
+                raise reject(f"{owner}.expert_ffn_hidden", self.expert_ffn_hidden, "None for a dense model")
         else:
             if not 1 <= self.top_k <= self.experts:
-                raise _reject(f"{owner}.top_k", self.top_k, f"an integer in 1..experts ({self.experts})")
+                raise reject(f"{owner}.top_k", self.top_k, f"an integer in 1..experts ({self.experts})")
             if self.first_dense_layers >= self.layers:
-                raise _reject(f"{owner}.first_dense_layers", self.first_dense_layers,
-                              f"an integer < layers ({self.layers}) so at least one layer is MoE")
+                raise reject(f"{owner}.first_dense_layers", self.first_dense_layers,
+                             f"an integer < layers ({self.layers}) so at least one layer is MoE")
             if self.expert_ffn_hidden is None:
                 object.__setattr__(self, "expert_ffn_hidden", self.ffn_hidden)
-            _int_at_least(f"{owner}.expert_ffn_hidden", self.expert_ffn_hidden, 1)
+            int_at_least(f"{owner}.expert_ffn_hidden", self.expert_ffn_hidden, 1)
         if self.dtype_bytes not in (1, 2, 4):
-            raise _reject(f"{owner}.dtype_bytes", self.dtype_bytes, "1, 2 or 4")
+            raise reject(f"{owner}.dtype_bytes", self.dtype_bytes, "1, 2 or 4")
 
     # ------------------------------------------------------------------------------------------
     # shape
@@ -355,11 +327,11 @@ class ModelSpec:
         return sum(self._is_moe_layer(i) for i in range(self.layers))
 
     def _check_layer(self, layer: int) -> None:
-        if not _is_int(layer) or not 0 <= layer < self.layers:
-            raise _reject("layer", layer, f"an integer in 0..{self.layers - 1}")
+        if not is_int(layer) or not 0 <= layer < self.layers:
+            raise reject("layer", layer, f"an integer in 0..{self.layers - 1}")
 
     def _seq(self, seq_len: int | None) -> int:
-        return self.seq_len if seq_len is None else _int_at_least("seq_len", seq_len, 1)
+        return self.seq_len if seq_len is None else int_at_least("seq_len", seq_len, 1)
 
     # ------------------------------------------------------------------------------------------
     # parameters
@@ -375,19 +347,19 @@ class ModelSpec:
         return weights + biases
 
     def _check_tp(self, tp: int) -> int:
-        tp = _int_at_least("tp", tp, 1)
+        tp = int_at_least("tp", tp, 1)
         if self.heads % tp or self.kv_heads % tp:
-            raise _reject("tp", tp, f"a divisor of heads ({self.heads}) and kv_heads ({self.kv_heads})")
+            raise reject("tp", tp, f"a divisor of heads ({self.heads}) and kv_heads ({self.kv_heads})")
         if self.ffn_hidden % tp:
-            raise _reject("tp", tp, f"a divisor of ffn_hidden ({self.ffn_hidden})")
+            raise reject("tp", tp, f"a divisor of ffn_hidden ({self.ffn_hidden})")
         return tp
 
     def _check_ep(self, ep: int) -> int:
-        ep = _int_at_least("ep", ep, 1)
+        ep = int_at_least("ep", ep, 1)
         if ep > 1 and not self.is_moe:
-            raise _reject("ep", ep, "1 for a dense model (no experts to distribute)")
+            raise reject("ep", ep, "1 for a dense model (no experts to distribute)")
         if self.is_moe and self.experts % ep:
-            raise _reject("ep", ep, f"a divisor of experts ({self.experts})")
+            raise reject("ep", ep, f"a divisor of experts ({self.experts})")
         return ep
 
     def attention_parameters(self, *, tp: int = 1) -> int:
@@ -412,7 +384,7 @@ class ModelSpec:
         total = 2 * self._norm_parameters() + self._attention_parameters(tp)
         if self._is_moe_layer(layer):
             total += self.hidden * self.experts                               # router
-            total += (self.experts // ep) * self.expert_parameters()
+            total += self._routed_expert_parameters(layer, ep)
             total += self.shared_experts * self._mlp_parameters(self.expert_ffn_hidden, tp=tp)
         else:
             total += self._mlp_parameters(self.ffn_hidden, tp=tp)
@@ -433,7 +405,7 @@ class ModelSpec:
         """The logits weight on one GPU of the last of ``pp`` pipeline stages: V/t x h, also when tied to the
         input embedding and pp > 1 (Megatron keeps a copy there and all-reduces its gradient with the first
         stage); 0 when tied and pp = 1 (the embedding itself, counted by :meth:`embedding_parameters`)."""
-        pp = _int_at_least("pp", pp, 1)
+        pp = int_at_least("pp", pp, 1)
         if self.tied_embeddings and pp == 1:
             return 0
         return ceil_div(self.vocab, self._check_tp(tp)) * self.hidden
@@ -442,6 +414,15 @@ class ModelSpec:
         """Weights of one routed expert (an MLP of ``expert_ffn_hidden``, not split over tensor-parallel ranks);
         0 for a dense model."""
         return self._mlp_parameters(self.expert_ffn_hidden) if self.is_moe else 0
+
+    def routed_expert_parameters(self, layer: int = 0, *, ep: int = 1) -> int:
+        """The routed experts' weights of layer ``layer`` on one GPU (part of :meth:`layer_parameters`): its
+        experts / ep experts of :meth:`expert_parameters` on a MoE layer, 0 on a dense one."""
+        self._check_layer(layer)
+        return self._routed_expert_parameters(layer, self._check_ep(ep))
+
+    def _routed_expert_parameters(self, layer: int, ep: int) -> int:
+        return (self.experts // ep) * self.expert_parameters() if self._is_moe_layer(layer) else 0
 
     def final_norm_parameters(self) -> int:
         return self._norm_parameters()
@@ -466,9 +447,9 @@ class ModelSpec:
 
     def stage_layers(self, *, pp: int = 1) -> tuple[range, ...]:
         """Layers of each pipeline stage: contiguous, the first ``layers % pp`` stages one layer more."""
-        pp = _int_at_least("pp", pp, 1)
+        pp = int_at_least("pp", pp, 1)
         if pp > self.layers:
-            raise _reject("pp", pp, f"an integer <= layers ({self.layers})")
+            raise reject("pp", pp, f"an integer <= layers ({self.layers})")
         base, extra = divmod(self.layers, pp)
         stages, start = [], 0
         for stage in range(pp):
@@ -482,8 +463,8 @@ class ModelSpec:
         the final norm and output layer on the last (Megatron; a tied embedding is also kept, as the
         output weight, on the last stage when pp > 1)."""
         stages = self.stage_layers(pp=pp)
-        if not _is_int(stage) or not 0 <= stage < len(stages):
-            raise _reject("stage", stage, f"an integer in 0..{len(stages) - 1}")
+        if not is_int(stage) or not 0 <= stage < len(stages):
+            raise reject("stage", stage, f"an integer in 0..{len(stages) - 1}")
         checked_tp, checked_ep = self._check_tp(tp), self._check_ep(ep)      # once, not per layer
         total = sum(self._layer_parameters(i, checked_tp, checked_ep) for i in stages[stage])
         if stage == 0:
@@ -511,11 +492,11 @@ class ModelSpec:
     # FLOPs
     # ------------------------------------------------------------------------------------------
     def _tokens(self, micro_batch: int, seq_len: int | None, cp: int) -> tuple[int, int, int]:
-        b = _int_at_least("micro_batch", micro_batch, 1)
+        b = int_at_least("micro_batch", micro_batch, 1)
         s = self._seq(seq_len)
-        cp = _int_at_least("cp", cp, 1)
+        cp = int_at_least("cp", cp, 1)
         if s % cp:
-            raise _reject("cp", cp, f"a divisor of seq_len ({s})")
+            raise reject("cp", cp, f"a divisor of seq_len ({s})")
         return b, s, cp
 
     def moe_tokens(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, cp: int = 1) -> float:
@@ -554,7 +535,7 @@ class ModelSpec:
             if self.shared_experts:
                 fs = self.shared_experts * fe
                 if fs % tp:
-                    raise _reject("tp", tp, f"a divisor of shared_experts x expert_ffn_hidden ({fs})")
+                    raise reject("tp", tp, f"a divisor of shared_experts x expert_ffn_hidden ({fs})")
                 gemms.append(Gemm(name="shared_up", m=tokens, n=up * fs // tp, k=h))
                 gemms.append(Gemm(name="shared_down", m=tokens, n=h, k=fs // tp))
         else:
@@ -575,7 +556,7 @@ class ModelSpec:
     def layer_recompute_flops(self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None,
                               recompute: str = "none", tp: int = 1, cp: int = 1, ep: int = 1) -> float:
         """Forward work re-run before the backward: 0, the attention core, or the whole layer."""
-        _choice("recompute", recompute, RECOMPUTE)
+        choice("recompute", recompute, RECOMPUTE)
         fwd = self.layer_forward_flops(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep)
         return {"none": 0.0, "selective": fwd.attention_core, "full": fwd.total}[recompute]
 
@@ -599,7 +580,7 @@ class ModelSpec:
         Each layer: 3 x forward + recomputation; logits: 3 x forward. With ``recompute="full"`` and a
         GPT shape this is SC21 eq. 3, 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
         """
-        batch = _int_at_least("batch", batch, 1)
+        batch = int_at_least("batch", batch, 1)
         total = sum(self.layer_training_flops(i, micro_batch=batch, seq_len=seq_len, recompute=recompute)
                     for i in range(self.layers))
         return total + 3.0 * self.logits_flops(micro_batch=batch, seq_len=seq_len)
@@ -624,9 +605,9 @@ class ModelSpec:
         self._check_layer(layer)
         b, s, cp = self._tokens(micro_batch, seq_len, cp)
         tp = self._check_tp(tp)
-        _choice("recompute", recompute, RECOMPUTE)
+        choice("recompute", recompute, RECOMPUTE)
         if not isinstance(sp, bool) or not isinstance(flash_attention, bool):
-            raise _reject("sp/flash_attention", (sp, flash_attention), "booleans")
+            raise reject("sp/flash_attention", (sp, flash_attention), "booleans")
         D, h, a, mask = self.dtype_bytes, self.hidden, self.heads, (MASK_BYTES if self.dropout else 0)
         sb = b * s / cp                                        # local tokens
         scores = a * b * (s / cp) * s                          # score elements of the local queries
@@ -668,8 +649,8 @@ class ModelSpec:
         collectives in the backward phase.
         """
         tp = self._check_tp(tp)
-        _choice("phase", phase, PHASES)
-        _choice("recompute", recompute, RECOMPUTE)
+        choice("phase", phase, PHASES)
+        choice("recompute", recompute, RECOMPUTE)
         nbytes = self._hidden_bytes(micro_batch, seq_len, cp)
         if tp == 1:
             return ()
@@ -701,7 +682,7 @@ class ModelSpec:
                           cp: int = 1) -> int:
         """Send buffer of one MoE all-to-all on one GPU: its b s / (c t) tokens x top_k copies x h x D."""
         if not self.is_moe:
-            raise _reject("ep_alltoall_bytes", self.name, "a MoE model (experts > 0)")
+            raise reject("ep_alltoall_bytes", self.name, "a MoE model (experts > 0)")
         tokens = self.moe_tokens(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
         return int(math.ceil(tokens * self.top_k)) * self.hidden * self.dtype_bytes
 
@@ -711,8 +692,8 @@ class ModelSpec:
         """Dispatch and combine all-to-alls of a MoE layer (none for a dense layer or ep = 1)."""
         self._check_layer(layer)
         ep = self._check_ep(ep)
-        _choice("phase", phase, PHASES)
-        _choice("recompute", recompute, RECOMPUTE)
+        choice("phase", phase, PHASES)
+        choice("recompute", recompute, RECOMPUTE)
         if ep == 1 or not self._is_moe_layer(layer):
             return ()
         nbytes = self.ep_alltoall_bytes(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
@@ -731,8 +712,8 @@ class ModelSpec:
                                  phase: str = "forward", recompute: str = "none") -> tuple[CommSize, ...]:
         """Ring attention: c-1 KV send/receives forward; backward c-1 of KV and c-1 of dK, dV (and the
         forward ring again under full recomputation)."""
-        _choice("phase", phase, PHASES)
-        _choice("recompute", recompute, RECOMPUTE)
+        choice("phase", phase, PHASES)
+        choice("recompute", recompute, RECOMPUTE)
         nbytes = self.cp_kv_bytes(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
         if cp == 1:
             return ()
@@ -742,5 +723,5 @@ class ModelSpec:
 
     def dp_gradient_bytes(self, *, tp: int = 1, pp: int = 1, ep: int = 1, grad_bytes: int = 2) -> int:
         """Gradient bytes one GPU reduces over data parallelism per step (its largest stage's weights)."""
-        grad_bytes = _int_at_least("grad_bytes", grad_bytes, 1)
+        grad_bytes = int_at_least("grad_bytes", grad_bytes, 1)
         return self.parameters_per_gpu(tp=tp, pp=pp, ep=ep) * grad_bytes

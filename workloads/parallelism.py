@@ -34,11 +34,9 @@ heterogeneous stage sizes, and uneven micro-batches.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
-from .model import _is_int
-from .model import _reject as _reject_field
+from ._validate import finite_nonnegative, is_int, reject
 
 __all__ = ("SCHEDULES", "DTYPES", "GROUP_KINDS", "DEFAULT_ORDER", "DDP_BUCKET_BYTES", "RankCoords", "ParallelismSpec")
 
@@ -57,7 +55,7 @@ _DENSE_DIMS = ("tp", "cp", "dp", "pp")
 
 
 def _reject(field: str, value: object, expected: str) -> ValueError:
-    return _reject_field(f"ParallelismSpec.{field}", value, expected)
+    return reject(f"ParallelismSpec.{field}", value, expected)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +104,13 @@ class ParallelismSpec:
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "cp", "ep", "vp", "micro_batch"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 1:
+            if not is_int(value) or value < 1:
                 raise _reject(name, value, "an integer >= 1")
         for name in ("dp", "gpus", "global_batch", "seq_len"):
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value < 1):
+            if value is not None and (not is_int(value) or value < 1):
                 raise _reject(name, value, "None or an integer >= 1")
-        if not _is_int(self.zero) or not 0 <= self.zero <= 3:
+        if not is_int(self.zero) or not 0 <= self.zero <= 3:
             raise _reject("zero", self.zero, "0, 1, 2 or 3")
         for name in ("fsdp", "sequence_parallel", "scatter_gather", "dp_overlap"):
             if not isinstance(getattr(self, name), bool):
@@ -123,11 +121,9 @@ class ParallelismSpec:
             raise _reject("schedule", self.schedule, f"one of {', '.join(map(repr, SCHEDULES))}")
         if self.dtype not in DTYPES:
             raise _reject("dtype", self.dtype, f"one of {', '.join(map(repr, DTYPES))}")
-        if self.bucket_bytes is not None and (not _is_int(self.bucket_bytes) or self.bucket_bytes < 4):
+        if self.bucket_bytes is not None and (not is_int(self.bucket_bytes) or self.bucket_bytes < 4):
             raise _reject("bucket_bytes", self.bucket_bytes, "None or an integer >= 4")
-        if not isinstance(self.ep_imbalance, numbers.Real) or isinstance(self.ep_imbalance, bool) \
-                or not 0 <= self.ep_imbalance < float("inf"):
-            raise _reject("ep_imbalance", self.ep_imbalance, "a finite number >= 0")
+        finite_nonnegative("ParallelismSpec.ep_imbalance", self.ep_imbalance, "a finite number >= 0")
         self._parse_order(self.order)
         if self.schedule == "interleaved":
             if self.vp < 2:
@@ -239,14 +235,14 @@ class ParallelismSpec:
         """The rank with these coordinates."""
         coords, sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}, self._sizes()
         for dim, value in coords.items():
-            if not _is_int(value) or not 0 <= value < sizes[dim]:
+            if not is_int(value) or not 0 <= value < sizes[dim]:
                 raise ValueError(f"rank_of.{dim}: {value!r} is not allowed; expected an integer in 0..{sizes[dim] - 1}")
         strides = self._strides()
         return sum(coords[d] * strides[d] for d in _DENSE_DIMS)
 
     def coords(self, rank: int) -> RankCoords:
         """Coordinates of ``rank`` in every dimension."""
-        if not _is_int(rank) or not 0 <= rank < self.world_size:
+        if not is_int(rank) or not 0 <= rank < self.world_size:
             raise ValueError(f"rank: {rank!r} is not allowed; expected an integer in 0..{self.world_size - 1}")
         strides, sizes = self._strides(), self._sizes()
         c = {d: (rank // strides[d]) % sizes[d] for d in _DENSE_DIMS}

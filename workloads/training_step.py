@@ -109,12 +109,11 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import math
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._validate import finite_nonnegative, reject
 from .collectives import DTYPE_BYTES, Collective, CollectiveKind
 from .model import RECOMPUTE, ModelSpec, ceil_div
 from .parallelism import ParallelismSpec
@@ -147,16 +146,6 @@ def gradient_bytes_per_param(dtype: str) -> int:
     return 2 if dtype == "fp16" else 4
 
 
-def _reject(field_name: str, value: object, expected: str) -> ValueError:
-    return ValueError(f"{field_name}: {value!r} is not allowed; expected {expected}")
-
-
-def _seconds(field_name: str, value: object, expected: str = "a finite number of seconds >= 0") -> float:
-    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise _reject(field_name, value, expected)
-    return float(value)
-
-
 # --------------------------------------------------------------------------------------------------
 # inputs
 # --------------------------------------------------------------------------------------------------
@@ -182,20 +171,21 @@ class StepCompute:
     def __post_init__(self) -> None:
         for name in ("layer_forward_s", "layer_backward_s", "optimizer_s"):
             value = tuple(getattr(self, name))
-            object.__setattr__(self, name, tuple(_seconds(f"StepCompute.{name}[{i}]", v) for i, v in enumerate(value)))
+            object.__setattr__(self, name, tuple(finite_nonnegative(f"StepCompute.{name}[{i}]", v)
+                                                 for i, v in enumerate(value)))
         if len(self.layer_forward_s) != len(self.layer_backward_s) or not self.layer_forward_s:
-            raise _reject("StepCompute.layer_backward_s", f"{len(self.layer_backward_s)} entries",
-                          f"one per layer, as many as layer_forward_s ({len(self.layer_forward_s)}), at least one")
+            raise reject("StepCompute.layer_backward_s", f"{len(self.layer_backward_s)} entries",
+                         f"one per layer, as many as layer_forward_s ({len(self.layer_forward_s)}), at least one")
         for name in ("embedding_forward_s", "embedding_backward_s", "logits_forward_s", "logits_backward_s"):
-            object.__setattr__(self, name, _seconds(f"StepCompute.{name}", getattr(self, name)))
-        object.__setattr__(self, "overlap_slowdown", _seconds("StepCompute.overlap_slowdown", self.overlap_slowdown,
-                                                              "a finite number >= 0"))
+            object.__setattr__(self, name, finite_nonnegative(f"StepCompute.{name}", getattr(self, name)))
+        object.__setattr__(self, "overlap_slowdown", finite_nonnegative("StepCompute.overlap_slowdown",
+                                                                        self.overlap_slowdown, "a finite number >= 0"))
 
     @classmethod
     def uniform(cls, *, layers: int, forward_s: float, backward_s: float, **kw) -> "StepCompute":
         """Every layer takes ``forward_s`` / ``backward_s`` (handy for hand-derived schedules)."""
         if not isinstance(layers, int) or layers < 1:
-            raise _reject("StepCompute.uniform.layers", layers, "an integer >= 1")
+            raise reject("StepCompute.uniform.layers", layers, "an integer >= 1")
         return cls(layer_forward_s=(forward_s,) * layers, layer_backward_s=(backward_s,) * layers, **kw)
 
 
@@ -246,13 +236,13 @@ def pipeline_schedule(schedule: str, *, pp: int, stage: int, microbatches: int,
     """
     for name, value in (("pp", pp), ("microbatches", microbatches), ("vp", vp)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise _reject(name, value, "an integer >= 1")
+            raise reject(name, value, "an integer >= 1")
     if not isinstance(stage, int) or not 0 <= stage < pp:
-        raise _reject("stage", stage, f"an integer in 0..{pp - 1}")
+        raise reject("stage", stage, f"an integer in 0..{pp - 1}")
     m = microbatches
     if schedule == "gpipe" or (schedule == "1f1b" and vp == 1):
         if vp != 1:
-            raise _reject("vp", vp, "1 with the gpipe schedule")
+            raise reject("vp", vp, "1 with the gpipe schedule")
         if schedule == "gpipe":
             return tuple(("F", i, 0) for i in range(m)) + tuple(("B", i, 0) for i in reversed(range(m)))
         warmup = min(pp - stage - 1, m)
@@ -262,9 +252,9 @@ def pipeline_schedule(schedule: str, *, pp: int, stage: int, microbatches: int,
         order += [("B", i, 0) for i in range(m - warmup, m)]
         return tuple(order)
     if schedule != "interleaved":
-        raise _reject("schedule", schedule, "one of 'gpipe', '1f1b', 'interleaved'")
+        raise reject("schedule", schedule, "one of 'gpipe', '1f1b', 'interleaved'")
     if m % pp:
-        raise _reject("microbatches", m, f"a multiple of pp ({pp}) for the interleaved schedule")
+        raise reject("microbatches", m, f"a multiple of pp ({pp}) for the interleaved schedule")
     total = m * vp
     warmup = total if m == pp else min((pp - stage - 1) * 2 + (vp - 1) * pp, total)
 
@@ -321,9 +311,10 @@ class _Program:
         return len(self.tasks) - 1
 
     # Ranks of one stage repeat the same tasks: equal frozen tasks are built once and shared (tasks compare
-    # by value and nothing mutates them). The key tells 0 from 0.0 and -0.0 from 0.0, which compare equal.
+    # by value and nothing mutates them). Durations are floats without -0.0 (StepCompute converts its seconds
+    # to float and -0.0 to 0.0; sums and products of those stay so), so equal keys mean bit-identical tasks.
     def _compute_task(self, duration_s: float, name: str, after: tuple[int, ...]) -> ComputeTask:
-        key = (ComputeTask, type(duration_s), duration_s, math.copysign(1.0, duration_s), name, after)
+        key = (ComputeTask, duration_s, name, after)
         task = self.shared.get(key)
         if task is None:
             task = self.shared[key] = ComputeTask(duration_s=duration_s, name=name, stream=STREAM_COMPUTE,
@@ -349,7 +340,6 @@ class _Program:
 class _Unit:
     """Weights whose gradients one backward task produces: ``dense``/``expert`` parameter counts."""
 
-    name: str
     dense: int
     expert: int
 
@@ -370,7 +360,6 @@ class _Builder:
         self.model, self.spec, self.compute = model, spec, compute
         self.tensor_rank0_p2p = tensor_rank0_p2p and spec.tp > 1
         self.recompute, self.granularity, self.part = recompute, granularity, part
-        self.ranks = ranks
         self.local = {r: i for i, r in enumerate(ranks)}
         self.collectives: list[Collective] = []
         self.kinds: list[str] = []
@@ -379,6 +368,13 @@ class _Builder:
         self.keys: dict = {}
         self._size_cache: dict = {}          # per-layer communication sizes, which depend only on the layout
         self.seq = spec.seq(model)
+        # pipeline transfers: s b h D / c, split over t by sequence parallelism or SC21's scatter/gather (then the
+        # receiver all-gathers the full tensor in its tensor group)
+        self.scatter_gather = spec.tp > 1 and spec.scatter_gather and not spec.sp
+        self.pp_bytes = model.pp_activation_bytes(micro_batch=spec.micro_batch, seq_len=self.seq, tp=spec.tp,
+                                                  sp=spec.sp, cp=spec.cp, scatter_gather=self.scatter_gather)
+        self.pp_full_bytes = model.pp_activation_bytes(micro_batch=spec.micro_batch, seq_len=self.seq, tp=spec.tp,
+                                                       cp=spec.cp)
         # activations and weights (parameter all-gathers) share the model's element type
         self.act_dtype = {1: "fp8", 2: _ACT_DTYPE[spec.dtype], 4: "float32"}[model.dtype_bytes]
         self.grad_bytes = gradient_bytes_per_param(spec.dtype)
@@ -387,9 +383,6 @@ class _Builder:
         self.chunks = model.stage_layers(pp=self.V)      # layers of each model chunk (the first ones longer)
         self.m = spec.microbatches
         self.zero = spec.zero_stage
-        # a single expert's gradients are reduced with the dense ones: its expert-data-parallel group is the
-        # dense gradient group (ep divides the experts, so ep = 1)
-        self.expert_param = model.expert_parameters() if model.experts > 1 else 0
         # groups per kind and every rank's answers per question (see answers), built on first use
         self.groups: dict[str, list[tuple[int, ...]]] = {}
         self._answers: dict[tuple[str, str], list[int | bool]] = {}
@@ -397,10 +390,9 @@ class _Builder:
         self._programs = _Node()             # programs built so far, by their ranks' answers (see program)
         # per-stage structures shared by every rank of the stage (immutable once built)
         self._units: dict = {}
-        self._backward_units: dict[int, tuple[_Unit, ...]] = {}
+        self._unit_tasks: dict = {}
         self._buckets: dict = {}
         self._schedules: dict[int, tuple] = {}
-        self._bucket_reductions: dict = {}
 
     # ---- groups -----------------------------------------------------------------------------------
     def answers(self, question: tuple[str, str]) -> list[int | bool]:
@@ -479,15 +471,16 @@ class _Builder:
         unit = self._units.get(layer)
         if unit is None:
             total = self.model.layer_parameters(layer, tp=self.spec.tp, ep=self.spec.ep)
-            expert = (self.model.experts // self.spec.ep) * self.expert_param if self.model.is_moe_layer(layer) else 0
-            unit = self._units[layer] = _Unit(name=f"layer{layer}", dense=total - expert, expert=expert)
+            # a single expert's gradients are reduced with the dense ones: its expert-data-parallel group is the
+            # dense gradient group (ep divides the experts, so ep = 1)
+            expert = self.model.routed_expert_parameters(layer, ep=self.spec.ep) if self.model.experts > 1 else 0
+            unit = self._units[layer] = _Unit(dense=total - expert, expert=expert)
         return unit
 
     def embedding_unit(self) -> _Unit:
         unit = self._units.get("embedding")
         if unit is None:
-            unit = self._units["embedding"] = _Unit(name="embedding",
-                                                    dense=self.model.embedding_parameters(tp=self.spec.tp), expert=0)
+            unit = self._units["embedding"] = _Unit(dense=self.model.embedding_parameters(tp=self.spec.tp), expert=0)
         return unit
 
     def output_unit(self) -> _Unit:
@@ -495,36 +488,29 @@ class _Builder:
         if unit is None:
             model = self.model
             out = model.last_stage_output_parameters(tp=self.spec.tp, pp=self.spec.pp)
-            unit = self._units["output"] = _Unit(name="output", dense=out + model.final_norm_parameters(), expert=0)
+            unit = self._units["output"] = _Unit(dense=out + model.final_norm_parameters(), expert=0)
         return unit
 
     def chunk_layers(self, v: int) -> range:
         return self.chunks[v]
 
-    def unit_tasks(self, v: int, phase: str) -> list[tuple[_Unit, object, float, str, int | None]]:
+    def unit_tasks(self, v: int, phase: str) -> tuple[tuple[_Unit, object, float, str, int | None], ...]:
         """The per-layer compute tasks of one pass of virtual stage v, one per weight unit, in execution order
         (forward: embedding, layers, logits; backward the reverse): (unit, key, seconds, name, layer or None)."""
+        tasks = self._unit_tasks.get((v, phase))
+        if tasks is not None:
+            return tasks
         c, forward = self.compute, phase == "forward"
         layer_s = c.layer_forward_s if forward else c.layer_backward_s
-        tasks = [(self.layer_unit(l), l, layer_s[l], f"layer{l}", l) for l in self.chunk_layers(v)]
+        built = [(self.layer_unit(l), l, layer_s[l], f"layer{l}", l) for l in self.chunk_layers(v)]
         if v == 0:
             seconds = c.embedding_forward_s if forward else c.embedding_backward_s
-            tasks.insert(0, (self.embedding_unit(), "emb", seconds, "embedding", None))
+            built.insert(0, (self.embedding_unit(), "emb", seconds, "embedding", None))
         if v == self.V - 1:
             seconds = c.logits_forward_s if forward else c.logits_backward_s
-            tasks.append((self.output_unit(), "out", seconds, "logits", None))
-        return tasks if forward else tasks[::-1]
-
-    def backward_units(self, v: int) -> tuple[_Unit, ...]:
-        """Units of virtual stage v in the order its backward produces their gradients."""
-        units = self._backward_units.get(v)
-        if units is None:
-            built = [self.output_unit()] if v == self.V - 1 else []
-            built += [self.layer_unit(l) for l in reversed(self.chunk_layers(v))]
-            if v == 0:
-                built.append(self.embedding_unit())
-            units = self._backward_units[v] = tuple(built)
-        return units
+            built.append((self.output_unit(), "out", seconds, "logits", None))
+        tasks = self._unit_tasks[v, phase] = tuple(built if forward else built[::-1])
+        return tasks
 
     def schedule(self, stage: int) -> tuple[tuple[tuple[str, int, int], ...], dict[int, int]]:
         """The passes of ``stage`` (:func:`pipeline_schedule`) and the index of each chunk's last backward."""
@@ -547,7 +533,7 @@ class _Builder:
         plan = self._buckets.get(key)
         if plan is not None:
             return plan
-        units = self.backward_units(v)
+        units = [unit for unit, *_ in self.unit_tasks(v, "backward")]      # in the order their gradients complete
         out = []
         for part, active in (("dense", dense), ("expert", expert)):
             if not active:
@@ -574,18 +560,13 @@ class _Builder:
     def bucket_reduction(self, chunk: int, bucket: tuple[str, int, int, int],
                          group: tuple[int, ...]) -> tuple[int, str]:
         """(collective index, name) of the reduction of ``bucket`` of ``chunk`` in ``group``: built once per
-        group, shared by its members."""
-        key = ("dp", chunk, bucket, group)
-        entry = self._bucket_reductions.get(key)
-        if entry is None:
-            part, params, _, bid = bucket
-            kind = CollectiveKind.ALL_REDUCE if self.zero == 0 else CollectiveKind.REDUCE_SCATTER
-            nbytes = self.padded(kind, params * self.grad_bytes, len(group), self.grad_bytes)
-            label = f"dp bucket {bid}" + (f" chunk{chunk}" if self.spec.vp > 1 else "") \
-                + (" experts" if part == "expert" else "")
-            index = self.simple(("dp", chunk, part, bid, group), kind, nbytes, group, self.grad_dtype, "dp", label)
-            entry = self._bucket_reductions[key] = (index, label)
-        return entry
+        group (:meth:`collective` finds it by key for the other members)."""
+        part, params, _, bid = bucket
+        kind = CollectiveKind.ALL_REDUCE if self.zero == 0 else CollectiveKind.REDUCE_SCATTER
+        nbytes = self.padded(kind, params * self.grad_bytes, len(group), self.grad_bytes)
+        label = f"dp bucket {bid}" + (f" chunk{chunk}" if self.spec.vp > 1 else "") \
+            + (" experts" if part == "expert" else "")
+        return self.simple(("dp", chunk, part, bid, group), kind, nbytes, group, self.grad_dtype, "dp", label), label
 
     # ---- collective factories -------------------------------------------------------------------
     def p2p(self, key, src: int, dst: int, nbytes: int, name: str) -> int:
@@ -689,9 +670,10 @@ class _RankProgram:
         self.ops, self.last_backward = b.schedule(self.stage)
         self.pipeline = b.part in ("all", "pipeline")
         self.reduce = b.part in ("all", "reduction")
-        self.overlap = self.reduce and b.part == "all" and spec.dp_overlap and b.zero < 3
         # buckets are reduced during the backward (DDP overlap, or ZeRO-3's per-unit reduce-scatters), not after it
         self.reduce_in_backward = b.part == "all" and (spec.dp_overlap or b.zero >= 3)
+        # DDP overlap proper: part "all", dp_overlap and ZeRO < 3
+        self.overlap = self.reduce_in_backward and b.zero < 3
         self.dp_started = False
         self.dp_tasks: list[int] = []
 
@@ -779,21 +761,19 @@ class _RankProgram:
 
     def recv(self, mb: int, v_from: int, direction: str, label: str, post: tuple[int, ...]) -> None:
         """Receive the activation (forward) or gradient (backward) of ``mb`` from virtual stage v_from."""
-        b, spec = self.b, self.b.spec
+        b = self.b
         if self.transfers():
             key = ("pp", direction, mb, v_from, self.pp_group)
             v_to = v_from + 1 if direction == "act" else v_from - 1
-            index = b.p2p(key, self.peer(v_from), self.peer(v_to), self.pp_bytes(),
+            index = b.p2p(key, self.peer(v_from), self.peer(v_to), b.pp_bytes,
                           f"pp {direction} mb{mb} v{v_from}->v{v_to}")
             stream = STREAM_RECV_PREV if direction == "act" else STREAM_RECV_NEXT
             task = self.prog.side(index, f"pp recv {direction} {label}", stream, post)
             self.prog.pending.append(task)
-        if self.scatter_gather():
-            full = b._sizes_cached(("pp-full",), lambda: b.model.pp_activation_bytes(
-                micro_batch=spec.micro_batch, seq_len=b.seq, tp=spec.tp, cp=spec.cp))
+        if b.scatter_gather:
             tp_group = self.group("tp")
-            gi = b.simple(("pp-gather", direction, mb, v_from, tp_group), CollectiveKind.ALL_GATHER, full, tp_group,
-                          b.act_dtype, "tp", f"pp allgather {direction} mb{mb}")
+            gi = b.simple(("pp-gather", direction, mb, v_from, tp_group), CollectiveKind.ALL_GATHER, b.pp_full_bytes,
+                          tp_group, b.act_dtype, "tp", f"pp allgather {direction} mb{mb}")
             self.prog.add_comm(gi, f"pp allgather {direction} {label}")
 
     def send(self, mb: int, v: int, direction: str, label: str) -> list[int]:
@@ -803,23 +783,13 @@ class _RankProgram:
         v_to = v + 1 if direction == "act" else v - 1
         dst = self.peer(v_to)
         key = ("pp", direction, mb, v, self.pp_group)
-        index = b.p2p(key, self.peer(v), dst, self.pp_bytes(), f"pp {direction} mb{mb} v{v}->v{v_to}")
+        index = b.p2p(key, self.peer(v), dst, b.pp_bytes, f"pp {direction} mb{mb} v{v}->v{v_to}")
         stream = STREAM_SEND_NEXT if direction == "act" else STREAM_SEND_PREV
         return [self.prog.side(index, f"pp send {direction} {label}", stream, self.prog.last0)]
 
     def transfers(self) -> bool:
         """Whether this rank moves its pipeline tensors itself (False: tensor rank 0 stands for it)."""
         return not self.b.tensor_rank0_p2p or self.ask("first", "tp")
-
-    def scatter_gather(self) -> bool:
-        spec = self.b.spec
-        return spec.tp > 1 and spec.scatter_gather and not spec.sp
-
-    def pp_bytes(self) -> int:
-        b, spec = self.b, self.b.spec
-        return b._sizes_cached(("pp",), lambda: b.model.pp_activation_bytes(
-            micro_batch=spec.micro_batch, seq_len=b.seq, tp=spec.tp, sp=spec.sp, cp=spec.cp,
-            scatter_gather=self.scatter_gather()))
 
     # ---- ZeRO-3 parameter gathers -------------------------------------------------------------------
     def gather_params(self, units: list[_Unit], key, label: str) -> None:
@@ -897,8 +867,9 @@ class _RankProgram:
         # context parallelism: issued when the compute began, the next compute-stream task waits for it
         start_after = tuple(self.prog.computes[-2:-1])
         merge = b.granularity == "chunk" and n > 1
-        for size in b.cp_sizes(phase):
-            cp_group = self.group("cp")
+        cp_sizes = b.cp_sizes(phase)
+        cp_group = self.group("cp") if cp_sizes else ()
+        for size in cp_sizes:
             counts = [size.count * n] if merge else [1] * (size.count * n)
             for j, count in enumerate(counts):
                 ci = b.simple(("cp", key, size.name, j, cp_group), CollectiveKind.SENDRECV, size.nbytes * count,
@@ -1008,35 +979,35 @@ def training_step(model: ModelSpec, parallelism: ParallelismSpec, compute: StepC
     tensor rank 0 of each stage moves the pipeline tensors (see the module docstring, task merging).
     """
     if not isinstance(model, ModelSpec):
-        raise _reject("model", model, "a workloads.model.ModelSpec")
+        raise reject("model", model, "a workloads.model.ModelSpec")
     if not isinstance(parallelism, ParallelismSpec):
-        raise _reject("parallelism", parallelism, "a workloads.parallelism.ParallelismSpec")
+        raise reject("parallelism", parallelism, "a workloads.parallelism.ParallelismSpec")
     if not isinstance(compute, StepCompute):
-        raise _reject("compute", compute, "a StepCompute")
+        raise reject("compute", compute, "a StepCompute")
     if recompute not in RECOMPUTE:
-        raise _reject("recompute", recompute, f"one of {', '.join(map(repr, RECOMPUTE))}")
+        raise reject("recompute", recompute, f"one of {', '.join(map(repr, RECOMPUTE))}")
     if granularity not in GRANULARITIES:
-        raise _reject("granularity", granularity, f"one of {', '.join(map(repr, GRANULARITIES))}")
+        raise reject("granularity", granularity, f"one of {', '.join(map(repr, GRANULARITIES))}")
     if part not in PARTS:
-        raise _reject("part", part, f"one of {', '.join(map(repr, PARTS))}")
+        raise reject("part", part, f"one of {', '.join(map(repr, PARTS))}")
     if not isinstance(tensor_rank0_p2p, bool):
-        raise _reject("tensor_rank0_p2p", tensor_rank0_p2p, "True or False")
+        raise reject("tensor_rank0_p2p", tensor_rank0_p2p, "True or False")
     parallelism.check(model)
     if len(compute.layer_forward_s) != model.layers:
-        raise _reject("compute.layer_forward_s", f"{len(compute.layer_forward_s)} entries",
-                      f"one per layer of {model.name} ({model.layers})")
+        raise reject("compute.layer_forward_s", f"{len(compute.layer_forward_s)} entries",
+                     f"one per layer of {model.name} ({model.layers})")
     if compute.optimizer_s and len(compute.optimizer_s) != parallelism.pp:
-        raise _reject("compute.optimizer_s", f"{len(compute.optimizer_s)} entries",
-                      f"one per pipeline stage ({parallelism.pp}) or none")
+        raise reject("compute.optimizer_s", f"{len(compute.optimizer_s)} entries",
+                     f"one per pipeline stage ({parallelism.pp}) or none")
     if part == "reduction" and parallelism.zero_stage >= 3:
-        raise _reject("part", part, "'all' with ZeRO-3/FSDP, whose parameter gathers sit inside the pipeline")
+        raise reject("part", part, "'all' with ZeRO-3/FSDP, whose parameter gathers sit inside the pipeline")
     world = parallelism.world_size
     if ranks is None:
         ranks = tuple(range(world))
     else:
         ranks = tuple(int(r) for r in ranks)
         if not ranks or len(set(ranks)) != len(ranks) or not all(0 <= r < world for r in ranks):
-            raise _reject("ranks", ranks, f"distinct ranks in 0..{world - 1}, at least one")
+            raise reject("ranks", ranks, f"distinct ranks in 0..{world - 1}, at least one")
     builder = _Builder(model, parallelism, compute, recompute=recompute, granularity=granularity, part=part,
                        ranks=ranks, tensor_rank0_p2p=tensor_rank0_p2p)
     programs = tuple(map(builder.program, ranks))

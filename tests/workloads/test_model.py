@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 from importlib import resources
 
+import numpy as np
 import pytest
 
+from tests.workloads import shapes
 from workloads.collectives import CollectiveKind
 from workloads.model import ModelSpec, ceil_div, zero_state_bytes
 from workloads.presets import MODELS, SC21_GPTS, custom_gpt, model_preset
@@ -24,6 +27,10 @@ def tiny_moe(**kw) -> ModelSpec:
                 experts=4, top_k=2, expert_ffn_hidden=8, shared_experts=1, first_dense_layers=1)
     args.update(kw)
     return ModelSpec(**args)
+
+
+# h 64: layer 0 dense, layers 1, 3, 5 MoE (8 experts of f_e 64, one shared expert)
+MOE = shapes.moe(6, first_dense_layers=1, moe_layer_freq=2, shared_experts=1, expert_ffn_hidden=64)
 
 
 def sc21_rows(metric: str) -> list[dict[str, str]]:
@@ -106,6 +113,26 @@ def test_activation_memory_falls_with_recomputation_and_parallelism():
     assert model.activation_bytes_per_layer(flash_attention=True, **kw) < none
 
 
+@pytest.mark.parametrize("model", [shapes.gpt(7), shapes.llama(5), MOE], ids=["gpt", "llama", "moe"])
+def test_stage_and_model_sums_agree_with_the_per_layer_function(model):
+    eps = (1, 2, 8) if model.is_moe else (1,)
+    for tp, ep, pp in itertools.product((1, 2), eps, (1, 2, 3)):
+        stages = model.stage_layers(pp=pp)
+        for stage, layers in enumerate(stages):
+            extra = model.embedding_parameters(tp=tp) if stage == 0 else 0
+            if stage == pp - 1:
+                extra += model.final_norm_parameters() + model.last_stage_output_parameters(tp=tp, pp=pp)
+            expected = sum(model.layer_parameters(i, tp=tp, ep=ep) for i in layers) + extra
+            assert model.stage_parameters(stage, tp=tp, pp=pp, ep=ep) == expected
+        # ep splits only the routed experts
+        for i in range(model.layers):
+            assert model.layer_parameters(i, tp=tp) - model.layer_parameters(i, tp=tp, ep=ep) == \
+                model.routed_expert_parameters(i) - model.routed_expert_parameters(i, ep=ep)
+    assert model.total_parameters() == sum(model.layer_parameters(i) for i in range(model.layers)) \
+        + model.embedding_parameters() + model.output_parameters() + model.final_norm_parameters()
+    assert model.moe_layers == sum(model.is_moe_layer(i) for i in range(model.layers))
+
+
 def test_moe_active_parameters_count_top_k_experts():
     moe = tiny_moe()
     idle = (moe.experts - moe.top_k) * 3 * moe.hidden * moe.expert_ffn_hidden
@@ -119,19 +146,35 @@ def test_moe_active_parameters_count_top_k_experts():
 
 
 def test_output_weight_of_the_last_stage_and_one_expert_by_hand():
-    # ceil_div(51,200, 3) = 17,067 (17,066.7 rounded up). Vocabulary 51,200, h 64, t 2: V/t h = 25,600 x 64. A
-    # tied output weight is a copy on the last stage when pp > 1 and the embedding itself when pp = 1; an untied
-    # one is always there.
-    tied = custom_gpt(layers=2, hidden=64, heads=4, vocab=51_200, seq_len=32)
-    untied = ModelSpec(name="untied", layers=2, hidden=64, heads=4, vocab=51_200, seq_len=32)
-    assert ceil_div(51_200, 3) == 17_067 and ceil_div(51_200, 2) == 25_600
+    # ceil_div(51,200, 3) = 17,067 (17,066.7 rounded up). Vocabulary 51,201, h 64, t 2: V/t = 25,600.5 rows,
+    # rounded up to 25,601 (the vocabulary is padded to a multiple of t), so 25,601 x 64 weights. A tied output
+    # weight is a copy on the last stage when pp > 1 and the embedding itself when pp = 1; an untied one is
+    # always there.
+    tied = custom_gpt(layers=2, hidden=64, heads=4, vocab=51_201, seq_len=32)
+    untied = ModelSpec(name="untied", layers=2, hidden=64, heads=4, vocab=51_201, seq_len=32)
+    assert ceil_div(51_200, 3) == 17_067 and ceil_div(51_201, 2) == 25_601
     assert tied.last_stage_output_parameters(tp=1, pp=1) == 0
-    assert tied.last_stage_output_parameters(tp=2, pp=2) == 25_600 * 64
-    assert untied.last_stage_output_parameters(tp=2, pp=1) == untied.output_parameters(tp=2) == 25_600 * 64
+    assert tied.last_stage_output_parameters(tp=2, pp=2) == 25_601 * 64
+    assert untied.last_stage_output_parameters(tp=2, pp=1) == untied.output_parameters(tp=2) == 25_601 * 64
     # one routed SwiGLU expert of f_e: 3 h f_e weights, no biases, not split over t; none in a dense model
     moe = tiny_moe()
     assert moe.expert_parameters() == 3 * 8 * 8 == 192                  # h = f_e = 8
     assert tied.expert_parameters() == 0
+
+
+def test_hand_derived_layer_counts():
+    # GPT, h 64: attention 4 h^2 + 4 h, MLP 8 h^2 + 5 h, two LayerNorms 4 h -> 12 h^2 + 13 h = 49,984
+    assert shapes.gpt().layer_parameters(0) == 12 * 64 ** 2 + 13 * 64 == 49_984
+    # MoE layer 1 (first_dense_layers 1, every 2nd layer): 2 RMSNorms 2 h, attention 4 h^2 (MHA, no biases),
+    # router h E = 512, 8 experts and 1 shared expert of 3 h f_e = 3 x 64 x 64 = 12,288 each:
+    # 128 + 16,384 + 512 + 9 x 12,288 = 127,616; with ep = 8 one routed expert stays: 127,616 - 7 x 12,288
+    assert [MOE.is_moe_layer(i) for i in range(6)] == [False, True, False, True, False, True]
+    assert MOE.layer_parameters(1) == 127_616
+    assert MOE.layer_parameters(1, ep=8) == 127_616 - 7 * 12_288 == 41_600
+    # the routed experts of that layer: 8 x 12,288 = 98,304, with ep = 8 one of them; none on dense layer 0
+    assert MOE.routed_expert_parameters(1) == 8 * 12_288 == 98_304
+    assert MOE.routed_expert_parameters(1, ep=8) == 12_288
+    assert MOE.routed_expert_parameters(0) == 0
 
 
 def test_gpt_parameters_follow_megatron_formula():
@@ -342,6 +385,34 @@ def test_bad_parallel_and_call_arguments():
         zero_state_bytes(1e9, zero_stage=4)
     with pytest.raises(ValueError, match=r"ep_alltoall_bytes: 'llama3-8b' is not allowed; expected a MoE model"):
         model.ep_alltoall_bytes(micro_batch=1)
+
+
+def test_validation_is_kept_at_every_public_entry():
+    model = MOE
+    # numpy integers are integers; booleans and floats are not
+    assert model.layer_parameters(np.int64(1), tp=np.int64(2), ep=np.int64(2)) == model.layer_parameters(1, tp=2,
+                                                                                                          ep=2)
+    for bad in (6, -1, 1.0, True, "1"):
+        with pytest.raises(ValueError, match=f"layer: {bad!r} is not allowed; expected an integer in 0..5"):
+            model.layer_parameters(bad)
+        with pytest.raises(ValueError, match=f"layer: {bad!r} is not allowed"):
+            model.is_moe_layer(bad)
+        with pytest.raises(ValueError, match=f"layer: {bad!r} is not allowed"):
+            model.routed_expert_parameters(bad)
+    with pytest.raises(ValueError, match="tp: 3 is not allowed; expected a divisor of heads"):
+        model.layer_parameters(1, tp=3)
+    with pytest.raises(ValueError, match="ep: 3 is not allowed; expected a divisor of experts"):
+        model.stage_parameters(0, pp=2, ep=3)
+    with pytest.raises(ValueError, match="ep: 3 is not allowed; expected a divisor of experts"):
+        model.routed_expert_parameters(1, ep=3)
+    with pytest.raises(ValueError, match="tp: 0 is not allowed; expected an integer >= 1"):
+        model.stage_parameters(0, tp=0)
+    with pytest.raises(ValueError, match="stage: 2 is not allowed; expected an integer in 0..1"):
+        model.stage_parameters(2, pp=2)
+    with pytest.raises(ValueError, match="tp: 3 is not allowed"):
+        model.attention_parameters(tp=3)
+    with pytest.raises(ValueError, match="ep: 2 is not allowed; expected 1 for a dense model"):
+        shapes.gpt().layer_parameters(0, ep=2)
 
 
 def test_unknown_preset_lists_the_names():

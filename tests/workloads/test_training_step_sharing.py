@@ -3,44 +3,23 @@
 * ranks of one stage (same tensor, context and expert coordinate where it matters) run the same program up to
   the relabelling of ranks and collectives;
 * the order in which ranks are built (which one fills the shared per-stage results first) changes nothing;
-* what is shared is what each rank would compute alone: gradient buckets against a direct derivation from the
-  public parameter counts, stage parameter sums against the per-layer public function;
-* every public ModelSpec entry validates its arguments and names the bad field in its message.
+* what is shared is what each rank would compute alone: programs against each rank built alone, gradient
+  buckets against a direct derivation from the public parameter counts.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 
-import numpy as np
 import pytest
 
-from workloads.collectives import CollectiveKind
+from tests.workloads.shapes import gpt, llama, moe
 from workloads.model import ModelSpec
 from workloads.parallelism import ParallelismSpec
-from workloads.presets import custom_gpt
 from workloads.tasks import CommTask, ComputeTask
 from workloads.training_step import (STREAM_COMPUTE, STREAM_DP, StepCompute, _Builder, _RankProgram,
                                      training_step)
-
-
-def gpt(layers: int = 4) -> ModelSpec:
-    # h 64, a 4, V 128, s 32, tied embeddings, learned positions: 12 h^2 + 13 h = 49,984 weights per layer
-    return custom_gpt(layers=layers, hidden=64, heads=4, vocab=128, seq_len=32)
-
-
-def llama(layers: int = 5) -> ModelSpec:
-    return ModelSpec(name="tiny-llama", layers=layers, hidden=64, heads=4, kv_heads=2, vocab=130, seq_len=32,
-                     ffn_hidden=96, gated_mlp=True, position_embedding="rope", norm="rmsnorm", bias=False,
-                     dropout=False)
-
-
-def moe(layers: int = 4, **kw) -> ModelSpec:
-    args = dict(name="tiny-moe", layers=layers, hidden=64, heads=4, kv_heads=4, vocab=128, seq_len=32,
-                ffn_hidden=128, gated_mlp=True, position_embedding="rope", norm="rmsnorm", bias=False, dropout=False,
-                experts=8, top_k=2)
-    args.update(kw)
-    return ModelSpec(**args)
 
 
 def varied_times(model: ModelSpec, spec: ParallelismSpec) -> StepCompute:
@@ -77,6 +56,9 @@ LAYOUTS = [
 OPTIONS = [dict(), dict(granularity="chunk", tensor_rank0_p2p=True), dict(recompute="full", granularity="chunk")]
 CASES = [pytest.param(model, layout, opts, id=f"{i}-{j}")
          for i, (model, layout) in enumerate(LAYOUTS) for j, opts in enumerate(OPTIONS)]
+# training_step's keyword options and their defaults, as _Builder takes them
+STEP_DEFAULTS = {name: p.default for name, p in inspect.signature(training_step).parameters.items()
+                 if p.kind is p.KEYWORD_ONLY}
 
 
 def parts(spec: ParallelismSpec) -> list[tuple[str, tuple[int, ...]]]:
@@ -174,7 +156,11 @@ def test_build_order_does_not_matter(model, layout, opts):
                 assert with_global_ranks(other, local) == expected[rank], (part, rank)
 
 
-@pytest.mark.parametrize("model, layout, opts", CASES[:6])
+# the first two layouts with every option, and the MoE layout with imbalanced all-to-alls (default options)
+IMBALANCED = next(i for i, (_, layout) in enumerate(LAYOUTS) if layout.get("ep_imbalance"))
+
+
+@pytest.mark.parametrize("model, layout, opts", CASES[:2 * len(OPTIONS)] + [CASES[IMBALANCED * len(OPTIONS)]])
 def test_building_twice_gives_equal_workloads(model, layout, opts):
     spec = ParallelismSpec(**layout)
     compute = varied_times(model, spec)
@@ -192,8 +178,7 @@ def test_shared_programs_are_the_programs_each_rank_builds_alone(model, layout, 
     compute = varied_times(model, spec)
     for part, ranks in parts(spec):
         tw = training_step(model, spec, compute, part=part, ranks=ranks, **opts)
-        opts_all = dict(dict(recompute="none", granularity="layer", tensor_rank0_p2p=False), **opts)
-        builder = _Builder(model, spec, compute, part=part, ranks=ranks, **opts_all)
+        builder = _Builder(model, spec, compute, **{**STEP_DEFAULTS, **opts, "part": part, "ranks": ranks})
         alone = tuple(_RankProgram(builder, rank).build() for rank in ranks)
         assert tw.workload.programs == alone, part
         assert tw.workload.collectives == tuple(builder.collectives)
@@ -201,37 +186,15 @@ def test_shared_programs_are_the_programs_each_rank_builds_alone(model, layout, 
             tuple(builder.kinds), tuple(builder.names), tuple(builder.weights))
 
 
-def test_which_ranks_share_a_program_object():
-    # reduction part: a rank asks its stage and its data-parallel group, so the d members of each of the
-    # t p = 8 groups share one program object. One replica's pipeline (d coordinate 0) with representative
-    # transfers: tensor rank 0 of a stage asks its pipeline group (its peers), tensor ranks 1..3 only their
-    # stage and tensor group: 4 stages x 2 objects
-    model = llama(8)
-    spec = ParallelismSpec(tp=2, pp=4, dp=32, global_batch=32, dp_overlap=False, bucket_bytes=None)
-    tw = training_step(model, spec, varied_times(model, spec), part="reduction", granularity="chunk")
-    objects: dict[int, set] = {}
-    for rank, program in enumerate(tw.workload.programs):
-        objects.setdefault(id(program), set()).add(spec.group_of("dp_cp", rank))
-    assert len(objects) == 8 and all(len(groups) == 1 for groups in objects.values())
-    model = gpt(4)
-    spec = ParallelismSpec(tp=4, pp=4, dp=2, global_batch=8, dp_overlap=False, bucket_bytes=None)
-    replica = tuple(r for r in range(spec.world_size) if spec.coords(r).dp == 0)
-    tw = training_step(model, spec, varied_times(model, spec), part="pipeline", ranks=replica,
-                       granularity="chunk", tensor_rank0_p2p=True)
-    objects = {}
-    for local, rank in enumerate(replica):
-        c = spec.coords(rank)
-        objects.setdefault(id(tw.workload.programs[local]), set()).add((c.pp, c.tp == 0))
-    assert len(objects) == 4 * 2 and all(len(kinds) == 1 for kinds in objects.values())
-
-
-def test_a_wide_reduction_is_one_program_per_stage():
+def test_a_wide_reduction_is_one_all_reduce_per_data_parallel_group_and_one_program_object_per_group():
     # 256 ranks (t 2, p 4, d 32) with one gradient buffer reduced after the pipeline, as the scale benchmark:
-    # every rank all-reduces its stage's gradients once, then runs its stage's optimizer
+    # every rank all-reduces its stage's gradients once, then runs its stage's optimizer. A rank asks only its
+    # stage and its data-parallel group, so the d members of each of the t p = 8 groups share one program object
     model = llama(8)
     spec = ParallelismSpec(tp=2, pp=4, dp=32, global_batch=32, dp_overlap=False, bucket_bytes=None)
     tw = training_step(model, spec, varied_times(model, spec), part="reduction", granularity="chunk")
     assert len(tw.workload.collectives) == 2 * 4                  # one per data-parallel group (t p of them)
+    objects: dict[int, set] = {}
     for rank, program in enumerate(tw.workload.programs):
         stage = spec.coords(rank).pp
         bucket, optimizer = program
@@ -240,6 +203,23 @@ def test_a_wide_reduction_is_one_program_per_stage():
         assert tw.workload.collectives[bucket.index].nbytes == model.stage_parameters(stage, tp=2, pp=4) * 4
         assert isinstance(optimizer, ComputeTask) and optimizer.after == (0,)
         assert optimizer.duration_s == 1e-4 * (stage + 1) and optimizer.name == f"optimizer stage{stage}"
+        objects.setdefault(id(program), set()).add(spec.group_of("dp_cp", rank))
+    assert len(objects) == 8 and all(len(groups) == 1 for groups in objects.values())
+
+
+def test_a_replica_pipeline_is_one_program_object_per_stage_and_tensor_rank_0_or_not():
+    # one replica's pipeline (d coordinate 0) with representative transfers: tensor rank 0 of a stage asks its
+    # pipeline group (its peers), tensor ranks 1..3 only their stage and tensor group: 4 stages x 2 objects
+    model = gpt(4)
+    spec = ParallelismSpec(tp=4, pp=4, dp=2, global_batch=8, dp_overlap=False, bucket_bytes=None)
+    replica = tuple(r for r in range(spec.world_size) if spec.coords(r).dp == 0)
+    tw = training_step(model, spec, varied_times(model, spec), part="pipeline", ranks=replica,
+                       granularity="chunk", tensor_rank0_p2p=True)
+    objects: dict[int, set] = {}
+    for local, rank in enumerate(replica):
+        c = spec.coords(rank)
+        objects.setdefault(id(tw.workload.programs[local]), set()).add((c.pp, c.tp == 0))
+    assert len(objects) == 4 * 2 and all(len(kinds) == 1 for kinds in objects.values())
 
 
 def test_buckets_close_at_the_backward_task_that_completes_them():
@@ -271,88 +251,3 @@ def test_buckets_close_at_the_backward_task_that_completes_them():
         for task, end in zip(buckets, ends):
             done = next(k for k, total in enumerate(running) if total >= end)
             assert task.after == (last_mb[done],)
-
-
-# --------------------------------------------------------------------------------------------------
-# model: parameter sums and validation
-# --------------------------------------------------------------------------------------------------
-
-
-MOE = moe(6, first_dense_layers=1, moe_layer_freq=2, shared_experts=1, expert_ffn_hidden=64)
-
-
-@pytest.mark.parametrize("model", [gpt(7), llama(5), MOE], ids=["gpt", "llama", "moe"])
-def test_stage_and_model_sums_agree_with_the_per_layer_function(model):
-    eps = (1, 2, 8) if model.is_moe else (1,)
-    for tp, ep, pp in itertools.product((1, 2), eps, (1, 2, 3)):
-        stages = model.stage_layers(pp=pp)
-        for stage, layers in enumerate(stages):
-            extra = model.embedding_parameters(tp=tp) if stage == 0 else 0
-            if stage == pp - 1:
-                extra += model.final_norm_parameters() + model.last_stage_output_parameters(tp=tp, pp=pp)
-            expected = sum(model.layer_parameters(i, tp=tp, ep=ep) for i in layers) + extra
-            assert model.stage_parameters(stage, tp=tp, pp=pp, ep=ep) == expected
-    assert model.total_parameters() == sum(model.layer_parameters(i) for i in range(model.layers)) \
-        + model.embedding_parameters() + model.output_parameters() + model.final_norm_parameters()
-    assert model.moe_layers == sum(model.is_moe_layer(i) for i in range(model.layers))
-
-
-def test_hand_derived_layer_counts():
-    # GPT, h 64: attention 4 h^2 + 4 h, MLP 8 h^2 + 5 h, two LayerNorms 4 h -> 12 h^2 + 13 h = 49,984
-    assert gpt().layer_parameters(0) == 12 * 64 ** 2 + 13 * 64 == 49_984
-    # MoE layer 1 (first_dense_layers 1, every 2nd layer): 2 RMSNorms 2 h, attention 4 h^2 (MHA, no biases),
-    # router h E = 512, 8 experts and 1 shared expert of 3 h f_e = 3 x 64 x 64 = 12,288 each:
-    # 128 + 16,384 + 512 + 9 x 12,288 = 127,616; with ep = 8 one routed expert stays: 127,616 - 7 x 12,288
-    assert [MOE.is_moe_layer(i) for i in range(6)] == [False, True, False, True, False, True]
-    assert MOE.layer_parameters(1) == 127_616
-    assert MOE.layer_parameters(1, ep=8) == 127_616 - 7 * 12_288 == 41_600
-
-
-def test_validation_is_kept_at_every_public_entry():
-    model = MOE
-    # numpy integers are integers; booleans and floats are not
-    assert model.layer_parameters(np.int64(1), tp=np.int64(2), ep=np.int64(2)) == model.layer_parameters(1, tp=2,
-                                                                                                          ep=2)
-    for bad in (6, -1, 1.0, True, "1"):
-        with pytest.raises(ValueError, match=f"layer: {bad!r} is not allowed; expected an integer in 0..5"):
-            model.layer_parameters(bad)
-        with pytest.raises(ValueError, match=f"layer: {bad!r} is not allowed"):
-            model.is_moe_layer(bad)
-    with pytest.raises(ValueError, match="tp: 3 is not allowed; expected a divisor of heads"):
-        model.layer_parameters(1, tp=3)
-    with pytest.raises(ValueError, match="ep: 3 is not allowed; expected a divisor of experts"):
-        model.stage_parameters(0, pp=2, ep=3)
-    with pytest.raises(ValueError, match="tp: 0 is not allowed; expected an integer >= 1"):
-        model.stage_parameters(0, tp=0)
-    with pytest.raises(ValueError, match="stage: 2 is not allowed; expected an integer in 0..1"):
-        model.stage_parameters(2, pp=2)
-    with pytest.raises(ValueError, match="tp: 3 is not allowed"):
-        model.attention_parameters(tp=3)
-    with pytest.raises(ValueError, match="ep: 2 is not allowed; expected 1 for a dense model"):
-        gpt().layer_parameters(0, ep=2)
-
-
-# --------------------------------------------------------------------------------------------------
-# hand-derived numbers
-# --------------------------------------------------------------------------------------------------
-
-
-def test_reduction_part_by_hand():
-    """Tiny GPT (4 layers of 49,984 weights), p 2, d 2, one bucket, bf16 (fp32 gradients, 4 B):
-    stage 0 holds layers 0-1 and the embedding (V h + s h = 8,192 + 2,048): 110,208 weights -> 440,832 B;
-    stage 1 layers 2-3, the final norm (2 h = 128) and the tied output copy (V h = 8,192): 108,288 -> 433,152 B.
-    Both stages also all-reduce the tied embedding gradient, V h x 4 B = 32,768 B, between stage 0 and 1."""
-    model = gpt()
-    spec = ParallelismSpec(pp=2, dp=2, global_batch=2, dp_overlap=False, bucket_bytes=None)
-    tw = training_step(model, spec, varied_times(model, spec), part="reduction")
-    expected = {0: 440_832, 1: 433_152}
-    for rank, program in enumerate(tw.workload.programs):
-        stage = spec.coords(rank).pp
-        bucket, embedding, optimizer = program
-        c = tw.workload.collectives[bucket.index]
-        assert (c.kind, c.nbytes, c.group) == (CollectiveKind.ALL_REDUCE, expected[stage],
-                                               spec.group_of("dp_cp", rank))
-        e = tw.workload.collectives[embedding.index]
-        assert (e.kind, e.nbytes, tw.group_kinds[embedding.index]) == (CollectiveKind.ALL_REDUCE, 32_768, "pp")
-        assert e.group == spec.group_of("pp", rank)
-        assert optimizer.after == (0, 1) and optimizer.duration_s == 1e-4 * (stage + 1)
