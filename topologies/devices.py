@@ -62,7 +62,6 @@ from topologies.links import (
     IB_HDR,
     IB_NDR,
     IB_XDR,
-    NCCL_NVLINK_GBPS,
     NVLINK3,
     NVLINK4,
     NVLINK5,
@@ -252,7 +251,8 @@ class SwitchSpec:
     latency_s: float
     sharp: bool = False
     # Fraction of a port's bandwidth that in-network reduction / multicast traffic sustains
-    # (NVLS multimem operations, SHARP aggregation); 1.0 for switches without it.
+    # (SHARP aggregation; NVLS multimem operations: NCCL's nvlsEfficiency, a fraction of NCCL's NVLink
+    # figure ``links.NCCL_NVLINK_BYTES_PER_S``); 1.0 for switches without it.
     reduction_efficiency: float = 1.0
     # SHARP resources of an InfiniBand switch (read only when ``sharp`` is True; module docstring).
     # Reduced stream of ONE aggregation tree through this switch, bytes/s; None = the port rate.
@@ -492,10 +492,7 @@ NVSWITCH_GEN4 = SwitchSpec(          # HGX/DGX B200 (2 chips per board), GB200 N
     port_rate_bytes_per_s=NVLINK5.line_rate_bytes_per_s,   # 50 GB/s per direction per port
     latency_s=_NVSWITCH_LATENCY_S,   # ESTIMATE (see above)
     sharp=True,                      # NVIDIA NVLink/NVLink Switch page: SHARP engines in each NVLink Switch
-    # NCCL nvlsEfficiency[Blackwell] 0.74 (src/graph/tuning.cc, 2.28+) applies to NCCL's SM100 NVLink
-    # figure (40.1 GB/s per link); NVLink5 here carries the measured 37.9 (topologies/links.py), so the
-    # same NVLS throughput is 0.74 x 40.1 / 37.9 = 0.783 of it
-    reduction_efficiency=0.74 * gbyte_per_s(NCCL_NVLINK_GBPS["blackwell"]) / NVLINK5.bandwidth_bytes_per_s,
+    reduction_efficiency=0.74,       # NCCL nvlsEfficiency[Blackwell] (src/graph/tuning.cc, 2.28+)
 )
 PCIE_SWITCH_GEN4 = SwitchSpec(       # Broadcom PEX88096 class (4 per DGX A100)
     name="pcie_switch_gen4",

@@ -56,7 +56,7 @@ __all__ = (
     "LinkKind",
     "LinkSpec",
     "LINK_PRESETS",
-    "NCCL_NVLINK_GBPS",
+    "NCCL_NVLINK_BYTES_PER_S",
     "NVLINK3",
     "NVLINK4",
     "NVLINK5",
@@ -214,8 +214,10 @@ class LinkSpec:
 # 673, sendrecv 664 GB/s at 16 GiB.
 _NVLINK34_LINE_GBPS = 25.0   # GB/s per direction per NVLink3/NVLink4 link (see above)
 _NVLINK5_LINE_GBPS = 50.0    # GB/s per direction per NVLink5 link (see above)
-# NCCL src/graph/topo.h (v2.30.7): SM80_NVLINK_BW, SM90_NVLINK_BW, SM100_NVLINK_BW, by GPU generation
-NCCL_NVLINK_GBPS: Mapping[str, float] = types.MappingProxyType({"ampere": 20.0, "hopper": 20.6, "blackwell": 40.1})
+# NCCL src/graph/topo.h (v2.30.7): SM80_NVLINK_BW, SM90_NVLINK_BW, SM100_NVLINK_BW (GB/s), by GPU generation
+_NCCL_NVLINK_GBPS = types.MappingProxyType({"ampere": 20.0, "hopper": 20.6, "blackwell": 40.1})
+NCCL_NVLINK_BYTES_PER_S: Mapping[str, float] = types.MappingProxyType(
+    {arch: gbyte_per_s(gbps) for arch, gbps in _NCCL_NVLINK_GBPS.items()})
 _B200_NVLINK_GBPS = 37.9        # measured 8x B200 ring plateau / 18 links (see above)
 # ESTIMATE: NVIDIA publishes no per-hop NVLink latency (ASTRA-sim maintainers: "NVLink latency
 # parameters are confidential and not public", github.com/astra-sim/astra-sim/issues/59). One
@@ -229,7 +231,7 @@ NVLINK3 = LinkSpec(  # A100 (SM80)
     kind=LinkKind.NVLINK,
     line_rate_bytes_per_s=gbyte_per_s(_NVLINK34_LINE_GBPS),
     encoding_efficiency=1.0,
-    protocol_efficiency=NCCL_NVLINK_GBPS["ampere"] / _NVLINK34_LINE_GBPS,  # 20.0 / 25 = 0.800
+    protocol_efficiency=_NCCL_NVLINK_GBPS["ampere"] / _NVLINK34_LINE_GBPS,  # 20.0 / 25 = 0.800
     latency_s=_NVLINK_LATENCY_S,
 )
 NVLINK4 = LinkSpec(  # H100 / H200 (SM90)
@@ -237,7 +239,7 @@ NVLINK4 = LinkSpec(  # H100 / H200 (SM90)
     kind=LinkKind.NVLINK,
     line_rate_bytes_per_s=gbyte_per_s(_NVLINK34_LINE_GBPS),
     encoding_efficiency=1.0,
-    protocol_efficiency=NCCL_NVLINK_GBPS["hopper"] / _NVLINK34_LINE_GBPS,  # 20.6 / 25 = 0.824
+    protocol_efficiency=_NCCL_NVLINK_GBPS["hopper"] / _NVLINK34_LINE_GBPS,  # 20.6 / 25 = 0.824
     latency_s=_NVLINK_LATENCY_S,
 )
 NVLINK5 = LinkSpec(  # B200 (SM100)

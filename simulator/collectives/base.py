@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from topologies.devices import GPU_PRESETS
-from topologies.links import NCCL_NVLINK_GBPS, LinkKind
+from topologies.links import NCCL_NVLINK_BYTES_PER_S, LinkKind
 from topologies.routing import Router, equal_share_rates
 from topologies.topology import Topology
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
@@ -100,7 +100,7 @@ class LoweringContext:
 
     def nccl_capacity(self) -> np.ndarray:
         """Link capacities as NCCL's tuner sees them: an NVLink link between a GPU and its switch
-        at NCCL's per-link figure for the GPU's generation (``topologies.links.NCCL_NVLINK_GBPS``)
+        at NCCL's per-link figure for the GPU's generation (``topologies.links.NCCL_NVLINK_BYTES_PER_S``)
         times its link count, every other link as modelled (only B200's NVLink5 departs: modelled
         37.9 GB/s per link, NCCL's 40.1)."""
         def build():
@@ -113,22 +113,13 @@ class LoweringContext:
             for node in topo.gpu_nodes.tolist():
                 gpus_by_name.setdefault(topo.graph.nodes[node].get("gpu"), []).append(node)
             for name, gpus in gpus_by_name.items():
-                scale = _nccl_nvlink_scale(name)
-                if abs(scale - 1.0) > 1e-9:                  # only where the model departs from NCCL's figure
-                    capacity[nvlink[np.isin(gpu_end, gpus)]] *= scale
+                capacity[nvlink[np.isin(gpu_end, gpus)]] *= _nccl_nvlink_scale(name)
             return capacity
         return self.cached(("nccl-capacity",), build)
 
-    def chain_rates(self, chains: list[np.ndarray], weights: list[np.ndarray] | None = None, *,
-                    view: str = "model") -> np.ndarray:
-        """Equal-share rate of each chain's link list (the tuner's static bandwidth estimate).
-        ``view`` "model": the modelled capacities, bounded by what the chain's network connections
-        can stream; "nccl": the links as NCCL's topology sees them (:meth:`nccl_capacity`), whose
-        graph knows port speeds but no per-connection limit."""
-        if view not in ("model", "nccl"):
-            raise ValueError(f"view: {view!r} is not known; expected 'model' or 'nccl'")
-        if view == "nccl":
-            return equal_share_rates(chains, self.nccl_capacity(), weights)
+    def chain_rates(self, chains: list[np.ndarray], weights: list[np.ndarray] | None = None) -> np.ndarray:
+        """Equal-share rate of each chain's link list (the tuner's static bandwidth estimate) on the
+        modelled capacities, bounded by what the chain's network connections can stream."""
         rates = equal_share_rates(chains, self.topology.link_capacity_bytes_per_s, weights)
         return np.minimum(rates, connection_caps(self.topology, chains, self.qps_per_connection, weights))
 
@@ -136,10 +127,10 @@ class LoweringContext:
 def _nccl_nvlink_scale(gpu_name: str | None) -> float:
     """NCCL's per-link NVLink figure over the modelled one for a GPU preset (1 when either is unknown)."""
     spec = GPU_PRESETS.get(gpu_name)
-    nccl_gbps = NCCL_NVLINK_GBPS.get(spec.arch) if spec is not None else None
-    if not nccl_gbps or spec.nvlink is None:
+    nccl_bytes_per_s = NCCL_NVLINK_BYTES_PER_S.get(spec.arch) if spec is not None else None
+    if not nccl_bytes_per_s or spec.nvlink is None:
         return 1.0
-    return nccl_gbps * 1e9 / spec.nvlink.bandwidth_bytes_per_s
+    return nccl_bytes_per_s / spec.nvlink.bandwidth_bytes_per_s
 
 
 def connection_caps(topology: Topology, paths: list[np.ndarray], qps_per_connection: int = 1,

@@ -62,6 +62,11 @@ COLLNET_NET_LATENCY_US = 31.0
 COLLNET_ARITY_LATENCY_US = 0.4
 
 
+def _chains_per_gpu(ppn: int, nchannels: int) -> int:
+    """Sub-shards (chains) owned by each local GPU: the channels spread over the ``ppn`` GPUs, at least one."""
+    return max(1, nchannels // ppn)
+
+
 class CollNetAlgorithm:
     name = "collnet"
     kinds = frozenset({CollectiveKind.ALL_REDUCE})
@@ -108,9 +113,9 @@ class CollNetAlgorithm:
         return allocation.trees[allocation.rail_tree[q]]
 
     def _plan(self, collective: Collective, ctx: LoweringContext, nchannels: int) -> list[tuple[int, int, int]]:
-        """Sub-shards: (owner local index, offset, count); ``max(1, nchannels // ppn)`` per local index."""
+        """Sub-shards: (owner local index, offset, count); ``_chains_per_gpu`` per local index."""
         layout = ctx.layout(collective.group)
-        nshards = layout.ppn * max(1, nchannels // layout.ppn)
+        nshards = layout.ppn * _chains_per_gpu(layout.ppn, nchannels)
         elements = collective.nbytes // DTYPE_BYTES[collective.dtype]
         count = split_evenly(elements, nshards)
         offset = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
@@ -172,7 +177,7 @@ class CollNetAlgorithm:
         """Most one chain's switch legs carry: the slowest tree's ``min over its switches of
         sharp_aggregation_bytes_per_s / chains on the tree`` (inf when no switch states a rate)."""
         allocation = self._allocation(collective, ctx)
-        per_rail = max(1, nchannels // ctx.layout(collective.group).ppn)      # chains per rail (``_plan``)
+        per_rail = _chains_per_gpu(ctx.layout(collective.group).ppn, nchannels)     # chains per rail (``_plan``)
         nodes = ctx.topology.graph.nodes
         return min(min(nodes[s].get("sharp_aggregation_bytes_per_s", math.inf) for s in allocation.trees[t].switches)
                    / (rails * per_rail) for t, rails in Counter(allocation.rail_tree).items())

@@ -11,8 +11,12 @@ all_reduce = reduce + multicast (NCCL pipelines the two, so they run as one step
 reduce_scatter = reduce only; all_gather = multicast only.
 
 Per GPU, all_reduce moves S (n+1)/n up and S (n+1)/n down its NVLinks, against 2 S (n-1)/n each
-way for a ring, so busbw = B_eff x 2(n-1)/(n+1) where B_eff = NVLink bandwidth x the switch's
-reduction efficiency (NCCL's nvlsEfficiency: 0.85 on Hopper, 0.74 on Blackwell). Worked number,
+way for a ring, so busbw = B_eff x 2(n-1)/(n+1) where B_eff = NVLink bandwidth as NCCL counts it
+(``LoweringContext.nccl_capacity``) x the switch's reduction efficiency (NCCL's nvlsEfficiency:
+0.85 on Hopper, 0.74 on Blackwell), as NCCL's tuner applies it. Where the modelled NVLink departs
+from NCCL's figure (B200: 37.9 GB/s a link measured, NCCL's 40.1) the switch legs run at
+nvlsEfficiency x NCCL's / the modelled capacity (:func:`switch_efficiency`: 0.74 x 40.1 / 37.9 =
+0.783 on B200), so NVLS keeps NCCL's throughput. Worked number,
 8x H100: 370.8 GB/s x 0.85 x 14/9 = 490 GB/s busbw (measured: 480 GB/s). For reduce_scatter and
 all_gather NVLS moves S up / S (n-1)/n down (or the reverse) at the reduced efficiency, so on one
 node a ring is faster, as NCCL's tuner also concludes.
@@ -44,6 +48,8 @@ NVLS_MAX_CHUNK_BYTES = 128 * 1024
 # through the switch), fitted on the busbw steps of the measured 8x H100 and 8x B200 tables where NCCL
 # halves the chunk; NCCL's nvlsEfficiency already holds it at 128 KiB chunks.
 NVLS_CHUNK_SYNC_S = 1.5e-6
+
+
 def nvls_channels(arch: str, nnodes: int) -> int:
     one, several = NVLS_CHANNELS.get(arch, NVLS_CHANNELS["hopper"])
     return one if nnodes == 1 else several
@@ -68,6 +74,21 @@ def nvls_chunk_efficiency(chunk_bytes: int, channel_bytes_per_s: float) -> float
     (8-64 MiB all_reduce) run at 1.20 / 1.80 = 67% of the large-message busbw."""
     x = NVLS_CHUNK_SYNC_S * channel_bytes_per_s / NVLS_MAX_CHUNK_BYTES
     return (1.0 + x) / (1.0 + x * NVLS_MAX_CHUNK_BYTES / chunk_bytes)
+
+
+def nvswitch_links(ctx: LoweringContext, rank: int) -> np.ndarray:
+    """Links from ``rank``'s GPU up to its server's NVSwitch."""
+    return ctx.router.gpu_to_node(ctx.gpu(rank), ctx.topology.servers[ctx.server(rank)].nvswitch)
+
+
+def switch_efficiency(ctx: LoweringContext, rank: int, nvls_efficiency: float) -> float:
+    """NCCL's ``nvls_efficiency`` as the switch legs of ``rank``'s GPU run on the modelled links.
+    NCCL applies nvlsEfficiency to its own NVLink figure (:meth:`LoweringContext.nccl_capacity`), so
+    the legs run at nvlsEfficiency x NCCL's / the modelled capacity of the GPU's switch links:
+    0.74 x 40.1 / 37.9 = 0.783 on B200, nvlsEfficiency itself where the two agree."""
+    links = nvswitch_links(ctx, rank)
+    nccl = float(ctx.nccl_capacity()[links].min())
+    return nvls_efficiency * (nccl / float(ctx.topology.link_capacity_bytes_per_s[links].min()))
 
 
 class NvlsAlgorithm:
@@ -119,20 +140,25 @@ class NvlsAlgorithm:
         switch = ctx.topology.servers[ctx.layout(collective.group).servers[0]].nvswitch
         return {REDUCE_BUFFER: switch, MULTICAST_BUFFER: switch}
 
+    def _switch_efficiency(self, collective: Collective, ctx: LoweringContext) -> float:
+        """NCCL's nvlsEfficiency on the modelled links (:func:`switch_efficiency`)."""
+        info = ctx.topology.servers[ctx.layout(collective.group).servers[0]]
+        return switch_efficiency(ctx, collective.group[0], info.nvls_efficiency)
+
     def _rate(self, collective: Collective, ctx: LoweringContext) -> float:
-        """Equal-share rate of the slowest shard chain at NCCL's nvlsEfficiency (no chunk penalty)."""
-        efficiency = ctx.topology.servers[ctx.layout(collective.group).servers[0]].nvls_efficiency
+        """Equal-share rate of the slowest shard chain at NCCL's nvlsEfficiency of NCCL's NVLink
+        figure (no chunk penalty)."""
         rate, _ = ctx.cached(("nvls-rate", collective.group, collective.kind), lambda: innet_chain_rate(
-            ctx, self._edges(collective), self._innet(collective, ctx), efficiency))
+            ctx, self._edges(collective), self._innet(collective, ctx), self._switch_efficiency(collective, ctx)))
         return rate
 
     def _efficiency(self, collective: Collective, ctx: LoweringContext) -> float:
-        """The switch's reduction efficiency at the chunk size NCCL uses for this operation."""
+        """The switch legs' efficiency at the chunk size NCCL uses for this operation."""
         layout = ctx.layout(collective.group)
         nchannels = nvls_channels(layout.arch, 1)
         chunk = nvls_chunk_bytes(collective.nbytes, nchannels=nchannels, nheads=collective.nranks)
         channel_rate = self._rate(collective, ctx) * collective.nranks / nchannels
-        return ctx.topology.servers[layout.servers[0]].nvls_efficiency * nvls_chunk_efficiency(chunk, channel_rate)
+        return self._switch_efficiency(collective, ctx) * nvls_chunk_efficiency(chunk, channel_rate)
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)

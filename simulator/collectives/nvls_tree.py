@@ -31,15 +31,18 @@ Latency (tuning.cc): NVLS intra latency 25 us + 2 log2(nNodes) x 20.9 us (NET, N
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
+from topologies.units import gbyte_per_s
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule
 from . import nccl_model
 from .base import GroupLayout, LoweringContext, check_runnable, innet_schedule, split_evenly
-from .nvls import NVLS_LATENCY_US, NVLS_MAX_CHUNK_BYTES, nvls_channels, nvls_chunk_efficiency
+from .nvls import (NVLS_LATENCY_US, NVLS_MAX_CHUNK_BYTES, nvls_channels, nvls_chunk_efficiency, nvswitch_links,
+                   switch_efficiency)
 
 # hwLatencies[NET][NVLSTree][Simple] (tuning.cc, NCCL 2.30.7)
 NVLSTREE_NET_LATENCY_US = 20.9
@@ -99,6 +102,16 @@ def levels(parent: dict[int, int], root: int) -> list[list[int]]:
     return out
 
 
+class _Parts(NamedTuple):
+    """Sub-shards of :meth:`NvlsTreeAlgorithm._parts`."""
+    layout: GroupLayout
+    offset: np.ndarray                                # elements
+    count: np.ndarray                                 # elements
+    owner: list[int]                                  # local GPU owning each sub-shard
+    tree_of: list[int]                                # the tree (0 or 1) each sub-shard uses
+    trees: tuple[dict[int, int], dict[int, int]]      # parent of each server in the two trees
+
+
 class NvlsTreeAlgorithm:
     name = "nvlstree"
     kinds = frozenset({CollectiveKind.ALL_REDUCE})
@@ -124,7 +137,7 @@ class NvlsTreeAlgorithm:
         return nvls_channels(layout.arch, layout.nnodes)
 
     # ---- structure ---------------------------------------------------------------------------
-    def _parts(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+    def _parts(self, collective: Collective, ctx: LoweringContext, nchannels: int) -> _Parts:
         """Sub-shards j = q + ppn*c (owner: local GPU q, channel c), their (offset, count), the
         tree each uses ((q + c) mod 2, so each NIC serves both trees) and the two trees."""
         layout = ctx.layout(collective.group)
@@ -135,13 +148,14 @@ class NvlsTreeAlgorithm:
         offset = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
         owner = [j % layout.ppn for j in range(nshards)]
         tree_of = [(j % layout.ppn + j // layout.ppn) % 2 for j in range(nshards)]
-        return layout, offset, count, owner, tree_of, double_chain(layout.nnodes)
+        return _Parts(layout=layout, offset=offset, count=count, owner=owner, tree_of=tree_of,
+                      trees=double_chain(layout.nnodes))
 
     @staticmethod
     def _buffers(m: int) -> tuple[int, int]:
         return -(2 * m + 1), -(2 * m + 2)          # reduce, multicast buffer of server m
 
-    def _edges(self, parts):
+    def _edges(self, parts: _Parts):
         """(src, dst, elements, chain) of every edge of :meth:`_parts`' sub-shards; chain = sub-shard."""
         layout, _, count, owner, tree_of, trees = parts
         edges = []
@@ -167,22 +181,26 @@ class NvlsTreeAlgorithm:
                 out[buf] = ctx.topology.servers[server].nvswitch
         return out
 
-    def _efficiency(self, collective: Collective, ctx: LoweringContext) -> float:
+    def _nvls_efficiency(self, collective: Collective, ctx: LoweringContext) -> float:
+        """NCCL's nvlsEfficiency (of NCCL's NVLink figure), the lowest of the group's servers."""
         layout = ctx.layout(collective.group)
         return min(ctx.topology.servers[s].nvls_efficiency for s in layout.servers)
 
+    @staticmethod
+    def _nvlink_bytes_per_s(collective: Collective, ctx: LoweringContext, capacity: np.ndarray) -> float:
+        """The first rank's GPU-to-NVSwitch bandwidth in ``capacity`` (modelled, or as NCCL sees it)."""
+        return float(capacity[nvswitch_links(ctx, collective.group[0])].min())
+
     def _chunk_efficiency(self, collective: Collective, ctx: LoweringContext, nchannels: int) -> float:
-        """The switch legs' efficiency at NCCL's NVLSTree chunk (see nvls.nvls_chunk_efficiency); a
-        channel's NVLS rate is the single-server one, NVLink x efficiency x ppn / (ppn + 1) / channels."""
+        """The switch legs' efficiency (nvlsEfficiency on the modelled links, ``nvls.switch_efficiency``)
+        at NCCL's NVLSTree chunk (see nvls.nvls_chunk_efficiency); a channel's NVLS rate is the
+        single-server one, NVLink x efficiency x ppn / (ppn + 1) / channels."""
         layout = ctx.layout(collective.group)
-        first = collective.group[0]
-        info = ctx.topology.servers[ctx.server(first)]
-        to_switch = ctx.router.gpu_to_node(ctx.gpu(first), info.nvswitch)
-        nvlink = float(ctx.topology.link_capacity_bytes_per_s[to_switch].min())
-        efficiency = self._efficiency(collective, ctx)
+        nvlink = self._nvlink_bytes_per_s(collective, ctx, ctx.topology.link_capacity_bytes_per_s)
+        efficiency = switch_efficiency(ctx, collective.group[0], self._nvls_efficiency(collective, ctx))
         channel_rate = nvlink * efficiency * layout.ppn / (layout.ppn + 1) / nchannels
-        chunk = nvlstree_chunk_bytes(collective.nbytes, nchannels=nchannels, nheads=layout.ppn, nnodes=layout.nnodes,
-                                     arch=layout.arch)
+        chunk = nvlstree_chunk_bytes(collective.nbytes, nchannels=nchannels, nheads=_heads(layout),
+                                     nnodes=layout.nnodes, arch=layout.arch)
         return efficiency * nvls_chunk_efficiency(chunk, channel_rate)
 
     @staticmethod
@@ -193,7 +211,8 @@ class NvlsTreeAlgorithm:
         per_channel_gbps = nccl_model.PER_CHANNEL_MAX_NVLSTREE_GBPS.get(layout.arch)
         if per_channel_gbps is None:
             return math.inf
-        return _heads(layout) * per_channel_gbps[nccl_model.node_column(layout.nnodes)] * 1e9
+        per_channel_bytes_per_s = gbyte_per_s(per_channel_gbps[nccl_model.node_column(layout.nnodes)])
+        return _heads(layout) * per_channel_bytes_per_s
 
     def _chain_cap(self, collective: Collective, ctx: LoweringContext, nchains: int, efficiency: float) -> float:
         """Each sub-shard chain's share of :meth:`_ceiling_bytes_per_s` as a payload rate (algbw =
@@ -214,7 +233,7 @@ class NvlsTreeAlgorithm:
         return innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
                               edges=self._edges(parts), efficiency=efficiency,
                               innet_nodes=self._innet(collective, ctx), latency_s=self._latency_s(collective, ctx),
-                              chain_rate_cap_bytes_per_s=self._chain_cap(collective, ctx, len(parts[3]), efficiency))
+                              chain_rate_cap_bytes_per_s=self._chain_cap(collective, ctx, len(parts.count), efficiency))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         layout, offset, count, owner, tree_of, trees = self._parts(collective, ctx, nchannels)
@@ -262,11 +281,10 @@ class NvlsTreeAlgorithm:
         layout = ctx.layout(collective.group)
         heads = _heads(layout)
         topo, capacity = ctx.topology, ctx.nccl_capacity()
-        first = collective.group[0]
-        info = topo.servers[ctx.server(first)]
-        nvlink = float(capacity[ctx.router.gpu_to_node(ctx.gpu(first), info.nvswitch)].min())
+        info = topo.servers[ctx.server(collective.group[0])]
+        nvlink = self._nvlink_bytes_per_s(collective, ctx, capacity)
         nic = min(float(capacity[topo.nic_leaf_link[n]]) for n in info.nics)
-        intra = nvlink / heads * self._efficiency(collective, ctx) * (heads - 1) / heads * 2
+        intra = nvlink / heads * self._nvls_efficiency(collective, ctx) * (heads - 1) / heads * 2
         inter = nic * (2 if layout.nnodes <= 2 else 1)
         bus = min(heads * min(intra, inter), self._ceiling_bytes_per_s(collective, ctx))
         return latency, bus / collective.busbw_factor

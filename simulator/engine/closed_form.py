@@ -8,9 +8,9 @@ else is in flight. The per-rank replay (``replay.run``) then reduces to two clos
 
       T = launch_overhead + sum over steps of (latency_k + max_i (wire_i + fill_i) / r_i)
 
-  with ``r_i`` the batch's equal-share rates (``network.batch_rates``) and the step's
-  latency as in the replay (protocol latency + the largest path latency of its flows); a step
-  whose flows carry no bytes costs its latency;
+  with ``r_i`` the batch's equal-share rates (``network.batch_rates``), ``fill_i`` the flow's
+  pipeline start-up bytes and the step's latency as in the replay (protocol latency + the largest
+  path latency of its flows); a step whose flows carry no bytes costs its latency;
 * the task timeline from those times: the max-plus recurrence of ``simulator.analysis.task_times``
   (a collective starts when the last member arrives and ends T later).
 
@@ -19,12 +19,15 @@ collectives that share the schedule. Same results as the event replay up to floa
 (the replay drains bytes in increments; a standing test compares both), at a fraction of the
 cost: a 16,384-rank step has ~10^5 events but a few hundred distinct schedules.
 
-Worked number: a ring all_reduce on 2 ranks over one 50 GB/s link each way, 100 MB, Simple,
-latency 10 us: each edge carries 100 MB (two phases of 50 MB), one chain per channel at 50 GB/s,
-T = 10 us + 2 ms.
+Worked number: a ring all_reduce on 2 ranks over one 50 GB/s link each way, 100 MB, Simple, one
+channel, latency 10 us: each edge carries 100 MB (two phases of 50 MB), one chain at 50 GB/s, and
+the chain starts with one 1 MiB slice of pipeline fill (``ring.RingAlgorithm._fill``: min(1 MiB,
+100 MB / 2 phases)), so T = 10 us + (100 MB + 1 MiB) / 50 GB/s = 10 us + 2 ms + 21 us = 2.031 ms.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 
@@ -41,13 +44,11 @@ def collective_times(*, network, schedules: list[Schedule], topology: Topology, 
     """(time of every collective, bytes moved per link by all of them, batches rated).
 
     ``schedules[i]`` is collective i's schedule; equal schedules (the same object) are timed once."""
-    if not getattr(network, "context_free", False):
+    if not network.context_free:
         raise ValueError(f"network: {type(network).__name__} is not context-free; closed-form replay needs a "
                          "model whose rates ignore other flows (the analytical model)")
     moved_links, moved_bytes = [], []
-    uses: dict[int, int] = {}
-    for schedule in schedules:
-        uses[id(schedule)] = uses.get(id(schedule), 0) + 1
+    uses = Counter(id(schedule) for schedule in schedules)
     timed: dict[int, float] = {}
     rated = 0
     for schedule in schedules:
@@ -58,21 +59,16 @@ def collective_times(*, network, schedules: list[Schedule], topology: Topology, 
         for step in schedule.steps:
             flows = network_flows(step, schedule, topology=topology, router=router, rank_gpu=rank_gpu,
                                   qps_per_connection=qps_per_connection)
-            total += step.latency_s + (flows.latency_s if step.path_latency else 0.0)
-            keep = np.flatnonzero(flows.wire_bytes > 0)
-            if keep.size == 0:
+            total += flows.latency_s
+            if flows.counts.size == 0:                       # no flow carries bytes
                 continue
-            links, weights, counts = flows.links, flows.link_weights, flows.counts
-            if keep.size < counts.size:                      # drop the flows that carry nothing
-                entries = np.repeat(flows.wire_bytes > 0, counts)
-                links, weights, counts = links[entries], weights[entries], counts[keep]
-            rates = network.batch_rates(links, weights, counts, flows.caps_bytes_per_s[keep])
+            links, weights, counts, wire = flows.links, flows.link_weights, flows.counts, flows.wire_bytes
+            rates = network.batch_rates(links, weights, counts, flows.caps_bytes_per_s)
             rated += 1
             if not np.all(rates > 0):
                 raise RuntimeError(f"closed-form replay: a flow of {schedule.algorithm} has zero rate; the "
                                    "network cannot finish it")
-            wire = flows.wire_bytes[keep]
-            total += float(np.max((wire + flows.fill_bytes[keep]) / rates))
+            total += float(np.max((wire + flows.fill_bytes) / rates))
             moved_links.append(links)
             moved_bytes.append(np.repeat(wire * uses[key], counts) * weights)
         timed[key] = total

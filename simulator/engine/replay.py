@@ -14,13 +14,13 @@ Step flows become network flows here (``network_flows``): each flow's path comes
 router (GPU of the source rank to GPU of the destination rank, ECMP key = channel, like one QP
 per channel connection); the flows of a chain (one pipelined ring channel) merge into a single
 network flow over the union of their links, each link weighted by its edge's share of the
-chain's bytes. Bytes become wire bytes with the protocol's wire factor (and the step's per-flow
-wire scale); the protocol's payload
-cap becomes a wire-rate cap, and a flow that leaves a server is also capped by what its network
-connections stream: each distinct (source, destination, channel) of a step is one connection
-(per-QP limit x QPs per connection), so a chain's edges to different peers through one NIC (a
-tree's parent and child) do not share one limit. A transfer's path latency is the largest
-of its flows'.
+chain's bytes; flows and chains that carry no bytes are dropped. Bytes become wire bytes with the
+protocol's wire factor (and the step's per-flow wire scale); the protocol's payload cap becomes a
+wire-rate cap, and a flow that leaves a server is also capped by what its network connections
+stream: each distinct (source, destination, channel) of a step is one connection (per-QP limit x
+QPs per connection), so a chain's edges to different peers through one NIC (a tree's parent and
+child) do not share one limit. A step's latency is its protocol latency plus, unless
+``Step.path_latency`` is off, the largest path latency of its flows'.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class NetworkFlows:
     counts: np.ndarray
     wire_bytes: np.ndarray
     caps_bytes_per_s: np.ndarray
-    latency_s: float
+    latency_s: float                   # the step's: its protocol latency (+ its flows' largest path latency)
     fill_bytes: np.ndarray
     _split: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # see _per_flow
 
@@ -91,16 +91,20 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
     flat_links = np.concatenate(edge_paths) if n_edges else np.zeros(0, dtype=np.int64)
     flat_w = np.ones(flat_links.shape[0]) if edge_w is None else np.concatenate(edge_w)
     edge_of = np.repeat(np.arange(n_edges), lengths)          # the edge of each (edge, link) entry
-    # a sprayed edge's latency is the byte-weighted mean over its paths (= path latency when unsplit)
-    latency = float(np.bincount(edge_of, weights=topology.link_latency_s[flat_links] * flat_w,
-                                minlength=n_edges).max()) if n_edges else 0.0
+    latency = step.latency_s
+    if step.path_latency and n_edges:
+        # a sprayed edge's latency is the byte-weighted mean over its paths (= path latency when unsplit)
+        latency += float(np.bincount(edge_of, weights=topology.link_latency_s[flat_links] * flat_w,
+                                     minlength=n_edges).max())
     wire_bytes = step.nbytes.astype(np.float64) * (1.0 if step.wire_scale is None else step.wire_scale)
     fill_wire = (np.zeros(step.num_flows) if step.fill_bytes is None else step.fill_bytes * wire_bytes
                  / np.maximum(step.nbytes, 1)) * wire
-    # independent flows first (one per edge, in edge order), then one flow per chain (by chain id)
+    # independent flows first (one per edge that carries bytes, in edge order), then one flow per chain
+    # (by chain id)
     chained = step.chain >= 0
-    independent = np.flatnonzero(~chained)
-    entries = [np.flatnonzero(~chained[edge_of])]
+    alone = ~chained & (wire_bytes > 0)
+    independent = np.flatnonzero(alone)
+    entries = [np.flatnonzero(alone[edge_of])]
     weights = [flat_w[entries[0]]]
     counts, nbytes, fills = [lengths[independent]], [wire_bytes[independent]], [fill_wire[independent]]
     members = np.flatnonzero(chained)
@@ -208,8 +212,8 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
             if flows is None:
                 flows = lowered[(id(schedule), k)] = flows_of(step, schedule)
             yield fabric.transfer(flows.paths, flows.weights, flows.wire_bytes, flows.caps_bytes_per_s,
-                                  step.latency_s + (flows.latency_s if step.path_latency else 0.0),
-                                  flows.fill_bytes, rebuild=partial(rerouted, step, schedule) if link_events else None)
+                                  flows.latency_s, flows.fill_bytes,
+                                  rebuild=partial(rerouted, step, schedule) if link_events else None)
         meeting.end_s = env.now
         meeting.done.succeed()
 

@@ -8,9 +8,13 @@ finishes early is not handed to the others. Time of a flow = latency + bytes / r
 alpha-beta model with beta from the topology.
 
 A link whose capacity changes while flows run (``set_link_scale``, 0 < scale) re-rates every batch
-with a running flow across it: the same rule over the batch's running flows on the new capacities,
-and their remaining bytes drain at the new rates. A failed link's flows are moved by ``repath``
-and start as a new batch instead.
+with a running flow across it against the per-link load the batch had at its first rating (kept
+until the batch's last flow ends): ``r_i = min(cap_i, min_l c'_l / sum_j w_jl)`` with ``c'`` the new
+capacities and the sum over all the batch's flows, finished ones included, so bandwidth freed by a
+finished flow is still not handed on and a degradation never speeds a flow up; the remaining bytes
+drain at the new rates. Example: flow A on links 0 and 1, flow B on link 0, capacities 10 and 100:
+both run at 10 / 2 = 5; after B ends, link 1 degraded to 50 leaves A at min(10 / 2, 50 / 1) = 5.
+A failed link's flows are moved by ``repath`` and start as a new batch instead.
 
 It agrees exactly with the ``flow`` model when flows do not contend (each link used by one
 flow, or a batch whose flows are symmetric and run alone) - a standing test.
@@ -34,6 +38,11 @@ class AnalyticalNetwork(FluidNetwork):
     name = "analytical"
     context_free = True
 
+    def __init__(self, capacity_bytes_per_s: np.ndarray):
+        super().__init__(capacity_bytes_per_s)
+        # batch -> (links it uses, sorted; its load sum_j w_jl on each) at its first rating
+        self._batch_load: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
     def batch_rates(self, links: np.ndarray, weights: np.ndarray, counts: np.ndarray,
                     caps_bytes_per_s: np.ndarray) -> np.ndarray:
         """Rates of one batch of flows that start together: flow i has the ``counts[i]`` consecutive
@@ -47,13 +56,33 @@ class AnalyticalNetwork(FluidNetwork):
             entry_flow = np.repeat(np.arange(self.active.shape[0]), np.diff(self.flow_ptr))
             crossing = entry_flow[self.flow_links == link]
             batches = np.unique(self.batch[crossing[self.active[crossing]]])
-            self.rate[self.active & np.isin(self.batch, batches)] = 0.0     # rated afresh at the next change
+            self.rate[self.active & np.isin(self.batch, batches)] = 0.0     # re-rated at the next change
 
     def _rerate(self) -> None:
+        live = set(np.unique(self.batch[self.active]).tolist())
+        for batch in [b for b in self._batch_load if b not in live]:       # its last flow has ended
+            del self._batch_load[batch]
         fresh = np.flatnonzero(self.active & (self.rate == 0) & (self.remaining > 0))
-        for batch in np.unique(self.batch[fresh]):
+        for batch in np.unique(self.batch[fresh]).tolist():
             members = fresh[self.batch[fresh] == batch]
             entries = entries_of(self.flow_ptr, members)
-            self.rate[members] = self.batch_rates(self.flow_links[entries], self.flow_weights[entries],
-                                                  self.flow_ptr[members + 1] - self.flow_ptr[members],
-                                                  self.cap[members])
+            links, weights = self.flow_links[entries], self.flow_weights[entries]
+            counts = self.flow_ptr[members + 1] - self.flow_ptr[members]
+            if batch not in self._batch_load:          # first rating: keep the batch's load
+                used, inverse = np.unique(links, return_inverse=True)
+                self._batch_load[batch] = (used, np.bincount(inverse, weights=weights, minlength=used.shape[0]))
+                self.rate[members] = self.batch_rates(links, weights, counts, self.cap[members])
+            else:                                      # after a capacity change: against that load
+                self.rate[members] = self._rates_on_first_load(batch, links, counts, self.cap[members])
+
+    def _rates_on_first_load(self, batch: int, links: np.ndarray, counts: np.ndarray,
+                             caps_bytes_per_s: np.ndarray) -> np.ndarray:
+        """``r_i = min(cap_i, min_l c_l / load_l)`` of flows of ``batch`` (CSR ``links``/``counts``) on the
+        current capacities, with the load the batch had at its first rating."""
+        used, load = self._batch_load[batch]
+        share = self.capacity_bytes_per_s[links] / load[np.searchsorted(used, links)]
+        rates = np.full(counts.shape[0], np.inf)
+        has = counts > 0
+        if has.any():
+            rates[has] = np.minimum.reduceat(share, (np.cumsum(counts) - counts)[has])
+        return np.minimum(rates, caps_bytes_per_s)

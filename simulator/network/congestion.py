@@ -380,7 +380,7 @@ class CongestionNetwork(FlowNetwork):
     # ---- rates ------------------------------------------------------------------------------------
     def set_link_scale(self, link: int, scale: float) -> None:
         super().set_link_scale(link, scale)
-        self._effective = np.minimum(self.capacity_bytes_per_s, self._credit_cap)
+        self._effective[link] = min(self.capacity_bytes_per_s[link], self._credit_cap[link])
 
     def _rerate(self) -> None:
         active = self.active

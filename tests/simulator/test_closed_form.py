@@ -56,9 +56,25 @@ def both():
     return closed, events, work
 
 
-def test_closed_form_is_what_the_analytical_model_runs(both):
-    closed, events, _ = both
-    assert closed.timeline is not None and events.timeline is None
+def _engines_run(topo, work, config) -> list[str]:
+    """Which engine ``simulate`` ran: the closed form (``collective_times``) or the event replay (``run``)."""
+    import simulator.api as api
+    ran = []
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("collective_times", "run"):
+            def spy(*args, _name=name, _real=getattr(api, name), **kwargs):
+                ran.append(_name)
+                return _real(*args, **kwargs)
+            mp.setattr(api, name, spy)
+        simulate(topo, work, config=config)
+    return ran
+
+
+def test_closed_form_is_what_the_analytical_model_runs(monkeypatch):
+    topo, work, config = build_system("dgx-h100", nodes=2), _mixed_workload(), SimConfig(network_model="analytical")
+    assert _engines_run(topo, work, config) == ["collective_times"]
+    monkeypatch.setattr(AnalyticalNetwork, "context_free", False)      # as the ``both`` fixture's event replay
+    assert _engines_run(topo, work, config) == ["run"]
 
 
 def test_closed_form_equals_the_event_replay(both):
@@ -88,12 +104,14 @@ def test_a_collective_task_starts_when_its_rank_arrives(both):
 
 def test_equal_collectives_share_one_timing_and_both_count_their_bytes(both):
     closed, _, work = both
-    # collectives 0 and 4 are equal: one schedule, the same time; link bytes count both runs
+    # collectives 0 and 4 are equal: one schedule, the same time
     assert closed.collectives[0].time_s == pytest.approx(closed.collectives[4].time_s, rel=1e-12)
-    once = simulate(build_system("dgx-h100", nodes=2), Workload.sequence([work.collectives[0]], nranks=16),
-                    config=SimConfig(network_model="analytical"))
-    nvlink_of_rank0 = once.link_bytes > 0
-    assert closed.link_bytes[nvlink_of_rank0].sum() >= 2 * once.link_bytes.sum()
+    # link bytes count both runs: the two alone move twice what one moves, on every link
+    topo, config = build_system("dgx-h100", nodes=2), SimConfig(network_model="analytical")
+    once = simulate(topo, Workload.sequence([work.collectives[0]], nranks=16), config=config)
+    twice = simulate(topo, Workload.sequence([work.collectives[0], work.collectives[4]], nranks=16), config=config)
+    assert once.link_bytes.sum() > 0
+    np.testing.assert_allclose(twice.link_bytes, 2 * once.link_bytes, rtol=1e-9)
 
 
 def test_closed_form_time_of_a_lone_ring_by_hand():
@@ -117,7 +135,7 @@ def test_link_events_keep_the_event_replay():
     work = Workload.sequence([Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=tuple(range(16)))],
                              nranks=16)
     config = SimConfig(network_model="analytical", link_events=(LinkEvent(time_s=1e-5, link=0, scale=0.5),))
-    assert simulate(topo, work, config=config).timeline is None
+    assert _engines_run(topo, work, config) == ["run"]
 
 
 def test_deadlock_is_reported_by_the_closed_form():

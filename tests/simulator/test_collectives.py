@@ -230,6 +230,23 @@ def test_a_small_ring_runs_on_fewer_channels_at_the_communicators_per_channel_ce
         schedule.chain_rate_cap_bytes_per_s
 
 
+# ---- NVLS: NCCL's nvlsEfficiency of NCCL's NVLink figure -------------------------------------------
+
+def test_nvls_on_b200_keeps_nccls_throughput_on_the_measured_links():
+    # 8x B200, all_reduce: each GPU's switch link carries 9 shard chains (8 reduce, 1 multicast) at
+    # 1/efficiency wire bytes each, so a chain runs at B_eff / 9 and algbw = 8 x B_eff / 9; busbw =
+    # algbw x 2 x 7/8 = B_eff x 14/9 with B_eff = nvlsEfficiency 0.74 x NCCL's 18 x 40.1 GB/s = 534.1 GB/s
+    # (830.9 GB/s busbw), although the model's NVLink5 runs at the measured 18 x 37.9 GB/s
+    ctx = context("hgx-b200")
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=8 << 30, group=tuple(range(8)))
+    _, algbw = ALGORITHMS["nvls"].estimate(coll, ctx, protocol="Simple", nchannels=24)
+    assert algbw * coll.busbw_factor == pytest.approx(0.74 * 18 * 40.1e9 * 14 / 9, rel=1e-9)
+    # the lowered schedule's switch legs run at 0.74 x 40.1 / 37.9 of the modelled links (chunk penalty
+    # 1 at 8 GiB: NCCL's largest chunk)
+    schedule = ALGORITHMS["nvls"].lower(coll, ctx, protocol="Simple", nchannels=24)
+    assert 1 / schedule.steps[0].wire_scale.max() == pytest.approx(0.74 * 40.1 / 37.9, rel=1e-9)
+
+
 # ---- NVLSTree: NCCL's per-head model and ceiling --------------------------------------------------
 
 def _nvlstree_case(nodes: int, nbytes: int = 8 << 30):

@@ -66,6 +66,27 @@ def test_degraded_link_slows_running_flows_in_both_models():
         assert 1.0 + drain(net)[0] == pytest.approx(91.0), model.name
 
 
+def test_analytical_re_rating_never_hands_freed_bandwidth_on():
+    # flow A (100 B) on links 0 and 1, flow B (10 B) on link 0, capacities 10 and 100 B/s: link 0's load
+    # is 2, so both run at min(10 / 2, 100 / 1) = 5 B/s and B ends at t = 2 s; A keeps 5 B/s (90 B left:
+    # 18 s more). At t = 3 s (85 B left) a link is degraded and A's batch is re-rated against its first
+    # load: link 1 to 0.5 x 100 = 50 B/s leaves A at min(10 / 2, 50 / 1) = 5 B/s (not the 10 B/s it would
+    # get alone), ending at 3 + 85 / 5 = 20 s; link 0 to 0.4 x 10 = 4 B/s gives min(4 / 2, 100) = 2 B/s,
+    # ending at 3 + 85 / 2 = 45.5 s.
+    def finish_s(link, scale):
+        net = AnalyticalNetwork(np.array([10.0, 100.0]))
+        net.add([np.array([0, 1]), np.array([0])], [np.ones(2), np.ones(1)], np.array([100.0, 10.0]),
+                np.array([np.inf, np.inf]))
+        assert net.next_completion_s() == pytest.approx(2.0)
+        assert net.advance(2.0).tolist() == [1]
+        assert net.next_completion_s() == pytest.approx(18.0)
+        assert net.advance(1.0).size == 0
+        net.set_link_scale(link, scale)
+        return 3.0 + drain(net)[0]
+    assert finish_s(1, 0.5) == pytest.approx(20.0)
+    assert finish_s(0, 0.4) == pytest.approx(45.5)
+
+
 def bench_workload(kind, sizes, nranks):
     return Workload.sequence([Collective(kind=kind, nbytes=s, group=tuple(range(nranks))) for s in sizes],
                              nranks=nranks)
