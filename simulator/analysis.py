@@ -7,6 +7,9 @@ given each collective's duration (end - start from a SimResult) every task's tim
     compute       start = ready, end = start + duration
     collective i  start = max over its members of ready (the last rank arrives), end = start + T_i
 
+A collective task's ``arrival`` is its rank's ready time (its start is the group's); a compute task's
+arrival is its start. (arrival, end) is what the event replay records per task (``SimConfig.task_ranks``).
+
 With T_i from the simulation this rebuilds the engine's timeline (the step ends at the SimResult's
 makespan, a checked invariant); with every T_i = 0 it gives the *compute critical path*: the step as
 it would run on an infinitely fast network, pipeline bubbles and dependencies included.
@@ -43,45 +46,51 @@ from topologies.topology import LinkTier
 from workloads.tasks import CommTask, ComputeTask, Workload
 from workloads.training_step import STREAM_NAMES
 
-__all__ = ("Timeline", "task_times", "arrival_times", "union_length_s", "interval_breakdown", "interval_breakdowns",
-           "link_class_bytes", "chrome_trace")
+__all__ = ("Timeline", "task_times", "union_length_s", "interval_breakdown", "interval_breakdowns", "link_class_bytes",
+           "chrome_trace")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Timeline:
-    """Start/end of every task (``start_s[rank][position]``) and of every collective."""
+    """Start/end of every task (``start_s[rank][position]``) and of every collective; ``arrival_s``: when the
+    rank was ready to run each task (the start of a compute task, the rank's arrival at a collective task)."""
 
     start_s: tuple[np.ndarray, ...]
     end_s: tuple[np.ndarray, ...]
+    arrival_s: tuple[np.ndarray, ...]
     collective_start_s: np.ndarray
     collective_end_s: np.ndarray
     _flat: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # see flat()
 
     @classmethod
-    def _from_flat(cls, start_s: np.ndarray, end_s: np.ndarray, base: np.ndarray, collective_start_s: np.ndarray,
-                   collective_end_s: np.ndarray) -> "Timeline":
-        """A Timeline whose rows are views of ``start_s`` and ``end_s`` (every task's times, rank after rank;
-        ``base[r]``: rank r's first task in them), which seed the cache of :meth:`flat`."""
+    def _from_flat(cls, start_s: np.ndarray, end_s: np.ndarray, arrival_s: np.ndarray, base: np.ndarray,
+                   collective_start_s: np.ndarray, collective_end_s: np.ndarray) -> "Timeline":
+        """A Timeline whose rows are read-only views of ``start_s``, ``end_s`` and ``arrival_s`` (every task's
+        times, rank after rank; ``base[r]``: rank r's first task in them), which seed the cache of :meth:`flat`."""
+        for array in (start_s, end_s, arrival_s, base):
+            array.setflags(write=False)                 # before taking the rows: views inherit the flag
         sizes = np.diff(base, append=start_s.size)
         if sizes.size and (sizes == sizes[0]).all():                            # equal program lengths
-            starts = tuple(start_s.reshape(sizes.size, int(sizes[0])))
-            ends = tuple(end_s.reshape(sizes.size, int(sizes[0])))
+            rows = [tuple(a.reshape(sizes.size, int(sizes[0]))) for a in (start_s, end_s, arrival_s)]
         else:
             spans = list(map(slice, base.tolist(), (base + sizes).tolist()))
-            starts, ends = tuple(map(start_s.__getitem__, spans)), tuple(map(end_s.__getitem__, spans))
-        timeline = cls(start_s=starts, end_s=ends, collective_start_s=collective_start_s,
+            rows = [tuple(map(a.__getitem__, spans)) for a in (start_s, end_s, arrival_s)]
+        timeline = cls(start_s=rows[0], end_s=rows[1], arrival_s=rows[2], collective_start_s=collective_start_s,
                        collective_end_s=collective_end_s)
         timeline._flat.update(start_s=start_s, end_s=end_s, base=base)
         return timeline
 
     def flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(start, end, base): every task's start and end in one array each, rank after rank, and the index
-        of each rank's first task in them. The rows are concatenated on first use and kept (task_times
-        hands over the arrays its rows are views of); like the rows, they are not to be modified."""
+        of each rank's first task in them (read-only). The rows are concatenated on first use and kept
+        (task_times hands over the arrays its rows are views of)."""
         if not self._flat:
             sizes = np.fromiter(map(len, self.end_s), dtype=np.int64, count=len(self.end_s))
-            self._flat.update(start_s=_concatenate(self.start_s), end_s=_concatenate(self.end_s),
-                              base=np.cumsum(sizes) - sizes)
+            flat = {"start_s": _concatenate(self.start_s), "end_s": _concatenate(self.end_s),
+                    "base": np.cumsum(sizes) - sizes}
+            for array in flat.values():
+                array.setflags(write=False)
+            self._flat.update(flat)
         return self._flat["start_s"], self._flat["end_s"], self._flat["base"]
 
     @property
@@ -114,7 +123,7 @@ def task_times(workload: Workload, collective_time_s=None) -> Timeline:
     earlier ends plus one duration. Ranks sharing one program object have the same times, so one of them
     is walked: work is about 1 us per task of the distinct programs, plus O(ranks + group members) to count
     arrivals and copy rows (Llama-3 405B's reduction phase, 16,384 ranks over 128 programs: ~7 ms). Each
-    rank's arrays are rows (views) of one array per quantity."""
+    rank's arrays are read-only rows (views) of one array per quantity."""
     if not isinstance(workload, Workload):
         raise ValueError(f"workload: {workload!r} is not allowed; expected a workloads.tasks.Workload")
     ncoll = len(workload.collectives)
@@ -124,37 +133,33 @@ def task_times(workload: Workload, collective_time_s=None) -> Timeline:
     return _walk_streams(workload, durations.tolist())
 
 
-def _stream_links(programs) -> tuple[list, list[int], list[int], list[int], list[int], list[int]]:
+def _stream_links(programs) -> tuple[list, list[int], list[int], list[int], list[int]]:
     """Flatten the programs (global task id = program's base + position) and chain each stream's tasks:
-    ``(tasks, next_in_stream, stream_heads, head_base, stream_program, bases)``; ``next_in_stream[g] = -1``
-    at a stream's end, streams are numbered program by program in order of first appearance (the order
-    deadlocks are reported in), ``head_base[s]`` and ``stream_program[s]`` are stream s's program's first
-    global id and index, ``bases[k]`` is program k's first global id and ``bases[len(programs)]`` the task
-    count."""
+    ``(tasks, next_in_stream, stream_heads, stream_program, bases)``; ``next_in_stream[g] = -1`` at a
+    stream's end, streams are numbered program by program in order of first appearance (the order
+    deadlocks are reported in), ``stream_program[s]`` is stream s's program's index, ``bases[k]`` is
+    program k's first global id and ``bases[len(programs)]`` the task count."""
     nxt = [-1] * sum(map(len, programs))
     tasks: list = []
     heads: list[int] = []
-    head_base: list[int] = []
     stream_program: list[int] = []
     bases = [0]
     g = 0
     for k, program in enumerate(programs):
         tasks.extend(program)
-        base = g
         last: dict[int, int] = {}
         for task in program:
             stream = task.stream
             previous = last.get(stream)
             if previous is None:
                 heads.append(g)
-                head_base.append(base)
                 stream_program.append(k)
             else:
                 nxt[previous] = g
             last[stream] = g
             g += 1
         bases.append(g)
-    return tasks, nxt, heads, head_base, stream_program, bases
+    return tasks, nxt, heads, stream_program, bases
 
 
 def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
@@ -171,10 +176,11 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
         program_of[ranks] = k
     programs = [program for program, _ in shared]
     ncoll = len(durations)
-    tasks, nxt, heads, head_base, stream_program, bases = _stream_links(programs)
+    tasks, nxt, heads, stream_program, bases = _stream_links(programs)
     total, nstreams = bases[-1], len(heads)
     start: list = [None] * total
     end: list = [None] * total
+    arrival: list = [None] * total
     current = heads[:]                     # per stream: the first unfinished task, -1 when done
     previous_end = [0.0] * nstreams        # per stream: end of its last finished task
     distinct = program_of.tolist()
@@ -189,7 +195,7 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
     push, pop, compute = stack.append, stack.pop, ComputeTask
     while stack:
         sid = pop()
-        g, base, ready_prev = current[sid], head_base[sid], previous_end[sid]
+        g, base, ready_prev = current[sid], bases[stream_program[sid]], previous_end[sid]
         while g >= 0:
             task = tasks[g]
             after = task.after
@@ -207,7 +213,7 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
                     waiters.setdefault(base + a, []).append(sid)
                     break
             if isinstance(task, compute):
-                start[g] = ready
+                start[g] = arrival[g] = ready
                 ready_prev = end[g] = ready + task.duration_s
                 if waiters and g in waiters:
                     stack.extend(waiters.pop(g))
@@ -215,7 +221,7 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
                 continue
             i = task.index
             count = arrived[i] = arrived[i] + 1
-            start[g] = ready                   # arrival; replaced by the collective's start below
+            arrival[g] = ready                 # the task starts with the collective, below
             if ready > latest[i]:
                 latest[i] = ready
             streams_i, tasks_i = member_stream[i], member_task[i]
@@ -247,34 +253,14 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
         raise RuntimeError(f"task_times: rank {shared[holder[0]][1][0]} stream {task.stream} never finishes task "
                            f"{task.name!r} (deadlock in the programs; {sum(len(shared[k][1]) for k in holder)} "
                            "stream(s) stuck)")
-    start_a, end_a = np.array(start, dtype=np.float64), np.array(end, dtype=np.float64)
+    times = [np.array(values, dtype=np.float64) for values in (start, end, arrival)]
     sizes = np.fromiter(map(len, workload.programs), dtype=np.int64, count=workload.nranks)
     rank_base = np.cumsum(sizes) - sizes
     if len(shared) < workload.nranks:           # copy each walked program's times to the ranks sharing it
         source = np.arange(int(sizes.sum())) + np.repeat(np.array(bases[:-1])[program_of] - rank_base, sizes)
-        start_a, end_a = start_a[source], end_a[source]
-    return Timeline._from_flat(start_a, end_a, rank_base, np.array(c_start, dtype=np.float64),
+        times = [a[source] for a in times]
+    return Timeline._from_flat(*times, rank_base, np.array(c_start, dtype=np.float64),
                                np.array(c_end, dtype=np.float64))
-
-
-def arrival_times(workload: Workload, timeline: Timeline, ranks) -> dict[int, np.ndarray]:
-    """For each rank in ``ranks``: an array (tasks x 2) of every task's (start, end) as the event replay
-    records them, where a collective task starts when *its rank* is ready (its stream and ``after``
-    allow it) rather than when the last member arrives; its time includes the wait for its group."""
-    out = {}
-    for rank in ranks:
-        program, start, end = workload.programs[rank], timeline.start_s[rank], timeline.end_s[rank]
-        times = np.empty((len(program), 2))
-        previous: dict[int, int] = {}
-        for position, task in enumerate(program):
-            ready = end[previous[task.stream]] if task.stream in previous else 0.0
-            for a in task.after:
-                ready = max(ready, end[a])
-            times[position] = (ready if isinstance(task, CommTask) else start[position], end[position])
-            previous[task.stream] = position
-        times.setflags(write=False)
-        out[rank] = times
-    return out
 
 
 def union_length_s(intervals) -> float:
@@ -291,12 +277,6 @@ def union_length_s(intervals) -> float:
     if hi is not None:
         total += hi - lo
     return total
-
-
-def _subtract_length_s(intervals, cover) -> float:
-    """Measure of union(intervals) minus union(cover)."""
-    both = union_length_s(list(intervals) + list(cover))
-    return both - union_length_s(cover)
 
 
 def interval_breakdown(workload: Workload, timeline: Timeline, labels, *, focus_rank: int | None = None,
@@ -347,10 +327,11 @@ def interval_breakdowns(workload: Workload, timeline: Timeline, labelings, *, fo
     if focus_rank is not None:
         program, start, end = workload.programs[focus_rank], timeline.start_s[focus_rank], timeline.end_s[focus_rank]
         compute = [(start[p], end[p]) for p, t in enumerate(program) if isinstance(t, ComputeTask)]
+        busy = union_length_s(compute)
         for name, labels in labelings.items():
             spans = _comm_spans_by_label(program, start, end, labels)
-            for label, entry in out[name].items():
-                entry["exposed_s"] = _subtract_length_s(spans.get(label, []), compute)
+            for label, entry in out[name].items():        # in flight while the compute stream is idle
+                entry["exposed_s"] = union_length_s(spans.get(label, []) + compute) - busy
     return out
 
 
@@ -404,7 +385,7 @@ def link_class_bytes(topology, link_bytes: np.ndarray) -> dict[str, dict[str, fl
 
 def chrome_trace(step_result) -> dict:
     """Chrome trace-event JSON (a dict; ``json.dump`` it) of a ``StepResult``: process = rank, thread =
-    stream, one "X" event per task; collectives carry their group kind, bytes and the rank's arrival."""
+    stream, one "X" event per task; collectives carry their group kind, bytes and group size."""
     events: list[dict] = []
     named: set[tuple[int, int]] = set()
     for phase in step_result.phases:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+import numpy as np
+
 from topologies.routing import Router
 from topologies.topology import Topology
 from workloads.tasks import Workload
 
-from .analysis import arrival_times, task_times as timeline_of
+from .analysis import task_times
 from .collectives import ALGORITHMS, LoweringContext
 from .collectives.tuner import choose
 from .config import SimConfig
@@ -44,24 +46,27 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
         raise ValueError(f"link_events: link {bad[0]} does not exist; the topology has {topology.num_links} links")
     if config.task_ranks is not None and any(r >= workload.nranks for r in config.task_ranks):
         raise ValueError(f"task_ranks: {config.task_ranks!r} names a rank >= {workload.nranks} (the workload's ranks)")
-    timeline = None
     if network.context_free and not config.link_events:
         # each collective's time ignores the rest: time each distinct schedule once, then the
         # timeline in closed form (engine.closed_form), with no event replay
         durations, link_bytes, rerates = collective_times(
             network=network, schedules=schedules, topology=topology, router=router, rank_gpu=placement.rank_gpu,
             launch_overhead_s=config.launch_overhead_s, qps_per_connection=qps)
-        timeline = timeline_of(workload, durations)
+        timeline = task_times(workload, durations)
         times = zip(timeline.collective_start_s.tolist(), timeline.collective_end_s.tolist())
         rank_end = timeline.rank_end_s.tolist()
-        task_times = arrival_times(workload, timeline,
-                                   range(workload.nranks) if config.task_ranks is None else config.task_ranks)
+        recorded = {}
+        for rank in range(workload.nranks) if config.task_ranks is None else config.task_ranks:
+            recorded[rank] = np.column_stack((timeline.arrival_s[rank], timeline.end_s[rank]))
+            recorded[rank].setflags(write=False)
     else:
-        times, rank_end, task_times = run(network=network, workload=workload, schedules=schedules,
-                                          topology=topology, router=router, rank_gpu=placement.rank_gpu,
-                                          launch_overhead_s=config.launch_overhead_s, qps_per_connection=qps,
-                                          task_ranks=config.task_ranks, link_events=config.link_events)
+        times, rank_end, recorded = run(network=network, workload=workload, schedules=schedules,
+                                        topology=topology, router=router, rank_gpu=placement.rank_gpu,
+                                        launch_overhead_s=config.launch_overhead_s, qps_per_connection=qps,
+                                        task_ranks=config.task_ranks, link_events=config.link_events)
         link_bytes, rerates = network.link_bytes.copy(), network.rerates
+        # every task's times rebuilt from the collectives' (the same max-plus recurrence the replay ran)
+        timeline = task_times(workload, [end - start for start, end in times])
     records = tuple(
         CollectiveRecord(index=i, collective=c, algorithm=ch.algorithm, protocol=ch.protocol, nchannels=s.nchannels,
                          start_s=start, end_s=end, latency_s=s.latency_s, predicted_s=ch.predicted_s)
@@ -70,4 +75,4 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
     link_bytes.setflags(write=False)
     return SimResult(config=config, topology_name=topology.name, collectives=records, rank_end_s=tuple(rank_end),
                      link_bytes=link_bytes, link_names=topology.link_names, network_rerates=rerates,
-                     task_times=MappingProxyType(task_times), timeline=timeline)
+                     task_times=MappingProxyType(recorded), timeline=timeline)

@@ -59,28 +59,28 @@ def _bounded(name: str, cast=int, low: float = 1, *, strict: bool = False):
     return parse
 
 
-def _positive_int(name: str):
-    return _bounded(name)
-
-
+_positive_int = _bounded      # _positive_int(name): an integer >= 1
 _factor = _bounded("stepfactor", float, 1, strict=True)
 
 
-def _fabric_options(p: argparse.ArgumentParser, *, nodes: int = 1) -> None:
-    """The options that choose and wire the fabric (bench, topo and step), ``nodes`` servers by default."""
-    p.add_argument("--system", default=None,
-                   help=f"system preset (see `fabricsim systems`); default {DEFAULT_SYSTEM}")
-    p.add_argument("--nodes", type=_positive_int("nodes"), default=nodes, help=f"servers; default {nodes}")
-    p.add_argument("--topology", default="leaf-spine", help=f"wiring: {', '.join(TOPOLOGIES)}; default leaf-spine")
-    p.add_argument("--fabric", default=None,
-                   help=f"fabric technology: {', '.join(FABRICS)}; default the preset's own")
-    p.add_argument("--oversubscription", type=_bounded("oversubscription", float), default=1.0,
+# the fabric options' defaults in bench and topo (step's are in STEP_DEFAULTS); the others default to None or,
+# for the --no-... switches, True
+FABRIC_DEFAULTS = {"nodes": 1, "topology": "leaf-spine", "oversubscription": 1.0, "planes": 1}
+
+
+def _fabric_options(p: argparse.ArgumentParser, *, nodes: int) -> None:
+    """The options that choose and wire the fabric (bench, topo and step), without defaults: the caller sets
+    them (FABRIC_DEFAULTS; step's are None, 'not given'). ``nodes``: the default server count the help names."""
+    p.add_argument("--system", help=f"system preset (see `fabricsim systems`); default {DEFAULT_SYSTEM}")
+    p.add_argument("--nodes", type=_positive_int("nodes"), help=f"servers; default {nodes}")
+    p.add_argument("--topology", help=f"wiring: {', '.join(TOPOLOGIES)}; default leaf-spine")
+    p.add_argument("--fabric", help=f"fabric technology: {', '.join(FABRICS)}; default the preset's own")
+    p.add_argument("--oversubscription", type=_bounded("oversubscription", float),
                    help="leaf down:up ratio R (R:1); default 1 (non-blocking)")
     p.add_argument("--no-rail-optimised", dest="rail_optimised", action="store_false",
                    help="cable every NIC of a server to the same top-of-rack leaf")
-    p.add_argument("--nics-per-node", type=_positive_int("nics-per-node"), default=None,
-                   help="NICs per server; default the preset's")
-    p.add_argument("--planes", type=_positive_int("planes"), default=1,
+    p.add_argument("--nics-per-node", type=_positive_int("nics-per-node"), help="NICs per server; default the preset's")
+    p.add_argument("--planes", type=_positive_int("planes"),
                    help="independent fabric planes, NIC j on plane j %% P; default 1")
     p.add_argument("--no-gdr", dest="gdr", action="store_false",
                    help="GPUDirect RDMA off: network traffic staged through host memory (NCCL 'GDR 0')")
@@ -162,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("-r", "--root", type=int, default=0, help="root rank of broadcast/reduce; default 0")
     bench.add_argument("-g", "--ngpus", type=_positive_int("ngpus"), default=1,
                        help="GPUs driven by one process (nccl-tests -g): adds their kernel launches; default 1")
-    _fabric_options(bench)
+    _fabric_options(bench, nodes=FABRIC_DEFAULTS["nodes"])
+    bench.set_defaults(**FABRIC_DEFAULTS)
     bench.add_argument("--routing", choices=ROUTING_POLICIES, default="ecmp",
                        help="fabric routing: ecmp (seeded hash), adaptive, spray, minimal, valiant, ugal; default ecmp")
     bench.add_argument("--qps-per-connection", type=_positive_int("qps-per-connection"), default=None,
@@ -187,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("systems", help="list system presets, one line each")
 
     topo = sub.add_parser("topo", help="a fabric design's summary and cost (switches, ports, cables, optics per tier)")
-    _fabric_options(topo)
+    _fabric_options(topo, nodes=FABRIC_DEFAULTS["nodes"])
+    topo.set_defaults(**FABRIC_DEFAULTS)
     topo.add_argument("--nic-cables", choices=("optical", "copper"), default="optical",
                       help="NIC-to-leaf cables: optical (transceivers) or copper DAC; default optical")
     topo.add_argument("--draw", default=None, metavar="FILE.png", help="also draw the switch graph into this file")
@@ -199,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--data", default=None, metavar="FILE.csv",
                           help="validate your own table instead (columns as the shipped ones: collective,nranks,"
                                "nnodes,gpu,interconnect,size_bytes,time_us,algbw_GBps,busbw_GBps,source,notes)")
-    validate.add_argument("--system", default=None, help="with --data: the system preset (default: from the gpu column)")
+    validate.add_argument("--system", default=None,
+                          help="with --data: the system preset (default: from the gpu column)")
     validate.add_argument("--algo", default=None, help="with --data: the algorithm the measurement forced (NCCL_ALGO)")
     validate.add_argument("--proto", default=None, help="with --data: the protocol it forced (NCCL_PROTO)")
     validate.add_argument("--channels", type=_positive_int("channels"), default=None,
@@ -226,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("-g", "--ngpus", type=_positive_int("ngpus"), default=None,
                            help="GPUs per nccl-tests process, -g (default: the log's nGpus, else 1)")
     calibrate.add_argument("--collective", default=None,
-                           help="the test run (default: from the log, e.g. 'Collective test starting: all_reduce_perf')")
+                           help="the test run (default: from the log, e.g. "
+                                "'Collective test starting: all_reduce_perf')")
     calibrate.add_argument("--algo", default=None, help="the algorithm the measurement forced (NCCL_ALGO)")
     calibrate.add_argument("--proto", default=None, help="the protocol it forced (NCCL_PROTO)")
     calibrate.add_argument("--channels", type=_positive_int("channels"), default=None,
@@ -255,7 +259,8 @@ def _bench(args) -> str:
     except ValueError:
         kind = None
     if kind is None or kind.value not in BENCH_COLLECTIVES:
-        raise ValueError(f"collective: {args.collective!r} is not known; expected one of {', '.join(BENCH_COLLECTIVES)}")
+        raise ValueError(f"collective: {args.collective!r} is not known; expected one of "
+                         f"{', '.join(BENCH_COLLECTIVES)}")
     calibration = None
     if args.calibration is not None:
         from simulator.calibration import Calibration

@@ -119,6 +119,7 @@ __all__ = (
     "overlapped_time_s",
     "Sc21Check",
     "sc21_rows",
+    "sc21_models",
     "check_sc21_models",
     "sc21_layout",
     "sc21_compute_only_check",
@@ -773,9 +774,16 @@ def sc21_rows() -> list[dict[str, str]]:
                 if r["metric_name"] == "achieved_tflops_per_gpu" and "Table 1" in r["source_ref"]]
 
 
-def check_sc21_models(models: Iterable[str] | None) -> tuple[str, ...]:
-    """``models`` as a tuple of Table 1 model names (all ten for None); ValueError names a bad entry."""
-    names = tuple(r["model"] for r in sc21_rows())
+def sc21_models() -> tuple[str, ...]:
+    """The ten SC21 Table 1 model names, in Table 1 order."""
+    return tuple(r["model"] for r in sc21_rows())
+
+
+def check_sc21_models(models: Iterable[str] | None, *,
+                      rows: Iterable[Mapping[str, str]] | None = None) -> tuple[str, ...]:
+    """``models`` as a tuple of Table 1 model names (all ten for None); ValueError names a bad entry. ``rows``:
+    the Table 1 rows if the caller has read them (default: :func:`sc21_rows`)."""
+    names = sc21_models() if rows is None else tuple(r["model"] for r in rows)
     if models is None:
         return names
     if isinstance(models, str) or not isinstance(models, Iterable):

@@ -123,7 +123,7 @@ class Sc21Fit:
 def sc21_network_added_s(step_s: Mapping[str, float] = SC21_MAMF_STEP_S, *,
                          compute_model: cmp.GpuComputeModel = cmp.A100_MAMF_2024) -> dict[str, float]:
     """N_r = simulated step - compute-only iteration, both with ``compute_model``, for every row in ``step_s``."""
-    names = cmp.check_sc21_models(None)
+    names = cmp.sc21_models()
     for name, value in step_s.items():
         if name not in names:
             raise ValueError(f"step_s: {name!r} is not a Table 1 row; expected one of {', '.join(names)}")
@@ -183,7 +183,7 @@ def fit_gemm_efficiency(*, models: Iterable[str] | None = None, network_added_s:
 
 def sc21_holdout(*, network_added_s: Mapping[str, float] | None = None) -> tuple[Sc21Fit, Sc21Fit]:
     """Fit on Table 1 rows 1, 3, 5, 7, 9 and, separately, on rows 2, 4, 6, 8, 10; each predicts the others."""
-    names = cmp.check_sc21_models(None)
+    names = cmp.sc21_models()
     added = sc21_network_added_s() if network_added_s is None else network_added_s
     return (fit_gemm_efficiency(models=names[0::2], network_added_s=added),
             fit_gemm_efficiency(models=names[1::2], network_added_s=added))

@@ -48,11 +48,11 @@ class SimResult:
     link_bytes: np.ndarray          # bytes moved per link id (read-only)
     link_names: tuple[str, ...]
     network_rerates: int
-    # rank -> (tasks x 2) read-only array of each task's start and end (s), for SimConfig.task_ranks
+    # every task's times (collective tasks from their group's start; analysis.task_times of the collectives' times)
+    timeline: Timeline
+    # rank -> (tasks x 2) read-only array of each task's start (a collective task: its rank's arrival) and end (s),
+    # for SimConfig.task_ranks
     task_times: Mapping[int, np.ndarray] = field(default_factory=lambda: MappingProxyType({}))
-    # every task's times (collective tasks from their group's start), when the closed-form replay
-    # of a context-free network model built them; None after an event replay
-    timeline: Timeline | None = None
 
     @property
     def makespan_s(self) -> float:

@@ -5,7 +5,8 @@ a Topology, times every kernel with ``simulator.compute`` (per layer and micro-b
 backward with recomputation, embedding, logits, the optimizer over the rank's shard), turns model x
 layout x times into per-rank programs (``workloads.training_step``), places ranks in Megatron order
 (``Placement.block``: consecutive ranks fill a server, so a tensor-parallel group of t <= 8 shares
-NVLink), runs ``simulate()`` and rebuilds every task's times (``simulator.analysis.task_times``).
+NVLink), runs ``simulate()`` (its SimResult holds every task's times, ``simulator.analysis.task_times``) and
+computes the compute critical path (the same recurrence with every collective taking 0 s).
 
 Throughput (SC21 conventions):
 
@@ -269,7 +270,8 @@ def _build_topology(system: str, nodes: int | None, world: int, wiring: str | No
 def _run_phase(topology: Topology, training: TrainingWorkload, placement: Placement, config: SimConfig,
                offset_s: float, replicas: int) -> StepPhase:
     sim = simulate(topology, training.workload, placement, config)
-    timeline = sim.timeline or task_times(training.workload, [record.time_s for record in sim.collectives])
+    timeline = sim.timeline
+    # after an event replay the timeline is rebuilt from the collectives' times: it must end with the replay
     if not math.isclose(timeline.makespan_s, sim.makespan_s, rel_tol=1e-9, abs_tol=1e-12):
         raise RuntimeError(f"task times: rebuilt makespan {timeline.makespan_s!r} s differs from the engine's "
                            f"{sim.makespan_s!r} s")
@@ -336,26 +338,17 @@ def _merge(total: dict, part: dict, scale: int) -> None:
 
 
 def _measure(model: ModelSpec, p: ParallelismSpec, topology: Topology, compute: StepCompute, config: SimConfig, *,
-             placement: Placement, recompute: str, granularity: str, symmetric_replicas: bool,
-             tensor_rank0_p2p: bool, reductions: dict | None = None) -> _Raw:
-    """One step's additive measurements. ``reductions`` (optional) keeps the reduction phase of a
-    symmetric-replica step (and what it adds to the measurements) by layout without the batch, which
-    that phase does not depend on (it reduces every gradient once and runs the optimizer): the
-    steady-state extrapolation measures two batch sizes and simulates the reduction once."""
+             placement: Placement, reduction: tuple[StepPhase, _PhaseParts] | None, recompute: str, granularity: str,
+             tensor_rank0_p2p: bool) -> _Raw:
+    """One step's additive measurements. With ``reduction`` (a symmetric-replica step: the reduction phase and
+    what it adds to the measurements), one replica's pipeline is simulated and the reduction follows it."""
     kw = dict(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
-    if symmetric_replicas and p.dp > 1:
+    if reduction is not None:
         replica = tuple(sorted(group[0] for group in p.groups("dp")))     # the ranks with dp coordinate 0
         pipe = training_step(model, p, compute, part="pipeline", ranks=replica, **kw)
         first = _run_phase(topology, pipe, Placement.custom(topology, [placement.rank_gpu[r] for r in replica]),
                            config, 0.0, p.dp)
-        key = tuple((f.name, getattr(p, f.name)) for f in dataclasses.fields(p) if f.name != "global_batch")
-        second, second_parts = (reductions or {}).get(key, (None, None))
-        if second is None:
-            reduce = training_step(model, p, compute, part="reduction", **kw)
-            second = _run_phase(topology, reduce, placement, config, 0.0, 1)
-            second_parts = _phase_parts(second, topology)
-            if reductions is not None:
-                reductions[key] = (second, second_parts)
+        second, second_parts = reduction
         phases = (first, dataclasses.replace(second, offset_s=first.sim.makespan_s))
         parts = (_phase_parts(first, topology), second_parts)
     else:
@@ -437,11 +430,19 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
         placement = Placement.block(topology, nranks=world)
     elif not isinstance(placement, Placement) or placement.nranks != world:
         raise ValueError(f"placement: {placement!r} is not allowed; expected a Placement of {world} ranks or None")
-    kw = dict(placement=placement, recompute=recompute, granularity=granularity,
-              symmetric_replicas=symmetric_replicas, tensor_rank0_p2p=tensor_rank0_p2p)
+    kw = dict(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
     notes = []
+    reduction = None
     if symmetric_replicas and p.dp > 1:
         notes.append(f"symmetric replicas: pipeline of 1 of {p.dp} data-parallel replicas, then the reduction")
+        # the reduction phase reduces every gradient once, syncs the embedding and runs the optimizer: it does
+        # not depend on the batch, so it is simulated once, with this layout, for both runs of the steady-state
+        # extrapolation (their layouts differ from this one in the global batch only); the step's phases are
+        # then the 2k run's pipeline and this reduction, whose StepPhase carries this layout
+        phase = _run_phase(topology, training_step(model, p, compute, part="reduction", **kw), placement, config,
+                           0.0, 1)
+        reduction = (phase, _phase_parts(phase, topology))
+    kw.update(placement=placement, reduction=reduction)
     if tensor_rank0_p2p and p.tp > 1 and p.pp > 1:
         notes.append(f"pipeline transfers simulated for tensor rank 0, standing for all {p.tp} (link bytes of the "
                      "other tensor ranks' transfers not counted)")
@@ -452,9 +453,8 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
     if k is not None and m > 2 * k:
         few = dataclasses.replace(p, global_batch=k * p.dp * p.micro_batch)
         more = dataclasses.replace(p, global_batch=2 * k * p.dp * p.micro_batch)
-        reductions: dict = {}
-        a = _measure(model, few, topology, compute, config, reductions=reductions, **kw)
-        b = _measure(model, more, topology, compute, config, reductions=reductions, **kw)
+        a = _measure(model, few, topology, compute, config, **kw)
+        b = _measure(model, more, topology, compute, config, **kw)
         x = (m - k) / k
         raw = _Raw(step_s=_lerp(a.step_s, b.step_s, x), critical_s=_lerp(a.critical_s, b.critical_s, x),
                    compute_s=_lerp(a.compute_s, b.compute_s, x), comm_s=_lerp(a.comm_s, b.comm_s, x),
@@ -519,14 +519,14 @@ class Sc21Row:
 SC21_STEADY_MICROBATCHES = 16     # k for the steady-state extrapolation (rounded up to a multiple of p)
 
 
-def _sc21_selection(models, rows, count: int) -> tuple[frozenset | None, frozenset | None]:
+def _sc21_selection(models, rows, table: list) -> tuple[frozenset | None, frozenset | None]:
     if models is not None:
-        models = frozenset(cmp.check_sc21_models(models))
+        models = frozenset(cmp.check_sc21_models(models, rows=table))
     if rows is not None:
         if isinstance(rows, (str, bytes)) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                     and 1 <= i <= count for i in rows):
+                                                     and 1 <= i <= len(table) for i in rows):
             raise ValueError(f"rows: {rows!r} is not allowed; expected a tuple of Table 1 row numbers in "
-                             f"1..{count} or None")
+                             f"1..{len(table)} or None")
         rows = frozenset(rows)
     return models, rows
 
@@ -543,7 +543,7 @@ def sc21_check(*, models: tuple[str, ...] | None = None, rows: tuple[int, ...] |
     ``compute_model`` replaces the A100's shipped kernel efficiencies (e.g. ``compute.A100_MAMF_2024``).
     """
     table = cmp.sc21_rows()
-    models, rows = _sc21_selection(models, rows, len(table))
+    models, rows = _sc21_selection(models, rows, table)
     out = []
     for number, row in enumerate(table, start=1):
         if models is not None and row["model"] not in models:

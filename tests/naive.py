@@ -1,15 +1,21 @@
-"""Slow reference twins of the numba kernels.
+"""Slow reference twins of the numba kernels and of the timeline analysis.
 
 Each function here has the same signature and semantics as one kernel in
-``simulator/kernels/``, written to be obviously correct rather than fast: small dense
-matrices, one full recomputation per step, no incremental bookkeeping. Tests compare the
-kernels against these twins on random instances. One section per kernel, after the dense
-flow-by-link matrix they share.
+``simulator/kernels/`` (or one function of ``simulator.analysis``), written to be obviously
+correct rather than fast: small dense matrices, one full recomputation per step, no
+incremental bookkeeping, every rank walked on its own. Tests compare the fast code against
+these twins on random instances. One section per kernel, after the dense flow-by-link matrix
+they share, then the task-time and breakdown twins.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
+
+from simulator.analysis import Timeline, union_length_s
+from workloads.tasks import CommTask, ComputeTask, Workload
 
 
 def _dense(flow_ptr, flow_links, flow_weights, n_links):
@@ -247,3 +253,118 @@ def lossless_throttle_naive(flow_ptr, flow_links, flow_weights, participant, lin
         m[hit] = level
         unfrozen &= ~hit
     return m, pause, tree_level
+
+
+# ============================================================================================
+# task times and breakdown (twins of simulator.analysis.task_times and interval_breakdown)
+# ============================================================================================
+
+
+def reference_task_times(workload: Workload, collective_time_s=None) -> Timeline:
+    """``task_times`` as a work queue over (rank, stream) keys, for valid input (no validation): the max-plus
+    recurrence of simulator.analysis, rank by rank and stream by stream, with no sharing of programs."""
+    ncoll = len(workload.collectives)
+    durations = np.zeros(ncoll) if collective_time_s is None else np.asarray(collective_time_s, dtype=np.float64)
+    programs = workload.programs
+    start: list[list] = [[None] * len(p) for p in programs]
+    end: list[list] = [[None] * len(p) for p in programs]
+    arrival: list[list] = [[None] * len(p) for p in programs]
+    streams: list[dict[int, list[int]]] = []
+    for program in programs:
+        table: dict[int, list[int]] = {}
+        for position, task in enumerate(program):
+            table.setdefault(task.stream, []).append(position)
+        streams.append(table)
+    pointer = {(r, s): 0 for r, table in enumerate(streams) for s in table}
+    members: list[list[tuple[int, int, int]]] = [[] for _ in range(ncoll)]   # (rank, stream, position)
+    arrived = np.zeros(ncoll, dtype=np.int64)
+    latest = [0.0] * ncoll
+    durations_list = durations.tolist()
+    c_start, c_end = np.full(ncoll, np.nan), np.full(ncoll, np.nan)
+    waiters: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    queue = deque(pointer)
+    queued = set(pointer)
+
+    def finish(rank: int, position: int) -> None:
+        for key in waiters.pop((rank, position), ()):
+            if key not in queued:
+                queued.add(key)
+                queue.append(key)
+
+    while queue:
+        key = queue.popleft()
+        queued.discard(key)
+        rank, stream = key
+        order = streams[rank][stream]
+        program, s_rank, e_rank = programs[rank], start[rank], end[rank]
+        while pointer[key] < len(order):
+            k = pointer[key]
+            position = order[k]
+            task = program[position]
+            if s_rank[position] is not None and isinstance(task, CommTask):
+                break                                   # arrived, waiting for the rest of its group
+            blocked = next((a for a in task.after if e_rank[a] is None), None)
+            if blocked is not None:
+                waiters.setdefault((rank, blocked), []).append(key)
+                break
+            ready = e_rank[order[k - 1]] if k else 0.0
+            for a in task.after:
+                ready = max(ready, e_rank[a])
+            arrival[rank][position] = ready
+            if isinstance(task, ComputeTask):
+                s_rank[position] = ready
+                e_rank[position] = ready + task.duration_s
+                pointer[key] = k + 1
+                finish(rank, position)
+                continue
+            i = task.index
+            s_rank[position] = ready                    # arrival; replaced by the collective's start below
+            members[i].append((rank, stream, position))
+            arrived[i] += 1
+            latest[i] = max(latest[i], ready)
+            if arrived[i] < workload.collectives[i].nranks:
+                break
+            t0, t1 = latest[i], latest[i] + durations_list[i]
+            c_start[i], c_end[i] = t0, t1
+            for r, st, pos in members[i]:
+                start[r][pos], end[r][pos] = t0, t1
+                pointer[(r, st)] += 1
+                finish(r, pos)
+                if (r, st) != key and (r, st) not in queued:
+                    queued.add((r, st))
+                    queue.append((r, st))
+    stuck = [(r, s) for (r, s), k in pointer.items() if k < len(streams[r][s])]
+    if stuck:
+        r, s = stuck[0]
+        task = programs[r][streams[r][s][pointer[(r, s)]]]
+        raise RuntimeError(f"task_times: rank {r} stream {s} never finishes task {task.name!r} (deadlock in the "
+                           f"programs; {len(stuck)} stream(s) stuck)")
+    return Timeline(start_s=tuple(np.asarray(s, dtype=np.float64) for s in start),
+                    end_s=tuple(np.asarray(e, dtype=np.float64) for e in end),
+                    arrival_s=tuple(np.asarray(a, dtype=np.float64) for a in arrival),
+                    collective_start_s=c_start, collective_end_s=c_end)
+
+
+def reference_breakdown(workload: Workload, timeline: Timeline, labels, *, focus_rank=None, weights=None) -> dict:
+    """``interval_breakdown`` rank by rank from its definition: per label, the largest per-rank union of the
+    label's [start, end] intervals, and on ``focus_rank`` that union minus the union of its compute tasks."""
+    weights = [1] * len(labels) if weights is None else list(weights)
+    out: dict = {}
+    for i, label in enumerate(labels):
+        entry = out.setdefault(label, {"count": 0, "nbytes": 0, "time_s": 0.0, "exposed_s": 0.0})
+        entry["count"] += weights[i]
+        entry["nbytes"] += int(workload.collectives[i].nbytes) * weights[i]
+    for rank, program in enumerate(workload.programs):
+        start, end = timeline.start_s[rank], timeline.end_s[rank]
+        spans: dict = {}
+        for p, t in enumerate(program):
+            if isinstance(t, CommTask):
+                spans.setdefault(labels[t.index], []).append((start[p], end[p]))
+        for label, rank_spans in spans.items():
+            out[label]["time_s"] = max(out[label]["time_s"], union_length_s(rank_spans))
+        if rank == focus_rank:
+            compute = [(start[p], end[p]) for p, t in enumerate(program) if isinstance(t, ComputeTask)]
+            for label, entry in out.items():
+                both = union_length_s(spans.get(label, []) + compute)
+                entry["exposed_s"] = both - union_length_s(compute)
+    return out

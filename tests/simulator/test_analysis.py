@@ -1,9 +1,9 @@
 """``simulator.analysis``: task times, interval unions and the per-label breakdown.
 
-``task_times`` walks each stream until a task must wait; ``reference_task_times`` below computes the same
-max-plus recurrence with a plain work queue over (rank, stream) keys. Invariants of the recurrence come
-first, then numbers derived by hand and the error messages, then bit-identical equality with the reference
-(every start/end float, the collective times, NaN for a collective nobody runs, the deadlock message) on
+``task_times`` walks each stream until a task must wait; ``reference_task_times`` (tests/naive.py) computes
+the same max-plus recurrence with a plain work queue over (rank, stream) keys. Invariants of the recurrence
+come first, then numbers derived by hand and the error messages, then bit-identical equality with the reference
+(every start/end/arrival float, the collective times, NaN for a collective nobody runs, the deadlock message) on
 seeded random workloads (several streams, ``after`` dependencies, collectives over random subsets, zero
 durations, deadlocks) and on pipeline workloads built by ``workloads.training_step``. The per-label breakdown
 and the per-rank ends, computed over all ranks at once, are compared bit for bit with their rank-by-rank
@@ -13,123 +13,17 @@ definitions (``reference_breakdown``) on random timelines where ranks share prog
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 
 import numpy as np
 import pytest
 
 from simulator.analysis import Timeline, interval_breakdown, interval_breakdowns, task_times, union_length_s
+from tests.naive import reference_breakdown, reference_task_times
 from workloads.collectives import Collective, CollectiveKind
 from workloads.parallelism import ParallelismSpec
 from workloads.presets import custom_gpt
 from workloads.tasks import CommTask, ComputeTask, Workload
 from workloads.training_step import StepCompute, training_step
-
-
-def reference_task_times(workload: Workload, collective_time_s=None) -> Timeline:
-    """``task_times`` as a work queue over (rank, stream) keys, for valid input (no validation)."""
-    ncoll = len(workload.collectives)
-    durations = np.zeros(ncoll) if collective_time_s is None else np.asarray(collective_time_s, dtype=np.float64)
-    programs = workload.programs
-    start: list[list] = [[None] * len(p) for p in programs]
-    end: list[list] = [[None] * len(p) for p in programs]
-    streams: list[dict[int, list[int]]] = []
-    for program in programs:
-        table: dict[int, list[int]] = {}
-        for position, task in enumerate(program):
-            table.setdefault(task.stream, []).append(position)
-        streams.append(table)
-    pointer = {(r, s): 0 for r, table in enumerate(streams) for s in table}
-    members: list[list[tuple[int, int, int]]] = [[] for _ in range(ncoll)]   # (rank, stream, position)
-    arrived = np.zeros(ncoll, dtype=np.int64)
-    latest = [0.0] * ncoll
-    durations_list = durations.tolist()
-    c_start, c_end = np.full(ncoll, np.nan), np.full(ncoll, np.nan)
-    waiters: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    queue = deque(pointer)
-    queued = set(pointer)
-
-    def finish(rank: int, position: int) -> None:
-        for key in waiters.pop((rank, position), ()):
-            if key not in queued:
-                queued.add(key)
-                queue.append(key)
-
-    while queue:
-        key = queue.popleft()
-        queued.discard(key)
-        rank, stream = key
-        order = streams[rank][stream]
-        program, s_rank, e_rank = programs[rank], start[rank], end[rank]
-        while pointer[key] < len(order):
-            k = pointer[key]
-            position = order[k]
-            task = program[position]
-            if s_rank[position] is not None and isinstance(task, CommTask):
-                break                                   # arrived, waiting for the rest of its group
-            blocked = next((a for a in task.after if e_rank[a] is None), None)
-            if blocked is not None:
-                waiters.setdefault((rank, blocked), []).append(key)
-                break
-            ready = e_rank[order[k - 1]] if k else 0.0
-            for a in task.after:
-                ready = max(ready, e_rank[a])
-            if isinstance(task, ComputeTask):
-                s_rank[position] = ready
-                e_rank[position] = ready + task.duration_s
-                pointer[key] = k + 1
-                finish(rank, position)
-                continue
-            i = task.index
-            s_rank[position] = ready                    # arrival; replaced by the collective's start below
-            members[i].append((rank, stream, position))
-            arrived[i] += 1
-            latest[i] = max(latest[i], ready)
-            if arrived[i] < workload.collectives[i].nranks:
-                break
-            t0, t1 = latest[i], latest[i] + durations_list[i]
-            c_start[i], c_end[i] = t0, t1
-            for r, st, pos in members[i]:
-                start[r][pos], end[r][pos] = t0, t1
-                pointer[(r, st)] += 1
-                finish(r, pos)
-                if (r, st) != key and (r, st) not in queued:
-                    queued.add((r, st))
-                    queue.append((r, st))
-    stuck = [(r, s) for (r, s), k in pointer.items() if k < len(streams[r][s])]
-    if stuck:
-        r, s = stuck[0]
-        task = programs[r][streams[r][s][pointer[(r, s)]]]
-        raise RuntimeError(f"task_times: rank {r} stream {s} never finishes task {task.name!r} (deadlock in the "
-                           f"programs; {len(stuck)} stream(s) stuck)")
-    return Timeline(start_s=tuple(np.asarray(s, dtype=np.float64) for s in start),
-                    end_s=tuple(np.asarray(e, dtype=np.float64) for e in end),
-                    collective_start_s=c_start, collective_end_s=c_end)
-
-
-def reference_breakdown(workload: Workload, timeline: Timeline, labels, *, focus_rank=None, weights=None) -> dict:
-    """``interval_breakdown`` rank by rank from its definition: per label, the largest per-rank union of the
-    label's [start, end] intervals, and on ``focus_rank`` that union minus the union of its compute tasks."""
-    weights = [1] * len(labels) if weights is None else list(weights)
-    out: dict = {}
-    for i, label in enumerate(labels):
-        entry = out.setdefault(label, {"count": 0, "nbytes": 0, "time_s": 0.0, "exposed_s": 0.0})
-        entry["count"] += weights[i]
-        entry["nbytes"] += int(workload.collectives[i].nbytes) * weights[i]
-    for rank, program in enumerate(workload.programs):
-        start, end = timeline.start_s[rank], timeline.end_s[rank]
-        spans: dict = {}
-        for p, t in enumerate(program):
-            if isinstance(t, CommTask):
-                spans.setdefault(labels[t.index], []).append((start[p], end[p]))
-        for label, rank_spans in spans.items():
-            out[label]["time_s"] = max(out[label]["time_s"], union_length_s(rank_spans))
-        if rank == focus_rank:
-            compute = [(start[p], end[p]) for p, t in enumerate(program) if isinstance(t, ComputeTask)]
-            for label, entry in out.items():
-                both = union_length_s(spans.get(label, []) + compute)
-                entry["exposed_s"] = both - union_length_s(compute)
-    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -152,8 +46,9 @@ def assert_bit_identical(got, want) -> None:
         return
     assert isinstance(got, Timeline)
     assert len(got.start_s) == len(want.start_s) and len(got.end_s) == len(want.end_s)
-    for a, b in zip(got.start_s + got.end_s + (got.collective_start_s, got.collective_end_s),
-                    want.start_s + want.end_s + (want.collective_start_s, want.collective_end_s)):
+    assert len(got.arrival_s) == len(want.arrival_s)
+    for a, b in zip(got.start_s + got.end_s + got.arrival_s + (got.collective_start_s, got.collective_end_s),
+                    want.start_s + want.end_s + want.arrival_s + (want.collective_start_s, want.collective_end_s)):
         assert a.dtype == b.dtype == np.float64 and a.shape == b.shape
         assert a.tobytes() == b.tobytes()              # bit-identical, NaN payloads included
 
@@ -229,7 +124,7 @@ def random_timeline(rng, workload: Workload) -> Timeline:
         start = rng.integers(0, 6, len(program)) * 0.25 + (rng.random(len(program)) < 0.3) * rng.random(len(program))
         rows.append((start, start + rng.choice([0.0, 0.25, 0.5, 1.5, -0.25], len(program))))
     return Timeline(start_s=tuple(r[0] for r in rows), end_s=tuple(r[1] for r in rows),
-                    collective_start_s=np.zeros(len(workload.collectives)),
+                    arrival_s=tuple(r[0] for r in rows), collective_start_s=np.zeros(len(workload.collectives)),
                     collective_end_s=np.zeros(len(workload.collectives)))
 
 
@@ -262,6 +157,7 @@ def test_max_plus_invariants_on_random_workloads(seed):
             # ready = max(end of the stream's previous task, ends of ``after``), 0 s for a stream's first task
             ready = max([0.0] + [end[previous[s]] for s in (task.stream,) if s in previous]
                         + [end[a] for a in task.after])
+            assert t.arrival_s[rank][position] == ready
             if isinstance(task, ComputeTask):
                 assert start[position] == ready and end[position] == ready + task.duration_s
             else:
@@ -328,17 +224,19 @@ def test_two_streams_by_hand():
 
 def test_pipeline_by_hand():
     # two stages, 3 micro-batches, forward 1 s then send (p2p pair collective, 0.5 s) on stage 0; stage 1
-    # receives then computes 2 s. Sends are chained on stage 0's stream: send j starts at
-    # max(forward j done = j + 1, previous send end) and stage 1 computes after each receive:
-    #   send 0: 1 .. 1.5,  compute 1.5 .. 3.5
-    #   send 1: stage 0 ready at 2 (f1 ends 2), stage 1 ready at 3.5 -> 3.5 .. 4,  compute 4 .. 6
-    #   send 2: stage 1 ready at 6 -> 6 .. 6.5, compute 6.5 .. 8.5
+    # receives then computes 2 s. Stage 0's forwards and sends share its stream 0 (forward j + 1 starts when
+    # send j ends); a send starts when the later stage arrives, stage 1 (after its compute) from send 1 on:
+    #   send 0: stage 0 ready at 1, stage 1 at 0 -> 1 .. 1.5; forward 1 1.5 .. 2.5; compute 1.5 .. 3.5
+    #   send 1: stage 0 ready at 2.5, stage 1 at 3.5 -> 3.5 .. 4; forward 2 4 .. 5; compute 4 .. 6
+    #   send 2: stage 0 ready at 5, stage 1 at 6 -> 6 .. 6.5; compute 6.5 .. 8.5
     sends = tuple(ar(0, 1) for _ in range(3))
     stage0 = tuple(task for j in range(3) for task in (ComputeTask(duration_s=1.0), CommTask(index=j)))
     stage1 = tuple(task for j in range(3) for task in (CommTask(index=j), ComputeTask(duration_s=2.0)))
     w = Workload(nranks=2, collectives=sends, programs=(stage0, stage1))
     t = task_times(w, [0.5] * 3)
     assert t.collective_start_s.tolist() == [1.0, 3.5, 6.0]
+    assert t.start_s[0].tolist() == [0.0, 1.0, 1.5, 3.5, 4.0, 6.0]
+    assert t.arrival_s[0].tolist() == [0.0, 1.0, 1.5, 2.5, 4.0, 5.0]
     assert t.end_s[1].tolist() == [1.5, 3.5, 4.0, 6.0, 6.5, 8.5]
     assert t.makespan_s == 8.5
     same_as_reference(w, [0.5] * 3)
@@ -560,12 +458,30 @@ def test_breakdown_and_rank_ends_match_their_rank_by_rank_definitions(seed):
         assert t.makespan_s == max((e for e, row in zip(ends, t.end_s) if row.size), default=0.0)
 
 
+@pytest.mark.parametrize("lengths", [(2, 2, 2), (2, 1, 1)])
+def test_timeline_arrays_are_read_only(lengths):
+    # rows of equal and of unequal lengths; task_times hands its flat arrays over (the rows are views of them),
+    # flat() of a Timeline built from rows keeps concatenated copies: none of them can be written
+    tail = (ComputeTask(duration_s=1.0),)
+    w = Workload(nranks=3, collectives=(ar(0, 1, 2),),
+                 programs=tuple((CommTask(index=0),) + tail[:n - 1] for n in lengths))
+    t = task_times(w, [0.5])
+    rows_only = Timeline(start_s=tuple(map(np.copy, t.start_s)), end_s=tuple(map(np.copy, t.end_s)),
+                         arrival_s=t.arrival_s, collective_start_s=t.collective_start_s,
+                         collective_end_s=t.collective_end_s)
+    for array in t.start_s + t.end_s + t.arrival_s + t.flat() + rows_only.flat():
+        assert not array.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        t.end_s[0][0] = 5.0
+    assert rows_only.start_s[0].flags.writeable                  # the caller's rows are left as they are
+
+
 def test_rank_ends_with_empty_programs_first_and_last():
     # ranks 0 and 3 run nothing; ranks 1 and 2 end at 1.5 and 2.0
     w = Workload(nranks=4, collectives=(), programs=((), (ComputeTask(duration_s=1.5),),
                                                      (ComputeTask(duration_s=0.5), ComputeTask(duration_s=1.5)), ()))
     t = task_times(w)
     assert t.rank_end_s.tolist() == [0.0, 1.5, 2.0, 0.0] and t.makespan_s == 2.0
-    rebuilt = Timeline(start_s=t.start_s, end_s=t.end_s, collective_start_s=t.collective_start_s,
-                       collective_end_s=t.collective_end_s)                  # rows only, nothing handed over
+    rebuilt = Timeline(start_s=t.start_s, end_s=t.end_s, arrival_s=t.arrival_s,          # rows only, nothing
+                       collective_start_s=t.collective_start_s, collective_end_s=t.collective_end_s)   # handed over
     assert rebuilt.rank_end_s.tolist() == [0.0, 1.5, 2.0, 0.0] and rebuilt.makespan_s == 2.0

@@ -202,9 +202,19 @@ def test_step_scenario_format_and_trace_are_checked(capsys, tmp_path, line, need
     assert needle in err and "not a known field" not in err
 
 
-def test_perf_quick_prints_its_figures(capsys):
-    # the benchmark command (timings are printed, never asserted): the max-min kernel on 20,000 flows x
-    # 4,000 links and a 2-node bench sweep of 31 sizes (8 B .. 8 GiB, factor 2)
+def test_perf_quick_prints_its_figures(capsys, monkeypatch):
+    # the benchmark command's output (timings are printed, never asserted), with stand-ins for the benchmarks
+    # it times: the max-min kernel on 20,000 flows x 4,000 links and a 2-node bench sweep of 31 sizes
+    # (8 B .. 8 GiB, factor 2: 2^3 .. 2^33), one row per size of the sweep it is asked for
+    def bench_maxmin(*, nflows, nlinks):
+        return {"nflows": nflows, "nlinks": nlinks, "nnz": 5 * nflows, "best_s": 1e-3, "median_s": 2e-3}
+
+    def run_bench(kind, *, minbytes, maxbytes, stepfactor=2, **kw):
+        assert kind == "all_reduce" and kw == {"system": "dgx-h100", "nodes": 2}
+        return [None] * len(sweep_sizes(minbytes, maxbytes, stepfactor=stepfactor))
+
+    monkeypatch.setattr("simulator.network.perf.bench_maxmin", bench_maxmin)
+    monkeypatch.setattr("simulator.nccl_tests.run_bench", run_bench)
     assert main(["perf", "--quick"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("max-min kernel: maxmin: 20,000 flows x 4,000 links")

@@ -269,9 +269,10 @@ def test_sc21_bad_selection(capsys):
 
 def test_sc21_mamf_step_times_are_the_recorded_ones():
     # compute_calibration.SC21_MAMF_STEP_S holds the full simulation's step times with the 2024 MAMF GEMM
-    # efficiency, recorded to the millisecond; the rows up to 256 GPUs still give them
-    rows = sc21_check(max_gpus=256, compute_model=A100_MAMF_2024)
-    assert len(rows) == 4
+    # efficiency, recorded to the millisecond; the rows up to 256 GPUs still give them (row 1, GPT-1.7B, is
+    # checked with its error in test_sc21_selection_and_compute_model)
+    rows = sc21_check(rows=(2, 3, 4), compute_model=A100_MAMF_2024)
+    assert [r.gpus for r in rows] == [64, 128, 256]
     for r in rows:
         assert r.step_time_s == pytest.approx(SC21_MAMF_STEP_S[r.model], abs=5e-4), r.model
 
@@ -318,7 +319,7 @@ def test_memory_takes_the_larger_of_a_dense_and_a_moe_layer():
     assert model.activation_bytes_per_layer(0, **kw) == 57_856
     assert model.activation_bytes_per_layer(1, **kw) == 91_648
     mem = memory_per_gpu(model, ParallelismSpec(dp=1))
-    assert mem["activations"] == 5 * 91_648 >= 5 * model.activation_bytes_per_layer(1, **kw)
+    assert mem["activations"] == 5 * 91_648
 
 
 def test_out_of_memory_flag(h100x2):
