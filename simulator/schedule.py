@@ -20,7 +20,9 @@ A step's optional ``wire_scale`` multiplies individual flows' wire bytes on top 
 legs into and out of the NVSwitch run at the switch's reduction efficiency: scale 1/efficiency).
 Its optional ``fill_bytes`` is pipeline start-up: a pipelined flow cannot finish before its last
 slice has crossed one more hop, so it spends the time of ``fill_bytes`` at its rate without
-moving data.
+moving data. Its optional ``rate_cap_bytes_per_s`` caps individual flows' payload rates where the
+GPU-side channel moving them is the limit (a point-to-point channel, one CTA; a chain takes the
+smallest cap of its edges).
 
 ``wire_factor`` converts payload to bytes on the wire for the protocol (LL sends 8-byte lines
 holding 4 data bytes: 2.0; LL128 sends 128-byte lines holding 120: 128/120; Simple: 1.0).
@@ -67,10 +69,11 @@ class Step:
     path_latency: bool = True     # also pay the flows' physical path latency (False: latency_s covers it)
     wire_scale: np.ndarray | None = None   # per-flow extra wire bytes per payload byte (None: all 1)
     fill_bytes: np.ndarray | None = None   # per-flow pipeline start-up, payload bytes (None: none)
+    rate_cap_bytes_per_s: np.ndarray | None = None   # per-flow payload rate cap (None: none)
 
     @classmethod
     def of(cls, *, src, dst, nbytes, channel=None, chain=None, latency_s: float = 0.0, label: str = "",
-           path_latency: bool = True, wire_scale=None, fill_bytes=None) -> "Step":
+           path_latency: bool = True, wire_scale=None, fill_bytes=None, rate_cap_bytes_per_s=None) -> "Step":
         n = len(src)
         channel = np.zeros(n, dtype=np.int64) if channel is None else channel
         chain = np.full(n, -1, dtype=np.int64) if chain is None else chain
@@ -78,15 +81,20 @@ class Step:
                    channel=_frozen_int_array(channel), chain=_frozen_int_array(chain), latency_s=float(latency_s),
                    label=label, path_latency=path_latency,
                    wire_scale=None if wire_scale is None else _frozen_float_array(wire_scale),
-                   fill_bytes=None if fill_bytes is None else _frozen_float_array(fill_bytes))
+                   fill_bytes=None if fill_bytes is None else _frozen_float_array(fill_bytes),
+                   rate_cap_bytes_per_s=None if rate_cap_bytes_per_s is None
+                   else _frozen_float_array(rate_cap_bytes_per_s))
         step.check()
         return step
 
     def check(self) -> None:
         n = self.src.shape[0]
-        for name in ("dst", "nbytes", "channel", "chain"):
-            if getattr(self, name).shape != (n,):
-                raise ValueError(f"Step.{name}: length {getattr(self, name).shape} differs from src ({n})")
+        for name in ("dst", "nbytes", "channel", "chain", "wire_scale", "fill_bytes", "rate_cap_bytes_per_s"):
+            value = getattr(self, name)
+            if value is not None and value.shape != (n,):
+                raise ValueError(f"Step.{name}: length {value.shape} differs from src ({n})")
+        if self.rate_cap_bytes_per_s is not None and n and not (self.rate_cap_bytes_per_s > 0).all():
+            raise ValueError("Step.rate_cap_bytes_per_s: every cap must be > 0 (inf for none)")
         if n and (self.nbytes < 0).any():
             raise ValueError("Step.nbytes: negative byte count")
         if n and ((self.src == self.dst) & (self.src >= 0)).any():

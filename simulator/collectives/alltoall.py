@@ -2,15 +2,24 @@
 
 Two schedules:
 
-* ``pairwise`` (default, what NCCL's grouped send/recv amounts to): n-1 rounds; in round i
-  member q sends to q+i and receives from q-i. ``ROUNDS_IN_FLIGHT`` rounds run together, the
-  groups one after the other, so the slowest pair of a group paces it (a group that crosses the
-  network runs at network speed).
-* ``direct``: every pair at once, one step; each link shares bandwidth among all pairs crossing it.
+* ``direct`` (default, what NCCL's grouped send/recv does): every peer at once. NCCL puts the
+  sends and receives to all peers of a group into one kernel, each peer on its own channels
+  (src/enqueue.cc scheduleP2pTasksToPlan), so they all progress together; one step.
+* ``pairwise``: n-1 rounds one after the other; in round i member q sends to q+i and receives
+  from q-i (the classic pairwise exchange), so the slowest pair of a round paces it.
 
-Pairs split their piece like sendrecv (``p2p.pair_channels``): ``nchannels`` flows inside a
-server, one network connection across servers (bounded by the NIC's per-connection throughput),
-leaving through the NIC on the receiver's rail (PXN), as NCCL's point-to-point does.
+Pairs split their piece like sendrecv (``p2p.pair_flows``): NCCL's point-to-point channels inside
+a server, each capped at one p2p channel's throughput; one network connection across servers,
+leaving through the NIC on the receiver's rail (PXN). Under PXN the pieces a server sends to one
+remote GPU all leave through that NIC over one connection, which NCCL shares between channels and
+senders and its proxy aggregates (NCCL_NET_SHARED_COMMS, on by default), so they share one
+connection's throughput (the engine's PXN connections).
+
+Worked numbers. 2x HGX B200, 16 ranks: each NIC carries 8 GPUs' pieces to its rail peer over one
+20 GB/s connection, so a GPU's 8 remote pieces (half of its buffer) move at 8 x 20 / 8 = 20 GB/s:
+algbw 40 GB/s, busbw 37.5 GB/s (measured 42.4). 8x B200, one server, 64-512 MiB: 7 peers x 4
+channels x 21.7 GB/s = 608 GB/s a GPU sends (measured 580 GB/s incremental); from 1 GiB the 8
+channels a peer saturate NVLink.
 
 Buffers (verification): the send half holds the pieces for members 0..n-1 in order, the receive
 half the pieces from members 0..n-1 in order (``simulator.verify.alltoall_offsets``).
@@ -33,15 +42,8 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 from ..schedule import DataStep, Schedule, Step
 from ..verify import alltoall_counts, alltoall_offsets
 from . import nccl_model
-from .base import LoweringContext, protocol_schedule, split_evenly
-from .p2p import P2P_LL_THRESHOLD_BYTES, pair_channels
-
-# Rounds in flight: NCCL's grouped send/recv progresses more than one peer of a rank at a time.
-# Measured: all-to-all over 2x HGX B200 (NDR) reaches 42.4 GB/s busbw (algbw 45.2 GB/s), more than
-# one network connection streams (one sendrecv pair: 19.6 GB/s). Two rounds at a time, in lock-step
-# groups, give 8 groups of one connection-time for the 15 rounds of 16 ranks: algbw 16/8 x 20 = 40 GB/s,
-# busbw 37.5 GB/s (12% under the measurement; NCCL overlaps the rounds more than lock-step groups).
-ROUNDS_IN_FLIGHT = 2
+from .base import LoweringContext, protocol_schedule
+from .p2p import P2P_LL_THRESHOLD_BYTES, comm_p2p_channels, pair_flows
 
 
 class Alltoall:
@@ -51,19 +53,20 @@ class Alltoall:
     def __init__(self, name: str, *, rounds: bool, auto: bool):
         self.name = name
         self.rounds = rounds
-        self.auto = auto          # considered by the automatic choice (NCCL has one alltoall: pairwise-like)
+        self.auto = auto          # considered by the automatic choice (NCCL's own: every peer at once)
 
     def supported(self, collective: Collective, ctx: LoweringContext) -> str | None:
         return None
 
+    def channels(self, collective: Collective, ctx: LoweringContext) -> int:
+        """The communicator's point-to-point channels (NCCL's p2pnChannels)."""
+        return comm_p2p_channels(ctx.layout(collective.group))
+
     def _rounds(self, collective: Collective) -> list[list[tuple[int, int]]]:
-        """Member-index pairs (p, q) per round (pairwise) or all in one round (direct)."""
+        """Member-index pairs (p, q) per step: one round each (pairwise) or all in one (direct)."""
         n = collective.nranks
         rounds = [[(p, (p + i) % n) for p in range(n)] for i in range(1, n)]
-        if not self.rounds:
-            return [[pair for r in rounds for pair in r]]
-        return [[pair for r in rounds[i:i + ROUNDS_IN_FLIGHT] for pair in r]
-                for i in range(0, len(rounds), ROUNDS_IN_FLIGHT)]
+        return rounds if self.rounds else [[pair for r in rounds for pair in r]]
 
     def _latency_s(self, collective: Collective, ctx: LoweringContext, protocol: str, *,
                    hop_extra_us: float = 0.0) -> float:
@@ -82,12 +85,12 @@ class Alltoall:
         return (nccl_model.BASE_LATENCY_US["ring"][protocol] + worst + hop_extra_us) * 1e-6
 
     def _pair_flows(self, collective: Collective, ctx: LoweringContext, p: int, q: int, nchannels: int):
-        """(src, dst, bytes, channel) flows of one pair."""
+        """(src, dst, bytes, channel, payload cap) flows of one pair."""
         group = collective.group
-        counts = alltoall_counts(collective)
         elt = DTYPE_BYTES[collective.dtype]
-        pieces = split_evenly(int(counts[p, q]) * elt, pair_channels(ctx, group[p], group[q], nchannels), elt)
-        return [(group[p], group[q], int(b), c) for c, b in enumerate(pieces)]
+        nbytes = int(alltoall_counts(collective)[p, q]) * elt
+        pieces, cap = pair_flows(ctx, ctx.layout(group), collective.nranks, nchannels, group[p], group[q], nbytes, elt)
+        return [(group[p], group[q], int(b), c, cap) for c, b in enumerate(pieces)]
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         latency = self._latency_s(collective, ctx, protocol, hop_extra_us=ctx.layout(collective.group).hop_extra_us)
@@ -96,8 +99,9 @@ class Alltoall:
             flows = [f for p, q in pairs for f in self._pair_flows(collective, ctx, p, q, nchannels)]
             src, dst, nbytes, channel = (np.array([f[k] for f in flows], dtype=np.int64) for k in range(4))
             # NCCL's per-hop latencies, summed over a rank's peers, already include the wire
+            label = f"alltoall round {i + 1}" if self.rounds else "alltoall"
             steps.append(Step.of(src=src, dst=dst, nbytes=nbytes, channel=channel, latency_s=latency if i == 0 else 0.0,
-                                 label=f"alltoall round {i + 1}", path_latency=False))
+                                 rate_cap_bytes_per_s=[f[4] for f in flows], label=label, path_latency=False))
         return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
                                  steps=tuple(steps), pxn=ctx.router.pxn)
 
@@ -112,7 +116,7 @@ class Alltoall:
                 flows = self._pair_flows(collective, ctx, p, q, nchannels)
                 elt = DTYPE_BYTES[collective.dtype]
                 offset = 0
-                for _, _, nbytes, _ in flows:
+                for _, _, nbytes, _, _ in flows:
                     c = nbytes // elt
                     ops.append((group[p], group[q], int(send[p, q]) + offset, c, int(recv[q, p]) + offset))
                     offset += c
@@ -130,17 +134,22 @@ class Alltoall:
             return latency, float("inf")
         if (protocol == "LL") != (biggest <= P2P_LL_THRESHOLD_BYTES):
             return latency, 0.0
+        wire = nccl_model.WIRE_FACTOR[protocol]
+        pxn = ctx.router.pxn
         time_s = 0.0
         for pairs in self._rounds(collective):
-            paths, sizes = [], []
-            for p, q in pairs:
-                for s, d, nbytes, c in self._pair_flows(collective, ctx, p, q, nchannels):
-                    paths.append(ctx.router.path(ctx.gpu(s), ctx.gpu(d), flow_key=c, pxn=ctx.router.pxn))
-                    sizes.append(nbytes * nccl_model.WIRE_FACTOR[protocol])
-            rates = ctx.chain_rates(paths) if paths else np.zeros(0)
-            time_s += max((b / r for b, r in zip(sizes, rates) if b > 0), default=0.0)
+            flows = [f for p, q in pairs for f in self._pair_flows(collective, ctx, p, q, nchannels)]
+            flows = [f for f in flows if f[2] > 0]
+            if not flows:
+                continue
+            paths = [ctx.router.path(ctx.gpu(s), ctx.gpu(d), flow_key=c, pxn=pxn) for s, d, _, c, _ in flows]
+            # under PXN a server's flows to one destination are one connection (the engine's PXN connections)
+            keys = [(ctx.server(s), d) for s, d, _, _, _ in flows]
+            shared = np.unique(np.array(keys), axis=0, return_inverse=True)[1].reshape(-1) if pxn else None
+            rates = np.minimum(ctx.chain_rates(paths, shared=shared), np.array([f[4] for f in flows]) * wire)
+            time_s += float(np.max(np.array([f[2] for f in flows]) * wire / rates))
         return latency, (collective.nbytes / time_s if time_s > 0 else float("inf"))
 
 
-PAIRWISE = Alltoall("pairwise", rounds=True, auto=True)
-DIRECT = Alltoall("direct", rounds=False, auto=False)
+PAIRWISE = Alltoall("pairwise", rounds=True, auto=False)
+DIRECT = Alltoall("direct", rounds=False, auto=True)

@@ -48,6 +48,15 @@ class GroupLayout:
     hop_extra_us: float = 0.0                      # platform latency per intra-server hop over NCCL's table
 
 
+MAX_CHANNELS = 64     # NCCL MAXCHANNELS (src/include/device.h, 2.2x+)
+
+
+def ring_channels(layout: GroupLayout) -> int:
+    """The communicator's channel count (rings, trees): about two per NIC on NVLink servers (16
+    with 8 NICs), 2 on PCIe-only boxes (an approximation of NCCL's topology search)."""
+    return min(MAX_CHANNELS, max(2, 2 * layout.nics_per_server)) if layout.intra == "nvlink" else 2
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoweringContext:
     topology: Topology
@@ -117,11 +126,13 @@ class LoweringContext:
             return capacity
         return self.cached(("nccl-capacity",), build)
 
-    def chain_rates(self, chains: list[np.ndarray], weights: list[np.ndarray] | None = None) -> np.ndarray:
+    def chain_rates(self, chains: list[np.ndarray], weights: list[np.ndarray] | None = None, *,
+                    shared: np.ndarray | None = None) -> np.ndarray:
         """Equal-share rate of each chain's link list (the tuner's static bandwidth estimate) on the
-        modelled capacities, bounded by what the chain's network connections can stream."""
+        modelled capacities, bounded by what the chain's network connections can stream (``shared``:
+        :func:`connection_caps`)."""
         rates = equal_share_rates(chains, self.topology.link_capacity_bytes_per_s, weights)
-        return np.minimum(rates, connection_caps(self.topology, chains, self.qps_per_connection, weights))
+        return np.minimum(rates, connection_caps(self.topology, chains, self.qps_per_connection, weights, shared))
 
 
 def _nccl_nvlink_scale(gpu_name: str | None) -> float:
@@ -134,47 +145,52 @@ def _nccl_nvlink_scale(gpu_name: str | None) -> float:
 
 
 def connection_caps(topology: Topology, paths: list[np.ndarray], qps_per_connection: int = 1,
-                    weights: list[np.ndarray] | None = None) -> np.ndarray:
+                    weights: list[np.ndarray] | None = None, shared: np.ndarray | None = None) -> np.ndarray:
     """Most each channel (a chain or a flow) over ``paths[i]`` can stream: on every link with a
     per-connection limit, everything the channel sends over it (the sum of its weights there)
-    shares that limit x QPs per connection; ``inf`` where no link of the path has one."""
+    shares that limit x QPs per connection; ``inf`` where no link of the path has one. ``shared``
+    (optional, an integer per path): paths with equal ids are one connection where they cross the
+    same limited link (NCCL's PXN aggregation), so they share its limit."""
     if not paths:
         return np.full(0, np.inf)
     counts = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
     return connection_caps_flat(topology, np.concatenate(paths), counts, qps_per_connection,
-                                None if weights is None else np.concatenate(weights))
+                                None if weights is None else np.concatenate(weights),
+                                connections=None if shared is None else np.repeat(shared, counts), shared=shared is not None)
 
 
 def connection_caps_flat(topology: Topology, links: np.ndarray, counts: np.ndarray, qps_per_connection: int = 1,
-                         weights: np.ndarray | None = None, connections: np.ndarray | None = None) -> np.ndarray:
+                         weights: np.ndarray | None = None, connections: np.ndarray | None = None,
+                         shared: bool = False) -> np.ndarray:
     """:func:`connection_caps` of channels given flat: channel i crosses the ``counts[i]``
     consecutive entries of ``links`` (with ``weights``; None: all 1). ``connections`` (optional,
-    an integer >= 0 per entry) tells a channel's connections apart: a chain of edges to different
-    peers (a tree's link to its parent and to a child) opens one connection per edge, each with
-    its own limit, so the load on a limited link is summed per (channel, connection) and the
-    channel streams at most the smallest share. None: each channel is one connection."""
+    an integer >= 0 per entry) tells connections apart. Without ``shared``, ids are per channel: a
+    chain of edges to different peers (a tree's link to its parent and to a child) opens one
+    connection per edge, each with its own limit, so the load on a limited link is summed per
+    (channel, connection). With ``shared``, ids are global: entries of different channels with one
+    id on one limited link are one connection and share its limit. None: each channel is one
+    connection. A channel streams at most the smallest share it gets on its limited links."""
     caps = np.full(counts.shape[0], np.inf)
     limits = topology.link_flow_cap_bytes_per_s[links]
     finite = np.isfinite(limits)
     if not finite.any():
         return caps
     channel = np.repeat(np.arange(counts.shape[0]), counts)[finite]
-    group = channel                          # one group per (channel, connection), numbered in that order
-    if connections is not None:
-        span = int(connections.max()) + 1    # connection ids per channel
-        ids, group = np.unique(channel * span + connections[finite], return_inverse=True)
-        group = group.reshape(-1)
+    if connections is None:
+        group = channel                      # one group per channel
+    elif shared:
+        group = connections[finite]          # one group per connection, across channels
+    else:                                    # one group per (channel, connection)
+        span = int(connections.max()) + 1
+        group = np.unique(channel * span + connections[finite], return_inverse=True)[1].reshape(-1)
     w = (np.ones(links.shape[0]) if weights is None else weights)[finite]
     links = links[finite]
-    # one load per (group, link): weights summed in path order
+    # one load per (group, link): weights summed in path order; each entry gets its (group, link)'s share
     pairs, inverse = np.unique(group * topology.num_links + links, return_inverse=True)
     load = np.bincount(inverse, weights=w, minlength=pairs.shape[0])
-    share = topology.link_flow_cap_bytes_per_s[pairs % topology.num_links] / load
-    owner = pairs // topology.num_links                     # the group of each (group, link) ...
-    if connections is not None:
-        owner = ids[owner] // span                          # ... and its channel
-    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-    caps[owner[starts]] = qps_per_connection * np.minimum.reduceat(share, starts)
+    share = (topology.link_flow_cap_bytes_per_s[pairs % topology.num_links] / load)[inverse.reshape(-1)]
+    starts = np.flatnonzero(np.r_[True, channel[1:] != channel[:-1]])     # entries are in channel order
+    caps[channel[starts]] = qps_per_connection * np.minimum.reduceat(share, starts)
     return caps
 
 
@@ -269,17 +285,19 @@ def check_runnable(algorithm: str, reason: str | None, protocol: str, protocols:
 
 def innet_schedule(collective: Collective, *, algorithm: str, protocol: str, nchannels: int, edges,
                    efficiency: float, innet_nodes: dict[int, int], latency_s: float,
-                   chain_rate_cap_bytes_per_s: float = math.inf) -> Schedule:
+                   chain_rate_cap_bytes_per_s: float = math.inf, fill_bytes: float = 0.0) -> Schedule:
     """One step of chains through in-network reduction buffers (NVLS, NVLSTree, CollNet).
 
     ``edges`` are (src, dst, elements, chain); legs into or out of a switch buffer (negative id)
     run at the switch's reduction ``efficiency`` (wire scale 1/efficiency), other legs do not.
-    ``chain_rate_cap_bytes_per_s`` is the Schedule's per-chain cap (CollNet: the SHARP aggregation rate).
+    ``chain_rate_cap_bytes_per_s`` is the Schedule's per-chain cap (CollNet: the SHARP aggregation rate);
+    ``fill_bytes`` each chain's pipeline start-up (payload bytes, ``Step.fill_bytes``).
     """
     src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
     scale = np.where((src < 0) | (dst < 0), 1.0 / efficiency, 1.0)
     step = Step.of(src=src, dst=dst, nbytes=count * DTYPE_BYTES[collective.dtype], chain=chain, channel=chain,
-                   latency_s=latency_s, label=f"{algorithm} {collective.kind.value}", wire_scale=scale)
+                   latency_s=latency_s, label=f"{algorithm} {collective.kind.value}", wire_scale=scale,
+                   fill_bytes=np.full(src.shape[0], float(fill_bytes)) if fill_bytes else None)
     return Schedule(collective=collective, algorithm=algorithm, protocol=protocol, nchannels=nchannels,
                     steps=(step,), innet_nodes=innet_nodes, chain_rate_cap_bytes_per_s=chain_rate_cap_bytes_per_s)
 

@@ -75,6 +75,21 @@ LL128_MAX_BW_PER_CHANNEL_GBPS = MappingProxyType({
     "volta": 20.0, "ampere": 20.0, "ada": 20.0, "hopper": 36.7, "blackwell": 40.0,
 })
 
+# Payload throughput of one point-to-point channel, one direction: a p2p channel is one CTA whose
+# warps are split between its sends and its receives. Measured on HGX B200: sendrecv on 8 ranks moves
+# 86.8 GB/s from 8 to 64 MiB (incremental), where NCCL runs 4 channels a peer (p2p.py) -> 21.7 GB/s a
+# channel (calibration b200_vultr_hgx_1node_2node_allcoll.csv), 0.54 of NCCL's per-channel LL128
+# ceiling for Blackwell. No other generation is measured: each takes the same fraction of its own
+# ceiling (Hopper 36.7 -> 19.9 GB/s, Ampere and Ada 20 -> 10.9 GB/s).
+P2P_CHANNEL_GBPS_BLACKWELL = 21.7
+
+
+def p2p_channel_bytes_per_s(arch: str) -> float:
+    """Most one point-to-point channel streams, one direction (payload bytes/s)."""
+    scale = LL128_MAX_BW_PER_CHANNEL_GBPS.get(arch, 20.0) / LL128_MAX_BW_PER_CHANNEL_GBPS["blackwell"]
+    return P2P_CHANNEL_GBPS_BLACKWELL * scale * 1e9
+
+
 # perChMaxTreeBw / perChMaxTreeLL128Bw [arch] -> (1 node, 2 nodes, >= 3 nodes) in GB/s: per-channel
 # bus-bandwidth ceilings of NCCL's tree kernels (tuning.cc, NCCL 2.30.7)
 PER_CHANNEL_MAX_TREE_GBPS = MappingProxyType({

@@ -221,6 +221,20 @@ class NvlsTreeAlgorithm:
         busbw, 16 chains: 462 / 1.875 / 16 = 15.4 GB/s of payload per chain."""
         return self._ceiling_bytes_per_s(collective, ctx) / collective.busbw_factor / nchains / efficiency
 
+    def _fill_bytes(self, collective: Collective, ctx: LoweringContext, nchannels: int, nchains: int) -> float:
+        """Pipeline start-up of each sub-shard chain (payload bytes): the last chunk still climbs and
+        descends the servers' tree, 2 log2(nNodes) network hops (NCCL's latency counts the same hops),
+        each one chunk of each of the channels x heads concurrent pipelines (calcCollChunking's
+        concurrentOps), so one loop of channels x heads x chunk at the collective's rate, which a
+        chain moves at 1/nchains of it. Worked number, 2x 8 H100 (16 channels, 8 heads, 128 KiB
+        chunks from 64 MiB): 2 hops x 16 MiB at algbw 246 GB/s = 136 us."""
+        layout = ctx.layout(collective.group)
+        heads = _heads(layout)
+        chunk = nvlstree_chunk_bytes(collective.nbytes, nchannels=nchannels, nheads=heads, nnodes=layout.nnodes,
+                                     arch=layout.arch)
+        hops = 2 * math.ceil(math.log2(layout.nnodes))
+        return hops * chunk * nchannels * heads / nchains
+
     def _latency_s(self, collective: Collective, ctx: LoweringContext) -> float:
         nnodes = ctx.layout(collective.group).nnodes
         return (NVLS_LATENCY_US + 2 * math.log2(nnodes) * NVLSTREE_NET_LATENCY_US) * 1e-6
@@ -233,7 +247,8 @@ class NvlsTreeAlgorithm:
         return innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
                               edges=self._edges(parts), efficiency=efficiency,
                               innet_nodes=self._innet(collective, ctx), latency_s=self._latency_s(collective, ctx),
-                              chain_rate_cap_bytes_per_s=self._chain_cap(collective, ctx, len(parts.count), efficiency))
+                              chain_rate_cap_bytes_per_s=self._chain_cap(collective, ctx, len(parts.count), efficiency),
+                              fill_bytes=self._fill_bytes(collective, ctx, nchannels, len(parts.count)))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         layout, offset, count, owner, tree_of, trees = self._parts(collective, ctx, nchannels)

@@ -1,13 +1,31 @@
 """Point-to-point: nccl-tests' sendrecv (rank r sends S bytes to r+1 and receives from r-1).
 
-Each rank's message is split over independent flows: ``nchannels`` of them between GPUs of one
-server, ``NET_CONNECTIONS_PER_PEER`` network connections between servers; flows are not chained:
-every pair progresses on its own.
+Channels, as NCCL splits a send (src/graph/paths.cc ncclTopoComputeP2pChannels, src/enqueue.cc
+addP2pToPlan):
+
+* the communicator has ``p2pnChannels`` point-to-point channels: its channel count rounded up to a
+  power of two (:func:`comm_p2p_channels`); each peer may use up to ``p2pnChannelsPerPeer`` of them
+  (all of them on one NVSwitch server; 2 a peer once a peer is across the network,
+  NCCL_NCHANNELS_PER_NET_PEER, fewer on very large communicators; 2 over PCIe);
+* one send starts on ``nChannelsMin`` channels (the per-peer maximum, halved until every rank's
+  peers fit the channels once: 4 a peer for 8 ranks on 32 channels) and doubles them while a
+  channel's part exceeds the largest part: 32 chunks (16 MiB with NVLink's 512 KiB chunk) on one
+  server, one chunk (128 KiB) across servers (:func:`op_channels`).
+
+Inside a server each channel is one flow, capped at what one p2p channel moves
+(``nccl_model.p2p_channel_bytes_per_s``: a CTA whose warps are split between sends and receives).
+Across servers a pair streams over ``NET_CONNECTIONS_PER_PEER`` network connection(s), capped by the
+NIC's per-connection throughput, leaving through the NIC on the receiver's rail (PXN).
+Worked numbers, HGX B200 sendrecv on 8 ranks (measured 792 / 799 / 808 us at 64 / 128 / 256 MiB):
+4, 8 and 16 channels of 21.7 GB/s carry 64, 128 and 256 MiB in the same 773 us.
+
 Latency: NCCL's per-hop latency for the protocol, one hop (network hop when the pair spans two
 servers); small messages go LL (NCCL_P2P_LL_THRESHOLD, 16 KiB by default), larger ones Simple.
 """
 
 from __future__ import annotations
+
+from types import MappingProxyType
 
 import numpy as np
 
@@ -15,7 +33,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import LoweringContext, protocol_schedule, split_evenly
+from .base import MAX_CHANNELS, GroupLayout, LoweringContext, protocol_schedule, ring_channels, split_evenly
 
 # NCCL's default NCCL_P2P_LL_THRESHOLD (src/init.cc / enqueue.cc): 16 KiB.
 P2P_LL_THRESHOLD_BYTES = 16384
@@ -25,11 +43,66 @@ P2P_LL_THRESHOLD_BYTES = 16384
 # connection_bytes_per_s = 20 GB/s), not the NIC's 49.7 GB/s.
 NET_CONNECTIONS_PER_PEER = 1
 
+# NCCL's point-to-point chunk (NCCL_P2P_NET_CHUNKSIZE / NCCL_P2P_NVL_CHUNKSIZE / NCCL_P2P_PCI_CHUNKSIZE
+# defaults, src/init.cc): the network's as soon as the communicator spans servers.
+P2P_CHUNK_BYTES = MappingProxyType({"net": 128 << 10, "nvlink": 512 << 10, "pcie": 128 << 10})
 
-def pair_channels(ctx: LoweringContext, src_rank: int, dst_rank: int, nchannels: int) -> int:
-    """Channels (parallel flows) of one point-to-point pair: all of them inside a server, the
-    peer's network connections across servers."""
-    return NET_CONNECTIONS_PER_PEER if ctx.server(src_rank) != ctx.server(dst_rank) else nchannels
+# p2pnChannels on one NVSwitch server: NCCL_DEBUG prints "24 coll channels ... 32 p2p channels, 32 p2p
+# channels per peer" on HGX A100 and HGX H100 (24 rounded up to a power of two); the HGX B200 sendrecv
+# table's 4 channels a peer at 8 ranks (module docstring) means 32 there too.
+ONE_SERVER_NVLINK_P2P_CHANNELS = 32
+
+# NCCL_NCHANNELS_PER_NET_PEER default (src/graph/paths.cc): 2 channels to a peer across the network.
+NCHANNELS_PER_NET_PEER = 2
+
+
+def _pow2_up(value: int) -> int:
+    return 1 << max(0, int(value) - 1).bit_length()
+
+
+def comm_p2p_channels(layout: GroupLayout) -> int:
+    """NCCL's ``p2pnChannels`` for a communicator laid out as ``layout``."""
+    if layout.nnodes == 1 and layout.intra == "nvlink":
+        return ONE_SERVER_NVLINK_P2P_CHANNELS
+    return _pow2_up(ring_channels(layout))
+
+
+def op_channels(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int) -> int:
+    """Channels NCCL runs one send of ``nbytes`` to a peer on, in a communicator of ``nranks`` ranks
+    laid out as ``layout`` with ``nchannels`` channels (rounded up to a power of two, as NCCL does)."""
+    total = min(_pow2_up(nchannels), MAX_CHANNELS)
+    per_peer = total
+    if layout.nnodes > 1:                       # the smallest peer count sets every peer's: the network's
+        net = NCHANNELS_PER_NET_PEER
+        while net * nranks > total * 4 and net > 1:
+            net //= 2
+        per_peer = min(per_peer, net)
+    if layout.intra == "pcie":
+        per_peer = min(per_peer, 2)             # a PCIe peer: 2 channels
+    lowest = per_peer
+    while lowest * nranks > total and lowest > 1:
+        lowest //= 2
+    if nbytes <= 0:
+        return 1
+    chunk = P2P_CHUNK_BYTES["net" if layout.nnodes > 1 else layout.intra]
+    min_part, max_part = (chunk // 2, chunk) if layout.nnodes > 1 else (chunk // 8, chunk * 32)
+    n = min(lowest, -(-nbytes // min_part))
+    part = max(min_part, -(-nbytes // n))
+    while part > max_part and n <= per_peer // 2:
+        n *= 2
+        part = -(-nbytes // n)
+    return n
+
+
+def pair_flows(ctx: LoweringContext, layout: GroupLayout, nranks: int, nchannels: int, src_rank: int,
+               dst_rank: int, nbytes: int, elt: int) -> tuple[np.ndarray, float]:
+    """(byte pieces, per-piece payload cap) of one point-to-point send: NCCL's channels inside a
+    server, each capped at one p2p channel's throughput; the pair's network connection(s) across
+    servers, capped by the network only."""
+    if ctx.server(src_rank) != ctx.server(dst_rank):
+        return split_evenly(nbytes, NET_CONNECTIONS_PER_PEER, elt), np.inf
+    return (split_evenly(nbytes, op_channels(nbytes, layout, nranks, nchannels), elt),
+            nccl_model.p2p_channel_bytes_per_s(layout.arch))
 
 
 class SendRecv:
@@ -39,6 +112,10 @@ class SendRecv:
 
     def supported(self, collective: Collective, ctx: LoweringContext) -> str | None:
         return None if collective.nranks >= 2 else "sendrecv needs at least 2 ranks"
+
+    def channels(self, collective: Collective, ctx: LoweringContext) -> int:
+        """The communicator's point-to-point channels (NCCL's p2pnChannels)."""
+        return comm_p2p_channels(ctx.layout(collective.group))
 
     def _pairs(self, collective: Collective) -> tuple[np.ndarray, np.ndarray]:
         group = np.asarray(collective.group, dtype=np.int64)
@@ -54,22 +131,24 @@ class SendRecv:
                                          hop_extra_us=hop_extra_us)
 
     def _flows(self, collective: Collective, ctx: LoweringContext, nchannels: int):
-        """(src, dst, element offset, elements, channel) of every flow."""
-        elements = collective.nbytes // DTYPE_BYTES[collective.dtype]
+        """(src, dst, element offset, elements, channel, payload cap) of every flow."""
         if collective.nranks < 2:
             return []
+        elt = DTYPE_BYTES[collective.dtype]
+        layout = ctx.layout(collective.group)
         out = []
         for a, b in zip(*self._pairs(collective)):
-            pieces = split_evenly(elements, pair_channels(ctx, int(a), int(b), nchannels))
-            starts = np.concatenate([[0], np.cumsum(pieces)[:-1]])
-            out += [(int(a), int(b), int(o), int(c), k) for k, (o, c) in enumerate(zip(starts, pieces))]
+            pieces, cap = pair_flows(ctx, layout, collective.nranks, nchannels, int(a), int(b), collective.nbytes, elt)
+            counts = pieces // elt
+            starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            out += [(int(a), int(b), int(o), int(c), k, cap) for k, (o, c) in enumerate(zip(starts, counts))]
         return out
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         flows = self._flows(collective, ctx, nchannels)
         elt = DTYPE_BYTES[collective.dtype]
         step = Step.of(src=[f[0] for f in flows], dst=[f[1] for f in flows], nbytes=[f[3] * elt for f in flows],
-                       channel=[f[4] for f in flows], label="sendrecv",
+                       channel=[f[4] for f in flows], rate_cap_bytes_per_s=[f[5] for f in flows], label="sendrecv",
                        latency_s=self._latency(collective, ctx, protocol,
                                                hop_extra_us=ctx.layout(collective.group).hop_extra_us))
         return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
@@ -79,7 +158,7 @@ class SendRecv:
         """Send half of rank q -> receive half of rank q+1, split over the pair's channels."""
         elements = collective.nbytes // DTYPE_BYTES[collective.dtype]
         flows = self._flows(collective, ctx, nchannels)
-        return (DataStep.of([(a, b, o, c, elements + o) for a, b, o, c, _ in flows]),) if flows else ()
+        return (DataStep.of([(a, b, o, c, elements + o) for a, b, o, c, _, _ in flows]),) if flows else ()
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]:
@@ -88,17 +167,21 @@ class SendRecv:
             return latency, float("inf")
         if (protocol == "LL") != (collective.nbytes <= P2P_LL_THRESHOLD_BYTES):
             return latency, 0.0          # NCCL does not use this protocol for this size
-        src, dst = self._pairs(collective)
+        layout = ctx.layout(collective.group)
+        wire = nccl_model.WIRE_FACTOR[protocol]
 
         def rate():
+            """The slowest pair's payload rate: its flows' equal-share wire rates, within their caps."""
             flows = self._flows(collective, ctx, nchannels)
-            paths = [ctx.router.path(ctx.gpu(a), ctx.gpu(b), flow_key=k, pxn=ctx.router.pxn) for a, b, _, _, k in flows]
+            paths = [ctx.router.path(ctx.gpu(a), ctx.gpu(b), flow_key=k, pxn=ctx.router.pxn)
+                     for a, b, _, _, k, _ in flows]
+            rates = np.minimum(ctx.chain_rates(paths) / wire, [f[5] for f in flows])
             per_pair = {}
-            for (a, b, _, _, _), r in zip(flows, ctx.chain_rates(paths)):
+            for (a, b, _, _, _, _), r in zip(flows, rates):
                 per_pair[(a, b)] = per_pair.get((a, b), 0.0) + float(r)
             return min(per_pair.values())
-        wire_rate = ctx.cached(("p2p-rate", collective.group, nchannels), rate)
-        return latency, wire_rate / nccl_model.WIRE_FACTOR[protocol]
+        intra = op_channels(collective.nbytes, layout, collective.nranks, nchannels)
+        return latency, ctx.cached(("p2p-rate", collective.group, nchannels, intra, wire), rate)
 
 
 SENDRECV = SendRecv()

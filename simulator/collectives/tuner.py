@@ -24,9 +24,7 @@ from workloads.collectives import Collective
 
 from . import ALGORITHMS
 from . import nccl_model
-from .base import LoweringContext
-
-MAX_CHANNELS = 64     # NCCL MAXCHANNELS (src/include/device.h, 2.2x+)
+from .base import MAX_CHANNELS, LoweringContext, ring_channels
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,10 +114,7 @@ class Choice:
 
 
 def default_channels(collective: Collective, ctx: LoweringContext) -> int:
-    layout = ctx.layout(collective.group)
-    if layout.intra == "nvlink":
-        return min(MAX_CHANNELS, max(2, 2 * layout.nics_per_server))
-    return 2
+    return ring_channels(ctx.layout(collective.group))
 
 
 def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolicy = CollectivePolicy()) -> Choice:

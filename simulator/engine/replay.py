@@ -16,11 +16,14 @@ per channel connection); the flows of a chain (one pipelined ring channel) merge
 network flow over the union of their links, each link weighted by its edge's share of the
 chain's bytes; flows and chains that carry no bytes are dropped. Bytes become wire bytes with the
 protocol's wire factor (and the step's per-flow wire scale); the protocol's payload cap becomes a
-wire-rate cap, and a flow that leaves a server is also capped by what its network connections
-stream: each distinct (source, destination, channel) of a step is one connection (per-QP limit x
-QPs per connection), so a chain's edges to different peers through one NIC (a tree's parent and
-child) do not share one limit. A step's latency is its protocol latency plus, unless
-``Step.path_latency`` is off, the largest path latency of its flows'.
+wire-rate cap (as does a flow's own ``Step.rate_cap_bytes_per_s``), and a flow that leaves a server
+is also capped by what its network connections stream: each distinct (source, destination,
+channel) of a step is one connection (per-QP limit x QPs per connection), so a chain's edges to
+different peers through one NIC (a tree's parent and child) do not share one limit. Under PXN
+(point-to-point schedules), the flows a server sends to one destination are one connection
+(NCCL_NET_SHARED_COMMS), aggregated by the proxy of the NIC they all leave through, and share its
+limit. A step's latency is its protocol latency plus, unless ``Step.path_latency`` is off, the
+largest path latency of its flows'.
 """
 
 from __future__ import annotations
@@ -99,6 +102,9 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
     wire_bytes = step.nbytes.astype(np.float64) * (1.0 if step.wire_scale is None else step.wire_scale)
     fill_wire = (np.zeros(step.num_flows) if step.fill_bytes is None else step.fill_bytes * wire_bytes
                  / np.maximum(step.nbytes, 1)) * wire
+    # per-flow payload caps, as wire rates
+    rate_cap = (None if step.rate_cap_bytes_per_s is None
+                else step.rate_cap_bytes_per_s * wire * (1.0 if step.wire_scale is None else step.wire_scale))
     # independent flows first (one per edge that carries bytes, in edge order), then one flow per chain
     # (by chain id)
     chained = step.chain >= 0
@@ -107,6 +113,7 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
     entries = [np.flatnonzero(alone[edge_of])]
     weights = [flat_w[entries[0]]]
     counts, nbytes, fills = [lengths[independent]], [wire_bytes[independent]], [fill_wire[independent]]
+    flow_caps = [] if rate_cap is None else [rate_cap[independent]]
     members = np.flatnonzero(chained)
     if members.size:
         # a chain is one flow over its edges' links in edge order, each weighted by its edge's
@@ -127,13 +134,24 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
         counts.append(np.bincount(entry_chain, minlength=starts.shape[0])[kept])
         nbytes.append(top[kept])
         fills.append(fill_top[kept])
+        if rate_cap is not None:
+            flow_caps.append(np.minimum.reduceat(rate_cap[order], starts)[kept])
     entry = np.concatenate(entries)
     links, link_weights, counts = flat_links[entry], np.concatenate(weights), np.concatenate(counts)
-    # each distinct (source, destination, channel) of the step is one connection (its own QPs); without
-    # chains every flow is one edge, so one connection
-    connections = _connection_ids(step)[edge_of[entry]] if members.size else None
+    if members.size:
+        # each distinct (source, destination, channel) of the step is one connection (its own QPs)
+        connections, shared = _connection_ids(step)[edge_of[entry]], False
+    elif schedule.pxn and entry.size:
+        # PXN: a server's flows to one destination leave through the same NIC (the destination's rail)
+        # over one connection, shared by its channels and aggregated by the proxy (NCCL_NET_SHARED_COMMS,
+        # on by default); they share its limit
+        connections, shared = _pxn_connection_ids(step, topology, rank_gpu)[edge_of[entry]], True
+    else:
+        connections, shared = None, False      # every flow is one edge, so one connection
     caps = np.minimum(cap, connection_caps_flat(topology, links, counts, qps_per_connection, link_weights,
-                                                connections=connections))
+                                                connections=connections, shared=shared))
+    if rate_cap is not None:
+        caps = np.minimum(caps, np.concatenate(flow_caps))
     return NetworkFlows(links=links, link_weights=link_weights, counts=counts, wire_bytes=np.concatenate(nbytes) * wire,
                         caps_bytes_per_s=caps, latency_s=latency, fill_bytes=np.concatenate(fills))
 
@@ -148,6 +166,12 @@ def _connection_ids(step: Step) -> np.ndarray:
     channel_span = int(step.channel.max()) - channel_lo + 1
     key = ((step.src - lo) * span + (step.dst - lo)) * channel_span + (step.channel - channel_lo)
     return np.unique(key, return_inverse=True)[1].reshape(-1)
+
+
+def _pxn_connection_ids(step: Step, topology: Topology, rank_gpu: tuple[int, ...]) -> np.ndarray:
+    """Each flow's PXN connection: distinct (source server, destination) get distinct ids."""
+    servers = topology.gpu_server[np.asarray(rank_gpu, dtype=np.int64)[step.src]]
+    return np.unique(servers * (int(step.dst.max()) + 1) + step.dst, return_inverse=True)[1].reshape(-1)
 
 
 @dataclass(slots=True)

@@ -281,6 +281,76 @@ def test_nvlstree_runs_at_nccls_ceiling_on_two_servers():
     # 461.6 / 1.875 / 16 = 15.4 GB/s; 8 GiB then take 8 GiB / 246.2 GB/s + 66.8 us of latency
     # (tuning.cc: NVLS 25 us + 2 x log2(2 servers) x 20.9 us NET NVLSTree Simple = 66.8 us)
     from simulator.nccl_tests import run_bench
+    # + pipeline fill: 2 tree hops x one loop of 16 channels x 8 heads x 128 KiB chunks at the same rate
     row, = run_bench("all_reduce", system="dgx-h100", nodes=2, minbytes="8G", maxbytes="8G")
     assert row.algorithm == "nvlstree"
-    assert row.time_us == pytest.approx((8 << 30) / (461.6e9 / 1.875) * 1e6 + 66.8, rel=1e-3)
+    algbw = 461.6e9 / 1.875
+    assert row.time_us == pytest.approx(((8 << 30) + 2 * 16 * 8 * (128 << 10)) / algbw * 1e6 + 66.8, rel=1e-3)
+
+
+def test_nvlstree_fill_is_two_tree_hops_per_level_of_one_loop():
+    # 8 servers: log2(8) = 3 levels, 6 hops; from 4 servers NCCL's NVLSTree chunk is at most 64 KiB and
+    # 64 MiB >= 4 x (16 channels x 8 heads) x 64 KiB keeps it there; one loop = 16 x 8 x 64 KiB = 8 MiB,
+    # carried by 16 sub-shard chains: 6 x 8 MiB / 16 = 3 MiB of start-up per chain
+    ctx, coll = _nvlstree_case(8, nbytes=64 << 20)
+    step, = ALGORITHMS["nvlstree"].lower(coll, ctx, protocol="Simple", nchannels=16).steps
+    assert set(step.fill_bytes.tolist()) == {6 * (8 << 20) / 16}
+
+
+# ---- point-to-point channels (sendrecv, alltoall) -------------------------------------------------
+
+def test_p2p_channels_follow_nccls_split():
+    from simulator.collectives.p2p import comm_p2p_channels, op_channels
+    one = context("hgx-b200", nodes=1)
+    layout = one.layout(tuple(range(8)))
+    assert comm_p2p_channels(layout) == 32
+    # 8 ranks on 32 channels: 4 a peer until a channel's part passes 32 NVLink chunks (16 MiB), then
+    # doubling up to all 32; below 4 x 64 KiB (chunk / 8) fewer channels
+    assert [op_channels(n << 20, layout, 8, 32) for n in (8, 64, 128, 256, 512, 1024)] == [4, 4, 8, 16, 32, 32]
+    assert op_channels(128 << 10, layout, 8, 32) == 2
+    two = context("hgx-b200", nodes=2)
+    layout = two.layout(tuple(range(16)))
+    # 2 servers: 16 channels (2 per NIC); 2 a peer across the network sets every peer's maximum, and a send
+    # starts on 1 (2 x 16 ranks > 16 channels), doubled once its part would pass one 128 KiB network chunk
+    assert comm_p2p_channels(layout) == 16
+    sizes = (32 << 10, 128 << 10, (128 << 10) + 1, 1 << 20, 1 << 30)
+    assert [op_channels(n, layout, 16, 16) for n in sizes] == [1, 1, 2, 2, 2]
+    # 64 ranks on 16 channels: 2 x 64 > 4 x 16, so one channel to a network peer
+    assert op_channels(1 << 30, layout, 64, 16) == 1
+
+
+def test_sendrecv_on_one_b200_server_runs_at_nccls_channel_count():
+    # 8 ranks: 32 MiB and 64 MiB go on 4 channels of 21.7 GB/s, 128 MiB on 8: doubling from 64 to 128 MiB
+    # costs nothing, and 32 -> 64 MiB costs 32 MiB / (4 x 21.7 GB/s) = 386.5 us (measured 386.7 us)
+    from simulator.nccl_tests import run_bench
+    rows = run_bench("sendrecv", system="hgx-b200", nodes=1, minbytes="32M", maxbytes="128M")
+    t32, t64, t128 = (r.time_us for r in rows)
+    assert t128 == pytest.approx(t64, rel=1e-9)
+    assert t64 - t32 == pytest.approx((32 << 20) / (4 * 21.7e9) * 1e6, rel=1e-6)
+
+
+def test_alltoall_pieces_to_one_remote_gpu_share_one_pxn_connection():
+    # 2x HGX B200, 16 ranks: the NIC on a remote GPU's rail carries the 8 pieces its server sends to that
+    # GPU over one 20 GB/s connection, so each GPU's 8 remote pieces (half its buffer) move at 20 GB/s:
+    # algbw 2 x 20 = 40 GB/s; a NIC-bound exchange would reach 2 x 49.7 GB/s
+    from simulator.nccl_tests import run_bench
+    row, = run_bench("alltoall", system="hgx-b200", nodes=2, minbytes="4G", maxbytes="4G")
+    assert row.algorithm == "direct"
+    assert row.algbw_GBps == pytest.approx(40.0, rel=0.01)
+    ctx = context("hgx-b200", nodes=2)
+    coll = Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=4 << 30, group=tuple(range(16)))
+    _, algbw = ALGORITHMS["direct"].estimate(coll, ctx, protocol="Simple", nchannels=16)
+    assert algbw == pytest.approx(40e9, rel=1e-6)
+
+
+def test_pairwise_alltoall_runs_rounds_one_after_the_other():
+    # one server of 8 B200: each of the 7 rounds sends one 1/8 piece per rank on 4 channels, pacing
+    # 4 x 21.7 GB/s per rank; direct runs all 7 peers at once (28 channels, under NVLink's 682 GB/s)
+    from simulator.nccl_tests import run_bench
+    direct, = run_bench("alltoall", system="hgx-b200", nodes=1, minbytes="256M", maxbytes="256M")
+    from simulator.config import SimConfig
+    pairwise, = run_bench("alltoall", system="hgx-b200", nodes=1, minbytes="256M", maxbytes="256M",
+                          config=SimConfig(collectives=CollectivePolicy(algorithm="pairwise")))
+    piece = (256 << 20) / 8
+    assert direct.algorithm == "direct" and pairwise.algorithm == "pairwise"
+    assert pairwise.time_us - direct.time_us == pytest.approx((7 - 1) * piece / (4 * 21.7e9) * 1e6, rel=1e-6)

@@ -229,6 +229,41 @@ def test_each_connection_of_a_chain_streams_its_own_limit():
     assert one_peer.caps_bytes_per_s.tolist() == [limit / 2]
 
 
+def test_pxn_flows_to_one_gpu_share_their_servers_connection():
+    # independent flows under PXN: ranks 0 and 1 (server 0) both send to rank 8 (GPU 0 of server 1); both
+    # leave through NIC 0 (rank 8's rail) as one aggregated connection: 10 GB/s each. Rank 16 (server 2)
+    # sends to rank 8 over its own connection (20 GB/s), though it arrives through the same NIC; without
+    # PXN every flow is its own connection.
+    topo = build_system("dgx-h100", nodes=3)
+    router = Router(topo)
+    coll = Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=24 << 20, group=tuple(range(24)))
+    step = Step.of(src=[0, 1, 16], dst=[8, 8, 8], nbytes=[1 << 20] * 3)
+    caps = {}
+    for pxn in (True, False):
+        sched = Schedule(collective=coll, algorithm="test", protocol="Simple", nchannels=1, steps=(step,), pxn=pxn)
+        caps[pxn] = network_flows(step, sched, topology=topo, router=router,
+                                  rank_gpu=tuple(range(24))).caps_bytes_per_s.tolist()
+    assert caps[True] == [10e9, 10e9, 20e9]
+    assert caps[False] == [20e9, 20e9, 20e9]
+
+
+def test_a_flows_own_rate_cap_binds_in_wire_bytes():
+    # a 5 GB/s payload cap under LL (2 wire bytes per payload byte) is a 10 GB/s wire cap; a chain takes
+    # the smallest cap of its edges
+    topo = build_system("dgx-h100")
+    router = Router(topo)
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 20, group=tuple(range(8)))
+    step = Step.of(src=[0, 1, 2, 3], dst=[1, 2, 3, 4], nbytes=[1 << 20] * 4, chain=[-1, 0, 0, -1],
+                   rate_cap_bytes_per_s=[5e9, 7e9, 3e9, np.inf])
+    sched = Schedule(collective=coll, algorithm="test", protocol="LL", nchannels=1, steps=(step,), wire_factor=2.0)
+    flows = network_flows(step, sched, topology=topo, router=router, rank_gpu=tuple(range(8)))
+    assert flows.caps_bytes_per_s.tolist() == [10e9, np.inf, 6e9]     # independent flows first, then the chain
+    with pytest.raises(ValueError, match="rate_cap_bytes_per_s"):
+        Step.of(src=[0], dst=[1], nbytes=[1], rate_cap_bytes_per_s=[0.0])
+    with pytest.raises(ValueError, match="rate_cap_bytes_per_s"):
+        Step.of(src=[0], dst=[1], nbytes=[1], rate_cap_bytes_per_s=[1.0, 2.0])
+
+
 def test_deadlock_is_reported():
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1024, group=(0, 1))
     # rank 1's program never reaches collective 0: the engine reports the stuck collective, no hang
