@@ -42,8 +42,8 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 from ..schedule import DataStep, Schedule, Step
 from ..verify import alltoall_counts, alltoall_offsets
 from . import nccl_model
-from .base import LoweringContext, protocol_schedule
-from .p2p import P2P_LL_THRESHOLD_BYTES, comm_p2p_channels, pair_flows
+from .base import LoweringContext, SharedConnections, protocol_schedule
+from .p2p import P2P_LL_THRESHOLD_BYTES, p2p_channels, pair_flows
 
 
 class Alltoall:
@@ -58,9 +58,7 @@ class Alltoall:
     def supported(self, collective: Collective, ctx: LoweringContext) -> str | None:
         return None
 
-    def channels(self, collective: Collective, ctx: LoweringContext) -> int:
-        """The communicator's point-to-point channels (NCCL's p2pnChannels)."""
-        return comm_p2p_channels(ctx.layout(collective.group))
+    channels = staticmethod(p2p_channels)
 
     def _rounds(self, collective: Collective) -> list[list[tuple[int, int]]]:
         """Member-index pairs (p, q) per step: one round each (pairwise) or all in one (direct)."""
@@ -84,24 +82,33 @@ class Alltoall:
         # the platform's extra hop latency is paid once: a rank's sends to its peers run concurrently
         return (nccl_model.BASE_LATENCY_US["ring"][protocol] + worst + hop_extra_us) * 1e-6
 
-    def _pair_flows(self, collective: Collective, ctx: LoweringContext, p: int, q: int, nchannels: int):
-        """(src, dst, bytes, channel, payload cap) flows of one pair."""
+    def _steps(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+        """Per step (round), the (member p, member q, bytes, channel, payload cap) flows of its pairs."""
         group = collective.group
+        layout = ctx.layout(group)
         elt = DTYPE_BYTES[collective.dtype]
-        nbytes = int(alltoall_counts(collective)[p, q]) * elt
-        pieces, cap = pair_flows(ctx, ctx.layout(group), collective.nranks, nchannels, group[p], group[q], nbytes, elt)
-        return [(group[p], group[q], int(b), c, cap) for c, b in enumerate(pieces)]
+        counts = alltoall_counts(collective)
+        out = []
+        for pairs in self._rounds(collective):
+            flows = []
+            for p, q in pairs:
+                pieces, cap = pair_flows(ctx, layout, collective.nranks, nchannels, group[p], group[q],
+                                         int(counts[p, q]) * elt, elt)
+                flows += [(p, q, int(b), c, cap) for c, b in enumerate(pieces)]
+            out.append(flows)
+        return out
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         latency = self._latency_s(collective, ctx, protocol, hop_extra_us=ctx.layout(collective.group).hop_extra_us)
+        group = np.asarray(collective.group, dtype=np.int64)
         steps = []
-        for i, pairs in enumerate(self._rounds(collective)):
-            flows = [f for p, q in pairs for f in self._pair_flows(collective, ctx, p, q, nchannels)]
-            src, dst, nbytes, channel = (np.array([f[k] for f in flows], dtype=np.int64) for k in range(4))
+        for i, flows in enumerate(self._steps(collective, ctx, nchannels)):
+            p, q, nbytes, channel = (np.array([f[k] for f in flows], dtype=np.int64) for k in range(4))
             # NCCL's per-hop latencies, summed over a rank's peers, already include the wire
             label = f"alltoall round {i + 1}" if self.rounds else "alltoall"
-            steps.append(Step.of(src=src, dst=dst, nbytes=nbytes, channel=channel, latency_s=latency if i == 0 else 0.0,
-                                 rate_cap_bytes_per_s=[f[4] for f in flows], label=label, path_latency=False))
+            steps.append(Step.of(src=group[p], dst=group[q], nbytes=nbytes, channel=channel,
+                                 latency_s=latency if i == 0 else 0.0, rate_cap_bytes_per_s=[f[4] for f in flows],
+                                 label=label, path_latency=False))
         return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
                                  steps=tuple(steps), pxn=ctx.router.pxn)
 
@@ -109,17 +116,14 @@ class Alltoall:
         counts = alltoall_counts(collective)
         send, recv = alltoall_offsets(counts)
         group = collective.group
+        elt = DTYPE_BYTES[collective.dtype]
         steps = []
-        for pairs in self._rounds(collective):
-            ops = []
-            for p, q in pairs:
-                flows = self._pair_flows(collective, ctx, p, q, nchannels)
-                elt = DTYPE_BYTES[collective.dtype]
-                offset = 0
-                for _, _, nbytes, _, _ in flows:
-                    c = nbytes // elt
-                    ops.append((group[p], group[q], int(send[p, q]) + offset, c, int(recv[q, p]) + offset))
-                    offset += c
+        for flows in self._steps(collective, ctx, nchannels):
+            ops, offset = [], {}
+            for p, q, nbytes, _, _ in flows:          # a pair's pieces in channel order
+                at = offset.get((p, q), 0)
+                ops.append((group[p], group[q], int(send[p, q]) + at, nbytes // elt, int(recv[q, p]) + at))
+                offset[(p, q)] = at + nbytes // elt
             steps.append(DataStep.of(ops))
         local = DataStep.of([(group[p], group[p], int(send[p, p]), int(counts[p, p]), int(recv[p, p]))
                              for p in range(len(group))])
@@ -135,19 +139,20 @@ class Alltoall:
         if (protocol == "LL") != (biggest <= P2P_LL_THRESHOLD_BYTES):
             return latency, 0.0
         wire = nccl_model.WIRE_FACTOR[protocol]
-        pxn = ctx.router.pxn
+        group = collective.group
         time_s = 0.0
-        for pairs in self._rounds(collective):
-            flows = [f for p, q in pairs for f in self._pair_flows(collective, ctx, p, q, nchannels)]
+        for flows in self._steps(collective, ctx, nchannels):
             flows = [f for f in flows if f[2] > 0]
             if not flows:
                 continue
-            paths = [ctx.router.path(ctx.gpu(s), ctx.gpu(d), flow_key=c, pxn=pxn) for s, d, _, c, _ in flows]
-            # under PXN a server's flows to one destination are one connection (the engine's PXN connections)
-            keys = [(ctx.server(s), d) for s, d, _, _, _ in flows]
-            shared = np.unique(np.array(keys), axis=0, return_inverse=True)[1].reshape(-1) if pxn else None
+            paths = [ctx.router.path(ctx.gpu(group[p]), ctx.gpu(group[q]), flow_key=c, pxn=ctx.router.pxn)
+                     for p, q, _, c, _ in flows]
+            wire_bytes = np.array([f[2] for f in flows]) * wire
+            # under PXN, flows to one destination through one NIC share a connection (as in the engine)
+            shared = (SharedConnections(destination=np.array([f[1] for f in flows]), nbytes=wire_bytes)
+                      if ctx.router.pxn else None)
             rates = np.minimum(ctx.chain_rates(paths, shared=shared), np.array([f[4] for f in flows]) * wire)
-            time_s += float(np.max(np.array([f[2] for f in flows]) * wire / rates))
+            time_s += float(np.max(wire_bytes / rates))
         return latency, (collective.nbytes / time_s if time_s > 0 else float("inf"))
 
 

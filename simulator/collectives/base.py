@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -127,10 +127,10 @@ class LoweringContext:
         return self.cached(("nccl-capacity",), build)
 
     def chain_rates(self, chains: list[np.ndarray], weights: list[np.ndarray] | None = None, *,
-                    shared: np.ndarray | None = None) -> np.ndarray:
+                    shared: SharedConnections | None = None) -> np.ndarray:
         """Equal-share rate of each chain's link list (the tuner's static bandwidth estimate) on the
         modelled capacities, bounded by what the chain's network connections can stream (``shared``:
-        :func:`connection_caps`)."""
+        :func:`connection_caps_flat`)."""
         rates = equal_share_rates(chains, self.topology.link_capacity_bytes_per_s, weights)
         return np.minimum(rates, connection_caps(self.topology, chains, self.qps_per_connection, weights, shared))
 
@@ -144,52 +144,67 @@ def _nccl_nvlink_scale(gpu_name: str | None) -> float:
     return nccl_bytes_per_s / spec.nvlink.bandwidth_bytes_per_s
 
 
+class SharedConnections(NamedTuple):
+    """Channels that share network connections (NCCL's PXN with NCCL_NET_SHARED_COMMS): the channels
+    with one destination that leave through one NIC use one connection, whose limit they share in
+    proportion to their bytes (so they all finish together when it binds)."""
+    destination: np.ndarray      # per channel: the rank (or GPU) it sends to
+    nbytes: np.ndarray           # per channel: its bytes (wire bytes; any common unit)
+
+
 def connection_caps(topology: Topology, paths: list[np.ndarray], qps_per_connection: int = 1,
-                    weights: list[np.ndarray] | None = None, shared: np.ndarray | None = None) -> np.ndarray:
+                    weights: list[np.ndarray] | None = None, shared: SharedConnections | None = None) -> np.ndarray:
     """Most each channel (a chain or a flow) over ``paths[i]`` can stream: on every link with a
     per-connection limit, everything the channel sends over it (the sum of its weights there)
-    shares that limit x QPs per connection; ``inf`` where no link of the path has one. ``shared``
-    (optional, an integer per path): paths with equal ids are one connection where they cross the
-    same limited link (NCCL's PXN aggregation), so they share its limit."""
+    shares that limit x QPs per connection; ``inf`` where no link of the path has one. ``shared``:
+    see :func:`connection_caps_flat`."""
     if not paths:
         return np.full(0, np.inf)
     counts = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
     return connection_caps_flat(topology, np.concatenate(paths), counts, qps_per_connection,
-                                None if weights is None else np.concatenate(weights),
-                                connections=None if shared is None else np.repeat(shared, counts), shared=shared is not None)
+                                None if weights is None else np.concatenate(weights), shared=shared)
 
 
 def connection_caps_flat(topology: Topology, links: np.ndarray, counts: np.ndarray, qps_per_connection: int = 1,
                          weights: np.ndarray | None = None, connections: np.ndarray | None = None,
-                         shared: bool = False) -> np.ndarray:
+                         shared: SharedConnections | None = None) -> np.ndarray:
     """:func:`connection_caps` of channels given flat: channel i crosses the ``counts[i]``
-    consecutive entries of ``links`` (with ``weights``; None: all 1). ``connections`` (optional,
-    an integer >= 0 per entry) tells connections apart. Without ``shared``, ids are per channel: a
-    chain of edges to different peers (a tree's link to its parent and to a child) opens one
-    connection per edge, each with its own limit, so the load on a limited link is summed per
-    (channel, connection). With ``shared``, ids are global: entries of different channels with one
-    id on one limited link are one connection and share its limit. None: each channel is one
-    connection. A channel streams at most the smallest share it gets on its limited links."""
+    consecutive entries of ``links`` (with ``weights``; None: all 1).
+
+    By default each channel is one connection. ``connections`` (an integer >= 0 per entry) tells a
+    channel's connections apart: a chain of edges to different peers (a tree's link to its parent
+    and to a child) opens one connection per edge, each with its own limit, so the load on a
+    limited link is summed per (channel, connection) and the channel streams at most the smallest
+    share. ``shared`` instead joins channels: those with one destination whose first limited link
+    (the sending NIC) is the same are one connection, and channel i gets limit x b_i / sum of
+    w_j b_j over the connection's channels on each limited link."""
     caps = np.full(counts.shape[0], np.inf)
     limits = topology.link_flow_cap_bytes_per_s[links]
     finite = np.isfinite(limits)
     if not finite.any():
         return caps
     channel = np.repeat(np.arange(counts.shape[0]), counts)[finite]
-    if connections is None:
-        group = channel                      # one group per channel
-    elif shared:
-        group = connections[finite]          # one group per connection, across channels
-    else:                                    # one group per (channel, connection)
-        span = int(connections.max()) + 1
-        group = np.unique(channel * span + connections[finite], return_inverse=True)[1].reshape(-1)
     w = (np.ones(links.shape[0]) if weights is None else weights)[finite]
     links = links[finite]
+    starts = np.flatnonzero(np.r_[True, channel[1:] != channel[:-1]])     # entries are in channel order
+    if shared is not None:
+        # one connection per (sending NIC's link, destination); loads in bytes
+        nic_link = np.repeat(links[starts], np.diff(np.r_[starts, channel.shape[0]]))
+        dst = np.asarray(shared.destination, dtype=np.int64)[channel]
+        group = np.unique(nic_link * (int(dst.max()) + 1) + dst, return_inverse=True)[1].reshape(-1)
+        nbytes = np.asarray(shared.nbytes, dtype=np.float64)[channel]
+        if not (nbytes > 0).all():
+            raise ValueError("SharedConnections.nbytes: every channel that crosses a limited link must carry bytes")
+        w = w * nbytes
+    elif connections is None:
+        group, nbytes = channel, 1.0           # one group per channel
+    else:                                      # one group per (channel, connection)
+        span = int(connections.max()) + 1
+        group, nbytes = np.unique(channel * span + connections[finite], return_inverse=True)[1].reshape(-1), 1.0
     # one load per (group, link): weights summed in path order; each entry gets its (group, link)'s share
     pairs, inverse = np.unique(group * topology.num_links + links, return_inverse=True)
     load = np.bincount(inverse, weights=w, minlength=pairs.shape[0])
-    share = (topology.link_flow_cap_bytes_per_s[pairs % topology.num_links] / load)[inverse.reshape(-1)]
-    starts = np.flatnonzero(np.r_[True, channel[1:] != channel[:-1]])     # entries are in channel order
+    share = (topology.link_flow_cap_bytes_per_s[pairs % topology.num_links] / load)[inverse.reshape(-1)] * nbytes
     caps[channel[starts]] = qps_per_connection * np.minimum.reduceat(share, starts)
     return caps
 

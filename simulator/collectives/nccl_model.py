@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from types import MappingProxyType
 
+from topologies.units import gbyte_per_s
+
 PROTOCOLS = ("LL", "LL128", "Simple")
 
 # Wire bytes per payload byte (NCCL src/include/device.h: LL lines are 8 B with a 4 B flag,
@@ -87,7 +89,7 @@ P2P_CHANNEL_GBPS_BLACKWELL = 21.7
 def p2p_channel_bytes_per_s(arch: str) -> float:
     """Most one point-to-point channel streams, one direction (payload bytes/s)."""
     scale = LL128_MAX_BW_PER_CHANNEL_GBPS.get(arch, 20.0) / LL128_MAX_BW_PER_CHANNEL_GBPS["blackwell"]
-    return P2P_CHANNEL_GBPS_BLACKWELL * scale * 1e9
+    return gbyte_per_s(P2P_CHANNEL_GBPS_BLACKWELL * scale)
 
 
 # perChMaxTreeBw / perChMaxTreeLL128Bw [arch] -> (1 node, 2 nodes, >= 3 nodes) in GB/s: per-channel

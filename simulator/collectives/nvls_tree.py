@@ -67,6 +67,12 @@ def nvlstree_chunk_bytes(nbytes: int, *, nchannels: int, nheads: int, nnodes: in
     return chunk
 
 
+def tree_network_hops(nnodes: int) -> float:
+    """Network hops of a reduce up and a broadcast down NCCL's tree of ``nnodes`` servers, as NCCL's
+    NVLSTree latency counts them (tuning.cc): 2 log2(nNodes)."""
+    return 2 * math.log2(nnodes)
+
+
 def _heads(layout: GroupLayout) -> int:
     """NVLS heads per server (NVLS graph channels): local GPUs with their own NIC (tuning.cc)."""
     return min(layout.ppn, layout.nics_per_server)
@@ -223,21 +229,20 @@ class NvlsTreeAlgorithm:
 
     def _fill_bytes(self, collective: Collective, ctx: LoweringContext, nchannels: int, nchains: int) -> float:
         """Pipeline start-up of each sub-shard chain (payload bytes): the last chunk still climbs and
-        descends the servers' tree, 2 log2(nNodes) network hops (NCCL's latency counts the same hops),
-        each one chunk of each of the channels x heads concurrent pipelines (calcCollChunking's
-        concurrentOps), so one loop of channels x heads x chunk at the collective's rate, which a
-        chain moves at 1/nchains of it. Worked number, 2x 8 H100 (16 channels, 8 heads, 128 KiB
-        chunks from 64 MiB): 2 hops x 16 MiB at algbw 246 GB/s = 136 us."""
+        descends NCCL's tree of servers (:func:`tree_network_hops`, as NCCL's latency counts them; not the
+        chain of servers the flows are laid on), each hop one chunk of each of the channels x heads
+        concurrent pipelines (calcCollChunking's concurrentOps), so one loop of channels x heads x chunk
+        at the collective's rate, which a chain moves at 1/nchains of it. Worked number, 2x 8 H100 (16
+        channels, 8 heads, 128 KiB chunks from 64 MiB): 2 hops x 16 MiB at algbw 246 GB/s = 136 us."""
         layout = ctx.layout(collective.group)
         heads = _heads(layout)
         chunk = nvlstree_chunk_bytes(collective.nbytes, nchannels=nchannels, nheads=heads, nnodes=layout.nnodes,
                                      arch=layout.arch)
-        hops = 2 * math.ceil(math.log2(layout.nnodes))
-        return hops * chunk * nchannels * heads / nchains
+        return tree_network_hops(layout.nnodes) * chunk * nchannels * heads / nchains
 
     def _latency_s(self, collective: Collective, ctx: LoweringContext) -> float:
         nnodes = ctx.layout(collective.group).nnodes
-        return (NVLS_LATENCY_US + 2 * math.log2(nnodes) * NVLSTREE_NET_LATENCY_US) * 1e-6
+        return (NVLS_LATENCY_US + tree_network_hops(nnodes) * NVLSTREE_NET_LATENCY_US) * 1e-6
 
     # ---- interface ---------------------------------------------------------------------------
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:

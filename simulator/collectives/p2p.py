@@ -6,7 +6,10 @@ addP2pToPlan):
 * the communicator has ``p2pnChannels`` point-to-point channels: its channel count rounded up to a
   power of two (:func:`comm_p2p_channels`); each peer may use up to ``p2pnChannelsPerPeer`` of them
   (all of them on one NVSwitch server; 2 a peer once a peer is across the network,
-  NCCL_NCHANNELS_PER_NET_PEER, fewer on very large communicators; 2 over PCIe);
+  NCCL_NCHANNELS_PER_NET_PEER, fewer on very large communicators; 2 over PCIe). This network rule
+  is that of ncclTopoGetNchannels before NCCL sized a network peer's channels by NIC bandwidth
+  (NCCL_P2P_PER_CHANNEL_NET_BW: 4 for a 400G NIC); it sets only how many channels sends inside a
+  server get in a multi-server communicator, which no shipped table is bound by;
 * one send starts on ``nChannelsMin`` channels (the per-peer maximum, halved until every rank's
   peers fit the channels once: 4 a peer for 8 ranks on 32 channels) and doubles them while a
   channel's part exceeds the largest part: 32 chunks (16 MiB with NVLink's 512 KiB chunk) on one
@@ -14,8 +17,9 @@ addP2pToPlan):
 
 Inside a server each channel is one flow, capped at what one p2p channel moves
 (``nccl_model.p2p_channel_bytes_per_s``: a CTA whose warps are split between sends and receives).
-Across servers a pair streams over ``NET_CONNECTIONS_PER_PEER`` network connection(s), capped by the
-NIC's per-connection throughput, leaving through the NIC on the receiver's rail (PXN).
+Across servers a pair streams over ``NET_CONNECTIONS_PER_PEER`` network connection(s), whatever its
+channel count (NCCL shares one connection between a peer's channels, NCCL_NET_SHARED_COMMS), capped
+by the NIC's per-connection throughput, leaving through the NIC on the receiver's rail (PXN).
 Worked numbers, HGX B200 sendrecv on 8 ranks (measured 792 / 799 / 808 us at 64 / 128 / 256 MiB):
 4, 8 and 16 channels of 21.7 GB/s carry 64, 128 and 256 MiB in the same 773 us.
 
@@ -67,14 +71,22 @@ def comm_p2p_channels(layout: GroupLayout) -> int:
     return _pow2_up(ring_channels(layout))
 
 
+def p2p_channels(collective: Collective, ctx: LoweringContext) -> int:
+    """The point-to-point channels (NCCL's p2pnChannels) of ``collective``'s communicator."""
+    return comm_p2p_channels(ctx.layout(collective.group))
+
+
 def op_channels(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int) -> int:
     """Channels NCCL runs one send of ``nbytes`` to a peer on, in a communicator of ``nranks`` ranks
-    laid out as ``layout`` with ``nchannels`` channels (rounded up to a power of two, as NCCL does)."""
-    total = min(_pow2_up(nchannels), MAX_CHANNELS)
+    laid out as ``layout`` with ``nchannels`` channels (rounded up to a power of two, as NCCL does).
+    For a send across servers the count only matters through the per-peer maximum it sets for the
+    others: :func:`pair_flows` streams it over ``NET_CONNECTIONS_PER_PEER`` connection(s)."""
+    raw = min(nchannels, MAX_CHANNELS)
+    total = min(_pow2_up(raw), MAX_CHANNELS)
     per_peer = total
     if layout.nnodes > 1:                       # the smallest peer count sets every peer's: the network's
         net = NCHANNELS_PER_NET_PEER
-        while net * nranks > total * 4 and net > 1:
+        while net * nranks > raw * 4 and net > 1:     # against the count before rounding, as NCCL does
             net //= 2
         per_peer = min(per_peer, net)
     if layout.intra == "pcie":
@@ -113,9 +125,7 @@ class SendRecv:
     def supported(self, collective: Collective, ctx: LoweringContext) -> str | None:
         return None if collective.nranks >= 2 else "sendrecv needs at least 2 ranks"
 
-    def channels(self, collective: Collective, ctx: LoweringContext) -> int:
-        """The communicator's point-to-point channels (NCCL's p2pnChannels)."""
-        return comm_p2p_channels(ctx.layout(collective.group))
+    channels = staticmethod(p2p_channels)
 
     def _pairs(self, collective: Collective) -> tuple[np.ndarray, np.ndarray]:
         group = np.asarray(collective.group, dtype=np.int64)

@@ -119,7 +119,7 @@ def default_channels(collective: Collective, ctx: LoweringContext) -> int:
 
 def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolicy = CollectivePolicy()) -> Choice:
     layout = ctx.layout(collective.group)
-    ring_channels = default_channels(collective, ctx)
+    comm_channels = default_channels(collective, ctx)
     forced = policy.algorithm.lower() if policy.algorithm is not None else None
     enabled = nccl_model.protocols_enabled(intra=layout.intra)
     if policy.protocol is not None and policy.protocol not in enabled:
@@ -143,7 +143,7 @@ def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolic
         # NCCL_MIN/MAX_CTAS clamp both, --channels forces both
         own = getattr(algorithm, "channels", None)
         nchannels = policy.nchannels or min(policy.max_channels, max(
-            policy.min_channels, own(collective, ctx) if own is not None else ring_channels))
+            policy.min_channels, own(collective, ctx) if own is not None else comm_channels))
         protocols = [p for p in enabled if p in algorithm.protocols]
         if policy.protocol is not None:
             if policy.protocol not in algorithm.protocols:

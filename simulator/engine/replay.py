@@ -20,9 +20,9 @@ wire-rate cap (as does a flow's own ``Step.rate_cap_bytes_per_s``), and a flow t
 is also capped by what its network connections stream: each distinct (source, destination,
 channel) of a step is one connection (per-QP limit x QPs per connection), so a chain's edges to
 different peers through one NIC (a tree's parent and child) do not share one limit. Under PXN
-(point-to-point schedules), the flows a server sends to one destination are one connection
-(NCCL_NET_SHARED_COMMS), aggregated by the proxy of the NIC they all leave through, and share its
-limit. A step's latency is its protocol latency plus, unless ``Step.path_latency`` is off, the
+(point-to-point schedules), the flows to one destination that leave through one NIC are one
+connection (NCCL_NET_SHARED_COMMS), aggregated by that NIC's proxy, and share its limit in
+proportion to their bytes. A step's latency is its protocol latency plus, unless ``Step.path_latency`` is off, the
 largest path latency of its flows'.
 """
 
@@ -38,7 +38,7 @@ from topologies.routing import Router
 from topologies.topology import Topology
 from workloads.tasks import CommTask, ComputeTask, Workload
 
-from ..collectives.base import connection_caps_flat, edge_weighted_path
+from ..collectives.base import SharedConnections, connection_caps_flat, edge_weighted_path
 from ..schedule import Schedule, Step
 from .fabric import Fabric
 
@@ -135,19 +135,25 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
         nbytes.append(top[kept])
         fills.append(fill_top[kept])
         if rate_cap is not None:
-            flow_caps.append(np.minimum.reduceat(rate_cap[order], starts)[kept])
+            # the chain moves its largest edge at its rate, edge e at rate x bytes_e / largest: so edge e's
+            # cap bounds the chain's rate at cap_e x largest / bytes_e (edges that carry nothing: no bound)
+            edge_bytes = wire_bytes[order]
+            moving = edge_bytes > 0
+            largest = top[dense.reshape(-1)]
+            bound = np.where(moving, rate_cap[order] * largest / np.where(moving, edge_bytes, 1.0), np.inf)
+            flow_caps.append(np.minimum.reduceat(bound, starts)[kept])
     entry = np.concatenate(entries)
     links, link_weights, counts = flat_links[entry], np.concatenate(weights), np.concatenate(counts)
     if members.size:
         # each distinct (source, destination, channel) of the step is one connection (its own QPs)
-        connections, shared = _connection_ids(step)[edge_of[entry]], False
-    elif schedule.pxn and entry.size:
-        # PXN: a server's flows to one destination leave through the same NIC (the destination's rail)
-        # over one connection, shared by its channels and aggregated by the proxy (NCCL_NET_SHARED_COMMS,
-        # on by default); they share its limit
-        connections, shared = _pxn_connection_ids(step, topology, rank_gpu)[edge_of[entry]], True
+        connections, shared = _connection_ids(step)[edge_of[entry]], None
+    elif schedule.pxn:
+        # PXN: a server's flows to one destination leave through one NIC (the destination's rail) over
+        # one connection, shared by its channels and aggregated by the proxy (NCCL_NET_SHARED_COMMS, on
+        # by default); they share its limit in proportion to their bytes
+        connections, shared = None, SharedConnections(destination=step.dst[independent], nbytes=nbytes[0])
     else:
-        connections, shared = None, False      # every flow is one edge, so one connection
+        connections, shared = None, None       # every flow is one edge, so one connection
     caps = np.minimum(cap, connection_caps_flat(topology, links, counts, qps_per_connection, link_weights,
                                                 connections=connections, shared=shared))
     if rate_cap is not None:
@@ -166,12 +172,6 @@ def _connection_ids(step: Step) -> np.ndarray:
     channel_span = int(step.channel.max()) - channel_lo + 1
     key = ((step.src - lo) * span + (step.dst - lo)) * channel_span + (step.channel - channel_lo)
     return np.unique(key, return_inverse=True)[1].reshape(-1)
-
-
-def _pxn_connection_ids(step: Step, topology: Topology, rank_gpu: tuple[int, ...]) -> np.ndarray:
-    """Each flow's PXN connection: distinct (source server, destination) get distinct ids."""
-    servers = topology.gpu_server[np.asarray(rank_gpu, dtype=np.int64)[step.src]]
-    return np.unique(servers * (int(step.dst.max()) + 1) + step.dst, return_inverse=True)[1].reshape(-1)
 
 
 @dataclass(slots=True)

@@ -247,17 +247,45 @@ def test_pxn_flows_to_one_gpu_share_their_servers_connection():
     assert caps[False] == [20e9, 20e9, 20e9]
 
 
+def _pxn_caps(topo, src, dst, nbytes) -> list[float]:
+    n = topo.num_gpus
+    coll = Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=n << 20, group=tuple(range(n)))
+    step = Step.of(src=src, dst=dst, nbytes=nbytes)
+    sched = Schedule(collective=coll, algorithm="test", protocol="Simple", nchannels=1, steps=(step,), pxn=True)
+    return network_flows(step, sched, topology=topo, router=Router(topo),
+                         rank_gpu=tuple(range(n))).caps_bytes_per_s.tolist()
+
+
+def test_a_shared_pxn_connection_is_split_by_bytes():
+    # ranks 0 and 1 send 64 MiB and 1 MiB to rank 8 through one NIC's connection: 20 GB/s x 64/65 and
+    # x 1/65, so both finish together, as 65 MiB over one connection would
+    caps = _pxn_caps(build_system("dgx-h100", nodes=2), [0, 1], [8, 8], [64 << 20, 1 << 20])
+    assert caps == pytest.approx([20e9 * 64 / 65, 20e9 / 65], rel=1e-12)
+
+
+def test_flows_that_leave_through_different_nics_do_not_share_a_connection():
+    # PCIe servers have no NVSwitch to relay over, so even under PXN each GPU sends through its own NIC:
+    # ranks 0 and 4 (different NICs) to rank 8 are two connections, each with the whole per-connection limit
+    topo = build_system("pcie-rtx4090", nodes=2, fabric="roce-400g", nics_per_node=2)
+    nic = [topo.servers[0].nic_of_gpu[g] for g in (0, 4)]
+    assert nic[0] != nic[1]
+    limit = float(np.max(topo.link_flow_cap_bytes_per_s[np.isfinite(topo.link_flow_cap_bytes_per_s)]))
+    assert _pxn_caps(topo, [0, 4], [8, 8], [1 << 20, 1 << 20]) == [limit, limit]
+
+
 def test_a_flows_own_rate_cap_binds_in_wire_bytes():
-    # a 5 GB/s payload cap under LL (2 wire bytes per payload byte) is a 10 GB/s wire cap; a chain takes
-    # the smallest cap of its edges
+    # a 5 GB/s payload cap under LL (2 wire bytes per payload byte) is a 10 GB/s wire cap. A chain moves
+    # its largest edge (2 MiB) at its rate and a 1 MiB edge at half of it, so that edge's 2 GB/s cap
+    # bounds the chain at 4 GB/s (8 GB/s wire), below the 2 MiB edge's 7; an edge that carries nothing
+    # bounds nothing
     topo = build_system("dgx-h100")
     router = Router(topo)
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 20, group=tuple(range(8)))
-    step = Step.of(src=[0, 1, 2, 3], dst=[1, 2, 3, 4], nbytes=[1 << 20] * 4, chain=[-1, 0, 0, -1],
-                   rate_cap_bytes_per_s=[5e9, 7e9, 3e9, np.inf])
+    step = Step.of(src=[0, 1, 2, 5, 3], dst=[1, 2, 3, 6, 4], nbytes=[1 << 20, 1 << 20, 2 << 20, 0, 1 << 20],
+                   chain=[-1, 0, 0, 0, -1], rate_cap_bytes_per_s=[5e9, 2e9, 7e9, 1.0, np.inf])
     sched = Schedule(collective=coll, algorithm="test", protocol="LL", nchannels=1, steps=(step,), wire_factor=2.0)
     flows = network_flows(step, sched, topology=topo, router=router, rank_gpu=tuple(range(8)))
-    assert flows.caps_bytes_per_s.tolist() == [10e9, np.inf, 6e9]     # independent flows first, then the chain
+    assert flows.caps_bytes_per_s.tolist() == [10e9, np.inf, 8e9]     # independent flows first, then the chain
     with pytest.raises(ValueError, match="rate_cap_bytes_per_s"):
         Step.of(src=[0], dst=[1], nbytes=[1], rate_cap_bytes_per_s=[0.0])
     with pytest.raises(ValueError, match="rate_cap_bytes_per_s"):
