@@ -21,8 +21,8 @@ legs into and out of the NVSwitch run at the switch's reduction efficiency: scal
 Its optional ``fill_bytes`` is pipeline start-up: a pipelined flow cannot finish before its last
 slice has crossed one more hop, so it spends the time of ``fill_bytes`` at its rate without
 moving data. Its optional ``rate_cap_bytes_per_s`` caps individual flows' payload rates where the
-GPU-side channel moving them is the limit (a point-to-point channel, one CTA; a chain takes the
-smallest cap of its edges).
+GPU-side channel moving them is the limit (a point-to-point channel, one CTA); an edge's cap
+bounds its chain at cap x (the chain's largest edge bytes / the edge's bytes).
 
 ``wire_factor`` converts payload to bytes on the wire for the protocol (LL sends 8-byte lines
 holding 4 data bytes: 2.0; LL128 sends 128-byte lines holding 120: 128/120; Simple: 1.0).

@@ -22,8 +22,8 @@ channel) of a step is one connection (per-QP limit x QPs per connection), so a c
 different peers through one NIC (a tree's parent and child) do not share one limit. Under PXN
 (point-to-point schedules), the flows to one destination that leave through one NIC are one
 connection (NCCL_NET_SHARED_COMMS), aggregated by that NIC's proxy, and share its limit in
-proportion to their bytes. A step's latency is its protocol latency plus, unless ``Step.path_latency`` is off, the
-largest path latency of its flows'.
+proportion to their bytes. A step's latency is its protocol latency plus, unless
+``Step.path_latency`` is off, the largest path latency of its flows'.
 """
 
 from __future__ import annotations
@@ -148,9 +148,9 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
         # each distinct (source, destination, channel) of the step is one connection (its own QPs)
         connections, shared = _connection_ids(step)[edge_of[entry]], None
     elif schedule.pxn:
-        # PXN: a server's flows to one destination leave through one NIC (the destination's rail) over
-        # one connection, shared by its channels and aggregated by the proxy (NCCL_NET_SHARED_COMMS, on
-        # by default); they share its limit in proportion to their bytes
+        # PXN: the flows to one destination that leave through one NIC (the destination's rail) use one
+        # connection, shared by channels and senders and aggregated by the proxy (NCCL_NET_SHARED_COMMS,
+        # on by default); they share its limit in proportion to their bytes
         connections, shared = None, SharedConnections(destination=step.dst[independent], nbytes=nbytes[0])
     else:
         connections, shared = None, None       # every flow is one edge, so one connection
