@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from topologies.routing import equal_share_rates
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from ..verify import alltoall_counts, alltoall_offsets
 from . import nccl_model
-from .base import LoweringContext, SharedConnections, protocol_schedule
+from .base import LoweringContext, SharedConnections, connection_caps, protocol_schedule
 from .p2p import P2P_LL_THRESHOLD_BYTES, p2p_channels, pair_flows
 
 
@@ -148,10 +149,15 @@ class Alltoall:
             paths = [ctx.router.path(ctx.gpu(group[p]), ctx.gpu(group[q]), flow_key=c, pxn=ctx.router.pxn)
                      for p, q, _, c, _ in flows]
             wire_bytes = np.array([f[2] for f in flows]) * wire
+            # links and shared connections split in proportion to bytes, so every flow through a
+            # bottleneck ends with it, as the engine's max-min sharing has them (uneven MoE splits)
+            by_bytes = wire_bytes * equal_share_rates(paths, ctx.topology.link_capacity_bytes_per_s,
+                                                      [np.full(len(path), b) for path, b in zip(paths, wire_bytes)])
             # under PXN, flows to one destination through one NIC share a connection (as in the engine)
             shared = (SharedConnections(destination=np.array([f[1] for f in flows]), nbytes=wire_bytes)
                       if ctx.router.pxn else None)
-            rates = np.minimum(ctx.chain_rates(paths, shared=shared), np.array([f[4] for f in flows]) * wire)
+            connection = connection_caps(ctx.topology, paths, ctx.qps_per_connection, shared=shared)
+            rates = np.minimum(np.minimum(by_bytes, connection), np.array([f[4] for f in flows]) * wire)
             time_s += float(np.max(wire_bytes / rates))
         return latency, (collective.nbytes / time_s if time_s > 0 else float("inf"))
 

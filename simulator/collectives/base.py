@@ -26,7 +26,7 @@ import numpy as np
 from topologies.devices import GPU_PRESETS
 from topologies.links import NCCL_NVLINK_BYTES_PER_S, LinkKind
 from topologies.routing import Router, equal_share_rates
-from topologies.topology import Topology
+from topologies.topology import LinkTier, Topology
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import Schedule, Step
@@ -148,7 +148,7 @@ class SharedConnections(NamedTuple):
     """Channels that share network connections (NCCL's PXN with NCCL_NET_SHARED_COMMS): the channels
     with one destination that leave through one NIC use one connection, whose limit they share in
     proportion to their bytes (so they all finish together when it binds)."""
-    destination: np.ndarray      # per channel: the rank (or GPU) it sends to
+    destination: np.ndarray      # per channel: any integer id (>= 0) that tells destinations apart
     nbytes: np.ndarray           # per channel: its bytes (wire bytes; any common unit)
 
 
@@ -175,23 +175,30 @@ def connection_caps_flat(topology: Topology, links: np.ndarray, counts: np.ndarr
     channel's connections apart: a chain of edges to different peers (a tree's link to its parent
     and to a child) opens one connection per edge, each with its own limit, so the load on a
     limited link is summed per (channel, connection) and the channel streams at most the smallest
-    share. ``shared`` instead joins channels: those with one destination whose first limited link
-    (the sending NIC) is the same are one connection, and channel i gets limit x b_i / sum of
-    w_j b_j over the connection's channels on each limited link."""
+    share. ``shared`` instead joins channels: those with one destination whose first NIC link (the
+    sending NIC's) is the same are one connection, and channel i gets limit x b_i / sum of w_j b_j
+    over the connection's channels on each limited link."""
+    if connections is not None and shared is not None:
+        raise ValueError("connection_caps_flat: pass connections or shared, not both")
     caps = np.full(counts.shape[0], np.inf)
     limits = topology.link_flow_cap_bytes_per_s[links]
     finite = np.isfinite(limits)
     if not finite.any():
         return caps
-    channel = np.repeat(np.arange(counts.shape[0]), counts)[finite]
+    every_channel = np.repeat(np.arange(counts.shape[0]), counts)
+    channel = every_channel[finite]
     w = (np.ones(links.shape[0]) if weights is None else weights)[finite]
+    if shared is not None:
+        # one connection per (sending NIC's link: the channel's first NIC-tier link, destination)
+        nic = np.flatnonzero(topology.link_tier[links] == int(LinkTier.NIC))
+        first = nic[np.unique(every_channel[nic], return_index=True)[1]]
+        sender = topology.num_links + np.arange(counts.shape[0])        # no NIC link: a connection of its own
+        sender[every_channel[first]] = links[first]
     links = links[finite]
     starts = np.flatnonzero(np.r_[True, channel[1:] != channel[:-1]])     # entries are in channel order
     if shared is not None:
-        # one connection per (sending NIC's link, destination); loads in bytes
-        nic_link = np.repeat(links[starts], np.diff(np.r_[starts, channel.shape[0]]))
         dst = np.asarray(shared.destination, dtype=np.int64)[channel]
-        group = np.unique(nic_link * (int(dst.max()) + 1) + dst, return_inverse=True)[1].reshape(-1)
+        group = np.unique(sender[channel] * (int(dst.max()) + 1) + dst, return_inverse=True)[1].reshape(-1)
         nbytes = np.asarray(shared.nbytes, dtype=np.float64)[channel]
         if not (nbytes > 0).all():
             raise ValueError("SharedConnections.nbytes: every channel that crosses a limited link must carry bytes")

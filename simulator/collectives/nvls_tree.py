@@ -67,10 +67,11 @@ def nvlstree_chunk_bytes(nbytes: int, *, nchannels: int, nheads: int, nnodes: in
     return chunk
 
 
-def tree_network_hops(nnodes: int) -> float:
+def tree_network_hops(nnodes: int) -> int:
     """Network hops of a reduce up and a broadcast down NCCL's tree of ``nnodes`` servers, as NCCL's
-    NVLSTree latency counts them (tuning.cc): 2 log2(nNodes)."""
-    return 2 * math.log2(nnodes)
+    NVLSTree latency counts them (tuning.cc: 2 log2i(nNodes), log2 rounded down, the depth of a
+    balanced binary tree of nNodes)."""
+    return 2 * (int(nnodes).bit_length() - 1)
 
 
 def _heads(layout: GroupLayout) -> int:

@@ -37,7 +37,8 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import MAX_CHANNELS, GroupLayout, LoweringContext, protocol_schedule, ring_channels, split_evenly
+from .base import (MAX_CHANNELS, GroupLayout, LoweringContext, SharedConnections, protocol_schedule,
+                   ring_channels, split_evenly)
 
 # NCCL's default NCCL_P2P_LL_THRESHOLD (src/init.cc / enqueue.cc): 16 KiB.
 P2P_LL_THRESHOLD_BYTES = 16384
@@ -65,10 +66,11 @@ def _pow2_up(value: int) -> int:
 
 
 def comm_p2p_channels(layout: GroupLayout) -> int:
-    """NCCL's ``p2pnChannels`` for a communicator laid out as ``layout``."""
+    """NCCL's ``p2pnChannels`` for a communicator laid out as ``layout``, before NCCL rounds it up to
+    a power of two (:func:`op_channels` does, after the network-peer rule that reads it unrounded)."""
     if layout.nnodes == 1 and layout.intra == "nvlink":
         return ONE_SERVER_NVLINK_P2P_CHANNELS
-    return _pow2_up(ring_channels(layout))
+    return min(ring_channels(layout), MAX_CHANNELS)
 
 
 def p2p_channels(collective: Collective, ctx: LoweringContext) -> int:
@@ -182,10 +184,16 @@ class SendRecv:
 
         def rate():
             """The slowest pair's payload rate: its flows' equal-share wire rates, within their caps."""
-            flows = self._flows(collective, ctx, nchannels)
+            flows = [f for f in self._flows(collective, ctx, nchannels) if f[3] > 0]
+            if not flows:
+                return float("inf")
             paths = [ctx.router.path(ctx.gpu(a), ctx.gpu(b), flow_key=k, pxn=ctx.router.pxn)
                      for a, b, _, _, k, _ in flows]
-            rates = np.minimum(ctx.chain_rates(paths) / wire, [f[5] for f in flows])
+            # under PXN, flows to one destination through one NIC share a connection (as in the engine)
+            shared = (SharedConnections(destination=np.array([f[1] for f in flows]),
+                                        nbytes=np.array([f[3] for f in flows], dtype=np.float64))
+                      if ctx.router.pxn else None)
+            rates = np.minimum(ctx.chain_rates(paths, shared=shared) / wire, [f[5] for f in flows])
             per_pair = {}
             for (a, b, _, _, _, _), r in zip(flows, rates):
                 per_pair[(a, b)] = per_pair.get((a, b), 0.0) + float(r)

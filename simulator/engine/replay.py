@@ -16,7 +16,8 @@ per channel connection); the flows of a chain (one pipelined ring channel) merge
 network flow over the union of their links, each link weighted by its edge's share of the
 chain's bytes; flows and chains that carry no bytes are dropped. Bytes become wire bytes with the
 protocol's wire factor (and the step's per-flow wire scale); the protocol's payload cap becomes a
-wire-rate cap (as does a flow's own ``Step.rate_cap_bytes_per_s``), and a flow that leaves a server
+wire-rate cap (as does a flow's own ``Step.rate_cap_bytes_per_s``; an edge's cap bounds its chain
+at cap x the chain's largest edge bytes / the edge's bytes), and a flow that leaves a server
 is also capped by what its network connections stream: each distinct (source, destination,
 channel) of a step is one connection (per-QP limit x QPs per connection), so a chain's edges to
 different peers through one NIC (a tree's parent and child) do not share one limit. Under PXN

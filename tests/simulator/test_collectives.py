@@ -354,3 +354,25 @@ def test_pairwise_alltoall_runs_rounds_one_after_the_other():
     piece = (256 << 20) / 8
     assert direct.algorithm == "direct" and pairwise.algorithm == "pairwise"
     assert pairwise.time_us - direct.time_us == pytest.approx((7 - 1) * piece / (4 * 21.7e9) * 1e6, rel=1e-6)
+
+
+def test_uneven_alltoall_estimate_matches_the_simulation():
+    # 2x H100 with 4 NICs a server, uneven pieces: links and shared PXN connections are split by bytes in
+    # the estimate, so every flow through a bottleneck ends with it, as the engine's max-min sharing has
+    # them; H100 has no platform hop latency, so NCCL's estimate and the simulated time are the same sum
+    from simulator.api import simulate
+    from workloads.tasks import Workload
+    topo = build_system("dgx-h100", nodes=2, nics_per_node=4)
+    n = topo.num_gpus
+    splits = tuple(tuple(((p * 7 + q * 3) % 5 + 1) * (256 << 10) for q in range(n)) for p in range(n))
+    coll = Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=max(sum(r) for r in splits), group=tuple(range(n)),
+                      splits=splits)
+    record, = simulate(topo, Workload.sequence([coll], nranks=n)).collectives
+    assert record.algorithm == "direct"
+    assert record.predicted_s == pytest.approx(record.end_s - record.start_s, rel=1e-6)
+
+
+def test_nvlstree_hops_are_nccls_integer_tree_depth():
+    from simulator.collectives.nvls_tree import tree_network_hops
+    # 2 log2i(nNodes): a balanced binary tree of 3 servers has depth 1, of 5-7 depth 2, of 8 depth 3
+    assert [tree_network_hops(n) for n in (2, 3, 4, 5, 7, 8)] == [2, 2, 4, 4, 4, 6]
