@@ -37,14 +37,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from topologies.routing import equal_share_rates
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from ..verify import alltoall_counts, alltoall_offsets
 from . import nccl_model
-from .base import LoweringContext, SharedConnections, connection_caps, protocol_schedule
-from .p2p import P2P_LL_THRESHOLD_BYTES, p2p_channels, pair_flows
+from .base import LoweringContext, protocol_schedule
+from .p2p import P2P_LL_THRESHOLD_BYTES, p2p_channels, pair_flows, step_time_s
 
 
 class Alltoall:
@@ -86,15 +85,13 @@ class Alltoall:
     def _steps(self, collective: Collective, ctx: LoweringContext, nchannels: int):
         """Per step (round), the (member p, member q, bytes, channel, payload cap) flows of its pairs."""
         group = collective.group
-        layout = ctx.layout(group)
         elt = DTYPE_BYTES[collective.dtype]
         counts = alltoall_counts(collective)
         out = []
         for pairs in self._rounds(collective):
             flows = []
             for p, q in pairs:
-                pieces, cap = pair_flows(ctx, layout, collective.nranks, nchannels, group[p], group[q],
-                                         int(counts[p, q]) * elt, elt)
+                pieces, cap = pair_flows(ctx, collective, nchannels, group[p], group[q], int(counts[p, q]) * elt)
                 flows += [(p, q, int(b), c, cap) for c, b in enumerate(pieces)]
             out.append(flows)
         return out
@@ -139,26 +136,10 @@ class Alltoall:
             return latency, float("inf")
         if (protocol == "LL") != (biggest <= P2P_LL_THRESHOLD_BYTES):
             return latency, 0.0
-        wire = nccl_model.WIRE_FACTOR[protocol]
         group = collective.group
-        time_s = 0.0
-        for flows in self._steps(collective, ctx, nchannels):
-            flows = [f for f in flows if f[2] > 0]
-            if not flows:
-                continue
-            paths = [ctx.router.path(ctx.gpu(group[p]), ctx.gpu(group[q]), flow_key=c, pxn=ctx.router.pxn)
-                     for p, q, _, c, _ in flows]
-            wire_bytes = np.array([f[2] for f in flows]) * wire
-            # links and shared connections split in proportion to bytes, so every flow through a
-            # bottleneck ends with it, as the engine's max-min sharing has them (uneven MoE splits)
-            by_bytes = wire_bytes * equal_share_rates(paths, ctx.topology.link_capacity_bytes_per_s,
-                                                      [np.full(len(path), b) for path, b in zip(paths, wire_bytes)])
-            # under PXN, flows to one destination through one NIC share a connection (as in the engine)
-            shared = (SharedConnections(destination=np.array([f[1] for f in flows]), nbytes=wire_bytes)
-                      if ctx.router.pxn else None)
-            connection = connection_caps(ctx.topology, paths, ctx.qps_per_connection, shared=shared)
-            rates = np.minimum(np.minimum(by_bytes, connection), np.array([f[4] for f in flows]) * wire)
-            time_s += float(np.max(wire_bytes / rates))
+        time_s = sum(step_time_s(ctx, collective, [(group[p], group[q], c, b, cap) for p, q, b, c, cap in flows],
+                                 protocol=protocol, nchannels=nchannels)
+                     for flows in self._steps(collective, ctx, nchannels))
         return latency, (collective.nbytes / time_s if time_s > 0 else float("inf"))
 
 

@@ -198,7 +198,15 @@ class NvlsTreeAlgorithm:
         """The first rank's GPU-to-NVSwitch bandwidth in ``capacity`` (modelled, or as NCCL sees it)."""
         return float(capacity[nvswitch_links(ctx, collective.group[0])].min())
 
-    def _chunk_efficiency(self, collective: Collective, ctx: LoweringContext, nchannels: int) -> float:
+    @staticmethod
+    def _chunk_bytes(collective: Collective, ctx: LoweringContext, nchannels: int) -> int:
+        """NCCL's NVLSTree chunk for this collective (:func:`nvlstree_chunk_bytes`)."""
+        layout = ctx.layout(collective.group)
+        return nvlstree_chunk_bytes(collective.nbytes, nchannels=nchannels, nheads=_heads(layout),
+                                    nnodes=layout.nnodes, arch=layout.arch)
+
+    def _chunk_efficiency(self, collective: Collective, ctx: LoweringContext, nchannels: int,
+                          chunk_bytes: int) -> float:
         """The switch legs' efficiency (nvlsEfficiency on the modelled links, ``nvls.switch_efficiency``)
         at NCCL's NVLSTree chunk (see nvls.nvls_chunk_efficiency); a channel's NVLS rate is the
         single-server one, NVLink x efficiency x ppn / (ppn + 1) / channels."""
@@ -206,9 +214,7 @@ class NvlsTreeAlgorithm:
         nvlink = self._nvlink_bytes_per_s(collective, ctx, ctx.topology.link_capacity_bytes_per_s)
         efficiency = switch_efficiency(ctx, collective.group[0], self._nvls_efficiency(collective, ctx))
         channel_rate = nvlink * efficiency * layout.ppn / (layout.ppn + 1) / nchannels
-        chunk = nvlstree_chunk_bytes(collective.nbytes, nchannels=nchannels, nheads=_heads(layout),
-                                     nnodes=layout.nnodes, arch=layout.arch)
-        return efficiency * nvls_chunk_efficiency(chunk, channel_rate)
+        return efficiency * nvls_chunk_efficiency(chunk_bytes, channel_rate)
 
     @staticmethod
     def _ceiling_bytes_per_s(collective: Collective, ctx: LoweringContext) -> float:
@@ -228,7 +234,9 @@ class NvlsTreeAlgorithm:
         busbw, 16 chains: 462 / 1.875 / 16 = 15.4 GB/s of payload per chain."""
         return self._ceiling_bytes_per_s(collective, ctx) / collective.busbw_factor / nchains / efficiency
 
-    def _fill_bytes(self, collective: Collective, ctx: LoweringContext, nchannels: int, nchains: int) -> float:
+    @staticmethod
+    def _fill_bytes(collective: Collective, ctx: LoweringContext, nchannels: int, nchains: int,
+                    chunk_bytes: int) -> float:
         """Pipeline start-up of each sub-shard chain (payload bytes): the last chunk still climbs and
         descends NCCL's tree of servers (:func:`tree_network_hops`, as NCCL's latency counts them; not the
         chain of servers the flows are laid on), each hop one chunk of each of the channels x heads
@@ -236,10 +244,7 @@ class NvlsTreeAlgorithm:
         at the collective's rate, which a chain moves at 1/nchains of it. Worked number, 2x 8 H100 (16
         channels, 8 heads, 128 KiB chunks from 64 MiB): 2 hops x 16 MiB at algbw 246 GB/s = 136 us."""
         layout = ctx.layout(collective.group)
-        heads = _heads(layout)
-        chunk = nvlstree_chunk_bytes(collective.nbytes, nchannels=nchannels, nheads=heads, nnodes=layout.nnodes,
-                                     arch=layout.arch)
-        return tree_network_hops(layout.nnodes) * chunk * nchannels * heads / nchains
+        return tree_network_hops(layout.nnodes) * chunk_bytes * nchannels * _heads(layout) / nchains
 
     def _latency_s(self, collective: Collective, ctx: LoweringContext) -> float:
         nnodes = ctx.layout(collective.group).nnodes
@@ -248,13 +253,14 @@ class NvlsTreeAlgorithm:
     # ---- interface ---------------------------------------------------------------------------
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)
-        efficiency = self._chunk_efficiency(collective, ctx, nchannels)
+        chunk = self._chunk_bytes(collective, ctx, nchannels)
+        efficiency = self._chunk_efficiency(collective, ctx, nchannels, chunk)
         parts = self._parts(collective, ctx, nchannels)
         return innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
                               edges=self._edges(parts), efficiency=efficiency,
                               innet_nodes=self._innet(collective, ctx), latency_s=self._latency_s(collective, ctx),
                               chain_rate_cap_bytes_per_s=self._chain_cap(collective, ctx, len(parts.count), efficiency),
-                              fill_bytes=self._fill_bytes(collective, ctx, nchannels, len(parts.count)))
+                              fill_bytes=self._fill_bytes(collective, ctx, nchannels, len(parts.count), chunk))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         layout, offset, count, owner, tree_of, trees = self._parts(collective, ctx, nchannels)

@@ -33,11 +33,12 @@ from types import MappingProxyType
 
 import numpy as np
 
+from topologies.routing import equal_share_rates_csr
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import (MAX_CHANNELS, GroupLayout, LoweringContext, SharedConnections, protocol_schedule,
+from .base import (GroupLayout, LoweringContext, SharedConnections, connection_caps_flat, protocol_schedule,
                    ring_channels, split_evenly)
 
 # NCCL's default NCCL_P2P_LL_THRESHOLD (src/init.cc / enqueue.cc): 16 KiB.
@@ -70,7 +71,7 @@ def comm_p2p_channels(layout: GroupLayout) -> int:
     a power of two (:func:`op_channels` does, after the network-peer rule that reads it unrounded)."""
     if layout.nnodes == 1 and layout.intra == "nvlink":
         return ONE_SERVER_NVLINK_P2P_CHANNELS
-    return min(ring_channels(layout), MAX_CHANNELS)
+    return ring_channels(layout)
 
 
 def p2p_channels(collective: Collective, ctx: LoweringContext) -> int:
@@ -83,12 +84,13 @@ def op_channels(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int) -
     laid out as ``layout`` with ``nchannels`` channels (rounded up to a power of two, as NCCL does).
     For a send across servers the count only matters through the per-peer maximum it sets for the
     others: :func:`pair_flows` streams it over ``NET_CONNECTIONS_PER_PEER`` connection(s)."""
-    raw = min(nchannels, MAX_CHANNELS)
-    total = min(_pow2_up(raw), MAX_CHANNELS)
+    if nbytes <= 0:
+        return 1
+    total = _pow2_up(nchannels)                 # nchannels <= MAX_CHANNELS (64), a power of two
     per_peer = total
     if layout.nnodes > 1:                       # the smallest peer count sets every peer's: the network's
         net = NCHANNELS_PER_NET_PEER
-        while net * nranks > raw * 4 and net > 1:     # against the count before rounding, as NCCL does
+        while net * nranks > nchannels * 4 and net > 1:     # against the count before rounding, as NCCL does
             net //= 2
         per_peer = min(per_peer, net)
     if layout.intra == "pcie":
@@ -96,8 +98,6 @@ def op_channels(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int) -
     lowest = per_peer
     while lowest * nranks > total and lowest > 1:
         lowest //= 2
-    if nbytes <= 0:
-        return 1
     chunk = P2P_CHUNK_BYTES["net" if layout.nnodes > 1 else layout.intra]
     min_part, max_part = (chunk // 2, chunk) if layout.nnodes > 1 else (chunk // 8, chunk * 32)
     n = min(lowest, -(-nbytes // min_part))
@@ -108,15 +108,46 @@ def op_channels(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int) -
     return n
 
 
-def pair_flows(ctx: LoweringContext, layout: GroupLayout, nranks: int, nchannels: int, src_rank: int,
-               dst_rank: int, nbytes: int, elt: int) -> tuple[np.ndarray, float]:
-    """(byte pieces, per-piece payload cap) of one point-to-point send: NCCL's channels inside a
-    server, each capped at one p2p channel's throughput; the pair's network connection(s) across
-    servers, capped by the network only."""
+def pair_flows(ctx: LoweringContext, collective: Collective, nchannels: int, src_rank: int, dst_rank: int,
+               nbytes: int) -> tuple[np.ndarray, float]:
+    """(byte pieces, per-piece payload cap) of one point-to-point send of ``collective``: NCCL's
+    channels inside a server, each capped at one p2p channel's throughput; the pair's network
+    connection(s) across servers, capped by the network only."""
+    elt = DTYPE_BYTES[collective.dtype]
     if ctx.server(src_rank) != ctx.server(dst_rank):
         return split_evenly(nbytes, NET_CONNECTIONS_PER_PEER, elt), np.inf
-    return (split_evenly(nbytes, op_channels(nbytes, layout, nranks, nchannels), elt),
+    layout = ctx.layout(collective.group)
+    return (split_evenly(nbytes, op_channels(nbytes, layout, collective.nranks, nchannels), elt),
             nccl_model.p2p_channel_bytes_per_s(layout.arch))
+
+
+def step_time_s(ctx: LoweringContext, collective: Collective, flows, *, protocol: str, nchannels: int) -> float:
+    """The tuner's time for one step of point-to-point ``flows`` ((src rank, dst rank, channel, payload
+    bytes, payload cap) each), as the engine runs them: links and shared PXN connections split in
+    proportion to bytes (every flow through a bottleneck ends with it, as max-min sharing has them),
+    each flow within its own cap and the protocol's per-channel cap; the step ends with its slowest flow."""
+    flows = [f for f in flows if f[3] > 0]
+    if not flows:
+        return 0.0
+    layout = ctx.layout(collective.group)
+    wire = nccl_model.WIRE_FACTOR[protocol]
+    src, dst, channel = (np.array([f[k] for f in flows], dtype=np.int64) for k in range(3))
+    wire_bytes = np.array([f[3] for f in flows], dtype=np.float64) * wire
+    paths = ctx.router.paths([ctx.gpu(int(r)) for r in src], [ctx.gpu(int(r)) for r in dst],
+                             flow_keys=channel.tolist(), pxn=ctx.router.pxn)
+    counts = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
+    links = np.concatenate(paths)
+    topo = ctx.topology
+    by_bytes = wire_bytes * equal_share_rates_csr(links, np.repeat(wire_bytes, counts), counts,
+                                                  topo.link_capacity_bytes_per_s)
+    # under PXN, flows to one destination through one NIC share a connection (as in the engine)
+    shared = SharedConnections(destination=dst, nbytes=wire_bytes) if ctx.router.pxn else None
+    connection = connection_caps_flat(topo, links, counts, ctx.qps_per_connection, shared=shared)
+    protocol_cap = nccl_model.protocol_cap_bytes_per_s(protocol=protocol, arch=layout.arch,
+                                                       cpu_vendor=layout.cpu_vendor, nnodes=layout.nnodes,
+                                                       nchannels=nchannels)
+    caps = np.minimum(np.array([f[4] for f in flows], dtype=np.float64), protocol_cap) * wire
+    return float(np.max(wire_bytes / np.minimum(np.minimum(by_bytes, connection), caps)))
 
 
 class SendRecv:
@@ -147,10 +178,9 @@ class SendRecv:
         if collective.nranks < 2:
             return []
         elt = DTYPE_BYTES[collective.dtype]
-        layout = ctx.layout(collective.group)
         out = []
         for a, b in zip(*self._pairs(collective)):
-            pieces, cap = pair_flows(ctx, layout, collective.nranks, nchannels, int(a), int(b), collective.nbytes, elt)
+            pieces, cap = pair_flows(ctx, collective, nchannels, int(a), int(b), collective.nbytes)
             counts = pieces // elt
             starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
             out += [(int(a), int(b), int(o), int(c), k, cap) for k, (o, c) in enumerate(zip(starts, counts))]
@@ -179,27 +209,14 @@ class SendRecv:
             return latency, float("inf")
         if (protocol == "LL") != (collective.nbytes <= P2P_LL_THRESHOLD_BYTES):
             return latency, 0.0          # NCCL does not use this protocol for this size
-        layout = ctx.layout(collective.group)
-        wire = nccl_model.WIRE_FACTOR[protocol]
+        elt = DTYPE_BYTES[collective.dtype]
 
-        def rate():
-            """The slowest pair's payload rate: its flows' equal-share wire rates, within their caps."""
-            flows = [f for f in self._flows(collective, ctx, nchannels) if f[3] > 0]
-            if not flows:
-                return float("inf")
-            paths = [ctx.router.path(ctx.gpu(a), ctx.gpu(b), flow_key=k, pxn=ctx.router.pxn)
-                     for a, b, _, _, k, _ in flows]
-            # under PXN, flows to one destination through one NIC share a connection (as in the engine)
-            shared = (SharedConnections(destination=np.array([f[1] for f in flows]),
-                                        nbytes=np.array([f[3] for f in flows], dtype=np.float64))
-                      if ctx.router.pxn else None)
-            rates = np.minimum(ctx.chain_rates(paths, shared=shared) / wire, [f[5] for f in flows])
-            per_pair = {}
-            for (a, b, _, _, _, _), r in zip(flows, rates):
-                per_pair[(a, b)] = per_pair.get((a, b), 0.0) + float(r)
-            return min(per_pair.values())
-        intra = op_channels(collective.nbytes, layout, collective.nranks, nchannels)
-        return latency, ctx.cached(("p2p-rate", collective.group, nchannels, intra, wire), rate)
+        def algbw():
+            flows = [(a, b, k, c * elt, cap) for a, b, _, c, k, cap in self._flows(collective, ctx, nchannels)]
+            time_s = step_time_s(ctx, collective, flows, protocol=protocol, nchannels=nchannels)
+            return collective.nbytes / time_s if time_s > 0 else float("inf")
+        op_nchannels = op_channels(collective.nbytes, ctx.layout(collective.group), collective.nranks, nchannels)
+        return latency, ctx.cached(("p2p-algbw", collective.group, nchannels, op_nchannels, protocol), algbw)
 
 
 SENDRECV = SendRecv()

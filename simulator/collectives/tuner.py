@@ -113,13 +113,9 @@ class Choice:
     predicted_s: float
 
 
-def default_channels(collective: Collective, ctx: LoweringContext) -> int:
-    return ring_channels(ctx.layout(collective.group))
-
-
 def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolicy = CollectivePolicy()) -> Choice:
     layout = ctx.layout(collective.group)
-    comm_channels = default_channels(collective, ctx)
+    comm_channels = ring_channels(layout)
     forced = policy.algorithm.lower() if policy.algorithm is not None else None
     enabled = nccl_model.protocols_enabled(intra=layout.intra)
     if policy.protocol is not None and policy.protocol not in enabled:

@@ -95,26 +95,27 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
     flat_links = np.concatenate(edge_paths) if n_edges else np.zeros(0, dtype=np.int64)
     flat_w = np.ones(flat_links.shape[0]) if edge_w is None else np.concatenate(edge_w)
     edge_of = np.repeat(np.arange(n_edges), lengths)          # the edge of each (edge, link) entry
-    latency = step.latency_s
+    latency_s = step.latency_s
     if step.path_latency and n_edges:
         # a sprayed edge's latency is the byte-weighted mean over its paths (= path latency when unsplit)
-        latency += float(np.bincount(edge_of, weights=topology.link_latency_s[flat_links] * flat_w,
+        latency_s += float(np.bincount(edge_of, weights=topology.link_latency_s[flat_links] * flat_w,
                                      minlength=n_edges).max())
-    wire_bytes = step.nbytes.astype(np.float64) * (1.0 if step.wire_scale is None else step.wire_scale)
+    scale = 1.0 if step.wire_scale is None else step.wire_scale
+    wire_bytes = step.nbytes.astype(np.float64) * scale
+    carries = wire_bytes > 0
     fill_wire = (np.zeros(step.num_flows) if step.fill_bytes is None else step.fill_bytes * wire_bytes
                  / np.maximum(step.nbytes, 1)) * wire
     # per-flow payload caps, as wire rates
-    rate_cap = (None if step.rate_cap_bytes_per_s is None
-                else step.rate_cap_bytes_per_s * wire * (1.0 if step.wire_scale is None else step.wire_scale))
+    rate_cap_bytes_per_s = None if step.rate_cap_bytes_per_s is None else step.rate_cap_bytes_per_s * wire * scale
     # independent flows first (one per edge that carries bytes, in edge order), then one flow per chain
     # (by chain id)
     chained = step.chain >= 0
-    alone = ~chained & (wire_bytes > 0)
+    alone = ~chained & carries
     independent = np.flatnonzero(alone)
     entries = [np.flatnonzero(alone[edge_of])]
     weights = [flat_w[entries[0]]]
     counts, nbytes, fills = [lengths[independent]], [wire_bytes[independent]], [fill_wire[independent]]
-    flow_caps = [] if rate_cap is None else [rate_cap[independent]]
+    flow_caps = [] if rate_cap_bytes_per_s is None else [rate_cap_bytes_per_s[independent]]
     members = np.flatnonzero(chained)
     if members.size:
         # a chain is one flow over its edges' links in edge order, each weighted by its edge's
@@ -122,11 +123,11 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
         order = members[np.argsort(step.chain[members], kind="stable")]
         _, starts, dense = np.unique(step.chain[order], return_index=True, return_inverse=True)
         top = np.maximum.reduceat(wire_bytes[order], starts)
-        fill_top = np.maximum.reduceat(np.where(wire_bytes[order] > 0, fill_wire[order], -np.inf), starts)
+        fill_top = np.maximum.reduceat(np.where(carries[order], fill_wire[order], -np.inf), starts)
         kept = top > 0
         chain_index = np.zeros(step.num_flows, dtype=np.int64)          # each chained edge's chain, numbered 0, 1, ...
         chain_index[order] = dense.reshape(-1)
-        entry = np.flatnonzero((chained & (wire_bytes > 0))[edge_of])   # entries of chained edges that carry bytes
+        entry = np.flatnonzero((chained & carries)[edge_of])   # entries of chained edges that carry bytes
         entry = entry[np.argsort(chain_index[edge_of[entry]], kind="stable")]   # chain by chain, in edge order
         entry_edge = edge_of[entry]
         entry_chain = chain_index[entry_edge]
@@ -135,13 +136,13 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
         counts.append(np.bincount(entry_chain, minlength=starts.shape[0])[kept])
         nbytes.append(top[kept])
         fills.append(fill_top[kept])
-        if rate_cap is not None:
+        if rate_cap_bytes_per_s is not None:
             # the chain moves its largest edge at its rate, edge e at rate x bytes_e / largest: so edge e's
             # cap bounds the chain's rate at cap_e x largest / bytes_e (edges that carry nothing: no bound)
-            edge_bytes = wire_bytes[order]
-            moving = edge_bytes > 0
+            moving = carries[order]
             largest = top[dense.reshape(-1)]
-            bound = np.where(moving, rate_cap[order] * largest / np.where(moving, edge_bytes, 1.0), np.inf)
+            bound = np.where(moving, rate_cap_bytes_per_s[order] * largest / np.where(moving, wire_bytes[order], 1.0),
+                             np.inf)
             flow_caps.append(np.minimum.reduceat(bound, starts)[kept])
     entry = np.concatenate(entries)
     links, link_weights, counts = flat_links[entry], np.concatenate(weights), np.concatenate(counts)
@@ -157,10 +158,10 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
         connections, shared = None, None       # every flow is one edge, so one connection
     caps = np.minimum(cap, connection_caps_flat(topology, links, counts, qps_per_connection, link_weights,
                                                 connections=connections, shared=shared))
-    if rate_cap is not None:
+    if rate_cap_bytes_per_s is not None:
         caps = np.minimum(caps, np.concatenate(flow_caps))
     return NetworkFlows(links=links, link_weights=link_weights, counts=counts, wire_bytes=np.concatenate(nbytes) * wire,
-                        caps_bytes_per_s=caps, latency_s=latency, fill_bytes=np.concatenate(fills))
+                        caps_bytes_per_s=caps, latency_s=latency_s, fill_bytes=np.concatenate(fills))
 
 
 def _connection_ids(step: Step) -> np.ndarray:
