@@ -1,17 +1,24 @@
-"""Ring schedules: bytes on the wire per rank (closed forms), NCCL latencies, tuner choices."""
+"""Collective schedules and NCCL's model: ring bytes per rank (closed forms), NCCL latencies, tuner
+choices, NVLSTree's ceiling and start-up, point-to-point channels (sendrecv, all-to-all)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from simulator.api import simulate
 from simulator.collectives import ALGORITHMS, LoweringContext
 from simulator.collectives import nccl_model
+from simulator.collectives.nvls_tree import tree_network_hops
+from simulator.collectives.p2p import comm_p2p_channels, op_channels
 from simulator.collectives.tuner import CollectivePolicy, choose
+from simulator.config import SimConfig
+from simulator.nccl_tests import run_bench
 from simulator.placement import Placement
 from topologies.presets import build_system
 from topologies.routing import Router
 from workloads.collectives import Collective, CollectiveKind
+from workloads.tasks import Workload
 
 RING = ALGORITHMS["ring"]
 
@@ -250,9 +257,8 @@ def test_nvls_on_b200_keeps_nccls_throughput_on_the_measured_links():
 # ---- NVLSTree: NCCL's per-head model and ceiling --------------------------------------------------
 
 def _nvlstree_case(nodes: int, nbytes: int = 8 << 30):
-    topo = build_system("dgx-h100", nodes=nodes)
-    ctx = LoweringContext(topology=topo, router=Router(topo), rank_gpu=tuple(range(topo.num_gpus)))
-    return ctx, Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=nbytes, group=tuple(range(topo.num_gpus)))
+    ctx = context(nodes=nodes)
+    return ctx, Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=nbytes, group=tuple(range(8 * nodes)))
 
 
 @pytest.mark.parametrize("nodes, ceiling_gbps", [(2, 57.7), (4, 45.5)])
@@ -276,12 +282,11 @@ def test_tuner_prefers_ring_over_nvlstree_from_three_servers(nodes, expected):
 
 
 def test_nvlstree_runs_at_nccls_ceiling_on_two_servers():
-    # 2x 8 H100: the NVLink bound (0.85 x 370.8 / 9 x 16 shards x 1.875 = 525 GB/s busbw) is above NCCL's
-    # NVLSTree ceiling 8 x 57.7 = 461.6 GB/s, which paces each of the 16 sub-shard chains at
+    # 2x 8 H100: the NVLink bound (algbw 0.85 x 370.8 x 8/9 = 280 GB/s, busbw x 1.875 = 525 GB/s) is above
+    # NCCL's NVLSTree ceiling 8 x 57.7 = 461.6 GB/s, which paces each of the 16 sub-shard chains at
     # 461.6 / 1.875 / 16 = 15.4 GB/s; 8 GiB then take 8 GiB / 246.2 GB/s + 66.8 us of latency
-    # (tuning.cc: NVLS 25 us + 2 x log2(2 servers) x 20.9 us NET NVLSTree Simple = 66.8 us)
-    from simulator.nccl_tests import run_bench
-    # + pipeline fill: 2 tree hops x one loop of 16 channels x 8 heads x 128 KiB chunks at the same rate
+    # (tuning.cc: NVLS 25 us + 2 x log2(2 servers) x 20.9 us NET NVLSTree Simple = 66.8 us), plus the
+    # pipeline fill: 2 tree hops x one loop of 16 channels x 8 heads x 128 KiB chunks at the same rate
     row, = run_bench("all_reduce", system="dgx-h100", nodes=2, minbytes="8G", maxbytes="8G")
     assert row.algorithm == "nvlstree"
     algbw = 461.6e9 / 1.875
@@ -300,7 +305,6 @@ def test_nvlstree_fill_is_two_tree_hops_per_level_of_one_loop():
 # ---- point-to-point channels (sendrecv, alltoall) -------------------------------------------------
 
 def test_p2p_channels_follow_nccls_split():
-    from simulator.collectives.p2p import comm_p2p_channels, op_channels
     one = context("hgx-b200", nodes=1)
     layout = one.layout(tuple(range(8)))
     assert comm_p2p_channels(layout) == 32
@@ -322,7 +326,6 @@ def test_p2p_channels_follow_nccls_split():
 def test_sendrecv_on_one_b200_server_runs_at_nccls_channel_count():
     # 8 ranks: 32 MiB and 64 MiB go on 4 channels of 21.7 GB/s, 128 MiB on 8: doubling from 64 to 128 MiB
     # costs nothing, and 32 -> 64 MiB costs 32 MiB / (4 x 21.7 GB/s) = 386.5 us (measured 386.7 us)
-    from simulator.nccl_tests import run_bench
     rows = run_bench("sendrecv", system="hgx-b200", nodes=1, minbytes="32M", maxbytes="128M")
     t32, t64, t128 = (r.time_us for r in rows)
     assert t128 == pytest.approx(t64, rel=1e-9)
@@ -333,7 +336,6 @@ def test_alltoall_pieces_to_one_remote_gpu_share_one_pxn_connection():
     # 2x HGX B200, 16 ranks: the NIC on a remote GPU's rail carries the 8 pieces its server sends to that
     # GPU over one 20 GB/s connection, so each GPU's 8 remote pieces (half its buffer) move at 20 GB/s:
     # algbw 2 x 20 = 40 GB/s; a NIC-bound exchange would reach 2 x 49.7 GB/s
-    from simulator.nccl_tests import run_bench
     row, = run_bench("alltoall", system="hgx-b200", nodes=2, minbytes="4G", maxbytes="4G")
     assert row.algorithm == "direct"
     assert row.algbw_GBps == pytest.approx(40.0, rel=0.01)
@@ -346,9 +348,7 @@ def test_alltoall_pieces_to_one_remote_gpu_share_one_pxn_connection():
 def test_pairwise_alltoall_runs_rounds_one_after_the_other():
     # one server of 8 B200: each of the 7 rounds sends one 1/8 piece per rank on 4 channels, pacing
     # 4 x 21.7 GB/s per rank; direct runs all 7 peers at once (28 channels, under NVLink's 682 GB/s)
-    from simulator.nccl_tests import run_bench
     direct, = run_bench("alltoall", system="hgx-b200", nodes=1, minbytes="256M", maxbytes="256M")
-    from simulator.config import SimConfig
     pairwise, = run_bench("alltoall", system="hgx-b200", nodes=1, minbytes="256M", maxbytes="256M",
                           config=SimConfig(collectives=CollectivePolicy(algorithm="pairwise")))
     piece = (256 << 20) / 8
@@ -360,8 +360,6 @@ def test_uneven_alltoall_estimate_matches_the_simulation():
     # 2x H100 with 4 NICs a server, uneven pieces: links and shared PXN connections are split by bytes in
     # the estimate, so every flow through a bottleneck ends with it, as the engine's max-min sharing has
     # them; H100 has no platform hop latency, so NCCL's estimate and the simulated time are the same sum
-    from simulator.api import simulate
-    from workloads.tasks import Workload
     topo = build_system("dgx-h100", nodes=2, nics_per_node=4)
     n = topo.num_gpus
     splits = tuple(tuple(((p * 7 + q * 3) % 5 + 1) * (256 << 10) for q in range(n)) for p in range(n))
@@ -373,6 +371,5 @@ def test_uneven_alltoall_estimate_matches_the_simulation():
 
 
 def test_nvlstree_hops_are_nccls_integer_tree_depth():
-    from simulator.collectives.nvls_tree import tree_network_hops
     # 2 log2i(nNodes): a balanced binary tree of 3 servers has depth 1, of 5-7 depth 2, of 8 depth 3
     assert [tree_network_hops(n) for n in (2, 3, 4, 5, 7, 8)] == [2, 2, 4, 4, 4, 6]

@@ -14,6 +14,7 @@ from simulator.engine.replay import network_flows
 from simulator.network import AnalyticalNetwork, FlowNetwork
 from simulator.placement import Placement
 from simulator.schedule import Schedule, Step
+from topologies import devices as dv
 from topologies.presets import build_system
 from topologies.routing import Router
 from workloads.collectives import Collective, CollectiveKind
@@ -203,12 +204,22 @@ def test_chain_becomes_one_flow_weighted_by_edge_bytes():
     assert total == pytest.approx(per_edge)
 
 
-def _fan_out_schedule(dst: tuple[int, ...]) -> Schedule:
+CONNECTION = dv.CONNECTX7_NDR.connection_bytes_per_s     # 20 GB/s: most one NCCL connection streams
+
+
+def _caps(topo, step: Step, *, pxn: bool = False, protocol: str = "Simple", wire_factor: float = 1.0) -> list[float]:
+    """The network flows' rate caps of ``step`` alone, ranks placed on GPUs 0, 1, ..."""
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 20, group=tuple(range(topo.num_gpus)))
+    sched = Schedule(collective=coll, algorithm="test", protocol=protocol, nchannels=1, steps=(step,), pxn=pxn,
+                     wire_factor=wire_factor)
+    return network_flows(step, sched, topology=topo, router=Router(topo),
+                         rank_gpu=tuple(range(topo.num_gpus))).caps_bytes_per_s.tolist()
+
+
+def _fan_out(dst: tuple[int, ...]) -> Step:
     """One chain (channel 0) of 1 MiB edges from rank 0 to each of ``dst``."""
-    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 20, group=tuple(range(24)))
     n = len(dst)
-    step = Step.of(src=[0] * n, dst=list(dst), nbytes=[1 << 20] * n, chain=[0] * n, channel=[0] * n)
-    return Schedule(collective=coll, algorithm="test", protocol="Simple", nchannels=1, steps=(step,))
+    return Step.of(src=[0] * n, dst=list(dst), nbytes=[1 << 20] * n, chain=[0] * n, channel=[0] * n)
 
 
 def test_each_connection_of_a_chain_streams_its_own_limit():
@@ -217,16 +228,10 @@ def test_each_connection_of_a_chain_streams_its_own_limit():
     # streams (topologies.devices) and the chain, paced by its busiest edge, streams 20 GB/s; two
     # edges to one peer on one channel are one connection and share it: 10 GB/s.
     topo = build_system("dgx-h100", nodes=3)
-    router = Router(topo)
     limit = float(np.max(topo.link_flow_cap_bytes_per_s[np.isfinite(topo.link_flow_cap_bytes_per_s)]))
-    assert limit == 20e9
-    two_peer_schedule, one_peer_schedule = _fan_out_schedule((8, 16)), _fan_out_schedule((8, 8))
-    two_peers = network_flows(two_peer_schedule.steps[0], two_peer_schedule, topology=topo, router=router,
-                              rank_gpu=tuple(range(24)))
-    one_peer = network_flows(one_peer_schedule.steps[0], one_peer_schedule, topology=topo, router=router,
-                             rank_gpu=tuple(range(24)))
-    assert two_peers.caps_bytes_per_s.tolist() == [limit]
-    assert one_peer.caps_bytes_per_s.tolist() == [limit / 2]
+    assert limit == CONNECTION
+    assert _caps(topo, _fan_out((8, 16))) == [limit]
+    assert _caps(topo, _fan_out((8, 8))) == [limit / 2]
 
 
 def test_pxn_flows_to_one_gpu_share_their_servers_connection():
@@ -235,32 +240,17 @@ def test_pxn_flows_to_one_gpu_share_their_servers_connection():
     # sends to rank 8 over its own connection (20 GB/s), though it arrives through the same NIC; without
     # PXN every flow is its own connection.
     topo = build_system("dgx-h100", nodes=3)
-    router = Router(topo)
-    coll = Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=24 << 20, group=tuple(range(24)))
     step = Step.of(src=[0, 1, 16], dst=[8, 8, 8], nbytes=[1 << 20] * 3)
-    caps = {}
-    for pxn in (True, False):
-        sched = Schedule(collective=coll, algorithm="test", protocol="Simple", nchannels=1, steps=(step,), pxn=pxn)
-        caps[pxn] = network_flows(step, sched, topology=topo, router=router,
-                                  rank_gpu=tuple(range(24))).caps_bytes_per_s.tolist()
-    assert caps[True] == [10e9, 10e9, 20e9]
-    assert caps[False] == [20e9, 20e9, 20e9]
-
-
-def _pxn_caps(topo, src, dst, nbytes) -> list[float]:
-    n = topo.num_gpus
-    coll = Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=n << 20, group=tuple(range(n)))
-    step = Step.of(src=src, dst=dst, nbytes=nbytes)
-    sched = Schedule(collective=coll, algorithm="test", protocol="Simple", nchannels=1, steps=(step,), pxn=True)
-    return network_flows(step, sched, topology=topo, router=Router(topo),
-                         rank_gpu=tuple(range(n))).caps_bytes_per_s.tolist()
+    assert _caps(topo, step, pxn=True) == [CONNECTION / 2, CONNECTION / 2, CONNECTION]
+    assert _caps(topo, step, pxn=False) == [CONNECTION] * 3
 
 
 def test_a_shared_pxn_connection_is_split_by_bytes():
     # ranks 0 and 1 send 64 MiB and 1 MiB to rank 8 through one NIC's connection: 20 GB/s x 64/65 and
     # x 1/65, so both finish together, as 65 MiB over one connection would
-    caps = _pxn_caps(build_system("dgx-h100", nodes=2), [0, 1], [8, 8], [64 << 20, 1 << 20])
-    assert caps == pytest.approx([20e9 * 64 / 65, 20e9 / 65], rel=1e-12)
+    step = Step.of(src=[0, 1], dst=[8, 8], nbytes=[64 << 20, 1 << 20])
+    caps = _caps(build_system("dgx-h100", nodes=2), step, pxn=True)
+    assert caps == pytest.approx([CONNECTION * 64 / 65, CONNECTION / 65], rel=1e-12)
 
 
 def test_flows_that_leave_through_different_nics_do_not_share_a_connection():
@@ -270,7 +260,8 @@ def test_flows_that_leave_through_different_nics_do_not_share_a_connection():
     nic = [topo.servers[0].nic_of_gpu[g] for g in (0, 4)]
     assert nic[0] != nic[1]
     limit = float(np.max(topo.link_flow_cap_bytes_per_s[np.isfinite(topo.link_flow_cap_bytes_per_s)]))
-    assert _pxn_caps(topo, [0, 4], [8, 8], [1 << 20, 1 << 20]) == [limit, limit]
+    step = Step.of(src=[0, 4], dst=[8, 8], nbytes=[1 << 20, 1 << 20])
+    assert _caps(topo, step, pxn=True) == [limit, limit]
 
 
 def test_a_flows_own_rate_cap_binds_in_wire_bytes():
@@ -278,14 +269,10 @@ def test_a_flows_own_rate_cap_binds_in_wire_bytes():
     # its largest edge (2 MiB) at its rate and a 1 MiB edge at half of it, so that edge's 2 GB/s cap
     # bounds the chain at 4 GB/s (8 GB/s wire), below the 2 MiB edge's 7; an edge that carries nothing
     # bounds nothing
-    topo = build_system("dgx-h100")
-    router = Router(topo)
-    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 20, group=tuple(range(8)))
     step = Step.of(src=[0, 1, 2, 5, 3], dst=[1, 2, 3, 6, 4], nbytes=[1 << 20, 1 << 20, 2 << 20, 0, 1 << 20],
                    chain=[-1, 0, 0, 0, -1], rate_cap_bytes_per_s=[5e9, 2e9, 7e9, 1.0, np.inf])
-    sched = Schedule(collective=coll, algorithm="test", protocol="LL", nchannels=1, steps=(step,), wire_factor=2.0)
-    flows = network_flows(step, sched, topology=topo, router=router, rank_gpu=tuple(range(8)))
-    assert flows.caps_bytes_per_s.tolist() == [10e9, np.inf, 8e9]     # independent flows first, then the chain
+    caps = _caps(build_system("dgx-h100"), step, protocol="LL", wire_factor=2.0)
+    assert caps == [10e9, np.inf, 8e9]     # independent flows first, then the chain
     with pytest.raises(ValueError, match="rate_cap_bytes_per_s"):
         Step.of(src=[0], dst=[1], nbytes=[1], rate_cap_bytes_per_s=[0.0])
     with pytest.raises(ValueError, match="rate_cap_bytes_per_s"):
