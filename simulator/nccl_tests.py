@@ -136,9 +136,11 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
         raise ValueError(f"root: {root} is out of range; expected 0 to {nranks - 1}")
     if kind is CollectiveKind.SENDRECV and nranks < 2:
         raise ValueError("sendrecv needs at least 2 GPUs; use more GPUs or nodes")
-    if not isinstance(gpus_per_process, int) or not 1 <= gpus_per_process <= gpn:
-        raise ValueError(f"gpus_per_process (-g): {gpus_per_process!r} is not allowed; expected 1 to {gpn} "
-                         "(the GPUs of one node a process can drive)")
+    if not isinstance(gpus_per_process, int) or isinstance(gpus_per_process, bool) or gpus_per_process < 1 \
+            or gpn % gpus_per_process:
+        divisors = ", ".join(str(d) for d in range(1, gpn + 1) if gpn % d == 0)
+        raise ValueError(f"gpus_per_process (-g): {gpus_per_process!r} is not allowed; expected a divisor of the "
+                         f"{gpn} GPUs per node ({divisors}): each process drives that many GPUs of one node")
     config = config or SimConfig()
     if gpus_per_process > 1:
         config = replace(config, launch_overhead_s=config.launch_overhead_s

@@ -13,7 +13,7 @@ from simulator.collectives.nvls_tree import tree_network_hops
 from simulator.collectives.p2p import comm_p2p_channels, op_channels
 from simulator.collectives.tuner import CollectivePolicy, choose
 from simulator.config import SimConfig
-from simulator.nccl_tests import run_bench
+from simulator.nccl_tests import HOST_LAUNCH_S_PER_GPU, run_bench
 from simulator.placement import Placement
 from topologies.presets import build_system
 from topologies.routing import Router
@@ -330,6 +330,20 @@ def test_sendrecv_on_one_b200_server_runs_at_nccls_channel_count():
     t32, t64, t128 = (r.time_us for r in rows)
     assert t128 == pytest.approx(t64, rel=1e-9)
     assert t64 - t32 == pytest.approx((32 << 20) / (4 * 21.7e9) * 1e6, rel=1e-6)
+
+
+def test_one_process_per_node_launches_every_kernel_of_its_gpus():
+    # nccl-tests -g 8: one thread launches the 8 GPUs' kernels one after the other, so every row starts
+    # 7 launches of HOST_LAUNCH_S_PER_GPU later than with one process per GPU, at every size
+    one = run_bench("all_reduce", system="dgx-a100", nodes=1, minbytes="8", maxbytes="1G", stepfactor=1 << 9)
+    eight = run_bench("all_reduce", system="dgx-a100", nodes=1, minbytes="8", maxbytes="1G", stepfactor=1 << 9,
+                      gpus_per_process=8)
+    assert [r.size_bytes for r in eight] == [r.size_bytes for r in one] == [8, 4 << 10, 2 << 20, 1 << 30]
+    for a, b in zip(one, eight):
+        assert b.time_us - a.time_us == pytest.approx(7 * HOST_LAUNCH_S_PER_GPU * 1e6, rel=1e-6)
+    divisors = r"expected a divisor of the 8 GPUs per node \(1, 2, 4, 8\)"
+    with pytest.raises(ValueError, match=r"\(-g\): 3 is not allowed; " + divisors):
+        run_bench("all_reduce", system="dgx-a100", nodes=1, minbytes="8", maxbytes="8", gpus_per_process=3)
 
 
 def test_alltoall_pieces_to_one_remote_gpu_share_one_pxn_connection():
