@@ -384,7 +384,7 @@ class ModelSpec:
         total = 2 * self._norm_parameters() + self._attention_parameters(tp)
         if self._is_moe_layer(layer):
             total += self.hidden * self.experts                               # router
-            total += self._routed_expert_parameters(layer, ep)
+            total += self._routed_expert_parameters(ep)
             total += self.shared_experts * self._mlp_parameters(self.expert_ffn_hidden, tp=tp)
         else:
             total += self._mlp_parameters(self.ffn_hidden, tp=tp)
@@ -394,12 +394,12 @@ class ModelSpec:
         """Input embedding (vocabulary-parallel: V/t rows per rank) plus learned positions (replicated)."""
         tp = self._check_tp(tp)
         positions = self.seq_len * self.hidden if self.position_embedding == "learned" else 0
-        return ceil_div(self.vocab, tp) * self.hidden + positions
+        return self._vocab_parameters(tp) + positions
 
     def output_parameters(self, *, tp: int = 1) -> int:
         """The logits layer: 0 when tied to the input embedding, else V h / t."""
         tp = self._check_tp(tp)
-        return 0 if self.tied_embeddings else ceil_div(self.vocab, tp) * self.hidden
+        return 0 if self.tied_embeddings else self._vocab_parameters(tp)
 
     def last_stage_output_parameters(self, *, tp: int = 1, pp: int = 1) -> int:
         """The logits weight on one GPU of the last of ``pp`` pipeline stages: V/t x h, also when tied to the
@@ -408,7 +408,11 @@ class ModelSpec:
         pp = int_at_least("pp", pp, 1)
         if self.tied_embeddings and pp == 1:
             return 0
-        return ceil_div(self.vocab, self._check_tp(tp)) * self.hidden
+        return self._vocab_parameters(self._check_tp(tp))
+
+    def _vocab_parameters(self, tp: int) -> int:
+        """One vocabulary-parallel V x h weight on one of ``tp`` ranks (already checked): V/t rounded up rows."""
+        return ceil_div(self.vocab, tp) * self.hidden
 
     def expert_parameters(self) -> int:
         """Weights of one routed expert (an MLP of ``expert_ffn_hidden``, not split over tensor-parallel ranks);
@@ -419,10 +423,12 @@ class ModelSpec:
         """The routed experts' weights of layer ``layer`` on one GPU (part of :meth:`layer_parameters`): its
         experts / ep experts of :meth:`expert_parameters` on a MoE layer, 0 on a dense one."""
         self._check_layer(layer)
-        return self._routed_expert_parameters(layer, self._check_ep(ep))
+        ep = self._check_ep(ep)
+        return self._routed_expert_parameters(ep) if self._is_moe_layer(layer) else 0
 
-    def _routed_expert_parameters(self, layer: int, ep: int) -> int:
-        return (self.experts // ep) * self.expert_parameters() if self._is_moe_layer(layer) else 0
+    def _routed_expert_parameters(self, ep: int) -> int:
+        """The routed experts of one MoE layer on one GPU (``ep`` already checked)."""
+        return (self.experts // ep) * self.expert_parameters()
 
     def final_norm_parameters(self) -> int:
         return self._norm_parameters()

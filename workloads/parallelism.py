@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._validate import finite_nonnegative, is_int, reject
+from ._validate import choice, finite_nonnegative, int_at_least, is_int, reject
 
 __all__ = ("SCHEDULES", "DTYPES", "GROUP_KINDS", "DEFAULT_ORDER", "DDP_BUCKET_BYTES", "RankCoords", "ParallelismSpec")
 
@@ -103,9 +103,7 @@ class ParallelismSpec:
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "cp", "ep", "vp", "micro_batch"):
-            value = getattr(self, name)
-            if not is_int(value) or value < 1:
-                raise _reject(name, value, "an integer >= 1")
+            int_at_least(f"ParallelismSpec.{name}", getattr(self, name), 1)
         for name in ("dp", "gpus", "global_batch", "seq_len"):
             value = getattr(self, name)
             if value is not None and (not is_int(value) or value < 1):
@@ -117,10 +115,8 @@ class ParallelismSpec:
                 raise _reject(name, getattr(self, name), "True or False")
         if self.fsdp and self.zero not in (0, 3):
             raise _reject("zero", self.zero, "0 or 3 with fsdp=True (FSDP full sharding is ZeRO stage 3)")
-        if self.schedule not in SCHEDULES:
-            raise _reject("schedule", self.schedule, f"one of {', '.join(map(repr, SCHEDULES))}")
-        if self.dtype not in DTYPES:
-            raise _reject("dtype", self.dtype, f"one of {', '.join(map(repr, DTYPES))}")
+        choice("ParallelismSpec.schedule", self.schedule, SCHEDULES)
+        choice("ParallelismSpec.dtype", self.dtype, DTYPES)
         if self.bucket_bytes is not None and (not is_int(self.bucket_bytes) or self.bucket_bytes < 4):
             raise _reject("bucket_bytes", self.bucket_bytes, "None or an integer >= 4")
         finite_nonnegative("ParallelismSpec.ep_imbalance", self.ep_imbalance, "a finite number >= 0")
@@ -236,14 +232,14 @@ class ParallelismSpec:
         coords, sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}, self._sizes()
         for dim, value in coords.items():
             if not is_int(value) or not 0 <= value < sizes[dim]:
-                raise ValueError(f"rank_of.{dim}: {value!r} is not allowed; expected an integer in 0..{sizes[dim] - 1}")
+                raise reject(f"rank_of.{dim}", value, f"an integer in 0..{sizes[dim] - 1}")
         strides = self._strides()
         return sum(coords[d] * strides[d] for d in _DENSE_DIMS)
 
     def coords(self, rank: int) -> RankCoords:
         """Coordinates of ``rank`` in every dimension."""
         if not is_int(rank) or not 0 <= rank < self.world_size:
-            raise ValueError(f"rank: {rank!r} is not allowed; expected an integer in 0..{self.world_size - 1}")
+            raise reject("rank", rank, f"an integer in 0..{self.world_size - 1}")
         strides, sizes = self._strides(), self._sizes()
         c = {d: (rank // strides[d]) % sizes[d] for d in _DENSE_DIMS}
         # position in the expert block (the d x c ranks of this tensor shard and stage, sorted by rank):
@@ -295,7 +291,7 @@ class ParallelismSpec:
         for group in self.groups(kind):
             if rank in group:
                 return group
-        raise ValueError(f"rank: {rank!r} is not allowed; expected an integer in 0..{self.world_size - 1}")
+        raise reject("rank", rank, f"an integer in 0..{self.world_size - 1}")
 
 
 def _product(ranges: list[range]) -> list[tuple[int, ...]]:

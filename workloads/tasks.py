@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._validate import reject
 from .collectives import Collective
 
 
@@ -43,8 +44,7 @@ class ComputeTask:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.duration_s, (int, float)) and math.isfinite(self.duration_s) and self.duration_s >= 0):
-            raise ValueError(f"ComputeTask.duration_s: {self.duration_s!r} is not allowed; expected a finite "
-                             "number >= 0")
+            raise reject("ComputeTask.duration_s", self.duration_s, "a finite number >= 0")
         _check_stream("ComputeTask", self.stream, self.after)
 
 
@@ -61,9 +61,9 @@ class CommTask:
 
 def _check_stream(owner: str, stream, after) -> None:
     if not isinstance(stream, int) or isinstance(stream, bool) or stream < 0:
-        raise ValueError(f"{owner}.stream: {stream!r} is not allowed; expected an integer >= 0")
+        raise reject(f"{owner}.stream", stream, "an integer >= 0")
     if not isinstance(after, tuple) or any(not isinstance(a, int) or isinstance(a, bool) or a < 0 for a in after):
-        raise ValueError(f"{owner}.after: {after!r} is not allowed; expected a tuple of task indices >= 0")
+        raise reject(f"{owner}.after", after, "a tuple of task indices >= 0")
 
 
 Task = ComputeTask | CommTask
@@ -79,7 +79,7 @@ class Workload:
 
     def __post_init__(self) -> None:
         if not isinstance(self.nranks, int) or self.nranks < 1:
-            raise ValueError(f"Workload.nranks: {self.nranks!r} is not allowed; expected an integer >= 1")
+            raise reject("Workload.nranks", self.nranks, "an integer >= 1")
         if len(self.programs) != self.nranks:
             raise ValueError(f"Workload.programs: {len(self.programs)} programs for {self.nranks} ranks")
         for i, coll in enumerate(self.collectives):

@@ -374,7 +374,7 @@ class _Builder:
         self.pp_bytes = model.pp_activation_bytes(micro_batch=spec.micro_batch, seq_len=self.seq, tp=spec.tp,
                                                   sp=spec.sp, cp=spec.cp, scatter_gather=self.scatter_gather)
         self.pp_full_bytes = model.pp_activation_bytes(micro_batch=spec.micro_batch, seq_len=self.seq, tp=spec.tp,
-                                                       cp=spec.cp)
+                                                       cp=spec.cp) if self.scatter_gather else None
         # activations and weights (parameter all-gathers) share the model's element type
         self.act_dtype = {1: "fp8", 2: _ACT_DTYPE[spec.dtype], 4: "float32"}[model.dtype_bytes]
         self.grad_bytes = gradient_bytes_per_param(spec.dtype)
@@ -383,6 +383,9 @@ class _Builder:
         self.chunks = model.stage_layers(pp=self.V)      # layers of each model chunk (the first ones longer)
         self.m = spec.microbatches
         self.zero = spec.zero_stage
+        # ZeRO-3 ranks that reduce dense gradients (a data x context group of more than one) overlap every
+        # forward and backward task with communication (StepCompute.overlap_slowdown)
+        self.stretched_all = self.zero >= 3 and spec.dp * spec.cp > 1
         # groups per kind and every rank's answers per question (see answers), built on first use
         self.groups: dict[str, list[tuple[int, ...]]] = {}
         self._answers: dict[tuple[str, str], list[int | bool]] = {}
@@ -698,6 +701,10 @@ class _RankProgram:
     def dp_group(self) -> tuple[int, ...]:
         return self.group("dp_cp")
 
+    def grad_group(self, part: str) -> tuple[int, ...]:
+        """The group that averages this rank's ``part`` ("dense" or "expert") gradients and gathers those weights."""
+        return self.dp_group if part == "dense" else self.group("edp")
+
     @property
     def reduces_dense(self) -> bool:
         return len(self.dp_group) > 1
@@ -706,10 +713,6 @@ class _RankProgram:
     def reduces_expert(self) -> bool:
         return self.b.model.is_moe and len(self.group("edp")) > 1
 
-    @property
-    def stretched_all(self) -> bool:
-        return self.b.zero >= 3 and self.reduces_dense
-
     # ---- helpers ---------------------------------------------------------------------------------
     def peer(self, virtual_stage: int) -> int:
         """The rank holding ``virtual_stage`` in this rank's pipeline (this rank for its own virtual stages)."""
@@ -717,7 +720,7 @@ class _RankProgram:
         return self.pp_group[stage]          # pipeline groups list their members stage 0 first
 
     def duration(self, seconds: float, *, backward_last: bool) -> float:
-        slow = self.stretched_all or (backward_last and self.dp_started)
+        slow = self.b.stretched_all or (backward_last and self.dp_started)
         return seconds * (1.0 + self.b.compute.overlap_slowdown) if slow else seconds
 
     def compute(self, seconds: float, name: str, *, backward_last: bool = False) -> int:
@@ -798,7 +801,8 @@ class _RankProgram:
             return
         # the gather for the next compute task may start once the task before it has ended (depth 1)
         prefetch_after = tuple(self.prog.computes[-2:-1])
-        for part, group in (("dense", self.dp_group), ("expert", self.group("edp"))):
+        for part in ("dense", "expert"):
+            group = self.grad_group(part)
             params = sum(getattr(u, part) for u in units)
             if params == 0 or len(group) == 1:
                 continue
@@ -920,8 +924,7 @@ class _RankProgram:
                 self.reduce_bucket(chunk, bucket, (task,))
 
     def reduce_bucket(self, chunk: int, bucket, after: tuple[int, ...]) -> None:
-        group = self.dp_group if bucket[0] == "dense" else self.group("edp")
-        index, label = self.b.bucket_reduction(chunk, bucket, group)
+        index, label = self.b.bucket_reduction(chunk, bucket, self.grad_group(bucket[0]))
         self.dp_tasks.append(self.prog.side(index, label, STREAM_DP, after))
         self.dp_started = True
 
@@ -944,7 +947,7 @@ class _RankProgram:
         if b.zero in (1, 2) and self.reduces_dense:
             for chunk in range(spec.vp):
                 for part, params, _, bid in self.buckets[chunk]:
-                    group = self.dp_group if part == "dense" else self.group("edp")
+                    group = self.grad_group(part)
                     nbytes = b.padded(CollectiveKind.ALL_GATHER, params * b.model.dtype_bytes, len(group),
                                       _elt(b.act_dtype))
                     label = f"zero allgather bucket {bid}" + (f" chunk{chunk}" if spec.vp > 1 else "")

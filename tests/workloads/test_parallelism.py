@@ -6,17 +6,9 @@ import itertools
 
 import pytest
 
-from workloads.model import ModelSpec
+from tests.workloads.shapes import moe
 from workloads.parallelism import DDP_BUCKET_BYTES, GROUP_KINDS, ParallelismSpec
 from workloads.presets import custom_gpt
-
-
-def moe(**kw) -> ModelSpec:
-    args = dict(name="moe", layers=4, hidden=64, heads=8, kv_heads=8, vocab=128, seq_len=64, ffn_hidden=128,
-                gated_mlp=True, position_embedding="rope", norm="rmsnorm", bias=False, dropout=False,
-                experts=8, top_k=2)
-    args.update(kw)
-    return ModelSpec(**args)
 
 
 LAYOUTS = [

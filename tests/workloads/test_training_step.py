@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from tests.workloads.shapes import gpt, moe
 from workloads.collectives import CollectiveKind
 from workloads.model import ModelSpec
 from workloads.parallelism import ParallelismSpec
@@ -17,17 +18,7 @@ from workloads.training_step import (STREAM_COMPUTE, STREAM_DP, STREAM_PARAM, ST
                                      training_step)
 
 
-def tiny(layers: int = 4, **kw) -> ModelSpec:
-    # h 64, s 32, b 1, D 2: one activation is s b h D = 32 x 64 x 2 = 4096 bytes
-    return custom_gpt(layers=layers, hidden=64, heads=4, vocab=128, seq_len=32, **kw)
-
-
-def tiny_moe(**kw) -> ModelSpec:
-    args = dict(name="tiny-moe", layers=4, hidden=64, heads=4, kv_heads=4, vocab=128, seq_len=32, ffn_hidden=128,
-                gated_mlp=True, position_embedding="rope", norm="rmsnorm", bias=False, dropout=False, experts=8,
-                top_k=2)
-    args.update(kw)
-    return ModelSpec(**args)
+# gpt() and moe(): h 64, s 32; with b 1 and D 2 one activation is s b h D = 32 x 64 x 2 = 4096 bytes
 
 
 def times(model: ModelSpec, **kw) -> StepCompute:
@@ -110,7 +101,7 @@ def test_bad_schedule_arguments():
 
 
 def test_tp_allreduce_four_per_layer_and_microbatch():
-    model = tiny()
+    model = gpt()
     spec = ParallelismSpec(tp=2, dp=1, micro_batch=1, global_batch=3)
     tw = build(model, spec)
     ars = colls(tw, 0, "tp", CollectiveKind.ALL_REDUCE)
@@ -124,7 +115,7 @@ def test_tp_allreduce_four_per_layer_and_microbatch():
 
 
 def test_sequence_parallel_gathers_and_scatters():
-    model = tiny()
+    model = gpt()
     tw = build(model, ParallelismSpec(tp=2, dp=1, sequence_parallel=True))
     ag = colls(tw, 0, "tp", CollectiveKind.ALL_GATHER)
     rs = colls(tw, 0, "tp", CollectiveKind.REDUCE_SCATTER)
@@ -136,7 +127,7 @@ def test_sequence_parallel_gathers_and_scatters():
 @pytest.mark.parametrize("dtype, grad_bytes", [("bf16", 4), ("fp16", 2)])
 @pytest.mark.parametrize("bucket", [64 * 1024, None])
 def test_dp_buckets_carry_every_gradient_byte(dtype, grad_bytes, bucket):
-    model = tiny(layers=6)
+    model = gpt(layers=6)
     spec = ParallelismSpec(tp=2, pp=2, dp=2, micro_batch=1, global_batch=4, bucket_bytes=bucket, dtype=dtype)
     tw = build(model, spec)
     worst = 0
@@ -157,7 +148,7 @@ def test_dp_buckets_carry_every_gradient_byte(dtype, grad_bytes, bucket):
 
 
 def test_zero1_reduce_scatters_then_gathers_parameters():
-    model = tiny()
+    model = gpt()
     spec = ParallelismSpec(dp=4, zero=1, bucket_bytes=32 * 1024)
     tw = build(model, spec)
     rs = [c for _, c in colls(tw, 0, "dp", CollectiveKind.REDUCE_SCATTER)]
@@ -171,7 +162,7 @@ def test_zero1_reduce_scatters_then_gathers_parameters():
 
 
 def test_zero3_gathers_every_layer_each_pass():
-    model = tiny()
+    model = gpt()
     spec = ParallelismSpec(dp=2, fsdp=True, global_batch=4)                # m = 2
     tw = build(model, spec)
     ag = [c for _, c in colls(tw, 0, "dp", CollectiveKind.ALL_GATHER)]
@@ -188,7 +179,7 @@ def test_zero3_gathers_every_layer_each_pass():
                                                         (True, True, 2048, False)])
 def test_pipeline_transfers(sg, sp, expected, gathers):
     # s b h D = 4096; SC21 scatter/gather or sequence parallelism send 1/t of it
-    model = tiny()
+    model = gpt()
     spec = ParallelismSpec(tp=2, pp=2, dp=1, global_batch=3, scatter_gather=sg, sequence_parallel=sp)
     tw = build(model, spec)
     p2p = [c for i, c in enumerate(tw.workload.collectives)
@@ -206,7 +197,7 @@ def test_pipeline_transfers(sg, sp, expected, gathers):
 
 
 def test_context_parallel_ring_steps():
-    model = tiny()
+    model = gpt()
     spec = ParallelismSpec(cp=4, dp=1)
     tw = build(model, spec)
     kv = [c for _, c in colls(tw, 0, "cp")]
@@ -217,7 +208,7 @@ def test_context_parallel_ring_steps():
 
 
 def test_expert_imbalance_splits():
-    model = tiny_moe()
+    model = moe()
     spec = ParallelismSpec(dp=4, ep=4, ep_imbalance=0.5)
     tw = build(model, spec)
     a2a = [c for _, c in colls(tw, 0, "ep")]
@@ -239,7 +230,7 @@ def test_expert_imbalance_splits():
                                     dict(tp=2, pp=2, dp=1, vp=2, schedule="interleaved", global_batch=4),
                                     dict(cp=2, dp=2, zero=2, global_batch=4)])
 def test_chunk_granularity_conserves_bytes_and_compute(layout):
-    model = tiny(layers=8)
+    model = gpt(layers=8)
     spec = ParallelismSpec(**layout)
     fine, coarse = build(model, spec), build(model, spec, granularity="chunk")
     assert len(coarse.workload.collectives) < len(fine.workload.collectives)
@@ -259,7 +250,7 @@ def test_chunk_granularity_conserves_bytes_and_compute(layout):
                                     dict(tp=2, pp=2, dp=2, vp=2, schedule="interleaved", global_batch=4),
                                     dict(tp=1, cp=2, dp=2, ep=2, sequence_parallel=True)])
 def test_every_collective_runs_in_a_group_of_its_kind(layout):
-    model = tiny_moe() if layout.get("ep", 1) > 1 else tiny()
+    model = moe() if layout.get("ep", 1) > 1 else gpt()
     spec = ParallelismSpec(**layout)
     tw = build(model, spec)
     groups = {k: set(spec.groups(k)) for k in ("tp", "cp", "ep", "dp_cp", "edp")}
@@ -275,7 +266,7 @@ def test_every_collective_runs_in_a_group_of_its_kind(layout):
 
 
 def test_streams_and_overlap_dependencies():
-    model = tiny()
+    model = gpt()
     spec = ParallelismSpec(tp=2, pp=2, dp=2, global_batch=6, bucket_bytes=16 * 1024)     # m = 3
     tw = build(model, spec)
     for rank, program in enumerate(tw.workload.programs):
@@ -294,7 +285,7 @@ def test_streams_and_overlap_dependencies():
 
 
 def test_overlap_slowdown_stretches_the_overlapped_backward():
-    model = tiny()
+    model = gpt()
     spec = ParallelismSpec(dp=2, bucket_bytes=16 * 1024)
     tw = training_step(model, spec, times(model, overlap_slowdown=0.25))
     program = tw.workload.programs[0]
@@ -307,7 +298,7 @@ def test_overlap_slowdown_stretches_the_overlapped_backward():
 
 
 def test_partial_builds():
-    model = tiny()
+    model = gpt()
     spec = ParallelismSpec(tp=2, pp=2, dp=2, global_batch=4, dp_overlap=False)
     replica = tuple(r for r in range(8) if spec.coords(r).dp == 0)
     pipe = build(model, spec, part="pipeline", ranks=replica)
@@ -325,7 +316,7 @@ def test_partial_builds():
 
 
 def test_bad_inputs():
-    model = tiny()
+    model = gpt()
     spec = ParallelismSpec(dp=2)
     with pytest.raises(ValueError, match="StepCompute.layer_forward_s\\[1\\]: -1.0 is not allowed"):
         StepCompute(layer_forward_s=(1.0, -1.0), layer_backward_s=(1.0, 1.0))
@@ -380,7 +371,7 @@ def test_reduction_part_by_hand():
     stage 0 holds layers 0-1 and the embedding (V h + s h = 8,192 + 2,048): 110,208 weights -> 440,832 B;
     stage 1 layers 2-3, the final norm (2 h = 128) and the tied output copy (V h = 8,192): 108,288 -> 433,152 B.
     Both stages also all-reduce the tied embedding gradient, V h x 4 B = 32,768 B, between stage 0 and 1."""
-    model = tiny()
+    model = gpt()
     spec = ParallelismSpec(pp=2, dp=2, global_batch=2, dp_overlap=False, bucket_bytes=None)
     compute = times(model, optimizer_s=tuple(1e-4 * (j + 1) for j in range(spec.pp)))
     tw = training_step(model, spec, compute, part="reduction")
