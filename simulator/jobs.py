@@ -31,8 +31,8 @@ one uplink each, NDR links of C = 49.68 GB/s), two 4-rank jobs of one 64 MiB rin
 crosses between the leaves once per direction (2 -> 4 and 6 -> 0), so each leaf's uplink carries
 2 channels x 2 jobs = 4 ring chains. Alone a chain runs at min(C / 2, 20 GB/s per NCCL
 connection) = 20 GB/s; together at C / 4 = 12.42 GB/s, so the bandwidth part of the time grows
-1.61x: 2.70 ms alone (2.52 ms of bandwidth, 1.5 x 32 MiB / 20 GB/s, plus latency), 4.27 ms
-together, slowdown 1.58. ``contiguous`` keeps each job under its own leaf: no shared link,
+1.61x: 2.70 ms alone (2.57 ms of bandwidth, 1.5 x 32 MiB plus a 1 MiB pipeline slice at 20 GB/s,
+and NCCL's latency), 4.27 ms together, slowdown 1.58. ``contiguous`` keeps each job under its own leaf: no shared link,
 slowdown 1.
 """
 

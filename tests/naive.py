@@ -260,7 +260,7 @@ def lossless_throttle_naive(flow_ptr, flow_links, flow_weights, participant, lin
 # ============================================================================================
 
 
-def reference_task_times(workload: Workload, collective_time_s=None) -> Timeline:
+def task_times_naive(workload: Workload, collective_time_s=None) -> Timeline:
     """``task_times`` as a work queue over (rank, stream) keys, for valid input (no validation): the max-plus
     recurrence of simulator.analysis, rank by rank and stream by stream, with no sharing of programs."""
     ncoll = len(workload.collectives)
@@ -345,7 +345,7 @@ def reference_task_times(workload: Workload, collective_time_s=None) -> Timeline
                     collective_start_s=c_start, collective_end_s=c_end)
 
 
-def reference_breakdown(workload: Workload, timeline: Timeline, labels, *, focus_rank=None, weights=None) -> dict:
+def interval_breakdown_naive(workload: Workload, timeline: Timeline, labels, *, focus_rank=None, weights=None) -> dict:
     """``interval_breakdown`` rank by rank from its definition: per label, the largest per-rank union of the
     label's [start, end] intervals, and on ``focus_rank`` that union minus the union of its compute tasks."""
     weights = [1] * len(labels) if weights is None else list(weights)

@@ -132,10 +132,15 @@ def _rail_only_max(*, server, switch, rail_optimised, oversubscription, planes):
     return rail_only_max_servers(server=server, switch=switch, oversubscription=oversubscription)
 
 
-def _rail_only_options(rail_optimised, planes) -> None:
+def _require_rail_optimised(rail_optimised, topology: str, reason: str) -> None:
+    """Reject ``rail_optimised`` other than True for a ``topology`` whose wiring places the NICs (``reason``)."""
     if rail_optimised is not True:
-        raise ValueError(f"rail_optimised: {rail_optimised!r} is not allowed with topology 'rail-only', whose "
-                         "rails are its wiring; expected True")
+        raise ValueError(f"rail_optimised: {rail_optimised!r} is not allowed with topology '{topology}', {reason}; "
+                         "expected True")
+
+
+def _rail_only_options(rail_optimised, planes) -> None:
+    _require_rail_optimised(rail_optimised, "rail-only", "whose rails are its wiring")
     if planes != 1:
         raise ValueError(f"planes: {planes!r} is not allowed with topology 'rail-only', where every rail is "
                          "already its own fabric; expected 1")
@@ -160,9 +165,8 @@ def _dragonfly_shape(*, server, switch, servers: int | None) -> tuple[int, int, 
 
 
 def _dragonfly_options(rail_optimised, oversubscription, planes) -> None:
-    if rail_optimised is not True:
-        raise ValueError(f"rail_optimised: {rail_optimised!r} is not allowed with topology 'dragonfly', which "
-                         "spreads each server's NICs over its group's routers itself (dragonfly.py); expected True")
+    _require_rail_optimised(rail_optimised, "dragonfly",
+                            "which spreads each server's NICs over its group's routers itself (dragonfly.py)")
     if oversubscription != 1 or planes != 1:
         raise ValueError("oversubscription/planes: not used by topology 'dragonfly' (its global links set the "
                          "bisection); expected the defaults 1 and 1")

@@ -1,13 +1,13 @@
 """``simulator.analysis``: task times, interval unions and the per-label breakdown.
 
-``task_times`` walks each stream until a task must wait; ``reference_task_times`` (tests/naive.py) computes
+``task_times`` walks each stream until a task must wait; ``task_times_naive`` (tests/naive.py) computes
 the same max-plus recurrence with a plain work queue over (rank, stream) keys. Invariants of the recurrence
 come first, then numbers derived by hand and the error messages, then bit-identical equality with the reference
 (every start/end/arrival float, the collective times, NaN for a collective nobody runs, the deadlock message) on
 seeded random workloads (several streams, ``after`` dependencies, collectives over random subsets, zero
 durations, deadlocks) and on pipeline workloads built by ``workloads.training_step``. The per-label breakdown
 and the per-rank ends, computed over all ranks at once, are compared bit for bit with their rank-by-rank
-definitions (``reference_breakdown``) on random timelines where ranks share program objects.
+definitions (``interval_breakdown_naive``) on random timelines where ranks share program objects.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from simulator.analysis import Timeline, interval_breakdown, interval_breakdowns, task_times, union_length_s
-from tests.naive import reference_breakdown, reference_task_times
+from tests.naive import interval_breakdown_naive, task_times_naive
 from workloads.collectives import Collective, CollectiveKind
 from workloads.parallelism import ParallelismSpec
 from workloads.presets import custom_gpt
@@ -54,7 +54,7 @@ def assert_bit_identical(got, want) -> None:
 
 
 def same_as_reference(workload, durations):
-    want = outcome(reference_task_times, workload, durations)
+    want = outcome(task_times_naive, workload, durations)
     assert_bit_identical(outcome(task_times, workload, durations), want)
     return want
 
@@ -450,7 +450,7 @@ def test_breakdown_and_rank_ends_match_their_rank_by_rank_definitions(seed):
     for t in (task_times(w, random_collective_times(rng, w)), random_timeline(rng, w)):
         focus = int(rng.integers(w.nranks))
         got = interval_breakdowns(w, t, labelings, focus_rank=focus, weights=weights)
-        want = {name: reference_breakdown(w, t, labels, focus_rank=focus, weights=weights)
+        want = {name: interval_breakdown_naive(w, t, labels, focus_rank=focus, weights=weights)
                 for name, labels in labelings.items()}
         assert repr(got) == repr(want)                          # the same floats, bit for bit
         ends = [float(e.max()) if e.size else 0.0 for e in t.end_s]

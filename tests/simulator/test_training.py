@@ -15,6 +15,7 @@ from simulator.compute_calibration import SC21_MAMF_STEP_S
 from simulator.config import SimConfig
 from simulator.placement import Placement
 from simulator.training import _main, _parse_rows, memory_per_gpu, sc21_check, simulate_step
+from tests.naive import interval_breakdown_naive
 from topologies.links import LinkKind
 from topologies.presets import build_system
 from workloads.model import ModelSpec
@@ -150,8 +151,8 @@ def test_step_measurements_follow_their_rank_by_rank_definitions():
     # two phases: one replica's pipeline, then every rank's reduction (the members of each of the 4
     # data-parallel groups share one program object). Per phase: the busiest rank's compute sum, the largest
     # per-rank union of collective intervals, and per group kind the largest per-rank union and the time
-    # exposed on the first rank that ends last; counts and bytes of the pipeline phase count d = 4 times. The
-    # step adds the phases up.
+    # exposed on the first rank that ends last (tests/naive.py); counts and bytes of the pipeline phase count
+    # d = 4 times. The step adds the phases up.
     topo = build_system("dgx-h100", nodes=2)
     model = dataclasses.replace(tiny(8), tied_embeddings=False)       # no stage asks for its pipeline group
     spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, dp_overlap=False, bucket_bytes=None)
@@ -160,28 +161,23 @@ def test_step_measurements_follow_their_rank_by_rank_definitions():
     compute_s = comm_s = 0.0
     groups: dict = {}
     for phase in r.phases:
-        w, t, kinds = phase.training.workload, phase.timeline, phase.training.group_kinds
-        busy, union, spans = [], [], []
+        w, t = phase.training.workload, phase.timeline
+        busy, union = [], []
         for rank, program in enumerate(w.programs):
             busy.append(math.fsum(task.duration_s for task in program if isinstance(task, ComputeTask)))
-            mine = [(kinds[task.index], (t.start_s[rank][p], t.end_s[rank][p])) for p, task in enumerate(program)
-                    if isinstance(task, CommTask)]
-            union.append(union_length_s([span for _, span in mine]))
-            spans.append({k: [span for kind, span in mine if kind == k] for k in set(kinds)})
+            union.append(union_length_s([(t.start_s[rank][p], t.end_s[rank][p]) for p, task in enumerate(program)
+                                         if isinstance(task, CommTask)]))
         compute_s += max(busy)
         comm_s += max(union)
         ends = [float(e.max()) if e.size else 0.0 for e in t.end_s]
-        last = ends.index(max(ends))
-        idle = [(t.start_s[last][p], t.end_s[last][p]) for p, task in enumerate(w.programs[last])
-                if isinstance(task, ComputeTask)]
-        for k in set(kinds):
+        by_kind = interval_breakdown_naive(w, t, phase.training.group_kinds, focus_rank=ends.index(max(ends)),
+                                           weights=phase.training.collective_weights)
+        for k, got in by_kind.items():
             entry = groups.setdefault(k, {"count": 0, "nbytes": 0, "time_s": 0.0, "exposed_s": 0.0})
-            mine = [i for i, kind in enumerate(kinds) if kind == k]
-            entry["count"] += sum(phase.training.collective_weights[i] for i in mine) * phase.replicas
-            entry["nbytes"] += sum(w.collectives[i].nbytes * phase.training.collective_weights[i]
-                                   for i in mine) * phase.replicas
-            entry["time_s"] += max(union_length_s(rank_spans[k]) for rank_spans in spans)
-            entry["exposed_s"] += union_length_s(spans[last][k] + idle) - union_length_s(idle)
+            entry["count"] += got["count"] * phase.replicas
+            entry["nbytes"] += got["nbytes"] * phase.replicas
+            entry["time_s"] += got["time_s"]
+            entry["exposed_s"] += got["exposed_s"]
     assert len(r.phases) == 2 and len({id(p) for p in r.phases[1].training.workload.programs}) == 4
     assert (r.compute_s, r.comm_s) == (compute_s, comm_s)
     assert {k: dict(v) for k, v in r.breakdown["group"].items()} == groups
