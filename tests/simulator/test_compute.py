@@ -244,7 +244,6 @@ def test_sc21_compute_only_throughput_bounds_the_measured_one():
     for r in rows:
         # the measured runs also communicate, load data and log: compute alone must be at least as fast
         assert r.ratio <= 1.0, r.model
-        assert r.compute_only_tflops == r.flops / (r.gpus * r.iteration_time_s) / 1e12
         assert r.measured_tflops < r.compute_only_tflops <= r.compute_only_tflops_no_bubble < ceiling
         assert r.microbatches * r.micro_batch * r.dp == {
             "GPT-1.7B": 512, "GPT-3.6B": 512, "GPT-7.5B": 512, "GPT-18.4B": 1024, "GPT-39.1B": 1536,
