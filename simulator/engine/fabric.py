@@ -15,8 +15,12 @@ completion and arms a single timer for it (older timers are ignored by generatio
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import simpy
+
+from ..network.base import entries_of
 
 # Below simpy.events.NORMAL (1): runs after all ordinary events of the same timestamp.
 _SETTLE_PRIORITY = 2
@@ -33,28 +37,26 @@ class Fabric:
         self._outstanding: dict[int, int] = {}
         self._done_events: dict[int, simpy.Event] = {}
         self._next_transfer = 0
-        self._rebuild: dict[int, tuple] = {}      # transfer -> (rebuild callable, kept flow indices)
-        self._flows_of: dict[int, list[int]] = {}  # transfer -> its current flow ids, in kept order
+        self._rebuild: dict[int, Callable] = {}   # transfer -> its rebuild callable
+        self._flows_of: dict[int, list[int]] = {}  # transfer -> its current flow ids, in order
 
     # ---- public ------------------------------------------------------------------------------
-    def transfer(self, paths: list[np.ndarray], weights: list[np.ndarray], wire_bytes: np.ndarray,
+    def transfer(self, links: np.ndarray, weights: np.ndarray, counts: np.ndarray, wire_bytes: np.ndarray,
                  caps_bytes_per_s: np.ndarray, latency_s: float, fill_bytes: np.ndarray | None = None,
                  rebuild=None) -> simpy.Event:
-        """``rebuild()`` (optional) returns fresh (paths, weights) for the same flows, in the same
+        """Flows as in ``network.add`` (flow i: the ``counts[i]`` consecutive entries of ``links``);
+        ``rebuild()`` (optional) returns fresh (links, weights, counts) for the same flows, in the same
         order: used to move them off a link that fails while they run (``fail_link``)."""
         done = self.env.event()
-        keep = np.flatnonzero(np.asarray(wire_bytes) > 0)
-        if keep.size == 0:
+        if len(counts) == 0:
             self.env.timeout(latency_s).callbacks.append(lambda _ev: done.succeed())
             return done
         tid = self._next_transfer
         self._next_transfer += 1
         self._done_events[tid] = done
         if rebuild is not None:
-            self._rebuild[tid] = (rebuild, keep)
-        fill = np.zeros(len(paths)) if fill_bytes is None else np.asarray(fill_bytes, dtype=np.float64)
-        payload = ([paths[i] for i in keep], [weights[i] for i in keep], np.asarray(wire_bytes)[keep],
-                   np.asarray(caps_bytes_per_s)[keep], fill[keep])
+            self._rebuild[tid] = rebuild
+        payload = (links, weights, counts, wire_bytes, caps_bytes_per_s, fill_bytes)
         self.env.timeout(latency_s).callbacks.append(lambda _ev: self._start(tid, *payload))
         return done
 
@@ -66,13 +68,11 @@ class Fabric:
             self._last_s = now
             self._finish(finished)
 
-    def _start(self, tid: int, paths, weights, wire_bytes, caps, fill) -> None:
+    def _start(self, tid: int, links, weights, counts, wire_bytes, caps, fill) -> None:
         self._advance_to_now()
-        if tid in self._rebuild and paths and not self.network.capacity_bytes_per_s[np.concatenate(paths)].all():
-            rebuild, keep = self._rebuild[tid]            # a link failed while this transfer waited its latency
-            fresh_paths, fresh_weights = rebuild()
-            paths, weights = [fresh_paths[i] for i in keep], [fresh_weights[i] for i in keep]
-        ids = self.network.add(paths, weights, wire_bytes, caps, fill)
+        if tid in self._rebuild and not self.network.capacity_bytes_per_s[links].all():
+            links, weights, counts = self._rebuild[tid]()     # a link failed while this transfer waited its latency
+        ids = self.network.add(links, weights, counts, wire_bytes, caps, fill)
         self._outstanding[tid] = len(ids)
         self._flows_of[tid] = ids.tolist()
         for fid in ids.tolist():
@@ -102,10 +102,10 @@ class Fabric:
                 continue
             if tid not in self._rebuild:
                 raise RuntimeError(f"fabric: link {link} failed under transfer {tid}, which cannot be rerouted")
-            rebuild, keep = self._rebuild[tid]
-            paths, weights = rebuild()
-            new = self.network.repath(ids[crossing], [paths[keep[i]] for i in crossing],
-                                      [weights[keep[i]] for i in crossing])
+            links, weights, counts = self._rebuild[tid]()
+            moved = np.asarray(crossing, dtype=np.int64)
+            entries = entries_of(np.concatenate(([0], np.cumsum(counts))), moved)
+            new = self.network.repath(ids[moved], links[entries], weights[entries], counts[moved])
             for i, fid in zip(crossing, new.tolist()):
                 del self._flow_transfer[int(ids[i])]
                 self._flow_transfer[fid] = tid

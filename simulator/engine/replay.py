@@ -29,7 +29,7 @@ proportion to their bytes. A step's latency is its protocol latency plus, unless
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -55,24 +55,6 @@ class NetworkFlows:
     caps_bytes_per_s: np.ndarray
     latency_s: float                   # the step's: its protocol latency (+ its flows' largest path latency)
     fill_bytes: np.ndarray
-    _split: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # see _per_flow
-
-    @property
-    def paths(self) -> list[np.ndarray]:
-        """Each flow's links (views of ``links``)."""
-        return self._per_flow("links", self.links)
-
-    @property
-    def weights(self) -> list[np.ndarray]:
-        """Each flow's link weights (views of ``link_weights``)."""
-        return self._per_flow("link_weights", self.link_weights)
-
-    def _per_flow(self, name: str, flat: np.ndarray) -> list[np.ndarray]:
-        """``flat`` split flow by flow, once (a cached step's flows are transferred many times)."""
-        split = self._split.get(name)
-        if split is None:
-            split = self._split[name] = np.split(flat, np.cumsum(self.counts)[:-1]) if self.counts.size else []
-        return split
 
 
 def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router: Router,
@@ -208,10 +190,10 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
         return network_flows(step, schedule, topology=topology, router=routing["router"], rank_gpu=rank_gpu,
                              qps_per_connection=qps_per_connection)
 
-    def rerouted(step, schedule) -> tuple[list, list]:
-        """Fresh paths of a step's flows, for a transfer caught by a link failure."""
+    def rerouted(step, schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Fresh paths of a step's flows (links, weights, counts), for a transfer caught by a link failure."""
         fresh = flows_of(step, schedule)
-        return fresh.paths, fresh.weights
+        return fresh.links, fresh.link_weights, fresh.counts
 
     def link_event(event):
         yield env.timeout(event.time_s)
@@ -237,8 +219,8 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
             flows = lowered.get((id(schedule), k))
             if flows is None:
                 flows = lowered[(id(schedule), k)] = flows_of(step, schedule)
-            yield fabric.transfer(flows.paths, flows.weights, flows.wire_bytes, flows.caps_bytes_per_s,
-                                  flows.latency_s, flows.fill_bytes,
+            yield fabric.transfer(flows.links, flows.link_weights, flows.counts, flows.wire_bytes,
+                                  flows.caps_bytes_per_s, flows.latency_s, flows.fill_bytes,
                                   rebuild=partial(rerouted, step, schedule) if link_events else None)
         meeting.end_s = env.now
         meeting.done.succeed()

@@ -40,8 +40,8 @@ class AnalyticalNetwork(FluidNetwork):
 
     def __init__(self, capacity_bytes_per_s: np.ndarray):
         super().__init__(capacity_bytes_per_s)
-        # batch -> (links it uses, sorted; its load sum_j w_jl on each) at its first rating
-        self._batch_load: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # batch -> its flows at their first rating: (ids, links, weights, counts, caps), as ``batch_rates`` takes them
+        self._first: dict[int, tuple[np.ndarray, ...]] = {}
 
     def batch_rates(self, links: np.ndarray, weights: np.ndarray, counts: np.ndarray,
                     caps_bytes_per_s: np.ndarray) -> np.ndarray:
@@ -60,29 +60,15 @@ class AnalyticalNetwork(FluidNetwork):
 
     def _rerate(self) -> None:
         live = set(np.unique(self.batch[self.active]).tolist())
-        for batch in [b for b in self._batch_load if b not in live]:       # its last flow has ended
-            del self._batch_load[batch]
+        for batch in [b for b in self._first if b not in live]:        # its last flow has ended
+            del self._first[batch]
         fresh = np.flatnonzero(self.active & (self.rate == 0) & (self.remaining > 0))
         for batch in np.unique(self.batch[fresh]).tolist():
             members = fresh[self.batch[fresh] == batch]
-            entries = entries_of(self.flow_ptr, members)
-            links, weights = self.flow_links[entries], self.flow_weights[entries]
-            counts = self.flow_ptr[members + 1] - self.flow_ptr[members]
-            if batch not in self._batch_load:          # first rating: keep the batch's load
-                used, inverse = np.unique(links, return_inverse=True)
-                self._batch_load[batch] = (used, np.bincount(inverse, weights=weights, minlength=used.shape[0]))
-                self.rate[members] = self.batch_rates(links, weights, counts, self.cap[members])
-            else:                                      # after a capacity change: against that load
-                self.rate[members] = self._rates_on_first_load(batch, links, counts, self.cap[members])
-
-    def _rates_on_first_load(self, batch: int, links: np.ndarray, counts: np.ndarray,
-                             caps_bytes_per_s: np.ndarray) -> np.ndarray:
-        """``r_i = min(cap_i, min_l c_l / load_l)`` of flows of ``batch`` (CSR ``links``/``counts``) on the
-        current capacities, with the load the batch had at its first rating."""
-        used, load = self._batch_load[batch]
-        share = self.capacity_bytes_per_s[links] / load[np.searchsorted(used, links)]
-        rates = np.full(counts.shape[0], np.inf)
-        has = counts > 0
-        if has.any():
-            rates[has] = np.minimum.reduceat(share, (np.cumsum(counts) - counts)[has])
-        return np.minimum(rates, caps_bytes_per_s)
+            if batch not in self._first:               # first rating: keep the batch's flows
+                entries = entries_of(self.flow_ptr, members)
+                self._first[batch] = (self.ids[members], self.flow_links[entries], self.flow_weights[entries],
+                                      self.flow_ptr[members + 1] - self.flow_ptr[members], self.cap[members])
+            # rated with every flow the batch started with (after a capacity change, finished ones too)
+            ids, *flows = self._first[batch]
+            self.rate[members] = self.batch_rates(*flows)[np.searchsorted(ids, self.ids[members])]

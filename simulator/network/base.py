@@ -3,7 +3,8 @@
 A network model holds the flows currently moving bytes. The engine (``engine/fabric.py``) uses
 exactly three calls:
 
-* ``add(paths, weights, wire_bytes, caps_bytes_per_s) -> ids``: flows start now;
+* ``add(links, weights, counts, wire_bytes, caps_bytes_per_s) -> ids``: flows start now (flow i
+  crosses the ``counts[i]`` consecutive entries of ``links``, with ``weights``);
 * ``next_completion_s()``: time from now until the next flow finishes (``inf`` if none);
 * ``advance(dt_s) -> ids``: move time forward by ``dt_s``, draining bytes at the current
   rates, and return the flows that finished.
@@ -108,20 +109,19 @@ class FluidNetwork:
             links[:self._m], weights[:self._m] = self._links[:self._m], self._weights[:self._m]
             self._links, self._weights = links, weights
 
-    def add(self, paths: list[np.ndarray], weights: list[np.ndarray], wire_bytes: np.ndarray,
+    def add(self, links: np.ndarray, weights: np.ndarray, counts: np.ndarray, wire_bytes: np.ndarray,
             caps_bytes_per_s: np.ndarray, fill_bytes: np.ndarray | None = None) -> np.ndarray:
-        """Flows start now. ``fill_bytes`` (optional, per flow) is pipeline start-up: drained at the
-        flow's rate before its data, but not data (not counted in ``link_bytes``)."""
+        """Flows start now: flow i crosses the ``counts[i]`` consecutive entries of ``links`` with the
+        ``weights`` of those entries. ``fill_bytes`` (optional, per flow) is pipeline start-up: drained at
+        the flow's rate before its data, but not data (not counted in ``link_bytes``)."""
         self._compact()
-        n = len(paths)
-        lengths = np.fromiter((p.shape[0] for p in paths), dtype=np.int64, count=n)
-        total = int(lengths.sum())
+        n = len(counts)
+        total = len(links)
         n0, m0 = self._n, self._m
         self._reserve(n0 + n, m0 + total)
-        self._ptr[n0 + 1:n0 + n + 1] = m0 + np.cumsum(lengths)
-        if n:
-            self._links[m0:m0 + total] = np.concatenate(paths)
-            self._weights[m0:m0 + total] = np.concatenate(weights)
+        self._ptr[n0 + 1:n0 + n + 1] = m0 + np.cumsum(counts)
+        self._links[m0:m0 + total] = links
+        self._weights[m0:m0 + total] = weights
         fill = np.zeros(n) if fill_bytes is None else np.asarray(fill_bytes, dtype=np.float64)
         new_ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
         slots = self._slots
@@ -144,14 +144,14 @@ class FluidNetwork:
         self.capacity_bytes_per_s[link] = self._base_capacity[link] * scale
         self._dirty = True
 
-    def repath(self, ids: np.ndarray, paths: list[np.ndarray], weights: list[np.ndarray]) -> np.ndarray:
-        """Move active flows ``ids`` onto new paths, keeping their remaining bytes, start-up and cap;
-        returns their new ids (the old ones end without completing)."""
+    def repath(self, ids: np.ndarray, links: np.ndarray, weights: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Move active flows ``ids`` onto new paths (as in ``add``), keeping their remaining bytes, start-up
+        and cap; returns their new ids (the old ones end without completing)."""
         slots = np.searchsorted(self.ids, ids)          # ids grow with slot order (compaction keeps it)
         remaining, fill, cap = self.remaining[slots].copy(), self.fill[slots].copy(), self.cap[slots].copy()
         self.active[slots] = False
         self.rate[slots] = 0.0
-        return self.add(paths, weights, remaining - fill, cap, fill)
+        return self.add(links, weights, counts, remaining - fill, cap, fill)
 
     def next_completion_s(self) -> float:
         if self._dirty:

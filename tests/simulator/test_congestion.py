@@ -62,11 +62,16 @@ def star_path(hosts: int, a: int, b: int) -> np.ndarray:
     return np.array([a, hosts + b])
 
 
+def flat(paths):
+    """Paths (lists of link ids) as the (links, weights, counts) that ``add`` takes, weight 1."""
+    counts = np.array([len(p) for p in paths], dtype=np.int64)
+    return np.concatenate([np.asarray(p, dtype=np.int64) for p in paths]), np.ones(int(counts.sum())), counts
+
+
 def start(network, paths, caps=None, nbytes=None):
     """Add flows (weight 1) and return the rates of the first re-rating."""
     n = len(paths)
-    network.add([np.asarray(p) for p in paths], [np.ones(len(p)) for p in paths],
-                np.full(n, 1e9) if nbytes is None else np.asarray(nbytes, float),
+    network.add(*flat(paths), np.full(n, 1e9) if nbytes is None else np.asarray(nbytes, float),
                 np.full(n, np.inf) if caps is None else np.asarray(caps, float))
     network.next_completion_s()
     return network.rate.copy()
@@ -109,7 +114,7 @@ def random_fabric(seed: int, kinds=(ROCE,)):
 
 def drain(network, paths, caps, nbytes, check=None):
     """Run flows to completion; ``check(network)`` after every re-rating. Returns finish times."""
-    network.add([np.asarray(p) for p in paths], [np.ones(len(p)) for p in paths], nbytes, caps)
+    network.add(*flat(paths), nbytes, caps)
     t, finish = 0.0, {}
     for _ in range(10 * len(paths) + 10):
         dt = network.next_completion_s()

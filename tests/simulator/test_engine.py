@@ -35,7 +35,7 @@ def drain(network):
 
 def one_link(model):
     net = model(np.array([100.0]))
-    net.add([np.array([0]), np.array([0])], [np.ones(1), np.ones(1)], np.array([1.0, 2.0]), np.array([np.inf, np.inf]))
+    net.add(np.array([0, 0]), np.ones(2), np.array([1, 1]), np.array([1.0, 2.0]), np.array([np.inf, np.inf]))
     return drain(net)
 
 
@@ -50,8 +50,7 @@ def test_models_agree_without_contention():
     # disjoint links: rates are the link capacities in both models (10 B over 5 B/s = 2 s, 9 B over 3 B/s = 3 s)
     for model in (FlowNetwork, AnalyticalNetwork):
         net = model(np.array([5.0, 3.0]))
-        net.add([np.array([0]), np.array([1])], [np.ones(1), np.ones(1)], np.array([10.0, 9.0]),
-                np.array([np.inf, np.inf]))
+        net.add(np.array([0, 1]), np.ones(2), np.array([1, 1]), np.array([10.0, 9.0]), np.array([np.inf, np.inf]))
         assert drain(net) == pytest.approx({0: 2.0, 1: 3.0})
 
 
@@ -60,7 +59,7 @@ def test_degraded_link_slows_running_flows_in_both_models():
     # other 90 B at 1 B/s, so it finishes at 1 + 90 / 1 = 91 s (the analytical model re-rates its batch)
     for model in (FlowNetwork, AnalyticalNetwork):
         net = model(np.array([10.0]))
-        net.add([np.array([0])], [np.ones(1)], np.array([100.0]), np.array([np.inf]))
+        net.add(np.array([0]), np.ones(1), np.array([1]), np.array([100.0]), np.array([np.inf]))
         assert net.next_completion_s() == pytest.approx(10.0)
         assert net.advance(1.0).size == 0
         net.set_link_scale(0, 0.1)
@@ -76,8 +75,7 @@ def test_analytical_re_rating_never_hands_freed_bandwidth_on():
     # ending at 3 + 85 / 2 = 45.5 s.
     def finish_s(link, scale):
         net = AnalyticalNetwork(np.array([10.0, 100.0]))
-        net.add([np.array([0, 1]), np.array([0])], [np.ones(2), np.ones(1)], np.array([100.0, 10.0]),
-                np.array([np.inf, np.inf]))
+        net.add(np.array([0, 1, 0]), np.ones(3), np.array([2, 1]), np.array([100.0, 10.0]), np.array([np.inf, np.inf]))
         assert net.next_completion_s() == pytest.approx(2.0)
         assert net.advance(2.0).tolist() == [1]
         assert net.next_completion_s() == pytest.approx(18.0)
@@ -194,10 +192,11 @@ def test_chain_becomes_one_flow_weighted_by_edge_bytes():
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=8 * 4 * 1001, group=tuple(range(8)))
     sched = ALGORITHMS["ring"].lower_on(coll, ctx, protocol="Simple", nchannels=2, comm_channels=2)   # 2 chains
     flows = network_flows(sched.steps[0], sched, topology=topo, router=router, rank_gpu=ctx.rank_gpu)
-    assert len(flows.paths) == 2                       # one network flow per channel
-    assert all(w.max() == 1.0 for w in flows.weights)  # the busiest edge paces the chain
+    assert flows.counts.shape == (2,)                  # one network flow per channel
+    # the busiest edge paces the chain: each flow's largest link weight is 1
+    assert np.maximum.reduceat(flows.link_weights, [0, flows.counts[0]]).tolist() == [1.0, 1.0]
     # weight x chain bytes summed over the chain's links = sum over edges of edge bytes x path length
-    total = sum(float((w * b).sum()) for w, b in zip(flows.weights, flows.wire_bytes))
+    total = float((flows.link_weights * np.repeat(flows.wire_bytes, flows.counts)).sum())
     per_edge = sum(float(b) * router.path(int(s), int(d), flow_key=int(k), pxn=False).shape[0]
                    for s, d, b, k in zip(sched.steps[0].src, sched.steps[0].dst, sched.steps[0].nbytes,
                                          sched.steps[0].channel))
