@@ -294,10 +294,14 @@ def _bench(args) -> str:
         title += f"; {system.description}; routing {args.routing}"
     if calibration is not None:
         title += f"; calibrated ({args.calibration}: {calibration.describe()})"
+    environment = _nccl_environment()
+    if environment:
+        title += "; " + " ".join(f"{k}={v}" for k, v in environment.items())
     if args.format == "csv":
         return format_csv(rows)
     if args.format == "json":
         extra = {"calibration": calibration.to_dict()} if calibration is not None else {}
+        extra |= {"nccl_environment": environment} if environment else {}
         return format_json(rows, collective=kind.value, system=args.system, nodes=args.nodes, gpus_per_node=gpn,
                            net_model=args.net_model, **extra)
     return format_table(rows, title=title)
@@ -337,6 +341,7 @@ def _step(args) -> str:
     import dataclasses
     import json
 
+    from simulator.collectives.tuner import CollectivePolicy
     from simulator.config import SimConfig
     from simulator.training import simulate_step
     from workloads.parallelism import ParallelismSpec
@@ -360,8 +365,10 @@ def _step(args) -> str:
                                   seq_len=s["seq_len"], schedule=s["schedule"],
                                   sequence_parallel=s["sequence_parallel"], dtype=s["dtype"],
                                   bucket_bytes=int(s["bucket_mb"] * 1024 * 1024))
+    # NCCL's environment variables apply to every collective of the step, as they would to the job
+    environment = _nccl_environment()
     config = SimConfig(network_model=s["net_model"], routing=s["routing"], seed=s["seed"],
-                       congestion=tuple(s["congestion"]))
+                       congestion=tuple(s["congestion"]), collectives=CollectivePolicy.from_environment(os.environ))
     result = simulate_step(model, parallelism, topology=topology, config=config, recompute=s["recompute"],
                            granularity=s["granularity"])
     trace_note = ""
@@ -375,8 +382,17 @@ def _step(args) -> str:
     if s["format"] == "json":
         data = result.as_dict()
         data["parallelism"] = dataclasses.asdict(parallelism) | {"dp": result.parallelism.dp}
+        data |= {"nccl_environment": environment} if environment else {}
         return json.dumps(data, indent=1, default=str) + "\n"
-    return format_step(result, topology) + trace_note
+    applied = "# " + " ".join(f"{k}={v}" for k, v in environment.items()) + "\n" if environment else ""
+    return format_step(result, topology) + applied + trace_note
+
+
+def _nccl_environment() -> dict[str, str]:
+    """The NCCL environment variables set that the simulation applies, by name."""
+    from simulator.collectives.tuner import NCCL_ENVIRONMENT
+
+    return {name: os.environ[name] for name in NCCL_ENVIRONMENT if os.environ.get(name, "").strip()}
 
 
 def format_step(result, topology) -> str:

@@ -1,7 +1,14 @@
 """Choose algorithm, protocol and channel count per collective and size, the way NCCL does.
 
 NCCL's environment variables map onto a :class:`CollectivePolicy` (``from_environment``), so a
-user can replay a tuned run as it was launched.
+user can replay a tuned run as it was launched. NCCL_ALGO and NCCL_PROTO take NCCL's own syntax
+(2.24 and later; :func:`parse_selection`): a comma-separated list of names, case-insensitive, that
+allows only those, or ``^`` and a list that excludes them, optionally per function after the
+default (``NCCL_ALGO="ring,tree;allgather:^nvls"``). As in NCCL they restrict the tuner's choice for
+the five collectives it tunes (broadcast, reduce, all_gather, reduce_scatter, all_reduce) and do not
+touch point-to-point traffic (sendrecv, alltoall), whose protocol NCCL picks by size; a function left
+with no algorithm that can run is an error, as in NCCL since 2.24. ``--algo``/``--proto`` force one
+algorithm or protocol for any collective.
 
 NCCL evaluates ``time = L + nbytes / algbw`` for every enabled (algorithm, protocol) pair and
 takes the smallest (src/graph/tuning.cc, src/enqueue.cc). The tuner does the same with each
@@ -20,19 +27,76 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from workloads.collectives import Collective
+from workloads.collectives import Collective, CollectiveKind
 
 from . import ALGORITHMS
 from . import nccl_model
 from .base import MAX_CHANNELS, LoweringContext, ring_channels
 
 
+# NCCL's algorithm names in NCCL_ALGO (ncclAlgoStr in src/graph/tuning.cc; "collnet", the name before
+# 2.15, means both CollNet algorithms) -> the algorithms modelled here; CollNetChain is not modelled
+NCCL_ALGORITHM_NAMES = {"ring": ("ring",), "tree": ("tree",), "nvls": ("nvls",), "nvlstree": ("nvlstree",),
+                        "pat": ("pat",), "collnetdirect": ("collnet",), "collnetchain": (), "collnet": ("collnet",)}
+NCCL_PROTOCOL_NAMES = {name.lower(): (name,) for name in nccl_model.PROTOCOLS}
+# the functions NCCL's tuner chooses for (ncclFuncStr), as named in the per-function syntax
+NCCL_FUNCTIONS = {"broadcast": CollectiveKind.BROADCAST, "reduce": CollectiveKind.REDUCE,
+                  "allgather": CollectiveKind.ALL_GATHER, "reducescatter": CollectiveKind.REDUCE_SCATTER,
+                  "allreduce": CollectiveKind.ALL_REDUCE}
+NCCL_ENVIRONMENT = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_MIN_NCHANNELS",
+                    "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_IB_QPS_PER_CONNECTION")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Selection:
+    """NCCL_ALGO or NCCL_PROTO as NCCL reads it: per tuned function, the names allowed."""
+
+    variable: str                                       # "NCCL_ALGO" or "NCCL_PROTO"
+    text: str                                           # the value as given
+    allowed: tuple[tuple[CollectiveKind, frozenset[str]], ...]
+
+    def names(self, kind: CollectiveKind) -> frozenset[str] | None:
+        """The names allowed for ``kind``; None (no restriction) for what NCCL does not tune (p2p)."""
+        return dict(self.allowed).get(kind)
+
+
+def parse_selection(variable: str, text: str) -> Selection:
+    """``NCCL_ALGO`` / ``NCCL_PROTO`` in NCCL's syntax: ``[list][;function:list]...``, a list being names
+    separated by commas, or ``^`` and the names to exclude; case-insensitive; later parts win."""
+    names = NCCL_ALGORITHM_NAMES if variable == "NCCL_ALGO" else NCCL_PROTOCOL_NAMES
+    every = frozenset(m for mapped in names.values() for m in mapped)
+    allowed = dict.fromkeys(NCCL_FUNCTIONS.values(), every)
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        function, _, listed = part.rpartition(":")
+        kinds = list(NCCL_FUNCTIONS.values())
+        if function:
+            if function.strip().lower() not in NCCL_FUNCTIONS:
+                raise ValueError(f"{variable}: function {function.strip()!r} in {text!r} is not known; expected one "
+                                 "of Broadcast, Reduce, AllGather, ReduceScatter, AllReduce (any case)")
+            kinds = [NCCL_FUNCTIONS[function.strip().lower()]]
+        listed = listed.strip()
+        exclude = listed.startswith("^")
+        tokens = [t.strip().lower() for t in listed.lstrip("^").split(",") if t.strip()]
+        unknown = [t for t in tokens if t not in names]
+        if unknown or not tokens:
+            raise ValueError(f"{variable}: {unknown[0] if unknown else listed!r} in {text!r} is not allowed; "
+                             f"expected names among {', '.join(names)} (any case), or ^ and names to exclude")
+        chosen = frozenset(m for t in tokens for m in names[t])
+        for kind in kinds:
+            allowed[kind] = every - chosen if exclude else chosen
+    return Selection(variable=variable, text=text, allowed=tuple(allowed.items()))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CollectivePolicy:
     """User overrides; None = choose automatically."""
 
-    algorithm: str | None = None
-    protocol: str | None = None
+    algorithm: str | None = None          # --algo: this algorithm, for every collective
+    protocol: str | None = None           # --proto: this protocol
+    algorithms: Selection | None = None   # NCCL_ALGO: the algorithms the tuner may take, per function
+    protocols: Selection | None = None    # NCCL_PROTO: the protocols it may take, per function
     nchannels: int | None = None
     nvls: bool = True          # NCCL_NVLS_ENABLE
     collnet: bool = False      # NCCL_COLLNET_ENABLE (SHARP in-network reduction)
@@ -72,20 +136,9 @@ class CollectivePolicy:
                 raise ValueError(f"{name}: {text!r} is not an integer") from None
 
         fields: dict = {}
-        algo = env.get("NCCL_ALGO")
-        if algo:
-            names = [a.strip().lower() for a in algo.split(",") if a.strip()]
-            if algo.startswith("^") or len(names) != 1:
-                raise ValueError(f"NCCL_ALGO: {algo!r} is not supported here; expected one algorithm name "
-                                 f"({', '.join(ALGORITHMS)})")
-            fields["algorithm"] = names[0]
-        proto = env.get("NCCL_PROTO")
-        if proto:
-            names = {p.lower(): p for p in nccl_model.PROTOCOLS}
-            if proto.lower() not in names:
-                raise ValueError(f"NCCL_PROTO: {proto!r} is not supported here; expected one of "
-                                 f"{', '.join(nccl_model.PROTOCOLS)}")
-            fields["protocol"] = names[proto.lower()]
+        for variable, name in (("NCCL_ALGO", "algorithms"), ("NCCL_PROTO", "protocols")):
+            if env.get(variable, "").strip():
+                fields[name] = parse_selection(variable, env[variable])
         nvls = integer("NCCL_NVLS_ENABLE")
         if nvls is not None:
             fields["nvls"] = nvls != 0
@@ -120,9 +173,14 @@ def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolic
     enabled = nccl_model.protocols_enabled(intra=layout.intra)
     if policy.protocol is not None and policy.protocol not in enabled:
         raise ValueError(f"protocol: {policy.protocol!r} is not available on this system (enabled: {', '.join(enabled)})")
+    # NCCL_ALGO / NCCL_PROTO: what the tuner may take for this function (None: anything)
+    algos, protos = (None if sel is None else sel.names(collective.kind)
+                     for sel in (policy.algorithms, policy.protocols))
     best: Choice | None = None
     for algorithm in ALGORITHMS.values():
         if collective.kind not in algorithm.kinds or (forced is not None and algorithm.name != forced):
+            continue
+        if forced is None and algos is not None and algorithm.name not in algos:
             continue
         if forced is None and not getattr(algorithm, "auto", True):
             continue
@@ -140,7 +198,7 @@ def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolic
         own = getattr(algorithm, "channels", None)
         nchannels = policy.nchannels or min(policy.max_channels, max(
             policy.min_channels, own(collective, ctx) if own is not None else comm_channels))
-        protocols = [p for p in enabled if p in algorithm.protocols]
+        protocols = [p for p in enabled if p in algorithm.protocols and (protos is None or p in protos)]
         if policy.protocol is not None:
             if policy.protocol not in algorithm.protocols:
                 if forced is not None:
@@ -158,5 +216,10 @@ def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolic
     if best is None:
         if forced is not None and collective.kind not in ALGORITHMS[forced].kinds:
             raise ValueError(f"algorithm: {forced!r} cannot run {collective.kind.value}")
+        for sel, names in ((policy.algorithms, algos), (policy.protocols, protos)):
+            if names is not None:
+                raise ValueError(f"{sel.variable}: {sel.text!r} leaves {collective.kind.value} of {collective.nbytes} "
+                                 f"B only {', '.join(sorted(names)) or 'nothing'}, which cannot run here; expected "
+                                 "a value that allows an algorithm and protocol this collective can use")
         raise ValueError(f"no algorithm/protocol can run {collective.kind.value} of {collective.nbytes} B here")
     return best

@@ -158,6 +158,33 @@ def test_step_json_keys_and_trace(capsys, tmp_path):
     assert spans and all(e["dur"] >= 0 and "ts" in e and "tid" in e for e in spans)
 
 
+def test_step_and_bench_apply_and_record_nccl_environment(capsys, monkeypatch):
+    # NCCL_ALGO=^NVLS,NVLSTree and NCCL_NVLS_ENABLE=0 leave the tuner the same algorithms, so the step is the
+    # same bit for bit; its tp 2 all-reduces inside a DGX H100 run NVLS by default, so it differs from that
+    def step_json():
+        code, out, err = run(capsys, "step", *SMALL_STEP, "--format", "json")
+        assert code == 0, err
+        return json.loads(out)
+
+    default = step_json()
+    assert "nccl_environment" not in default
+    monkeypatch.setenv("NCCL_ALGO", "^NVLS,NVLSTree")
+    excluded = step_json()
+    assert excluded["nccl_environment"] == {"NCCL_ALGO": "^NVLS,NVLSTree"}
+    monkeypatch.delenv("NCCL_ALGO")
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
+    disabled = step_json()
+    assert excluded["step_time_s"] == disabled["step_time_s"] != default["step_time_s"]
+    code, out, err = run(capsys, "step", *SMALL_STEP)
+    assert code == 0 and "# NCCL_NVLS_ENABLE=0" in out.splitlines()
+    code, out, err = run(capsys, "bench", "all_reduce", "-b", "8G", "-e", "8G")
+    assert code == 0 and "NCCL_NVLS_ENABLE=0" in out.splitlines()[0]
+    assert out.splitlines()[-2].split()[-3] == "ring"              # the algo column: NVLS is off
+    monkeypatch.setenv("NCCL_ALGO", "Ring,Bogus")
+    code, out, err = run(capsys, "step", *SMALL_STEP)
+    assert code != 0 and "NCCL_ALGO: 'bogus' in 'Ring,Bogus' is not allowed" in err and "Traceback" not in err
+
+
 def test_step_scenario_file_and_command_line_override(capsys, tmp_path):
     scenario = tmp_path / "s.toml"
     scenario.write_text('model = "gpt"\nlayers = 4\nhidden = 1024\nheads = 16\nnodes = 2\nglobal_batch = 16\n'

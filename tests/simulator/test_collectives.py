@@ -11,7 +11,7 @@ from simulator.collectives import ALGORITHMS, LoweringContext
 from simulator.collectives import nccl_model
 from simulator.collectives.nvls_tree import tree_network_hops
 from simulator.collectives.p2p import comm_p2p_channels, op_channels
-from simulator.collectives.tuner import CollectivePolicy, choose
+from simulator.collectives.tuner import NCCL_FUNCTIONS, CollectivePolicy, choose, parse_selection
 from simulator.config import SimConfig
 from simulator.nccl_tests import HOST_LAUNCH_S_PER_GPU, run_bench
 from simulator.placement import Placement
@@ -154,8 +154,9 @@ def test_nccl_environment_maps_to_policy():
     env = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "simple", "NCCL_NVLS_ENABLE": "0", "NCCL_MIN_CTAS": "24",
            "NCCL_IB_QPS_PER_CONNECTION": "2", "NCCL_MAX_NCHANNELS": "32"}
     policy = CollectivePolicy.from_environment(env)
-    assert (policy.algorithm, policy.protocol, policy.nvls, policy.min_channels, policy.max_channels,
-            policy.qps_per_connection) == ("ring", "Simple", False, 24, 32, 2)
+    assert (policy.nvls, policy.min_channels, policy.max_channels, policy.qps_per_connection) == (False, 24, 32, 2)
+    assert {policy.algorithms.names(kind) for kind in NCCL_FUNCTIONS.values()} == {frozenset({"ring"})}
+    assert {policy.protocols.names(kind) for kind in NCCL_FUNCTIONS.values()} == {frozenset({"Simple"})}
     # a command-line option wins over the environment
     assert CollectivePolicy.from_environment(env, protocol="LL").protocol == "LL"
     # NCCL_MIN_CTAS=24 raises the default 16 channels of a DGX H100 to 24
@@ -163,9 +164,45 @@ def test_nccl_environment_maps_to_policy():
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 30, group=tuple(range(16)))
     assert choose(coll, ctx, CollectivePolicy.from_environment({"NCCL_MIN_CTAS": "24"})).nchannels == 24
     assert CollectivePolicy.from_environment({"NCCL_COLLNET_ENABLE": "1"}).collnet
-    for bad in ({"NCCL_ALGO": "Ring,Tree"}, {"NCCL_PROTO": "LL256"}, {"NCCL_MIN_NCHANNELS": "many"}):
+    for bad in ({"NCCL_ALGO": "Ring,Hypercube"}, {"NCCL_ALGO": "allgatherv:ring"}, {"NCCL_PROTO": "LL256"},
+                {"NCCL_PROTO": "allreduce:^"}, {"NCCL_MIN_NCHANNELS": "many"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             CollectivePolicy.from_environment(bad)
+
+
+def test_nccl_algo_and_proto_lists_exclusions_and_functions():
+    # NCCL's syntax (2.24+): a default list, then function:list parts that override it for one function
+    sel = parse_selection("NCCL_ALGO", "Ring,TREE;allgather:^nvls;AllReduce:nvls")
+    assert sel.names(CollectiveKind.BROADCAST) == {"ring", "tree"}
+    assert sel.names(CollectiveKind.ALL_GATHER) == {"ring", "tree", "nvlstree", "pat", "collnet"}
+    assert sel.names(CollectiveKind.ALL_REDUCE) == {"nvls"}
+    # NCCL does not tune point-to-point operations, so NCCL_ALGO leaves them alone
+    assert sel.names(CollectiveKind.ALL_TO_ALL) is None and sel.names(CollectiveKind.SENDRECV) is None
+    # CollNetDirect is the CollNet modelled here; CollNetChain is not modelled, so it allows nothing
+    assert parse_selection("NCCL_ALGO", "collnetchain").names(CollectiveKind.ALL_REDUCE) == frozenset()
+    assert parse_selection("NCCL_PROTO", "^LL128").names(CollectiveKind.REDUCE) == {"LL", "Simple"}
+
+
+def test_nccl_algo_and_proto_restrict_the_tuner_as_in_nccl():
+    ctx = context()
+    big = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=8 << 30, group=tuple(range(8)))
+    env = CollectivePolicy.from_environment
+    # one DGX H100: NVLS by default; excluding it leaves what NCCL_NVLS_ENABLE=0 leaves (NVLSTree needs servers)
+    assert choose(big, ctx).algorithm == "nvls"
+    assert choose(big, ctx, env({"NCCL_ALGO": "^NVLS"})) == choose(big, ctx, CollectivePolicy(nvls=False))
+    assert choose(big, ctx, env({"NCCL_ALGO": "allgather:^nvls"})).algorithm == "nvls"   # another function's
+    # excluding LL128 leaves the cheaper of LL and Simple at every size
+    for nbytes in (4 << 10, 1 << 20, 4 << 20, 64 << 20):
+        coll = Collective(kind=CollectiveKind.ALL_GATHER, nbytes=nbytes, group=tuple(range(8)))
+        got = choose(coll, ctx, env({"NCCL_PROTO": "^LL128"}))
+        each = [choose(coll, ctx, CollectivePolicy(protocol=p)) for p in ("LL", "Simple")]
+        assert got == min(each, key=lambda c: c.predicted_s)
+    # an alltoall is point-to-point: NCCL_ALGO=Tree does not touch it, but leaves all_gather nothing
+    a2a = Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=1 << 20, group=tuple(range(8)))
+    assert choose(a2a, ctx, env({"NCCL_ALGO": "Tree"})) == choose(a2a, ctx)
+    coll = Collective(kind=CollectiveKind.ALL_GATHER, nbytes=1 << 20, group=tuple(range(8)))
+    with pytest.raises(ValueError, match="NCCL_ALGO: 'Tree' leaves all_gather of 1048576 B only tree"):
+        choose(coll, ctx, env({"NCCL_ALGO": "Tree"}))
 
 
 def test_pat_is_considered_by_the_tuner_without_error():
