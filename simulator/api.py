@@ -8,11 +8,12 @@ import numpy as np
 
 from topologies.routing import Router
 from topologies.topology import Topology
+from workloads.collectives import Collective
 from workloads.tasks import Workload
 
 from .analysis import task_times
 from .collectives import ALGORITHMS, LoweringContext
-from .collectives.tuner import choose
+from .collectives.tuner import Candidate, candidates, choose
 from .config import SimConfig
 from .engine.closed_form import collective_times
 from .engine.replay import run
@@ -27,10 +28,8 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
     placement = placement or Placement.block(topology, nranks=workload.nranks)
     if placement.nranks != workload.nranks:
         raise ValueError(f"placement: places {placement.nranks} ranks but the workload has {workload.nranks}")
-    router = Router(topology, policy=config.routing, seed=config.seed, pxn=config.pxn,
-                    failed_links=config.failed_links)
-    qps = config.collectives.qps_per_connection
-    ctx = LoweringContext(topology=topology, router=router, rank_gpu=placement.rank_gpu, qps_per_connection=qps)
+    ctx = _context(topology, placement, config)
+    router, qps = ctx.router, ctx.qps_per_connection
     # equal collectives (a training step repeats each TP all-reduce thousands of times) are chosen
     # and lowered once: Collective is frozen, and choice and schedule depend only on it and ctx
     planned: dict = {}
@@ -76,3 +75,18 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
     return SimResult(config=config, topology_name=topology.name, collectives=records, rank_end_s=tuple(rank_end),
                      link_bytes=link_bytes, link_names=topology.link_names, network_rerates=rerates,
                      task_times=MappingProxyType(recorded), timeline=timeline)
+
+
+def tuner_candidates(topology: Topology, collective: Collective, placement: Placement,
+                     config: SimConfig | None = None) -> list[Candidate]:
+    """What the tuner weighed for ``collective`` under ``simulate``'s context: each algorithm and protocol
+    with NCCL's estimate, or why it was left out (``collectives.tuner.candidates``)."""
+    config = config or SimConfig()
+    return list(candidates(collective, _context(topology, placement, config), config.collectives))
+
+
+def _context(topology: Topology, placement: Placement, config: SimConfig) -> LoweringContext:
+    router = Router(topology, policy=config.routing, seed=config.seed, pxn=config.pxn,
+                    failed_links=config.failed_links)
+    return LoweringContext(topology=topology, router=router, rank_gpu=placement.rank_gpu,
+                           qps_per_connection=config.collectives.qps_per_connection)

@@ -182,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--channels", type=_positive_int("channels"), default=None, help="force the channel count")
     bench.add_argument("--seed", type=int, default=0, help="seed of ECMP hashing and Valiant choices; default 0")
     bench.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
+    bench.add_argument("--explain", action="store_true",
+                       help="also print the tuner's estimate for every algorithm and protocol at each size, and why "
+                            "any is left out (what NCCL_DEBUG_SUBSYS=TUNING shows)")
     bench.add_argument("--calibration", default=None, metavar="FILE.json",
                        help="apply a calibration written by `fabricsim calibrate --out` (link scale + overhead)")
 
@@ -286,7 +289,7 @@ def _bench(args) -> str:
     rows = run_bench(kind, system=system, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                      minbytes=args.minbytes, maxbytes=args.maxbytes, stepfactor=args.stepfactor,
                      stepbytes=args.stepbytes, dtype=args.datatype, op=args.op, root=args.root,
-                     gpus_per_process=args.ngpus, config=config)
+                     gpus_per_process=args.ngpus, config=config, explain=args.explain)
     gpn = args.gpus_per_node or SYSTEMS[args.system].server().gpus
     title = (f"fabricsim bench {kind.value}: {args.system}, {args.nodes} node(s) x {gpn} GPUs, "
              f"network model {args.net_model}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
@@ -24,7 +25,8 @@ from topologies.units import parse_size
 from workloads.collectives import DTYPE_BYTES, REDUCE_OPS, Collective, CollectiveKind
 from workloads.tasks import Workload
 
-from .api import simulate
+from .api import simulate, tuner_candidates
+from .collectives.tuner import Candidate
 from .config import SimConfig
 from .placement import Placement
 
@@ -64,6 +66,7 @@ class BenchRow(NcclTestsRow):
     algorithm: str
     protocol: str
     channels: int
+    candidates: tuple[Candidate, ...] = ()     # with ``explain``: what the tuner weighed (tuner.candidates)
 
 
 def sweep_sizes(minbytes: int | str, maxbytes: int | str, *, stepfactor: float | None = 2,
@@ -112,8 +115,10 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
               gpus_per_node: int | None = None, minbytes: int | str = "32M", maxbytes: int | str = "32M",
               stepfactor: float | None = 2, stepbytes: int | str | None = None, dtype: str = "float",
               op: str = "sum", root: int = 0, gpus_per_process: int = 1,
-              config: SimConfig | None = None, sizes: Sequence[int | str] | None = None) -> list[BenchRow]:
-    """Simulate nccl-tests for ``kind``; ``gpus_per_process`` is nccl-tests' -g (launch mode).
+              config: SimConfig | None = None, sizes: Sequence[int | str] | None = None,
+              explain: bool = False) -> list[BenchRow]:
+    """Simulate nccl-tests for ``kind``; ``gpus_per_process`` is nccl-tests' -g (launch mode); ``explain``
+    adds to each row the tuner's estimate for every algorithm and protocol (``BenchRow.candidates``).
 
     ``sizes`` (optional) lists the sizes to run, in order, instead of the -b/-e/-f/-i sweep (for
     replaying a measured table whose sizes are not one sweep). Collectives run one after the other in
@@ -161,7 +166,8 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
             size_bytes=c.nbytes, count=c.count, type=dtype, redop=c.op if c.kind.reduces else "none",
             root=c.root if c.kind.rooted else -1, time_us=time_s * 1e6,
             algbw_GBps=c.algbw_bytes_per_s(time_s) / 1e9, busbw_GBps=c.busbw_bytes_per_s(time_s) / 1e9,
-            algorithm=record.algorithm, protocol=record.protocol, channels=record.nchannels))
+            algorithm=record.algorithm, protocol=record.protocol, channels=record.nchannels,
+            candidates=tuple(tuner_candidates(topology, c, placement, config)) if explain else ()))
     return rows
 
 
@@ -180,6 +186,22 @@ def format_table(rows: list[BenchRow], *, title: str = "") -> str:
                   f"{r.algbw_GBps:>7.2f}  {r.busbw_GBps:>7.2f}  {r.algorithm:>5}  {r.protocol:>6}  {r.channels:>3}\n")
     if rows:
         out.write(f"# Avg bus bandwidth    : {sum(r.busbw_GBps for r in rows) / len(rows):.4g}\n")
+    if any(r.candidates for r in rows):
+        out.write("#\n# tuner: NCCL's estimate, time = latency + size / algbw, for every algorithm and protocol, on "
+                  "the communicator's channels (small sizes then launch fewer); * = chosen\n")
+        out.write(f"# {'size':>10}    {'algo':<16} {'proto':<6} {'nch':>3}  {'latency':>9}  {'algbw':>8}  "
+                  f"{'time':>10}\n")
+        out.write(f"# {'(B)':>10}    {'':<16} {'':<6} {'':>3}  {'(us)':>9}  {'(GB/s)':>8}  {'(us)':>10}\n")
+        for r in rows:
+            for i, c in enumerate(r.candidates):
+                size = f"{r.size_bytes:>10}" if i == 0 else " " * 10
+                if c.skipped is not None:
+                    out.write(f"# {size}    {c.algorithm:<16} {c.protocol or '-':<6}  left out: {c.skipped}\n")
+                    continue
+                mark = "*" if (c.algorithm, c.protocol) == (r.algorithm, r.protocol) else " "
+                out.write(f"# {size}  {mark} {c.algorithm:<16} {c.protocol:<6} {c.nchannels:>3}  "
+                          f"{c.latency_s * 1e6:>9.2f}  {c.algbw_bytes_per_s / 1e9:>8.2f}  "
+                          f"{c.predicted_s * 1e6:>10.2f}\n")
     return out.getvalue()
 
 
@@ -194,4 +216,12 @@ def format_csv(rows: list[BenchRow]) -> str:
 
 
 def format_json(rows: list[BenchRow], **meta) -> str:
-    return json.dumps({**meta, "rows": [asdict(r) for r in rows]}, indent=1)
+    """The rows and ``meta``; a row's ``candidates`` only when explained (an estimate of no bandwidth, an
+    infinite time, as null)."""
+    def row(r: BenchRow) -> dict:
+        data = asdict(r)
+        data["candidates"] = [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in c.items()}
+                              for c in data["candidates"]]
+        return data if r.candidates else {k: v for k, v in data.items() if k != "candidates"}
+
+    return json.dumps({**meta, "rows": [row(r) for r in rows]}, indent=1, allow_nan=False)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from workloads.collectives import Collective, CollectiveKind
 
@@ -166,7 +166,25 @@ class Choice:
     predicted_s: float
 
 
-def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolicy = CollectivePolicy()) -> Choice:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """One algorithm (and protocol) the tuner looked at for a collective: NCCL's estimate
+    ``predicted_s = latency_s + nbytes / algbw_bytes_per_s``, or why it was left out (``skipped``; then the
+    protocol and figures are None when it was left out before its protocols were looked at)."""
+
+    algorithm: str
+    protocol: str | None
+    nchannels: int | None
+    latency_s: float | None
+    algbw_bytes_per_s: float | None
+    predicted_s: float | None
+    skipped: str | None = None
+
+
+def candidates(collective: Collective, ctx: LoweringContext,
+               policy: CollectivePolicy = CollectivePolicy()) -> Iterator[Candidate]:
+    """Every algorithm that runs ``collective``'s kind, in ``ALGORITHMS`` order, with each protocol it may
+    use here and NCCL's estimate, or the reason it is left out (what NCCL_DEBUG_SUBSYS=TUNING shows)."""
     layout = ctx.layout(collective.group)
     comm_channels = ring_channels(layout)
     forced = policy.algorithm.lower() if policy.algorithm is not None else None
@@ -176,50 +194,76 @@ def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolic
     # NCCL_ALGO / NCCL_PROTO: what the tuner may take for this function (None: anything)
     algos, protos = (None if sel is None else sel.names(collective.kind)
                      for sel in (policy.algorithms, policy.protocols))
-    best: Choice | None = None
     for algorithm in ALGORITHMS.values():
-        if collective.kind not in algorithm.kinds or (forced is not None and algorithm.name != forced):
+        if collective.kind not in algorithm.kinds:
             continue
-        if forced is None and algos is not None and algorithm.name not in algos:
-            continue
-        if forced is None and not getattr(algorithm, "auto", True):
-            continue
-        if algorithm.name == "collnet" and not policy.collnet and forced is None:
-            continue                # NCCL_COLLNET_ENABLE is off by default (and then holds no SHARP tree)
-        reason = algorithm.supported(collective, ctx)
-        if reason is None and algorithm.name.startswith("nvls") and not policy.nvls:
-            reason = "disabled (NCCL_NVLS_ENABLE=0)"
-        if reason is not None:
-            if forced is not None:
+        reason = None
+        if forced is not None and algorithm.name != forced:
+            reason = f"--algo {forced}"
+        elif forced is None and algos is not None and algorithm.name not in algos:
+            reason = f"{policy.algorithms.variable}={policy.algorithms.text}"
+        elif forced is None and not getattr(algorithm, "auto", True):
+            reason = "not an automatic choice (--algo only)"
+        elif algorithm.name == "collnet" and not policy.collnet and forced is None:
+            reason = "NCCL_COLLNET_ENABLE is off"   # off by default (and then holds no SHARP tree)
+        else:
+            reason = algorithm.supported(collective, ctx)
+            if reason is None and algorithm.name.startswith("nvls") and not policy.nvls:
+                reason = "disabled (NCCL_NVLS_ENABLE=0)"
+            if reason is not None and forced is not None:
                 raise ValueError(f"algorithm {algorithm.name}: {reason}")
+        if reason is not None:
+            yield Candidate(algorithm=algorithm.name, protocol=None, nchannels=None, latency_s=None,
+                            algbw_bytes_per_s=None, predicted_s=None, skipped=reason)
             continue
         # NVLS algorithms run on their own channel count (nvlsChannels), the others on the ring's;
         # NCCL_MIN/MAX_CTAS clamp both, --channels forces both
         own = getattr(algorithm, "channels", None)
         nchannels = policy.nchannels or min(policy.max_channels, max(
             policy.min_channels, own(collective, ctx) if own is not None else comm_channels))
-        protocols = [p for p in enabled if p in algorithm.protocols and (protos is None or p in protos)]
+        protocols = [p for p in enabled if p in algorithm.protocols]
         if policy.protocol is not None:
             if policy.protocol not in algorithm.protocols:
                 if forced is not None:
                     raise ValueError(f"protocol: {algorithm.name} runs with {', '.join(algorithm.protocols)}, "
                                      f"not {policy.protocol!r}")
+                yield Candidate(algorithm=algorithm.name, protocol=None, nchannels=None, latency_s=None,
+                                algbw_bytes_per_s=None, predicted_s=None, skipped=f"--proto {policy.protocol}")
                 continue
             protocols = [policy.protocol]
         for protocol in protocols:
+            if protos is not None and protocol not in protos and policy.protocol is None:
+                yield Candidate(algorithm=algorithm.name, protocol=protocol, nchannels=None, latency_s=None,
+                                algbw_bytes_per_s=None, predicted_s=None,
+                                skipped=f"{policy.protocols.variable}={policy.protocols.text}")
+                continue
             latency, algbw = algorithm.estimate(collective, ctx, protocol=protocol, nchannels=nchannels)
             if algbw <= 0 and policy.protocol is None:
+                yield Candidate(algorithm=algorithm.name, protocol=protocol, nchannels=nchannels, latency_s=latency,
+                                algbw_bytes_per_s=algbw, predicted_s=None,
+                                skipped="no bandwidth in NCCL's model (not used for this size or protocol)")
                 continue
             predicted = latency + (collective.nbytes / algbw if algbw > 0 else math.inf)
-            if best is None or predicted < best.predicted_s:
-                best = Choice(algorithm=algorithm.name, protocol=protocol, nchannels=nchannels, predicted_s=predicted)
+            yield Candidate(algorithm=algorithm.name, protocol=protocol, nchannels=nchannels, latency_s=latency,
+                            algbw_bytes_per_s=algbw, predicted_s=predicted)
+
+
+def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolicy = CollectivePolicy()) -> Choice:
+    """The candidate with the smallest estimate (the first of equal ones), as NCCL's tuner takes it."""
+    best: Candidate | None = None
+    for candidate in candidates(collective, ctx, policy):
+        if candidate.skipped is None and (best is None or candidate.predicted_s < best.predicted_s):
+            best = candidate
     if best is None:
+        forced = policy.algorithm.lower() if policy.algorithm is not None else None
         if forced is not None and collective.kind not in ALGORITHMS[forced].kinds:
             raise ValueError(f"algorithm: {forced!r} cannot run {collective.kind.value}")
-        for sel, names in ((policy.algorithms, algos), (policy.protocols, protos)):
+        for sel in (policy.algorithms, policy.protocols):
+            names = None if sel is None else sel.names(collective.kind)
             if names is not None:
                 raise ValueError(f"{sel.variable}: {sel.text!r} leaves {collective.kind.value} of {collective.nbytes} "
                                  f"B only {', '.join(sorted(names)) or 'nothing'}, which cannot run here; expected "
                                  "a value that allows an algorithm and protocol this collective can use")
         raise ValueError(f"no algorithm/protocol can run {collective.kind.value} of {collective.nbytes} B here")
-    return best
+    return Choice(algorithm=best.algorithm, protocol=best.protocol, nchannels=best.nchannels,
+                  predicted_s=best.predicted_s)

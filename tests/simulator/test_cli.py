@@ -97,6 +97,20 @@ def test_console_entry_point_runs_as_a_process():
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
+def test_bench_explain_prints_the_tuners_estimates(capsys):
+    code, out, err = run(capsys, "bench", "all_reduce", "-b", "1K", "-e", "1G", "-f", "1024", "--explain")
+    assert code == 0, err
+    tuner = out[out.index("# tuner"):].splitlines()
+    chosen = [line.split() for line in tuner if line.split()[1:2] == ["*"] or line.split()[2:3] == ["*"]]
+    assert len(chosen) == 3                                  # one per size: 1K, 1M, 1G
+    rows = [line.split() for line in out.splitlines() if line and not line.startswith("#")]
+    assert [c[c.index("*") + 1:c.index("*") + 3] for c in chosen] == [[r[8], r[9]] for r in rows]
+    code, out, err = run(capsys, "bench", "all_reduce", "-b", "1K", "-e", "1K", "--explain", "--format", "json")
+    assert code == 0, err
+    candidates = json.loads(out)["rows"][0]["candidates"]
+    assert {c["algorithm"] for c in candidates} >= {"ring", "nvls"}
+
+
 def test_sweep_matches_nccl_tests():
     assert sweep_sizes("8", "64", stepfactor=2) == [8, 16, 32, 64]
     assert sweep_sizes("1K", "4K", stepbytes="1K") == [1024, 2048, 3072, 4096]

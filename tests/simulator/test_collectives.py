@@ -3,6 +3,8 @@ choices, NVLSTree's ceiling and start-up, point-to-point channels (sendrecv, all
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -203,6 +205,24 @@ def test_nccl_algo_and_proto_restrict_the_tuner_as_in_nccl():
     coll = Collective(kind=CollectiveKind.ALL_GATHER, nbytes=1 << 20, group=tuple(range(8)))
     with pytest.raises(ValueError, match="NCCL_ALGO: 'Tree' leaves all_gather of 1048576 B only tree"):
         choose(coll, ctx, env({"NCCL_ALGO": "Tree"}))
+
+
+def test_explained_bench_rows_show_the_tuners_minimum():
+    # each row's choice is the candidate with the smallest estimate, time = latency + size / algbw
+    config = SimConfig(collectives=CollectivePolicy(nvls=False))
+    rows = run_bench("all_reduce", nodes=2, minbytes="4K", maxbytes="1G", stepfactor=64, config=config,
+                     explain=True)
+    for row in rows:
+        weighed = [c for c in row.candidates if c.skipped is None]
+        assert weighed and all(c.predicted_s == c.latency_s + row.size_bytes / c.algbw_bytes_per_s for c in weighed)
+        best = min(weighed, key=lambda c: c.predicted_s)
+        # (the estimate uses the communicator's channels; small sizes then launch fewer, as NCCL's enqueue does)
+        assert (best.algorithm, best.protocol) == (row.algorithm, row.protocol) and best.nchannels >= row.channels
+        reasons = {c.algorithm: c.skipped for c in row.candidates if c.protocol is None}
+        assert reasons["nvlstree"] == "disabled (NCCL_NVLS_ENABLE=0)" and "COLLNET" in reasons["collnet"]
+    plain = run_bench("all_reduce", nodes=2, minbytes="4K", maxbytes="1G", stepfactor=64, config=config)
+    assert [r.candidates for r in plain] == [()] * len(rows)
+    assert [replace(r, candidates=()) for r in rows] == plain
 
 
 def test_pat_is_considered_by_the_tuner_without_error():
