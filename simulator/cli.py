@@ -177,8 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="use this many of each server's GPUs; default all")
     bench.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, default="flow",
                        help="network model: flow (max-min sharing, default) or analytical (alpha-beta)")
-    bench.add_argument("--algo", default=None, help="force the algorithm (as NCCL_ALGO): ring")
-    bench.add_argument("--proto", default=None, help="force the protocol (as NCCL_PROTO): LL, LL128, Simple")
+    bench.add_argument("--algo", default=None, help="force the algorithm: ring, tree, nvls, nvlstree, pat, ... "
+                       "(NCCL_ALGO in the environment restricts NCCL's choice instead)")
+    bench.add_argument("--proto", default=None, help="force the protocol: LL, LL128, Simple (wins over NCCL_PROTO)")
     bench.add_argument("--channels", type=_positive_int("channels"), default=None, help="force the channel count")
     bench.add_argument("--seed", type=int, default=0, help="seed of ECMP hashing and Valiant choices; default 0")
     bench.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
@@ -275,8 +276,10 @@ def _bench(args) -> str:
     args.system = args.system or DEFAULT_SYSTEM
     if args.system not in SYSTEMS:
         raise ValueError(f"system: {args.system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
-    # NCCL's environment variables (NCCL_ALGO, NCCL_PROTO, NCCL_NVLS_ENABLE, NCCL_MIN/MAX_NCHANNELS,
-    # NCCL_MIN_CTAS, NCCL_IB_QPS_PER_CONNECTION) apply as they would to nccl-tests; options win.
+    # NCCL's environment variables (tuner.NCCL_ENVIRONMENT) apply as they would to nccl-tests; options win
+    if args.explain and args.format == "csv":
+        raise ValueError("explain: not available with --format csv (its columns are nccl-tests'); expected "
+                         "--format table or json")
     policy = CollectivePolicy.from_environment(os.environ, algorithm=args.algo, protocol=_protocol(args.proto),
                                                nchannels=args.channels, qps_per_connection=args.qps_per_connection,
                                                collnet=True if args.sharp else None)
@@ -297,7 +300,10 @@ def _bench(args) -> str:
         title += f"; {system.description}; routing {args.routing}"
     if calibration is not None:
         title += f"; calibrated ({args.calibration}: {calibration.describe()})"
-    environment = _nccl_environment()
+    environment = _nccl_environment(overridden=[name for option, names in (
+        (args.algo, ("NCCL_ALGO",)), (args.proto, ("NCCL_PROTO",)), (args.qps_per_connection, (QPS,)),
+        (args.sharp or None, ("NCCL_COLLNET_ENABLE",)), (args.channels, CHANNEL_VARIABLES))
+        if option is not None for name in names])
     if environment:
         title += "; " + " ".join(f"{k}={v}" for k, v in environment.items())
     if args.format == "csv":
@@ -391,11 +397,16 @@ def _step(args) -> str:
     return format_step(result, topology) + applied + trace_note
 
 
-def _nccl_environment() -> dict[str, str]:
-    """The NCCL environment variables set that the simulation applies, by name."""
+QPS = "NCCL_IB_QPS_PER_CONNECTION"
+CHANNEL_VARIABLES = ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS")
+
+
+def _nccl_environment(*, overridden=()) -> dict[str, str]:
+    """The NCCL environment variables set that the simulation applies (those no option ``overridden``), by name."""
     from simulator.collectives.tuner import NCCL_ENVIRONMENT
 
-    return {name: os.environ[name] for name in NCCL_ENVIRONMENT if os.environ.get(name, "").strip()}
+    return {name: os.environ[name] for name in NCCL_ENVIRONMENT
+            if os.environ.get(name, "").strip() and name not in overridden}
 
 
 def format_step(result, topology) -> str:

@@ -178,12 +178,12 @@ def format_table(rows: list[BenchRow], *, title: str = "") -> str:
         out.write(f"# {title}\n#\n")
     out.write("#                                                              out-of-place\n")
     out.write(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>9}  {'algbw':>7}  "
-              f"{'busbw':>7}  {'algo':>5}  {'proto':>6}  {'nch':>3}\n")
+              f"{'busbw':>7}  {'algo':>8}  {'proto':>6}  {'nch':>3}\n")
     out.write(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>9}  {'(GB/s)':>7}  "
               f"{'(GB/s)':>7}\n")
     for r in rows:
         out.write(f"  {r.size_bytes:>10}  {r.count:>12}  {r.type:>8}  {r.redop:>6}  {r.root:>6}  {r.time_us:>9.2f}  "
-                  f"{r.algbw_GBps:>7.2f}  {r.busbw_GBps:>7.2f}  {r.algorithm:>5}  {r.protocol:>6}  {r.channels:>3}\n")
+                  f"{r.algbw_GBps:>7.2f}  {r.busbw_GBps:>7.2f}  {r.algorithm:>8}  {r.protocol:>6}  {r.channels:>3}\n")
     if rows:
         out.write(f"# Avg bus bandwidth    : {sum(r.busbw_GBps for r in rows) / len(rows):.4g}\n")
     if any(r.candidates for r in rows):

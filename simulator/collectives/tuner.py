@@ -3,18 +3,21 @@
 NCCL's environment variables map onto a :class:`CollectivePolicy` (``from_environment``), so a
 user can replay a tuned run as it was launched. NCCL_ALGO and NCCL_PROTO take NCCL's own syntax
 (2.24 and later; :func:`parse_selection`): a comma-separated list of names, case-insensitive, that
-allows only those, or ``^`` and a list that excludes them, optionally per function after the
-default (``NCCL_ALGO="ring,tree;allgather:^nvls"``). As in NCCL they restrict the tuner's choice for
-the five collectives it tunes (broadcast, reduce, all_gather, reduce_scatter, all_reduce) and do not
-touch point-to-point traffic (sendrecv, alltoall), whose protocol NCCL picks by size; a function left
-with no algorithm that can run is an error, as in NCCL since 2.24. ``--algo``/``--proto`` force one
-algorithm or protocol for any collective.
+allows only those, or ``^`` and a list that excludes them, then optionally ``function:list`` parts
+that replace the list for one function (``NCCL_ALGO="ring,tree;allgather:^nvls"``). As in NCCL they
+restrict the tuner's choice for the five collectives it tunes (broadcast, reduce, all_gather,
+reduce_scatter, all_reduce) and do not touch point-to-point traffic (sendrecv, alltoall), whose
+protocol NCCL picks by size; a function left with nothing that can run is an error, as in NCCL since
+2.24. An NCCL_PROTO that leaves LL128 allowed turns it on even where NCCL keeps it off by default (no
+NVLink), as NCCL does. Lenient where NCCL is strict: spaces around names are ignored, and "collnet"
+(the name before 2.15) means CollNetDirect. ``--algo``/``--proto`` force one algorithm or protocol
+for any collective and win over the environment.
 
 NCCL evaluates ``time = L + nbytes / algbw`` for every enabled (algorithm, protocol) pair and
 takes the smallest (src/graph/tuning.cc, src/enqueue.cc). The tuner does the same with each
 algorithm's ``estimate`` (NCCL's latencies; bandwidth from the topology's links, shared equally
-by the collective's own flows). Users can force any part, as with NCCL_ALGO / NCCL_PROTO /
-NCCL_MIN_NCHANNELS: a forced choice that cannot run is an error naming the value.
+by the collective's own flows). A forced choice (``--algo``, ``--proto``, ``--channels``) that cannot
+run is an error naming the value.
 
 Channel count: NCCL's topology search gives about two ring channels per NIC on DGX/HGX-class
 servers (16 with 8 NICs) and 2 on PCIe-only boxes; that is the default here (an approximation
@@ -62,15 +65,19 @@ class Selection:
 
 def parse_selection(variable: str, text: str) -> Selection:
     """``NCCL_ALGO`` / ``NCCL_PROTO`` in NCCL's syntax: ``[list][;function:list]...``, a list being names
-    separated by commas, or ``^`` and the names to exclude; case-insensitive; later parts win."""
+    separated by commas, or ``^`` and the names to exclude (``^`` alone excludes nothing); case-insensitive;
+    a function's part replaces the first list for that function, and only the first part may lack one."""
     names = NCCL_ALGORITHM_NAMES if variable == "NCCL_ALGO" else NCCL_PROTOCOL_NAMES
     every = frozenset(m for mapped in names.values() for m in mapped)
     allowed = dict.fromkeys(NCCL_FUNCTIONS.values(), every)
-    for part in (p.strip() for p in text.split(";")):
+    for index, part in enumerate(p.strip() for p in text.split(";")):
         if not part:
             continue
         function, _, listed = part.rpartition(":")
         kinds = list(NCCL_FUNCTIONS.values())
+        if not function and index > 0:
+            raise ValueError(f"{variable}: {part!r} in {text!r} is not allowed; expected every part after the "
+                             "first to name its function (allreduce:ring,tree)")
         if function:
             if function.strip().lower() not in NCCL_FUNCTIONS:
                 raise ValueError(f"{variable}: function {function.strip()!r} in {text!r} is not known; expected one "
@@ -80,7 +87,7 @@ def parse_selection(variable: str, text: str) -> Selection:
         exclude = listed.startswith("^")
         tokens = [t.strip().lower() for t in listed.lstrip("^").split(",") if t.strip()]
         unknown = [t for t in tokens if t not in names]
-        if unknown or not tokens:
+        if unknown or not (tokens or exclude):
             raise ValueError(f"{variable}: {unknown[0] if unknown else listed!r} in {text!r} is not allowed; "
                              f"expected names among {', '.join(names)} (any case), or ^ and names to exclude")
         chosen = frozenset(m for t in tokens for m in names[t])
@@ -108,7 +115,8 @@ class CollectivePolicy:
         if self.algorithm is not None and self.algorithm.lower() not in ALGORITHMS:
             raise ValueError(f"algorithm: {self.algorithm!r} is not known; expected one of {', '.join(ALGORITHMS)}")
         if self.protocol is not None and self.protocol not in nccl_model.PROTOCOLS:
-            raise ValueError(f"protocol: {self.protocol!r} is not known; expected one of {', '.join(nccl_model.PROTOCOLS)}")
+            raise ValueError(f"protocol: {self.protocol!r} is not known; expected one of "
+                             f"{', '.join(nccl_model.PROTOCOLS)}")
         if not isinstance(self.qps_per_connection, int) or not 1 <= self.qps_per_connection <= 128:
             raise ValueError(f"qps_per_connection: {self.qps_per_connection!r} is not allowed; expected 1 to 128")
         for name in ("min_channels", "max_channels"):
@@ -117,8 +125,10 @@ class CollectivePolicy:
                 raise ValueError(f"{name}: {value!r} is not allowed; expected an integer from 1 to {MAX_CHANNELS}")
         if self.min_channels > self.max_channels:
             raise ValueError(f"min_channels: {self.min_channels} is above max_channels ({self.max_channels})")
-        if self.nchannels is not None and (not isinstance(self.nchannels, int) or not 1 <= self.nchannels <= MAX_CHANNELS):
-            raise ValueError(f"channels: {self.nchannels!r} is not allowed; expected an integer from 1 to {MAX_CHANNELS}")
+        if self.nchannels is not None and (not isinstance(self.nchannels, int)
+                                           or not 1 <= self.nchannels <= MAX_CHANNELS):
+            raise ValueError(f"channels: {self.nchannels!r} is not allowed; expected an integer from 1 to "
+                             f"{MAX_CHANNELS}")
 
 
     @classmethod
@@ -188,22 +198,25 @@ def candidates(collective: Collective, ctx: LoweringContext,
     layout = ctx.layout(collective.group)
     comm_channels = ring_channels(layout)
     forced = policy.algorithm.lower() if policy.algorithm is not None else None
-    enabled = nccl_model.protocols_enabled(intra=layout.intra)
-    if policy.protocol is not None and policy.protocol not in enabled:
-        raise ValueError(f"protocol: {policy.protocol!r} is not available on this system (enabled: {', '.join(enabled)})")
     # NCCL_ALGO / NCCL_PROTO: what the tuner may take for this function (None: anything)
     algos, protos = (None if sel is None else sel.names(collective.kind)
                      for sel in (policy.algorithms, policy.protocols))
+    enabled = nccl_model.protocols_enabled(intra=layout.intra)
+    if protos is not None and "LL128" in protos:
+        enabled = nccl_model.PROTOCOLS          # NCCL_PROTO naming LL128 skips NCCL's platform check for it
+    if policy.protocol is not None and policy.protocol not in enabled:
+        raise ValueError(f"protocol: {policy.protocol!r} is not available on this system (enabled: "
+                         f"{', '.join(enabled)})")
     for algorithm in ALGORITHMS.values():
         if collective.kind not in algorithm.kinds:
             continue
         reason = None
         if forced is not None and algorithm.name != forced:
             reason = f"--algo {forced}"
-        elif forced is None and algos is not None and algorithm.name not in algos:
-            reason = f"{policy.algorithms.variable}={policy.algorithms.text}"
         elif forced is None and not getattr(algorithm, "auto", True):
             reason = "not an automatic choice (--algo only)"
+        elif forced is None and algos is not None and algorithm.name not in algos:
+            reason = f"{policy.algorithms.variable}={policy.algorithms.text}"
         elif algorithm.name == "collnet" and not policy.collnet and forced is None:
             reason = "NCCL_COLLNET_ENABLE is off"   # off by default (and then holds no SHARP tree)
         else:
@@ -251,16 +264,18 @@ def candidates(collective: Collective, ctx: LoweringContext,
 def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolicy = CollectivePolicy()) -> Choice:
     """The candidate with the smallest estimate (the first of equal ones), as NCCL's tuner takes it."""
     best: Candidate | None = None
+    skipped = set()
     for candidate in candidates(collective, ctx, policy):
-        if candidate.skipped is None and (best is None or candidate.predicted_s < best.predicted_s):
+        if candidate.skipped is not None:
+            skipped.add(candidate.skipped)
+        elif best is None or candidate.predicted_s < best.predicted_s:
             best = candidate
     if best is None:
-        forced = policy.algorithm.lower() if policy.algorithm is not None else None
-        if forced is not None and collective.kind not in ALGORITHMS[forced].kinds:
-            raise ValueError(f"algorithm: {forced!r} cannot run {collective.kind.value}")
+        if policy.algorithm is not None and collective.kind not in ALGORITHMS[policy.algorithm.lower()].kinds:
+            raise ValueError(f"algorithm: {policy.algorithm.lower()!r} cannot run {collective.kind.value}")
         for sel in (policy.algorithms, policy.protocols):
-            names = None if sel is None else sel.names(collective.kind)
-            if names is not None:
+            if sel is not None and f"{sel.variable}={sel.text}" in skipped:       # it left something out
+                names = sel.names(collective.kind)
                 raise ValueError(f"{sel.variable}: {sel.text!r} leaves {collective.kind.value} of {collective.nbytes} "
                                  f"B only {', '.join(sorted(names)) or 'nothing'}, which cannot run here; expected "
                                  "a value that allows an algorithm and protocol this collective can use")

@@ -109,6 +109,14 @@ def test_bench_explain_prints_the_tuners_estimates(capsys):
     assert code == 0, err
     candidates = json.loads(out)["rows"][0]["candidates"]
     assert {c["algorithm"] for c in candidates} >= {"ring", "nvls"}
+    # LL forced on a 64 MiB alltoall, which NCCL's model gives no bandwidth: an infinite estimate, null in JSON
+    code, out, err = run(capsys, "bench", "alltoall", "--proto", "LL", "-b", "64M", "-e", "64M", "--explain",
+                         "--format", "json")
+    assert code == 0, err
+    direct, = [c for c in json.loads(out)["rows"][0]["candidates"] if c["algorithm"] == "direct"]
+    assert direct["protocol"] == "LL" and direct["algbw_bytes_per_s"] == 0 and direct["predicted_s"] is None
+    code, out, err = run(capsys, "bench", "all_reduce", "--explain", "--format", "csv")
+    assert code != 0 and "explain: not available with --format csv" in err
 
 
 def test_sweep_matches_nccl_tests():
@@ -193,6 +201,10 @@ def test_step_and_bench_apply_and_record_nccl_environment(capsys, monkeypatch):
     assert code == 0 and "# NCCL_NVLS_ENABLE=0" in out.splitlines()
     code, out, err = run(capsys, "bench", "all_reduce", "-b", "8G", "-e", "8G")
     assert code == 0 and "NCCL_NVLS_ENABLE=0" in out.splitlines()[0]
+    monkeypatch.setenv("NCCL_PROTO", "LL")                   # overridden by --proto: not applied, not recorded
+    code, out, err = run(capsys, "bench", "all_reduce", "--proto", "Simple")
+    assert code == 0 and "NCCL_PROTO" not in out.splitlines()[0] and out.splitlines()[-2].split()[-2] == "Simple"
+    monkeypatch.delenv("NCCL_PROTO")
     assert out.splitlines()[-2].split()[-3] == "ring"              # the algo column: NVLS is off
     monkeypatch.setenv("NCCL_ALGO", "Ring,Bogus")
     code, out, err = run(capsys, "step", *SMALL_STEP)
