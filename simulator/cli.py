@@ -433,6 +433,13 @@ def format_step(result, topology) -> str:
     for name, entry in result.breakdown["group"].items():
         lines.append(f"{name:<8}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>10.4f}"
                      f"{entry['exposed_s']:>11.4f}")
+    # what NCCL's tuner chose in each group, its biggest share of bytes first
+    lines += ["", f"{'group':<8}{'algorithm':<18}{'count':>8}{'GB moved':>12}{'time s':>10}"]
+    rows = [(*label.split(" ", 1), entry) for label, entry in result.breakdown["algorithm"].items()]
+    for group, choice, entry in sorted(rows, key=lambda r: (list(result.breakdown["group"]).index(r[0]),
+                                                            -r[2]["nbytes"], r[1])):
+        lines.append(f"{group:<8}{choice:<18}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}"
+                     f"{entry['time_s']:>10.4f}")
     lines += ["", f"{'link tier':<10}{'TB moved':>10}"]
     for name, nbytes in result.breakdown["link_tier_bytes"].items():
         if nbytes > 0:

@@ -19,7 +19,8 @@ Throughput (SC21 conventions):
 
 Time breakdown: ``critical_path_s`` (the step on an infinitely fast network), ``exposed_comm_s =
 step_time_s - critical_path_s``, ``compute_s``, ``bubble_s``, ``comm_s`` and per group / collective
-kind / link class: definitions in ``simulator.analysis``. Memory per GPU: weights, gradients and Adam
+kind / group and the algorithm and protocol NCCL's tuner chose (``breakdown["algorithm"]``, labels such
+as "tp nvls Simple") / link class: definitions in ``simulator.analysis``. Memory per GPU: weights, gradients and Adam
 state under ZeRO (ModelSpec.training_state_bytes over the d x c sharding group; gradients kept in fp32
 for bf16/fp8 training, fp16 for fp16) plus the activations of the micro-batches in flight on the most
 loaded stage (1F1B: p - s micro-batches on stage s; GPipe: all m; interleaved: warm-up + 1 chunk
@@ -298,6 +299,7 @@ class _Raw:
     comm_s: float
     by_group: dict
     by_kind: dict
+    by_algorithm: dict
     tiers: dict
     kinds: dict
     phases: tuple
@@ -311,6 +313,7 @@ class _PhaseParts:
     comm_s: float
     by_group: dict
     by_kind: dict
+    by_algorithm: dict
     links: dict
 
 
@@ -318,14 +321,18 @@ def _phase_parts(phase: StepPhase, topology: Topology) -> _PhaseParts:
     busy, last = _phase_metrics(phase)
     training = phase.training
     workload = training.workload
-    # per group kind, per collective kind, and all collectives as one label: comm_s, the largest per-rank union
+    # per group kind, per collective kind, per group kind and the algorithm and protocol NCCL's tuner chose,
+    # and all collectives as one label: comm_s, the largest per-rank union
     labelings = {"group": training.group_kinds, "kind": [c.kind.value for c in workload.collectives],
+                 "algorithm": [f"{group} {record.algorithm} {record.protocol}"
+                               for group, record in zip(training.group_kinds, phase.sim.collectives)],
                  "all": ("comm",) * len(workload.collectives)}
     parts = interval_breakdowns(workload, phase.timeline, labelings, focus_rank=last,
                                 weights=training.collective_weights)
     return _PhaseParts(
         compute_s=busy, comm_s=parts["all"]["comm"]["time_s"] if workload.collectives else 0.0,
-        by_group=parts["group"], by_kind=parts["kind"], links=link_class_bytes(topology, phase.sim.link_bytes))
+        by_group=parts["group"], by_kind=parts["kind"], by_algorithm=parts["algorithm"],
+        links=link_class_bytes(topology, phase.sim.link_bytes))
 
 
 def _merge(total: dict, part: dict, scale: int) -> None:
@@ -356,12 +363,13 @@ def _measure(model: ModelSpec, p: ParallelismSpec, topology: Topology, compute: 
         parts = (_phase_parts(phases[0], topology),)
     raw = _Raw(step_s=math.fsum(ph.sim.makespan_s for ph in phases),
                critical_s=math.fsum(ph.critical_path_s for ph in phases), compute_s=0.0, comm_s=0.0, by_group={},
-               by_kind={}, tiers={}, kinds={}, phases=phases)
+               by_kind={}, by_algorithm={}, tiers={}, kinds={}, phases=phases)
     for ph, part in zip(phases, parts):
         raw.compute_s += part.compute_s
         raw.comm_s += part.comm_s
         _merge(raw.by_group, part.by_group, ph.replicas)
         _merge(raw.by_kind, part.by_kind, ph.replicas)
+        _merge(raw.by_algorithm, part.by_algorithm, ph.replicas)
         links = part.links
         for name, value in links["tier"].items():
             raw.tiers[name] = raw.tiers.get(name, 0.0) + value * ph.replicas
@@ -459,7 +467,8 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
         raw = _Raw(step_s=_lerp(a.step_s, b.step_s, x), critical_s=_lerp(a.critical_s, b.critical_s, x),
                    compute_s=_lerp(a.compute_s, b.compute_s, x), comm_s=_lerp(a.comm_s, b.comm_s, x),
                    by_group=_lerp(a.by_group, b.by_group, x), by_kind=_lerp(a.by_kind, b.by_kind, x),
-                   tiers=_lerp(a.tiers, b.tiers, x), kinds=_lerp(a.kinds, b.kinds, x), phases=b.phases)
+                   by_algorithm=_lerp(a.by_algorithm, b.by_algorithm, x), tiers=_lerp(a.tiers, b.tiers, x),
+                   kinds=_lerp(a.kinds, b.kinds, x), phases=b.phases)
         notes.append(f"steady state: simulated {k} and {2 * k} micro-batches, extrapolated linearly to {m}; phases "
                      f"(traces) are those of the {2 * k}-micro-batch run")
     else:
@@ -474,6 +483,7 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
     breakdown = MappingProxyType({
         "group": MappingProxyType(frozen),
         "collective": MappingProxyType({label: MappingProxyType(e) for label, e in raw.by_kind.items()}),
+        "algorithm": MappingProxyType({label: MappingProxyType(e) for label, e in raw.by_algorithm.items()}),
         "link_tier_bytes": MappingProxyType(raw.tiers), "link_kind_bytes": MappingProxyType(raw.kinds),
     })
     return StepResult(
