@@ -385,7 +385,8 @@ def link_class_bytes(topology, link_bytes: np.ndarray) -> dict[str, dict[str, fl
 
 def chrome_trace(step_result) -> dict:
     """Chrome trace-event JSON (a dict; ``json.dump`` it) of a ``StepResult``: process = rank, thread =
-    stream, one "X" event per task; collectives carry their group kind, bytes and group size."""
+    stream, one "X" event per task; collectives carry their group kind, bytes, group size and the algorithm,
+    protocol and channels NCCL's tuner chose (as NCCL_DEBUG=INFO prints per collective)."""
     events: list[dict] = []
     named: set[tuple[int, int]] = set()
     for phase in step_result.phases:
@@ -410,8 +411,10 @@ def chrome_trace(step_result) -> dict:
                 if isinstance(task, CommTask):
                     coll = workload.collectives[task.index]
                     event["cat"] = training.group_kinds[task.index]
+                    record = phase.sim.collectives[task.index]
                     event["args"] = {"collective": task.index, "kind": coll.kind.value, "nbytes": coll.nbytes,
-                                     "group_size": coll.nranks}
+                                     "group_size": coll.nranks, "algorithm": record.algorithm,
+                                     "protocol": record.protocol, "channels": record.nchannels}
                 else:
                     event["cat"] = "compute"
                 events.append(event)

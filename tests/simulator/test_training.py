@@ -350,6 +350,12 @@ def test_json_and_trace(h100x2):
     assert sum(e["ph"] == "X" for e in events) == tasks
     assert {e["pid"] for e in events if e["name"] == "process_name"} == set(range(8))
     assert max(e["ts"] + e["dur"] for e in events if e["ph"] == "X") == pytest.approx(r.step_time_s * 1e6)
+    # a collective's event names the tuner's choice for it, as the simulation recorded it
+    records = r.phases[0].sim.collectives
+    comm = [e for e in events if e["ph"] == "X" and e["cat"] != "compute"]
+    assert comm and all((e["args"]["algorithm"], e["args"]["protocol"], e["args"]["channels"]) == (
+        records[e["args"]["collective"]].algorithm, records[e["args"]["collective"]].protocol,
+        records[e["args"]["collective"]].nchannels) for e in comm)
     again = simulate_step(model, spec, topology=h100x2, compute=uniform(model), granularity="chunk")
     assert again.step_time_s == r.step_time_s                          # deterministic
 
