@@ -305,7 +305,7 @@ def _bench(args) -> str:
         (args.sharp or None, ("NCCL_COLLNET_ENABLE",)), (args.channels, CHANNEL_VARIABLES))
         if option is not None for name in names])
     if environment:
-        title += "; " + " ".join(f"{k}={v}" for k, v in environment.items())
+        title += "; " + _settings(environment)
     if args.format == "csv":
         return format_csv(rows)
     if args.format == "json":
@@ -393,7 +393,7 @@ def _step(args) -> str:
         data["parallelism"] = dataclasses.asdict(parallelism) | {"dp": result.parallelism.dp}
         data |= {"nccl_environment": environment} if environment else {}
         return json.dumps(data, indent=1, default=str) + "\n"
-    applied = "# " + " ".join(f"{k}={v}" for k, v in environment.items()) + "\n" if environment else ""
+    applied = f"# {_settings(environment)}\n" if environment else ""
     return format_step(result, topology) + applied + trace_note
 
 
@@ -407,6 +407,10 @@ def _nccl_environment(*, overridden=()) -> dict[str, str]:
 
     return {name: os.environ[name] for name in NCCL_ENVIRONMENT
             if os.environ.get(name, "").strip() and name not in overridden}
+
+
+def _settings(environment: dict[str, str]) -> str:
+    return " ".join(f"{name}={value}" for name, value in environment.items())
 
 
 def format_step(result, topology) -> str:

@@ -19,13 +19,13 @@ Throughput (SC21 conventions):
 
 Time breakdown: ``critical_path_s`` (the step on an infinitely fast network), ``exposed_comm_s =
 step_time_s - critical_path_s``, ``compute_s``, ``bubble_s``, ``comm_s`` and per group / collective
-kind / group and the algorithm and protocol NCCL's tuner chose (``breakdown["algorithm"]``, labels such
-as "tp nvls Simple") / link class: definitions in ``simulator.analysis``. Memory per GPU: weights, gradients and Adam
-state under ZeRO (ModelSpec.training_state_bytes over the d x c sharding group; gradients kept in fp32
-for bf16/fp8 training, fp16 for fp16) plus the activations of the micro-batches in flight on the most
-loaded stage (1F1B: p - s micro-batches on stage s; GPipe: all m; interleaved: warm-up + 1 chunk
-passes), ``ModelSpec.activation_bytes_per_layer`` each (of the larger of a dense and a MoE layer);
-``out_of_memory`` when that exceeds the GPU.
+kind / group and the algorithm and protocol NCCL's tuner chose (``breakdown["algorithm"]``, labels
+such as "tp nvls Simple") / link class: definitions in ``simulator.analysis``. Memory per GPU:
+weights, gradients and Adam state under ZeRO (ModelSpec.training_state_bytes over the d x c sharding
+group; gradients kept in fp32 for bf16/fp8 training, fp16 for fp16) plus the activations of the
+micro-batches in flight on the most loaded stage (1F1B: p - s micro-batches on stage s; GPipe: all
+m; interleaved: warm-up + 1 chunk passes), ``ModelSpec.activation_bytes_per_layer`` each (of the
+larger of a dense and a MoE layer); ``out_of_memory`` when that exceeds the GPU.
 
 Four reductions keep huge layouts tractable (all off by default):
 
