@@ -206,7 +206,8 @@ class Calibration:
             raise ValueError(f"system: {self.system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
         for kind, factor in self.link_scale:
             if kind not in LINK_KIND_NAMES:
-                raise ValueError(f"link_scale: {kind!r} is not a link kind; expected one of {', '.join(LINK_KIND_NAMES)}")
+                raise ValueError(f"link_scale: {kind!r} is not a link kind; "
+                                 f"expected one of {', '.join(LINK_KIND_NAMES)}")
             if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) \
                     or factor <= 0:
                 raise ValueError(f"link_scale.{kind}: {factor!r} is not allowed; expected a number > 0")
@@ -506,7 +507,8 @@ def format_result(result: CalibrationResult, *, out: str | None = None) -> str:
 
     def pct(value: float) -> str:
         return "-" if value != value else f"{value:.1%}"
-    lines.append(f"{'|t_pred / t_meas - 1|':<24}{'n':>5}{'median before':>16}{'after':>9}{'p90 before':>14}{'after':>9}")
+    lines.append(f"{'|t_pred / t_meas - 1|':<24}{'n':>5}{'median before':>16}"
+                 f"{'after':>9}{'p90 before':>14}{'after':>9}")
     for regime, label in (("latency", f"latency (< {LATENCY_REGIME_MAX_BYTES >> 10} KiB)"),
                           ("bandwidth", f"bandwidth (>= {BANDWIDTH_REGIME_MIN_BYTES >> 20} MiB)"),
                           ("all", "all sizes")):

@@ -28,11 +28,11 @@ bounds its chain at cap x (the chain's largest edge bytes / the edge's bytes).
 holding 4 data bytes: 2.0; LL128 sends 128-byte lines holding 120: 128/120; Simple: 1.0).
 ``chain_rate_cap_bytes_per_s`` caps each chain's (or independent flow's) rate where the protocol's
 GPU-side throughput, not the wire, is the limit; it is stated on the chain's largest edge, in that
-edge's payload bytes before its ``wire_scale`` (NVLSTree and CollNet state it on their switch legs). ``pxn`` says how inter-server flows
-leave a server: through the sender's own NIC (rings) or, relayed over NVLink, through the NIC
-on the receiver's rail (NCCL's PXN, used for point-to-point traffic). A negative ``src``/``dst``
-is an in-network buffer (a switch that reduces or multicasts, NVLS/SHARP): ``innet_nodes`` says
-which topology node it lives on.
+edge's payload bytes before its ``wire_scale`` (NVLSTree and CollNet state it on their switch
+legs). ``pxn`` says how inter-server flows leave a server: through the sender's own NIC (rings)
+or, relayed over NVLink, through the NIC on the receiver's rail (NCCL's PXN, used for
+point-to-point traffic). A negative ``src``/``dst`` is an in-network buffer (a switch that
+reduces or multicasts, NVLS/SHARP): ``innet_nodes`` says which topology node it lives on.
 """
 
 from __future__ import annotations

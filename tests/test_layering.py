@@ -5,6 +5,8 @@
 * simpy only in simulator/engine/; numba only in simulator/kernels/, which only
   simulator/network/ imports; matplotlib only in simulator/plotting.py.
 * simulator/collectives/ never imports simulator/network/ or simulator/engine/.
+
+Also the style rule every module and test keeps: lines of at most 120 characters.
 """
 
 from __future__ import annotations
@@ -94,3 +96,13 @@ def test_import_reader_resolves_relative_imports():
     names = imports_in("from ..network import flow\nfrom . import ring\nimport simpy\n",
                        Path("simulator/collectives/probe.py"))
     assert {"simulator.network", "simulator.collectives.ring", "simpy"} <= names
+
+
+MAX_LINE = 120                                  # DESIGN.md style: lines of at most 120 characters
+
+
+def test_python_lines_are_at_most_120_characters():
+    paths = [*modules(), *sorted((ROOT / "tests").rglob("*.py"))]
+    long = [f"{p.relative_to(ROOT)}:{i}" for p in paths for i, line in enumerate(p.read_text().splitlines(), 1)
+            if len(line) > MAX_LINE]
+    assert paths and not long, f"lines over {MAX_LINE} characters: {', '.join(long)}"

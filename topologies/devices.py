@@ -323,7 +323,8 @@ H100_SXM5_80GB = GpuSpec(
     arch="hopper",
     sm_version=90,
     nvlink=NVLINK4,
-    nvlink_count=18,                                # NVIDIA dgxc-benchmarking README: "NVLink4 900 GB/s per GPU, 18 links"
+    nvlink_count=18,                                # NVIDIA dgxc-benchmarking README:
+                                                    #   "NVLink4 900 GB/s per GPU, 18 links"
     pcie=PCIE_GEN5_X16,                             # NVIDIA H100 datasheet: PCIe Gen5 128 GB/s (64 + 64)
     hbm_bandwidth_bytes_per_s=gbyte_per_s(3350),    # NVIDIA H100 datasheet, SXM: 3.35 TB/s HBM3
     memory_bytes=80 * GiB,                          # NVIDIA H100 datasheet: 80GB
@@ -348,13 +349,16 @@ B200 = GpuSpec(
     arch="blackwell",
     sm_version=100,
     nvlink=NVLINK5,
-    nvlink_count=18,                                # NVIDIA dgxc-benchmarking README: "NVLink5 1.8 TB/s per GPU, 18 links"
-    pcie=PCIE_GEN5_X16,                             # Host link as deployed in HGX/DGX B200: the x86 hosts (e.g. Xeon 8570)
-                                                    #   stop at Gen5, so the link trains at Gen5 x16 even though the
-                                                    #   Blackwell GPU itself advertises Gen6.
+    nvlink_count=18,                                # NVIDIA dgxc-benchmarking README:
+                                                    #   "NVLink5 1.8 TB/s per GPU, 18 links"
+    pcie=PCIE_GEN5_X16,                             # Host link as deployed in HGX/DGX B200: the x86 hosts
+                                                    #   (e.g. Xeon 8570) stop at Gen5, so the link trains at Gen5 x16
+                                                    #   even though the Blackwell GPU itself advertises Gen6.
     hbm_bandwidth_bytes_per_s=gbyte_per_s(7700),    # NVIDIA dgxc-benchmarking README: 7.7 TB/s (7680-bit bus x 3996 MHz
-                                                    #   x 2 = 7.67 TB/s, github.com/pytorch/ao/pull/4002); marketed 8 TB/s
-    memory_bytes=180 * GiB,                         # NVIDIA dgxc-benchmarking README / DGX B200 datasheet: 180 GB per GPU
+                                                    #   x 2 = 7.67 TB/s, github.com/pytorch/ao/pull/4002);
+                                                    #   marketed 8 TB/s
+    memory_bytes=180 * GiB,                         # NVIDIA dgxc-benchmarking README / DGX B200 datasheet:
+                                                    #   180 GB per GPU
     dense_bf16_flop_per_s=tflop_per_s(2250),        # NVIDIA dgxc-benchmarking README (HGX B200, 1000 W)
     dense_fp8_flop_per_s=tflop_per_s(4500),         # NVIDIA dgxc-benchmarking README
 )
@@ -423,7 +427,8 @@ CONNECTX7_NDR = NicSpec(
 CONNECTX8_XDR = NicSpec(
     name="connectx8_xdr",
     port=IB_XDR,                  # NVIDIA Quantum-X800 platform: ConnectX-8 SuperNIC, 800 Gb/s end to end
-    pcie=PCIE_GEN6_X16,           # ConnectX-8 SuperNIC: PCIe Gen6 host interface (Gen5 x16 = 57.6 GB/s could not feed 800G)
+    pcie=PCIE_GEN6_X16,           # ConnectX-8 SuperNIC: PCIe Gen6 host interface
+                                  #   (Gen5 x16 = 57.6 GB/s could not feed 800G)
     latency_s=_CX_IB_LATENCY_S,   # ESTIMATE (ConnectX-6 figure reused, see above)
     connection_bytes_per_s=_NCCL_CONNECTION_BYTES_PER_S,
 )
@@ -481,14 +486,15 @@ NVSWITCH_GEN3 = SwitchSpec(          # HGX/DGX H100 and H200 (4 chips per board)
     radix=64,                        # NVIDIA Hopper architecture in-depth (third-gen NVSwitch: 64 NVLink4 ports)
     port_rate_bytes_per_s=NVLINK4.line_rate_bytes_per_s,   # 25 GB/s per direction per port
     latency_s=_NVSWITCH_LATENCY_S,   # ESTIMATE (see above)
-    sharp=True,                      # NVLS: ~480 GB/s all_reduce busbw on 8x H100 (nccl-tests issue 212, NCCL issue 2140)
+    sharp=True,                      # NVLS: ~480 GB/s all_reduce busbw on 8x H100
+                                     #   (nccl-tests issue 212, NCCL issue 2140)
     reduction_efficiency=0.85,       # NCCL nvlsEfficiency[Hopper] (src/graph/tuning.cc, 2.28+)
 )
 NVSWITCH_GEN4 = SwitchSpec(          # HGX/DGX B200 (2 chips per board), GB200 NVL72 (18 chips)
     name="nvswitch_gen4",
     kind="nvswitch",
-    radix=72,                        # GB200 NVL72: 72 GPUs x 18 NVLink5 links over 18 NVLink Switch chips = 72 ports/chip
-                                     #   (HGX B200: 8 x 18 = 144 links over 2 chips = 72 ports/chip)
+    radix=72,                        # GB200 NVL72: 72 GPUs x 18 NVLink5 links over 18 NVLink Switch chips
+                                     #   = 72 ports/chip (HGX B200: 8 x 18 = 144 links over 2 chips = 72 ports/chip)
     port_rate_bytes_per_s=NVLINK5.line_rate_bytes_per_s,   # 50 GB/s per direction per port
     latency_s=_NVSWITCH_LATENCY_S,   # ESTIMATE (see above)
     sharp=True,                      # NVIDIA NVLink/NVLink Switch page: SHARP engines in each NVLink Switch
@@ -499,7 +505,8 @@ PCIE_SWITCH_GEN4 = SwitchSpec(       # Broadcom PEX88096 class (4 per DGX A100)
     kind="pcie",
     radix=6,                         # PEX88096: 96 Gen4 lanes = 6 x16 ports (Linley Group newsletter, 2019-09-24)
     port_rate_bytes_per_s=PCIE_GEN4_X16.line_rate_bytes_per_s,
-    latency_s=ns(105),               # Broadcom claim, PEX88000: 105 ns cut-through between x16 ports (Linley, 2019-09-24)
+    latency_s=ns(105),               # Broadcom claim, PEX88000: 105 ns cut-through between x16 ports
+                                     #   (Linley, 2019-09-24)
 )
 PCIE_SWITCH_GEN5 = SwitchSpec(       # Broadcom PEX89144 class
     name="pcie_switch_gen5",
@@ -534,7 +541,8 @@ QUANTUM_HDR = SwitchSpec(            # NVIDIA (Mellanox) Quantum QM8700 / QM8790
 QUANTUM2_NDR = SwitchSpec(           # NVIDIA Quantum-2 QM9700 / QM9790
     name="quantum2_ndr",
     kind="infiniband",
-    radix=64,                        # QM97xx user manual: 32 OSFP cages x 2 NDR ports = 64 x 400 Gb/s (51.2 Tb/s bidir.)
+    radix=64,                        # QM97xx user manual: 32 OSFP cages x 2 NDR ports = 64 x 400 Gb/s
+                                     #   (51.2 Tb/s bidir.)
     port_rate_bytes_per_s=IB_NDR.line_rate_bytes_per_s,
     latency_s=ns(200),               # ESTIMATE: NVIDIA publishes no Quantum-2 port-to-port figure; secondary sources
                                      #   quote <150 ns to ~330 ns; Quantum HDR is 130 ns. 0.2 us sits inside that range.
@@ -549,7 +557,8 @@ QUANTUM2_NDR = SwitchSpec(           # NVIDIA Quantum-2 QM9700 / QM9790
 QUANTUM_X800_XDR = SwitchSpec(       # NVIDIA Quantum-X800 Q3400
     name="quantum_x800_xdr",
     kind="infiniband",
-    radix=144,                       # Q3400: 144 ports at 800 Gb/s (NVIDIA Quantum-X800 platform; Q32xx/Q34xx user manual)
+    radix=144,                       # Q3400: 144 ports at 800 Gb/s
+                                     #   (NVIDIA Quantum-X800 platform; Q32xx/Q34xx user manual)
     port_rate_bytes_per_s=IB_XDR.line_rate_bytes_per_s,
     latency_s=ns(200),               # ESTIMATE: no published figure; same reasoning as Quantum-2
     sharp=True,                      # Quantum-X800: SHARPv4
@@ -582,7 +591,8 @@ SPECTRUM_4_400G = SwitchSpec(        # same ASIC, every 800G port split 2 x 400G
 TOMAHAWK_4 = SwitchSpec(             # Broadcom BCM56990 class, 25.6 Tb/s (e.g. ByteDance MegaScale ToR/spine)
     name="tomahawk_4",
     kind="ethernet",
-    radix=64,                        # Broadcom Tomahawk 4: 64 x 400GbE (Linley Group newsletter 2019-12-17; MegaScale sec 3.6)
+    radix=64,                        # Broadcom Tomahawk 4: 64 x 400GbE
+                                     #   (Linley Group newsletter 2019-12-17; MegaScale sec 3.6)
     port_rate_bytes_per_s=ROCE_400G.line_rate_bytes_per_s,
     latency_s=_ETHERNET_SWITCH_LATENCY_S,   # ESTIMATE (see above)
     sharp=False,

@@ -337,7 +337,8 @@ def _network_port(name: str, kind: LinkKind, gbit: float, protocol_efficiency: f
 
 
 IB_HDR = _network_port("ib_hdr", LinkKind.INFINIBAND, 200.0, _IB_PROTOCOL_EFFICIENCY)   # 24.84 GB/s
-IB_NDR = _network_port("ib_ndr", LinkKind.INFINIBAND, 400.0, _IB_PROTOCOL_EFFICIENCY)   # 49.68 GB/s; NVIDIA observes 46-49 GB/s per CX-7 NIC
+IB_NDR = _network_port("ib_ndr", LinkKind.INFINIBAND, 400.0, _IB_PROTOCOL_EFFICIENCY)   # 49.68 GB/s; NVIDIA observes
+                                                                                        #   46-49 GB/s per CX-7 NIC
 IB_XDR = _network_port("ib_xdr", LinkKind.INFINIBAND, 800.0, _IB_PROTOCOL_EFFICIENCY)   # 99.37 GB/s
 
 # --------------------------------------------------------------------------------------------------

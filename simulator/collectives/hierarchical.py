@@ -48,8 +48,10 @@ class Hierarchical:
 
         def sub(kind, group, nbytes):
             return Collective(kind=kind, nbytes=nbytes, group=tuple(group), dtype=collective.dtype, op=collective.op)
-        stage_a = [(sub(CollectiveKind.REDUCE_SCATTER, ranks, collective.nbytes), 0) for ranks in layout.ranks_by_server]
-        stage_b = [(sub(CollectiveKind.ALL_REDUCE, [ranks[q] for ranks in layout.ranks_by_server], piece), q * piece // elt)
+        stage_a = [(sub(CollectiveKind.REDUCE_SCATTER, ranks, collective.nbytes), 0)
+                   for ranks in layout.ranks_by_server]
+        stage_b = [(sub(CollectiveKind.ALL_REDUCE, [ranks[q] for ranks in layout.ranks_by_server], piece),
+                    q * piece // elt)
                    for q in range(layout.ppn)] if layout.nnodes > 1 else []
         stage_c = [(sub(CollectiveKind.ALL_GATHER, ranks, collective.nbytes), 0) for ranks in layout.ranks_by_server]
         return [s for s in (stage_a, stage_b, stage_c) if s and all(c.nranks > 1 for c, _ in s)]
@@ -82,7 +84,8 @@ class Hierarchical:
                     src=np.concatenate([s.src for s, _ in parts]), dst=np.concatenate([s.dst for s, _ in parts]),
                     src_offset=np.concatenate([s.src_offset + o for s, o in parts]),
                     dst_offset=np.concatenate([s.dst_offset + o for s, o in parts]),
-                    count=np.concatenate([s.count for s, _ in parts]), reduce=np.concatenate([s.reduce for s, _ in parts])))
+                    count=np.concatenate([s.count for s, _ in parts]),
+                    reduce=np.concatenate([s.reduce for s, _ in parts])))
         return tuple(out)
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,

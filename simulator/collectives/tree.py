@@ -14,8 +14,9 @@ NCCL's Tree per-hop figures. Worked number, 2 servers of 8 H100, LL:
 6.8 + 2 (7 x 0.6 + 1 x 5.0) = 25.2 us (measured 25.0 us, nccl-tests issue 309).
 
 Throughput limits taken from NCCL's model as per-channel caps (the tree kernels' own speed, not
-the wire): Simple perChMaxTreeBw, LL128 perChMaxTreeLL128Bw, LL llMaxBw shared by the channels. For the *choice* the tuner also applies NCCL's tree correction factors
-(tuning.cc: trees do worse than predicted at medium sizes), so Tree is chosen where NCCL would.
+the wire): Simple perChMaxTreeBw, LL128 perChMaxTreeLL128Bw, LL llMaxBw shared by the channels.
+For the *choice* the tuner also applies NCCL's tree correction factors (tuning.cc: trees do worse
+than predicted at medium sizes), so Tree is chosen where NCCL would.
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ class TreeAlgorithm:
         steps = []
         longest = max(len(c) for chains in all_chains for c in chains)
         for i in range(longest - 1, 0, -1):                        # up each server's chain
-            steps.append(DataStep.of([(chain[i], chain[i - 1], offset[k], count[k]) for k, chains in enumerate(all_chains)
+            steps.append(DataStep.of([(chain[i], chain[i - 1], offset[k], count[k])
+                                      for k, chains in enumerate(all_chains)
                                       for chain in chains if i < len(chain)], reduce=True))
         depth = max(len(d) for d in depth_of)
 
@@ -152,7 +154,8 @@ class TreeAlgorithm:
             steps.append(DataStep.of([(chains[trees[k % 2][s]][0], chains[s][0], offset[k], count[k])
                                       for k, chains in enumerate(all_chains) for s in at(level, k)]))
         for i in range(1, longest):                                  # down each chain
-            steps.append(DataStep.of([(chain[i - 1], chain[i], offset[k], count[k]) for k, chains in enumerate(all_chains)
+            steps.append(DataStep.of([(chain[i - 1], chain[i], offset[k], count[k])
+                                      for k, chains in enumerate(all_chains)
                                       for chain in chains if i < len(chain)]))
         return tuple(s for s in steps if s.src.size)
 
@@ -169,7 +172,8 @@ class TreeAlgorithm:
         _, ring_algbw = RING.estimate(collective, ctx, protocol="Simple", nchannels=nchannels)
         bus = 0.92 * ring_algbw * collective.busbw_factor
         if protocol == "Simple":
-            bus = min(bus, nchannels * nccl_model.PER_CHANNEL_MAX_TREE_GBPS.get(layout.arch, (24.0, 23.6, 17.8))[column] * 1e9)
+            bus = min(bus, nchannels *
+                      nccl_model.PER_CHANNEL_MAX_TREE_GBPS.get(layout.arch, (24.0, 23.6, 17.8))[column] * 1e9)
         elif protocol == "LL128":
             bus = min(bus * (7 / 9 if layout.nnodes == 1 else 120 / 128), nchannels * 1e9 *
                       nccl_model.PER_CHANNEL_MAX_TREE_LL128_GBPS.get(layout.arch, (20.0, 20.0, 20.0))[column])
