@@ -4,7 +4,9 @@
 lines, the result rows); ``calibrate(log, system=...)`` fits two physical parameters of the preset
 to it; ``apply_calibration(topology, config, calibration)`` applies them to any later simulation;
 ``fabricsim calibrate LOG --out cal.json`` and ``fabricsim bench ... --calibration cal.json`` do the
-same from the shell.
+same from the shell. A log taken with NCCL_DEBUG=INFO also says which NCCL settings the run had
+("NCCL INFO NCCL_ALGO set by environment to Ring"); those of ``tuner.NCCL_ENVIRONMENT`` are replayed
+as the measurement ran (options given to ``calibrate`` win).
 
 The two parameters, each fitted by least squares on e_i = ln(t_pred,i / t_meas,i):
 
@@ -48,7 +50,7 @@ from topologies.topology import Topology
 from topologies.units import format_size
 from workloads.collectives import CollectiveKind
 
-from .collectives.tuner import CollectivePolicy
+from .collectives.tuner import NCCL_ENVIRONMENT, CollectivePolicy
 from .config import SimConfig
 from .nccl_tests import NCCL_TESTS_TYPES, BenchRow, NcclTestsRow, collective_for_size, run_bench
 from .validation import BANDWIDTH_REGIME_MIN_BYTES, GPU_SYSTEMS, LATENCY_REGIME_MAX_BYTES, Comparison, \
@@ -90,6 +92,7 @@ class NcclTestsLog:
     devices: tuple[str, ...]          # distinct device names of those lines ("NVIDIA A100-SXM4-80GB")
     gpus_per_thread: int | None       # "nGpus N" of the header: nccl-tests -g
     rows: tuple[LogRow, ...]
+    environment: tuple[tuple[str, str], ...] = ()   # NCCL settings the run reported (NCCL_DEBUG=INFO), in order
 
 
 _STARTING_RE = re.compile(r"Collective test starting:\s*([A-Za-z0-9_]+?)(?:_perf)?\b")
@@ -98,6 +101,9 @@ _RANK_RE = re.compile(r"^#\s*Rank\s+(\d+)\b(.*)$")
 _HOST_RE = re.compile(r"\bon\s+(\S+)")
 _DEVICE_RE = re.compile(r"device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
 _NGPUS_RE = re.compile(r"#.*\bnGpus\s+(\d+)")
+# NCCL_DEBUG=INFO: "host:pid:tid [0] NCCL INFO NCCL_ALGO set by environment to Ring" (integer parameters
+# end with a period: "... NCCL_IB_QPS_PER_CONNECTION set by environment to 2.")
+_ENV_RE = re.compile(r"NCCL INFO (NCCL_[A-Z0-9_]+) set by environment to (.*?)\.?\s*$")
 _EXAMPLE_ROW = "134217728  33554432  float  sum  -1  1305.0  102.85  179.99  0  1301.2  103.15  180.52  0"
 
 
@@ -114,18 +120,27 @@ def _log_number(text: str, *, field: str, where: str, positive: bool) -> float:
 
 def parse_nccl_tests_log(text: str, *, name: str = "<log>") -> NcclTestsLog:
     """Read nccl-tests' stdout. Comment lines (``#``) give the test, ranks and -g; rows are the lines
-    whose first two fields are integers (size, count); anything else (NCCL INFO, mpirun chatter) is
-    skipped. The out-of-place time is used; in-place columns may be absent or ``N/A``.
+    whose first two fields are integers (size, count); "NCCL INFO X set by environment to V" lines give
+    the NCCL settings of ``tuner.NCCL_ENVIRONMENT`` the run had; anything else (other NCCL INFO, mpirun
+    chatter) is skipped. The out-of-place time is used; in-place columns may be absent or ``N/A``.
     """
     started: list[str] = []
     perf: list[str] = []
     ranks: dict[int, tuple[str | None, str | None]] = {}
     ngpus = None
     rows = []
+    environment: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         where = f"{name} line {number}"
         stripped = line.strip()
         if not stripped:
+            continue
+        setting = _ENV_RE.search(stripped)
+        if setting and setting.group(1) in NCCL_ENVIRONMENT:
+            variable, value = setting.groups()
+            if environment.setdefault(variable, value) != value:
+                raise ValueError(f"{where}: {variable} set to {value!r} here and {environment[variable]!r} before; "
+                                 "expected one run with one setting (calibrate each run's output on its own)")
             continue
         started += _STARTING_RE.findall(line)
         perf += _PERF_RE.findall(line)
@@ -173,7 +188,8 @@ def parse_nccl_tests_log(text: str, *, name: str = "<log>") -> NcclTestsLog:
     hosts = tuple(dict.fromkeys(h for h, _ in ranks.values() if h))
     devices = tuple(dict.fromkeys(d for _, d in ranks.values() if d))
     return NcclTestsLog(name=name, collective=names[0] if len(names) == 1 else None, nranks=len(ranks) or None,
-                        hosts=hosts, devices=devices, gpus_per_thread=ngpus, rows=tuple(rows))
+                        hosts=hosts, devices=devices, gpus_per_thread=ngpus, rows=tuple(rows),
+                        environment=tuple(environment.items()))
 
 
 def read_nccl_tests_log(path: str | os.PathLike) -> NcclTestsLog:
@@ -278,6 +294,7 @@ class CalibrationResult:
     algorithm: str | None                # what the measurement forced (None: NCCL's choice)
     protocol: str | None
     nchannels: int | None
+    environment: tuple[tuple[str, str], ...]   # the NCCL settings of the log, replayed
     scale_rows: int                      # rows on the measured busbw plateau that fed the link-scale fit
     scale_min_bytes: int | None          # the smallest of their sizes (None: not fitted)
     plateau_busbw_GBps: float | None     # their busbw threshold: PLATEAU_FRACTION x the highest measured
@@ -304,7 +321,8 @@ class CalibrationResult:
                               "rows": len(self.before), "scale_rows": self.scale_rows,
                               "scale_min_bytes": self.scale_min_bytes,
                               "plateau_busbw_GBps": self.plateau_busbw_GBps, "overhead_rows": self.overhead_rows,
-                              "algorithm": self.algorithm, "protocol": self.protocol, "nchannels": self.nchannels},
+                              "algorithm": self.algorithm, "protocol": self.protocol, "nchannels": self.nchannels,
+                              "nccl_environment": dict(self.environment)},
                 "error_before": clean(self.summary_before), "error_after": clean(self.summary_after)}
 
 
@@ -365,8 +383,9 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
     ``rows`` is a parsed log (its collective, rank count, hosts, devices and -g fill the arguments
     left None) or a list of ``LogRow``. ``nodes`` defaults to the log's distinct hosts (else 1),
     ``gpus_per_node`` to nranks / nodes, ``gpus_per_process`` (nccl-tests -g) to the log's nGpus
-    (else 1), ``system`` to the preset of the log's device names. ``algorithm``, ``protocol`` and
-    ``nchannels`` say what the measurement forced (NCCL_ALGO, NCCL_PROTO, channel count), if anything.
+    (else 1), ``system`` to the preset of the log's device names. The NCCL settings the log reports
+    (``NcclTestsLog.environment``) are replayed; ``algorithm``, ``protocol`` and ``nchannels`` force an
+    algorithm, protocol or channel count over them.
     """
     log = rows if isinstance(rows, NcclTestsLog) else None
     data = list(log.rows if log else rows)
@@ -419,8 +438,9 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
     first = data[0]
     topology = build_system(system, nodes=nodes)
     kinds = scaled_link_kinds(topology, nodes=nodes)
-    base_config = SimConfig(network_model=net_model, collectives=CollectivePolicy(
-        algorithm=algorithm, protocol=protocol, nchannels=nchannels))
+    environment = dict(log.environment) if log else {}
+    base_config = SimConfig(network_model=net_model, collectives=CollectivePolicy.from_environment(
+        environment, algorithm=algorithm, protocol=protocol, nchannels=nchannels))
 
     def predict(scale: float, overhead_s: float, sizes: Sequence[int]) -> dict[int, BenchRow]:
         calibration = Calibration(system=system, link_scale=tuple((k.name.lower(), scale) for k in kinds),
@@ -477,7 +497,7 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
     return CalibrationResult(
         calibration=calibration, log=name, collective=kind.value, nranks=nranks, nodes=nodes,
         gpus_per_node=gpus_per_node, gpus_per_process=gpus_per_process, net_model=net_model, algorithm=algorithm,
-        protocol=protocol, nchannels=nchannels,
+        protocol=protocol, nchannels=nchannels, environment=tuple(environment.items()),
         scale_rows=sum(busbw[s, r.line] >= plateau for s in scale_sizes for r in rows_by_size[s]),
         scale_min_bytes=scale_sizes[0] if scale_sizes else None, plateau_busbw_GBps=plateau,
         overhead_rows=sum(len(rows_by_size[s]) for s in overhead_sizes),
@@ -494,6 +514,8 @@ def format_result(result: CalibrationResult, *, out: str | None = None) -> str:
                                                ("channels", result.nchannels)) if v is not None)
     if forced:
         lines[0] += f"; forced {forced}"
+    if result.environment:
+        lines[0] += "; as the log's run: " + " ".join(f"{k}={v}" for k, v in result.environment)
     fitted = (f"fitted on {result.scale_rows} rows >= {format_size(result.scale_min_bytes)} at >= "
               f"{PLATEAU_FRACTION:.0%} of the peak measured busbw ({result.plateau_busbw_GBps:.1f} GB/s)"
               if result.scale_min_bytes else f"not fitted: no row >= {format_size(SCALE_FIT_MIN_BYTES)}")

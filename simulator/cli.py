@@ -235,8 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--collective", default=None,
                            help="the test run (default: from the log, e.g. "
                                 "'Collective test starting: all_reduce_perf')")
-    calibrate.add_argument("--algo", default=None, help="the algorithm the measurement forced (NCCL_ALGO)")
-    calibrate.add_argument("--proto", default=None, help="the protocol it forced (NCCL_PROTO)")
+    calibrate.add_argument("--algo", default=None, help="the algorithm the measurement forced (default: the "
+                           "log's NCCL settings, from 'NCCL INFO ... set by environment' lines)")
+    calibrate.add_argument("--proto", default=None, help="the protocol it forced")
     calibrate.add_argument("--channels", type=_positive_int("channels"), default=None,
                            help="the channel count it forced")
     calibrate.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, default="flow", help="network model")

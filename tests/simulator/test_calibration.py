@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from simulator.calibration import (OVERHEAD_BOUNDS_S, SCALE_BOUNDS, Calibration, LogRow, apply_calibration,
-                                   calibrate, golden_section_min, parse_nccl_tests_log, scaled_link_kinds)
+                                   calibrate, format_result, golden_section_min, parse_nccl_tests_log,
+                                   scaled_link_kinds)
 from simulator.cli import main
 from simulator.config import SimConfig
 from simulator.nccl_tests import run_bench
@@ -251,3 +252,27 @@ def test_two_node_log_scales_the_network(capsys, tmp_path):
     assert [kind for kind, _ in result.calibration.link_scale] == ["infiniband"]
     assert result.scale_rows == 2 and result.overhead_rows == 2
     assert result.summary_after["bandwidth"]["median"] < result.summary_before["bandwidth"]["median"]
+
+
+def test_nccl_settings_in_the_log_are_replayed():
+    # NCCL_DEBUG=INFO prints the settings a run had; calibrate replays them as the measurement ran. Without
+    # them the 8x A100 log's small sizes run LL; with NCCL_PROTO=Simple every row runs Simple, and an option wins
+    rows = a100_mpirun_rows()[:6] + a100_mpirun_rows()[-2:]
+    text = render_nccl_tests_log(rows)
+    lines = text.splitlines()
+    settings = ["thanos:4000:4000 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0",
+                "thanos:4000:4000 [0] NCCL INFO NCCL_PROTO set by environment to Simple",
+                "thanos:4001:4001 [1] NCCL INFO NCCL_IB_QPS_PER_CONNECTION set by environment to 2."]
+    logged = "\n".join(lines[:4] + settings + lines[4:])
+    log = parse_nccl_tests_log(logged)
+    assert log.environment == (("NCCL_PROTO", "Simple"), ("NCCL_IB_QPS_PER_CONNECTION", "2"))
+    assert {c.protocol for c in calibrate(parse_nccl_tests_log(text), system="dgx-a100").before} >= {"LL"}
+    result = calibrate(log, system="dgx-a100")
+    assert {c.protocol for c in result.before} == {"Simple"}
+    assert result.to_dict()["fitted_on"]["nccl_environment"] == {"NCCL_PROTO": "Simple",
+                                                                 "NCCL_IB_QPS_PER_CONNECTION": "2"}
+    assert "as the log's run: NCCL_PROTO=Simple NCCL_IB_QPS_PER_CONNECTION=2" in format_result(result)
+    assert {c.protocol for c in calibrate(log, system="dgx-a100", protocol="LL").before} == {"LL"}
+    clash = logged + "\nthanos:4002:4002 [2] NCCL INFO NCCL_PROTO set by environment to LL"
+    with pytest.raises(ValueError, match=r"a100.log line \d+: NCCL_PROTO set to 'LL' here and 'Simple' before"):
+        parse_nccl_tests_log(clash, name="a100.log")
