@@ -162,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("-r", "--root", type=int, default=0, help="root rank of broadcast/reduce; default 0")
     bench.add_argument("-g", "--ngpus", type=_positive_int("ngpus"), default=1,
                        help="GPUs driven by one process (nccl-tests -g): adds their kernel launches; default 1")
+    # nccl-tests options that change how a real run is measured, not what it measures: accepted so that a
+    # pasted nccl-tests command line runs, with no effect on a deterministic simulation
+    for short, long, what in (("-n", "--iters", "timed iterations"), ("-w", "--warmup_iters", "warm-up iterations"),
+                              ("-c", "--check", "result checking"), ("-a", "--average", "how ranks' times combine")):
+        bench.add_argument(short, long, type=int, default=None, metavar="N",
+                           help=f"nccl-tests {what}: accepted, no effect (the simulation is deterministic)")
     _fabric_options(bench, nodes=FABRIC_DEFAULTS["nodes"])
     bench.set_defaults(**FABRIC_DEFAULTS)
     bench.add_argument("--routing", choices=ROUTING_POLICIES, default="ecmp",

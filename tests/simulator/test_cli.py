@@ -119,6 +119,15 @@ def test_bench_explain_prints_the_tuners_estimates(capsys):
     assert code != 0 and "explain: not available with --format csv" in err
 
 
+def test_bench_takes_a_pasted_nccl_tests_command_line(capsys):
+    # -n/-w/-c/-a change how nccl-tests measures, not what: the same table as without them
+    code, plain, err = run(capsys, "bench", "all_reduce", "-b", "8", "-e", "1M", "-f", "32", "-g", "1")
+    assert code == 0, err
+    code, pasted, err = run(capsys, "bench", "all_reduce", "-b", "8", "-e", "1M", "-f", "32", "-g", "1", "-n", "20",
+                            "-w", "5", "-c", "1", "-a", "3")
+    assert code == 0 and pasted == plain, err
+
+
 def test_sweep_matches_nccl_tests():
     assert sweep_sizes("8", "64", stepfactor=2) == [8, 16, 32, 64]
     assert sweep_sizes("1K", "4K", stepbytes="1K") == [1024, 2048, 3072, 4096]
