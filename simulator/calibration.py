@@ -50,7 +50,7 @@ from topologies.topology import Topology
 from topologies.units import format_size
 from workloads.collectives import CollectiveKind
 
-from .collectives.tuner import NCCL_ENVIRONMENT, CollectivePolicy
+from .collectives.tuner import NCCL_ENVIRONMENT, CollectivePolicy, applied_settings, describe_settings
 from .config import SimConfig
 from .nccl_tests import NCCL_TESTS_TYPES, BenchRow, NcclTestsRow, collective_for_size, run_bench
 from .validation import BANDWIDTH_REGIME_MIN_BYTES, GPU_SYSTEMS, LATENCY_REGIME_MAX_BYTES, Comparison, \
@@ -138,6 +138,10 @@ def parse_nccl_tests_log(text: str, *, name: str = "<log>") -> NcclTestsLog:
         setting = _ENV_RE.search(stripped)
         if setting and setting.group(1) in NCCL_ENVIRONMENT:
             variable, value = setting.groups()
+            try:
+                CollectivePolicy.from_environment({variable: value})
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
             if environment.setdefault(variable, value) != value:
                 raise ValueError(f"{where}: {variable} set to {value!r} here and {environment[variable]!r} before; "
                                  "expected one run with one setting (calibrate each run's output on its own)")
@@ -294,7 +298,7 @@ class CalibrationResult:
     algorithm: str | None                # what the measurement forced (None: NCCL's choice)
     protocol: str | None
     nchannels: int | None
-    environment: tuple[tuple[str, str], ...]   # the NCCL settings of the log, replayed
+    environment: tuple[tuple[str, str], ...]   # the NCCL settings of the log replayed (none an option replaced)
     scale_rows: int                      # rows on the measured busbw plateau that fed the link-scale fit
     scale_min_bytes: int | None          # the smallest of their sizes (None: not fitted)
     plateau_busbw_GBps: float | None     # their busbw threshold: PLATEAU_FRACTION x the highest measured
@@ -438,9 +442,10 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
     first = data[0]
     topology = build_system(system, nodes=nodes)
     kinds = scaled_link_kinds(topology, nodes=nodes)
-    environment = dict(log.environment) if log else {}
-    base_config = SimConfig(network_model=net_model, collectives=CollectivePolicy.from_environment(
-        environment, algorithm=algorithm, protocol=protocol, nchannels=nchannels))
+    forced = dict(algorithm=algorithm, protocol=protocol, nchannels=nchannels)
+    environment = applied_settings(dict(log.environment) if log else {}, **forced)
+    base_config = SimConfig(network_model=net_model,
+                            collectives=CollectivePolicy.from_environment(environment, **forced))
 
     def predict(scale: float, overhead_s: float, sizes: Sequence[int]) -> dict[int, BenchRow]:
         calibration = Calibration(system=system, link_scale=tuple((k.name.lower(), scale) for k in kinds),
@@ -515,7 +520,7 @@ def format_result(result: CalibrationResult, *, out: str | None = None) -> str:
     if forced:
         lines[0] += f"; forced {forced}"
     if result.environment:
-        lines[0] += "; as the log's run: " + " ".join(f"{k}={v}" for k, v in result.environment)
+        lines[0] += "; as the log's run: " + describe_settings(dict(result.environment))
     fitted = (f"fitted on {result.scale_rows} rows >= {format_size(result.scale_min_bytes)} at >= "
               f"{PLATEAU_FRACTION:.0%} of the peak measured busbw ({result.plateau_busbw_GBps:.1f} GB/s)"
               if result.scale_min_bytes else f"not fitted: no row >= {format_size(SCALE_FIT_MIN_BYTES)}")

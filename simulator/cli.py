@@ -164,9 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="GPUs driven by one process (nccl-tests -g): adds their kernel launches; default 1")
     # nccl-tests options that change how a real run is measured, not what it measures: accepted so that a
     # pasted nccl-tests command line runs, with no effect on a deterministic simulation
-    for short, long, what in (("-n", "--iters", "timed iterations"), ("-w", "--warmup_iters", "warm-up iterations"),
-                              ("-c", "--check", "result checking"), ("-a", "--average", "how ranks' times combine")):
-        bench.add_argument(short, long, type=int, default=None, metavar="N",
+    for short, dest, what in (("-n", "iters", "timed iterations"), ("-w", "warmup_iters", "warm-up iterations"),
+                              ("-c", "check", "result checking"), ("-a", "average", "how ranks' times combine")):
+        bench.add_argument(short, dest=dest, type=int, default=None, metavar="N",
                            help=f"nccl-tests {what}: accepted, no effect (the simulation is deterministic)")
     _fabric_options(bench, nodes=FABRIC_DEFAULTS["nodes"])
     bench.set_defaults(**FABRIC_DEFAULTS)
@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _bench(args) -> str:
-    from simulator.collectives.tuner import CollectivePolicy
+    from simulator.collectives.tuner import CollectivePolicy, applied_settings, describe_settings
     from simulator.config import SimConfig
     from simulator.nccl_tests import format_csv, format_json, format_table, run_bench
 
@@ -287,9 +287,9 @@ def _bench(args) -> str:
     if args.explain and args.format == "csv":
         raise ValueError("explain: not available with --format csv (its columns are nccl-tests'); expected "
                          "--format table or json")
-    policy = CollectivePolicy.from_environment(os.environ, algorithm=args.algo, protocol=_protocol(args.proto),
-                                               nchannels=args.channels, qps_per_connection=args.qps_per_connection,
-                                               collnet=True if args.sharp else None)
+    overrides = dict(algorithm=args.algo, protocol=_protocol(args.proto), nchannels=args.channels,
+                     qps_per_connection=args.qps_per_connection, collnet=True if args.sharp else None)
+    policy = CollectivePolicy.from_environment(os.environ, **overrides)
     config = SimConfig(network_model=args.net_model, seed=args.seed, routing=args.routing, collectives=policy,
                        congestion=tuple(args.congestion))
     system = _topology(vars(args))
@@ -307,12 +307,9 @@ def _bench(args) -> str:
         title += f"; {system.description}; routing {args.routing}"
     if calibration is not None:
         title += f"; calibrated ({args.calibration}: {calibration.describe()})"
-    environment = _nccl_environment(overridden=[name for option, names in (
-        (args.algo, ("NCCL_ALGO",)), (args.proto, ("NCCL_PROTO",)), (args.qps_per_connection, (QPS,)),
-        (args.sharp or None, ("NCCL_COLLNET_ENABLE",)), (args.channels, CHANNEL_VARIABLES))
-        if option is not None for name in names])
+    environment = applied_settings(os.environ, **overrides)
     if environment:
-        title += "; " + _settings(environment)
+        title += "; " + describe_settings(environment)
     if args.format == "csv":
         return format_csv(rows)
     if args.format == "json":
@@ -357,7 +354,7 @@ def _step(args) -> str:
     import dataclasses
     import json
 
-    from simulator.collectives.tuner import CollectivePolicy
+    from simulator.collectives.tuner import CollectivePolicy, applied_settings, describe_settings
     from simulator.config import SimConfig
     from simulator.training import simulate_step
     from workloads.parallelism import ParallelismSpec
@@ -382,7 +379,7 @@ def _step(args) -> str:
                                   sequence_parallel=s["sequence_parallel"], dtype=s["dtype"],
                                   bucket_bytes=int(s["bucket_mb"] * 1024 * 1024))
     # NCCL's environment variables apply to every collective of the step, as they would to the job
-    environment = _nccl_environment()
+    environment = applied_settings(os.environ)
     config = SimConfig(network_model=s["net_model"], routing=s["routing"], seed=s["seed"],
                        congestion=tuple(s["congestion"]), collectives=CollectivePolicy.from_environment(os.environ))
     result = simulate_step(model, parallelism, topology=topology, config=config, recompute=s["recompute"],
@@ -400,24 +397,8 @@ def _step(args) -> str:
         data["parallelism"] = dataclasses.asdict(parallelism) | {"dp": result.parallelism.dp}
         data |= {"nccl_environment": environment} if environment else {}
         return json.dumps(data, indent=1, default=str) + "\n"
-    applied = f"# {_settings(environment)}\n" if environment else ""
+    applied = f"# {describe_settings(environment)}\n" if environment else ""
     return format_step(result, topology) + applied + trace_note
-
-
-QPS = "NCCL_IB_QPS_PER_CONNECTION"
-CHANNEL_VARIABLES = ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS")
-
-
-def _nccl_environment(*, overridden=()) -> dict[str, str]:
-    """The NCCL environment variables set that the simulation applies (those no option ``overridden``), by name."""
-    from simulator.collectives.tuner import NCCL_ENVIRONMENT
-
-    return {name: os.environ[name] for name in NCCL_ENVIRONMENT
-            if os.environ.get(name, "").strip() and name not in overridden}
-
-
-def _settings(environment: dict[str, str]) -> str:
-    return " ".join(f"{name}={value}" for name, value in environment.items())
 
 
 def format_step(result, topology) -> str:
@@ -445,11 +426,11 @@ def format_step(result, topology) -> str:
         lines.append(f"{name:<8}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>10.4f}"
                      f"{entry['exposed_s']:>11.4f}")
     # what NCCL's tuner chose in each group, its biggest share of bytes first
-    lines += ["", f"{'group':<8}{'algorithm':<18}{'count':>8}{'GB moved':>12}{'time s':>10}"]
+    lines += ["", f"{'group':<8}{'algorithm':<24}{'count':>8}{'GB moved':>12}{'time s':>10}"]
     rows = [(*label.split(" ", 1), entry) for label, entry in result.breakdown["algorithm"].items()]
     for group, choice, entry in sorted(rows, key=lambda r: (list(result.breakdown["group"]).index(r[0]),
                                                             -r[2]["nbytes"], r[1])):
-        lines.append(f"{group:<8}{choice:<18}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}"
+        lines.append(f"{group:<8}{choice:<24}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}"
                      f"{entry['time_s']:>10.4f}")
     lines += ["", f"{'link tier':<10}{'TB moved':>10}"]
     for name, nbytes in result.breakdown["link_tier_bytes"].items():

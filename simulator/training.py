@@ -325,7 +325,7 @@ def _phase_parts(phase: StepPhase, topology: Topology) -> _PhaseParts:
     # and all collectives as one label: comm_s, the largest per-rank union
     labelings = {"group": training.group_kinds, "kind": [c.kind.value for c in workload.collectives],
                  "algorithm": [f"{group} {record.algorithm} {record.protocol}"
-                               for group, record in zip(training.group_kinds, phase.sim.collectives)],
+                               for group, record in zip(training.group_kinds, phase.sim.collectives, strict=True)],
                  "all": ("comm",) * len(workload.collectives)}
     parts = interval_breakdowns(workload, phase.timeline, labelings, focus_rank=last,
                                 weights=training.collective_weights)

@@ -48,6 +48,22 @@ NCCL_FUNCTIONS = {"broadcast": CollectiveKind.BROADCAST, "reduce": CollectiveKin
                   "allreduce": CollectiveKind.ALL_REDUCE}
 NCCL_ENVIRONMENT = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_MIN_NCHANNELS",
                     "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_IB_QPS_PER_CONNECTION")
+# the variables each CollectivePolicy option overrides when given (from_environment's overrides)
+OVERRIDES = {"algorithm": ("NCCL_ALGO",), "protocol": ("NCCL_PROTO",),
+             "nchannels": ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS"),
+             "qps_per_connection": ("NCCL_IB_QPS_PER_CONNECTION",), "collnet": ("NCCL_COLLNET_ENABLE",)}
+
+
+def applied_settings(env: Mapping[str, str], **overrides) -> dict[str, str]:
+    """The variables of ``NCCL_ENVIRONMENT`` set in ``env`` that ``from_environment(env, **overrides)`` uses:
+    those no given (not None) override replaces, by name."""
+    replaced = {name for option, value in overrides.items() if value is not None for name in OVERRIDES[option]}
+    return {name: env[name] for name in NCCL_ENVIRONMENT if env.get(name, "").strip() and name not in replaced}
+
+
+def describe_settings(settings: Mapping[str, str]) -> str:
+    """``NCCL_ALGO=Ring NCCL_PROTO=Simple``: settings as a launch line would set them."""
+    return " ".join(f"{name}={value}" for name, value in settings.items())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

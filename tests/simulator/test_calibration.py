@@ -272,7 +272,12 @@ def test_nccl_settings_in_the_log_are_replayed():
     assert result.to_dict()["fitted_on"]["nccl_environment"] == {"NCCL_PROTO": "Simple",
                                                                  "NCCL_IB_QPS_PER_CONNECTION": "2"}
     assert "as the log's run: NCCL_PROTO=Simple NCCL_IB_QPS_PER_CONNECTION=2" in format_result(result)
-    assert {c.protocol for c in calibrate(log, system="dgx-a100", protocol="LL").before} == {"LL"}
+    forced = calibrate(log, system="dgx-a100", protocol="LL")                # the option replaces NCCL_PROTO
+    assert {c.protocol for c in forced.before} == {"LL"}
+    assert forced.environment == (("NCCL_IB_QPS_PER_CONNECTION", "2"),)
+    bad = logged.replace("to Simple", "to LL256")
+    with pytest.raises(ValueError, match=r"a100.log line 6: NCCL_PROTO: 'll256' in 'LL256' is not allowed"):
+        parse_nccl_tests_log(bad, name="a100.log")
     clash = logged + "\nthanos:4002:4002 [2] NCCL INFO NCCL_PROTO set by environment to LL"
     with pytest.raises(ValueError, match=r"a100.log line \d+: NCCL_PROTO set to 'LL' here and 'Simple' before"):
         parse_nccl_tests_log(clash, name="a100.log")
