@@ -522,7 +522,7 @@ class Router:
                     links, weights, nbytes = pending[i]
                     values[ends[i] - links.shape[0]:ends[i]] = nbytes * weights
             np.add.at(self._load, np.concatenate([p[0] for p in pending]), values)
-            self._pending = []
+            pending.clear()
         return self._load
 
     def _route(self, src_gpu: int, dst_gpu: int, flow_key: int, pxn: bool | None, nbytes: float,
