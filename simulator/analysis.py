@@ -83,7 +83,8 @@ class Timeline:
     def flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(start, end, base): every task's start and end in one array each, rank after rank, and the index
         of each rank's first task in them (read-only). The rows are concatenated on first use and kept
-        (task_times hands over the arrays its rows are views of)."""
+        (task_times hands over the arrays its rows are views of); the cache assumes the rows are not modified
+        after construction."""
         if not self._flat:
             sizes = np.fromiter(map(len, self.end_s), dtype=np.int64, count=len(self.end_s))
             flat = {"start_s": _concatenate(self.start_s), "end_s": _concatenate(self.end_s),

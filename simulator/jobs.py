@@ -179,7 +179,8 @@ def interference(topology: Topology, jobs: Sequence[Job], config: SimConfig | No
     """``jobs`` together and each alone (same fabric, config and placement): per-job slowdowns."""
     together = simulate_jobs(topology, jobs, config)
     alone = []
-    for j, job in enumerate(jobs):
-        (share,) = _split(simulate(topology, *job, config), [job])        # a one-job split numbers its job 0
-        alone.append(dataclasses.replace(share, job=j))
+    for j, (workload, placement) in enumerate(jobs):
+        result = simulate(topology, workload, placement, config)
+        alone.append(JobResult(job=j, placement=placement, collectives=result.collectives,
+                               rank_end_s=result.rank_end_s))
     return Interference(together=together, alone=tuple(alone))

@@ -20,19 +20,22 @@ A step's optional ``wire_scale`` multiplies individual flows' wire bytes on top 
 legs into and out of the NVSwitch run at the switch's reduction efficiency: scale 1/efficiency).
 Its optional ``fill_bytes`` is pipeline start-up: a pipelined flow cannot finish before its last
 slice has crossed one more hop, so it spends the time of ``fill_bytes`` at its rate without
-moving data. Its optional ``rate_cap_bytes_per_s`` caps individual flows' payload rates where the
-GPU-side channel moving them is the limit (a point-to-point channel, one CTA); an edge's cap
-bounds its chain at cap x (the chain's largest edge bytes / the edge's bytes).
+moving data. Its optional ``rate_cap_bytes_per_s`` caps independent flows' rates where the
+GPU-side channel moving them is the limit (a point-to-point channel, one CTA), in payload bytes
+per second (before ``wire_scale`` and ``wire_factor``); it is not allowed on chained flows.
 
 ``wire_factor`` converts payload to bytes on the wire for the protocol (LL sends 8-byte lines
 holding 4 data bytes: 2.0; LL128 sends 128-byte lines holding 120: 128/120; Simple: 1.0).
 ``chain_rate_cap_bytes_per_s`` caps each chain's (or independent flow's) rate where the protocol's
-GPU-side throughput, not the wire, is the limit; it is stated on the chain's largest edge, in that
-edge's payload bytes before its ``wire_scale`` (NVLSTree and CollNet state it on their switch
-legs). ``pxn`` says how inter-server flows leave a server: through the sender's own NIC (rings)
-or, relayed over NVLink, through the NIC on the receiver's rail (NCCL's PXN, used for
-point-to-point traffic). A negative ``src``/``dst`` is an in-network buffer (a switch that
-reduces or multicasts, NVLS/SHARP): ``innet_nodes`` says which topology node it lives on.
+GPU-side throughput, not the wire, is the limit; it is stated on the chain's largest edge (an
+independent flow: the flow), in that edge's bytes after its ``wire_scale`` and before
+``wire_factor``: under a 10 GB/s cap, a chain whose largest edge has wire scale 2 moves that
+edge's payload at 5 GB/s (NVLSTree and CollNet state it on their switch legs; NVLSTree divides it
+by the switch's efficiency for that reason). ``pxn`` says how inter-server flows leave a server:
+through the sender's own NIC (rings) or, relayed over NVLink, through the NIC on the receiver's
+rail (NCCL's PXN, used for point-to-point traffic). A negative ``src``/``dst`` is an in-network
+buffer (a switch that reduces or multicasts, NVLS/SHARP): ``innet_nodes`` says which topology
+node it lives on.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ class Step:
     path_latency: bool = True     # also pay the flows' physical path latency (False: latency_s covers it)
     wire_scale: np.ndarray | None = None   # per-flow extra wire bytes per payload byte (None: all 1)
     fill_bytes: np.ndarray | None = None   # per-flow pipeline start-up, payload bytes (None: none)
-    rate_cap_bytes_per_s: np.ndarray | None = None   # per-flow payload rate cap (None: none)
+    rate_cap_bytes_per_s: np.ndarray | None = None   # per-flow payload rate cap, independent flows only (None: none)
 
     @classmethod
     def of(cls, *, src, dst, nbytes, channel=None, chain=None, latency_s: float = 0.0, label: str = "",
@@ -96,6 +99,10 @@ class Step:
                 raise ValueError(f"Step.{name}: length {value.shape} differs from src ({n})")
         if self.rate_cap_bytes_per_s is not None and n and not (self.rate_cap_bytes_per_s > 0).all():
             raise ValueError("Step.rate_cap_bytes_per_s: every cap must be > 0 (inf for none)")
+        if self.rate_cap_bytes_per_s is not None and (self.chain >= 0).any():
+            raise ValueError(f"Step.rate_cap_bytes_per_s: given with chained flows (chain ids "
+                             f"{np.unique(self.chain[self.chain >= 0]).tolist()}); allowed only when every "
+                             "flow is independent (chain == -1)")
         if n and (self.nbytes < 0).any():
             raise ValueError("Step.nbytes: negative byte count")
         if n and ((self.src == self.dst) & (self.src >= 0)).any():

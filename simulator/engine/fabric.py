@@ -1,9 +1,10 @@
 """Fabric: the SimPy side of a network model.
 
 ``Fabric.transfer(...)`` returns a SimPy event that fires when all the transfer's flows have
-arrived. Timeline of one transfer: it waits its latency (path latency of its flows; the step's
-protocol latency is paid by the caller), then its flows join the network model and share
-bandwidth until each has drained.
+arrived. Timeline of one transfer: it waits its whole ``latency_s`` (the replay passes the step's
+``NetworkFlows.latency_s``: its protocol latency plus, unless ``Step.path_latency`` is off, its
+flows' largest path latency), then its flows join the network model and share bandwidth until
+each has drained.
 
 Batching: every change (flows joining, flows finishing) only marks the fabric dirty and, if not
 already done, schedules one *settle* event at the current time with a priority below SimPy's
@@ -42,10 +43,10 @@ class Fabric:
 
     # ---- public ------------------------------------------------------------------------------
     def transfer(self, links: np.ndarray, weights: np.ndarray, counts: np.ndarray, wire_bytes: np.ndarray,
-                 caps_bytes_per_s: np.ndarray, latency_s: float, fill_bytes: np.ndarray | None = None,
-                 rebuild=None) -> simpy.Event:
+                 caps_bytes_per_s: np.ndarray, latency_s: float, *, fill_bytes: np.ndarray,
+                 rebuild: Callable | None) -> simpy.Event:
         """Flows as in ``network.add`` (flow i: the ``counts[i]`` consecutive entries of ``links``);
-        ``rebuild()`` (optional) returns fresh (links, weights, counts) for the same flows, in the same
+        ``rebuild()`` (None: none) returns fresh (links, weights, counts) for the same flows, in the same
         order: used to move them off a link that fails while they run (``fail_link``)."""
         done = self.env.event()
         if len(counts) == 0:

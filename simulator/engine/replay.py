@@ -7,8 +7,8 @@
   swaps in a router that avoids the link, and the Fabric moves running flows that cross it onto
   their transfer's fresh paths (the same flows, routed again) with the bytes they have left.
 * CommTask -> arrive at the collective's rendezvous; when the group's last rank arrives the
-  collective's schedule runs (the launch overhead, then each step: its protocol latency, then
-  ``Fabric.transfer`` of its flows) and every member resumes when it ends.
+  collective's schedule runs (the launch overhead, then each step: ``Fabric.transfer`` of its flows,
+  which waits the step's latency, below, and then moves them) and every member resumes when it ends.
 
 Step flows become network flows here (``network_flows``): each flow's path comes from the
 router (GPU of the source rank to GPU of the destination rank, ECMP key = channel, like one QP
@@ -16,11 +16,10 @@ per channel connection); the flows of a chain (one pipelined ring channel) merge
 network flow over the union of their links, each link weighted by its edge's share of the
 chain's bytes; flows and chains that carry no bytes are dropped. Bytes become wire bytes with the
 protocol's wire factor (and the step's per-flow wire scale); the protocol's payload cap becomes a
-wire-rate cap (as does a flow's own ``Step.rate_cap_bytes_per_s``; an edge's cap bounds its chain
-at cap x the chain's largest edge bytes / the edge's bytes), and a flow that leaves a server
-is also capped by what its network connections stream: each distinct (source, destination,
-channel) of a step is one connection (per-QP limit x QPs per connection), so a chain's edges to
-different peers through one NIC (a tree's parent and child) do not share one limit. Under PXN
+wire-rate cap (as does an independent flow's own ``Step.rate_cap_bytes_per_s``), and a flow that
+leaves a server is also capped by what its network connections stream: each distinct (source,
+destination, channel) of a step is one connection (per-QP limit x QPs per connection), so a chain's
+edges to different peers through one NIC (a tree's parent and child) do not share one limit. Under PXN
 (point-to-point schedules), the flows to one destination that leave through one NIC are one
 connection (NCCL_NET_SHARED_COMMS), aggregated by that NIC's proxy, and share its limit in
 proportion to their bytes. A step's latency is its protocol latency plus, unless
@@ -87,8 +86,6 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
     carries = wire_bytes > 0
     fill_wire = (np.zeros(step.num_flows) if step.fill_bytes is None else step.fill_bytes * wire_bytes
                  / np.maximum(step.nbytes, 1)) * wire
-    # per-flow payload caps, as wire rates
-    rate_cap_bytes_per_s = None if step.rate_cap_bytes_per_s is None else step.rate_cap_bytes_per_s * wire * scale
     # independent flows first (one per edge that carries bytes, in edge order), then one flow per chain
     # (by chain id)
     chained = step.chain >= 0
@@ -97,7 +94,6 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
     entries = [np.flatnonzero(alone[edge_of])]
     weights = [flat_w[entries[0]]]
     counts, nbytes, fills = [lengths[independent]], [wire_bytes[independent]], [fill_wire[independent]]
-    flow_caps = [] if rate_cap_bytes_per_s is None else [rate_cap_bytes_per_s[independent]]
     members = np.flatnonzero(chained)
     if members.size:
         # a chain is one flow over its edges' links in edge order, each weighted by its edge's
@@ -118,14 +114,6 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
         counts.append(np.bincount(entry_chain, minlength=starts.shape[0])[kept])
         nbytes.append(top[kept])
         fills.append(fill_top[kept])
-        if rate_cap_bytes_per_s is not None:
-            # the chain moves its largest edge at its rate, edge e at rate x bytes_e / largest: so edge e's
-            # cap bounds the chain's rate at cap_e x largest / bytes_e (edges that carry nothing: no bound)
-            moving = carries[order]
-            largest = top[dense.reshape(-1)]
-            bound = np.where(moving, rate_cap_bytes_per_s[order] * largest / np.where(moving, wire_bytes[order], 1.0),
-                             np.inf)
-            flow_caps.append(np.minimum.reduceat(bound, starts)[kept])
     entry = np.concatenate(entries)
     links, link_weights, counts = flat_links[entry], np.concatenate(weights), np.concatenate(counts)
     if members.size:
@@ -140,8 +128,8 @@ def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router:
         connections, shared = None, None       # every flow is one edge, so one connection
     caps = np.minimum(cap, connection_caps_flat(topology, links, counts, qps_per_connection, link_weights,
                                                 connections=connections, shared=shared))
-    if rate_cap_bytes_per_s is not None:
-        caps = np.minimum(caps, np.concatenate(flow_caps))
+    if step.rate_cap_bytes_per_s is not None:       # per-flow payload caps (Step.check: no chains), as wire rates
+        caps = np.minimum(caps, (step.rate_cap_bytes_per_s * wire * scale)[independent])
     return NetworkFlows(links=links, link_weights=link_weights, counts=counts, wire_bytes=np.concatenate(nbytes) * wire,
                         caps_bytes_per_s=caps, latency_s=latency_s, fill_bytes=np.concatenate(fills))
 
@@ -220,7 +208,7 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
             if flows is None:
                 flows = lowered[(id(schedule), k)] = flows_of(step, schedule)
             yield fabric.transfer(flows.links, flows.link_weights, flows.counts, flows.wire_bytes,
-                                  flows.caps_bytes_per_s, flows.latency_s, flows.fill_bytes,
+                                  flows.caps_bytes_per_s, flows.latency_s, fill_bytes=flows.fill_bytes,
                                   rebuild=partial(rerouted, step, schedule) if link_events else None)
         meeting.end_s = env.now
         meeting.done.succeed()

@@ -9,7 +9,7 @@ alpha-beta model with beta from the topology.
 
 A link whose capacity changes while flows run (``set_link_scale``, 0 < scale) re-rates every batch
 with a running flow across it against the per-link load the batch had at its first rating (kept
-until the batch's last flow ends): ``r_i = min(cap_i, min_l c'_l / sum_j w_jl)`` with ``c'`` the new
+while the batch has a running flow): ``r_i = min(cap_i, min_l c'_l / sum_j w_jl)`` with ``c'`` the new
 capacities and the sum over all the batch's flows, finished ones included, so bandwidth freed by a
 finished flow is still not handed on and a degradation never speeds a flow up; the remaining bytes
 drain at the new rates. Example: flow A on links 0 and 1, flow B on link 0, capacities 10 and 100:
@@ -59,9 +59,10 @@ class AnalyticalNetwork(FluidNetwork):
             self.rate[self.active & np.isin(self.batch, batches)] = 0.0     # re-rated at the next change
 
     def _rerate(self) -> None:
-        live = set(np.unique(self.batch[self.active]).tolist())
-        for batch in [b for b in self._first if b not in live]:        # its last flow has ended
-            del self._first[batch]
+        live = np.unique(self.batch[self.active])
+        if len(self._first) > 2 * live.shape[0]:      # forget the batches whose last flow has ended (amortised)
+            alive = set(live.tolist())
+            self._first = {batch: flows for batch, flows in self._first.items() if batch in alive}
         fresh = np.flatnonzero(self.active & (self.rate == 0) & (self.remaining > 0))
         for batch in np.unique(self.batch[fresh]).tolist():
             members = fresh[self.batch[fresh] == batch]

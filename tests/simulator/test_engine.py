@@ -264,14 +264,15 @@ def test_flows_that_leave_through_different_nics_do_not_share_a_connection():
 
 
 def test_a_flows_own_rate_cap_binds_in_wire_bytes():
-    # a 5 GB/s payload cap under LL (2 wire bytes per payload byte) is a 10 GB/s wire cap. A chain moves
-    # its largest edge (2 MiB) at its rate and a 1 MiB edge at half of it, so that edge's 2 GB/s cap
-    # bounds the chain at 4 GB/s (8 GB/s wire), below the 2 MiB edge's 7; an edge that carries nothing
-    # bounds nothing
-    step = Step.of(src=[0, 1, 2, 5, 3], dst=[1, 2, 3, 6, 4], nbytes=[1 << 20, 1 << 20, 2 << 20, 0, 1 << 20],
-                   chain=[-1, 0, 0, 0, -1], rate_cap_bytes_per_s=[5e9, 2e9, 7e9, 1.0, np.inf])
+    # a 5 GB/s payload cap under LL (2 wire bytes per payload byte) is a 10 GB/s wire cap; an infinite cap
+    # leaves the flow uncapped
+    step = Step.of(src=[0, 3], dst=[1, 4], nbytes=[1 << 20, 1 << 20], rate_cap_bytes_per_s=[5e9, np.inf])
     caps = _caps(build_system("dgx-h100"), step, protocol="LL", wire_factor=2.0)
-    assert caps == [10e9, np.inf, 8e9]     # independent flows first, then the chain
+    assert caps == [10e9, np.inf]
+    # a per-flow cap is for independent flows only: chained flows with one are rejected
+    with pytest.raises(ValueError, match=r"rate_cap_bytes_per_s.*chain.*\[0\].*chain == -1"):
+        Step.of(src=[0, 1, 2, 5, 3], dst=[1, 2, 3, 6, 4], nbytes=[1 << 20, 1 << 20, 2 << 20, 0, 1 << 20],
+                chain=[-1, 0, 0, 0, -1], rate_cap_bytes_per_s=[5e9, 2e9, 7e9, 1.0, np.inf])
     with pytest.raises(ValueError, match="rate_cap_bytes_per_s"):
         Step.of(src=[0], dst=[1], nbytes=[1], rate_cap_bytes_per_s=[0.0])
     with pytest.raises(ValueError, match="rate_cap_bytes_per_s"):
