@@ -138,11 +138,13 @@ def parse_nccl_tests_log(text: str, *, name: str = "<log>") -> NcclTestsLog:
         setting = _ENV_RE.search(stripped)
         if setting and setting.group(1) in NCCL_ENVIRONMENT:
             variable, value = setting.groups()
-            try:
-                CollectivePolicy.from_environment({variable: value})
-            except ValueError as exc:
-                raise ValueError(f"{where}: {exc}") from None
-            if environment.setdefault(variable, value) != value:
+            if variable not in environment:           # every rank prints it: checked the first time
+                try:
+                    CollectivePolicy.from_environment({variable: value})
+                except ValueError as exc:
+                    raise ValueError(f"{where}: {exc}") from None
+                environment[variable] = value
+            elif environment[variable] != value:
                 raise ValueError(f"{where}: {variable} set to {value!r} here and {environment[variable]!r} before; "
                                  "expected one run with one setting (calibrate each run's output on its own)")
             continue

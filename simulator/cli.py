@@ -63,27 +63,29 @@ _positive_int = _bounded      # _positive_int(name): an integer >= 1
 _factor = _bounded("stepfactor", float, 1, strict=True)
 
 
-# the fabric options' defaults in bench and topo (step's are in STEP_DEFAULTS); the others default to None or,
-# for the --no-... switches, True
+# the fabric options' defaults in bench and topo (step's, in STEP_DEFAULTS, differ in nodes); the others default
+# to None or, for the --no-... switches, True
 FABRIC_DEFAULTS = {"nodes": 1, "topology": "leaf-spine", "oversubscription": 1.0, "planes": 1}
 
 
-def _fabric_options(p: argparse.ArgumentParser, *, nodes: int) -> None:
-    """The options that choose and wire the fabric (bench, topo and step), without defaults: the caller sets
-    them (FABRIC_DEFAULTS; step's are None, 'not given'). ``nodes``: the default server count the help names."""
+def _fabric_options(p: argparse.ArgumentParser, *, defaults: Mapping) -> None:
+    """The options that choose and wire the fabric (bench, topo and step), with the values of ``defaults`` for
+    the FABRIC_DEFAULTS keys as their defaults, which their help texts name (step then makes every default
+    None, 'not given', so that its scenario file can set them)."""
     p.add_argument("--system", help=f"system preset (see `fabricsim systems`); default {DEFAULT_SYSTEM}")
-    p.add_argument("--nodes", type=_positive_int("nodes"), help=f"servers; default {nodes}")
-    p.add_argument("--topology", help=f"wiring: {', '.join(TOPOLOGIES)}; default leaf-spine")
+    p.add_argument("--nodes", type=_positive_int("nodes"), help=f"servers; default {defaults['nodes']}")
+    p.add_argument("--topology", help=f"wiring: {', '.join(TOPOLOGIES)}; default {defaults['topology']}")
     p.add_argument("--fabric", help=f"fabric technology: {', '.join(FABRICS)}; default the preset's own")
     p.add_argument("--oversubscription", type=_bounded("oversubscription", float),
-                   help="leaf down:up ratio R (R:1); default 1 (non-blocking)")
+                   help=f"leaf down:up ratio R (R:1), 1 non-blocking; default {defaults['oversubscription']:g}")
     p.add_argument("--no-rail-optimised", dest="rail_optimised", action="store_false",
                    help="cable every NIC of a server to the same top-of-rack leaf")
     p.add_argument("--nics-per-node", type=_positive_int("nics-per-node"), help="NICs per server; default the preset's")
     p.add_argument("--planes", type=_positive_int("planes"),
-                   help="independent fabric planes, NIC j on plane j %% P; default 1")
+                   help=f"independent fabric planes, NIC j on plane j %% P; default {defaults['planes']}")
     p.add_argument("--no-gdr", dest="gdr", action="store_false",
                    help="GPUDirect RDMA off: network traffic staged through host memory (NCCL 'GDR 0')")
+    p.set_defaults(**{name: defaults[name] for name in FABRIC_DEFAULTS})
 
 
 def _topology(settings: Mapping):
@@ -97,14 +99,13 @@ def _topology(settings: Mapping):
 
 # `fabricsim step` with no arguments: a Llama-3 8B-class model on 8 DGX H100 (64 GPUs), TP 2 x PP 2 x DP 16,
 # 256 sequences of 8192 tokens per step (2M tokens), micro-batch 1, bf16, DDP buckets overlapped with backward.
-STEP_DEFAULTS = {"model": "llama3-8b", "system": DEFAULT_SYSTEM, "nodes": 8, "tp": 2, "pp": 2, "cp": 1, "ep": 1,
-                 "vp": 1, "zero": 0, "fsdp": False, "global_batch": 256, "micro_batch": 1, "seq_len": 8192,
-                 "bucket_mb": DDP_BUCKET_BYTES / 2**20, "dtype": "bf16", "schedule": "1f1b",
+STEP_DEFAULTS = {"model": "llama3-8b", "system": DEFAULT_SYSTEM, **FABRIC_DEFAULTS, "nodes": 8, "tp": 2, "pp": 2,
+                 "cp": 1, "ep": 1, "vp": 1, "zero": 0, "fsdp": False, "global_batch": 256, "micro_batch": 1,
+                 "seq_len": 8192, "bucket_mb": DDP_BUCKET_BYTES / 2**20, "dtype": "bf16", "schedule": "1f1b",
                  "sequence_parallel": False, "recompute": "none", "net_model": "flow", "granularity": "layer",
-                 "topology": "leaf-spine", "fabric": None, "oversubscription": 1.0, "rail_optimised": True,
-                 "nics_per_node": None, "planes": 1, "gdr": True, "routing": "ecmp", "seed": 0, "congestion": (),
-                 "layers": None, "hidden": None, "heads": None, "vocab": SC21_VOCAB, "ffn_hidden": None, "dp": None,
-                 "format": "table", "trace": None}
+                 "fabric": None, "rail_optimised": True, "nics_per_node": None, "gdr": True, "routing": "ecmp",
+                 "seed": 0, "congestion": (), "layers": None, "hidden": None, "heads": None, "vocab": SC21_VOCAB,
+                 "ffn_hidden": None, "dp": None, "format": "table", "trace": None}
 
 
 def _step_parser(sub) -> None:
@@ -119,7 +120,7 @@ def _step_parser(sub) -> None:
                        ("vocab", f"vocabulary (default {SC21_VOCAB})"),
                        ("ffn-hidden", "MLP size (default 4 x hidden)")):
         step.add_argument(f"--{name}", type=_positive_int(name), help=f"with --model gpt: {what}")
-    _fabric_options(step, nodes=STEP_DEFAULTS["nodes"])
+    _fabric_options(step, defaults=STEP_DEFAULTS)
     step.add_argument("--routing", choices=ROUTING_POLICIES, help="fabric routing; default ecmp")
     step.add_argument("--seed", type=int, help="seed of ECMP hashing; default 0")
     step.add_argument("--congestion", nargs="+", choices=CONGESTION_NAMES, help="flow-model refinements")
@@ -168,8 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
                               ("-c", "check", "result checking"), ("-a", "average", "how ranks' times combine")):
         bench.add_argument(short, dest=dest, type=int, default=None, metavar="N",
                            help=f"nccl-tests {what}: accepted, no effect (the simulation is deterministic)")
-    _fabric_options(bench, nodes=FABRIC_DEFAULTS["nodes"])
-    bench.set_defaults(**FABRIC_DEFAULTS)
+    _fabric_options(bench, defaults=FABRIC_DEFAULTS)
     bench.add_argument("--routing", choices=ROUTING_POLICIES, default="ecmp",
                        help="fabric routing: ecmp (seeded hash), adaptive, spray, minimal, valiant, ugal; default ecmp")
     bench.add_argument("--qps-per-connection", type=_positive_int("qps-per-connection"), default=None,
@@ -198,8 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("systems", help="list system presets, one line each")
 
     topo = sub.add_parser("topo", help="a fabric design's summary and cost (switches, ports, cables, optics per tier)")
-    _fabric_options(topo, nodes=FABRIC_DEFAULTS["nodes"])
-    topo.set_defaults(**FABRIC_DEFAULTS)
+    _fabric_options(topo, defaults=FABRIC_DEFAULTS)
     topo.add_argument("--nic-cables", choices=("optical", "copper"), default="optical",
                       help="NIC-to-leaf cables: optical (transceivers) or copper DAC; default optical")
     topo.add_argument("--draw", default=None, metavar="FILE.png", help="also draw the switch graph into this file")
@@ -354,7 +353,7 @@ def _step(args) -> str:
     import dataclasses
     import json
 
-    from simulator.collectives.tuner import CollectivePolicy, applied_settings, describe_settings
+    from simulator.collectives.tuner import CollectivePolicy, applied_settings
     from simulator.config import SimConfig
     from simulator.training import simulate_step
     from workloads.parallelism import ParallelismSpec
@@ -397,17 +396,21 @@ def _step(args) -> str:
         data["parallelism"] = dataclasses.asdict(parallelism) | {"dp": result.parallelism.dp}
         data |= {"nccl_environment": environment} if environment else {}
         return json.dumps(data, indent=1, default=str) + "\n"
-    applied = f"# {describe_settings(environment)}\n" if environment else ""
-    return format_step(result, topology) + applied + trace_note
+    return format_step(result, topology, nccl_environment=environment) + trace_note
 
 
-def format_step(result, topology) -> str:
-    """The human-readable summary of a StepResult."""
+def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None = None) -> str:
+    """The human-readable summary of a StepResult; ``nccl_environment``, the NCCL settings applied
+    (tuner.applied_settings), ends its title as in bench's."""
     p = result.parallelism
     step = result.step_time_s
     pct = (lambda x: f"{100 * x / step:5.1f} %" if step > 0 else "    -")
     gib = 1 << 30
-    lines = [f"# fabricsim step: {result.model} on {topology.description or topology.name} ({result.gpus} GPUs)",
+    title = f"# fabricsim step: {result.model} on {topology.description or topology.name} ({result.gpus} GPUs)"
+    if nccl_environment:
+        from simulator.collectives.tuner import describe_settings
+        title += "; " + describe_settings(nccl_environment)
+    lines = [title,
              f"# tp {p.tp} x pp {p.pp} x dp {p.dp} x cp {p.cp} (ep {p.ep}, vp {p.vp}), {p.schedule}, "
              f"{p.global_batch} x {p.seq_len} tokens, micro-batch {p.micro_batch}, {p.dtype}, ZeRO {p.zero_stage}",
              f"step time            {step:12.4f} s",
@@ -427,11 +430,10 @@ def format_step(result, topology) -> str:
                      f"{entry['exposed_s']:>11.4f}")
     # what NCCL's tuner chose in each group, its biggest share of bytes first
     lines += ["", f"{'group':<8}{'algorithm':<24}{'count':>8}{'GB moved':>12}{'time s':>10}"]
-    rows = [(*label.split(" ", 1), entry) for label, entry in result.breakdown["algorithm"].items()]
-    for group, choice, entry in sorted(rows, key=lambda r: (list(result.breakdown["group"]).index(r[0]),
-                                                            -r[2]["nbytes"], r[1])):
-        lines.append(f"{group:<8}{choice:<24}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}"
-                     f"{entry['time_s']:>10.4f}")
+    for group, choices in result.breakdown["algorithm"].items():
+        for choice, entry in choices.items():
+            lines.append(f"{group:<8}{choice:<24}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}"
+                         f"{entry['time_s']:>10.4f}")
     lines += ["", f"{'link tier':<10}{'TB moved':>10}"]
     for name, nbytes in result.breakdown["link_tier_bytes"].items():
         if nbytes > 0:

@@ -779,11 +779,9 @@ def sc21_models() -> tuple[str, ...]:
     return tuple(r["model"] for r in sc21_rows())
 
 
-def check_sc21_models(models: Iterable[str] | None, *,
-                      rows: Iterable[Mapping[str, str]] | None = None) -> tuple[str, ...]:
-    """``models`` as a tuple of Table 1 model names (all ten for None); ValueError names a bad entry. ``rows``:
-    the Table 1 rows if the caller has read them (default: :func:`sc21_rows`)."""
-    names = sc21_models() if rows is None else tuple(r["model"] for r in rows)
+def check_sc21_models(models: Iterable[str] | None) -> tuple[str, ...]:
+    """``models`` as a tuple of Table 1 model names (all ten for None); ValueError names a bad entry."""
+    names = sc21_models()
     if models is None:
         return names
     if isinstance(models, str) or not isinstance(models, Iterable):

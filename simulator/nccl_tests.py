@@ -220,8 +220,11 @@ def format_json(rows: list[BenchRow], **meta) -> str:
     infinite time, as null)."""
     def row(r: BenchRow) -> dict:
         data = asdict(r)
+        if not r.candidates:
+            del data["candidates"]
+            return data
         data["candidates"] = [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in c.items()}
                               for c in data["candidates"]]
-        return data if r.candidates else {k: v for k, v in data.items() if k != "candidates"}
+        return data
 
     return json.dumps({**meta, "rows": [row(r) for r in rows]}, indent=1, allow_nan=False)

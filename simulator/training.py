@@ -19,8 +19,8 @@ Throughput (SC21 conventions):
 
 Time breakdown: ``critical_path_s`` (the step on an infinitely fast network), ``exposed_comm_s =
 step_time_s - critical_path_s``, ``compute_s``, ``bubble_s``, ``comm_s`` and per group / collective
-kind / group and the algorithm and protocol NCCL's tuner chose (``breakdown["algorithm"]``, labels
-such as "tp nvls Simple") / link class: definitions in ``simulator.analysis``. Memory per GPU:
+kind / algorithm and protocol NCCL's tuner chose in each group (``breakdown["algorithm"]["tp"]["nvls
+Simple"]``, the most bytes first) / link class: definitions in ``simulator.analysis``. Memory per GPU:
 weights, gradients and Adam state under ZeRO (ModelSpec.training_state_bytes over the d x c sharding
 group; gradients kept in fp32 for bf16/fp8 training, fp16 for fp16) plus the activations of the
 micro-batches in flight on the most loaded stage (1F1B: p - s micro-batches on stage s; GPipe: all
@@ -188,10 +188,14 @@ class StepPhase:
 
     training: TrainingWorkload
     sim: SimResult
-    timeline: Timeline
     critical_path_s: float
     offset_s: float
     replicas: int = 1
+
+    @property
+    def timeline(self) -> Timeline:
+        """Every task's times in the phase (``sim.timeline``)."""
+        return self.sim.timeline
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -271,14 +275,12 @@ def _build_topology(system: str, nodes: int | None, world: int, wiring: str | No
 def _run_phase(topology: Topology, training: TrainingWorkload, placement: Placement, config: SimConfig,
                offset_s: float, replicas: int) -> StepPhase:
     sim = simulate(topology, training.workload, placement, config)
-    timeline = sim.timeline
     # after an event replay the timeline is rebuilt from the collectives' times: it must end with the replay
-    if not math.isclose(timeline.makespan_s, sim.makespan_s, rel_tol=1e-9, abs_tol=1e-12):
-        raise RuntimeError(f"task times: rebuilt makespan {timeline.makespan_s!r} s differs from the engine's "
+    if not math.isclose(sim.timeline.makespan_s, sim.makespan_s, rel_tol=1e-9, abs_tol=1e-12):
+        raise RuntimeError(f"task times: rebuilt makespan {sim.timeline.makespan_s!r} s differs from the engine's "
                            f"{sim.makespan_s!r} s")
     critical = task_times(training.workload).makespan_s
-    return StepPhase(training=training, sim=sim, timeline=timeline, critical_path_s=critical, offset_s=offset_s,
-                     replicas=replicas)
+    return StepPhase(training=training, sim=sim, critical_path_s=critical, offset_s=offset_s, replicas=replicas)
 
 
 def _phase_metrics(phase: StepPhase) -> tuple[float, int]:
@@ -297,11 +299,8 @@ class _Raw:
     critical_s: float
     compute_s: float
     comm_s: float
-    by_group: dict
-    by_kind: dict
-    by_algorithm: dict
-    tiers: dict
-    kinds: dict
+    breakdowns: dict        # labelling ("group", "collective", "algorithm") -> label -> entry (_merge)
+    links: dict             # "tier" / "kind" -> name -> bytes (analysis.link_class_bytes)
     phases: tuple
 
 
@@ -311,9 +310,7 @@ class _PhaseParts:
 
     compute_s: float
     comm_s: float
-    by_group: dict
-    by_kind: dict
-    by_algorithm: dict
+    breakdowns: dict
     links: dict
 
 
@@ -321,18 +318,17 @@ def _phase_parts(phase: StepPhase, topology: Topology) -> _PhaseParts:
     busy, last = _phase_metrics(phase)
     training = phase.training
     workload = training.workload
-    # per group kind, per collective kind, per group kind and the algorithm and protocol NCCL's tuner chose,
+    # per group kind, per collective kind, per (group kind, the algorithm and protocol NCCL's tuner chose),
     # and all collectives as one label: comm_s, the largest per-rank union
-    labelings = {"group": training.group_kinds, "kind": [c.kind.value for c in workload.collectives],
-                 "algorithm": [f"{group} {record.algorithm} {record.protocol}"
+    labelings = {"group": training.group_kinds, "collective": [c.kind.value for c in workload.collectives],
+                 "algorithm": [(group, f"{record.algorithm} {record.protocol}")
                                for group, record in zip(training.group_kinds, phase.sim.collectives, strict=True)],
                  "all": ("comm",) * len(workload.collectives)}
     parts = interval_breakdowns(workload, phase.timeline, labelings, focus_rank=last,
                                 weights=training.collective_weights)
-    return _PhaseParts(
-        compute_s=busy, comm_s=parts["all"]["comm"]["time_s"] if workload.collectives else 0.0,
-        by_group=parts["group"], by_kind=parts["kind"], by_algorithm=parts["algorithm"],
-        links=link_class_bytes(topology, phase.sim.link_bytes))
+    comm = parts.pop("all")
+    return _PhaseParts(compute_s=busy, comm_s=comm["comm"]["time_s"] if workload.collectives else 0.0,
+                       breakdowns=parts, links=link_class_bytes(topology, phase.sim.link_bytes))
 
 
 def _merge(total: dict, part: dict, scale: int) -> None:
@@ -362,20 +358,25 @@ def _measure(model: ModelSpec, p: ParallelismSpec, topology: Topology, compute: 
         phases = (_run_phase(topology, training_step(model, p, compute, **kw), placement, config, 0.0, 1),)
         parts = (_phase_parts(phases[0], topology),)
     raw = _Raw(step_s=math.fsum(ph.sim.makespan_s for ph in phases),
-               critical_s=math.fsum(ph.critical_path_s for ph in phases), compute_s=0.0, comm_s=0.0, by_group={},
-               by_kind={}, by_algorithm={}, tiers={}, kinds={}, phases=phases)
+               critical_s=math.fsum(ph.critical_path_s for ph in phases), compute_s=0.0, comm_s=0.0, breakdowns={},
+               links={}, phases=phases)
     for ph, part in zip(phases, parts):
         raw.compute_s += part.compute_s
         raw.comm_s += part.comm_s
-        _merge(raw.by_group, part.by_group, ph.replicas)
-        _merge(raw.by_kind, part.by_kind, ph.replicas)
-        _merge(raw.by_algorithm, part.by_algorithm, ph.replicas)
-        links = part.links
-        for name, value in links["tier"].items():
-            raw.tiers[name] = raw.tiers.get(name, 0.0) + value * ph.replicas
-        for name, value in links["kind"].items():
-            raw.kinds[name] = raw.kinds.get(name, 0.0) + value * ph.replicas
+        for name, entries in part.breakdowns.items():
+            _merge(raw.breakdowns.setdefault(name, {}), entries, ph.replicas)
+        for name, values in part.links.items():
+            into = raw.links.setdefault(name, {})
+            for label, value in values.items():
+                into[label] = into.get(label, 0.0) + value * ph.replicas
     return raw
+
+
+def _frozen(value):
+    """(Nested) dicts as read-only mappings."""
+    if isinstance(value, dict):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    return value
 
 
 def _lerp(a, b, x: float):
@@ -464,11 +465,8 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
         a = _measure(model, few, topology, compute, config, **kw)
         b = _measure(model, more, topology, compute, config, **kw)
         x = (m - k) / k
-        raw = _Raw(step_s=_lerp(a.step_s, b.step_s, x), critical_s=_lerp(a.critical_s, b.critical_s, x),
-                   compute_s=_lerp(a.compute_s, b.compute_s, x), comm_s=_lerp(a.comm_s, b.comm_s, x),
-                   by_group=_lerp(a.by_group, b.by_group, x), by_kind=_lerp(a.by_kind, b.by_kind, x),
-                   by_algorithm=_lerp(a.by_algorithm, b.by_algorithm, x), tiers=_lerp(a.tiers, b.tiers, x),
-                   kinds=_lerp(a.kinds, b.kinds, x), phases=b.phases)
+        raw = _Raw(**{f.name: _lerp(getattr(a, f.name), getattr(b, f.name), x)
+                      for f in dataclasses.fields(_Raw) if f.name != "phases"}, phases=b.phases)
         notes.append(f"steady state: simulated {k} and {2 * k} micro-batches, extrapolated linearly to {m}; phases "
                      f"(traces) are those of the {2 * k}-micro-batch run")
     else:
@@ -479,13 +477,12 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
     model_flops = model.step_flops(batch=p.global_batch, seq_len=seq, recompute="none")
     peak = gpu.dense_fp8_flop_per_s if p.dtype == "fp8" and gpu.dense_fp8_flop_per_s else gpu.dense_bf16_flop_per_s
     memory = memory_per_gpu(model, p, recompute=recompute, flash_attention=flash_attention)
-    frozen = {label: MappingProxyType(entry) for label, entry in raw.by_group.items()}
-    breakdown = MappingProxyType({
-        "group": MappingProxyType(frozen),
-        "collective": MappingProxyType({label: MappingProxyType(e) for label, e in raw.by_kind.items()}),
-        "algorithm": MappingProxyType({label: MappingProxyType(e) for label, e in raw.by_algorithm.items()}),
-        "link_tier_bytes": MappingProxyType(raw.tiers), "link_kind_bytes": MappingProxyType(raw.kinds),
-    })
+    # algorithm: group -> "algorithm protocol" -> entry, groups in the order of "group", the most bytes first
+    algorithm: dict = {group: {} for group in raw.breakdowns["group"]}
+    for (group, choice), entry in sorted(raw.breakdowns["algorithm"].items(), key=lambda e: (-e[1]["nbytes"], e[0][1])):
+        algorithm[group][choice] = entry
+    breakdown = _frozen(raw.breakdowns | {"algorithm": algorithm, "link_tier_bytes": raw.links["tier"],
+                                          "link_kind_bytes": raw.links["kind"]})
     return StepResult(
         model=model.name, parallelism=p, topology_name=topology.name, gpus=world, step_time_s=step,
         tokens_per_s=p.global_batch * seq / step if step > 0 else 0.0,
@@ -529,14 +526,14 @@ class Sc21Row:
 SC21_STEADY_MICROBATCHES = 16     # k for the steady-state extrapolation (rounded up to a multiple of p)
 
 
-def _sc21_selection(models, rows, table: list) -> tuple[frozenset | None, frozenset | None]:
+def _sc21_selection(models, rows, count: int) -> tuple[frozenset | None, frozenset | None]:
     if models is not None:
-        models = frozenset(cmp.check_sc21_models(models, rows=table))
+        models = frozenset(cmp.check_sc21_models(models))
     if rows is not None:
         if isinstance(rows, (str, bytes)) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                     and 1 <= i <= len(table) for i in rows):
+                                                     and 1 <= i <= count for i in rows):
             raise ValueError(f"rows: {rows!r} is not allowed; expected a tuple of Table 1 row numbers in "
-                             f"1..{len(table)} or None")
+                             f"1..{count} or None")
         rows = frozenset(rows)
     return models, rows
 
@@ -553,7 +550,7 @@ def sc21_check(*, models: tuple[str, ...] | None = None, rows: tuple[int, ...] |
     ``compute_model`` replaces the A100's shipped kernel efficiencies (e.g. ``compute.A100_MAMF_2024``).
     """
     table = cmp.sc21_rows()
-    models, rows = _sc21_selection(models, rows, table)
+    models, rows = _sc21_selection(models, rows, len(table))
     out = []
     for number, row in enumerate(table, start=1):
         if models is not None and row["model"] not in models:

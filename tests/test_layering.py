@@ -98,7 +98,7 @@ def test_import_reader_resolves_relative_imports():
     assert {"simulator.network", "simulator.collectives.ring", "simpy"} <= names
 
 
-MAX_LINE = 120                                  # DESIGN.md style: lines of at most 120 characters
+MAX_LINE = 120                                  # README.md, Layout: lines of at most 120 characters
 
 
 def test_python_lines_are_at_most_120_characters():

@@ -383,9 +383,14 @@ class _Builder:
         self.chunks = model.stage_layers(pp=self.V)      # layers of each model chunk (the first ones longer)
         self.m = spec.microbatches
         self.zero = spec.zero_stage
-        # ZeRO-3 ranks that reduce dense gradients (a data x context group of more than one) overlap every
-        # forward and backward task with communication (StepCompute.overlap_slowdown)
-        self.stretched_all = self.zero >= 3 and spec.dp * spec.cp > 1
+        # whether the ranks reduce dense gradients (over their d x c data x context group) and expert gradients
+        # (over their expert-data-parallel group of d c / e): the same for every rank, the groups of a kind having
+        # one size
+        self.reduces_dense = spec.dp * spec.cp > 1
+        self.reduces_expert = model.is_moe and spec.dp * spec.cp // spec.ep > 1
+        # ZeRO-3 ranks that reduce dense gradients overlap every forward and backward task with communication
+        # (StepCompute.overlap_slowdown)
+        self.stretched_all = self.zero >= 3 and self.reduces_dense
         # groups per kind and every rank's answers per question (see answers), built on first use
         self.groups: dict[str, list[tuple[int, ...]]] = {}
         self._answers: dict[tuple[str, str], list[int | bool]] = {}
@@ -705,14 +710,6 @@ class _RankProgram:
         """The group that averages this rank's ``part`` ("dense" or "expert") gradients and gathers those weights."""
         return self.dp_group if part == "dense" else self.group("edp")
 
-    @property
-    def reduces_dense(self) -> bool:
-        return len(self.dp_group) > 1
-
-    @property
-    def reduces_expert(self) -> bool:
-        return self.b.model.is_moe and len(self.group("edp")) > 1
-
     # ---- helpers ---------------------------------------------------------------------------------
     def peer(self, virtual_stage: int) -> int:
         """The rank holding ``virtual_stage`` in this rank's pipeline (this rank for its own virtual stages)."""
@@ -844,7 +841,7 @@ class _RankProgram:
         layers = list(reversed(b.chunk_layers(v)))
         first_chunk, last_chunk = v == 0, v == b.V - 1
         _, chunk = stage_of_chunk(v, b.spec.pp)
-        overlapped = last and self.overlap and (self.reduces_dense or self.reduces_expert)
+        overlapped = last and self.overlap and (self.b.reduces_dense or self.b.reduces_expert)
         per_layer = b.granularity == "layer" or overlapped or (last and b.zero >= 3)
         tasks = b.unit_tasks(v, "backward")
         if not per_layer:      # one merged task: no bucket is reduced during it (that takes per-layer tasks)
@@ -914,7 +911,7 @@ class _RankProgram:
         """Buckets of this rank's chunk: (dense|expert, params, ready after unit count k, bucket id)."""
         if not self.reduce:
             return ()
-        return self.b.buckets(chunk * self.b.spec.pp + self.stage, self.reduces_dense, self.reduces_expert)
+        return self.b.buckets(chunk * self.b.spec.pp + self.stage, self.b.reduces_dense, self.b.reduces_expert)
 
     def grads_ready(self, chunk: int, units_done: int, task: int) -> None:
         if not self.reduce_in_backward:
@@ -944,7 +941,7 @@ class _RankProgram:
         self.prog.pending.extend(self.dp_tasks)
         optimizer = b.compute.optimizer_s[self.stage] if b.compute.optimizer_s else 0.0
         opt = self.prog.add_compute(optimizer, f"optimizer stage{self.stage}")
-        if b.zero in (1, 2) and self.reduces_dense:
+        if b.zero in (1, 2) and b.reduces_dense:
             for chunk in range(spec.vp):
                 for part, params, _, bid in self.buckets[chunk]:
                     group = self.grad_group(part)
