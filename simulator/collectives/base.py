@@ -126,13 +126,11 @@ class LoweringContext:
             return capacity
         return self.cached(("nccl-capacity",), build)
 
-    def chain_rates(self, chains: list[np.ndarray], weights: list[np.ndarray] | None = None, *,
-                    shared: SharedConnections | None = None) -> np.ndarray:
+    def chain_rates(self, chains: list[np.ndarray], weights: list[np.ndarray] | None = None) -> np.ndarray:
         """Equal-share rate of each chain's link list (the tuner's static bandwidth estimate) on the
-        modelled capacities, bounded by what the chain's network connections can stream (``shared``:
-        :func:`connection_caps_flat`)."""
+        modelled capacities, bounded by what the chain's network connections can stream."""
         rates = equal_share_rates(chains, self.topology.link_capacity_bytes_per_s, weights)
-        return np.minimum(rates, connection_caps(self.topology, chains, self.qps_per_connection, weights, shared))
+        return np.minimum(rates, connection_caps(self.topology, chains, self.qps_per_connection, weights))
 
 
 def _nccl_nvlink_scale(gpu_name: str | None) -> float:
@@ -153,16 +151,15 @@ class SharedConnections(NamedTuple):
 
 
 def connection_caps(topology: Topology, paths: list[np.ndarray], qps_per_connection: int = 1,
-                    weights: list[np.ndarray] | None = None, shared: SharedConnections | None = None) -> np.ndarray:
+                    weights: list[np.ndarray] | None = None) -> np.ndarray:
     """Most each channel (a chain or a flow) over ``paths[i]`` can stream: on every link with a
     per-connection limit, everything the channel sends over it (the sum of its weights there)
-    shares that limit x QPs per connection; ``inf`` where no link of the path has one. ``shared``:
-    see :func:`connection_caps_flat`."""
+    shares that limit x QPs per connection; ``inf`` where no link of the path has one."""
     if not paths:
         return np.full(0, np.inf)
     counts = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
     return connection_caps_flat(topology, np.concatenate(paths), counts, qps_per_connection,
-                                None if weights is None else np.concatenate(weights), shared=shared)
+                                None if weights is None else np.concatenate(weights))
 
 
 def connection_caps_flat(topology: Topology, links: np.ndarray, counts: np.ndarray, qps_per_connection: int = 1,

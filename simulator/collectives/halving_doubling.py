@@ -144,9 +144,9 @@ HALVING_DOUBLING = HalvingDoubling()
 class Pat(HalvingDoubling):
     """PAT (NCCL 2.23+ "Parallel Aggregated Trees") for all_gather / reduce_scatter with one GPU per
     server: a logarithmic exchange, modelled with the halving/doubling data movement above and
-    NCCL's PAT cost model (tuning.cc): L = 8.0 + log2(nNodes) x NET/PAT latency / 3.5 + 2.8 us x
-    nRanks, and 0.75 of the ring bandwidth for the choice. NCCL enables it only with Simple and
-    one GPU per node."""
+    NCCL's PAT cost model (tuning.cc): L = 8.0 + log2i(nNodes) x NET/PAT latency / 3.5 + 2.8 us x
+    nRanks (log2i: log2 rounded down), and 0.75 of the ring bandwidth for the choice. NCCL enables
+    it only with Simple and one GPU per node."""
 
     name = "pat"
     kinds = frozenset({CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_GATHER})
@@ -164,7 +164,8 @@ class Pat(HalvingDoubling):
         """PAT's latency, network hops only: with one GPU per server there is no intra-server hop,
         so ``hop_extra_us`` does not apply and NCCL's and the simulated latency agree."""
         nnodes = ctx.layout(collective.group).nnodes
-        total = (PAT_BASE_LATENCY_US + np.log2(nnodes) * nccl_model.HW_LATENCY_US["net"]["tree"]["Simple"] / 3.5
+        net_us = nccl_model.HW_LATENCY_US["net"]["tree"]["Simple"]
+        total = (PAT_BASE_LATENCY_US + nccl_model.log2i(nnodes) * net_us / 3.5
                  + PAT_PER_RANK_LATENCY_US * collective.nranks)
         steps = len(self.steps(collective))
         return [total * 1e-6] + [0.0] * (steps - 1)

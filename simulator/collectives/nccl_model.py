@@ -115,9 +115,23 @@ TREE_CORRECTION = MappingProxyType({
 })
 
 
+def log2i(n: int) -> int:
+    """NCCL's ``log2i`` (src/include/utils.h: ``while (n >>= 1) l++``): log2 of ``n`` >= 1 rounded down,
+    which tuning.cc takes of the server count in the Tree, NVLSTree and PAT latencies (3 servers: 1)."""
+    return int(n).bit_length() - 1
+
+
 def node_column(nnodes: int) -> int:
     """Column of NCCL's per-node-count tables: 1 node, 2 nodes, >= 3 nodes."""
     return 0 if nnodes == 1 else (1 if nnodes == 2 else 2)
+
+
+def tree_channel_max_bytes_per_s(*, protocol: str, arch: str, nnodes: int) -> float:
+    """Per-channel bus-bandwidth ceiling of NCCL's tree kernels for Simple (perChMaxTreeBw) or LL128
+    (perChMaxTreeLL128Bw) on ``nnodes`` servers. A GPU generation not in the tables takes Ampere's
+    row, as NCCL's compCapIndex puts every sm80 to sm89 GPU (tuning.cc)."""
+    table = PER_CHANNEL_MAX_TREE_GBPS if protocol == "Simple" else PER_CHANNEL_MAX_TREE_LL128_GBPS
+    return gbyte_per_s(table.get(arch, table["ampere"])[node_column(nnodes)])
 
 
 def tree_correction(protocol: str, nbytes: int) -> float:

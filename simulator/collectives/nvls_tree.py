@@ -25,7 +25,8 @@ GB/s per shard (busbw 525 GB/s) above the ceiling 8 x 57.7 = 462 GB/s (measured:
 ran Ring on another, 325 GB/s). NCCL's own estimate (:meth:`NvlsTreeAlgorithm.estimate`) rates
 NVLSTree from 3 servers below the ring's 8 x 49.7 = 398 GB/s, so the tuner picks Ring there.
 
-Latency (tuning.cc): NVLS intra latency 25 us + 2 log2(nNodes) x 20.9 us (NET, NVLSTree, Simple).
+Latency (tuning.cc): NVLS intra latency 25 us + 2 log2i(nNodes) x 20.9 us (NET, NVLSTree, Simple),
+log2i being log2 rounded down (:func:`nccl_model.log2i`).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def tree_network_hops(nnodes: int) -> int:
     """Network hops of a reduce up and a broadcast down NCCL's tree of ``nnodes`` servers, as NCCL's
     NVLSTree latency counts them (tuning.cc: 2 log2i(nNodes), log2 rounded down, the depth of a
     balanced binary tree of nNodes)."""
-    return 2 * (int(nnodes).bit_length() - 1)
+    return 2 * nccl_model.log2i(nnodes)
 
 
 def _heads(layout: GroupLayout) -> int:

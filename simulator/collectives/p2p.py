@@ -3,13 +3,14 @@
 Channels, as NCCL splits a send (src/graph/paths.cc ncclTopoComputeP2pChannels, src/enqueue.cc
 addP2pToPlan):
 
-* the communicator has ``p2pnChannels`` point-to-point channels: its channel count rounded up to a
-  power of two (:func:`comm_p2p_channels`); each peer may use up to ``p2pnChannelsPerPeer`` of them
-  (all of them on one NVSwitch server; 2 a peer once a peer is across the network,
-  NCCL_NCHANNELS_PER_NET_PEER, fewer on very large communicators; 2 over PCIe). This network rule
-  is that of ncclTopoGetNchannels before NCCL sized a network peer's channels by NIC bandwidth
-  (NCCL_P2P_PER_CHANNEL_NET_BW: 4 for a 400G NIC); it sets only how many channels sends inside a
-  server get in a multi-server communicator, which no shipped table is bound by;
+* the communicator has ``p2pnChannels`` point-to-point channels: its channel count
+  (:func:`comm_p2p_channels`) rounded up to a power of two (:func:`op_channels` rounds it); each
+  peer may use up to ``p2pnChannelsPerPeer`` of them (all of them on one NVSwitch server; 2 a peer
+  once a peer is across the network, NCCL_NCHANNELS_PER_NET_PEER, fewer on very large
+  communicators; 2 over PCIe). This network rule is that of ncclTopoGetNchannels before NCCL sized
+  a network peer's channels by NIC bandwidth (NCCL_P2P_PER_CHANNEL_NET_BW: 4 for a 400G NIC); it
+  sets only how many channels sends inside a server get in a multi-server communicator, which no
+  shipped table is bound by;
 * one send starts on ``nChannelsMin`` channels (the per-peer maximum, halved until every rank's
   peers fit the channels once: 4 a peer for 8 ranks on 32 channels) and doubles them while a
   channel's part exceeds the largest part: 32 chunks (16 MiB with NVLink's 512 KiB chunk) on one

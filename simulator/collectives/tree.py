@@ -6,11 +6,12 @@ channel) the data is reduced up the chain of GPUs inside every server to its hea
 the channel's NIC), up the tree of servers to the root, then broadcast back down the tree and
 down the chains. NCCL pipelines this in chunks, so each (tree, channel) is one chain over all its
 edges, every edge carrying the same bytes (S / (2 x channels)). Every byte goes up and down the
-tree once, so the network carries S per server each way (a ring carries 2(n-1)/n S), in
+tree once, so the network carries S per server each way (a ring carries 2(n-1)/n S), in about
 log2(servers) steps instead of 2(n-1).
 
-Latency (tuning.cc): L = baseLat[Tree][p] + 2 ((ppn-1) intraLat + log2(nNodes) interLat), with
-NCCL's Tree per-hop figures. Worked number, 2 servers of 8 H100, LL:
+Latency (tuning.cc): L = baseLat[Tree][p] + 2 ((ppn-1) intraLat + log2i(nNodes) interLat), with
+NCCL's Tree per-hop figures and log2i NCCL's log2 rounded down (:func:`nccl_model.log2i`: 1 on 3
+servers). Worked number, 2 servers of 8 H100, LL:
 6.8 + 2 (7 x 0.6 + 1 x 5.0) = 25.2 us (measured 25.0 us, nccl-tests issue 309).
 
 Throughput limits taken from NCCL's model as per-channel caps (the tree kernels' own speed, not
@@ -20,8 +21,6 @@ than predicted at medium sizes), so Tree is chosen where NCCL would.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -91,7 +90,7 @@ class TreeAlgorithm:
         layout = ctx.layout(collective.group)
         intra = nccl_model.HW_LATENCY_US[layout.intra]["tree"][protocol] + hop_extra_us
         inter = nccl_model.HW_LATENCY_US["net"]["tree"][protocol]
-        hops = (layout.ppn - 1) * intra + math.log2(layout.nnodes) * inter
+        hops = (layout.ppn - 1) * intra + nccl_model.log2i(layout.nnodes) * inter
         return (nccl_model.BASE_LATENCY_US["tree"][protocol] + 2 * hops) * 1e-6
 
     def _chain_cap(self, ctx: LoweringContext, collective: Collective, protocol: str, nchannels: int) -> float:
@@ -101,11 +100,9 @@ class TreeAlgorithm:
         here (the two trees), so a chain gets a quarter of the per-channel ceiling.
         """
         layout = ctx.layout(collective.group)
-        column = 0 if layout.nnodes == 1 else (1 if layout.nnodes == 2 else 2)
-        if protocol == "Simple":
-            per_channel = nccl_model.PER_CHANNEL_MAX_TREE_GBPS.get(layout.arch, (24.0, 23.6, 17.8))[column] * 1e9
-        elif protocol == "LL128":
-            per_channel = nccl_model.PER_CHANNEL_MAX_TREE_LL128_GBPS.get(layout.arch, (20.0, 20.0, 20.0))[column] * 1e9
+        if protocol in ("Simple", "LL128"):
+            per_channel = nccl_model.tree_channel_max_bytes_per_s(protocol=protocol, arch=layout.arch,
+                                                                  nnodes=layout.nnodes)
         else:
             per_channel = nccl_model.ll_max_bw_bytes_per_s(arch=layout.arch, cpu_vendor=layout.cpu_vendor,
                                                            nnodes=layout.nnodes) / nchannels
@@ -168,18 +165,16 @@ class TreeAlgorithm:
         from .ring import RING
         latency = self._latency_s(collective, ctx, protocol)
         layout = ctx.layout(collective.group)
-        column = nccl_model.node_column(layout.nnodes)
         _, ring_algbw = RING.estimate(collective, ctx, protocol="Simple", nchannels=nchannels)
         bus = 0.92 * ring_algbw * collective.busbw_factor
-        if protocol == "Simple":
-            bus = min(bus, nchannels *
-                      nccl_model.PER_CHANNEL_MAX_TREE_GBPS.get(layout.arch, (24.0, 23.6, 17.8))[column] * 1e9)
-        elif protocol == "LL128":
-            bus = min(bus * (7 / 9 if layout.nnodes == 1 else 120 / 128), nchannels * 1e9 *
-                      nccl_model.PER_CHANNEL_MAX_TREE_LL128_GBPS.get(layout.arch, (20.0, 20.0, 20.0))[column])
-        else:
+        if protocol == "LL":
             bus = min(bus / 3.8, nccl_model.ll_max_bw_bytes_per_s(arch=layout.arch, cpu_vendor=layout.cpu_vendor,
                                                                  nnodes=layout.nnodes))
+        else:
+            if protocol == "LL128":
+                bus *= 7 / 9 if layout.nnodes == 1 else 120 / 128
+            bus = min(bus, nchannels * nccl_model.tree_channel_max_bytes_per_s(protocol=protocol, arch=layout.arch,
+                                                                               nnodes=layout.nnodes))
         return latency, 0.5 * bus * nccl_model.tree_correction(protocol, collective.nbytes)
 
 

@@ -11,7 +11,8 @@ protocol NCCL picks by size; a function left with nothing that can run is an err
 2.24. An NCCL_PROTO that leaves LL128 allowed turns it on even where NCCL keeps it off by default (no
 NVLink), as NCCL does. Lenient where NCCL is strict: spaces around names are ignored, and "collnet"
 (the name before 2.15) means CollNetDirect. ``--algo``/``--proto`` force one algorithm or protocol
-for any collective and win over the environment.
+for any collective and win over the environment: an option given replaces the variables it overrides
+(``OVERRIDES``), which are then not read at all.
 
 NCCL evaluates ``time = L + nbytes / algbw`` for every enabled (algorithm, protocol) pair and
 takes the smallest (src/graph/tuning.cc, src/enqueue.cc). The tuner does the same with each
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Iterator, Mapping
 
 from workloads.collectives import Collective, CollectiveKind
@@ -39,25 +41,28 @@ from .base import MAX_CHANNELS, LoweringContext, ring_channels
 
 # NCCL's algorithm names in NCCL_ALGO (ncclAlgoStr in src/graph/tuning.cc; "collnet", the name before
 # 2.15, means both CollNet algorithms) -> the algorithms modelled here; CollNetChain is not modelled
-NCCL_ALGORITHM_NAMES = {"ring": ("ring",), "tree": ("tree",), "nvls": ("nvls",), "nvlstree": ("nvlstree",),
-                        "pat": ("pat",), "collnetdirect": ("collnet",), "collnetchain": (), "collnet": ("collnet",)}
-NCCL_PROTOCOL_NAMES = {name.lower(): (name,) for name in nccl_model.PROTOCOLS}
+NCCL_ALGORITHM_NAMES = MappingProxyType({
+    "ring": ("ring",), "tree": ("tree",), "nvls": ("nvls",), "nvlstree": ("nvlstree",), "pat": ("pat",),
+    "collnetdirect": ("collnet",), "collnetchain": (), "collnet": ("collnet",)})
+NCCL_PROTOCOL_NAMES = MappingProxyType({name.lower(): (name,) for name in nccl_model.PROTOCOLS})
 # the functions NCCL's tuner chooses for (ncclFuncStr), as named in the per-function syntax
-NCCL_FUNCTIONS = {"broadcast": CollectiveKind.BROADCAST, "reduce": CollectiveKind.REDUCE,
-                  "allgather": CollectiveKind.ALL_GATHER, "reducescatter": CollectiveKind.REDUCE_SCATTER,
-                  "allreduce": CollectiveKind.ALL_REDUCE}
+NCCL_FUNCTIONS = MappingProxyType({
+    "broadcast": CollectiveKind.BROADCAST, "reduce": CollectiveKind.REDUCE, "allgather": CollectiveKind.ALL_GATHER,
+    "reducescatter": CollectiveKind.REDUCE_SCATTER, "allreduce": CollectiveKind.ALL_REDUCE})
 NCCL_ENVIRONMENT = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_MIN_NCHANNELS",
                     "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_IB_QPS_PER_CONNECTION")
 # the variables each CollectivePolicy option overrides when given (from_environment's overrides)
-OVERRIDES = {"algorithm": ("NCCL_ALGO",), "protocol": ("NCCL_PROTO",),
-             "nchannels": ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS"),
-             "qps_per_connection": ("NCCL_IB_QPS_PER_CONNECTION",), "collnet": ("NCCL_COLLNET_ENABLE",)}
+OVERRIDES = MappingProxyType({
+    "algorithm": ("NCCL_ALGO",), "protocol": ("NCCL_PROTO",),
+    "nchannels": ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS"),
+    "qps_per_connection": ("NCCL_IB_QPS_PER_CONNECTION",), "collnet": ("NCCL_COLLNET_ENABLE",)})
 
 
 def applied_settings(env: Mapping[str, str], **overrides) -> dict[str, str]:
     """The variables of ``NCCL_ENVIRONMENT`` set in ``env`` that ``from_environment(env, **overrides)`` uses:
     those no given (not None) override replaces, by name."""
-    replaced = {name for option, value in overrides.items() if value is not None for name in OVERRIDES[option]}
+    replaced = {name for option, value in overrides.items() if value is not None
+                for name in OVERRIDES.get(option, ())}
     return {name: env[name] for name in NCCL_ENVIRONMENT if env.get(name, "").strip() and name not in replaced}
 
 
@@ -151,7 +156,10 @@ class CollectivePolicy:
     def from_environment(cls, env: Mapping[str, str], **overrides) -> "CollectivePolicy":
         """The policy NCCL's environment variables describe (NCCL_ALGO, NCCL_PROTO,
         NCCL_NVLS_ENABLE, NCCL_MIN/MAX_NCHANNELS, NCCL_MIN/MAX_CTAS, NCCL_IB_QPS_PER_CONNECTION);
-        keyword ``overrides`` (command-line options) win over the environment."""
+        keyword ``overrides`` (command-line options) win over the environment: the variables an option
+        replaces (``OVERRIDES``) are not read."""
+        env = applied_settings(env, **overrides)
+
         def integer(name: str) -> int | None:
             text = env.get(name)
             if text is None or text == "":
@@ -196,7 +204,8 @@ class Choice:
 class Candidate:
     """One algorithm (and protocol) the tuner looked at for a collective: NCCL's estimate
     ``predicted_s = latency_s + nbytes / algbw_bytes_per_s``, or why it was left out (``skipped``; then the
-    protocol and figures are None when it was left out before its protocols were looked at)."""
+    protocol and figures are None when it was left out before its protocols were looked at), and
+    ``skipped_by`` the variable or option that left it out, if one did."""
 
     algorithm: str
     protocol: str | None
@@ -205,6 +214,13 @@ class Candidate:
     algbw_bytes_per_s: float | None
     predicted_s: float | None
     skipped: str | None = None
+    skipped_by: str | None = None     # the variable or option that left it out (NCCL_ALGO, --proto, ...)
+
+
+def _skipped(algorithm: str, reason: str, by: str | None = None, protocol: str | None = None) -> Candidate:
+    """A candidate left out for ``reason`` (by the variable or option ``by``), before its figures."""
+    return Candidate(algorithm=algorithm, protocol=protocol, nchannels=None, latency_s=None, algbw_bytes_per_s=None,
+                     predicted_s=None, skipped=reason, skipped_by=by)
 
 
 def candidates(collective: Collective, ctx: LoweringContext,
@@ -226,27 +242,27 @@ def candidates(collective: Collective, ctx: LoweringContext,
     for algorithm in ALGORITHMS.values():
         if collective.kind not in algorithm.kinds:
             continue
-        reason = None
+        reason, by = None, None
         if forced is not None and algorithm.name != forced:
-            reason = f"--algo {forced}"
+            reason, by = f"--algo {forced}", "--algo"
         elif forced is None and not getattr(algorithm, "auto", True):
             reason = "not an automatic choice (--algo only)"
         elif forced is None and algos is not None and algorithm.name not in algos:
-            reason = f"{policy.algorithms.variable}={policy.algorithms.text}"
+            reason, by = f"{policy.algorithms.variable}={policy.algorithms.text}", policy.algorithms.variable
         elif algorithm.name == "collnet" and not policy.collnet and forced is None:
-            reason = "NCCL_COLLNET_ENABLE is off"   # off by default (and then holds no SHARP tree)
+            # off by default (and then holds no SHARP tree)
+            reason, by = "NCCL_COLLNET_ENABLE is off", "NCCL_COLLNET_ENABLE"
         else:
             reason = algorithm.supported(collective, ctx)
             if reason is None and algorithm.name.startswith("nvls") and not policy.nvls:
-                reason = "disabled (NCCL_NVLS_ENABLE=0)"
+                reason, by = "disabled (NCCL_NVLS_ENABLE=0)", "NCCL_NVLS_ENABLE"
             if reason is not None and forced is not None:
                 raise ValueError(f"algorithm {algorithm.name}: {reason}")
         if reason is not None:
-            yield Candidate(algorithm=algorithm.name, protocol=None, nchannels=None, latency_s=None,
-                            algbw_bytes_per_s=None, predicted_s=None, skipped=reason)
+            yield _skipped(algorithm.name, reason, by)
             continue
-        # NVLS algorithms run on their own channel count (nvlsChannels), the others on the ring's;
-        # NCCL_MIN/MAX_CTAS clamp both, --channels forces both
+        # an algorithm with its own channel count runs on it (NVLS: nvlsChannels; sendrecv, alltoall:
+        # p2pnChannels), the others on the ring's; NCCL_MIN/MAX_CTAS clamp both, --channels forces both
         own = getattr(algorithm, "channels", None)
         nchannels = policy.nchannels or min(policy.max_channels, max(
             policy.min_channels, own(collective, ctx) if own is not None else comm_channels))
@@ -256,15 +272,13 @@ def candidates(collective: Collective, ctx: LoweringContext,
                 if forced is not None:
                     raise ValueError(f"protocol: {algorithm.name} runs with {', '.join(algorithm.protocols)}, "
                                      f"not {policy.protocol!r}")
-                yield Candidate(algorithm=algorithm.name, protocol=None, nchannels=None, latency_s=None,
-                                algbw_bytes_per_s=None, predicted_s=None, skipped=f"--proto {policy.protocol}")
+                yield _skipped(algorithm.name, f"--proto {policy.protocol}", "--proto")
                 continue
             protocols = [policy.protocol]
         for protocol in protocols:
             if protos is not None and protocol not in protos and policy.protocol is None:
-                yield Candidate(algorithm=algorithm.name, protocol=protocol, nchannels=None, latency_s=None,
-                                algbw_bytes_per_s=None, predicted_s=None,
-                                skipped=f"{policy.protocols.variable}={policy.protocols.text}")
+                yield _skipped(algorithm.name, f"{policy.protocols.variable}={policy.protocols.text}",
+                               policy.protocols.variable, protocol)
                 continue
             latency, algbw = algorithm.estimate(collective, ctx, protocol=protocol, nchannels=nchannels)
             if algbw <= 0 and policy.protocol is None:
@@ -280,17 +294,15 @@ def candidates(collective: Collective, ctx: LoweringContext,
 def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolicy = CollectivePolicy()) -> Choice:
     """The candidate with the smallest estimate (the first of equal ones), as NCCL's tuner takes it."""
     best: Candidate | None = None
-    skipped = set()
     for candidate in candidates(collective, ctx, policy):
-        if candidate.skipped is not None:
-            skipped.add(candidate.skipped)
-        elif best is None or candidate.predicted_s < best.predicted_s:
+        if candidate.skipped is None and (best is None or candidate.predicted_s < best.predicted_s):
             best = candidate
     if best is None:
         if policy.algorithm is not None and collective.kind not in ALGORITHMS[policy.algorithm.lower()].kinds:
             raise ValueError(f"algorithm: {policy.algorithm.lower()!r} cannot run {collective.kind.value}")
+        left_out_by = {c.skipped_by for c in candidates(collective, ctx, policy)}
         for sel in (policy.algorithms, policy.protocols):
-            if sel is not None and f"{sel.variable}={sel.text}" in skipped:       # it left something out
+            if sel is not None and sel.variable in left_out_by:       # it left something out
                 names = sel.names(collective.kind)
                 raise ValueError(f"{sel.variable}: {sel.text!r} leaves {collective.kind.value} of {collective.nbytes} "
                                  f"B only {', '.join(sorted(names)) or 'nothing'}, which cannot run here; expected "

@@ -1,4 +1,5 @@
-"""The `fabricsim` command: nccl-tests' vocabulary, table/csv/json, one-line errors."""
+"""The `fabricsim` command: nccl-tests' vocabulary (and its -g launch model), table/csv/json, one-line
+errors."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 import pytest
 
 from simulator.cli import main
-from simulator.nccl_tests import CSV_HEADER, sweep_sizes
+from simulator.nccl_tests import CSV_HEADER, HOST_LAUNCH_S_PER_GPU, run_bench, sweep_sizes
 
 
 def run(capsys, *argv):
@@ -126,6 +127,20 @@ def test_bench_takes_a_pasted_nccl_tests_command_line(capsys):
     code, pasted, err = run(capsys, "bench", "all_reduce", "-b", "8", "-e", "1M", "-f", "32", "-g", "1", "-n", "20",
                             "-w", "5", "-c", "1", "-a", "3")
     assert code == 0 and pasted == plain, err
+
+
+def test_one_process_per_node_launches_every_kernel_of_its_gpus():
+    # nccl-tests -g 8: one thread launches the 8 GPUs' kernels one after the other, so every row starts
+    # 7 launches of HOST_LAUNCH_S_PER_GPU later than with one process per GPU, at every size
+    one = run_bench("all_reduce", system="dgx-a100", nodes=1, minbytes="8", maxbytes="1G", stepfactor=1 << 9)
+    eight = run_bench("all_reduce", system="dgx-a100", nodes=1, minbytes="8", maxbytes="1G", stepfactor=1 << 9,
+                      gpus_per_process=8)
+    assert [r.size_bytes for r in eight] == [r.size_bytes for r in one] == [8, 4 << 10, 2 << 20, 1 << 30]
+    for a, b in zip(one, eight):
+        assert b.time_us - a.time_us == pytest.approx(7 * HOST_LAUNCH_S_PER_GPU * 1e6, rel=1e-6)
+    divisors = r"expected a divisor of the 8 GPUs per node \(1, 2, 4, 8\)"
+    with pytest.raises(ValueError, match=r"\(-g\): 3 is not allowed; " + divisors):
+        run_bench("all_reduce", system="dgx-a100", nodes=1, minbytes="8", maxbytes="8", gpus_per_process=3)
 
 
 def test_sweep_matches_nccl_tests():

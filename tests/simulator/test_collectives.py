@@ -15,7 +15,7 @@ from simulator.collectives.nvls_tree import tree_network_hops
 from simulator.collectives.p2p import comm_p2p_channels, op_channels
 from simulator.collectives.tuner import NCCL_FUNCTIONS, CollectivePolicy, choose, parse_selection
 from simulator.config import SimConfig
-from simulator.nccl_tests import HOST_LAUNCH_S_PER_GPU, run_bench
+from simulator.nccl_tests import run_bench
 from simulator.placement import Placement
 from topologies.presets import build_system
 from topologies.routing import Router
@@ -120,6 +120,18 @@ def test_nccl_latency_worked_examples():
                                      nchannels=16) == pytest.approx(184.24e-6)
 
 
+def test_tree_latency_counts_nccls_integer_tree_depth():
+    # NCCL's log2i (log2 rounded down): 3 servers -> 1, 5 and 7 -> 2, 192 -> 7
+    assert [nccl_model.log2i(n) for n in (1, 2, 3, 4, 5, 7, 8, 192)] == [0, 1, 1, 2, 2, 2, 3, 7]
+    # Tree LL all_reduce (tuning.cc): 6.8 + 2 (7 x 0.6 + log2i(nNodes) x 5.0) us on servers of 8 H100:
+    # 25.2 us on 2 servers and on 3 (log2i(3) = 1), 35.2 us on 4 and on 5 (log2i(5) = 2)
+    for nodes, expected_us in ((2, 25.2), (3, 25.2), (4, 35.2), (5, 35.2)):
+        ctx = context(nodes=nodes)
+        coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 10, group=tuple(range(8 * nodes)))
+        latency_s, _ = ALGORITHMS["tree"].estimate(coll, ctx, protocol="LL", nchannels=16)
+        assert latency_s == pytest.approx(expected_us * 1e-6, rel=1e-12)
+
+
 def test_alltoall_latency_sums_peers_under_ll_and_overlaps_them_under_simple():
     ctx = context(nodes=2)         # 2x DGX H100: NCCL's table holds on Hopper (no platform hop extra)
     pairwise = ALGORITHMS["pairwise"]
@@ -217,6 +229,16 @@ def test_nccl_algo_and_proto_restrict_the_tuner_as_in_nccl():
     assert choose(small, pcie, env({"NCCL_PROTO": "LL128"})).protocol == "LL128"
 
 
+def test_an_option_replaces_the_variables_it_overrides():
+    # --proto replaces NCCL_PROTO (tuner.OVERRIDES), which is then not read: NCCL_PROTO=^LL leaves LL128
+    # allowed, but cannot turn it on for --proto LL128 where NCCL keeps it off (PCIe: LL and Simple)
+    policy = CollectivePolicy.from_environment({"NCCL_PROTO": "^LL"}, protocol="LL128")
+    assert policy.protocols is None and policy.protocol == "LL128"
+    small = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 20, group=tuple(range(8)))
+    with pytest.raises(ValueError, match="protocol: 'LL128' is not available on this system"):
+        choose(small, context(system="pcie-rtx4090"), policy)
+
+
 def test_explained_bench_rows_show_the_tuners_minimum():
     # each row's choice is the candidate with the smallest estimate, time = latency + size / algbw
     config = SimConfig(collectives=CollectivePolicy(nvls=False))
@@ -241,11 +263,14 @@ def test_pat_is_considered_by_the_tuner_without_error():
     for size in (1 << 10, 1 << 26):
         choice = choose(Collective(kind=CollectiveKind.ALL_GATHER, nbytes=size, group=(0, 1, 2, 3)), ctx)
         assert choice.algorithm in ("ring", "pat") and choice.predicted_s > 0
-    # NCCL's PAT latency (tuning.cc): 8.0 + log2(nNodes) x NET/tree/Simple 14 / 3.5 + 2.8 x nRanks
-    # = 8.0 + 2 x 4.0 + 2.8 x 4 = 27.2 us
+    # NCCL's PAT latency (tuning.cc): 8.0 + log2i(nNodes) x NET/tree/Simple 14 / 3.5 + 2.8 x nRanks
+    # = 8.0 + 2 x 4.0 + 2.8 x 4 = 27.2 us; on 3 servers (log2i(3) = 1) 8.0 + 4.0 + 2.8 x 3 = 20.4 us
     coll = Collective(kind=CollectiveKind.ALL_GATHER, nbytes=1 << 20, group=(0, 1, 2, 3))
     latency_s, _ = ALGORITHMS["pat"].estimate(coll, ctx, protocol="Simple", nchannels=1)
     assert latency_s == pytest.approx(27.2e-6, rel=1e-12)
+    coll = Collective(kind=CollectiveKind.ALL_GATHER, nbytes=3 << 20, group=(0, 1, 2))
+    latency_s, _ = ALGORITHMS["pat"].estimate(coll, context(nodes=3, gpus_per_node=1), protocol="Simple", nchannels=1)
+    assert latency_s == pytest.approx(20.4e-6, rel=1e-12)
 
 
 # ---- channels NCCL launches per size (enqueue.cc "Ring/Tree channel tuning") -------------------
@@ -368,6 +393,11 @@ def test_nvlstree_fill_is_two_tree_hops_per_level_of_one_loop():
     assert set(step.fill_bytes.tolist()) == {6 * (8 << 20) / 16}
 
 
+def test_nvlstree_hops_are_nccls_integer_tree_depth():
+    # 2 log2i(nNodes): a balanced binary tree of 3 servers has depth 1, of 5-7 depth 2, of 8 depth 3
+    assert [tree_network_hops(n) for n in (2, 3, 4, 5, 7, 8)] == [2, 2, 4, 4, 4, 6]
+
+
 # ---- point-to-point channels (sendrecv, alltoall) -------------------------------------------------
 
 def test_p2p_channels_follow_nccls_split():
@@ -396,20 +426,6 @@ def test_sendrecv_on_one_b200_server_runs_at_nccls_channel_count():
     t32, t64, t128 = (r.time_us for r in rows)
     assert t128 == pytest.approx(t64, rel=1e-9)
     assert t64 - t32 == pytest.approx((32 << 20) / (4 * 21.7e9) * 1e6, rel=1e-6)
-
-
-def test_one_process_per_node_launches_every_kernel_of_its_gpus():
-    # nccl-tests -g 8: one thread launches the 8 GPUs' kernels one after the other, so every row starts
-    # 7 launches of HOST_LAUNCH_S_PER_GPU later than with one process per GPU, at every size
-    one = run_bench("all_reduce", system="dgx-a100", nodes=1, minbytes="8", maxbytes="1G", stepfactor=1 << 9)
-    eight = run_bench("all_reduce", system="dgx-a100", nodes=1, minbytes="8", maxbytes="1G", stepfactor=1 << 9,
-                      gpus_per_process=8)
-    assert [r.size_bytes for r in eight] == [r.size_bytes for r in one] == [8, 4 << 10, 2 << 20, 1 << 30]
-    for a, b in zip(one, eight):
-        assert b.time_us - a.time_us == pytest.approx(7 * HOST_LAUNCH_S_PER_GPU * 1e6, rel=1e-6)
-    divisors = r"expected a divisor of the 8 GPUs per node \(1, 2, 4, 8\)"
-    with pytest.raises(ValueError, match=r"\(-g\): 3 is not allowed; " + divisors):
-        run_bench("all_reduce", system="dgx-a100", nodes=1, minbytes="8", maxbytes="8", gpus_per_process=3)
 
 
 def test_alltoall_pieces_to_one_remote_gpu_share_one_pxn_connection():
@@ -448,8 +464,3 @@ def test_uneven_alltoall_estimate_matches_the_simulation():
     record, = simulate(topo, Workload.sequence([coll], nranks=n)).collectives
     assert record.algorithm == "direct"
     assert record.predicted_s == pytest.approx(record.end_s - record.start_s, rel=1e-6)
-
-
-def test_nvlstree_hops_are_nccls_integer_tree_depth():
-    # 2 log2i(nNodes): a balanced binary tree of 3 servers has depth 1, of 5-7 depth 2, of 8 depth 3
-    assert [tree_network_hops(n) for n in (2, 3, 4, 5, 7, 8)] == [2, 2, 4, 4, 4, 6]
