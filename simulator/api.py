@@ -11,7 +11,7 @@ from topologies.topology import Topology
 from workloads.collectives import Collective
 from workloads.tasks import Workload
 
-from .analysis import task_times
+from .engine.timeline import task_times
 from .collectives import ALGORITHMS, LoweringContext
 from .collectives.tuner import Candidate, candidates, choose
 from .config import SimConfig

@@ -10,7 +10,7 @@ import numpy as np
 
 from workloads.collectives import Collective
 
-from .analysis import Timeline
+from .engine.timeline import Timeline
 from .config import SimConfig
 
 

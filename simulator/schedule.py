@@ -46,7 +46,7 @@ from typing import Mapping
 
 import numpy as np
 
-from workloads.collectives import Collective
+from workloads.collectives import DTYPE_BYTES, Collective
 
 
 def _frozen_int_array(values) -> np.ndarray:
@@ -182,3 +182,24 @@ class Schedule:
     @property
     def total_bytes(self) -> int:
         return int(sum(int(step.nbytes.sum()) for step in self.steps))
+
+
+# the all-to-all buffer layout every all-to-all schedule and the verifier share
+
+
+def alltoall_counts(collective: Collective) -> np.ndarray:
+    """Elements rank p sends to rank q, shape (n, n): the split matrix, or equal pieces."""
+    n = collective.nranks
+    if collective.splits is not None:
+        return np.asarray(collective.splits, dtype=np.int64) // DTYPE_BYTES[collective.dtype]
+    return np.full((n, n), collective.nbytes // DTYPE_BYTES[collective.dtype] // n, dtype=np.int64)
+
+
+def alltoall_offsets(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(send_offset[p, q], recv_offset[q, p]) for the two-region alltoall buffer layout."""
+    send = np.concatenate([np.zeros((counts.shape[0], 1), np.int64), np.cumsum(counts, axis=1)[:, :-1]], axis=1)
+    recv_counts = counts.T                          # rank q receives counts[p, q] from p
+    region = int(counts.sum(axis=1).max()) if counts.size else 0
+    recv = region + np.concatenate([np.zeros((counts.shape[0], 1), np.int64),
+                                    np.cumsum(recv_counts, axis=1)[:, :-1]], axis=1)
+    return send, recv

@@ -25,7 +25,7 @@ import numpy as np
 
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
-from .schedule import DataStep, Schedule
+from .schedule import DataStep, Schedule, alltoall_counts, alltoall_offsets
 
 _TWO_REGION = (CollectiveKind.ALL_TO_ALL, CollectiveKind.SENDRECV)
 
@@ -37,24 +37,6 @@ def _elements(collective: Collective) -> int:
 def _data(q: int, size: int) -> np.ndarray:
     """Distinct, exactly summable values for group member q."""
     return (q + 1) * 1000.0 + (np.arange(size) % 997)
-
-
-def alltoall_counts(collective: Collective) -> np.ndarray:
-    """Elements rank p sends to rank q, shape (n, n): the split matrix, or equal pieces."""
-    n = collective.nranks
-    if collective.splits is not None:
-        return np.asarray(collective.splits, dtype=np.int64) // DTYPE_BYTES[collective.dtype]
-    return np.full((n, n), _elements(collective) // n, dtype=np.int64)
-
-
-def alltoall_offsets(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(send_offset[p, q], recv_offset[q, p]) for the two-region alltoall buffer layout."""
-    send = np.concatenate([np.zeros((counts.shape[0], 1), np.int64), np.cumsum(counts, axis=1)[:, :-1]], axis=1)
-    recv_counts = counts.T                          # rank q receives counts[p, q] from p
-    region = int(counts.sum(axis=1).max()) if counts.size else 0
-    recv = region + np.concatenate([np.zeros((counts.shape[0], 1), np.int64),
-                                    np.cumsum(recv_counts, axis=1)[:, :-1]], axis=1)
-    return send, recv
 
 
 def buffer_size(collective: Collective) -> int:

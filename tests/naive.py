@@ -14,7 +14,8 @@ from collections import deque
 
 import numpy as np
 
-from simulator.analysis import Timeline, union_length_s
+from simulator.analysis import union_length_s
+from simulator.engine.timeline import Timeline
 from workloads.tasks import CommTask, ComputeTask, Workload
 
 

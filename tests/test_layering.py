@@ -5,6 +5,9 @@
 * simpy only in simulator/engine/; numba only in simulator/kernels/, which only
   simulator/network/ imports; matplotlib only in simulator/plotting.py.
 * simulator/collectives/ never imports simulator/network/ or simulator/engine/.
+* simulator's core (everything but studies/, validation/ and cli/) never imports studies, validation or the
+  CLI; studies never import validation or the CLI; validation never imports the CLI.
+* nothing imports the verification oracle (simulator.verify) but the tests.
 
 Also the style rule every module and test keeps: lines of at most 120 characters.
 """
@@ -89,6 +92,31 @@ def test_layering(where, names):
         assert where.startswith(("simulator/network/", "simulator/kernels/")), f"{where} imports the kernels"
     if where.startswith("simulator/collectives/"):
         assert not any(n.startswith(("simulator.network", "simulator.engine")) for n in names), where
+    if where.startswith("simulator/") and layer(where) is not None:
+        above = LAYERS[LAYERS.index(layer(where)) + 1:]
+        upward = sorted(n for n in names if n.startswith(tuple(f"simulator.{a}" for a in above)))
+        assert not upward, f"{where} ({layer(where)}) imports a layer above it: {upward}"
+    if where != "simulator/verify.py":
+        assert "simulator.verify" not in names, f"{where} imports the verification oracle"
+
+
+# simulator's layers, lowest first: each may import those before it, never those after it
+LAYERS = ("core", "studies", "validation", "cli")
+
+
+def layer(where: str) -> str | None:
+    """The layer of a simulator module (``simulator/x.py`` and its subpackages other than the three
+    upper layers are the core)."""
+    parts = where.split("/")
+    if parts[0] != "simulator":
+        return None
+    return parts[1] if len(parts) > 2 and parts[1] in LAYERS[1:] else "core"
+
+
+def test_layer_of_a_module():
+    assert [layer(w) for w in ("simulator/api.py", "simulator/engine/replay.py", "simulator/studies/jobs.py",
+                               "simulator/validation/sc21.py", "simulator/cli/step.py", "workloads/tasks.py")] \
+        == ["core", "core", "studies", "validation", "cli", None]
 
 
 def test_import_reader_resolves_relative_imports():

@@ -2,7 +2,7 @@
 
 Every rank runs its pipeline stage's schedule of forward (F) and backward (B) passes over the
 micro-batches, with the communication of each kind of parallelism where Megatron-LM / PyTorch put it.
-Compute durations are inputs (:class:`StepCompute`, filled in by ``simulator.training``), so this
+Compute durations are inputs (:class:`StepCompute`, filled in by ``simulator.studies.training``), so this
 module only decides *what* runs *where* and *in which order*.
 
 Streams (CUDA streams of one rank; tasks of a stream run in program order)::
@@ -153,7 +153,7 @@ def gradient_bytes_per_param(dtype: str) -> int:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepCompute:
-    """Compute seconds on one GPU for one micro-batch (computed by ``simulator.training``).
+    """Compute seconds on one GPU for one micro-batch (computed by ``simulator.studies.training``).
 
     ``layer_backward_s`` includes recomputation. ``logits_*`` is final norm + output layer + loss.
     ``optimizer_s`` has one entry per pipeline stage (its shard of the weights), or is empty (0 s).

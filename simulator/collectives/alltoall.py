@@ -22,7 +22,7 @@ channels x 21.7 GB/s = 608 GB/s a GPU sends (measured 580 GB/s incremental); fro
 channels a peer saturate NVLink.
 
 Buffers (verification): the send half holds the pieces for members 0..n-1 in order, the receive
-half the pieces from members 0..n-1 in order (``simulator.verify.alltoall_offsets``).
+half the pieces from members 0..n-1 in order (``simulator.schedule.alltoall_offsets``).
 
 Latency: NCCL's per-hop figures (NVLink/PCIe inside a server, network across), per rank. LL
 (pieces <= 16 KiB, NCCL's P2P LL threshold): base + the sum over its n-1 peers, since the same
@@ -39,8 +39,7 @@ import numpy as np
 
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
-from ..schedule import DataStep, Schedule, Step
-from ..verify import alltoall_counts, alltoall_offsets
+from ..schedule import DataStep, Schedule, Step, alltoall_counts, alltoall_offsets
 from . import nccl_model
 from .base import LoweringContext, protocol_schedule
 from .p2p import P2P_LL_THRESHOLD_BYTES, p2p_channels, pair_flows, step_time_s

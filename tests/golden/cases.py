@@ -76,7 +76,7 @@ def algorithm_benches() -> str:
     from simulator.collectives import ALGORITHMS
     from simulator.collectives.tuner import CollectivePolicy
     from simulator.config import SimConfig
-    from simulator.nccl_tests import run_bench
+    from simulator.studies.nccl_tests import run_bench
     from topologies.presets import build_system
 
     layouts = [(build_system("dgx-h100", nodes=n), n, g) for n, g in ((2, 4), (1, 8), (4, 1))]
@@ -138,7 +138,7 @@ def _step_figures(result) -> str:
 def scale_405b() -> str:
     """`fabricsim perf --step`'s scenario: Llama-3 405B on 16,384 H100 with the symmetric-layout reductions."""
     from simulator.config import SimConfig
-    from simulator.training import simulate_step
+    from simulator.studies.training import simulate_step
     from topologies.presets import build_system
     from workloads.parallelism import ParallelismSpec
     from workloads.presets import model_preset
@@ -156,8 +156,8 @@ def scale_405b() -> str:
 
 
 def sc21_table() -> str:
-    """Megatron SC21 Table 1 as `python -m simulator.training` computes it, full precision, no wall times."""
-    from simulator.training import sc21_check
+    """Megatron SC21 Table 1 as `python -m simulator.validation.sc21` computes it, full precision, no wall times."""
+    from simulator.validation.sc21 import sc21_check
 
     lines = []
     for r in sc21_check():

@@ -7,7 +7,7 @@ nccl-tests 2.13+ (``# Collective test starting``, ``#  Rank N Group ... device``
 
 from __future__ import annotations
 
-from simulator.validation import read_table
+from simulator.validation.collectives import read_table
 
 A100_TABLE = "a100_sxm4_80gb_1node_8gpu.csv"
 

@@ -17,7 +17,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from simulator.analysis import Timeline, interval_breakdown, interval_breakdowns, task_times, union_length_s
+from simulator.analysis import interval_breakdown, interval_breakdowns, union_length_s
+from simulator.engine.timeline import Timeline, task_times
 from tests.naive import interval_breakdown_naive, task_times_naive
 from workloads.collectives import Collective, CollectiveKind
 from workloads.parallelism import ParallelismSpec

@@ -13,13 +13,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simulator.calibration import (OVERHEAD_BOUNDS_S, SCALE_BOUNDS, Calibration, LogRow, apply_calibration,
+from simulator.validation.calibration import (OVERHEAD_BOUNDS_S, SCALE_BOUNDS, Calibration, LogRow, apply_calibration,
                                    calibrate, format_result, golden_section_min, parse_nccl_tests_log,
                                    scaled_link_kinds)
 from simulator.cli import main
 from simulator.config import SimConfig
-from simulator.nccl_tests import run_bench
-from simulator.validation import read_table
+from simulator.studies.nccl_tests import run_bench
+from simulator.validation.collectives import read_table
 from tests.simulator.nccl_logs import a100_mpirun_rows, render_nccl_tests_log
 from topologies.links import LinkKind
 from topologies.presets import build_system

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from simulator.cli import main
-from simulator.nccl_tests import CSV_HEADER, HOST_LAUNCH_S_PER_GPU, run_bench, sweep_sizes
+from simulator.studies.nccl_tests import CSV_HEADER, HOST_LAUNCH_S_PER_GPU, run_bench, sweep_sizes
 
 
 def run(capsys, *argv):
@@ -291,7 +291,7 @@ def test_perf_quick_prints_its_figures(capsys, monkeypatch):
         return [None] * len(sweep_sizes(minbytes, maxbytes, stepfactor=stepfactor))
 
     monkeypatch.setattr("simulator.network.perf.bench_maxmin", bench_maxmin)
-    monkeypatch.setattr("simulator.nccl_tests.run_bench", run_bench)
+    monkeypatch.setattr("simulator.studies.nccl_tests.run_bench", run_bench)
     assert main(["perf", "--quick"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("max-min kernel: maxmin: 20,000 flows x 4,000 links")

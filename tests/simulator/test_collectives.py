@@ -15,7 +15,7 @@ from simulator.collectives.nvls_tree import tree_network_hops
 from simulator.collectives.p2p import comm_p2p_channels, op_channels
 from simulator.collectives.tuner import NCCL_FUNCTIONS, CollectivePolicy, choose, parse_selection
 from simulator.config import SimConfig
-from simulator.nccl_tests import run_bench
+from simulator.studies.nccl_tests import run_bench
 from simulator.placement import Placement
 from topologies.presets import build_system
 from topologies.routing import Router

@@ -10,8 +10,7 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from simulator import compute_calibration as cal
-from simulator.compute import (
+from simulator.compute.gpu import (
     A100_MAMF_2024,
     A100_SC21_GEMM_EFFICIENCY,
     COMPUTE_MODELS,
@@ -21,7 +20,6 @@ from simulator.compute import (
     default_overlap_slowdown,
     embedding_backward,
     embedding_forward,
-    format_sc21_check,
     gemm_efficiency,
     gemm_op,
     layer_backward,
@@ -34,8 +32,10 @@ from simulator.compute import (
     memory_op,
     optimizer_step,
     overlapped_time_s,
-    sc21_compute_only_check,
+
 )
+from simulator.validation import sc21 as cal
+from simulator.validation.sc21 import format_sc21_check, sc21_compute_only_check
 from topologies.devices import A100_SXM4_80GB, B200, H100_SXM5_80GB, H200_SXM, RTX_4090
 from workloads.presets import MODELS
 
@@ -270,7 +270,7 @@ def test_sc21_proxy_meets_the_acceptance_and_mamf_does_not():
     before = cal.sc21_predict(A100_MAMF_2024)
     after = cal.sc21_predict()
     # with MAMF the proxy is the full simulation itself (T = I + N_r, N_r measured with MAMF): every row
-    # over-predicts, +13 % (GPT-39.1B) to +23 % (GPT-76.1B) in simulator.training's table
+    # over-predicts, +13 % (GPT-39.1B) to +23 % (GPT-76.1B) in simulator.studies.training's table
     assert [p.step_time_s for p in before] == pytest.approx(list(cal.SC21_MAMF_STEP_S.values()), rel=1e-12)
     assert all(0.13 <= p.error <= 0.24 for p in before)
     assert cal.mean_abs_error(after) <= 0.10
@@ -293,7 +293,7 @@ def test_sc21_holdout_odd_and_even_rows():
 
 def test_training_tables_ship_with_their_sources():
     for table in ("training_megatron_sc21.csv", "training_hardware_network_specs.csv"):
-        with (resources.files("simulator") / "data" / "calibration" / table).open(newline="") as handle:
+        with (resources.files("simulator.validation") / "data" / table).open(newline="") as handle:
             rows = list(csv.DictReader(handle))
         assert rows and all(r["source"].strip() and r["source_ref"].strip() for r in rows), table
 

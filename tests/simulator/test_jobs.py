@@ -1,4 +1,4 @@
-"""Tests for simulator.placement (job placement policies) and simulator.jobs (several jobs on one
+"""Tests for simulator.placement (job placement policies) and simulator.studies.jobs (several jobs on one
 fabric): placement invariants and hand-derived layouts, merging, splitting, interference on
 non-blocking and oversubscribed fabrics, determinism and error messages."""
 
@@ -14,7 +14,7 @@ from simulator.api import simulate
 from simulator.collectives import nccl_model
 from simulator.collectives.tuner import CollectivePolicy
 from simulator.config import SimConfig
-from simulator.jobs import interference, merge_jobs, simulate_jobs
+from simulator.studies.jobs import interference, merge_jobs, simulate_jobs
 from simulator.placement import PLACEMENT_POLICIES, Placement
 from tests.topologies.fabrics import BOX, toy_switch   # BOX: 1 GPU, 1 NIC, so every ring edge crosses the network
 from topologies import devices as dv
@@ -283,7 +283,7 @@ def test_contiguous_interferes_less_than_fragmented_when_oversubscribed(oversubs
     # fill (ring.py), take B = 49 MiB / 20 GB/s = 2.57 ms, 95 % of the 2.70 ms alone; the rest is NCCL's ring
     # latency. Together a chain runs at C / 4, r = 20 / 12.42 = 1.61 times slower (next test), and the latency
     # does not change, so the slowdown is (alone + (r - 1) B) / alone = 1 + 0.95 (r - 1) = 1.58 (4.27 ms
-    # together, simulator.jobs docstring).
+    # together, simulator.studies.jobs docstring).
     r = CONNECTION / (NDR / 4)
     bandwidth_s = (1.5 * 32 * MiB + nccl_model.SIMPLE_SLICE_BYTES) / CONNECTION
     for policy in ("fragmented", "strided"):

@@ -9,12 +9,16 @@ import math
 import numpy as np
 import pytest
 
-from simulator.analysis import chrome_trace, task_times, union_length_s
-from simulator.compute import A100_MAMF_2024, sc21_compute_only_check, sc21_layout, sc21_rows
-from simulator.compute_calibration import SC21_MAMF_STEP_S
+from simulator.analysis import union_length_s
+from simulator.engine.timeline import task_times
+from simulator.studies.trace import chrome_trace
+from simulator.compute.gpu import A100_MAMF_2024
+from simulator.validation.sc21 import SC21_MAMF_STEP_S
 from simulator.config import SimConfig
 from simulator.placement import Placement
-from simulator.training import _main, _parse_rows, memory_per_gpu, sc21_check, simulate_step
+from simulator.studies.training import memory_per_gpu, simulate_step
+from simulator.validation.sc21 import _parse_rows, sc21_check, sc21_compute_only_check, sc21_layout, sc21_rows
+from simulator.validation.sc21 import main as _main
 from tests.naive import interval_breakdown_naive
 from topologies.links import LinkKind
 from topologies.presets import build_system
@@ -229,7 +233,7 @@ def _mean_abs_error(rows) -> float:
 
 def test_sc21_rows_up_to_256_gpus_meet_the_acceptance():
     # the calibrated A100 (eff_max 0.70, fitted once on all ten rows) through the full step simulation;
-    # measured: +7.2, +0.7, +0.3, -0.0 % (simulator.training docstring), mean 2.1 %
+    # measured: +7.2, +0.7, +0.3, -0.0 % (simulator.studies.training docstring), mean 2.1 %
     rows = sc21_check(max_gpus=256)
     assert [r.model for r in rows] == ["GPT-1.7B", "GPT-3.6B", "GPT-7.5B", "GPT-18.4B"]
     assert _mean_abs_error(rows) <= 0.10
@@ -239,7 +243,7 @@ def test_sc21_rows_up_to_256_gpus_meet_the_acceptance():
 @pytest.mark.slow
 def test_sc21_rows_up_to_1536_gpus_meet_the_acceptance():
     # adds GPT-39.1B, -76.1B, -145.6B (pipelines, interleaving, the steady-state extrapolation); measured
-    # -2.3, +5.6, -1.3 %; the whole table takes ~15 min (python -m simulator.training)
+    # -2.3, +5.6, -1.3 %; the whole table takes ~15 min (python -m simulator.validation.sc21)
     rows = sc21_check(max_gpus=1536)
     assert len(rows) == 7 and rows[-1].model == "GPT-145.6B"
     assert _mean_abs_error(rows) <= 0.10

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import simulator.validation as validation
+import simulator.validation.collectives as validation
 from simulator.cli import main
-from simulator.validation import (SERIES, TABLE_COLUMNS, compare, data_series, read_table, run_validation,
+from simulator.validation.collectives import (SERIES, TABLE_COLUMNS, compare, data_series, read_table, run_validation,
                                   select_series, summarise)
 
 A100_TABLE = "a100_sxm4_80gb_1node_8gpu.csv"

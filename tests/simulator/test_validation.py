@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from simulator.validation import SERIES, compare, read_table, summarise
+from simulator.validation.collectives import SERIES, compare, read_table, summarise
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +48,8 @@ def test_nvlink_ring_ceilings(comparisons):
 def test_automatic_choice_matches_nccl_where_the_tables_say():
     # nvls_vs_ring table: "NCCL picked: Ring/NVLS" for 4..8 GPUs of H200 and B200 at 8 GiB. The one
     # known miss: 4x H200, where NVLS is 2% ahead in the model (378 vs 371 GB/s) but NCCL ran Ring.
-    from simulator.nccl_tests import run_bench
-    from simulator.validation import system_for_gpu
+    from simulator.studies.nccl_tests import run_bench
+    from simulator.validation.collectives import system_for_gpu
     agree, total = 0, 0
     for row in read_table("nvls_vs_ring_gpucount_h200_b200_mleng.csv"):
         if "NVLS default" not in row["interconnect"]:

@@ -34,7 +34,7 @@ MOE = shapes.moe(6, first_dense_layers=1, moe_layer_freq=2, shared_experts=1, ex
 
 
 def sc21_rows(metric: str) -> list[dict[str, str]]:
-    path = resources.files("simulator") / "data" / "calibration" / "training_megatron_sc21.csv"
+    path = resources.files("simulator.validation") / "data" / "training_megatron_sc21.csv"
     with path.open(newline="") as handle:
         return [r for r in csv.DictReader(handle) if r["metric_name"] == metric and "Table 1" in r["source_ref"]]
 

@@ -34,7 +34,7 @@ Parameters per GPU (set once here, used for every scenario)
   the same"), B200 1745/2250 = 0.776; FP8 H100 1402.6/1979 = 0.709, H200 1453.4/1979 = 0.734, B200
   3432.5/4500 = 0.763.
   **A100 exception, fitted once**: the shipped A100 uses eff_max = 0.70 (``A100_SC21_GEMM_EFFICIENCY``,
-  218 TFLOP/s), the one parameter fitted on Megatron SC21 Table 1 (``simulator.compute_calibration``:
+  218 TFLOP/s), the one parameter fitted on Megatron SC21 Table 1 (``simulator.validation.sc21``:
   mean |predicted/measured - 1| of TFLOP/s per GPU over the ten rows, golden-section search, optimum
   0.697, rounded to the two digits the hold-out supports: fits on odd and even rows give 0.697 and
   0.695). It stands for fp16 GEMMs inside Megatron-LM in 2021 (plausibly CUDA 11 cuBLAS and sustained
@@ -69,7 +69,7 @@ sequences.
 Worked number: a 8192^3 bf16 GEMM on an H100 SXM has 32 x 64 = 2048 tiles = 15.5 -> 16 waves of 132,
 so efficiency 0.803 x 2048/2112 = 0.779 and time 2 x 8192^3 / (0.779 x 989e12) = 1.43 ms.
 
-Check against SC21 Table 1 (``sc21_compute_only_check``, ``python -m simulator.compute``): the
+Check against SC21 Table 1 (``sc21_compute_only_check``, ``python -m simulator.validation.sc21 compute``): the
 compute-only throughput of each configuration (eq. 3 FLOPs over one iteration's kernels, full
 recomputation, no flash attention, pipeline bubble included) is 148-181 TFLOP/s per A100 with the fitted
 eff_max (169-222 with the 2024 MAMF 0.869); the measured 135-163 TFLOP/s, which also pay for
@@ -179,7 +179,7 @@ _FA_BWD_OVER_FWD = 0.63 / 0.73     # FlashAttention-2 backward/forward efficienc
 _HOPPER_MEMORY = 3614.60 / 4000.0  # GH200 96 GB HBM3: coalesced read 3614.60 GB/s of 4.0 TB/s
 
 A100_SC21_GEMM_EFFICIENCY = 0.70
-"""A100 fp16/bf16 GEMM eff_max fitted once on Megatron SC21 Table 1 (``simulator.compute_calibration``)."""
+"""A100 fp16/bf16 GEMM eff_max fitted once on Megatron SC21 Table 1 (``simulator.validation.sc21``)."""
 
 A100_MAMF_2024 = GpuComputeModel(
     name="a100_sxm4_80gb", sm_count=108,
@@ -733,141 +733,3 @@ def overlapped_time_s(time_s: float, gpu: GpuSpec, *, overlap_slowdown: float | 
                          "or None")
     return time_s * (1.0 + overlap_slowdown)
 
-
-# --------------------------------------------------------------------------------------------------
-# calibration check: Megatron SC21 Table 1, compute only
-# --------------------------------------------------------------------------------------------------
-
-SC21_TABLE = "training_megatron_sc21.csv"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Sc21Check:
-    """One SC21 Table 1 row against the compute-only time of its iteration on one GPU."""
-
-    model: str
-    gpus: int
-    tp: int
-    pp: int
-    dp: int
-    vp: int
-    micro_batch: int
-    microbatches: int
-    stage_time_s: float                  # forward + backward (full recomputation) of one micro-batch
-    optimizer_time_s: float
-    iteration_time_s: float              # microbatches + (pp - 1)/vp bubble stage times + optimizer
-    measured_tflops: float
-    flops: float                         # SC21 eq. 3: the step's FLOPs, all GPUs together
-    compute_only_tflops: float           # flops / (gpus x iteration_time_s)
-    compute_only_tflops_no_bubble: float
-
-    @property
-    def ratio(self) -> float:
-        """Measured over compute-only throughput: <= 1 when communication and overheads only add time."""
-        return self.measured_tflops / self.compute_only_tflops
-
-
-def sc21_rows() -> list[dict[str, str]]:
-    """The ten SC21 Table 1 rows of the shipped calibration table, in Table 1 order (CSV columns as strings)."""
-    with (resources.files("simulator") / "data" / "calibration" / SC21_TABLE).open(newline="") as handle:
-        return [r for r in csv.DictReader(handle)
-                if r["metric_name"] == "achieved_tflops_per_gpu" and "Table 1" in r["source_ref"]]
-
-
-def sc21_models() -> tuple[str, ...]:
-    """The ten SC21 Table 1 model names, in Table 1 order."""
-    return tuple(r["model"] for r in sc21_rows())
-
-
-def check_sc21_models(models: Iterable[str] | None) -> tuple[str, ...]:
-    """``models`` as a tuple of Table 1 model names (all ten for None); ValueError names a bad entry."""
-    names = sc21_models()
-    if models is None:
-        return names
-    if isinstance(models, str) or not isinstance(models, Iterable):
-        raise ValueError(f"models: {models!r} is not allowed; expected a tuple of Table 1 model names "
-                         f"({', '.join(names)}) or None")
-    models = tuple(models)
-    for m in models:
-        if m not in names:
-            raise ValueError(f"models: {m!r} is not a Table 1 row; expected one of {', '.join(names)}")
-    return models
-
-
-def sc21_layout(row: Mapping[str, str]) -> tuple[ModelSpec, ParallelismSpec]:
-    """The model and layout of one SC21 Table 1 row (run_table_1.sh settings: fp16, scatter/gather, gradients
-    all-reduced after the pipeline in one buffer; the interleaved schedule when v > 1)."""
-    model = custom_gpt(layers=int(row["layers"]), hidden=int(row["hidden"]), heads=int(row["heads"]),
-                       seq_len=int(row["seq_len"]), name=row["model"])
-    vp = int(row["vp"]) if row["vp"].strip() else 1
-    spec = ParallelismSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), vp=vp,
-                           gpus=int(row["gpus"]), micro_batch=int(row["micro_batch"]),
-                           global_batch=int(row["global_batch"]), schedule="interleaved" if vp > 1 else "1f1b",
-                           dtype="fp16", scatter_gather=True, dp_overlap=False, bucket_bytes=None)
-    return model, spec
-
-
-def _stage_time_s(model: ModelSpec, gpu: GpuSpec, layers: Iterable[int], *, first: bool, last: bool, tp: int,
-                  micro_batch: int, cm: GpuComputeModel, layer_s: list[float]) -> float:
-    # layer_s: forward + backward seconds of every layer of the model
-    time_s = 0.0
-    for i in layers:
-        time_s += layer_s[i]
-    if first:
-        time_s += embedding_forward(model, gpu, micro_batch=micro_batch, tp=tp, compute_model=cm).time_s
-        time_s += embedding_backward(model, gpu, micro_batch=micro_batch, tp=tp, compute_model=cm).time_s
-    if last:
-        time_s += logits_forward(model, gpu, micro_batch=micro_batch, tp=tp, compute_model=cm).time_s
-        time_s += logits_backward(model, gpu, micro_batch=micro_batch, tp=tp, compute_model=cm).time_s
-    return time_s
-
-
-def sc21_compute_only_check(*, gpu: GpuSpec = A100_SXM4_80GB,
-                            compute_model: GpuComputeModel | None = None) -> tuple[Sc21Check, ...]:
-    """Compute-only throughput of every SC21 Table 1 configuration (no communication at all).
-
-    One iteration on the slowest pipeline stage: ``microbatches`` = B / (dp b) forward+backward passes
-    with full recomputation and no flash attention (as the paper ran), plus the pipeline bubble of the
-    interleaved 1F1B schedule, (pp - 1)/vp stage times (SC21 sec. 2.2.2), plus Adam over the stage's
-    weights (fp32 main gradients). Parameters are the GPU's, never per row.
-    """
-    cm = compute_model_for(gpu, compute_model)
-    out = []
-    for row in sc21_rows():
-        model, spec = sc21_layout(row)
-        tp, pp, vp, mbs = spec.tp, spec.pp, spec.vp, spec.micro_batch
-        gpus, microbatches = spec.world_size, spec.microbatches
-        forward, backward = layer_times(model, gpu, micro_batch=mbs, tp=tp, flash_attention=False, recompute="full",
-                                        compute_model=cm)
-        layer_s = [f + b for f, b in zip(forward, backward)]
-        stage_times = [_stage_time_s(model, gpu, r, first=j == 0, last=j == pp - 1, tp=tp, micro_batch=mbs, cm=cm,
-                                     layer_s=layer_s) for j, r in enumerate(model.stage_layers(pp=pp))]
-        stage_s = max(stage_times)
-        opt_s = max(optimizer_step(gpu, parameters=model.stage_parameters(j, tp=tp, pp=pp), compute_model=cm).time_s
-                    for j in range(pp))
-        iteration_s = (microbatches + (pp - 1) / vp) * stage_s + opt_s
-        flops = model.step_flops(batch=spec.global_batch, recompute="full")
-        out.append(Sc21Check(
-            model=row["model"], gpus=gpus, tp=tp, pp=pp, dp=spec.dp, vp=vp, micro_batch=mbs,
-            microbatches=microbatches, stage_time_s=stage_s, optimizer_time_s=opt_s, iteration_time_s=iteration_s,
-            measured_tflops=float(row["metric_value"]), flops=flops,
-            compute_only_tflops=flops / (gpus * iteration_s) / 1e12,
-            compute_only_tflops_no_bubble=flops / (gpus * (microbatches * stage_s + opt_s)) / 1e12,
-        ))
-    return tuple(out)
-
-
-def format_sc21_check(rows: Iterable[Sc21Check]) -> str:
-    """A text table of :func:`sc21_compute_only_check`."""
-    lines = [f"{'model':<12} {'gpus':>5} {'t':>2} {'p':>3} {'d':>3} {'v':>2} {'b':>3} {'m':>4} "
-             f"{'stage ms':>9} {'iter s':>7} {'meas TF':>8} {'comp TF':>8} {'no-bub':>7} {'ratio':>6}"]
-    for r in rows:
-        lines.append(f"{r.model:<12} {r.gpus:>5} {r.tp:>2} {r.pp:>3} {r.dp:>3} {r.vp:>2} {r.micro_batch:>3} "
-                     f"{r.microbatches:>4} {r.stage_time_s * 1e3:>9.1f} {r.iteration_time_s:>7.2f} "
-                     f"{r.measured_tflops:>8.0f} {r.compute_only_tflops:>8.1f} "
-                     f"{r.compute_only_tflops_no_bubble:>7.1f} {r.ratio:>6.2f}")
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":        # python -m simulator.compute: the SC21 compute-only table
-    print(format_sc21_check(sc21_compute_only_check()))

@@ -25,10 +25,10 @@ from topologies.units import parse_size
 from workloads.collectives import DTYPE_BYTES, REDUCE_OPS, Collective, CollectiveKind
 from workloads.tasks import Workload
 
-from .api import simulate, tuner_candidates
-from .collectives.tuner import Candidate
-from .config import SimConfig
-from .placement import Placement
+from ..api import simulate, tuner_candidates
+from ..collectives.tuner import Candidate
+from ..config import SimConfig
+from ..placement import Placement
 
 # nccl-tests' -d names -> our dtype names
 NCCL_TESTS_TYPES = {"int8": "int8", "uint8": "uint8", "half": "half", "float16": "half", "bfloat16": "bfloat16",

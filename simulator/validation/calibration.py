@@ -50,10 +50,10 @@ from topologies.topology import Topology
 from topologies.units import format_size
 from workloads.collectives import CollectiveKind
 
-from .collectives.tuner import NCCL_ENVIRONMENT, CollectivePolicy, applied_settings, describe_settings
-from .config import SimConfig
-from .nccl_tests import NCCL_TESTS_TYPES, BenchRow, NcclTestsRow, collective_for_size, run_bench
-from .validation import BANDWIDTH_REGIME_MIN_BYTES, GPU_SYSTEMS, LATENCY_REGIME_MAX_BYTES, Comparison, \
+from ..collectives.tuner import NCCL_ENVIRONMENT, CollectivePolicy, applied_settings, describe_settings
+from ..config import SimConfig
+from ..studies.nccl_tests import NCCL_TESTS_TYPES, BenchRow, NcclTestsRow, collective_for_size, run_bench
+from .collectives import BANDWIDTH_REGIME_MIN_BYTES, GPU_SYSTEMS, LATENCY_REGIME_MAX_BYTES, Comparison, \
     summarise, system_for_gpu
 
 SCALE_BOUNDS = (0.3, 1.5)
@@ -550,6 +550,6 @@ def format_result(result: CalibrationResult, *, out: str | None = None) -> str:
         lines.append(f"wrote {out}; use it with: {bench} --calibration {out}")
     else:
         lines.append(f"save it with --out FILE.json, then: {bench} --calibration FILE.json")
-    lines.append("from Python: topology, config = simulator.calibration.apply_calibration(topology, config, "
+    lines.append("from Python: topology, config = simulator.validation.calibration.apply_calibration(topology, config, "
                  f"Calibration.load({(out or 'FILE.json')!r}))")
     return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""Validation against measured nccl-tests tables shipped in ``simulator/data/calibration``.
+"""Validation against measured nccl-tests tables shipped in ``simulator/validation/data``.
 
 Each :class:`Series` names a table, the rows it takes (by substrings of the table's own
 columns) and the settings of the measurement: the system preset follows from the table's
@@ -30,9 +30,9 @@ from pathlib import Path
 from topologies.presets import SYSTEMS
 from workloads.collectives import CollectiveKind
 
-from .collectives.tuner import CollectivePolicy
-from .config import SimConfig
-from .nccl_tests import collective_for_size, run_bench
+from ..collectives.tuner import CollectivePolicy
+from ..config import SimConfig
+from ..studies.nccl_tests import collective_for_size, run_bench
 
 LATENCY_REGIME_MAX_BYTES = 64 * 1024          # < 64 KiB
 BANDWIDTH_REGIME_MIN_BYTES = 64 * 1024 * 1024  # >= 64 MiB
@@ -154,7 +154,7 @@ def _open_table(file: str | os.PathLike):
     is a shipped table if one has that name, else a file in the working directory.
     """
     if not isinstance(file, os.PathLike) and "/" not in file and os.sep not in file:
-        shipped = resources.files("simulator") / "data" / "calibration" / file
+        shipped = resources.files("simulator.validation") / "data" / file
         if shipped.is_file():
             return shipped.open(newline="")
     path = Path(file)

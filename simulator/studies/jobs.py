@@ -47,10 +47,10 @@ import numpy as np
 from topologies.topology import Topology
 from workloads.tasks import CommTask, Workload
 
-from .api import simulate
-from .config import SimConfig
-from .placement import Placement
-from .results import CollectiveRecord, SimResult
+from ..api import simulate
+from ..config import SimConfig
+from ..placement import Placement
+from ..results import CollectiveRecord, SimResult
 
 Job = tuple[Workload, Placement]
 

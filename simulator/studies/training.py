@@ -1,7 +1,7 @@
 """Simulate one training step: model x parallelism x system -> StepResult (time, throughput, breakdown).
 
 ``simulate_step`` wires the pieces: it builds the system (``topologies.presets.build_system``) or takes
-a Topology, times every kernel with ``simulator.compute`` (per layer and micro-batch, forward and
+a Topology, times every kernel with ``simulator.compute.gpu`` (per layer and micro-batch, forward and
 backward with recomputation, embedding, logits, the optimizer over the rank's shard), turns model x
 layout x times into per-rank programs (``workloads.training_step``), places ranks in Megatron order
 (``Placement.block``: consecutive ranks fill a server, so a tensor-parallel group of t <= 8 shares
@@ -47,36 +47,8 @@ Four reductions keep huge layouts tractable (all off by default):
   critical path; with communication, GPT-145.6B of SC21 Table 1 (m = 48) gives the same step time to
   1e-14 with k = 16 and to 0.09 % with k = 8.
 
-Megatron SC21 check (``sc21_check``, ``python -m simulator.training [--rows 1-5] [--models GPT-1.7B,...]``):
-every Table 1 row with its layout (t, p, d, v, b, B; fp16; full recomputation; no flash attention;
-scatter/gather; gradients all-reduced after the pipeline in one buffer, as Megatron-LM did in 2021) on
-DGX A100 nodes with 8 HDR NICs each (``dgx-a100``; a 3-tier fat-tree when the leaf-spine is too small),
-predicted against measured TFLOP/s per GPU. Nothing is tuned per row; the A100's GEMM efficiency (0.70)
-is the one parameter fitted once on this table (``simulator.compute_calibration``). Result (flow model,
-tasks per layer; rows with m >= 4k extrapolated from k and 2k micro-batches, k = 16 rounded up to a
-multiple of p; the last column is the same run with the 2024 MAMF eff_max 0.869, ``--compute-model
-mamf-2024``, the table before the calibration)::
-
-    model        GPUs  t  p  d  v   m  step s  exposed s  bubble s  measured  predicted  error   MAMF
-    GPT-1.7B       32  1  1 32  1   1   3.292      0.033     0.000       137      146.8   +7.2%  +22.3%
-    GPT-3.6B       64  2  1 32  1   1   3.670      0.359     0.000       138      139.0   +0.7%  +14.5%
-    GPT-7.5B      128  4  1 32  1   1   3.687      0.569     0.000       142      142.4   +0.3%  +14.4%
-    GPT-18.4B     256  8  1 32  1   4   9.400      1.903     0.000       135      135.0   -0.0%  +14.0%
-    GPT-39.1B     512  8  2 32  1  12  14.795      2.508     0.931       138      134.8   -2.3%  +13.1%
-    GPT-76.1B    1024  8  4 32  3  28  15.211      2.403     0.444       140      147.8   +5.6%  +23.2%
-    GPT-145.6B   1536  8  8 24  2  48  25.146      3.176     1.475       148      146.1   -1.3%  +16.2%
-    GPT-310.1B   1920  8 16 15  2 144  37.400      3.894     1.640       155      155.9   +0.6%  +19.8%
-    GPT-529.6B   2520  8 35  9  3 280  53.892      5.225     1.871       163      163.6   +0.4%  +20.2%
-    GPT-1008.0B  3072  8 64  6  1 512 106.182      7.159    10.288       163      157.5   -3.3%  +16.9%
-    mean |error|                                                                        2.2 %   17.5 %
-
-The exposed communication is the same with both GEMM efficiencies (these layouts do not overlap
-communication with compute), which is what lets the fit use the compute-only iteration. Hold-out
-(compute_calibration): fitted on the odd rows, the even rows are predicted to 2.0 %; fitted on the even
-rows, the odd ones to 2.4 %. What is left is per row: GPT-1.7B (head dimension 96, s/h close to 1: the
-s^2 softmax and dropout traffic is a fifth of its compute time) and GPT-76.1B (v = 3, b = 2) are
-optimistic. The whole table takes ~15 min on 2 cores (GPT-1008.0B alone 6-12 min); rows up to 256 GPUs
-take seconds.
+The Megatron SC21 check of this module (every Table 1 row predicted against its measured TFLOP/s per GPU)
+is ``simulator.validation.sc21``.
 """
 
 from __future__ import annotations
@@ -100,15 +72,15 @@ from workloads.tasks import ComputeTask
 from workloads.training_step import (GRANULARITIES, StepCompute, TrainingWorkload, gradient_bytes_per_param,
                                      pipeline_schedule, training_step)
 
-from . import compute as cmp
-from .analysis import Timeline, interval_breakdowns, link_class_bytes, task_times
-from .api import simulate
-from .config import SimConfig
-from .placement import Placement
-from .results import SimResult
+from ..analysis import interval_breakdowns, link_class_bytes
+from ..api import simulate
+from ..compute import gpu as cmp
+from ..config import SimConfig
+from ..engine.timeline import Timeline, task_times
+from ..placement import Placement
+from ..results import SimResult
 
-__all__ = ("StepPhase", "StepResult", "step_compute", "memory_per_gpu", "simulate_step", "Sc21Row", "sc21_check",
-           "format_sc21")
+__all__ = ("StepPhase", "StepResult", "step_compute", "memory_per_gpu", "simulate_step")
 
 # --------------------------------------------------------------------------------------------------
 # compute times
@@ -494,148 +466,3 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
         out_of_memory=memory["total"] > gpu.memory_bytes, phases=raw.phases, notes=tuple(notes),
     )
 
-
-# --------------------------------------------------------------------------------------------------
-# Megatron SC21 Table 1
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Sc21Row:
-    model: str
-    gpus: int
-    tp: int
-    pp: int
-    dp: int
-    vp: int
-    micro_batch: int
-    microbatches: int
-    measured_tflops: float
-    predicted_tflops: float
-    step_time_s: float
-    exposed_comm_s: float
-    bubble_s: float
-    wall_s: float              # how long the simulation took
-
-    @property
-    def error(self) -> float:
-        """(predicted - measured) / measured."""
-        return (self.predicted_tflops - self.measured_tflops) / self.measured_tflops
-
-
-SC21_STEADY_MICROBATCHES = 16     # k for the steady-state extrapolation (rounded up to a multiple of p)
-
-
-def _sc21_selection(models, rows, count: int) -> tuple[frozenset | None, frozenset | None]:
-    if models is not None:
-        models = frozenset(cmp.check_sc21_models(models))
-    if rows is not None:
-        if isinstance(rows, (str, bytes)) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                     and 1 <= i <= count for i in rows):
-            raise ValueError(f"rows: {rows!r} is not allowed; expected a tuple of Table 1 row numbers in "
-                             f"1..{count} or None")
-        rows = frozenset(rows)
-    return models, rows
-
-
-def sc21_check(*, models: tuple[str, ...] | None = None, rows: tuple[int, ...] | None = None,
-               config: SimConfig | None = None, max_gpus: int | None = None, granularity: str = "layer",
-               symmetric_replicas: bool = True, tensor_rank0_p2p: bool = True, extrapolate: bool = True,
-               compute_model: cmp.GpuComputeModel | None = None, progress=None) -> tuple[Sc21Row, ...]:
-    """Simulate SC21 Table 1 rows on DGX A100: all, or those named in ``models`` and/or numbered in ``rows``
-    (1-based, Table 1 order: 1 = GPT-1.7B ... 10 = GPT-1008.0B), up to ``max_gpus`` GPUs.
-
-    With ``extrapolate``, a row with m >= 4k micro-batches (k = 16 rounded up to a multiple of p) is
-    simulated with k and 2k micro-batches and extrapolated (``simulate_step(steady_state_microbatches=k)``).
-    ``compute_model`` replaces the A100's shipped kernel efficiencies (e.g. ``compute.A100_MAMF_2024``).
-    """
-    table = cmp.sc21_rows()
-    models, rows = _sc21_selection(models, rows, len(table))
-    out = []
-    for number, row in enumerate(table, start=1):
-        if models is not None and row["model"] not in models:
-            continue
-        if rows is not None and number not in rows:
-            continue
-        model, spec = cmp.sc21_layout(row)
-        if max_gpus is not None and spec.world_size > max_gpus:
-            continue
-        k = ceil_div(SC21_STEADY_MICROBATCHES, spec.pp) * spec.pp
-        steady = k if extrapolate and spec.microbatches >= 4 * k else None
-        began = time.perf_counter()
-        result = simulate_step(model, spec, system="dgx-a100", config=config,
-                               recompute="full", flash_attention=False, granularity=granularity,
-                               symmetric_replicas=symmetric_replicas, tensor_rank0_p2p=tensor_rank0_p2p,
-                               steady_state_microbatches=steady, compute_model=compute_model)
-        wall = time.perf_counter() - began
-        entry = Sc21Row(model=row["model"], gpus=spec.world_size, tp=spec.tp, pp=spec.pp, dp=spec.dp, vp=spec.vp,
-                        micro_batch=spec.micro_batch, microbatches=spec.microbatches,
-                        measured_tflops=float(row["metric_value"]), predicted_tflops=result.tflops_per_gpu,
-                        step_time_s=result.step_time_s, exposed_comm_s=result.exposed_comm_s,
-                        bubble_s=result.bubble_s, wall_s=wall)
-        out.append(entry)
-        if progress is not None:
-            progress(entry)
-    return tuple(out)
-
-
-def format_sc21(rows) -> str:
-    """A text table of :func:`sc21_check` with the mean absolute error."""
-    rows = list(rows)
-    lines = [f"{'model':<11} {'gpus':>5} {'t':>2} {'p':>3} {'d':>3} {'v':>2} {'b':>3} {'m':>4} {'step s':>8} "
-             f"{'exposed s':>9} {'bubble s':>8} {'meas TF':>8} {'pred TF':>8} {'error':>7} {'wall s':>7}"]
-    for r in rows:
-        lines.append(f"{r.model:<11} {r.gpus:>5} {r.tp:>2} {r.pp:>3} {r.dp:>3} {r.vp:>2} {r.micro_batch:>3} "
-                     f"{r.microbatches:>4} {r.step_time_s:>8.3f} {r.exposed_comm_s:>9.3f} {r.bubble_s:>8.3f} "
-                     f"{r.measured_tflops:>8.0f} {r.predicted_tflops:>8.1f} {r.error * 100:>6.1f}% {r.wall_s:>7.1f}")
-    if rows:
-        lines.append(f"mean |error| {sum(abs(r.error) for r in rows) / len(rows) * 100:.1f}% over {len(rows)} rows")
-    return "\n".join(lines)
-
-
-def _main(argv=None) -> None:
-    import argparse
-    parser = argparse.ArgumentParser(prog="python -m simulator.training",
-                                     description="Megatron SC21 Table 1: predicted vs measured TFLOP/s per GPU")
-    parser.add_argument("--max-gpus", type=int, default=None, help="skip rows with more GPUs")
-    parser.add_argument("--network-model", default="flow", choices=("flow", "analytical"))
-    parser.add_argument("--model", action="append", default=None, help="only this row (repeatable)")
-    parser.add_argument("--models", default=None, help="only these rows, comma-separated names (GPT-1.7B,GPT-3.6B)")
-    parser.add_argument("--rows", default=None,
-                        help="only these Table 1 rows, 1-based, comma-separated numbers or ranges (1-5,7)")
-    parser.add_argument("--granularity", default="layer", choices=GRANULARITIES,
-                        help="tasks per layer, or merged per model-chunk pass (faster)")
-    parser.add_argument("--compute-model", default="calibrated", choices=("calibrated", "mamf-2024"),
-                        help="A100 GEMM efficiency: fitted on Table 1 (default) or Bekman's 2024 MAMF measurement")
-    args = parser.parse_args(argv)
-    names = list(args.model or []) + [m.strip() for m in (args.models or "").split(",") if m.strip()]
-    try:
-        rows = sc21_check(models=tuple(names) or None, rows=_parse_rows(args.rows), max_gpus=args.max_gpus,
-                          config=SimConfig(network_model=args.network_model), granularity=args.granularity,
-                          compute_model=cmp.A100_MAMF_2024 if args.compute_model == "mamf-2024" else None,
-                          progress=lambda r: print(format_sc21([r]).splitlines()[1], flush=True))
-    except ValueError as error:
-        parser.error(str(error))
-    print(format_sc21(rows))
-
-
-def _parse_rows(text: str | None) -> tuple[int, ...] | None:
-    """"1-5,7" -> (1, 2, 3, 4, 5, 7); None -> None."""
-    if text is None:
-        return None
-    out: list[int] = []
-    for part in text.split(","):
-        lo, sep, hi = part.strip().partition("-")
-        try:
-            first, last = int(lo), int(hi) if sep else int(lo)
-        except ValueError:
-            first, last = 1, 0
-        if last < first:
-            raise ValueError(f"rows: {text!r} is not allowed; expected comma-separated row numbers or ascending "
-                             "ranges such as 1-5,7")
-        out.extend(range(first, last + 1))
-    return tuple(out)
-
-
-if __name__ == "__main__":      # python -m simulator.training
-    _main()

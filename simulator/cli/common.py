@@ -1,0 +1,81 @@
+"""What every subcommand shares: the one-line usage error, option types, the fabric options."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+
+from topologies.presets import FABRICS, TOPOLOGIES
+
+DEFAULT_SYSTEM = "dgx-h100"          # the system preset when none is given
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr, not a usage dump."""
+
+    def error(self, message: str):  # noqa: D401
+        raise UsageError(f"fabricsim: error: {message}")
+
+
+def bounded(name: str, cast=int, low: float = 1, *, strict: bool = False):
+    """argparse type: ``cast`` of the text, at least ``low`` (more than it when ``strict``)."""
+    kind = "an integer" if cast is int else "a number"
+
+    def parse(text: str):
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not {kind}") from None
+        if not (value > low if strict else value >= low):
+            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not allowed; expected {kind} "
+                                             f"{'>' if strict else '>='} {low:g}")
+        return value
+    return parse
+
+
+positive_int = bounded      # positive_int(name): an integer >= 1
+stepfactor = bounded("stepfactor", float, 1, strict=True)
+
+
+# the fabric options' defaults in bench and topo (step's, in STEP_DEFAULTS, differ in nodes); the others default
+# to None or, for the --no-... switches, True
+FABRIC_DEFAULTS = {"nodes": 1, "topology": "leaf-spine", "oversubscription": 1.0, "planes": 1}
+
+
+def fabric_options(p: argparse.ArgumentParser, *, defaults: Mapping) -> None:
+    """The options that choose and wire the fabric (bench, topo and step), with the values of ``defaults`` for
+    the FABRIC_DEFAULTS keys as their defaults, which their help texts name (step then makes every default
+    None, 'not given', so that its scenario file can set them)."""
+    p.add_argument("--system", help=f"system preset (see `fabricsim systems`); default {DEFAULT_SYSTEM}")
+    p.add_argument("--nodes", type=positive_int("nodes"), help=f"servers; default {defaults['nodes']}")
+    p.add_argument("--topology", help=f"wiring: {', '.join(TOPOLOGIES)}; default {defaults['topology']}")
+    p.add_argument("--fabric", help=f"fabric technology: {', '.join(FABRICS)}; default the preset's own")
+    p.add_argument("--oversubscription", type=bounded("oversubscription", float),
+                   help=f"leaf down:up ratio R (R:1), 1 non-blocking; default {defaults['oversubscription']:g}")
+    p.add_argument("--no-rail-optimised", dest="rail_optimised", action="store_false",
+                   help="cable every NIC of a server to the same top-of-rack leaf")
+    p.add_argument("--nics-per-node", type=positive_int("nics-per-node"), help="NICs per server; default the preset's")
+    p.add_argument("--planes", type=positive_int("planes"),
+                   help=f"independent fabric planes, NIC j on plane j %% P; default {defaults['planes']}")
+    p.add_argument("--no-gdr", dest="gdr", action="store_false",
+                   help="GPUDirect RDMA off: network traffic staged through host memory (NCCL 'GDR 0')")
+    p.set_defaults(**{name: defaults[name] for name in FABRIC_DEFAULTS})
+
+
+def build_topology(settings: Mapping):
+    """The system the fabric options in ``settings`` (parsed arguments as a dict, or step settings) describe."""
+    from topologies.presets import build_system
+    return build_system(settings["system"], nodes=settings["nodes"], topology=settings["topology"],
+                        fabric=settings["fabric"], oversubscription=settings["oversubscription"],
+                        rail_optimised=settings["rail_optimised"], nics_per_node=settings["nics_per_node"],
+                        planes=settings["planes"], gdr=settings["gdr"])
+
+
+def protocol_name(proto: str | None) -> str | None:
+    if proto is None:
+        return None
+    return {"ll": "LL", "ll128": "LL128", "simple": "Simple"}.get(proto.lower(), proto)

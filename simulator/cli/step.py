@@ -1,0 +1,189 @@
+"""``fabricsim step``: one training step from a model preset (or a custom GPT), a layout and a fabric."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES
+from topologies.routing import ROUTING_POLICIES
+from workloads.parallelism import DDP_BUCKET_BYTES
+from workloads.presets import SC21_VOCAB
+
+from .common import (DEFAULT_SYSTEM, FABRIC_DEFAULTS, build_topology, fabric_options,
+                     positive_int)
+
+# `fabricsim step` with no arguments: a Llama-3 8B-class model on 8 DGX H100 (64 GPUs), TP 2 x PP 2 x DP 16,
+# 256 sequences of 8192 tokens per step (2M tokens), micro-batch 1, bf16, DDP buckets overlapped with backward.
+STEP_DEFAULTS = {"model": "llama3-8b", "system": DEFAULT_SYSTEM, **FABRIC_DEFAULTS, "nodes": 8, "tp": 2, "pp": 2,
+                 "cp": 1, "ep": 1, "vp": 1, "zero": 0, "fsdp": False, "global_batch": 256, "micro_batch": 1,
+                 "seq_len": 8192, "bucket_mb": DDP_BUCKET_BYTES / 2**20, "dtype": "bf16", "schedule": "1f1b",
+                 "sequence_parallel": False, "recompute": "none", "net_model": "flow", "granularity": "layer",
+                 "fabric": None, "rail_optimised": True, "nics_per_node": None, "gdr": True, "routing": "ecmp",
+                 "seed": 0, "congestion": (), "layers": None, "hidden": None, "heads": None, "vocab": SC21_VOCAB,
+                 "ffn_hidden": None, "dp": None, "format": "table", "trace": None}
+
+STEP_FORMATS = ("table", "json")
+
+
+def add_parser(sub) -> None:
+    step = sub.add_parser("step", help="one training step: step time, throughput, time in network, breakdown",
+                          argument_default=None)
+    step.add_argument("scenario", nargs="?", default=None, metavar="SCENARIO.toml",
+                      help="a TOML file with any of the options below (names with _ for -); options given "
+                           "on the command line win")
+    step.add_argument("--model", help="a model preset (llama3-8b, llama3-70b, gpt3-175b, mixtral-8x7b, ...) or "
+                                      "'gpt' with --layers --hidden --heads; default llama3-8b")
+    for name, what in (("layers", "transformer layers"), ("hidden", "hidden size"), ("heads", "attention heads"),
+                       ("vocab", f"vocabulary (default {SC21_VOCAB})"),
+                       ("ffn-hidden", "MLP size (default 4 x hidden)")):
+        step.add_argument(f"--{name}", type=positive_int(name), help=f"with --model gpt: {what}")
+    fabric_options(step, defaults=STEP_DEFAULTS)
+    step.add_argument("--routing", choices=ROUTING_POLICIES, help="fabric routing; default ecmp")
+    step.add_argument("--seed", type=int, help="seed of ECMP hashing; default 0")
+    step.add_argument("--congestion", nargs="+", choices=CONGESTION_NAMES, help="flow-model refinements")
+    for name in ("tp", "pp", "dp", "cp", "ep", "vp"):
+        step.add_argument(f"--{name}", type=positive_int(name),
+                          help={"dp": "data-parallel size; default GPUs / (tp pp cp)",
+                                "vp": "virtual stages per pipeline rank (interleaved 1F1B)"}.get(name, f"{name} size"))
+    step.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage; default 0")
+    step.add_argument("--fsdp", action="store_const", const=True, help="FSDP full sharding (ZeRO-3 semantics)")
+    step.add_argument("--global-batch", type=positive_int("global-batch"), help="sequences per step; default 256")
+    step.add_argument("--micro-batch", type=positive_int("micro-batch"), help="sequences per micro-batch; default 1")
+    step.add_argument("--seq-len", type=positive_int("seq-len"), help="tokens per sequence; default 8192")
+    step.add_argument("--bucket-mb", type=float,
+                      help=f"DDP gradient bucket in MiB; default {STEP_DEFAULTS['bucket_mb']:g}")
+    step.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), help="training precision; default bf16")
+    step.add_argument("--schedule", choices=("1f1b", "gpipe", "interleaved"), help="pipeline schedule; default 1f1b")
+    step.add_argument("--sequence-parallel", action="store_const", const=True, help="Megatron sequence parallelism")
+    step.add_argument("--recompute", choices=("none", "selective", "full"), help="activation recomputation")
+    step.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, help="network model; default flow")
+    step.add_argument("--granularity", choices=("layer", "chunk"),
+                      help="tasks per layer (default) or per model chunk (faster; bytes and compute conserved)")
+    step.add_argument("--format", choices=STEP_FORMATS, help="output format; default table")
+    step.add_argument("--trace", metavar="FILE.json", help="also write the step as a Chrome/Perfetto trace")
+    step.set_defaults(**dict.fromkeys(STEP_DEFAULTS))     # None: not given, so the scenario file or the default holds
+
+
+def _step_settings(args) -> dict:
+    """STEP_DEFAULTS, then the scenario file, then the command line."""
+    settings = dict(STEP_DEFAULTS)
+    if args.scenario is not None:
+        import tomllib
+        try:
+            with open(args.scenario, "rb") as handle:
+                scenario = tomllib.load(handle)
+        except OSError as exc:
+            raise ValueError(f"scenario: {args.scenario!r} cannot be read ({exc.strerror})") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"scenario: {args.scenario} is not valid TOML ({exc})") from None
+        for key, value in scenario.items():
+            name = key.replace("-", "_")
+            if name not in settings:
+                raise ValueError(f"scenario: {args.scenario}: {key!r} is not a known field; expected one of "
+                                 f"{', '.join(k for k in STEP_DEFAULTS)}")
+            if name == "format" and value not in STEP_FORMATS:
+                raise ValueError(f"scenario: {args.scenario}: format: {value!r} is not allowed; expected one of "
+                                 f"{', '.join(STEP_FORMATS)}")
+            if name == "trace" and not isinstance(value, str):
+                raise ValueError(f"scenario: {args.scenario}: trace: {value!r} is not allowed; expected a file name")
+            settings[name] = tuple(value) if name == "congestion" else value
+    for name in settings:
+        value = getattr(args, name, None)
+        if value is not None:
+            settings[name] = tuple(value) if name == "congestion" else value
+    return settings
+
+
+def run(args) -> str:
+    import dataclasses
+    import json
+
+    from simulator.collectives.tuner import CollectivePolicy, applied_settings
+    from simulator.config import SimConfig
+    from simulator.studies.training import simulate_step
+    from workloads.parallelism import ParallelismSpec
+    from workloads.presets import custom_gpt, model_preset
+
+    s = _step_settings(args)
+    if str(s["model"]).lower() == "gpt":
+        missing = [f"--{k}" for k in ("layers", "hidden", "heads") if s[k] is None]
+        if missing:
+            raise ValueError(f"model: 'gpt' needs {', '.join(missing)}")
+        model = custom_gpt(layers=s["layers"], hidden=s["hidden"], heads=s["heads"], vocab=s["vocab"],
+                           ffn_hidden=s["ffn_hidden"])
+    else:
+        model = model_preset(str(s["model"]))
+    topology = build_topology(s)
+    if not (isinstance(s["bucket_mb"], (int, float)) and s["bucket_mb"] > 0):
+        raise ValueError(f"bucket_mb: {s['bucket_mb']!r} is not allowed; expected a number > 0")
+    parallelism = ParallelismSpec(tp=s["tp"], pp=s["pp"], dp=s["dp"], cp=s["cp"], ep=s["ep"], vp=s["vp"],
+                                  gpus=topology.num_gpus, zero=s["zero"],
+                                  fsdp=s["fsdp"], micro_batch=s["micro_batch"], global_batch=s["global_batch"],
+                                  seq_len=s["seq_len"], schedule=s["schedule"],
+                                  sequence_parallel=s["sequence_parallel"], dtype=s["dtype"],
+                                  bucket_bytes=int(s["bucket_mb"] * 1024 * 1024))
+    # NCCL's environment variables apply to every collective of the step, as they would to the job
+    environment = applied_settings(os.environ)
+    config = SimConfig(network_model=s["net_model"], routing=s["routing"], seed=s["seed"],
+                       congestion=tuple(s["congestion"]), collectives=CollectivePolicy.from_environment(os.environ))
+    result = simulate_step(model, parallelism, topology=topology, config=config, recompute=s["recompute"],
+                           granularity=s["granularity"])
+    trace_note = ""
+    if s["trace"] is not None:
+        from simulator.studies.trace import chrome_trace
+        try:
+            Path(s["trace"]).write_text(json.dumps(chrome_trace(result)))
+        except OSError as exc:
+            raise ValueError(f"trace: {s['trace']!r} cannot be written ({exc.strerror})") from None
+        trace_note = f"# trace written to {s['trace']} (open it in https://ui.perfetto.dev or chrome://tracing)\n"
+    if s["format"] == "json":
+        data = result.as_dict()
+        data["parallelism"] = dataclasses.asdict(parallelism) | {"dp": result.parallelism.dp}
+        data |= {"nccl_environment": environment} if environment else {}
+        return json.dumps(data, indent=1, default=str) + "\n"
+    return format_step(result, topology, nccl_environment=environment) + trace_note
+
+
+def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None = None) -> str:
+    """The human-readable summary of a StepResult; ``nccl_environment``, the NCCL settings applied
+    (tuner.applied_settings), ends its title as in bench's."""
+    p = result.parallelism
+    step = result.step_time_s
+    pct = (lambda x: f"{100 * x / step:5.1f} %" if step > 0 else "    -")
+    gib = 1 << 30
+    title = f"# fabricsim step: {result.model} on {topology.description or topology.name} ({result.gpus} GPUs)"
+    if nccl_environment:
+        from simulator.collectives.tuner import describe_settings
+        title += "; " + describe_settings(nccl_environment)
+    lines = [title,
+             f"# tp {p.tp} x pp {p.pp} x dp {p.dp} x cp {p.cp} (ep {p.ep}, vp {p.vp}), {p.schedule}, "
+             f"{p.global_batch} x {p.seq_len} tokens, micro-batch {p.micro_batch}, {p.dtype}, ZeRO {p.zero_stage}",
+             f"step time            {step:12.4f} s",
+             f"tokens/s             {result.tokens_per_s:12.0f}",
+             f"TFLOP/s per GPU      {result.tflops_per_gpu:12.1f}",
+             f"MFU                  {result.mfu:12.3f}",
+             f"compute              {result.compute_s:12.4f} s  {pct(result.compute_s)}",
+             f"pipeline bubble      {result.bubble_s:12.4f} s  {pct(result.bubble_s)}",
+             f"time in network      {result.exposed_comm_s:12.4f} s  {pct(result.exposed_comm_s)}  "
+             "(exposed communication on the critical path)",
+             f"communication        {result.comm_s:12.4f} s  (all collectives, overlapped or not)",
+             f"memory per GPU       {result.memory_bytes_per_gpu / gib:12.1f} GiB of "
+             f"{result.memory_capacity_bytes / gib:.0f} GiB" + ("  OUT OF MEMORY" if result.out_of_memory else ""),
+             "", f"{'group':<8}{'count':>8}{'GB moved':>12}{'time s':>10}{'exposed s':>11}"]
+    for name, entry in result.breakdown["group"].items():
+        lines.append(f"{name:<8}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>10.4f}"
+                     f"{entry['exposed_s']:>11.4f}")
+    # what NCCL's tuner chose in each group, its biggest share of bytes first
+    lines += ["", f"{'group':<8}{'algorithm':<24}{'count':>8}{'GB moved':>12}{'time s':>10}"]
+    for group, choices in result.breakdown["algorithm"].items():
+        for choice, entry in choices.items():
+            lines.append(f"{group:<8}{choice:<24}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}"
+                         f"{entry['time_s']:>10.4f}")
+    lines += ["", f"{'link tier':<10}{'TB moved':>10}"]
+    for name, nbytes in result.breakdown["link_tier_bytes"].items():
+        if nbytes > 0:
+            lines.append(f"{name:<10}{nbytes / 1e12:>10.2f}")
+    lines += [f"# note: {note}" for note in result.notes]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""How long a GPU computes: the roofline model per kernel (``gpu``)."""

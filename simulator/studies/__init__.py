@@ -1,0 +1,2 @@
+"""Studies built on the core: a training step and its reductions (``training``), several jobs on one fabric
+(``jobs``), the nccl-tests front end (``nccl_tests``), and a step's Perfetto trace (``trace``)."""
