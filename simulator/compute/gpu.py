@@ -78,19 +78,15 @@ communication, are 0.80-0.97 of it (0.66-0.81 with MAMF), never above.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import numbers
 import types
 from dataclasses import dataclass, field
-from importlib import resources
-from typing import Iterable, Mapping
+from typing import Mapping
 
-from topologies.devices import A100_SXM4_80GB, GpuSpec
+from topologies.devices import GpuSpec
 from workloads.model import RECOMPUTE, Gemm, ModelSpec, ceil_div
-from workloads.parallelism import ParallelismSpec
-from workloads.presets import custom_gpt
 
 __all__ = (
     "DTYPES",
@@ -117,13 +113,6 @@ __all__ = (
     "optimizer_step",
     "default_overlap_slowdown",
     "overlapped_time_s",
-    "Sc21Check",
-    "sc21_rows",
-    "sc21_models",
-    "check_sc21_models",
-    "sc21_layout",
-    "sc21_compute_only_check",
-    "format_sc21_check",
 )
 
 DTYPES = ("bf16", "fp8")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workloads.tasks import CommTask, ComputeTask, Workload
+from workloads.tasks import ComputeTask, Workload
 
 __all__ = ("Timeline", "task_times")
 

@@ -56,7 +56,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
