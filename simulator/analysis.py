@@ -22,21 +22,24 @@ free network: critical path (m + p - 1)(f + b) = 11 x 3 = 33 ms, compute 8 x 3 =
 
 from __future__ import annotations
 
+from typing import Hashable, Iterable, Mapping, Sequence, TypeVar
+
 import numpy as np
 
 from topologies.links import LinkKind
-from topologies.topology import LinkTier
-from workloads.tasks import CommTask, ComputeTask, Workload
+from topologies.topology import LinkTier, Topology
+from workloads.tasks import CommTask, ComputeTask, Task, Workload
 
 from .engine.timeline import Timeline
 
 __all__ = ("union_length_s", "interval_breakdown", "interval_breakdowns", "link_class_bytes")
 
 
-def union_length_s(intervals) -> float:
+def union_length_s(intervals: Iterable[tuple[float, float]]) -> float:
     """Measure of a union of [start, end] intervals."""
     spans = sorted((float(a), float(b)) for a, b in intervals if b > a)
-    total, lo, hi = 0.0, None, None
+    total, lo = 0.0, 0.0            # lo: start of the open block, read only once hi is set
+    hi: float | None = None
     for a, b in spans:
         if hi is None or a > hi:
             if hi is not None:
@@ -49,8 +52,8 @@ def union_length_s(intervals) -> float:
     return total
 
 
-def interval_breakdown(workload: Workload, timeline: Timeline, labels, *, focus_rank: int | None = None,
-                       weights=None) -> dict:
+def interval_breakdown(workload: Workload, timeline: Timeline, labels: Iterable[Hashable], *,
+                       focus_rank: int | None = None, weights: Iterable[int] | None = None) -> dict:
     """Per label (one per collective, e.g. its group kind): count, summed nbytes, time on the busiest rank
     (union of in-flight intervals) and time exposed on ``focus_rank`` (in flight while its compute is idle).
     ``weights[i]``: how many identical collectives collective i stands for in the count and bytes."""
@@ -58,34 +61,37 @@ def interval_breakdown(workload: Workload, timeline: Timeline, labels, *, focus_
     return interval_breakdowns(workload, timeline, {"": labels}, focus_rank=focus_rank, weights=weights)[""]
 
 
-def interval_breakdowns(workload: Workload, timeline: Timeline, labelings, *, focus_rank: int | None = None,
-                        weights=None) -> dict[str, dict]:
+def interval_breakdowns(workload: Workload, timeline: Timeline, labelings: Mapping[str, Iterable[Hashable]], *,
+                        focus_rank: int | None = None, weights: Iterable[int] | None = None) -> dict[str, dict]:
     """:func:`interval_breakdown` for each labelling of the collectives in ``labelings`` (name -> labels), in one
     pass over the ranks. Ranks sharing one program object share its comm positions and labels; the union of
     each (rank, label)'s intervals is computed for all the ranks of a program at once (_row_unions_s)."""
     ncoll = len(workload.collectives)
-    labelings = {name: _per_collective(f"labelings[{name!r}]", labels, ncoll) for name, labels in labelings.items()}
-    weights = [1] * ncoll if weights is None else _per_collective("weights", weights, ncoll)
-    nbytes = [int(c.nbytes) * w for c, w in zip(workload.collectives, weights)]
+    per_label = {name: _per_collective(f"labelings[{name!r}]", labels, ncoll) for name, labels in labelings.items()}
+    counts = [1] * ncoll if weights is None else _per_collective("weights", weights, ncoll)
+    nbytes = [int(c.nbytes) * w for c, w in zip(workload.collectives, counts)]
     out: dict[str, dict] = {}
-    for name, labels in labelings.items():
-        entries = out[name] = {}
-        for label, count, size in zip(labels, weights, nbytes):
-            entry = entries.setdefault(label, {"count": 0, "nbytes": 0, "time_s": 0.0, "exposed_s": 0.0})
+    for name, labels in per_label.items():
+        table: dict[Hashable, dict] = {}
+        out[name] = table
+        for label, count, size in zip(labels, counts, nbytes):
+            entry = table.setdefault(label, {"count": 0, "nbytes": 0, "time_s": 0.0, "exposed_s": 0.0})
             entry["count"] += count
             entry["nbytes"] += size
     starts, ends, bases = timeline.flat()
     for program, ranks in workload.shared_programs:
-        positions = [p for p, t in enumerate(program) if isinstance(t, CommTask)]
-        if not positions:
+        comms = [(p, t.index) for p, t in enumerate(program) if isinstance(t, CommTask)]
+        if not comms:
             continue
+        positions = [p for p, _ in comms]
         # one row of intervals per (rank, labelling, label), padded to equal length with copies of the row's
         # first interval (a copy joins its original's block: the union does not change)
-        entries, columns = [], []
-        for name, labels in labelings.items():
-            by_label: dict[str, list[int]] = {}
-            for j, p in enumerate(positions):
-                by_label.setdefault(labels[program[p].index], []).append(j)
+        entries: list[dict] = []
+        columns: list[list[int]] = []
+        for name, labels in per_label.items():
+            by_label: dict[Hashable, list[int]] = {}
+            for j, (_, index) in enumerate(comms):
+                by_label.setdefault(labels[index], []).append(j)
             entries += [out[name][label] for label in by_label]
             columns += by_label.values()
         width = max(map(len, columns))
@@ -98,19 +104,22 @@ def interval_breakdowns(workload: Workload, timeline: Timeline, labelings, *, fo
         program, start, end = workload.programs[focus_rank], timeline.start_s[focus_rank], timeline.end_s[focus_rank]
         compute = [(start[p], end[p]) for p, t in enumerate(program) if isinstance(t, ComputeTask)]
         busy = union_length_s(compute)
-        for name, labels in labelings.items():
+        for name, labels in per_label.items():
             spans = _comm_spans_by_label(program, start, end, labels)
             for label, entry in out[name].items():        # in flight while the compute stream is idle
                 entry["exposed_s"] = union_length_s(spans.get(label, []) + compute) - busy
     return out
 
 
-def _per_collective(name: str, values, ncoll: int) -> list:
+_Value = TypeVar("_Value")
+
+
+def _per_collective(name: str, values: Iterable[_Value], ncoll: int) -> list[_Value]:
     """``values`` as a list, checked to hold one value per collective."""
-    values = list(values)
-    if len(values) != ncoll:
-        raise ValueError(f"{name}: {len(values)} values are not allowed; expected one per collective ({ncoll})")
-    return values
+    listed = list(values)
+    if len(listed) != ncoll:
+        raise ValueError(f"{name}: {len(listed)} values are not allowed; expected one per collective ({ncoll})")
+    return listed
 
 
 def _row_unions_s(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -134,16 +143,17 @@ def _row_unions_s(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return np.cumsum(lengths, axis=1)[:, -1]
 
 
-def _comm_spans_by_label(program, start, end, labels) -> dict[str, list[tuple[float, float]]]:
+def _comm_spans_by_label(program: Sequence[Task], start: np.ndarray, end: np.ndarray,
+                         labels: Sequence[Hashable]) -> dict[Hashable, list[tuple[float, float]]]:
     """[start, end] of every collective task of one program, grouped by its collective's label, in program order."""
-    out: dict[str, list] = {}
+    out: dict[Hashable, list[tuple[float, float]]] = {}
     for p, t in enumerate(program):
         if isinstance(t, CommTask):
             out.setdefault(labels[t.index], []).append((start[p], end[p]))
     return out
 
 
-def link_class_bytes(topology, link_bytes: np.ndarray) -> dict[str, dict[str, float]]:
+def link_class_bytes(topology: Topology, link_bytes: np.ndarray) -> dict[str, dict[str, float]]:
     """Bytes moved per link tier (LinkTier) and per link technology (LinkKind), summed over links."""
     link_bytes = np.asarray(link_bytes, dtype=np.float64)
     tiers = {LinkTier(int(t)).name.lower(): float(link_bytes[topology.link_tier == t].sum())

@@ -19,6 +19,12 @@ import io
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:                   # matplotlib is imported lazily, where a figure is drawn
+    from matplotlib.figure import Figure
+
+    from topologies.topology import Topology
 
 PNG_DPI = 100
 FIGSIZE_IN = (8.0, 5.0)
@@ -43,7 +49,7 @@ def _group_labels(keys: list[tuple]) -> list[str]:
     return labels
 
 
-def busbw_figure(comparisons: Sequence, *, title: str):
+def busbw_figure(comparisons: Sequence, *, title: str) -> Figure:
     """Measured (points) vs predicted (line) busbw in GB/s against size, one colour per group.
 
     ``comparisons`` are ``simulator.validation.Comparison`` rows (any objects with collective,
@@ -105,7 +111,7 @@ def busbw_figure(comparisons: Sequence, *, title: str):
     return fig
 
 
-def figure_png(fig) -> bytes:
+def figure_png(fig: Figure) -> bytes:
     """The figure as PNG bytes (for ``IPython.display.Image`` in a notebook)."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=PNG_DPI)
@@ -131,7 +137,7 @@ def write_busbw_plots(tables: Iterable[tuple[str, Sequence]], directory: str | P
     return paths
 
 
-def fabric_figure(topology, *, title: str | None = None):
+def fabric_figure(topology: Topology, *, title: str | None = None) -> Figure:
     """The switch graph of ``topology``: servers (one dot each) at the bottom, then each switch
     tier; a dragonfly (one tier) is drawn group by group around a circle. Edges are cables
     (parallel cables drawn once)."""
@@ -178,7 +184,7 @@ def fabric_figure(topology, *, title: str | None = None):
     return fig
 
 
-def draw_fabric(topology, path: str | Path) -> Path:
+def draw_fabric(topology: Topology, path: str | Path) -> Path:
     """Write ``fabric_figure(topology)`` as a PNG to ``path``."""
     path = Path(path)
     try:

@@ -82,6 +82,7 @@ def expected_buffers(collective: Collective) -> dict[int, tuple[np.ndarray, np.n
         if kind is CollectiveKind.ALL_REDUCE or (kind is CollectiveKind.REDUCE and q == collective.root):
             want[:], mask[:] = total, True
         elif kind is CollectiveKind.REDUCE_SCATTER:
+            assert isinstance(total, np.ndarray)        # the sum of n >= 1 ranks' data
             want[q * piece:(q + 1) * piece] = total[q * piece:(q + 1) * piece]
             mask[q * piece:(q + 1) * piece] = True
         elif kind is CollectiveKind.ALL_GATHER:
@@ -147,8 +148,8 @@ def wire_mismatch(collective: Collective, program: tuple[DataStep, ...], schedul
             if s != d:
                 prog[(s, d)] += c * elt
     sched: dict[tuple[int, int], int] = defaultdict(int)
-    for step in schedule.steps:
-        for s, d, b in zip(step.src.tolist(), step.dst.tolist(), step.nbytes.tolist()):
+    for sched_step in schedule.steps:
+        for s, d, b in zip(sched_step.src.tolist(), sched_step.dst.tolist(), sched_step.nbytes.tolist()):
             sched[(s, d)] += b
     keys = {k for k, v in prog.items() if v} | {k for k, v in sched.items() if v}
     return {k: (prog.get(k, 0), sched.get(k, 0)) for k in keys if prog.get(k, 0) != sched.get(k, 0)}

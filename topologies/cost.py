@@ -106,8 +106,12 @@ class FabricCost:
 
     @property
     def switch_ports_available(self) -> int | None:
-        known = [t.ports_available for t in self.switch_tiers]
-        return None if any(p is None for p in known) else sum(known)
+        total = 0
+        for t in self.switch_tiers:
+            if t.ports_available is None:
+                return None
+            total += t.ports_available
+        return total
 
     @property
     def cables(self) -> int:
@@ -135,10 +139,10 @@ class FabricCost:
 
     def format(self) -> str:
         """A text table: switches per tier, cables per link tier, totals and per-GPU figures."""
-        def avail(value):
+        def avail(value: int | None) -> str:
             return "?" if value is None else str(value)
 
-        def share(used, available):
+        def share(used: int, available: int | None) -> str:
             return "?" if not available else f"{100.0 * used / available:.1f} %"
 
         lines = [f"fabric cost: {self.name} ({self.gpus} GPUs, {self.nics} NICs on the fabric)",
@@ -151,8 +155,8 @@ class FabricCost:
                      f"{avail(self.switch_ports_available):>12}"
                      f"{share(self.switch_ports_used, self.switch_ports_available):>10}")
         lines.append(f"{'link tier':<16}{'media':>10}{'cables':>12}{'optics':>12}")
-        for t in self.link_tiers:
-            lines.append(f"{t.tier:<16}{t.media:>10}{t.cables:>12}{t.transceivers:>12}")
+        for lt in self.link_tiers:
+            lines.append(f"{lt.tier:<16}{lt.media:>10}{lt.cables:>12}{lt.transceivers:>12}")
         lines.append(f"{'total':<16}{'':>10}{self.cables:>12}{self.transceivers:>12}")
         lines.append(f"per GPU: {self.switch_ports_per_gpu:.3f} switch ports used, {self.switches_per_gpu:.4f} "
                      f"switches, {self.cables_per_gpu:.3f} cables, {self.transceivers_per_gpu:.3f} transceivers")

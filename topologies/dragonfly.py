@@ -68,7 +68,7 @@ from .topology import LinkTier, NodeKind, Topology, TopologyBuilder
 ARRANGEMENTS = ("absolute", "relative", "circulant")
 
 
-def _positive_int(field: str, value, minimum: int = 1) -> int:
+def _positive_int(field: str, value: object, minimum: int = 1) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"dragonfly.{field}: {value!r} is not allowed; expected an integer >= {minimum}")
     return value
@@ -157,6 +157,7 @@ def dragonfly(
         for s in range(per_group):
             info = infos[i * per_group + s]
             for j, nic in enumerate(info.nics):
+                assert server.nic is not None   # a NIC id comes from a server with a NicSpec (ServerSpec checks it)
                 router = routers[i][(j * per_group + s) // p]
                 up, _ = builder.add_link(nic, router, fabric_link, tier=LinkTier.NIC,
                                          flow_cap_bytes_per_s=server.nic.connection_bytes_per_s)

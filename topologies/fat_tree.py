@@ -101,6 +101,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from types import MappingProxyType
+from typing import Any, Mapping, TypeGuard
 
 from .devices import SwitchSpec
 from .links import LinkSpec
@@ -128,23 +129,27 @@ class _RecordingBuilder(TopologyBuilder):
 
     def __init__(self) -> None:
         super().__init__("template")
-        self.node_log: list[tuple] = []    # (kind, name, server, latency_s, gpu local index or None, attrs)
-        self.link_log: list[tuple] = []    # (u, v, spec, tier, duplex, flow_cap, link ids)
+        # (kind, name, server, latency_s, gpu local index or None, attrs)
+        self.node_log: list[tuple[NodeKind, str, int, float, int | None, dict[str, object]]] = []
+        # (u, v, spec, tier, duplex, flow_cap, link ids)
+        self.link_log: list[tuple[int, int, LinkSpec, LinkTier, bool, float, tuple[int, ...]]] = []
         self._recording_local: int | None = None
 
-    def add_node(self, kind, name, *, server=-1, latency_s=0.0, **attrs):
+    def add_node(self, kind: NodeKind, name: str, *, server: int = -1, latency_s: float = 0.0,
+                 **attrs: Any) -> int:
         node = super().add_node(kind, name, server=server, latency_s=latency_s, **attrs)
         self.node_log.append((NodeKind(kind), name, server, latency_s, self._recording_local, dict(attrs)))
         return node
 
-    def add_gpu(self, name, *, server, local, **attrs):
+    def add_gpu(self, name: str, *, server: int, local: int, **attrs: Any) -> int:
         self._recording_local = local
         try:
             return super().add_gpu(name, server=server, local=local, **attrs)
         finally:
             self._recording_local = None
 
-    def add_link(self, u, v, spec, *, tier, duplex=True, flow_cap_bytes_per_s=float("inf")):
+    def add_link(self, u: int, v: int, spec: LinkSpec, *, tier: LinkTier, duplex: bool = True,
+                 flow_cap_bytes_per_s: float = float("inf")) -> tuple[int, ...]:
         ids = super().add_link(u, v, spec, tier=tier, duplex=duplex, flow_cap_bytes_per_s=flow_cap_bytes_per_s)
         self.link_log.append((u, v, spec, tier, duplex, flow_cap_bytes_per_s, ids))
         return ids
@@ -182,7 +187,7 @@ def add_servers(builder: TopologyBuilder, spec: ServerSpec, count: int, *, first
                                        flow_cap_bytes_per_s=flow_cap)
             link_map.update(zip(ids, new_ids))
 
-        def routes(table):
+        def routes(table: Mapping[tuple[int, int], tuple[int, ...]]) -> Mapping[tuple[int, int], tuple[int, ...]]:
             return MappingProxyType({key: tuple(link_map[l] for l in links) for key, links in table.items()})
 
         info = dataclasses.replace(
@@ -202,11 +207,12 @@ def add_servers(builder: TopologyBuilder, spec: ServerSpec, count: int, *, first
 # ------------------------------------------------------------------------------------------------
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_common(fn: str, *, server: ServerSpec, servers, switch: SwitchSpec, oversubscription, planes=1) -> None:
+def _check_common(fn: str, *, server: ServerSpec, servers: object, switch: SwitchSpec | None,
+                  oversubscription: object, planes: object = 1) -> None:
     if not isinstance(server, ServerSpec):
         raise ValueError(f"{fn}.server: {server!r} is not allowed; expected a ServerSpec")
     if not _is_int(servers) or servers < 1:
@@ -225,7 +231,7 @@ def _check_common(fn: str, *, server: ServerSpec, servers, switch: SwitchSpec, o
                          f"of a {server.name} ({', '.join(map(str, divisors))})")
 
 
-def _check_switch(fn: str, switch) -> None:
+def _check_switch(fn: str, switch: object) -> None:
     if not isinstance(switch, SwitchSpec):
         raise ValueError(f"{fn}.switch: {switch!r} is not allowed; expected a SwitchSpec")
 
@@ -257,7 +263,7 @@ def _edge_groups(fn: str, infos: list[ServerInfo], rails: list[int], down: int, 
 
 
 def _add_switch(builder: TopologyBuilder, name: str, switch: SwitchSpec, *, tier: int, plane: int, rail: int = -1,
-                **extra) -> int:
+                **extra: Any) -> int:
     return builder.add_node(NodeKind.FABRIC_SWITCH, name, latency_s=switch.latency_s, tier=tier, switch=switch.name,
                             radix=switch.radix, sharp=switch.sharp, reduction_efficiency=switch.reduction_efficiency,
                             sharp_aggregation_bytes_per_s=switch.sharp_aggregation_rate_bytes_per_s,
@@ -269,6 +275,7 @@ def _add_switch(builder: TopologyBuilder, name: str, switch: SwitchSpec, *, tier
 def _attach_nics(builder: TopologyBuilder, leaf: int, nics: list[int], fabric_link: LinkSpec,
                  server: ServerSpec) -> None:
     for nic in nics:
+        assert server.nic is not None   # a NIC id comes from a server with a NicSpec (ServerSpec checks it)
         up, _ = builder.add_link(nic, leaf, fabric_link, tier=LinkTier.NIC,
                                  flow_cap_bytes_per_s=server.nic.connection_bytes_per_s)
         builder.nic_leaf_link[nic] = up
@@ -287,20 +294,22 @@ def leaf_spine(
     *,
     server: ServerSpec,
     servers: int,
-    switch: SwitchSpec,
-    fabric_link: LinkSpec,
+    switch: SwitchSpec | None,
+    fabric_link: LinkSpec | None,
     rail_optimised: bool = True,
     oversubscription: float = 1.0,
     planes: int = 1,
     name: str | None = None,
 ) -> Topology:
-    """``servers`` copies of ``server`` whose NICs join a 2-tier leaf-spine of ``switch`` (per plane)."""
+    """``servers`` copies of ``server`` whose NICs join a 2-tier leaf-spine of ``switch`` (per plane); a
+    single server needs neither ``switch`` nor ``fabric_link``."""
     fn = "leaf_spine"
     _check_common(fn, server=server, servers=servers, switch=switch, oversubscription=oversubscription, planes=planes)
     builder = TopologyBuilder(name or f"{servers}x {server.name}")
     infos = add_servers(builder, server, servers)
     if servers == 1:
         return builder.build(description=f"1x {server.name}")
+    assert switch is not None and fabric_link is not None      # _check_common rejects a missing switch
 
     radix = switch.radix
     down = _down_ports(radix, oversubscription)
@@ -357,7 +366,7 @@ def leaf_spine_max_servers(*, server: ServerSpec, switch: SwitchSpec, rail_optim
 # ------------------------------------------------------------------------------------------------
 
 
-def _check_k(k, switch: SwitchSpec) -> int:
+def _check_k(k: object, switch: SwitchSpec) -> int:
     if k is None:
         k = switch.radix
     if not _is_int(k) or k < 2 or k % 2 or k > switch.radix:

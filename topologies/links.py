@@ -48,7 +48,7 @@ import math
 import numbers
 import types
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, TypeGuard
 
 from topologies.units import gbit_per_s, gbyte_per_s, ns
 
@@ -99,7 +99,8 @@ def _reject(owner: str, field: str, value: object, expected: str) -> ValueError:
     return ValueError(f"{owner}.{field}: {value!r} is not allowed; expected {expected}")
 
 
-def _is_real(value: object) -> bool:
+def _is_real(value: object) -> TypeGuard[float]:
+    """A real number other than a bool (int, float, numpy scalar...): typed as float for the checks."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NoReturn
 
 import networkx as nx
 
@@ -62,7 +63,7 @@ class ServerSpec:
     cpu_vendor: str = "intel"       # "intel" | "amd": NCCL's latency and LL tables depend on it
 
     def __post_init__(self) -> None:
-        def bad(field: str, value, allowed: str):
+        def bad(field: str, value: object, allowed: str) -> NoReturn:
             raise ValueError(f"ServerSpec.{field}: {value!r} is not allowed; expected {allowed}")
 
         if not isinstance(self.gpus, int) or self.gpus < 1:
@@ -99,6 +100,7 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
         builder.add_link(cpus[k], cpus[k + 1], spec.socket_link, tier=LinkTier.HOST)
 
     if spec.pcie_switches:
+        assert spec.pcie_switch is not None         # ServerSpec requires it when pcie_switches > 0
         switches = []
         per_socket = spec.pcie_switches // spec.sockets
         for p in range(spec.pcie_switches):
@@ -121,6 +123,7 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
         gpus.append(node)
     nics = []
     for j in range(spec.nics):
+        assert spec.nic is not None                 # ServerSpec requires it when nics > 0
         node = builder.add_node(NodeKind.NIC, f"{prefix}.nic{j}", server=index, latency_s=spec.nic.latency_s,
                                 nic=spec.nic.name)
         builder.add_link(nic_parent[j], node, spec.nic.pcie, tier=LinkTier.PCIE)
@@ -128,6 +131,7 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
 
     nvsw = -1
     if spec.nvswitch is not None:
+        assert spec.gpu.nvlink is not None          # ServerSpec allows an NVSwitch only with NVLink GPUs
         nvsw = builder.add_node(NodeKind.NVSWITCH, f"{prefix}.nvswitch", server=index,
                                 latency_s=spec.nvswitch.latency_s)
         bundle = spec.gpu.nvlink.aggregated(spec.gpu.nvlink_count,
@@ -155,12 +159,12 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
 
     def pcie_route(a: int, b: int) -> tuple[int, ...]:
         # GPUs and NICs are end points, never transit devices
-        def ok(n):
+        def ok(n: int) -> bool:
             return n in (a, b) or g.nodes[n]["kind"] not in (NodeKind.GPU, NodeKind.NIC)
         sub = nx.subgraph_view(pcie_graph, filter_node=ok)
         return path_links(builder, nx.shortest_path(sub, a, b))
 
-    cpu_of = {}
+    cpu_of: dict[int, int] = {}
     for i in range(spec.gpus):
         parent = gpu_parent[i]
         cpu_of[i] = parent if parent in cpus else next(v for v in g.successors(parent) if v in cpus)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping, TypeVar
 
 from . import devices as dev
 from . import links as lk
@@ -80,7 +80,7 @@ class FabricPreset:
     switch: SwitchSpec
     nic: NicSpec
 
-    def __iter__(self) -> Iterator:
+    def __iter__(self) -> Iterator[LinkSpec | SwitchSpec | NicSpec]:
         return iter((self.link, self.switch, self.nic))
 
 
@@ -121,32 +121,34 @@ class TopologyKind:
     max_servers: Callable[..., int] | None = None
 
 
-def _build_rail_only(*, server, servers, switch, fabric_link, rail_optimised, oversubscription, planes, name):
+def _build_rail_only(*, server: ServerSpec, servers: int, switch: SwitchSpec, fabric_link: LinkSpec,
+                     rail_optimised: object, oversubscription: float, planes: object, name: str | None) -> Topology:
     _rail_only_options(rail_optimised, planes)
     return rail_only(server=server, servers=servers, switch=switch, fabric_link=fabric_link,
                      oversubscription=oversubscription, name=name)
 
 
-def _rail_only_max(*, server, switch, rail_optimised, oversubscription, planes):
+def _rail_only_max(*, server: ServerSpec, switch: SwitchSpec, rail_optimised: object, oversubscription: float,
+                   planes: object) -> int:
     _rail_only_options(rail_optimised, planes)
     return rail_only_max_servers(server=server, switch=switch, oversubscription=oversubscription)
 
 
-def _require_rail_optimised(rail_optimised, topology: str, reason: str) -> None:
+def _require_rail_optimised(rail_optimised: object, topology: str, reason: str) -> None:
     """Reject ``rail_optimised`` other than True for a ``topology`` whose wiring places the NICs (``reason``)."""
     if rail_optimised is not True:
         raise ValueError(f"rail_optimised: {rail_optimised!r} is not allowed with topology '{topology}', {reason}; "
                          "expected True")
 
 
-def _rail_only_options(rail_optimised, planes) -> None:
+def _rail_only_options(rail_optimised: object, planes: object) -> None:
     _require_rail_optimised(rail_optimised, "rail-only", "whose rails are its wiring")
     if planes != 1:
         raise ValueError(f"planes: {planes!r} is not allowed with topology 'rail-only', where every rail is "
                          "already its own fabric; expected 1")
 
 
-def _dragonfly_shape(*, server, switch, servers: int | None) -> tuple[int, int, int, int]:
+def _dragonfly_shape(*, server: ServerSpec, switch: SwitchSpec, servers: int | None) -> tuple[int, int, int, int]:
     """(p, a, h, g) of a balanced dragonfly (Kim et al.: a = 2p = 2h) of ``switch`` routers: the
     largest p with p + (a - 1) + h <= radix, smaller if needed so that ``servers`` fill whole groups
     (a group holds a p / K servers of K NICs) of at least 2 groups; ``servers=None``: the largest."""
@@ -164,7 +166,7 @@ def _dragonfly_shape(*, server, switch, servers: int | None) -> tuple[int, int, 
                      f"{nics} NICs in whole groups (2 or more); expected a multiple of a group's servers")
 
 
-def _dragonfly_options(rail_optimised, oversubscription, planes) -> None:
+def _dragonfly_options(rail_optimised: object, oversubscription: object, planes: object) -> None:
     _require_rail_optimised(rail_optimised, "dragonfly",
                             "which spreads each server's NICs over its group's routers itself (dragonfly.py)")
     if oversubscription != 1 or planes != 1:
@@ -172,14 +174,16 @@ def _dragonfly_options(rail_optimised, oversubscription, planes) -> None:
                          "bisection); expected the defaults 1 and 1")
 
 
-def _build_dragonfly(*, server, servers, switch, fabric_link, rail_optimised, oversubscription, planes, name):
+def _build_dragonfly(*, server: ServerSpec, servers: int, switch: SwitchSpec, fabric_link: LinkSpec,
+                     rail_optimised: object, oversubscription: object, planes: object, name: str | None) -> Topology:
     _dragonfly_options(rail_optimised, oversubscription, planes)
     p, a, h, g = _dragonfly_shape(server=server, switch=switch, servers=servers)
     return dragonfly(server=server, servers_per_router=p, routers_per_group=a, global_links_per_router=h, groups=g,
                      switch=switch, fabric_link=fabric_link, name=name)
 
 
-def _dragonfly_max(*, server, switch, rail_optimised, oversubscription, planes):
+def _dragonfly_max(*, server: ServerSpec, switch: SwitchSpec, rail_optimised: object, oversubscription: object,
+                   planes: object) -> int:
     _dragonfly_options(rail_optimised, oversubscription, planes)
     p, a, _, g = _dragonfly_shape(server=server, switch=switch, servers=None)
     return a * p * g // server.nics
@@ -207,7 +211,10 @@ TOPOLOGIES = MappingProxyType({
 # ------------------------------------------------------------------------------------------------
 
 
-def _lookup(field: str, value, table) -> object:
+_Entry = TypeVar("_Entry")
+
+
+def _lookup(field: str, value: object, table: Mapping[str, _Entry]) -> _Entry:
     entry = table.get(value) if isinstance(value, str) else None
     if entry is None:
         raise ValueError(f"{field}: {value!r} is not a preset; expected one of {', '.join(table)}")
@@ -276,8 +283,9 @@ def _configure(preset: SystemPreset, *, fabric: str | None,
     """The server, switch and cable of ``preset`` with a fabric and a NIC count applied."""
     server, switch, link = preset.server(), preset.switch, preset.fabric_link
     nic = server.nic
-    if fabric is not None:
-        link, switch, nic = _lookup("fabric", fabric, FABRICS)
+    fabric_preset = None if fabric is None else _lookup("fabric", fabric, FABRICS)
+    if fabric_preset is not None:
+        link, switch, nic = fabric_preset.link, fabric_preset.switch, fabric_preset.nic
     if nics_per_node is not None:
         count = nics_per_node
         per_switch = server.pcie_switches or 1
@@ -293,8 +301,8 @@ def _configure(preset: SystemPreset, *, fabric: str | None,
             raise ValueError(f"nics_per_node: {count} needs a NIC, but {preset.name} has none; "
                              f"pass fabric= (one of {', '.join(FABRICS)})")
         server = dataclasses.replace(server, nics=count, nic=nic)
-    if fabric is not None and server.nics:
-        server = dataclasses.replace(server, nic=_nic_in_server(nic, server))
+    if fabric_preset is not None and server.nics:
+        server = dataclasses.replace(server, nic=_nic_in_server(fabric_preset.nic, server))
     return server, switch, link
 
 

@@ -25,7 +25,7 @@ import collections
 import enum
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 import networkx as nx
 import numpy as np
@@ -191,7 +191,7 @@ class Topology:
         return replace(self, name=name or self.name, link_capacity_bytes_per_s=_readonly(capacity)).validate()
 
     def summary(self) -> str:
-        kinds = {}
+        kinds: dict[str, int] = {}
         for n in self.graph.nodes:
             k = NodeKind(self.graph.nodes[n]["kind"]).name.lower()
             kinds[k] = kinds.get(k, 0) + 1
@@ -224,13 +224,13 @@ class TopologyBuilder:
     def num_gpus(self) -> int:
         return len(self._gpus)
 
-    def add_node(self, kind: NodeKind, name: str, *, server: int = -1, latency_s: float = 0.0, **attrs) -> int:
-        node = self.graph.number_of_nodes()
+    def add_node(self, kind: NodeKind, name: str, *, server: int = -1, latency_s: float = 0.0, **attrs: Any) -> int:
+        node: int = self.graph.number_of_nodes()
         self.graph.add_node(node, kind=int(kind), name=name, server=server, latency_s=latency_s, **attrs)
         self._node_latency[node] = latency_s
         return node
 
-    def add_gpu(self, name: str, *, server: int, local: int, **attrs) -> int:
+    def add_gpu(self, name: str, *, server: int, local: int, **attrs: Any) -> int:
         node = self.add_node(NodeKind.GPU, name, server=server, **attrs)
         self._gpus.append(node)
         self._gpu_server.append(server)

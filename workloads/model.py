@@ -230,8 +230,9 @@ class ModelSpec:
     hidden: int
     heads: int
     vocab: int
-    kv_heads: int | None = None
-    ffn_hidden: int | None = None
+    # None defaults are replaced in __post_init__, so the fields read as int
+    kv_heads: int = None            # type: ignore[assignment]  # None: heads
+    ffn_hidden: int = None          # type: ignore[assignment]  # None: 4 hidden
     seq_len: int = 2048
     gated_mlp: bool = False
     tied_embeddings: bool = False
@@ -307,6 +308,12 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.experts > 0
+
+    @property
+    def _expert_ffn(self) -> int:
+        """``expert_ffn_hidden`` where a MoE model asks (None only on a dense model, which never does)."""
+        assert self.expert_ffn_hidden is not None
+        return self.expert_ffn_hidden
 
     @property
     def mlp_matrices(self) -> int:
@@ -385,7 +392,7 @@ class ModelSpec:
         if self._is_moe_layer(layer):
             total += self.hidden * self.experts                               # router
             total += self._routed_expert_parameters(ep)
-            total += self.shared_experts * self._mlp_parameters(self.expert_ffn_hidden, tp=tp)
+            total += self.shared_experts * self._mlp_parameters(self._expert_ffn, tp=tp)
         else:
             total += self._mlp_parameters(self.ffn_hidden, tp=tp)
         return total
@@ -417,7 +424,7 @@ class ModelSpec:
     def expert_parameters(self) -> int:
         """Weights of one routed expert (an MLP of ``expert_ffn_hidden``, not split over tensor-parallel ranks);
         0 for a dense model."""
-        return self._mlp_parameters(self.expert_ffn_hidden) if self.is_moe else 0
+        return self._mlp_parameters(self._expert_ffn) if self.is_moe else 0
 
     def routed_expert_parameters(self, layer: int = 0, *, ep: int = 1) -> int:
         """The routed experts' weights of layer ``layer`` on one GPU (part of :meth:`layer_parameters`): its
@@ -533,7 +540,7 @@ class ModelSpec:
         up = self.mlp_matrices - 1            # fc1 (GeLU) or fused gate+up (SwiGLU) columns per ffn unit
         if self._is_moe_layer(layer):
             t_moe = tokens / tp
-            fe = self.expert_ffn_hidden
+            fe = self._expert_ffn
             per_expert = t_moe * self.top_k * ep / self.experts
             gemms.append(Gemm(name="router", m=t_moe, n=self.experts, k=h))
             gemms.append(Gemm(name="expert_up", m=per_expert, n=up * fe, k=h, count=self.experts // ep))
@@ -631,8 +638,8 @@ class ModelSpec:
         act = 3 * D if self.gated_mlp else 2 * D               # per MLP unit: fc1 output(s) and activation output
         if self._is_moe_layer(layer):
             routed = sb * self.top_k
-            sharded += routed * (D * h + act * self.expert_ffn_hidden)       # permuted input, expert activations
-            sharded += sb * self.shared_experts * act * self.expert_ffn_hidden
+            sharded += routed * (D * h + act * self._expert_ffn)             # permuted input, expert activations
+            sharded += sb * self.shared_experts * act * self._expert_ffn
             sharded += 4 * sb * self.experts                                 # fp32 router probabilities
         else:
             sharded += act * sb * self.ffn_hidden
@@ -660,6 +667,8 @@ class ModelSpec:
         nbytes = self._hidden_bytes(micro_batch, seq_len, cp)
         if tp == 1:
             return ()
+        fwd: tuple[CommSize, ...]
+        bwd: tuple[CommSize, ...]
         if not sp:
             fwd = (CommSize(name="tp_allreduce", kind=CollectiveKind.ALL_REDUCE, nbytes=nbytes, count=2, group="tp"),)
             bwd = (CommSize(name="tp_allreduce", kind=CollectiveKind.ALL_REDUCE, nbytes=nbytes, count=2, group="tp"),)

@@ -81,14 +81,15 @@ class Alltoall:
         # the platform's extra hop latency is paid once: a rank's sends to its peers run concurrently
         return (nccl_model.BASE_LATENCY_US["ring"][protocol] + worst + hop_extra_us) * 1e-6
 
-    def _steps(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+    def _steps(self, collective: Collective, ctx: LoweringContext,
+               nchannels: int) -> list[list[tuple[int, int, int, int, float]]]:
         """Per step (round), the (member p, member q, bytes, channel, payload cap) flows of its pairs."""
         group = collective.group
         elt = DTYPE_BYTES[collective.dtype]
         counts = alltoall_counts(collective)
-        out = []
+        out: list[list[tuple[int, int, int, int, float]]] = []
         for pairs in self._rounds(collective):
-            flows = []
+            flows: list[tuple[int, int, int, int, float]] = []
             for p, q in pairs:
                 pieces, cap = pair_flows(ctx, collective, nchannels, group[p], group[q], int(counts[p, q]) * elt)
                 flows += [(p, q, int(b), c, cap) for c, b in enumerate(pieces)]
@@ -116,7 +117,8 @@ class Alltoall:
         elt = DTYPE_BYTES[collective.dtype]
         steps = []
         for flows in self._steps(collective, ctx, nchannels):
-            ops, offset = [], {}
+            ops: list[tuple[int, int, int, int, int]] = []
+            offset: dict[tuple[int, int], int] = {}
             for p, q, nbytes, _, _ in flows:          # a pair's pieces in channel order
                 at = offset.get((p, q), 0)
                 ops.append((group[p], group[q], int(send[p, q]) + at, nbytes // elt, int(recv[q, p]) + at))

@@ -62,6 +62,10 @@ COLLNET_NET_LATENCY_US = 31.0
 COLLNET_ARITY_LATENCY_US = 0.4
 
 
+#: One edge of a stage: (src, dst, offset, count, reduce, chain).
+_StageEdge = tuple[int, int, int, int, bool, int]
+
+
 def _chains_per_gpu(ppn: int, nchannels: int) -> int:
     """Sub-shards (chains) owned by each local GPU: the channels spread over the ``ppn`` GPUs, at least one."""
     return max(1, nchannels // ppn)
@@ -121,7 +125,8 @@ class CollNetAlgorithm:
         offset = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
         return [(j % layout.ppn, int(offset[j]), int(count[j])) for j in range(nshards)]
 
-    def _buffers(self, collective: Collective, ctx: LoweringContext):
+    def _buffers(self, collective: Collective,
+                 ctx: LoweringContext) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
         """In-network buffer ids: up and down stage of every switch used, -> topology node."""
         layout = ctx.layout(collective.group)
         switches = sorted({s for q in range(layout.ppn) for s in self._tree(collective, ctx, q).switches})
@@ -130,7 +135,7 @@ class CollNetAlgorithm:
         nodes = {**{b: s for s, b in up.items()}, **{b: s for s, b in down.items()}}
         return up, down, nodes
 
-    def _stages(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+    def _stages(self, collective: Collective, ctx: LoweringContext, nchannels: int) -> list[list[_StageEdge]]:
         """Logical steps: lists of (src, dst, offset, count, reduce, chain).
 
         0: GPUs -> owner (NVLink); 1: owner -> its leaf; then one step per tree level up (child ->
@@ -140,7 +145,7 @@ class CollNetAlgorithm:
         layout = ctx.layout(collective.group)
         up, down, _ = self._buffers(collective, ctx)
         top = max(self._tree(collective, ctx, q).height for q in range(layout.ppn))
-        stages = [[] for _ in range(4 + 2 * top)]
+        stages: list[list[_StageEdge]] = [[] for _ in range(4 + 2 * top)]
         for j, (q, off, cnt) in enumerate(self._plan(collective, ctx, nchannels)):
             tree = self._tree(collective, ctx, q)
             leaves, root = tree.leaves, tree.root
@@ -165,10 +170,12 @@ class CollNetAlgorithm:
 
     def _efficiency(self, collective: Collective, ctx: LoweringContext) -> float:
         _, _, nodes = self._buffers(collective, ctx)
-        return min(ctx.topology.graph.nodes[n].get("reduction_efficiency", 1.0) for n in nodes.values())
+        efficiency: float = min(ctx.topology.graph.nodes[n].get("reduction_efficiency", 1.0) for n in nodes.values())
+        return efficiency
 
     # ---- interface ---------------------------------------------------------------------------
-    def _edges(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+    def _edges(self, collective: Collective, ctx: LoweringContext,
+               nchannels: int) -> list[tuple[int, int, int, int]]:
         """(src, dst, elements, chain) of every edge of every stage."""
         return [(s, d, cnt, chain) for stage in self._stages(collective, ctx, nchannels)
                 for s, d, _, cnt, _, chain in stage]
@@ -177,10 +184,13 @@ class CollNetAlgorithm:
         """Most one chain's switch legs carry: the slowest tree's ``min over its switches of
         sharp_aggregation_bytes_per_s / chains on the tree`` (inf when no switch states a rate)."""
         allocation = self._allocation(collective, ctx)
+        assert not isinstance(allocation, str)      # lower and estimate get here only when supported
         per_rail = _chains_per_gpu(ctx.layout(collective.group).ppn, nchannels)     # chains per rail (``_plan``)
         nodes = ctx.topology.graph.nodes
-        return min(min(nodes[s].get("sharp_aggregation_bytes_per_s", math.inf) for s in allocation.trees[t].switches)
-                   / (rails * per_rail) for t, rails in Counter(allocation.rail_tree).items())
+        cap: float = min(min(nodes[s].get("sharp_aggregation_bytes_per_s", math.inf)
+                             for s in allocation.trees[t].switches)
+                         / (rails * per_rail) for t, rails in Counter(allocation.rail_tree).items())
+        return cap
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)
@@ -211,8 +221,9 @@ class CollNetAlgorithm:
 
 def sharp_pool(ctx: LoweringContext) -> SharpPool:
     """The simulation's SHARP resource pool (one per LoweringContext, kept in its cache)."""
-    return ctx.cached(("sharp-pool",), lambda: SharpPool(ctx.topology, failed_links=ctx.router.failed_links,
-                                                         seed=ctx.router.seed))
+    pool: SharpPool = ctx.cached(("sharp-pool",), lambda: SharpPool(ctx.topology, failed_links=ctx.router.failed_links,
+                                                                    seed=ctx.router.seed))
+    return pool
 
 
 COLLNET = CollNetAlgorithm()

@@ -34,7 +34,7 @@ from .base import LoweringContext, protocol_schedule, split_evenly
 class HalvingDoubling:
     name = "halving_doubling"
     kinds = frozenset({CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_GATHER})
-    protocols = nccl_model.PROTOCOLS
+    protocols: tuple[str, ...] = nccl_model.PROTOCOLS
     auto = False             # not an NCCL algorithm: only when asked for
 
     def supported(self, collective: Collective, ctx: LoweringContext) -> str | None:

@@ -15,6 +15,8 @@ split into ppn equal pieces of whole elements.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
@@ -40,13 +42,13 @@ class Hierarchical:
                     f"{collective.dtype} elements")
         return None
 
-    def _stages(self, collective: Collective, ctx: LoweringContext):
+    def _stages(self, collective: Collective, ctx: LoweringContext) -> list[list[tuple[Collective, int]]]:
         """Per stage: list of (sub-collective, element offset of its buffer)."""
         layout = ctx.layout(collective.group)
         piece = collective.nbytes // layout.ppn
         elt = DTYPE_BYTES[collective.dtype]
 
-        def sub(kind, group, nbytes):
+        def sub(kind: CollectiveKind, group: Sequence[int], nbytes: int) -> Collective:
             return Collective(kind=kind, nbytes=nbytes, group=tuple(group), dtype=collective.dtype, op=collective.op)
         stage_a = [(sub(CollectiveKind.REDUCE_SCATTER, ranks, collective.nbytes), 0)
                    for ranks in layout.ranks_by_server]

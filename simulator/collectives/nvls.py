@@ -119,12 +119,12 @@ class NvlsAlgorithm:
         count = split_evenly(elements, collective.nranks)
         return np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64), count
 
-    def _edges(self, collective: Collective):
+    def _edges(self, collective: Collective) -> list[tuple[int, int, int, int]]:
         """(src, dst, elements, chain) of every edge: chains 0..n-1 reduce, n..2n-1 multicast."""
         group = collective.group
         n = len(group)
         _, count = self._shards(collective)
-        edges = []
+        edges: list[tuple[int, int, int, int]] = []
         reduce_phase = collective.kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER)
         multicast_phase = collective.kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER)
         for q, owner in enumerate(group):
@@ -148,6 +148,7 @@ class NvlsAlgorithm:
     def _rate(self, collective: Collective, ctx: LoweringContext) -> float:
         """Equal-share rate of the slowest shard chain at NCCL's nvlsEfficiency of NCCL's NVLink
         figure (no chunk penalty)."""
+        rate: float
         rate, _ = ctx.cached(("nvls-rate", collective.group, collective.kind), lambda: innet_chain_rate(
             ctx, self._edges(collective), self._innet(collective, ctx), self._switch_efficiency(collective, ctx)))
         return rate

@@ -114,7 +114,7 @@ class _Parts(NamedTuple):
     """Sub-shards of :meth:`NvlsTreeAlgorithm._parts`."""
     layout: GroupLayout
     offset: np.ndarray                                # elements
-    count: np.ndarray                                 # elements
+    counts: np.ndarray                                # elements
     owner: list[int]                                  # local GPU owning each sub-shard
     tree_of: list[int]                                # the tree (0 or 1) each sub-shard uses
     trees: tuple[dict[int, int], dict[int, int]]      # parent of each server in the two trees
@@ -156,17 +156,17 @@ class NvlsTreeAlgorithm:
         offset = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
         owner = [j % layout.ppn for j in range(nshards)]
         tree_of = [(j % layout.ppn + j // layout.ppn) % 2 for j in range(nshards)]
-        return _Parts(layout=layout, offset=offset, count=count, owner=owner, tree_of=tree_of,
+        return _Parts(layout=layout, offset=offset, counts=count, owner=owner, tree_of=tree_of,
                       trees=double_chain(layout.nnodes))
 
     @staticmethod
     def _buffers(m: int) -> tuple[int, int]:
         return -(2 * m + 1), -(2 * m + 2)          # reduce, multicast buffer of server m
 
-    def _edges(self, parts: _Parts):
+    def _edges(self, parts: _Parts) -> list[tuple[int, int, int, int]]:
         """(src, dst, elements, chain) of every edge of :meth:`_parts`' sub-shards; chain = sub-shard."""
         layout, _, count, owner, tree_of, trees = parts
-        edges = []
+        edges: list[tuple[int, int, int, int]] = []
         for j, q in enumerate(owner):
             parent = trees[tree_of[j]]
             owners = [ranks[q] for ranks in layout.ranks_by_server]
@@ -260,8 +260,9 @@ class NvlsTreeAlgorithm:
         return innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
                               edges=self._edges(parts), efficiency=efficiency,
                               innet_nodes=self._innet(collective, ctx), latency_s=self._latency_s(collective, ctx),
-                              chain_rate_cap_bytes_per_s=self._chain_cap(collective, ctx, len(parts.count), efficiency),
-                              fill_bytes=self._fill_bytes(collective, ctx, nchannels, len(parts.count), chunk))
+                              chain_rate_cap_bytes_per_s=self._chain_cap(collective, ctx, len(parts.counts),
+                                                                         efficiency),
+                              fill_bytes=self._fill_bytes(collective, ctx, nchannels, len(parts.counts), chunk))
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         layout, offset, count, owner, tree_of, trees = self._parts(collective, ctx, nchannels)

@@ -24,6 +24,8 @@ NCCL's ring latency for the protocol (``nccl_model.ring_latency_s``). Slice-leve
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from topologies.routing import equal_share_rates
@@ -46,7 +48,7 @@ class RingAlgorithm:
     # ---- structure (size-independent, memoised per simulation) -------------------------------
     def orders(self, group: tuple[int, ...], ctx: LoweringContext, nchannels: int) -> tuple[tuple[int, ...], ...]:
         """Ring order (ranks) of every channel."""
-        def build():
+        def build() -> tuple[tuple[int, ...], ...]:
             layout = ctx.layout(group)
             if layout.ppn == 1:
                 # one rank per server: every channel's ring is the servers' order, as the loop below builds
@@ -62,16 +64,17 @@ class RingAlgorithm:
             rings = []
             for c in range(nchannels):
                 ring: list[int] = []
-                for m, (ranks, nics, first) in enumerate(servers):
-                    entry = first.get((c - m) % nics, (c - m) % len(ranks)) if nics else 0
-                    ring.extend(ranks[entry:] + ranks[:entry])
+                for m, (members, nics, first) in enumerate(servers):
+                    entry = first.get((c - m) % nics, (c - m) % len(members)) if nics else 0
+                    ring.extend(members[entry:] + members[:entry])
                 rings.append(tuple(ring))
             return tuple(rings)
-        return ctx.cached(("ring-orders", group, nchannels), build)
+        orders: tuple[tuple[int, ...], ...] = ctx.cached(("ring-orders", group, nchannels), build)
+        return orders
 
     def chain_paths(self, group: tuple[int, ...], ctx: LoweringContext, nchannels: int) -> list[np.ndarray]:
         """Links of every channel's full ring (edge p: position p -> p+1, wrapping)."""
-        def build():
+        def build() -> list[np.ndarray]:
             orders = self.orders(group, ctx, nchannels)
             gpu = ctx.rank_gpu
             src = [gpu[a] for ring in orders for a in ring]
@@ -81,10 +84,12 @@ class RingAlgorithm:
             n = len(group)
             return [np.concatenate(edges[c * n:(c + 1) * n]) if n else np.zeros(0, dtype=np.int64)
                     for c in range(len(orders))]
-        return ctx.cached(("ring-paths", group, nchannels), build)
+        paths: list[np.ndarray] = ctx.cached(("ring-paths", group, nchannels), build)
+        return paths
 
     # ---- data --------------------------------------------------------------------------------
-    def chunk_counts(self, collective: Collective, orders) -> tuple[np.ndarray, np.ndarray]:
+    def chunk_counts(self, collective: Collective,
+                     orders: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
         """(offset, count) in elements of chunk k of channel c, shape (nchannels, n).
 
         Chunk k of a ring is the piece of the rank at ring position k-1: after the reduce-scatter
@@ -97,7 +102,7 @@ class RingAlgorithm:
         rows = np.arange(len(orders))[:, None]
         return offset[rows, owner], count[rows, owner]
 
-    def edge_bytes(self, collective: Collective, orders) -> tuple[np.ndarray, int]:
+    def edge_bytes(self, collective: Collective, orders: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, int]:
         """Payload bytes on each ring edge (position p -> p+1), shape (nchannels, n); edges used."""
         n = collective.nranks
         _, count = self.chunk_counts(collective, orders)
@@ -123,10 +128,13 @@ class RingAlgorithm:
             return np.zeros(nbytes.shape[0])
         n = collective.nranks
         per_channel = nbytes.max(axis=1)
+        fill: np.ndarray
         if collective.kind.rooted:
-            return np.minimum(nccl_model.SIMPLE_SLICE_BYTES, per_channel) * max(n - 2, 0)
+            fill = np.minimum(nccl_model.SIMPLE_SLICE_BYTES, per_channel) * max(n - 2, 0)
+            return fill
         steps = 2 * (n - 1) if collective.kind is CollectiveKind.ALL_REDUCE else n - 1
-        return np.minimum(nccl_model.SIMPLE_SLICE_BYTES, per_channel / steps)
+        fill = np.minimum(nccl_model.SIMPLE_SLICE_BYTES, per_channel / steps)
+        return fill
 
     def _rooted_order(self, collective: Collective, ring: tuple[int, ...]) -> tuple[int, ...]:
         root = collective.group[collective.root]
@@ -135,7 +143,7 @@ class RingAlgorithm:
             return ring[i:] + ring[:i]
         return ring[i + 1:] + ring[: i + 1]                   # reduce: root last
 
-    def _orders_for(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+    def _orders_for(self, collective: Collective, ctx: LoweringContext, nchannels: int) -> tuple[tuple[int, ...], ...]:
         orders = self.orders(collective.group, ctx, nchannels)
         if collective.kind.rooted:
             orders = tuple(self._rooted_order(collective, ring) for ring in orders)
@@ -147,9 +155,9 @@ class RingAlgorithm:
         orders = self._orders_for(collective, ctx, nchannels)
         offset, count = self.chunk_counts(collective, orders)
         kind = collective.kind
-        steps = []
+        steps: list[DataStep] = []
 
-        def phase(chunk_of, reduce):
+        def phase(chunk_of: Callable[[int, int], int], reduce: bool) -> None:
             for s in range(n - 1):
                 ops = [(ring[p], ring[(p + 1) % n], offset[c, chunk_of(p, s)], count[c, chunk_of(p, s)])
                        for c, ring in enumerate(orders) for p in range(n)]

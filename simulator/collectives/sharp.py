@@ -108,7 +108,7 @@ class SharpAllocation:
 class SharpPool:
     """SHARP trees, jobs and port use of every switch in one simulation (instance state only)."""
 
-    def __init__(self, topology: Topology, *, failed_links=frozenset(), seed: int = 0):
+    def __init__(self, topology: Topology, *, failed_links: frozenset[int] = frozenset(), seed: int = 0) -> None:
         self.topology = topology
         self.seed = seed
         graph = topology.graph

@@ -41,9 +41,10 @@ class TreeAlgorithm:
         return None if collective.nranks >= 2 else "a tree needs at least 2 ranks"
 
     # ---- structure ---------------------------------------------------------------------------
-    def _chains(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+    def _chains(self, collective: Collective, ctx: LoweringContext,
+                nchannels: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
         """Per (tree, channel) index k: the ordered GPU chain of every server (head first)."""
-        def build():
+        def build() -> tuple[tuple[tuple[int, ...], ...], ...]:
             layout = ctx.layout(collective.group)
             out = []
             for k in range(2 * nchannels):
@@ -59,20 +60,22 @@ class TreeAlgorithm:
                     servers.append(tuple(ranks[head:] + ranks[:head]))
                 out.append(tuple(servers))
             return tuple(out)
-        return ctx.cached(("tree-chains", collective.group, nchannels), build)
+        chains: tuple[tuple[tuple[int, ...], ...], ...] = ctx.cached(("tree-chains", collective.group, nchannels),
+                                                                     build)
+        return chains
 
-    def _parts(self, collective: Collective, nchannels: int):
+    def _parts(self, collective: Collective, nchannels: int) -> tuple[np.ndarray, np.ndarray]:
         elements = collective.nbytes // DTYPE_BYTES[collective.dtype]
         count = split_evenly(elements, 2 * nchannels)
         offset = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
         return offset, count
 
-    def _edges(self, collective: Collective, ctx: LoweringContext, nchannels: int):
+    def _edges(self, collective: Collective, ctx: LoweringContext, nchannels: int) -> list[tuple[int, int, int, int]]:
         """(src, dst, elements, chain k) of every edge, up then down."""
         layout = ctx.layout(collective.group)
         trees = double_binary_tree(layout.nnodes)
         _, count = self._parts(collective, nchannels)
-        edges = []
+        edges: list[tuple[int, int, int, int]] = []
         for k, chains in enumerate(self._chains(collective, ctx, nchannels)):
             parent = trees[k % 2]
             for chain in chains:

@@ -83,7 +83,7 @@ import math
 import numbers
 import types
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping, TypeGuard
 
 from topologies.devices import GpuSpec
 from workloads.model import RECOMPUTE, Gemm, ModelSpec, ceil_div
@@ -129,10 +129,15 @@ FP32 = 4
 # --------------------------------------------------------------------------------------------------
 
 
+def _is_real(value: object) -> TypeGuard[float]:
+    """A real number other than a bool (int, float, numpy scalar...): typed as float for the bounds."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _fraction(owner: str, name: str, value: object, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
-    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not 0 < value <= 1:
+    if not _is_real(value) or not 0 < value <= 1:
         raise ValueError(f"{owner}.{name}: {value!r} is not allowed; expected a number in (0, 1]"
                          + (" or None" if allow_none else ""))
 
@@ -334,6 +339,7 @@ def gemm_efficiency(gpu: GpuSpec, *, m: float, n: float, k: float, count: int = 
     """Achieved FLOP/s of :func:`gemm_op` over the GPU's peak for that dtype."""
     op = gemm_op(gpu, m=m, n=n, k=k, count=count, dtype=dtype, compute_model=compute_model)
     peak = gpu.dense_fp8_flop_per_s if dtype == "fp8" else gpu.dense_bf16_flop_per_s
+    assert peak is not None         # gemm_op rejected fp8 on a GPU without it
     return op.flops / op.time_s / peak
 
 
@@ -487,6 +493,7 @@ def _layer_ops(model: ModelSpec, layer: int, *, micro_batch: int, seq_len: int |
         ops.append(_Op(name="moe_permute", kind="elementwise", fwd_nbytes=2 * D * routed * h,
                        bwd_nbytes=2 * D * routed * h))
         ops.append(_Op(name="expert_up", kind="gemm", gemm=gemms["expert_up"]))
+        assert model.expert_ffn_hidden is not None      # set on every MoE model
         ops.append(activation("expert_act", routed * model.expert_ffn_hidden))
         ops.append(_Op(name="expert_down", kind="gemm", gemm=gemms["expert_down"]))
         ops.append(_Op(name="moe_unpermute", kind="elementwise", fwd_nbytes=2 * D * routed * h,
@@ -563,8 +570,8 @@ def layer_times(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: in
     dense (all MoE) layers of a model run the same kernels, so one layer of each kind is timed."""
     if not isinstance(model, ModelSpec):
         raise ValueError(f"model: {model!r} is not allowed; expected a workloads.model.ModelSpec")
-    kw = dict(micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, ep=ep, dtype=dtype,
-              flash_attention=flash_attention, compute_model=compute_model)
+    kw: dict[str, Any] = dict(micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, ep=ep, dtype=dtype,
+                              flash_attention=flash_attention, compute_model=compute_model)
     by_kind: dict[bool, tuple[float, float]] = {}
     forward, backward = [], []
     for layer in range(model.layers):

@@ -66,6 +66,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 from numba import njit
 
 from .maxmin import flow_csr
@@ -80,7 +81,7 @@ _LN2 = math.log(2.0)
 
 
 @njit(cache=True)
-def _red(q, kmin, kmax, pmax):
+def _red(q: float, kmin: float, kmax: float, pmax: float) -> float:
     if q <= kmin:
         return 0.0
     if q <= kmax:
@@ -89,7 +90,8 @@ def _red(q, kmin, kmax, pmax):
 
 
 @njit(cache=True)
-def _port_levels(port_ptr, port_flows, port_w, port_cap, rc, level, scratch_r, scratch_w):
+def _port_levels(port_ptr: np.ndarray, port_flows: np.ndarray, port_w: np.ndarray, port_cap: np.ndarray,
+                 rc: np.ndarray, level: np.ndarray, scratch_r: np.ndarray, scratch_w: np.ndarray) -> None:
     """Water level of each port among its flows' current rates (inf when the port is not full)."""
     for k in range(port_cap.shape[0]):
         lo, hi = port_ptr[k], port_ptr[k + 1]
@@ -126,9 +128,11 @@ def _port_levels(port_ptr, port_flows, port_w, port_cap, rc, level, scratch_r, s
 
 
 @njit(cache=True)
-def _dcqcn_kernel(flows, link_ptr, link_entry_flow, link_entry_w, marking_links, link_capacity, port_ptr, port_flows,
-                  port_w, port_cap, flow_port_ptr, flow_port_idx, rate_max, rate_init, params, dt, warmup_steps,
-                  block_steps, max_steps, settle_tol):
+def _dcqcn_kernel(flows: np.ndarray, link_ptr: np.ndarray, link_entry_flow: np.ndarray, link_entry_w: np.ndarray,
+                  marking_links: np.ndarray, link_capacity: np.ndarray, port_ptr: np.ndarray, port_flows: np.ndarray,
+                  port_w: np.ndarray, port_cap: np.ndarray, flow_port_ptr: np.ndarray, flow_port_idx: np.ndarray,
+                  rate_max: np.ndarray, rate_init: np.ndarray, params: np.ndarray, dt: float, warmup_steps: int,
+                  block_steps: int, max_steps: int, settle_tol: float) -> tuple[np.ndarray, np.ndarray, int]:
     """``flows``: controlled flow ids. ``marking_links[k]`` carries the entries
     ``link_ptr[k]:link_ptr[k+1]`` of ``link_entry_flow`` (index into ``flows``) with weights ``link_entry_w``."""
     n = flows.shape[0]
@@ -254,7 +258,9 @@ def _dcqcn_kernel(flows, link_ptr, link_entry_flow, link_entry_w, marking_links,
 
 
 @njit(cache=True)
-def _prepare(flow_ptr, flow_links, flow_weights, controlled, marking, is_port, link_capacity, rate_max):
+def _prepare(flow_ptr: np.ndarray, flow_links: np.ndarray, flow_weights: np.ndarray, controlled: np.ndarray,
+             marking: np.ndarray, is_port: np.ndarray, link_capacity: np.ndarray,
+             rate_max: np.ndarray) -> tuple[np.ndarray, ...]:
     """Controlled flow ids; marking link -> (flow index, weight) CSR restricted to links whose flows
     could overfill them (sum of w x R_max above capacity; the others never queue); port -> (flow
     index, weight) CSR; flow index -> port index CSR."""
@@ -341,8 +347,11 @@ def _prepare(flow_ptr, flow_links, flow_weights, controlled, marking, is_port, l
             flow_port_ptr, flow_port_idx)
 
 
-def dcqcn_rates(flow_ptr, flow_links, flow_weights, controlled, link_capacity, marking, is_port, rate_max,
-                rate_init, params, *, dt_s, warmup_s, block_s, horizon_s, settle_tol):
+def dcqcn_rates(flow_ptr: npt.ArrayLike, flow_links: npt.ArrayLike, flow_weights: npt.ArrayLike,
+                controlled: npt.ArrayLike, link_capacity: npt.ArrayLike, marking: npt.ArrayLike,
+                is_port: npt.ArrayLike, rate_max: npt.ArrayLike, rate_init: npt.ArrayLike, params: npt.ArrayLike, *,
+                dt_s: float, warmup_s: float, block_s: float, horizon_s: float,
+                settle_tol: float) -> tuple[np.ndarray, np.ndarray, float]:
     """Settled (time-averaged) DCQCN sending rates of the ``controlled`` flows.
 
     Parameters
@@ -390,10 +399,12 @@ def dcqcn_rates(flow_ptr, flow_links, flow_weights, controlled, link_capacity, m
     warmup_steps = int(round(warmup_s / dt_s))
     block_steps = max(1, int(round(block_s / dt_s)))
     max_steps = max(warmup_steps + block_steps, int(round(horizon_s / dt_s)))
-    prepared = _prepare(flow_ptr, flow_links, flow_weights, controlled, marking & ~is_port, is_port, link_capacity,
-                        rate_max)
+    prepared: tuple[np.ndarray, ...] = _prepare(flow_ptr, flow_links, flow_weights, controlled, marking & ~is_port,
+                                                is_port, link_capacity, rate_max)
     flows, link_ptr, entry_flow, entry_w, marking_links, port_ptr, port_flows, port_w, port_cap = prepared[:9]
-    rates, queue, steps = _dcqcn_kernel(flows, link_ptr, entry_flow, entry_w, marking_links, link_capacity, port_ptr,
-                                        port_flows, port_w, port_cap, prepared[9], prepared[10], rate_max, rate_init,
-                                        params, float(dt_s), warmup_steps, block_steps, max_steps, float(settle_tol))
+    out: tuple[np.ndarray, np.ndarray, int] = _dcqcn_kernel(
+        flows, link_ptr, entry_flow, entry_w, marking_links, link_capacity, port_ptr, port_flows, port_w, port_cap,
+        prepared[9], prepared[10], rate_max, rate_init, params, float(dt_s), warmup_steps, block_steps, max_steps,
+        float(settle_tol))
+    rates, queue, steps = out
     return rates, queue, steps * dt_s

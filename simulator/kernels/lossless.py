@@ -41,6 +41,7 @@ arrival 1.5c).
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 from numba import njit
 
 from .maxmin import _freeze, _rekey_dirty, _sift_down, flow_csr
@@ -49,7 +50,8 @@ __all__ = ["lossless_throttle", "successor_pairs"]
 
 
 @njit(cache=True)
-def _pairs(flow_ptr, flow_links, participant, link_src, link_dst):
+def _pairs(flow_ptr: np.ndarray, flow_links: np.ndarray, participant: np.ndarray, link_src: np.ndarray,
+           link_dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(upstream link, downstream link) for every hop of every participating flow (see assumption 4)."""
     n_flows = participant.shape[0]
     count = 0
@@ -77,8 +79,9 @@ def _pairs(flow_ptr, flow_links, participant, link_src, link_dst):
 
 
 @njit(cache=True)
-def _throttle_kernel(flow_ptr, flow_links, flow_weights, participant, link_capacity, demand, lossless,
-                     ups, downs):
+def _throttle_kernel(flow_ptr: np.ndarray, flow_links: np.ndarray, flow_weights: np.ndarray, participant: np.ndarray,
+                     link_capacity: np.ndarray, demand: np.ndarray, lossless: np.ndarray, ups: np.ndarray,
+                     downs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n_flows = participant.shape[0]
     n_links = link_capacity.shape[0]
     m = np.ones(n_flows)
@@ -176,14 +179,20 @@ def _throttle_kernel(flow_ptr, flow_links, flow_weights, participant, link_capac
     return m, pause, tree_level
 
 
-def successor_pairs(flow_ptr, flow_links, participant, link_src, link_dst):
+def successor_pairs(flow_ptr: npt.ArrayLike, flow_links: npt.ArrayLike, participant: npt.ArrayLike,
+                    link_src: npt.ArrayLike, link_dst: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """``(upstream links, downstream links)``: one pair per hop of each participating flow."""
-    return _pairs(np.ascontiguousarray(flow_ptr, dtype=np.int64), np.ascontiguousarray(flow_links, dtype=np.int64),
-                  np.ascontiguousarray(participant, dtype=np.bool_), np.ascontiguousarray(link_src, dtype=np.int64),
-                  np.ascontiguousarray(link_dst, dtype=np.int64))
+    pairs: tuple[np.ndarray, np.ndarray] = _pairs(
+        np.ascontiguousarray(flow_ptr, dtype=np.int64), np.ascontiguousarray(flow_links, dtype=np.int64),
+        np.ascontiguousarray(participant, dtype=np.bool_), np.ascontiguousarray(link_src, dtype=np.int64),
+        np.ascontiguousarray(link_dst, dtype=np.int64))
+    return pairs
 
 
-def lossless_throttle(flow_ptr, flow_links, flow_weights, participant, link_capacity, demand, lossless, ups, downs):
+def lossless_throttle(flow_ptr: npt.ArrayLike, flow_links: npt.ArrayLike, flow_weights: npt.ArrayLike,
+                      participant: npt.ArrayLike, link_capacity: npt.ArrayLike, demand: npt.ArrayLike,
+                      lossless: npt.ArrayLike, ups: npt.ArrayLike,
+                      downs: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Throttles of lossless back-pressure; see the module docstring.
 
     Parameters
@@ -228,5 +237,6 @@ def lossless_throttle(flow_ptr, flow_links, flow_weights, participant, link_capa
     d = demand[participant]
     if not np.all(np.isfinite(d) & (d >= 0)):
         raise ValueError("demand: every participating flow needs a finite demand >= 0")
-    return _throttle_kernel(flow_ptr, flow_links, flow_weights, participant, link_capacity, demand, lossless,
-                            ups, downs)
+    out: tuple[np.ndarray, np.ndarray, np.ndarray] = _throttle_kernel(
+        flow_ptr, flow_links, flow_weights, participant, link_capacity, demand, lossless, ups, downs)
+    return out

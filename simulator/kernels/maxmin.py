@@ -63,6 +63,7 @@ unbounded and gets ``inf``; the kernel stops as soon as no finite event remains.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 from numba import njit
 
 __all__ = ["maxmin_rates", "build_csr", "flow_csr"]
@@ -75,7 +76,7 @@ __all__ = ["maxmin_rates", "build_csr", "flow_csr"]
 
 
 @njit(cache=True, inline="always")
-def _sift_up(heap, hkey, pos, i):
+def _sift_up(heap: np.ndarray, hkey: np.ndarray, pos: np.ndarray, i: int) -> None:
     item = heap[i]
     k = hkey[i]
     while i > 0:
@@ -95,7 +96,7 @@ def _sift_up(heap, hkey, pos, i):
 
 
 @njit(cache=True, inline="always")
-def _sift_down(heap, hkey, pos, i, size):
+def _sift_down(heap: np.ndarray, hkey: np.ndarray, pos: np.ndarray, i: int, size: int) -> None:
     item = heap[i]
     k = hkey[i]
     while True:
@@ -123,7 +124,7 @@ def _sift_down(heap, hkey, pos, i, size):
 
 
 @njit(cache=True, inline="always")
-def _heap_remove(heap, hkey, pos, link, size):
+def _heap_remove(heap: np.ndarray, hkey: np.ndarray, pos: np.ndarray, link: int, size: int) -> int:
     """Remove ``link`` from the heap; return the new size."""
     i = pos[link]
     pos[link] = -1
@@ -140,7 +141,8 @@ def _heap_remove(heap, hkey, pos, link, size):
 
 
 @njit(cache=True, inline="always")
-def _rekey_dirty(heap, hkey, pos, size, dirty, n_dirty, count, residual, weight_sum, empty_key):
+def _rekey_dirty(heap: np.ndarray, hkey: np.ndarray, pos: np.ndarray, size: int, dirty: np.ndarray, n_dirty: int,
+                 count: np.ndarray, residual: np.ndarray, weight_sum: np.ndarray, empty_key: float) -> int:
     """Re-key each of the ``n_dirty`` links in ``dirty`` still in the heap at ``residual / weight_sum``
     (``empty_key`` when no weight is left); drop those whose ``count`` of unfrozen entries is 0.
     Returns the new heap size."""
@@ -169,8 +171,10 @@ def _rekey_dirty(heap, hkey, pos, size, dirty, n_dirty, count, residual, weight_
 
 
 @njit(cache=True, inline="always")
-def _freeze(f, rate, rates, frozen, flow_ptr, flow_links, flow_weights,
-            residual, weight_sum, unfrozen_count, dirty_stamp, dirty, n_dirty, stamp):
+def _freeze(f: int, rate: float, rates: np.ndarray, frozen: np.ndarray, flow_ptr: np.ndarray,
+            flow_links: np.ndarray, flow_weights: np.ndarray, residual: np.ndarray, weight_sum: np.ndarray,
+            unfrozen_count: np.ndarray, dirty_stamp: np.ndarray, dirty: np.ndarray, n_dirty: int,
+            stamp: int) -> int:
     """Freeze flow ``f`` at ``rate``; charge its links; append them to the dirty list."""
     rates[f] = rate
     frozen[f] = True
@@ -188,7 +192,8 @@ def _freeze(f, rate, rates, frozen, flow_ptr, flow_links, flow_weights,
 
 
 @njit(cache=True)
-def _maxmin_kernel(flow_ptr, flow_links, flow_weights, active, link_capacity, flow_cap):
+def _maxmin_kernel(flow_ptr: np.ndarray, flow_links: np.ndarray, flow_weights: np.ndarray, active: np.ndarray,
+                   link_capacity: np.ndarray, flow_cap: np.ndarray) -> np.ndarray:
     """Progressive filling; see the module docstring. Inputs are read, never written."""
     n_flows = active.shape[0]
     n_links = link_capacity.shape[0]
@@ -357,10 +362,12 @@ def maxmin_rates(
             f"shape mismatch: flow_links {flow_links.shape[0]}, flow_weights "
             f"{flow_weights.shape[0]}, flow_ptr[-1] {flow_ptr[-1]}"
         )
-    return _maxmin_kernel(flow_ptr, flow_links, flow_weights, active, link_capacity, flow_cap)
+    rates: np.ndarray = _maxmin_kernel(flow_ptr, flow_links, flow_weights, active, link_capacity, flow_cap)
+    return rates
 
 
-def flow_csr(flow_ptr, flow_links, flow_weights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def flow_csr(flow_ptr: npt.ArrayLike, flow_links: npt.ArrayLike,
+             flow_weights: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The flows' link lists as the kernels take them: contiguous int64 offsets and link ids,
     float64 weights (no copy when they already are)."""
     return (np.ascontiguousarray(flow_ptr, dtype=np.int64), np.ascontiguousarray(flow_links, dtype=np.int64),

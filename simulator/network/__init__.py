@@ -7,18 +7,20 @@ result is named after them (``flow+dcqcn+pfc``).
 """
 
 from types import MappingProxyType
+from typing import Iterable
 
 from topologies.topology import Topology
 
 from .analytical import AnalyticalNetwork
 from .base import FluidNetwork
-from .congestion import REFINEMENTS, CongestionNetwork, Dcqcn, Ecn, IbCredit, Pfc, parse_refinements
+from .congestion import REFINEMENTS, CongestionNetwork, Dcqcn, Ecn, IbCredit, Pfc, Refinement, parse_refinements
 from .flow import FlowNetwork
 
 NETWORK_MODELS = MappingProxyType({"flow": FlowNetwork, "analytical": AnalyticalNetwork})
 
 
-def build_network(model: str, topology: Topology, *, congestion=()) -> FluidNetwork:
+def build_network(model: str, topology: Topology, *,
+                  congestion: str | Refinement | Iterable[str | Refinement] = ()) -> FluidNetwork:
     """The network model ``model`` (a ``NETWORK_MODELS`` name) for ``topology``, with the flow
     model's congestion refinements ``congestion`` (names in ``REFINEMENTS`` or specs).
 

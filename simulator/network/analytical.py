@@ -48,7 +48,9 @@ class AnalyticalNetwork(FluidNetwork):
         """Rates of one batch of flows that start together: flow i has the ``counts[i]`` consecutive
         (link, weight) entries of ``links``/``weights``; ``r_i = min(cap_i, min_l c_l / sum_j w_jl)``
         (vectorised ``topologies.routing.equal_share_rates``)."""
-        return np.minimum(equal_share_rates_csr(links, weights, counts, self.capacity_bytes_per_s), caps_bytes_per_s)
+        rates: np.ndarray = np.minimum(equal_share_rates_csr(links, weights, counts, self.capacity_bytes_per_s),
+                                       caps_bytes_per_s)
+        return rates
 
     def set_link_scale(self, link: int, scale: float) -> None:
         super().set_link_scale(link, scale)

@@ -19,7 +19,10 @@ Per-link bytes moved are accumulated for utilisation and conservation checks.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
+import numpy.typing as npt
 
 
 def entries_of(flow_ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -30,12 +33,20 @@ def entries_of(flow_ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return offsets + np.arange(int(counts.sum()), dtype=np.int64)
 
 
-def _slot_view(name: str) -> property:
+class _SlotView(Protocol):
+    """How a ``_slot_view`` reads and writes on a network instance (the property's signature)."""
+
+    def __get__(self, instance: FluidNetwork, owner: type | None = None, /) -> np.ndarray: ...
+
+    def __set__(self, instance: FluidNetwork, value: npt.ArrayLike, /) -> None: ...
+
+
+def _slot_view(name: str) -> _SlotView:
     """A per-flow array: the used part of a growable buffer; assigning copies into it."""
-    def get(self) -> np.ndarray:
+    def get(self: FluidNetwork) -> np.ndarray:
         return self._slots[name][:self._n]
 
-    def put(self, value) -> None:
+    def put(self: FluidNetwork, value: npt.ArrayLike) -> None:
         self._slots[name][:self._n] = value
     return property(get, put)
 
@@ -70,7 +81,8 @@ class FluidNetwork:
         self.link_bytes = np.zeros(self.capacity_bytes_per_s.shape[0], dtype=np.float64)
         self._n = 0                                   # flow slots in use
         self._m = 0                                   # (flow, link) entries in use
-        self._slots = {name: np.zeros(16, dtype=dtype) for name, dtype in self._SLOT_DTYPES.items()}
+        self._slots: dict[str, np.ndarray] = {name: np.zeros(16, dtype=dtype)
+                                              for name, dtype in self._SLOT_DTYPES.items()}
         self._ptr = np.zeros(17, dtype=np.int64)
         self._links = np.zeros(64, dtype=np.int64)
         self._weights = np.zeros(64, dtype=np.float64)

@@ -121,8 +121,10 @@ import math
 import numbers
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Iterable, TypeGuard, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from topologies.links import LinkKind
 from topologies.topology import NodeKind, Topology
@@ -133,16 +135,19 @@ from .flow import FlowNetwork
 __all__ = ["Ecn", "Dcqcn", "Pfc", "IbCredit", "REFINEMENTS", "CongestionNetwork", "parse_refinements"]
 
 
-def _reject(owner: str, name: str, value, expected: str) -> ValueError:
+def _reject(owner: str, name: str, value: object, expected: str) -> ValueError:
     return ValueError(f"{owner}.{name}: {value!r} is not allowed; expected {expected}")
 
 
-def _real(owner: str, name: str, value, *, low: float = 0.0, low_open: bool = True, high: float = math.inf,
+def _finite_real(value: object) -> TypeGuard[float]:
+    """A finite real number other than a bool (int, float, numpy scalar...): typed as float for the bounds."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _real(owner: str, name: str, value: object, *, low: float = 0.0, low_open: bool = True, high: float = math.inf,
           high_open: bool = True, expected: str) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    if ok:
-        ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
-    if not ok:
+    if not (_finite_real(value) and (value > low if low_open else value >= low)
+            and (value < high if high_open else value <= high)):
         raise _reject(owner, name, value, expected)
     return float(value)
 
@@ -258,11 +263,14 @@ class IbCredit:
         return 0.0 if self.vl_buffer_bytes is None else self.vl_buffer_bytes
 
 
+#: A congestion refinement spec.
+Refinement = Dcqcn | Pfc | IbCredit
+
 #: Refinement names (for ``refinements=`` and ``SimConfig(congestion=...)``) -> spec class.
 REFINEMENTS = MappingProxyType({"dcqcn": Dcqcn, "pfc": Pfc, "ib-credit": IbCredit})
 
 
-def parse_refinements(refinements) -> tuple:
+def parse_refinements(refinements: str | Refinement | Iterable[str | Refinement]) -> tuple[Refinement, ...]:
     """Specs from names or spec instances; one of each kind at most."""
     if isinstance(refinements, (str, Dcqcn, Pfc, IbCredit)):
         refinements = (refinements,)
@@ -271,7 +279,7 @@ def parse_refinements(refinements) -> tuple:
     except TypeError:
         raise _reject("CongestionNetwork", "refinements", refinements,
                       f"a tuple of names ({', '.join(REFINEMENTS)}) or specs") from None
-    specs = []
+    specs: list[Refinement] = []
     for item in items:
         if isinstance(item, str):
             if item not in REFINEMENTS:
@@ -306,10 +314,11 @@ class CongestionNetwork(FlowNetwork):
     ``dcqcn_simulated_s`` and ``dcqcn_settled`` (last DCQCN integration; 0 / True if none ran).
     """
 
-    def __init__(self, capacity_bytes_per_s: np.ndarray, *, refinements=(), topology: Topology | None = None,
+    def __init__(self, capacity_bytes_per_s: np.ndarray, *,
+                 refinements: str | Refinement | Iterable[str | Refinement] = (), topology: Topology | None = None,
                  link_kind: np.ndarray | None = None, link_src: np.ndarray | None = None,
                  link_dst: np.ndarray | None = None, link_from_switch: np.ndarray | None = None,
-                 link_latency_s: np.ndarray | None = None):
+                 link_latency_s: np.ndarray | None = None) -> None:
         super().__init__(capacity_bytes_per_s)
         n_links = self.capacity_bytes_per_s.shape[0]
         self.refinements = parse_refinements(refinements)
@@ -362,8 +371,19 @@ class CongestionNetwork(FlowNetwork):
         self.dcqcn_simulated_s = 0.0
         self.dcqcn_settled = True
 
+    @overload
     @staticmethod
-    def _link_array(name: str, values, dtype, n_links: int, fill=None):
+    def _link_array(name: str, values: npt.ArrayLike | None, dtype: npt.DTypeLike, n_links: int,
+                    fill: None = None) -> np.ndarray | None: ...
+
+    @overload
+    @staticmethod
+    def _link_array(name: str, values: npt.ArrayLike | None, dtype: npt.DTypeLike, n_links: int,
+                    fill: int) -> np.ndarray: ...
+
+    @staticmethod
+    def _link_array(name: str, values: npt.ArrayLike | None, dtype: npt.DTypeLike, n_links: int,
+                    fill: int | None = None) -> np.ndarray | None:
         if values is None:
             return None if fill is None else np.full(n_links, fill, dtype=dtype)
         array = np.asarray(values).astype(dtype, copy=True)
@@ -422,6 +442,7 @@ class CongestionNetwork(FlowNetwork):
         rate_max = np.full(n_flows, np.inf)
         np.minimum.at(rate_max, entry_flow[upstream], self._effective[links[upstream]] / weights[upstream])
         rate_max = np.minimum(rate_max, self.cap)
+        assert self._from_switch is not None        # the constructor requires it with DCQCN on RoCE links
         marking = self._roce & self._from_switch
         is_port = self._roce & ~self._from_switch
         peak = np.bincount(links, weights=np.where(controlled[entry_flow] & marking[links],
@@ -430,6 +451,7 @@ class CongestionNetwork(FlowNetwork):
         if not np.any(peak > self._effective):
             return np.zeros(n_flows, dtype=np.bool_)     # no egress can queue: DCQCN stays at line rate
         spec = self._dcqcn
+        assert spec is not None                     # RoCE entries are refined only with DCQCN on
         s, queue, simulated = dcqcn_rates(ptr, links, weights, controlled, self._effective, marking, is_port,
                                           rate_max, rates, spec.params(), dt_s=spec.dt_s, warmup_s=spec.warmup_s,
                                           block_s=spec.block_s, horizon_s=spec.horizon_s,
@@ -452,6 +474,7 @@ class CongestionNetwork(FlowNetwork):
         if need.any():
             demand[need] = self._injection_share(entry_flow, lossless_entry, participant)[need]
         demand[~participant] = 0.0
+        assert self._src is not None and self._dst is not None     # the constructor requires them with PFC / credits
         ups, downs = successor_pairs(ptr, links, participant, self._src, self._dst)
         throttle, pause, tree_level = lossless_throttle(ptr, links, weights, participant, self._effective, demand,
                                                         self._lossless, ups, downs)
@@ -473,7 +496,8 @@ class CongestionNetwork(FlowNetwork):
         position = np.arange(entry_flow.shape[0]) - self.flow_ptr[:-1][entry_flow]
         first = np.full(self.active.shape[0], np.iinfo(np.int64).max)
         np.minimum.at(first, entry_flow[mask], position[mask])
-        return position <= first[entry_flow]
+        upto: np.ndarray = position <= first[entry_flow]
+        return upto
 
     def _injection_share(self, entry_flow: np.ndarray, lossless_entry: np.ndarray,
                          participant: np.ndarray) -> np.ndarray:

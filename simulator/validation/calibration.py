@@ -318,7 +318,7 @@ class CalibrationResult:
 
     def to_dict(self) -> dict:
         """What ``--out`` writes: the calibration, what it was fitted on, and its errors."""
-        def clean(summary):
+        def clean(summary: dict[str, dict[str, float]]) -> dict[str, dict[str, float | None]]:
             return {regime: {k: (None if v != v else v) for k, v in stats.items()} for regime, stats in summary.items()}
         return {**self.calibration.to_dict(),
                 "fitted_on": {"log": self.log, "collective": self.collective, "nranks": self.nranks,
@@ -341,6 +341,7 @@ def scaled_link_kinds(topology: Topology, *, nodes: int) -> tuple[LinkKind, ...]
     """The link kinds that bound a collective: the fabric on several nodes, NVLink on one, PCIe and the
     CPU interconnect on a server without NVLink."""
     present = {LinkKind(int(k)) for k in set(topology.link_kind.tolist())}
+    kinds: tuple[LinkKind, ...]
     if nodes > 1:
         kinds = tuple(k for k in (LinkKind.INFINIBAND, LinkKind.ROCE) if k in present)
     elif LinkKind.NVLINK in present:
@@ -394,7 +395,7 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
     algorithm, protocol or channel count over them.
     """
     log = rows if isinstance(rows, NcclTestsLog) else None
-    data = list(log.rows if log else rows)
+    data = list(rows.rows if isinstance(rows, NcclTestsLog) else rows)
     name = name or (log.name if log else "rows")
     collective = collective or (log.collective if log else None)
     if collective is None:
@@ -469,12 +470,13 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
     busbw = {(s, r.line): s / r.time_us * 1e-3 * factor[s] for s in usable for r in rows_by_size[s]}
     big = [(s, r) for s in usable if s >= SCALE_FIT_MIN_BYTES for r in rows_by_size[s]]
     plateau = PLATEAU_FRACTION * max(busbw[s, r.line] for s, r in big) if big else None
-    scale_sizes = sorted({s for s, r in big if busbw[s, r.line] >= plateau})
+    floor = math.inf if plateau is None else plateau        # (only compared when there are big rows)
+    scale_sizes = sorted({s for s, r in big if busbw[s, r.line] >= floor})
 
     def cost(scale: float, overhead_s: float, sizes: list[int]) -> float:
         pred = predict(scale, overhead_s, sizes)
         return sum(math.log(pred[s].time_us / r.time_us) ** 2 for s in sizes for r in rows_by_size[s]
-                   if s not in scale_set or busbw[s, r.line] >= plateau)
+                   if s not in scale_set or busbw[s, r.line] >= floor)
     scale_set = set(scale_sizes)
 
     scale, overhead = 1.0, 0.0
@@ -505,7 +507,7 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
         calibration=calibration, log=name, collective=kind.value, nranks=nranks, nodes=nodes,
         gpus_per_node=gpus_per_node, gpus_per_process=gpus_per_process, net_model=net_model, algorithm=algorithm,
         protocol=protocol, nchannels=nchannels, environment=tuple(environment.items()),
-        scale_rows=sum(busbw[s, r.line] >= plateau for s in scale_sizes for r in rows_by_size[s]),
+        scale_rows=sum(busbw[s, r.line] >= floor for s in scale_sizes for r in rows_by_size[s]),
         scale_min_bytes=scale_sizes[0] if scale_sizes else None, plateau_busbw_GBps=plateau,
         overhead_rows=sum(len(rows_by_size[s]) for s in overhead_sizes),
         before=comparisons(before), after=comparisons(after))

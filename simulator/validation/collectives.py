@@ -26,6 +26,7 @@ import statistics
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Literal, overload
 
 from topologies.presets import SYSTEMS
 from workloads.collectives import CollectiveKind
@@ -147,7 +148,7 @@ class Comparison:
         return "middle"
 
 
-def _open_table(file: str | os.PathLike):
+def _open_table(file: str | os.PathLike) -> io.TextIOWrapper:
     """A shipped table by name (``"a100_sxm4_80gb_1node_8gpu.csv"``) or any CSV file by path.
 
     A ``pathlib.Path`` (any os.PathLike) or a string with a directory part is a path; a bare name
@@ -156,7 +157,7 @@ def _open_table(file: str | os.PathLike):
     if not isinstance(file, os.PathLike) and "/" not in file and os.sep not in file:
         shipped = resources.files("simulator.validation") / "data" / file
         if shipped.is_file():
-            return shipped.open(newline="")
+            return io.TextIOWrapper(shipped.open("rb"), newline="")    # as Path.open(newline="") reads it
     path = Path(file)
     if not path.is_file():
         raise ValueError(f"table {str(file)!r}: no such file (and no shipped table of that name); expected a CSV "
@@ -168,7 +169,8 @@ def _read_lines(file: str | os.PathLike) -> list[tuple[int, dict[str, str]]]:
     """(line number, row) of every data row of a table, after checking its header."""
     with _open_table(file) as handle:
         reader = csv.DictReader(handle)
-        missing = [c for c in TABLE_COLUMNS if c not in (reader.fieldnames or ())]
+        header = reader.fieldnames or ()
+        missing = [c for c in TABLE_COLUMNS if c not in header]
         if missing:
             raise ValueError(f"{file} line 1: column(s) {', '.join(missing)} missing; expected the columns "
                              f"{','.join(TABLE_COLUMNS)}")
@@ -176,7 +178,7 @@ def _read_lines(file: str | os.PathLike) -> list[tuple[int, dict[str, str]]]:
         for row in reader:
             if None in row:
                 raise ValueError(f"{file} line {reader.line_num}: {len(row) - 1 + len(row[None])} fields; "
-                                 f"expected {len(reader.fieldnames)} (as the header)")
+                                 f"expected {len(header)} (as the header)")
             rows.append((reader.line_num, row))
     if not rows:
         raise ValueError(f"{file}: no data rows; expected one row per measured size")
@@ -188,8 +190,18 @@ def read_table(file: str | os.PathLike) -> list[dict[str, str]]:
     return [row for _, row in _read_lines(file)]
 
 
+@overload
 def _number(row: dict[str, str], field: str, where: str, *, integer: bool = False, minimum: float = 0.0,
-            strict: bool = False, empty_ok: bool = False) -> float | int | None:
+            strict: bool = False, empty_ok: Literal[False] = False) -> float: ...
+
+
+@overload
+def _number(row: dict[str, str], field: str, where: str, *, integer: bool = False, minimum: float = 0.0,
+            strict: bool = False, empty_ok: bool) -> float | None: ...
+
+
+def _number(row: dict[str, str], field: str, where: str, *, integer: bool = False, minimum: float = 0.0,
+            strict: bool = False, empty_ok: bool = False) -> float | None:
     text = (row[field] or "").strip()
     if not text and empty_ok:
         return None
@@ -399,7 +411,7 @@ def format_report(reports: tuple[SeriesReport, ...], *, format: str = "table", n
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(["table"] + [f"{regime}_{stat}" for regime, _ in _REGIMES for stat in ("n", "median", "p90")])
         for name, summary in rows:
-            cells = [name]
+            cells: list[str | float] = [name]
             for regime, _ in _REGIMES:
                 s = summary[regime]
                 cells += [s["n"]] + ["" if s[k] != s[k] else f"{s[k]:.6g}" for k in ("median", "p90")]

@@ -87,11 +87,12 @@ take seconds.
 from __future__ import annotations
 
 import csv
+import io
 import dataclasses
 import math
 import time
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 
@@ -147,7 +148,8 @@ class Sc21Check:
 
 def sc21_rows() -> list[dict[str, str]]:
     """The ten SC21 Table 1 rows of the shipped calibration table, in Table 1 order (CSV columns as strings)."""
-    with (resources.files("simulator.validation") / "data" / SC21_TABLE).open(newline="") as handle:
+    shipped = resources.files("simulator.validation") / "data" / SC21_TABLE
+    with io.TextIOWrapper(shipped.open("rb"), newline="") as handle:       # as Path.open(newline="") reads it
         return [r for r in csv.DictReader(handle)
                 if r["metric_name"] == "achieved_tflops_per_gpu" and "Table 1" in r["source_ref"]]
 
@@ -224,6 +226,7 @@ def sc21_compute_only_check(*, gpu: GpuSpec = A100_SXM4_80GB,
         opt_s = max(optimizer_step(gpu, parameters=model.stage_parameters(j, tp=tp, pp=pp), compute_model=cm).time_s
                     for j in range(pp))
         iteration_s = (microbatches + (pp - 1) / vp) * stage_s + opt_s
+        assert spec.dp is not None and spec.global_batch is not None     # ParallelismSpec fills them in
         flops = model.step_flops(batch=spec.global_batch, recompute="full")
         out.append(Sc21Check(
             model=row["model"], gpus=gpus, tp=tp, pp=pp, dp=spec.dp, vp=vp, micro_batch=mbs,
@@ -278,22 +281,22 @@ class Sc21Row:
 SC21_STEADY_MICROBATCHES = 16     # k for the steady-state extrapolation (rounded up to a multiple of p)
 
 
-def _sc21_selection(models, rows, count: int) -> tuple[frozenset | None, frozenset | None]:
-    if models is not None:
-        models = frozenset(check_sc21_models(models))
+def _sc21_selection(models: tuple[str, ...] | None, rows: tuple[int, ...] | None,
+                    count: int) -> tuple[frozenset[str] | None, frozenset[int] | None]:
+    model_set = None if models is None else frozenset(check_sc21_models(models))
     if rows is not None:
         if isinstance(rows, (str, bytes)) or not all(isinstance(i, int) and not isinstance(i, bool)
                                                      and 1 <= i <= count for i in rows):
             raise ValueError(f"rows: {rows!r} is not allowed; expected a tuple of Table 1 row numbers in "
                              f"1..{count} or None")
-        rows = frozenset(rows)
-    return models, rows
+    return model_set, None if rows is None else frozenset(rows)
 
 
 def sc21_check(*, models: tuple[str, ...] | None = None, rows: tuple[int, ...] | None = None,
                config: SimConfig | None = None, max_gpus: int | None = None, granularity: str = "layer",
                symmetric_replicas: bool = True, tensor_rank0_p2p: bool = True, extrapolate: bool = True,
-               compute_model: cmp.GpuComputeModel | None = None, progress=None) -> tuple[Sc21Row, ...]:
+               compute_model: cmp.GpuComputeModel | None = None,
+               progress: Callable[[Sc21Row], object] | None = None) -> tuple[Sc21Row, ...]:
     """Simulate SC21 Table 1 rows on DGX A100: all, or those named in ``models`` and/or numbered in ``rows``
     (1-based, Table 1 order: 1 = GPT-1.7B ... 10 = GPT-1008.0B), up to ``max_gpus`` GPUs.
 
@@ -302,12 +305,12 @@ def sc21_check(*, models: tuple[str, ...] | None = None, rows: tuple[int, ...] |
     ``compute_model`` replaces the A100's shipped kernel efficiencies (e.g. ``compute.A100_MAMF_2024``).
     """
     table = sc21_rows()
-    models, rows = _sc21_selection(models, rows, len(table))
+    model_set, row_set = _sc21_selection(models, rows, len(table))
     out = []
     for number, row in enumerate(table, start=1):
-        if models is not None and row["model"] not in models:
+        if model_set is not None and row["model"] not in model_set:
             continue
-        if rows is not None and number not in rows:
+        if row_set is not None and number not in row_set:
             continue
         model, spec = sc21_layout(row)
         if max_gpus is not None and spec.world_size > max_gpus:
@@ -320,6 +323,7 @@ def sc21_check(*, models: tuple[str, ...] | None = None, rows: tuple[int, ...] |
                                symmetric_replicas=symmetric_replicas, tensor_rank0_p2p=tensor_rank0_p2p,
                                steady_state_microbatches=steady, compute_model=compute_model)
         wall = time.perf_counter() - began
+        assert spec.dp is not None                  # ParallelismSpec fills it in
         entry = Sc21Row(model=row["model"], gpus=spec.world_size, tp=spec.tp, pp=spec.pp, dp=spec.dp, vp=spec.vp,
                         micro_batch=spec.micro_batch, microbatches=spec.microbatches,
                         measured_tflops=float(row["metric_value"]), predicted_tflops=result.tflops_per_gpu,
@@ -331,7 +335,7 @@ def sc21_check(*, models: tuple[str, ...] | None = None, rows: tuple[int, ...] |
     return tuple(out)
 
 
-def format_sc21(rows) -> str:
+def format_sc21(rows: Iterable[Sc21Row]) -> str:
     """A text table of :func:`sc21_check` with the mean absolute error."""
     rows = list(rows)
     lines = [f"{'model':<11} {'gpus':>5} {'t':>2} {'p':>3} {'d':>3} {'v':>2} {'b':>3} {'m':>4} {'step s':>8} "
