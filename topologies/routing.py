@@ -940,37 +940,3 @@ class Router:
         if tier is not None:
             above = {v for v in above if self._w.tier.get(v, tier + 1) > tier}
         return sorted(above)
-
-
-def equal_share_rates(paths: list[np.ndarray], capacity_bytes_per_s: np.ndarray,
-                      weights: list[np.ndarray] | None = None) -> np.ndarray:
-    """Static equal-share rate of each path when all of them start together and never re-share.
-
-    Each link's capacity is split among the paths crossing it in proportion to their weights
-    (a path crossing a link twice counts twice); a path's rate is its tightest share:
-    ``r_i = min_l c_l / sum_j w_jl`` over the links l of path i. This is the congestion-unaware
-    alpha-beta view (no redistribution when a flow ends); it equals max-min fairness whenever
-    the paths do not contend or are symmetric.
-    """
-    if not paths:
-        return np.zeros(0)
-    links = np.concatenate(paths)
-    w = np.concatenate(weights) if weights is not None else np.ones(links.shape[0])
-    counts = np.fromiter((p.shape[0] for p in paths), dtype=np.int64, count=len(paths))
-    return equal_share_rates_csr(links, w, counts, capacity_bytes_per_s)
-
-
-def equal_share_rates_csr(links: np.ndarray, weights: np.ndarray, counts: np.ndarray,
-                          capacity_bytes_per_s: np.ndarray) -> np.ndarray:
-    """:func:`equal_share_rates` of paths given as one array of links (path i: the next
-    ``counts[i]`` entries) with their weights; a path without links gets ``inf``. Loads are summed
-    over the links used only (not the whole topology), in entry order."""
-    used, inverse = np.unique(links, return_inverse=True)
-    load = np.bincount(inverse, weights=weights, minlength=used.shape[0])
-    share = capacity_bytes_per_s[links] / load[inverse]       # each link's equal share, per unit of weight
-    rates = np.full(counts.shape[0], np.inf)
-    has = counts > 0
-    if has.any():
-        starts = (np.cumsum(counts) - counts)[has]
-        rates[has] = np.minimum.reduceat(share, starts)
-    return rates

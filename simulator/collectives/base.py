@@ -25,10 +25,11 @@ import numpy as np
 
 from topologies.devices import GPU_PRESETS
 from topologies.links import NCCL_NVLINK_BYTES_PER_S, LinkKind
-from topologies.routing import Router, equal_share_rates
+from topologies.routing import Router
 from topologies.topology import LinkTier, Topology
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
+from ..rates import equal_share_rates
 from ..schedule import Schedule, Step
 from . import nccl_model
 

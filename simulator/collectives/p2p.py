@@ -34,9 +34,9 @@ from types import MappingProxyType
 
 import numpy as np
 
-from topologies.routing import equal_share_rates_csr
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
+from ..rates import equal_share_rates_csr
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
 from .base import (GroupLayout, LoweringContext, SharedConnections, connection_caps_flat, protocol_schedule,
