@@ -432,6 +432,12 @@ class Router:
         :meth:`weighted_paths`, not :meth:`paths`, gives where their bytes go."""
         return self._spraying
 
+    def failing(self, links: Iterable[int]) -> Router:
+        """A fresh Router of the same topology, policy, seed and PXN default that also avoids ``links``
+        (no assigned load, no pinned flows): what routes after a link fails mid-run."""
+        return Router(self.topology, policy=self.policy, seed=self.seed, pxn=self.pxn,
+                      failed_links=self.failed_links | self._check_failed(self.topology, links))
+
     @staticmethod
     def _check_failed(topology: Topology, failed_links: Iterable[int]) -> frozenset[int]:
         if isinstance(failed_links, (str, bytes)) or not isinstance(failed_links, Iterable):
