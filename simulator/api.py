@@ -7,7 +7,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from topologies.routing import Router
+from topologies.routing import RouteCache, Router
 from topologies.topology import Topology
 from workloads.collectives import Collective
 from workloads.tasks import Workload
@@ -25,12 +25,17 @@ from .results import CollectiveRecord, SimResult
 
 
 def simulate(topology: Topology, workload: Workload, placement: Placement | None = None,
-             config: SimConfig | None = None) -> SimResult:
+             config: SimConfig | None = None, *, route_cache: RouteCache | None = None) -> SimResult:
+    """Simulate ``workload`` placed on ``topology`` (``placement``: block by default) as ``config`` says.
+
+    ``route_cache`` (a ``topologies.routing.RouteCache``; default a fresh one) holds the routing tables
+    derived from the topology alone; pass one cache to every call of a sweep on one fabric to build them
+    once (results are the same with or without)."""
     config = config or SimConfig()
     placement = placement or Placement.block(topology, nranks=workload.nranks)
     if placement.nranks != workload.nranks:
         raise ValueError(f"placement: places {placement.nranks} ranks but the workload has {workload.nranks}")
-    ctx = _context(topology, placement, config)
+    ctx = _context(topology, placement, config, route_cache)
     routes = Routes(ctx.router, rank_gpu=placement.rank_gpu, qps_per_connection=ctx.qps_per_connection)
     # equal collectives (a training step repeats each TP all-reduce thousands of times) are chosen
     # and lowered once: Collective is frozen, and choice and schedule depend only on it and ctx
@@ -80,15 +85,18 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
 
 
 def tuner_candidates(topology: Topology, collective: Collective, placement: Placement,
-                     config: SimConfig | None = None) -> list[Candidate]:
+                     config: SimConfig | None = None, *, route_cache: RouteCache | None = None) -> list[Candidate]:
     """What the tuner weighed for ``collective`` under ``simulate``'s context: each algorithm and protocol
     with NCCL's estimate, or why it was left out (``collectives.tuner.candidates``)."""
     config = config or SimConfig()
-    return list(candidates(collective, _context(topology, placement, config), config.collectives))
+    return list(candidates(collective, _context(topology, placement, config, route_cache), config.collectives))
 
 
-def _context(topology: Topology, placement: Placement, config: SimConfig) -> LoweringContext:
+def _context(topology: Topology, placement: Placement, config: SimConfig,
+             route_cache: RouteCache | None) -> LoweringContext:
+    """The lowering context, with the one Router of the simulation (the algorithms' estimates and the
+    flows' routes both use it)."""
     router = Router(topology, policy=config.routing, seed=config.seed, pxn=config.pxn,
-                    failed_links=config.failed_links)
+                    failed_links=config.failed_links, cache=route_cache)
     return LoweringContext(topology=topology, router=router, rank_gpu=placement.rank_gpu,
                            qps_per_connection=config.collectives.qps_per_connection)

@@ -15,7 +15,7 @@ from topologies.dragonfly import dragonfly
 from topologies.fat_tree import leaf_spine
 from topologies.node import add_server, dgx_h100
 from topologies.presets import build_system
-from topologies.routing import Router, mix64
+from topologies.routing import POLICIES, ROUTING_POLICIES, Router, mix64
 from topologies.topology import LinkTier, NodeKind, Topology, TopologyBuilder
 
 
@@ -237,6 +237,18 @@ def test_unknown_policy_is_rejected(dgx4):
         Router(dgx4, policy="dimension-order")
 
 
+def test_policies_are_one_object_each_in_a_read_only_registry(dgx4):
+    # the registry is the list of names the CLI and SimConfig accept, in the same order
+    assert tuple(POLICIES) == ROUTING_POLICIES == ("ecmp", "minimal", "valiant", "ugal", "adaptive", "spray")
+    assert all(policy.name == name for name, policy in POLICIES.items())
+    assert [name for name, policy in POLICIES.items() if policy.sprays] == ["spray"]
+    with pytest.raises(TypeError):
+        POLICIES["mine"] = POLICIES["ecmp"]                      # read-only: no registration at run time
+    for name in ROUTING_POLICIES:
+        router = Router(dgx4, policy=name)
+        assert router.policy == name and router._policy is POLICIES[name] and router.spraying == (name == "spray")
+
+
 @pytest.mark.parametrize("seed", [1.5, "0", True])
 def test_bad_seed_is_rejected(dgx4, seed):
     with pytest.raises(ValueError, match="seed") as err:
@@ -437,7 +449,7 @@ def test_valiant_is_deterministic_and_seeded(fly):
 
 
 def _ugal_cost(router: Router, topo: Topology, fabric: list[int], w: float) -> float:
-    # H(P) x max_l (L_l + n_l w) / c_l   (routing.py docstring)
+    # H(P) x max_l (L_l + n_l w) / c_l   (routing/policies.py docstring)
     load = router.assigned_bytes
     return len(fabric) * max((load[l] + fabric.count(l) * w) / topo.link_capacity_bytes_per_s[l] for l in fabric)
 
