@@ -383,3 +383,19 @@ def test_the_engine_replays_routed_arrays_without_a_router():
     with pytest.raises(ValueError, match="on_link_failed"):
         run(network=FlowNetwork(np.array([1e9])), workload=work, schedules=[sched], route=route,
             link_events=(LinkEvent(time_s=0.5, link=0),))
+
+
+def test_a_route_cache_shared_between_runs_changes_no_result():
+    # the routing tables of one fabric built once for several simulate calls (a sweep): same results, bit for bit
+    from topologies.routing import RouteCache
+    topo = build_system("dgx-h100", nodes=4, rail_optimised=False)
+    work = bench_workload(CollectiveKind.ALL_REDUCE, [1 << 20, 64 << 20], 32)
+    cache = RouteCache()
+    for routing in ("ecmp", "adaptive", "spray"):
+        config = SimConfig(routing=routing, seed=3)
+        fresh = simulate(topo, work, config=config)
+        shared = [simulate(topo, work, config=config, route_cache=cache) for _ in range(2)]
+        for res in shared:
+            assert [r.end_s for r in res.collectives] == [r.end_s for r in fresh.collectives]
+            assert res.link_bytes.tobytes() == fresh.link_bytes.tobytes()
+    assert len(cache) == 1                                   # one topology: one wiring, reused by every run

@@ -50,6 +50,11 @@ A policy is an object with ``name``, ``sprays`` (its flows between servers split
 paths: :meth:`Router.weighted_path` gives their bytes) and ``fabric_route(router, src, dst,
 flow_hash, nbytes)``: the links from switch ``src`` to switch ``dst`` (different switches) of the
 flow with ``flow_hash``, composed from the router's walks over distance tables and its assigned load.
+Policies are stateless (the load they read is the Router's) and use the Router's package-internal
+helpers: ``_distances_to`` (a hop or hierarchical-cost table to a target set, from the shared
+wiring), ``_walk`` (follow a table down, choosing among next hops), ``_hashed`` (ECMP's choice),
+``_fabric_path`` (the ECMP walk), ``_loads()`` and ``_capacity``. A new policy is one more class
+and one more entry in ``POLICIES``.
 """
 
 from __future__ import annotations
