@@ -1,4 +1,5 @@
-"""simulate(topology, workload, placement, config) -> SimResult. Wiring only."""
+"""simulate(topology, workload, placement, config) -> SimResult. Wiring only: choose (the tuner) ->
+lower (the algorithm) -> route (``flows.Routes`` over the one Router built here) -> run (the engine)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from topologies.routing import Router
+from topologies.routing import RouteCache, Router
 from topologies.topology import Topology
 from workloads.collectives import Collective
 from workloads.tasks import Workload
@@ -17,19 +18,25 @@ from .collectives.tuner import Candidate, candidates, choose
 from .config import SimConfig
 from .engine.closed_form import collective_times
 from .engine.replay import run
+from .flows import Routes
 from .network import build_network
 from .placement import Placement
 from .results import CollectiveRecord, SimResult
 
 
 def simulate(topology: Topology, workload: Workload, placement: Placement | None = None,
-             config: SimConfig | None = None) -> SimResult:
+             config: SimConfig | None = None, *, route_cache: RouteCache | None = None) -> SimResult:
+    """Simulate ``workload`` placed on ``topology`` (``placement``: block by default) as ``config`` says.
+
+    ``route_cache`` (a ``topologies.routing.RouteCache``; default a fresh one) holds the routing tables
+    derived from the topology alone; pass one cache to every call of a sweep on one fabric to build them
+    once (results are the same with or without)."""
     config = config or SimConfig()
     placement = placement or Placement.block(topology, nranks=workload.nranks)
     if placement.nranks != workload.nranks:
         raise ValueError(f"placement: places {placement.nranks} ranks but the workload has {workload.nranks}")
-    ctx = _context(topology, placement, config)
-    router, qps = ctx.router, ctx.qps_per_connection
+    ctx = _context(topology, placement, config, route_cache)
+    routes = Routes(ctx.router, rank_gpu=placement.rank_gpu, qps_per_connection=ctx.qps_per_connection)
     # equal collectives (a training step repeats each TP all-reduce thousands of times) are chosen
     # and lowered once: Collective is frozen, and choice and schedule depend only on it and ctx
     planned: dict = {}
@@ -48,9 +55,9 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
     if network.context_free and not config.link_events:
         # each collective's time ignores the rest: time each distinct schedule once, then the
         # timeline in closed form (engine.closed_form), with no event replay
-        durations, link_bytes, rerates = collective_times(
-            network=network, schedules=schedules, topology=topology, router=router, rank_gpu=placement.rank_gpu,
-            launch_overhead_s=config.launch_overhead_s, qps_per_connection=qps)
+        # (each distinct schedule is timed once, so its steps are routed once: no memo)
+        durations, link_bytes, rerates = collective_times(network=network, schedules=schedules, route=routes.route,
+                                                          launch_overhead_s=config.launch_overhead_s)
         timeline = task_times(workload, durations)
         times = zip(timeline.collective_start_s.tolist(), timeline.collective_end_s.tolist())
         rank_end = timeline.rank_end_s.tolist()
@@ -59,9 +66,9 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
             recorded[rank] = np.column_stack((timeline.arrival_s[rank], timeline.end_s[rank]))
             recorded[rank].setflags(write=False)
     else:
-        times, rank_end, recorded = run(network=network, workload=workload, schedules=schedules,
-                                        topology=topology, router=router, rank_gpu=placement.rank_gpu,
-                                        launch_overhead_s=config.launch_overhead_s, qps_per_connection=qps,
+        times, rank_end, recorded = run(network=network, workload=workload, schedules=schedules, route=routes,
+                                        on_link_failed=routes.on_link_failed,
+                                        launch_overhead_s=config.launch_overhead_s,
                                         task_ranks=config.task_ranks, link_events=config.link_events)
         link_bytes, rerates = network.link_bytes.copy(), network.rerates
         # every task's times rebuilt from the collectives' (the same max-plus recurrence the replay ran)
@@ -78,15 +85,18 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
 
 
 def tuner_candidates(topology: Topology, collective: Collective, placement: Placement,
-                     config: SimConfig | None = None) -> list[Candidate]:
+                     config: SimConfig | None = None, *, route_cache: RouteCache | None = None) -> list[Candidate]:
     """What the tuner weighed for ``collective`` under ``simulate``'s context: each algorithm and protocol
     with NCCL's estimate, or why it was left out (``collectives.tuner.candidates``)."""
     config = config or SimConfig()
-    return list(candidates(collective, _context(topology, placement, config), config.collectives))
+    return list(candidates(collective, _context(topology, placement, config, route_cache), config.collectives))
 
 
-def _context(topology: Topology, placement: Placement, config: SimConfig) -> LoweringContext:
+def _context(topology: Topology, placement: Placement, config: SimConfig,
+             route_cache: RouteCache | None) -> LoweringContext:
+    """The lowering context, with the one Router of the simulation (the algorithms' estimates and the
+    flows' routes both use it)."""
     router = Router(topology, policy=config.routing, seed=config.seed, pxn=config.pxn,
-                    failed_links=config.failed_links)
+                    failed_links=config.failed_links, cache=route_cache)
     return LoweringContext(topology=topology, router=router, rank_gpu=placement.rank_gpu,
                            qps_per_connection=config.collectives.qps_per_connection)

@@ -4,7 +4,12 @@
   the other (except that both may use nothing of simulator).
 * simpy only in simulator/engine/; numba only in simulator/kernels/, which only
   simulator/network/ imports; matplotlib only in simulator/plotting.py.
-* simulator/collectives/ never imports simulator/network/ or simulator/engine/.
+* simulator/collectives/ never imports simulator/network/ or simulator/engine/ (the rate model the
+  algorithms' estimates share with the analytical network is simulator/rates.py, and the connection
+  rules simulator/flows.py, both outside them).
+* simulator/engine/ imports neither simulator.collectives nor topologies.routing: it receives routed
+  arrays (simulator.flows.NetworkFlows) and a reroute callback; simulator/flows.py (which routes) never
+  imports simulator.collectives; simulator/api.py wires them.
 * simulator's core (everything but studies/, validation/ and cli/) never imports studies, validation or the
   CLI; studies never import validation or the CLI; validation never imports the CLI.
 * nothing imports the verification oracle (simulator.verify) but the tests.
@@ -92,6 +97,11 @@ def test_layering(where, names):
         assert where.startswith(("simulator/network/", "simulator/kernels/")), f"{where} imports the kernels"
     if where.startswith("simulator/collectives/"):
         assert not any(n.startswith(("simulator.network", "simulator.engine")) for n in names), where
+    if where.startswith("simulator/engine/"):
+        routing = sorted(n for n in names if n.startswith(("simulator.collectives", "topologies.routing")))
+        assert not routing, f"{where} imports {routing}: the engine gets routed arrays, not algorithms or a router"
+    if where == "simulator/flows.py":
+        assert not any(n.startswith("simulator.collectives") for n in names), where
     if where.startswith("simulator/") and layer(where) is not None:
         above = LAYERS[LAYERS.index(layer(where)) + 1:]
         upward = sorted(n for n in names if n.startswith(tuple(f"simulator.{a}" for a in above)))
@@ -124,6 +134,10 @@ def test_import_reader_resolves_relative_imports():
     names = imports_in("from ..network import flow\nfrom . import ring\nimport simpy\n",
                        Path("simulator/collectives/probe.py"))
     assert {"simulator.network", "simulator.collectives.ring", "simpy"} <= names
+    # an engine module importing the router or an algorithm is caught
+    names = imports_in("from topologies.routing import Router\nfrom ..collectives.base import edge_path\n",
+                       Path("simulator/engine/probe.py"))
+    assert {"topologies.routing", "simulator.collectives.base"} <= names
 
 
 MAX_LINE = 120                                  # README.md, Layout: lines of at most 120 characters

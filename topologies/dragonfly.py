@@ -47,7 +47,7 @@ different ``LinkSpec``s, e.g. copper inside a group and optics between groups). 
 cable lengths beyond the ``LinkSpec``'s latency, virtual channels and deadlock avoidance (the
 fluid model has no buffers), and SHARP trees (routers are marked ``sharp=False``: in-network
 reduction trees are built over leaf-spine spines only). Routing policies (minimal, Valiant, UGAL)
-live in ``routing.py``; routers carry node attributes ``group`` and ``router`` for them.
+live in ``routing/policies.py``; routers carry node attributes ``group`` and ``router`` for them.
 
 >>> from topologies import devices as dv, links as lk
 >>> from topologies.node import ServerSpec

@@ -59,7 +59,8 @@ def _perf_step() -> list[str]:
     transfers, steady state extrapolated from 4 and 8 micro-batches). The analytical model runs
     first on the freshly built fabric (its routing tables are built during the run: "cold"), then
     the flow model, then the analytical model again with the routing tables the first runs built
-    ("warm", what each further run of a sweep on the same fabric costs). Each run starts after a
+    ("warm", what each further run of a sweep on the same fabric costs: the three runs share one
+    ``RouteCache``, as a sweep passes one to every run). Each run starts after a
     full garbage collection, so that none pays for collecting what the runs before it left (as
     ``timeit`` keeps the collector out of its timings)."""
     import gc
@@ -68,6 +69,7 @@ def _perf_step() -> list[str]:
     from simulator.config import SimConfig
     from simulator.studies.training import simulate_step
     from topologies.presets import build_system
+    from topologies.routing import RouteCache
     from workloads.parallelism import ParallelismSpec
     from workloads.presets import model_preset
 
@@ -77,12 +79,13 @@ def _perf_step() -> list[str]:
     built = time.perf_counter()
     layout = ParallelismSpec(tp=8, pp=16, dp=128, gpus=16384, micro_batch=1, global_batch=2048, seq_len=8192,
                              dp_overlap=False, bucket_bytes=None)
+    cache = RouteCache()                         # the fabric's routing tables: built by the first run, then reused
     for net, label in (("analytical", "analytical, cold"), ("flow", "flow"), ("analytical", "analytical, warm")):
         gc.collect()
         t0 = time.perf_counter()
         result = simulate_step(model_preset("llama3-405b"), layout, topology=topology,
                                config=SimConfig(network_model=net), granularity="chunk", symmetric_replicas=True,
-                               tensor_rank0_p2p=True, steady_state_microbatches=4)
+                               tensor_rank0_p2p=True, steady_state_microbatches=4, route_cache=cache)
         wall = time.perf_counter() - t0
         rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20     # Linux: KiB
         lines.append(f"llama3-405b step on 16384 H100 (roce-400g fat-tree, {label}): {wall:.2f} s wall "

@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from topologies.devices import GPU_PRESETS
 from topologies.links import NCCL_NVLINK_BYTES_PER_S, LinkKind
-from topologies.routing import Router, equal_share_rates
-from topologies.topology import LinkTier, Topology
+from topologies.routing import Router
+from topologies.topology import Topology
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
+from ..flows import connection_caps, edge_path
+from ..rates import equal_share_rates
 from ..schedule import Schedule, Step
 from . import nccl_model
 
@@ -140,99 +142,6 @@ def _nccl_nvlink_scale(gpu_name: str | None) -> float:
     if not nccl_bytes_per_s or spec.nvlink is None:
         return 1.0
     return nccl_bytes_per_s / spec.nvlink.bandwidth_bytes_per_s
-
-
-class SharedConnections(NamedTuple):
-    """Channels that share network connections (NCCL's PXN with NCCL_NET_SHARED_COMMS): the channels
-    with one destination that leave through one NIC use one connection, whose limit they share in
-    proportion to their bytes (so they all finish together when it binds)."""
-    destination: np.ndarray      # per channel: any integer id (>= 0) that tells destinations apart
-    nbytes: np.ndarray           # per channel: its bytes (wire bytes; any common unit)
-
-
-def connection_caps(topology: Topology, paths: list[np.ndarray], qps_per_connection: int = 1,
-                    weights: list[np.ndarray] | None = None) -> np.ndarray:
-    """Most each channel (a chain or a flow) over ``paths[i]`` can stream: on every link with a
-    per-connection limit, everything the channel sends over it (the sum of its weights there)
-    shares that limit x QPs per connection; ``inf`` where no link of the path has one."""
-    if not paths:
-        return np.full(0, np.inf)
-    counts = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
-    return connection_caps_flat(topology, np.concatenate(paths), counts, qps_per_connection,
-                                None if weights is None else np.concatenate(weights))
-
-
-def connection_caps_flat(topology: Topology, links: np.ndarray, counts: np.ndarray, qps_per_connection: int = 1,
-                         weights: np.ndarray | None = None, connections: np.ndarray | None = None,
-                         shared: SharedConnections | None = None) -> np.ndarray:
-    """:func:`connection_caps` of channels given flat: channel i crosses the ``counts[i]``
-    consecutive entries of ``links`` (with ``weights``; None: all 1).
-
-    By default each channel is one connection. ``connections`` (an integer >= 0 per entry) tells a
-    channel's connections apart: a chain of edges to different peers (a tree's link to its parent
-    and to a child) opens one connection per edge, each with its own limit, so the load on a
-    limited link is summed per (channel, connection) and the channel streams at most the smallest
-    share. ``shared`` instead joins channels: those with one destination whose first NIC link (the
-    sending NIC's) is the same are one connection, and channel i gets limit x b_i / sum of w_j b_j
-    over the connection's channels on each limited link."""
-    if connections is not None and shared is not None:
-        raise ValueError("connection_caps_flat: pass connections or shared, not both")
-    caps = np.full(counts.shape[0], np.inf)
-    limits = topology.link_flow_cap_bytes_per_s[links]
-    finite = np.isfinite(limits)
-    if not finite.any():
-        return caps
-    every_channel = np.repeat(np.arange(counts.shape[0]), counts)
-    channel = every_channel[finite]
-    w = (np.ones(links.shape[0]) if weights is None else weights)[finite]
-    if shared is not None:
-        # one connection per (sending NIC's link: the channel's first NIC-tier link, destination)
-        nic = np.flatnonzero(topology.link_tier[links] == int(LinkTier.NIC))
-        first = nic[np.unique(every_channel[nic], return_index=True)[1]]
-        sender = topology.num_links + np.arange(counts.shape[0])        # no NIC link: a connection of its own
-        sender[every_channel[first]] = links[first]
-    links = links[finite]
-    starts = np.flatnonzero(np.r_[True, channel[1:] != channel[:-1]])     # entries are in channel order
-    if shared is not None:
-        dst = np.asarray(shared.destination, dtype=np.int64)[channel]
-        group = np.unique(sender[channel] * (int(dst.max()) + 1) + dst, return_inverse=True)[1].reshape(-1)
-        nbytes = np.asarray(shared.nbytes, dtype=np.float64)[channel]
-        if not (nbytes > 0).all():
-            raise ValueError("SharedConnections.nbytes: every channel that crosses a limited link must carry bytes")
-        w = w * nbytes
-    elif connections is None:
-        group, nbytes = channel, 1.0           # one group per channel
-    else:                                      # one group per (channel, connection)
-        span = int(connections.max()) + 1
-        group, nbytes = np.unique(channel * span + connections[finite], return_inverse=True)[1].reshape(-1), 1.0
-    # one load per (group, link): weights summed in path order; each entry gets its (group, link)'s share
-    pairs, inverse = np.unique(group * topology.num_links + links, return_inverse=True)
-    load = np.bincount(inverse, weights=w, minlength=pairs.shape[0])
-    share = (topology.link_flow_cap_bytes_per_s[pairs % topology.num_links] / load)[inverse.reshape(-1)] * nbytes
-    caps[channel[starts]] = qps_per_connection * np.minimum.reduceat(share, starts)
-    return caps
-
-
-def edge_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes, src: int, dst: int, *, flow_key: int = 0,
-              pxn: bool = False) -> np.ndarray:
-    """Links of one schedule edge: rank -> rank, rank <-> in-network buffer, or switch -> switch."""
-    if src >= 0 and dst >= 0:
-        return router.path(rank_gpu[src], rank_gpu[dst], flow_key=flow_key, pxn=pxn)
-    if dst < 0 and src >= 0:
-        return router.gpu_to_node(rank_gpu[src], innet_nodes[dst])
-    if src < 0 and dst >= 0:
-        return router.node_to_gpu(innet_nodes[src], rank_gpu[dst])
-    return router.switch_path(innet_nodes[src], innet_nodes[dst], flow_key=flow_key)
-
-
-def edge_weighted_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes, src: int, dst: int, *,
-                       flow_key: int = 0, pxn: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(links, fraction of the edge's bytes on each link): rank -> rank edges split over equal-cost
-    paths under packet spraying; every other edge is one path (weights 1)."""
-    if src >= 0 and dst >= 0:
-        return router.weighted_path(rank_gpu[src], rank_gpu[dst], flow_key=flow_key, pxn=pxn)
-    links = edge_path(router, rank_gpu, innet_nodes, src, dst, flow_key=flow_key, pxn=pxn)
-    return links, np.ones(links.shape[0])
 
 
 class Algorithm(Protocol):

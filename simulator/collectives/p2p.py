@@ -34,13 +34,13 @@ from types import MappingProxyType
 
 import numpy as np
 
-from topologies.routing import equal_share_rates_csr
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
+from ..flows import SharedConnections, connection_caps_flat
+from ..rates import equal_share_rates_csr
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import (GroupLayout, LoweringContext, SharedConnections, connection_caps_flat, protocol_schedule,
-                   ring_channels, split_evenly)
+from .base import GroupLayout, LoweringContext, protocol_schedule, ring_channels, split_evenly
 
 # NCCL's default NCCL_P2P_LL_THRESHOLD (src/init.cc / enqueue.cc): 16 KiB.
 P2P_LL_THRESHOLD_BYTES = 16384

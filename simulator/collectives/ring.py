@@ -28,9 +28,9 @@ from typing import Callable
 
 import numpy as np
 
-from topologies.routing import equal_share_rates
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
+from ..rates import equal_share_rates
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
 from .base import LoweringContext, lower_launched, piece_layout, protocol_schedule

@@ -31,19 +31,16 @@ from collections import Counter
 
 import numpy as np
 
-from topologies.routing import Router
-from topologies.topology import Topology
-
 from ..schedule import Schedule
-from .replay import network_flows
+from .replay import Route
 
 
-def collective_times(*, network, schedules: list[Schedule], topology: Topology, router: Router,
-                     rank_gpu: tuple[int, ...], launch_overhead_s: float = 0.0,
-                     qps_per_connection: int = 1) -> tuple[np.ndarray, np.ndarray, int]:
+def collective_times(*, network, schedules: list[Schedule], route: Route,
+                     launch_overhead_s: float = 0.0) -> tuple[np.ndarray, np.ndarray, int]:
     """(time of every collective, bytes moved per link by all of them, batches rated).
 
-    ``schedules[i]`` is collective i's schedule; equal schedules (the same object) are timed once."""
+    ``schedules[i]`` is collective i's schedule; equal schedules (the same object) are timed once, each
+    step routed once by ``route(step, schedule)`` (``simulator.flows.Routes``: flat routed arrays)."""
     if not network.context_free:
         raise ValueError(f"network: {type(network).__name__} is not context-free; closed-form replay needs a "
                          "model whose rates ignore other flows (the analytical model)")
@@ -57,8 +54,7 @@ def collective_times(*, network, schedules: list[Schedule], topology: Topology, 
             continue
         total = launch_overhead_s
         for step in schedule.steps:
-            flows = network_flows(step, schedule, topology=topology, router=router, rank_gpu=rank_gpu,
-                                  qps_per_connection=qps_per_connection)
+            flows = route(step, schedule)
             total += flows.latency_s
             if flows.counts.size == 0:                       # no flow carries bytes
                 continue

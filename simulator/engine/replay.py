@@ -4,146 +4,35 @@
   for the tasks of its rank named in its ``after`` (cross-stream dependencies);
 * ComputeTask -> ``timeout(duration)``;
 * a LinkEvent (``SimConfig.link_events``) at its time scales the link's capacity; a failure also
-  swaps in a router that avoids the link, and the Fabric moves running flows that cross it onto
-  their transfer's fresh paths (the same flows, routed again) with the bytes they have left.
+  calls ``on_link_failed`` (later routes avoid the link), and the Fabric moves running flows that
+  cross it onto their transfer's fresh paths (the same flows, routed again) with the bytes they have left.
 * CommTask -> arrive at the collective's rendezvous; when the group's last rank arrives the
   collective's schedule runs (the launch overhead, then each step: ``Fabric.transfer`` of its flows,
   which waits the step's latency, below, and then moves them) and every member resumes when it ends.
 
-Step flows become network flows here (``network_flows``): each flow's path comes from the
-router (GPU of the source rank to GPU of the destination rank, ECMP key = channel, like one QP
-per channel connection); the flows of a chain (one pipelined ring channel) merge into a single
-network flow over the union of their links, each link weighted by its edge's share of the
-chain's bytes; flows and chains that carry no bytes are dropped. Bytes become wire bytes with the
-protocol's wire factor (and the step's per-flow wire scale); the protocol's payload cap becomes a
-wire-rate cap (as does an independent flow's own ``Step.rate_cap_bytes_per_s``), and a flow that
-leaves a server is also capped by what its network connections stream: each distinct (source,
-destination, channel) of a step is one connection (per-QP limit x QPs per connection), so a chain's
-edges to different peers through one NIC (a tree's parent and child) do not share one limit. Under PXN
-(point-to-point schedules), the flows to one destination that leave through one NIC are one
-connection (NCCL_NET_SHARED_COMMS), aggregated by that NIC's proxy, and share its limit in
-proportion to their bytes. A step's latency is its protocol latency plus, unless
-``Step.path_latency`` is off, the largest path latency of its flows'.
+The engine never routes: ``route(step, schedule)`` (``simulator.flows.Routes``, wired by
+``simulator.api``) gives each step's flows as flat routed arrays (``simulator.flows.NetworkFlows``:
+links, weights, wire bytes, caps, the step's latency), and ``on_link_failed(link)`` makes later
+``route`` calls avoid a failed link.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 import simpy
 
-from topologies.routing import Router
-from topologies.topology import Topology
 from workloads.tasks import CommTask, ComputeTask, Workload
 
-from ..collectives.base import SharedConnections, connection_caps_flat, edge_weighted_path
+from ..flows import NetworkFlows
 from ..schedule import Schedule, Step
 from .fabric import Fabric
 
-
-@dataclass(frozen=True, slots=True)
-class NetworkFlows:
-    """A step's network flows, flat: flow i crosses the ``counts[i]`` consecutive entries of
-    ``links`` with the fractions ``link_weights`` of its bytes."""
-    links: np.ndarray
-    link_weights: np.ndarray
-    counts: np.ndarray
-    wire_bytes: np.ndarray
-    caps_bytes_per_s: np.ndarray
-    latency_s: float                   # the step's: its protocol latency (+ its flows' largest path latency)
-    fill_bytes: np.ndarray
-
-
-def network_flows(step: Step, schedule: Schedule, *, topology: Topology, router: Router,
-                  rank_gpu: tuple[int, ...], qps_per_connection: int = 1) -> NetworkFlows:
-    wire, cap = schedule.wire_factor, schedule.chain_rate_cap_bytes_per_s * schedule.wire_factor
-    edge_w = None                           # None: every edge unsplit (weights 1)
-    if schedule.innet_nodes:
-        routed = [edge_weighted_path(router, rank_gpu, schedule.innet_nodes, s, d, flow_key=c, pxn=schedule.pxn)
-                  for s, d, c in zip(step.src.tolist(), step.dst.tolist(), step.channel.tolist())]
-        edge_paths = [links for links, _ in routed]
-        edge_w = [w for _, w in routed]
-    else:                                   # rank -> rank only: straight to the router, in bulk
-        src, dst = [rank_gpu[s] for s in step.src.tolist()], [rank_gpu[d] for d in step.dst.tolist()]
-        if router.spraying:
-            edge_paths, edge_w = router.weighted_paths(src, dst, flow_keys=step.channel.tolist(), pxn=schedule.pxn)
-        else:
-            edge_paths = router.paths(src, dst, flow_keys=step.channel.tolist(), pxn=schedule.pxn)
-    n_edges = len(edge_paths)
-    lengths = np.fromiter(map(len, edge_paths), dtype=np.int64, count=n_edges)
-    flat_links = np.concatenate(edge_paths) if n_edges else np.zeros(0, dtype=np.int64)
-    flat_w = np.ones(flat_links.shape[0]) if edge_w is None else np.concatenate(edge_w)
-    edge_of = np.repeat(np.arange(n_edges), lengths)          # the edge of each (edge, link) entry
-    latency_s = step.latency_s
-    if step.path_latency and n_edges:
-        # a sprayed edge's latency is the byte-weighted mean over its paths (= path latency when unsplit)
-        latency_s += float(np.bincount(edge_of, weights=topology.link_latency_s[flat_links] * flat_w,
-                                     minlength=n_edges).max())
-    scale = 1.0 if step.wire_scale is None else step.wire_scale
-    wire_bytes = step.nbytes.astype(np.float64) * scale
-    carries = wire_bytes > 0
-    fill_wire = (np.zeros(step.num_flows) if step.fill_bytes is None else step.fill_bytes * wire_bytes
-                 / np.maximum(step.nbytes, 1)) * wire
-    # independent flows first (one per edge that carries bytes, in edge order), then one flow per chain
-    # (by chain id)
-    chained = step.chain >= 0
-    alone = ~chained & carries
-    independent = np.flatnonzero(alone)
-    entries = [np.flatnonzero(alone[edge_of])]
-    weights = [flat_w[entries[0]]]
-    counts, nbytes, fills = [lengths[independent]], [wire_bytes[independent]], [fill_wire[independent]]
-    members = np.flatnonzero(chained)
-    if members.size:
-        # a chain is one flow over its edges' links in edge order, each weighted by its edge's
-        # share of the chain's largest edge; chains whose edges all carry nothing are dropped
-        order = members[np.argsort(step.chain[members], kind="stable")]
-        _, starts, dense = np.unique(step.chain[order], return_index=True, return_inverse=True)
-        top = np.maximum.reduceat(wire_bytes[order], starts)
-        fill_top = np.maximum.reduceat(np.where(carries[order], fill_wire[order], -np.inf), starts)
-        kept = top > 0
-        chain_index = np.zeros(step.num_flows, dtype=np.int64)          # each chained edge's chain, numbered 0, 1, ...
-        chain_index[order] = dense.reshape(-1)
-        entry = np.flatnonzero((chained & carries)[edge_of])   # entries of chained edges that carry bytes
-        entry = entry[np.argsort(chain_index[edge_of[entry]], kind="stable")]   # chain by chain, in edge order
-        entry_edge = edge_of[entry]
-        entry_chain = chain_index[entry_edge]
-        entries.append(entry)
-        weights.append(flat_w[entry] * (wire_bytes[entry_edge] / top[entry_chain]))
-        counts.append(np.bincount(entry_chain, minlength=starts.shape[0])[kept])
-        nbytes.append(top[kept])
-        fills.append(fill_top[kept])
-    entry = np.concatenate(entries)
-    links, link_weights, counts = flat_links[entry], np.concatenate(weights), np.concatenate(counts)
-    if members.size:
-        # each distinct (source, destination, channel) of the step is one connection (its own QPs)
-        connections, shared = _connection_ids(step)[edge_of[entry]], None
-    elif schedule.pxn:
-        # PXN: the flows to one destination that leave through one NIC (the destination's rail) use one
-        # connection, shared by channels and senders and aggregated by the proxy (NCCL_NET_SHARED_COMMS,
-        # on by default); they share its limit in proportion to their bytes
-        connections, shared = None, SharedConnections(destination=step.dst[independent], nbytes=nbytes[0])
-    else:
-        connections, shared = None, None       # every flow is one edge, so one connection
-    caps = np.minimum(cap, connection_caps_flat(topology, links, counts, qps_per_connection, link_weights,
-                                                connections=connections, shared=shared))
-    if step.rate_cap_bytes_per_s is not None:       # per-flow payload caps (Step.check: no chains), as wire rates
-        caps = np.minimum(caps, (step.rate_cap_bytes_per_s * wire * scale)[independent])
-    return NetworkFlows(links=links, link_weights=link_weights, counts=counts, wire_bytes=np.concatenate(nbytes) * wire,
-                        caps_bytes_per_s=caps, latency_s=latency_s, fill_bytes=np.concatenate(fills))
-
-
-def _connection_ids(step: Step) -> np.ndarray:
-    """Each flow's connection: distinct (source, destination, channel) get distinct ids 0, 1, ...
-    (in that lexicographic order), from one integer key per flow (sources and destinations are
-    negative for in-network buffers, so both are offset by the smallest)."""
-    lo = min(int(step.src.min()), int(step.dst.min()))
-    span = max(int(step.src.max()), int(step.dst.max())) - lo + 1
-    channel_lo = int(step.channel.min())
-    channel_span = int(step.channel.max()) - channel_lo + 1
-    key = ((step.src - lo) * span + (step.dst - lo)) * channel_span + (step.channel - channel_lo)
-    return np.unique(key, return_inverse=True)[1].reshape(-1)
+#: ``route(step, schedule)``: the step's flows routed into flat arrays (memoised by its owner)
+Route = Callable[[Step, Schedule], NetworkFlows]
 
 
 @dataclass(slots=True)
@@ -154,10 +43,14 @@ class _Rendezvous:
     end_s: float = 0.0
 
 
-def run(*, network, workload: Workload, schedules: list[Schedule], topology: Topology, router: Router,
-        rank_gpu: tuple[int, ...], launch_overhead_s: float = 0.0, qps_per_connection: int = 1,
+def run(*, network, workload: Workload, schedules: list[Schedule], route: Route,
+        on_link_failed: Callable[[int], None] | None = None, launch_overhead_s: float = 0.0,
         task_ranks: tuple[int, ...] | None = (), link_events=()) -> tuple[list[tuple[float, float]], list[float], dict]:
     """Replay ``workload`` on a fresh SimPy environment whose fabric drives ``network``.
+
+    ``schedules[i]`` is collective i's; ``route(step, schedule)`` gives a step's routed flows when the
+    step runs (and again, for a transfer caught by a link failure, after ``on_link_failed(link)``,
+    which every failure in ``link_events`` needs).
 
     Returns per-collective (start_s, end_s), per-rank end times, and for the ranks in
     ``task_ranks`` (None: every rank) an array (tasks x 2) of each task's start and end time
@@ -171,16 +64,12 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
     recorded = range(workload.nranks) if task_ranks is None else task_ranks
     task_times = {rank: np.full((len(workload.programs[rank]), 2), np.nan) for rank in recorded}
 
-    lowered: dict[tuple[int, int], NetworkFlows] = {}    # (id of a shared schedule, step) -> flows
-    routing = {"router": router}                         # replaced when a link fails
-
-    def flows_of(step, schedule) -> NetworkFlows:
-        return network_flows(step, schedule, topology=topology, router=routing["router"], rank_gpu=rank_gpu,
-                             qps_per_connection=qps_per_connection)
+    if on_link_failed is None and any(event.scale <= 0 for event in link_events):
+        raise ValueError("link_events: a link failure needs on_link_failed, the reroute callback")
 
     def rerouted(step, schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Fresh paths of a step's flows (links, weights, counts), for a transfer caught by a link failure."""
-        fresh = flows_of(step, schedule)
+        fresh = route(step, schedule)
         return fresh.links, fresh.link_weights, fresh.counts
 
     def link_event(event):
@@ -188,10 +77,7 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
         if event.scale > 0:
             fabric.scale_link(event.link, event.scale)
             return
-        old = routing["router"]
-        routing["router"] = Router(topology, policy=old.policy, seed=old.seed, pxn=old.pxn,
-                                   failed_links=old.failed_links | {event.link})
-        lowered.clear()
+        on_link_failed(event.link)
         fabric.fail_link(event.link)
 
     for event in sorted(link_events, key=lambda e: (e.time_s, e.link)):
@@ -203,10 +89,8 @@ def run(*, network, workload: Workload, schedules: list[Schedule], topology: Top
         schedule = schedules[index]
         if launch_overhead_s > 0:
             yield env.timeout(launch_overhead_s)
-        for k, step in enumerate(schedule.steps):
-            flows = lowered.get((id(schedule), k))
-            if flows is None:
-                flows = lowered[(id(schedule), k)] = flows_of(step, schedule)
+        for step in schedule.steps:
+            flows = route(step, schedule)
             yield fabric.transfer(flows.links, flows.link_weights, flows.counts, flows.wire_bytes,
                                   flows.caps_bytes_per_s, flows.latency_s, fill_bytes=flows.fill_bytes,
                                   rebuild=partial(rerouted, step, schedule) if link_events else None)

@@ -2,7 +2,7 @@
 
 Each batch of flows that start together (one step of one collective) shares links equally
 among *its own* flows, once, at its start: ``r_i = min(cap_i, min_l c_l / sum_j w_jl)`` over
-the batch (``topologies.routing.equal_share_rates``). Rates never change afterwards: flows of
+the batch (``simulator.rates.equal_share_rates``). Rates never change afterwards: flows of
 other collectives running at the same time are ignored, and bandwidth freed by a flow that
 finishes early is not handed to the others. Time of a flow = latency + bytes / rate: the
 alpha-beta model with beta from the topology.
@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from topologies.routing import equal_share_rates_csr
-
+from ..rates import equal_share_rates_csr
 from .base import FluidNetwork, entries_of
 
 
@@ -47,7 +46,7 @@ class AnalyticalNetwork(FluidNetwork):
                     caps_bytes_per_s: np.ndarray) -> np.ndarray:
         """Rates of one batch of flows that start together: flow i has the ``counts[i]`` consecutive
         (link, weight) entries of ``links``/``weights``; ``r_i = min(cap_i, min_l c_l / sum_j w_jl)``
-        (vectorised ``topologies.routing.equal_share_rates``)."""
+        (vectorised ``simulator.rates.equal_share_rates``)."""
         rates: np.ndarray = np.minimum(equal_share_rates_csr(links, weights, counts, self.capacity_bytes_per_s),
                                        caps_bytes_per_s)
         return rates

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from topologies.routing import RouteCache
 from topologies.topology import Topology
 from workloads.tasks import CommTask, Workload
 
@@ -168,19 +169,22 @@ def _split(result: SimResult, jobs: Sequence[Job]) -> tuple[JobResult, ...]:
     return tuple(out)
 
 
-def simulate_jobs(topology: Topology, jobs: Sequence[Job], config: SimConfig | None = None) -> JobsResult:
-    """Simulate ``jobs`` (a list of (Workload, Placement) pairs) together on ``topology``; split per job."""
+def simulate_jobs(topology: Topology, jobs: Sequence[Job], config: SimConfig | None = None, *,
+                  route_cache: RouteCache | None = None) -> JobsResult:
+    """Simulate ``jobs`` (a list of (Workload, Placement) pairs) together on ``topology``; split per job.
+    ``route_cache``: as ``simulate``'s."""
     workload, placement = merge_jobs(topology, jobs)
-    result = simulate(topology, workload, placement, config)
+    result = simulate(topology, workload, placement, config, route_cache=route_cache)
     return JobsResult(result=result, jobs=_split(result, jobs))
 
 
 def interference(topology: Topology, jobs: Sequence[Job], config: SimConfig | None = None) -> Interference:
     """``jobs`` together and each alone (same fabric, config and placement): per-job slowdowns."""
-    together = simulate_jobs(topology, jobs, config)
+    cache = RouteCache()                      # one fabric: its routing tables built once for every run
+    together = simulate_jobs(topology, jobs, config, route_cache=cache)
     alone = []
     for j, (workload, placement) in enumerate(jobs):
-        result = simulate(topology, workload, placement, config)
+        result = simulate(topology, workload, placement, config, route_cache=cache)
         alone.append(JobResult(job=j, placement=placement, collectives=result.collectives,
                                rank_end_s=result.rank_end_s))
     return Interference(together=together, alone=tuple(alone))

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from topologies.presets import build_system
+from topologies.routing import RouteCache
 from topologies.topology import Topology
 from topologies.units import parse_size
 from workloads.collectives import DTYPE_BYTES, REDUCE_OPS, Collective, CollectiveKind
@@ -116,13 +117,14 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
               stepfactor: float | None = 2, stepbytes: int | str | None = None, dtype: str = "float",
               op: str = "sum", root: int = 0, gpus_per_process: int = 1,
               config: SimConfig | None = None, sizes: Sequence[int | str] | None = None,
-              explain: bool = False) -> list[BenchRow]:
+              explain: bool = False, route_cache: RouteCache | None = None) -> list[BenchRow]:
     """Simulate nccl-tests for ``kind``; ``gpus_per_process`` is nccl-tests' -g (launch mode); ``explain``
     adds to each row the tuner's estimate for every algorithm and protocol (``BenchRow.candidates``).
 
     ``sizes`` (optional) lists the sizes to run, in order, instead of the -b/-e/-f/-i sweep (for
     replaying a measured table whose sizes are not one sweep). Collectives run one after the other in
-    lockstep, so each one's time does not depend on the others.
+    lockstep, so each one's time does not depend on the others. ``route_cache``: as ``simulate``'s (one
+    is made for the sweep when None).
     """
     kind = kind if isinstance(kind, CollectiveKind) else CollectiveKind.parse(kind)
     if dtype not in NCCL_TESTS_TYPES:
@@ -157,7 +159,9 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
         if not 1 <= len(sizes) <= MAX_SIZES:
             raise ValueError(f"sizes: {len(sizes)} sizes are not allowed; expected 1 to {MAX_SIZES}")
     collectives = [collective_for_size(kind, s, nranks=nranks, dtype=dtype, op=op, root=root) for s in sizes]
-    result = simulate(topology, Workload.sequence(collectives, nranks=nranks), placement, config)
+    route_cache = RouteCache() if route_cache is None else route_cache
+    result = simulate(topology, Workload.sequence(collectives, nranks=nranks), placement, config,
+                      route_cache=route_cache)
     rows = []
     for record in result.collectives:
         c = record.collective
@@ -167,7 +171,8 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
             root=c.root if c.kind.rooted else -1, time_us=time_s * 1e6,
             algbw_GBps=c.algbw_bytes_per_s(time_s) / 1e9, busbw_GBps=c.busbw_bytes_per_s(time_s) / 1e9,
             algorithm=record.algorithm, protocol=record.protocol, channels=record.nchannels,
-            candidates=tuple(tuner_candidates(topology, c, placement, config)) if explain else ()))
+            candidates=tuple(tuner_candidates(topology, c, placement, config, route_cache=route_cache))
+            if explain else ()))
     return rows
 
 

@@ -64,6 +64,7 @@ import numpy as np
 
 from topologies.devices import GPU_PRESETS, GpuSpec
 from topologies.presets import SYSTEMS, TOPOLOGIES, build_system
+from topologies.routing import RouteCache
 from topologies.topology import Topology
 from workloads.model import ModelSpec, ceil_div
 from workloads.parallelism import ParallelismSpec
@@ -244,8 +245,8 @@ def _build_topology(system: str, nodes: int | None, world: int, wiring: str | No
 
 
 def _run_phase(topology: Topology, training: TrainingWorkload, placement: Placement, config: SimConfig,
-               offset_s: float, replicas: int) -> StepPhase:
-    sim = simulate(topology, training.workload, placement, config)
+               offset_s: float, replicas: int, route_cache: RouteCache) -> StepPhase:
+    sim = simulate(topology, training.workload, placement, config, route_cache=route_cache)
     # after an event replay the timeline is rebuilt from the collectives' times: it must end with the replay
     if not math.isclose(sim.timeline.makespan_s, sim.makespan_s, rel_tol=1e-9, abs_tol=1e-12):
         raise RuntimeError(f"task times: rebuilt makespan {sim.timeline.makespan_s!r} s differs from the engine's "
@@ -313,7 +314,7 @@ def _merge(total: dict, part: dict, scale: int) -> None:
 
 def _measure(model: ModelSpec, p: ParallelismSpec, topology: Topology, compute: StepCompute, config: SimConfig, *,
              placement: Placement, reduction: tuple[StepPhase, _PhaseParts] | None, recompute: str, granularity: str,
-             tensor_rank0_p2p: bool) -> _Raw:
+             tensor_rank0_p2p: bool, route_cache: RouteCache) -> _Raw:
     """One step's additive measurements. With ``reduction`` (a symmetric-replica step: the reduction phase and
     what it adds to the measurements), one replica's pipeline is simulated and the reduction follows it."""
     kw = dict(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
@@ -321,12 +322,13 @@ def _measure(model: ModelSpec, p: ParallelismSpec, topology: Topology, compute: 
         replica = tuple(sorted(group[0] for group in p.groups("dp")))     # the ranks with dp coordinate 0
         pipe = training_step(model, p, compute, part="pipeline", ranks=replica, **kw)
         first = _run_phase(topology, pipe, Placement.custom(topology, [placement.rank_gpu[r] for r in replica]),
-                           config, 0.0, p.dp)
+                           config, 0.0, p.dp, route_cache)
         second, second_parts = reduction
         phases = (first, dataclasses.replace(second, offset_s=first.sim.makespan_s))
         parts = (_phase_parts(first, topology), second_parts)
     else:
-        phases = (_run_phase(topology, training_step(model, p, compute, **kw), placement, config, 0.0, 1),)
+        phases = (_run_phase(topology, training_step(model, p, compute, **kw), placement, config, 0.0, 1,
+                             route_cache),)
         parts = (_phase_parts(phases[0], topology),)
     raw = _Raw(step_s=math.fsum(ph.sim.makespan_s for ph in phases),
                critical_s=math.fsum(ph.critical_path_s for ph in phases), compute_s=0.0, comm_s=0.0, breakdowns={},
@@ -364,7 +366,8 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
                   recompute: str = "none", granularity: str = "layer", symmetric_replicas: bool = False,
                   tensor_rank0_p2p: bool = False, steady_state_microbatches: int | None = None,
                   wiring: str | None = None, compute_model: cmp.GpuComputeModel | None = None,
-                  compute: StepCompute | None = None, placement: Placement | None = None) -> StepResult:
+                  compute: StepCompute | None = None, placement: Placement | None = None,
+                  route_cache: RouteCache | None = None) -> StepResult:
     """Simulate one training step of ``model`` laid out as ``parallelism`` (see the module docstring).
 
     ``topology`` (a built Topology) wins over ``system``/``nodes``/``wiring``; ``compute`` (a StepCompute)
@@ -372,6 +375,8 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
     ``Placement.block`` (Megatron rank order on consecutive GPUs). Reductions for huge
     layouts: ``granularity="chunk"``, ``symmetric_replicas``, ``tensor_rank0_p2p`` and
     ``steady_state_microbatches`` k (simulate k and 2k micro-batches, extrapolate linearly to m).
+    ``route_cache`` (``topologies.routing.RouteCache``) holds the routing tables of the topology for every
+    ``simulate`` call of the step (default: a fresh one); a sweep on one fabric can pass one to all its steps.
     """
     if not isinstance(model, ModelSpec):
         raise ValueError(f"model: {model!r} is not allowed; expected a workloads.model.ModelSpec")
@@ -410,6 +415,7 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
         placement = Placement.block(topology, nranks=world)
     elif not isinstance(placement, Placement) or placement.nranks != world:
         raise ValueError(f"placement: {placement!r} is not allowed; expected a Placement of {world} ranks or None")
+    route_cache = RouteCache() if route_cache is None else route_cache
     kw = dict(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
     notes = []
     reduction = None
@@ -420,9 +426,9 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
         # extrapolation (their layouts differ from this one in the global batch only); the step's phases are
         # then the 2k run's pipeline and this reduction, whose StepPhase carries this layout
         phase = _run_phase(topology, training_step(model, p, compute, part="reduction", **kw), placement, config,
-                           0.0, 1)
+                           0.0, 1, route_cache)
         reduction = (phase, _phase_parts(phase, topology))
-    kw.update(placement=placement, reduction=reduction)
+    kw.update(placement=placement, reduction=reduction, route_cache=route_cache)
     if tensor_rank0_p2p and p.tp > 1 and p.pp > 1:
         notes.append(f"pipeline transfers simulated for tensor rank 0, standing for all {p.tp} (link bytes of the "
                      "other tensor ranks' transfers not counted)")

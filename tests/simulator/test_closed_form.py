@@ -11,6 +11,7 @@ from simulator.api import simulate
 from simulator.collectives.tuner import CollectivePolicy
 from simulator.config import LinkEvent, SimConfig
 from simulator.engine.closed_form import collective_times
+from simulator.flows import Routes
 from simulator.network import AnalyticalNetwork, FlowNetwork
 from simulator.placement import Placement
 from topologies.presets import build_system
@@ -149,5 +150,5 @@ def test_deadlock_is_reported_by_the_closed_form():
 def test_collective_times_refuses_a_model_that_sees_other_flows():
     topo = build_system("dgx-h100")
     with pytest.raises(ValueError, match="not context-free"):
-        collective_times(network=FlowNetwork(topo.link_capacity_bytes_per_s), schedules=[], topology=topo,
-                         router=Router(topo), rank_gpu=tuple(range(8)))
+        collective_times(network=FlowNetwork(topo.link_capacity_bytes_per_s), schedules=[],
+                         route=Routes(Router(topo), rank_gpu=tuple(range(8))))

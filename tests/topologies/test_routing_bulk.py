@@ -360,5 +360,5 @@ def test_ring_edges_of_16384_gpus_bulk_equals_the_loop():
     loop_links, loop_weights = _loop_weighted(loop, src, dst, keys, False)
     assert _same(links, loop_links) and _same(weights, loop_weights)
     assert _state(bulk) == _state(loop)
-    # 128 x 2 = 256 pairs change edge switch (module docstring of routing.py): 4,096 hashed flows
+    # 128 x 2 = 256 pairs change edge switch (docstring of routing/wiring.py): 4,096 hashed flows
     assert sum(p.fixed is None for p in bulk._pairs.values()) == 256

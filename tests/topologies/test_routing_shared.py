@@ -1,4 +1,4 @@
-"""Tests for what the Routers of one topology share, and the other fast paths of topologies.routing:
+"""Tests for what the Routers given one RouteCache share, and the other fast paths of topologies.routing:
 the shared structure (same paths as a Router with nothing shared, failure sets kept apart, released
 with the topology), the one-round hash against mix64, the numpy breadth-first search against a plain
 one, and the deferred load against one ``np.add.at`` per flow. Invariants only: no timing."""
@@ -15,10 +15,10 @@ import pytest
 
 from tests.topologies.fabrics import BOX, DUO, TOY8, reverse
 from topologies import links as lk
-from topologies import routing
+from topologies.routing import hashing, wiring
 from topologies.dragonfly import dragonfly
 from topologies.fat_tree import fat_tree
-from topologies.routing import ROUTING_POLICIES, Router, mix64
+from topologies.routing import ROUTING_POLICIES, RouteCache, Router, mix64
 from topologies.topology import NodeKind, Topology
 
 
@@ -94,9 +94,9 @@ def test_one_round_hash_equals_mix64_on_random_inputs():
         width = int(rng.choice([1, 5, 8, 9]))                # bytes: small ids up to beyond 64 bits
         values = [int.from_bytes(rng.bytes(width), "little") - (2 ** (8 * width - 1) if rng.random() < 0.3 else 0)
                   for _ in range(count)]                     # some negative
-        state = routing._GOLDEN64
+        state = hashing._GOLDEN64
         for v in values:
-            state = routing._absorb(state, v)
+            state = hashing._absorb(state, v)
         assert state == mix64(*values)
         assert 0 <= state < 2**64
 
@@ -117,12 +117,14 @@ def test_hashed_choice_is_mix64_of_flow_and_switch():
 
 @pytest.mark.parametrize("policy", ROUTING_POLICIES)
 def test_router_after_another_routes_like_one_with_nothing_shared(fat8, policy):
-    first = Router(fat8, policy=policy, seed=3)
+    cache = RouteCache()
+    first = Router(fat8, policy=policy, seed=3, cache=cache)
     warm = _all_routes(first)
-    second = Router(fat8, policy=policy, seed=3)
+    second = Router(fat8, policy=policy, seed=3, cache=cache)
     assert second._f is first._f                            # the static structure is shared ...
     assert second._load is not first._load and second._pairs is not first._pairs   # ... the load is not
-    alone = Router(_fat8(), policy=policy, seed=3)          # an identical build: its own, empty structure
+    assert Router(fat8, policy=policy, seed=3)._f is not first._f   # no cache given: a fresh one, nothing shared
+    alone = Router(_fat8(), policy=policy, seed=3, cache=cache)     # an identical build: its own, empty structure
     assert alone._f is not first._f
     routes = _all_routes(second)
     assert routes == _all_routes(alone)
@@ -131,10 +133,11 @@ def test_router_after_another_routes_like_one_with_nothing_shared(fat8, policy):
 
 def test_router_after_another_routes_like_one_with_nothing_shared_on_dragonfly():
     fly = _fly()
+    cache = RouteCache()
     for policy in ("minimal", "valiant", "ugal"):
-        first = _all_routes(Router(fly, policy=policy, seed=1))
-        assert _all_routes(Router(fly, policy=policy, seed=1)) == first
-        assert _all_routes(Router(_fly(), policy=policy, seed=1)) == first
+        first = _all_routes(Router(fly, policy=policy, seed=1, cache=cache))
+        assert _all_routes(Router(fly, policy=policy, seed=1, cache=cache)) == first
+        assert _all_routes(Router(_fly(), policy=policy, seed=1, cache=cache)) == first
 
 
 def test_reverse_pairs_the_two_directions_of_each_parallel_cable(fat8):
@@ -160,17 +163,19 @@ def _cut_used_spine_cable(topo: Topology, router: Router) -> frozenset[int]:
 
 @pytest.mark.parametrize("policy", ["ecmp", "adaptive", "spray"])
 def test_failure_sets_do_not_share_paths(fat8, policy):
-    healthy = Router(fat8, policy=policy)
+    cache = RouteCache()
+    healthy = Router(fat8, policy=policy, cache=cache)
     healthy_routes = _all_routes(healthy)
-    cut = _cut_used_spine_cable(fat8, Router(fat8))
+    cut = _cut_used_spine_cable(fat8, Router(fat8, cache=cache))
     assert any(cut & set(route[1]) for route in healthy_routes[:-1] if isinstance(route, tuple))
-    broken = Router(fat8, policy=policy, failed_links=cut)  # after a healthy Router of the same topology
+    broken = Router(fat8, policy=policy, failed_links=cut, cache=cache)   # after a healthy Router, same cache
     assert broken._f is not healthy._f
+    assert healthy.failing(cut)._f is broken._f             # Router.failing keeps the cache
     broken_routes = _all_routes(broken)
     assert not any(cut & set(route[1]) for route in broken_routes[:-1] if isinstance(route, tuple))
     assert broken_routes == _all_routes(Router(_fat8(), policy=policy, failed_links=cut))
     # and back: a healthy Router after the broken one takes the healthy paths again
-    assert _all_routes(Router(fat8, policy=policy)) == healthy_routes
+    assert _all_routes(Router(fat8, policy=policy, cache=cache)) == healthy_routes
 
 
 def test_one_way_failure_disables_component_labels_and_routes_like_a_fresh_router(fat8):
@@ -187,31 +192,36 @@ def test_failure_sets_kept_are_bounded_and_evicted_ones_rebuild_identically(fat8
     switch_links = [link for link in range(fat8.num_links)
                     if int(fat8.link_src[link]) in switches and int(fat8.link_dst[link]) in switches]
     cables = [link for link in switch_links if link < reverse(fat8, link)]
-    sets = [frozenset({link, reverse(fat8, link)}) for link in cables[:routing._FAILURE_SETS_KEPT + 3]]
-    first = [Router(fat8, failed_links=cut).path(0, 47, pxn=False).tolist() for cut in sets]
-    assert len(routing._wiring_of(fat8).fabrics) == routing._FAILURE_SETS_KEPT
-    assert sets[0] not in routing._wiring_of(fat8).fabrics   # least recently used first out
-    again = [Router(fat8, failed_links=cut).path(0, 47, pxn=False).tolist() for cut in sets]
+    sets = [frozenset({link, reverse(fat8, link)}) for link in cables[:wiring.FAILURE_SETS_KEPT + 3]]
+    cache = RouteCache()
+    first = [Router(fat8, failed_links=cut, cache=cache).path(0, 47, pxn=False).tolist() for cut in sets]
+    assert len(cache.wiring(fat8).fabrics) == wiring.FAILURE_SETS_KEPT
+    assert sets[0] not in cache.wiring(fat8).fabrics        # least recently used first out
+    again = [Router(fat8, failed_links=cut, cache=cache).path(0, 47, pxn=False).tolist() for cut in sets]
     assert again == first
 
 
 def test_shared_structure_is_released_with_its_topology():
     topo = _fat8()
-    Router(topo).path(0, 47)
+    cache = RouteCache()
+    router = Router(topo, cache=cache)
+    router.path(0, 47)
     graph = weakref.ref(topo.graph)
-    assert graph() in routing._SHARED
-    del topo
+    assert len(cache) == 1 and cache.wiring(topo) is router._w
+    del topo, router
     gc.collect()
     assert graph() is None                                  # the cache kept neither graph nor topology alive
+    assert len(cache) == 0
 
 
 def test_scaled_copy_shares_structure_but_a_changed_topology_does_not(fat8):
     scaled = fat8.with_link_scale({lk.LinkKind.INFINIBAND: 0.5})
-    assert routing._wiring_of(scaled) is routing._wiring_of(fat8)   # same graph and arrays, other capacities
+    cache = RouteCache()
+    assert cache.wiring(scaled) is cache.wiring(fat8)       # same graph and arrays, other capacities
     assert np.array_equal(Router(scaled).path(0, 47), Router(fat8).path(0, 47))
     assert Router(scaled, policy="adaptive")._capacity is scaled.link_capacity_bytes_per_s
     moved = dataclasses.replace(fat8, link_src=fat8.link_src.copy())
-    assert routing._wiring_of(moved) is not routing._wiring_of(fat8)
+    assert cache.wiring(moved) is not cache.wiring(fat8)
 
 
 # ------------------------------------------------------------------------------------------------

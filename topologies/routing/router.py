@@ -1,17 +1,4 @@
-"""Routing: GPU-to-GPU paths as int64 arrays of link ids, under several routing policies.
-
-A path is built in three parts:
-
-1. inside the source server, from the GPU to the NIC that will send (``ServerInfo`` routes);
-   with PXN (NCCL's default since 2.12) a GPU sends through the NIC on the *destination's rail*,
-   reaching it over NVLink via the GPU local to that NIC, so rail-optimised fabrics keep
-   same-rail traffic under one leaf;
-2. across the fabric, from the sending NIC's switch to the receiving NIC's switch, as the
-   routing policy decides (below);
-3. inside the destination server, from the receiving NIC to the GPU (``ServerInfo`` routes: GPUDirect
-   RDMA, or through host memory on a server without it).
-
-GPUs of the same server use the server's intra routes (NVSwitch, PCIe P2P or host staging).
+"""Router: GPU-to-GPU paths under a routing policy, with NIC choice, load, pins and failures.
 
 Partitioned fabrics (rail-only, multi-plane) and NIC choice: when the preferred sending NIC's
 switch cannot reach the receiving NIC's switch, the sender relays inside its server (NVLink when
@@ -20,51 +7,6 @@ order: the preferred NIC (``nic_for``), the NIC on the destination GPU's rail, t
 then the others by index. The receiver uses its own NIC unless no sending NIC reaches it (or its
 cable failed); then its server's other NICs by index. When no pair works the error names both
 GPUs.
-
-Policies (``ROUTING_POLICIES``) for part 2. ``flow_hash = mix64(seed, src server, src local GPU,
-dst server, dst local GPU, flow_key)`` identifies a flow (switches hash the 5-tuple; different QPs
-of one connection have different ``flow_key``); ``dist(x)`` is the hop count from switch x to the
-destination switch in the surviving switch graph; the *next hops* at switch x are its links to
-switches y with ``dist(y) = dist(x) - 1`` (parallel cables count separately).
-
-* ``ecmp`` (default): at each switch x take next hop number ``mix64(flow_hash, x) mod n`` of its n
-  next hops. Paths have the fewest hops, as a min-hop subnet manager's tables give; on a
-  dragonfly that includes global, global paths through a third group where they are shorter
-  than local, global, local.
-* ``minimal``: the same hash choice over *hierarchically* minimal paths: on a fabric whose
-  switches carry a ``group`` attribute (``dragonfly.py``) the fewest links between groups, then
-  the fewest hops (MIN of Kim et al.: local, global, local, at most 3 hops, one global), i.e. hop
-  costs 1 for a link inside a group and ``1 + B`` for one between groups, with ``B`` = number of
-  switches + 1 (more than any simple path's hops, so the order is lexicographic). Without groups
-  it is ``ecmp``. It is the minimal candidate of UGAL and the metric of Valiant's two legs.
-* ``valiant`` (Valiant and Brebner 1981; on dragonfly as in Kim et al., ISCA 2008): minimal (as
-  above) to an intermediate, then minimal to the destination. On a fabric whose switches all carry
-  a ``group`` attribute (``dragonfly.py``) the intermediate is a group other than the source's and
-  the destination's, number ``mix64(flow_hash, VALIANT_SALT) mod n`` of the n eligible groups in
-  increasing order, entered at its nearest router: at most local, global, local, global, local =
-  5 switch-to-switch hops. Elsewhere it is a switch of the top tier (largest ``tier`` attribute;
-  every switch when none has one) other than the two end switches. When the hashed candidate
-  cannot reach both ends (failed links) the next one in order is taken; with no candidate the
-  route is minimal.
-* ``ugal`` (UGAL with the load the router itself has assigned, after Kim et al.): per flow, the
-  minimal path M or the Valiant path V, whichever has the smaller ``H(P) x q(P)``, ties to M,
-  where ``H`` = number of switch-to-switch links and
-  ``q(P) = max over links l of P of (L_l + n_l w) / c_l``: ``L_l`` bytes already assigned to link l,
-  ``w`` this flow's bytes (``nbytes``), ``n_l`` how often P crosses l, ``c_l`` its capacity: the
-  time the busiest link of P needs to carry what it has been given plus this flow.
-  Worked number: links of capacity c, w = 1: on an empty fabric M (3 hops) costs 3 x 1/c and V
-  (5 hops) 5 x 1/c, so M; once one flow is on M, M costs 3 x 2/c = 6/c > 5/c and the next flow
-  of the pair takes a V that is still empty.
-* ``adaptive`` (InfiniBand adaptive routing): at each switch, among its next hops, the link with
-  the least ``L_l / c_l`` so far; ties by the ECMP hash. Deterministic for a given order of calls.
-* ``spray`` (packet spraying): the flow splits evenly over all next hops (fewest hops, as ECMP's)
-  at every switch, so a switch carrying fraction f of the flow sends f / n over each of its n.
-  ``weighted_path`` returns every link with the fraction of the flow's bytes crossing it (1 on the
-  parts inside the servers and the NIC cables); the weights leaving each distance level sum to 1
-  and each switch forwards what it receives. ``weighted_path`` works under every policy (weights
-  1 elsewhere). Under ``spray``, ``path()`` returns the flow's ECMP path, one of those it sprays
-  over (same hop count), for callers that need a single walk (latency, the tuner's estimates);
-  it assigns no load: the bytes move as ``weighted_path`` says.
 
 Load (``assigned_bytes``): every distinct flow (source GPU, destination GPU, ``flow_key``,
 ``pxn``) is routed once, at its first request, and pinned (a QP's route stays put while it lives);
@@ -81,298 +23,32 @@ are a topology matter: ``Topology.with_link_scale`` scales the capacity of every
 Switch-level paths (``switch_path``, ``gpu_to_node``, ``node_to_gpu``: in-network reduction trees)
 are ECMP under every policy.
 
-Cost, and what Routers share. With S fabric switches and E switch-to-switch links, the hop table
-to one destination switch is a breadth-first search backwards from it, level by level over a CSR
-of the links into each switch: O(S + E) numpy work, once per destination. Hierarchical tables are
-Dijkstra, O(E log S). Next hops are derived once per (table, switch). Reachability of two switches
-(the NIC choice above) is one comparison of connected-component labels when every surviving
-switch link has its reverse (then reaching is being in one component), else a table lookup. These
-depend on the topology and ``failed_links`` only, so every Router of one topology shares them (kept
-while the topology lives, for its last 8 failure sets). Per Router: each GPU pair's server routes
-and NIC switches are found once, and a pair whose NICs share a switch has one path for all its
-flows; ``mix64``'s state after (seed, servers, local GPUs) is computed once per pair, so a flow's
-hash is one more round and each hop one round. The load of the flows routed is added in one
-``np.add.at`` when it is next read (same additions, same order: bit-identical to one per flow).
-Worked number: 2,048 DGX H100 on a RoCE 400G fat-tree (16,384 GPUs) have S = 640 and E = 65,536.
-The ring estimates of a Llama-3 405B step route 262,144 flows: 128 data-parallel rings of 128 GPUs
-x 16 channels, over 16,384 GPU pairs. A 128-port edge switch takes one rail of d = 64 servers
-(``fat_tree.py``), so a ring of 128 consecutive servers changes edge switch twice: 128 x 2 = 256
-pairs, 4,096 flows, walk the fabric, towards 256 distinct edge switches: 256 searches in all; the
-other 16,128 pairs reuse one array for their 16 flows.
-
 Bulk requests (``paths``, ``weighted_paths``) are the loop of single calls in one call: same paths,
 pinned flows, pending load in the same order, same errors at the same flow (those before it routed).
 The GPUs are checked with numpy up to the first bad flow; each flow before it skips the per-call
 checks and argument handling.
 
-Module-level caches: ``_SHARED`` (the structure above, weakly keyed by the topology's graph) and
-``_ones`` (read-only unit weights) are the exception to the project's no-module-level-state rule:
-they hold pure derived data, go with their topology, and results are identical warm or cold.
-
-What is ignored: per-packet dynamics (adaptive and UGAL decide per flow from assigned load, not
-from instantaneous queue occupancy), reordering costs of spraying, and the deadlock-avoidance
-virtual channels real dragonfly routers need. Everything is deterministic for a given ``seed``
-and order of calls.
+Cost and what Routers share: ``wiring.py``. Per Router: each GPU pair's server routes and NIC switches
+(``_Pair``), the pinned flows and the assigned load.
 """
 
 from __future__ import annotations
 
 import functools
-import heapq
 import math
-import weakref
-from collections import OrderedDict
 from typing import Callable, Iterable
 
 import numpy as np
 
-from .topology import NodeKind, Topology
-
-ROUTING_POLICIES = ("ecmp", "minimal", "valiant", "ugal", "adaptive", "spray")
-
-VALIANT_SALT = 0x56414C49414E54   # "VALIANT": separates the intermediate's hash from per-switch hashes
-
-_MASK64 = (1 << 64) - 1
-_GOLDEN64 = 0x9E3779B97F4A7C15     # splitmix64's increment, also mix64's starting state
-
-_Option = tuple[int, int]          # (link id, next switch)
-
-#: Failure sets whose fabric tables are kept per topology (least recently used first out); a bound
-#: on memory for failure sweeps, not a model parameter.
-_FAILURE_SETS_KEPT = 8
-
-
-def _absorb(h: int, v: int) -> int:
-    """One round of :func:`mix64`: the state ``h`` after some values, with ``v`` added (xor, then
-    splitmix64's increment and finaliser). Lets the router hash a flow's fixed prefix once."""
-    h = ((h ^ (v & _MASK64)) + _GOLDEN64) & _MASK64
-    h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return h ^ (h >> 31)
-
-
-def mix64(*values: int) -> int:
-    """Deterministic 64-bit hash of integers: :func:`_absorb` folded over the values from ``_GOLDEN64``
-    (splitmix64 finaliser chained over them)."""
-    return functools.reduce(_absorb, map(int, values), _GOLDEN64)
+from ..topology import Topology
+from .hashing import _GOLDEN64, _absorb, mix64
+from .policies import POLICIES, ROUTING_POLICIES, valiant_route
+from .wiring import RouteCache, _Option, _Table
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
     array.setflags(write=False)
     return array
-
-
-@functools.lru_cache(maxsize=64)      # one entry per path length; a path has at most a few tens of links
-def _ones(length: int) -> np.ndarray:
-    """A read-only array of ``length`` ones (unit weights of an unsplit path), shared: a new array per
-    flow would double the time of ``weighted_paths`` over flows inside servers under ``spray``."""
-    return _readonly(np.ones(length))
-
-
-# ---- static structure, shared by every Router of a topology ---------------------------------------
-
-class _Table:
-    """Costs to a target set (``dist``: switch -> hops or hierarchical cost, reachable switches
-    only) and the next hops already derived from them (``hops``: switch -> options)."""
-
-    __slots__ = ("dist", "hops", "minimal")
-
-    def __init__(self, dist: dict[int, int], minimal: bool):
-        self.dist = dist
-        self.hops: dict[int, list[_Option]] = {}
-        self.minimal = minimal
-
-
-class _Wiring:
-    """What a Router derives from a topology alone: switches (ids, compact index, tier, group),
-    switch-to-switch links, NIC cabling, GPU -> server tables; plus its :class:`_Fabric` per failure
-    set. Read-only once built, except the lazily filled caches of the fabrics."""
-
-    def __init__(self, topology: Topology):
-        graph = topology.graph
-        self.refs = self._refs(topology)
-        self.num_nodes = graph.number_of_nodes()
-        self.num_links = topology.num_links
-        self.num_gpus = topology.num_gpus
-        self.gpu_server: list[int] = topology.gpu_server.tolist()
-        self.gpu_local: list[int] = topology.gpu_local.tolist()
-        switches = sorted(n for n, kind in graph.nodes(data="kind") if kind == NodeKind.FABRIC_SWITCH)
-        self.switches = switches
-        self.index = {n: i for i, n in enumerate(switches)}          # switch -> compact index
-        self.tier = {n: graph.nodes[n]["tier"] for n in switches if "tier" in graph.nodes[n]}
-        group_of = {n: graph.nodes[n].get("group") for n in switches}
-        self.group: dict[int, int] = {}
-        self.groups: dict[int, tuple[int, ...]] = {}
-        if switches and all(g is not None for g in group_of.values()):
-            self.group = {n: int(g) for n, g in group_of.items()}
-            for n in switches:
-                self.groups.setdefault(self.group[n], ())
-                self.groups[self.group[n]] += (n,)
-        self.groups_sorted = sorted(self.groups.items())
-        top = max(self.tier.values(), default=None)
-        self.top = tuple(n for n in switches if top is None or self.tier.get(n) == top)
-        src, dst = topology.link_src, topology.link_dst
-        self.switch_ids = switch_ids = np.asarray(switches, dtype=np.int64)
-        self.switch_links = np.flatnonzero(np.isin(src, switch_ids) & np.isin(dst, switch_ids))   # increasing
-        self.switch_src = src[self.switch_links]
-        self.switch_dst = dst[self.switch_links]
-        self.switch_src_index = np.searchsorted(switch_ids, self.switch_src)
-        self.switch_dst_index = np.searchsorted(switch_ids, self.switch_dst)
-        if self.group:
-            # hierarchical ("minimal") hop costs: 1 inside a group, 1 + B between groups (module docstring)
-            between = len(switches) + 1
-            group = np.asarray([self.group[n] for n in switches], dtype=np.int64)
-            self.switch_link_cost = np.where(group[self.switch_src_index] == group[self.switch_dst_index],
-                                             1, 1 + between)
-        else:
-            self.switch_link_cost = None
-        # NIC cabling: the switch each NIC's uplink enters, and every link from that switch back to the NIC
-        self.nic_leaf = {nic: int(dst[up]) for nic, up in topology.nic_leaf_link.items()}
-        down = sorted(link for nic, leaf in self.nic_leaf.items()
-                      for link in graph.get_edge_data(leaf, nic, default={}))    # edge keys are link ids
-        self.nic_down_links = np.asarray(down, dtype=np.int64)        # increasing link ids
-        self.nic_down_nic = dst[self.nic_down_links]
-        self.fabrics: OrderedDict[frozenset[int], _Fabric] = OrderedDict()
-
-    @staticmethod
-    def _refs(topology: Topology) -> tuple:
-        """The topology's arrays and tables the wiring is derived from (compared by identity)."""
-        return (topology.link_src, topology.link_dst, topology.nic_leaf_link, topology.servers,
-                topology.gpu_server, topology.gpu_local)
-
-    def matches(self, topology: Topology) -> bool:
-        return (all(a is b for a, b in zip(self.refs, self._refs(topology)))
-                and self.num_nodes == topology.graph.number_of_nodes())
-
-    def fabric(self, failed: frozenset[int]) -> _Fabric:
-        fabric = self.fabrics.get(failed)
-        if fabric is None:
-            fabric = _Fabric(self, failed)
-            self.fabrics[failed] = fabric
-            while len(self.fabrics) > _FAILURE_SETS_KEPT:
-                self.fabrics.popitem(last=False)
-        else:
-            self.fabrics.move_to_end(failed)
-        return fabric
-
-
-class _Fabric:
-    """The surviving switch graph of a topology under one set of failed links: adjacency lists,
-    receiving NIC links, hierarchical link costs, connected components (when every surviving
-    switch link has its reverse, reachability is "same component"), and caches of distance tables
-    and sprayed splits, filled on demand (pure functions of the above)."""
-
-    def __init__(self, wiring: _Wiring, failed: frozenset[int]):
-        dead = np.zeros(wiring.num_links, dtype=bool)
-        if failed:
-            dead[np.fromiter(failed, dtype=np.int64, count=len(failed))] = True
-        alive = ~dead[wiring.switch_links]
-        links = wiring.switch_links[alive]
-        src, dst = wiring.switch_src[alive], wiring.switch_dst[alive]
-        self.src_index = wiring.switch_src_index[alive]
-        self.dst_index = wiring.switch_dst_index[alive]
-        self.num_switches = len(wiring.switches)
-        self.switch_ids = wiring.switch_ids
-        self.index = wiring.index
-        self.links, self.src, self.dst = links, src, dst
-        self.switch_out = self._adjacency(links, src, dst)       # switch -> [(link, next switch)], increasing link
-        self._switch_back: dict[int, list[_Option]] | None = None
-        # links into each switch (compact indices), for the breadth-first searches: CSR by head
-        order = np.argsort(self.dst_index, kind="stable")
-        self.in_tail = self.src_index[order]
-        self.in_start = np.zeros(self.num_switches + 1, dtype=np.int64)
-        np.cumsum(np.bincount(self.dst_index, minlength=self.num_switches), out=self.in_start[1:])
-        self.link_cost: dict[int, int] = {}
-        if wiring.switch_link_cost is not None:
-            self.link_cost = dict(zip(links.tolist(), wiring.switch_link_cost[alive].tolist()))
-        down_alive = ~dead[wiring.nic_down_links]
-        nic, first = np.unique(wiring.nic_down_nic[down_alive], return_index=True)
-        self.nic_down = dict(zip(nic.tolist(), wiring.nic_down_links[down_alive][first].tolist()))
-        self.labels = self._components()
-        self.tables: dict[tuple[bool, tuple[int, ...]], _Table] = {}
-        self.sprays: dict[tuple[int, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
-
-    @staticmethod
-    def _adjacency(links: np.ndarray, key: np.ndarray, other: np.ndarray) -> dict[int, list[_Option]]:
-        order = np.argsort(key, kind="stable")                    # keeps increasing link ids per switch
-        keys = key[order]
-        nodes, starts = np.unique(keys, return_index=True)
-        options = list(zip(links[order].tolist(), other[order].tolist()))
-        bounds = starts.tolist() + [len(options)]
-        return {n: options[b0:b1] for n, b0, b1 in zip(nodes.tolist(), bounds, bounds[1:])}
-
-    def _components(self) -> dict[int, int] | None:
-        """Switch -> component label when every surviving switch link has its reverse (then a
-        switch reaches another exactly when both have one label), else None."""
-        n, u, v = self.num_switches, self.src_index, self.dst_index
-        if not np.isin(v * n + u, u * n + v).all():
-            return None
-        label = np.arange(n)
-        while True:                                              # minimum-label propagation
-            following = label.copy()
-            np.minimum.at(following, v, label[u])
-            if np.array_equal(following, label):
-                break
-            label = following
-        return dict(zip(self.switch_ids.tolist(), label.tolist()))
-
-    def hops_to(self, targets: tuple[int, ...]) -> dict[int, int]:
-        """Hop count from every switch that can reach one of ``targets`` to the nearest of them
-        (level-synchronous breadth-first search backwards over the surviving switch links)."""
-        n = self.num_switches
-        dist = np.full(n, -1, dtype=np.int64)
-        frontier = np.unique(np.asarray([self.index[t] for t in targets if t in self.index], dtype=np.int64))
-        dist[frontier] = 0
-        start, tail = self.in_start, self.in_tail
-        level = 0
-        while frontier.size:
-            first, count = start[frontier], start[frontier + 1] - start[frontier]
-            ends = np.cumsum(count)
-            edges = np.repeat(first - ends + count, count) + np.arange(ends[-1])   # every link into the frontier
-            fresh = np.zeros(n, dtype=bool)
-            fresh[tail[edges]] = True
-            fresh &= dist < 0
-            frontier = np.flatnonzero(fresh)
-            level += 1
-            dist[frontier] = level
-        found = np.flatnonzero(dist >= 0)
-        out = {t: 0 for t in targets}
-        out.update(zip(self.switch_ids[found].tolist(), dist[found].tolist()))
-        return out
-
-    def costs_to(self, targets: tuple[int, ...]) -> dict[int, int]:
-        """Hierarchical cost from every switch that can reach one of ``targets`` (Dijkstra)."""
-        if self._switch_back is None:                          # switch -> [(link, previous switch)]
-            self._switch_back = self._adjacency(self.links, self.dst, self.src)
-        back = self._switch_back
-        dist = {t: 0 for t in targets}
-        heap = [(0, t) for t in sorted(targets)]
-        done: set[int] = set()
-        while heap:
-            d, v = heapq.heappop(heap)
-            if v in done:
-                continue
-            done.add(v)
-            for link, u in back.get(v, ()):
-                du = d + self.link_cost[link]
-                if du < dist.get(u, du + 1):
-                    dist[u] = du
-                    heapq.heappush(heap, (du, u))
-        return dist
-
-
-#: Graph of a topology -> its static routing structure. Weak keys: an entry goes with its topology.
-#: A Topology (frozen, slotted, holding arrays) can be neither hashed nor weakly referenced; its graph
-#: can, and the entry checks the topology's arrays by identity (``with_link_scale`` copies share them).
-_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _wiring_of(topology: Topology) -> _Wiring:
-    wiring = _SHARED.get(topology.graph)
-    if wiring is None or not wiring.matches(topology):
-        wiring = _Wiring(topology)
-        _SHARED[topology.graph] = wiring
-    return wiring
 
 
 class _Pair:
@@ -401,12 +77,13 @@ class Router:
 
     One Router per simulation; it keeps the per-link load it has assigned and the pinned flows
     (instance state). Structure derived from the topology and ``failed_links`` alone (switch
-    adjacency, NIC cabling, distance tables) is shared by every Router of the same topology.
+    adjacency, NIC cabling, distance tables) comes from ``cache`` (a :class:`RouteCache`; default a
+    fresh one), shared by every Router given the same cache.
     """
 
     def __init__(self, topology: Topology, *, policy: str = "ecmp", seed: int = 0, pxn: bool = True,
-                 failed_links: Iterable[int] = frozenset()):
-        if policy not in ROUTING_POLICIES:
+                 failed_links: Iterable[int] = frozenset(), cache: RouteCache | None = None):
+        if policy not in POLICIES:
             raise ValueError(f"routing policy: {policy!r} is not supported; "
                              f"expected one of {', '.join(ROUTING_POLICIES)}")
         if not isinstance(seed, int) or isinstance(seed, bool):
@@ -416,9 +93,11 @@ class Router:
         self.seed = seed
         self.pxn = pxn
         self.failed_links = self._check_failed(topology, failed_links)
-        self._w = _wiring_of(topology)
+        self.cache = RouteCache() if cache is None else cache
+        self._w = self.cache.wiring(topology)
         self._f = self._w.fabric(self.failed_links)
-        self._spraying = policy == "spray"
+        self._policy = POLICIES[policy]
+        self._spraying = self._policy.sprays
         self._seed_state = _absorb(_GOLDEN64, seed)
         self._capacity = topology.link_capacity_bytes_per_s
         self._load = np.zeros(topology.num_links)
@@ -431,6 +110,12 @@ class Router:
         """Whether flows between servers are split over equal-cost paths (policy ``spray``), so
         :meth:`weighted_paths`, not :meth:`paths`, gives where their bytes go."""
         return self._spraying
+
+    def failing(self, links: Iterable[int]) -> Router:
+        """A fresh Router of the same topology, policy, seed and PXN default that also avoids ``links``
+        (no assigned load, no pinned flows; the same route cache): what routes after a link fails mid-run."""
+        return Router(self.topology, policy=self.policy, seed=self.seed, pxn=self.pxn,
+                      failed_links=self.failed_links | self._check_failed(self.topology, links), cache=self.cache)
 
     @staticmethod
     def _check_failed(topology: Topology, failed_links: Iterable[int]) -> frozenset[int]:
@@ -468,7 +153,7 @@ class Router:
         """
         links, weights = self._route(src_gpu, dst_gpu, flow_key, pxn, nbytes, walk=False)
         if weights is None:
-            weights = _ones(links.shape[0])
+            weights = self._w.ones(links.shape[0])
         return links, weights
 
     def paths(self, src_gpus, dst_gpus, *, flow_keys, pxn: bool | None = None) -> list[np.ndarray]:
@@ -495,7 +180,8 @@ class Router:
         """:meth:`weighted_path` of many flows at once, as :meth:`paths` is :meth:`path`'s: the
         list of links and the list of weights."""
         routes = self._bulk_route(src_gpus, dst_gpus, flow_keys, pxn, walk=False, method="weighted_paths")
-        return [links for links, _ in routes], [_ones(len(links)) if w is None else w for links, w in routes]
+        ones = self._w.ones
+        return [links for links, _ in routes], [ones(len(links)) if w is None else w for links, w in routes]
 
     @property
     def assigned_bytes(self) -> np.ndarray:
@@ -730,62 +416,13 @@ class Router:
         leaf_dst = self._w.nic_leaf[topo.servers[t].nics[j_dst]]
         if leaf_src == leaf_dst:
             return ()
-        found = self._valiant(leaf_src, leaf_dst, mix64(self.seed, s, a, t, b, flow_key))
+        found = valiant_route(self, leaf_src, leaf_dst, mix64(self.seed, s, a, t, b, flow_key))
         return () if found is None else found[1]
-
-    def _candidates(self, src: int, dst: int) -> list[tuple[int, ...]]:
-        w = self._w
-        if w.groups:
-            ends = (w.group[src], w.group[dst])
-            return [members for g, members in w.groups_sorted if g not in ends]
-        return [(n,) for n in w.top if n != src and n != dst]
-
-    def _valiant(self, src: int, dst: int, flow_hash: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-        """(fabric links, intermediate) of the Valiant route, or None without a usable intermediate."""
-        candidates = self._candidates(src, dst)
-        n = len(candidates)
-        if n == 0:
-            return None
-        start = mix64(flow_hash, VALIANT_SALT) % n
-        to_dst = self._distances_to((dst,), minimal=True)
-        for i in range(n):
-            via = candidates[(start + i) % n]
-            to_via = self._distances_to(via, minimal=True)
-            if src not in to_via.dist or not any(m in to_dst.dist for m in via):
-                continue
-            first, middle = self._walk(src, to_via, self._hashed(flow_hash))
-            if middle not in to_dst.dist:
-                continue
-            second, _ = self._walk(middle, to_dst, self._hashed(flow_hash))
-            return first + second, via
-        return None
 
     # ---- fabric part ---------------------------------------------------------------------------
     def _fabric_route(self, src: int, dst: int, flow_hash: int, nbytes: float) -> tuple[int, ...]:
-        if src == dst:
-            return ()
-        policy = self.policy
-        if policy == "ecmp" or policy == "spray":              # spray: its representative single path
-            return self._fabric_path(src, dst, flow_hash)
-        if policy == "adaptive":
-            return self._walk(src, self._distances_to((dst,)), self._least_loaded(flow_hash))[0]
-        minimal = self._walk(src, self._distances_to((dst,), minimal=True), self._hashed(flow_hash))[0]
-        if policy == "minimal":
-            return minimal
-        detour = self._valiant(src, dst, flow_hash)
-        if detour is None:
-            return minimal
-        if policy == "valiant":
-            return detour[0]
-        # ugal
-        return minimal if self._ugal_cost(minimal, nbytes) <= self._ugal_cost(detour[0], nbytes) else detour[0]
-
-    def _ugal_cost(self, links: tuple[int, ...], nbytes: float) -> float:
-        if not links:
-            return 0.0
-        unique, count = np.unique(np.asarray(links, dtype=np.int64), return_counts=True)
-        load = self._loads()
-        return len(links) * float(np.max((load[unique] + count * nbytes) / self._capacity[unique]))
+        """Links from switch ``src`` to switch ``dst`` of the flow with ``flow_hash``, as the policy routes it."""
+        return () if src == dst else self._policy.fabric_route(self, src, dst, flow_hash, nbytes)
 
     @staticmethod
     def _hashed(flow_hash: int) -> Callable[[list[_Option], int], _Option]:
@@ -794,17 +431,6 @@ class Router:
         def choose(options: list[_Option], here: int) -> _Option:
             n = len(options)
             return options[_absorb(state, here) % n] if n > 1 else options[0]
-        return choose
-
-    def _least_loaded(self, flow_hash: int) -> Callable[[list[_Option], int], _Option]:
-        state = _absorb(_GOLDEN64, flow_hash)
-        load, capacity = self._loads(), self._capacity
-
-        def choose(options: list[_Option], here: int) -> _Option:
-            use = [load[link] / capacity[link] for link, _ in options]
-            least = min(use)
-            ties = [option for option, u in zip(options, use) if u == least]
-            return ties[_absorb(state, here) % len(ties)] if len(ties) > 1 else ties[0]
         return choose
 
     def _next_hops(self, here: int, table: _Table) -> list[_Option]:
@@ -940,37 +566,3 @@ class Router:
         if tier is not None:
             above = {v for v in above if self._w.tier.get(v, tier + 1) > tier}
         return sorted(above)
-
-
-def equal_share_rates(paths: list[np.ndarray], capacity_bytes_per_s: np.ndarray,
-                      weights: list[np.ndarray] | None = None) -> np.ndarray:
-    """Static equal-share rate of each path when all of them start together and never re-share.
-
-    Each link's capacity is split among the paths crossing it in proportion to their weights
-    (a path crossing a link twice counts twice); a path's rate is its tightest share:
-    ``r_i = min_l c_l / sum_j w_jl`` over the links l of path i. This is the congestion-unaware
-    alpha-beta view (no redistribution when a flow ends); it equals max-min fairness whenever
-    the paths do not contend or are symmetric.
-    """
-    if not paths:
-        return np.zeros(0)
-    links = np.concatenate(paths)
-    w = np.concatenate(weights) if weights is not None else np.ones(links.shape[0])
-    counts = np.fromiter((p.shape[0] for p in paths), dtype=np.int64, count=len(paths))
-    return equal_share_rates_csr(links, w, counts, capacity_bytes_per_s)
-
-
-def equal_share_rates_csr(links: np.ndarray, weights: np.ndarray, counts: np.ndarray,
-                          capacity_bytes_per_s: np.ndarray) -> np.ndarray:
-    """:func:`equal_share_rates` of paths given as one array of links (path i: the next
-    ``counts[i]`` entries) with their weights; a path without links gets ``inf``. Loads are summed
-    over the links used only (not the whole topology), in entry order."""
-    used, inverse = np.unique(links, return_inverse=True)
-    load = np.bincount(inverse, weights=weights, minlength=used.shape[0])
-    share = capacity_bytes_per_s[links] / load[inverse]       # each link's equal share, per unit of weight
-    rates = np.full(counts.shape[0], np.inf)
-    has = counts > 0
-    if has.any():
-        starts = (np.cumsum(counts) - counts)[has]
-        rates[has] = np.minimum.reduceat(share, starts)
-    return rates
