@@ -12,7 +12,14 @@ program, all earlier than the task itself), which is how a gradient bucket's all
 1 waits for the backward pass that produced it while the next backward layer keeps stream 0 busy.
 With one stream and no ``after`` a program is a plain sequence.
 
-Ranks may share one program object (training_step builds equal programs once). ``shared_programs`` lists
+Work, not seconds: a compute task either has a fixed ``duration_s`` (hand-built workloads) or carries
+``work``, a frozen, hashable record of what it computes (for a training step,
+``workloads.training.compute.PassWork``: the passes of one micro-batch), which keeps the Workload
+independent of the hardware. :meth:`Workload.with_durations` gives each such task the seconds a duration
+lookup (a GPU's compute model, e.g. ``workloads.training.StepCompute.duration_s``) returns for its work;
+the engine runs resolved workloads only (``unresolved`` lists what is missing).
+
+Ranks may share one program object (workloads.training builds equal programs once). ``shared_programs`` lists
 each distinct program object (by identity) with the ranks that run it, in increasing order, in order of
 their first rank, so that consumers work once per distinct program; it is derived from ``programs`` and
 takes no part in equality, hashing or repr.
@@ -27,7 +34,8 @@ takes no part in equality, hashing or repr.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -37,13 +45,20 @@ from .collectives import Collective
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ComputeTask:
-    duration_s: float
+    """Busy for ``duration_s`` seconds, or, while None, for the time of ``work`` once resolved (module docstring)."""
+
+    duration_s: float | None = None
     name: str = "compute"
     stream: int = 0
     after: tuple[int, ...] = ()
+    work: Hashable | None = None
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.duration_s, (int, float)) and math.isfinite(self.duration_s) and self.duration_s >= 0):
+        if self.duration_s is None:
+            if self.work is None:
+                raise reject("ComputeTask.duration_s", None, "a finite number >= 0, or work= to resolve it from")
+        elif not (isinstance(self.duration_s, (int, float)) and math.isfinite(self.duration_s)
+                  and self.duration_s >= 0):
             raise reject("ComputeTask.duration_s", self.duration_s, "a finite number >= 0")
         _check_stream("ComputeTask", self.stream, self.after)
 
@@ -85,7 +100,7 @@ class Workload:
         for i, coll in enumerate(self.collectives):
             if max(coll.group) >= self.nranks:
                 raise ValueError(f"Workload.collectives[{i}]: group rank {max(coll.group)} >= nranks {self.nranks}")
-        # ranks often share one program object (training_step builds equal programs once): its tasks are checked
+        # ranks often share one program object (workloads.training builds equal programs once): its tasks are checked
         # once, then every rank's membership of the program's collectives; its ranks are kept (shared_programs)
         shared: dict[int, tuple[tuple[Task, ...], tuple[int, ...], list[int]]] = {}   # id -> program, indices, ranks
         members: dict[int, frozenset[int]] = {}
@@ -118,6 +133,33 @@ class Workload:
                                      "each rank to take part in a collective once")
                 joined[task.index] = None
         return tuple(joined)
+
+    @property
+    def unresolved(self) -> int:
+        """How many distinct compute tasks still have no duration (their work is not timed yet)."""
+        return len({id(t) for program, _ in self.shared_programs for t in program
+                    if isinstance(t, ComputeTask) and t.duration_s is None})
+
+    def with_durations(self, duration_of: Callable[[Hashable], float]) -> "Workload":
+        """This workload with every compute task that carries ``work`` lasting ``duration_of(work)`` seconds
+        (the work is kept). Shared program objects stay shared and shared tasks are resolved once."""
+        tasks: dict[int, ComputeTask] = {}
+        programs: dict[int, tuple] = {}
+        out = []
+        for program in self.programs:
+            new = programs.get(id(program))
+            if new is None:
+                resolved = []
+                for task in program:
+                    if isinstance(task, ComputeTask) and task.work is not None:
+                        done = tasks.get(id(task))
+                        if done is None:
+                            done = tasks[id(task)] = replace(task, duration_s=duration_of(task.work))
+                        task = done
+                    resolved.append(task)
+                new = programs[id(program)] = tuple(resolved)
+            out.append(new)
+        return Workload(nranks=self.nranks, collectives=self.collectives, programs=tuple(out))
 
     @classmethod
     def sequence(cls, collectives: list[Collective] | tuple[Collective, ...], *, nranks: int) -> "Workload":

@@ -5,7 +5,7 @@ rank, one thread per stream, a complete ("X") event per task, times in microseco
 from __future__ import annotations
 
 from workloads.tasks import CommTask
-from workloads.training_step import STREAM_NAMES
+from workloads.training import STREAM_NAMES
 
 __all__ = ("chrome_trace",)
 

@@ -3,7 +3,7 @@
 ``simulate_step`` wires the pieces: it builds the system (``topologies.presets.build_system``) or takes
 a Topology, times every kernel with ``simulator.compute.gpu`` (per layer and micro-batch, forward and
 backward with recomputation, embedding, logits, the optimizer over the rank's shard), turns model x
-layout x times into per-rank programs (``workloads.training_step``), places ranks in Megatron order
+layout x times into per-rank programs (``workloads.training``), places ranks in Megatron order
 (``Placement.block``: consecutive ranks fill a server, so a tensor-parallel group of t <= 8 shares
 NVLink), runs ``simulate()`` (its SimResult holds every task's times, ``simulator.analysis.task_times``) and
 computes the compute critical path (the same recurrence with every collective taking 0 s).
@@ -30,9 +30,9 @@ larger of a dense and a MoE layer); ``out_of_memory`` when that exceeds the GPU.
 Four reductions keep huge layouts tractable (all off by default):
 
 * ``granularity="chunk"``: one compute task and one collective per kind per model-chunk pass (bytes
-  and compute time conserved; see workloads.training_step).
+  and compute time conserved; see workloads.training).
 * ``tensor_rank0_p2p=True``: tensor rank 0 alone makes each pipeline transfer, standing for the t
-  identical ones (exact by symmetry on rail-optimised fabrics; see workloads.training_step).
+  identical ones (exact by symmetry on rail-optimised fabrics; see workloads.training).
 * ``symmetric_replicas=True`` (requires ``dp_overlap=False`` and ZeRO < 3): data-parallel replicas run
   the same pipeline independently until the gradient reduction, so the step is simulated as two
   phases: the pipeline of ONE replica (its t c p ranks on the GPUs they occupy), then the reduction,
@@ -69,7 +69,7 @@ from topologies.topology import Topology
 from workloads.model import ModelSpec, ceil_div
 from workloads.parallelism import ParallelismSpec
 from workloads.tasks import ComputeTask
-from workloads.training_step import (GRANULARITIES, StepCompute, TrainingWorkload, gradient_bytes_per_param,
+from workloads.training import (GRANULARITIES, StepCompute, TrainingWorkload, gradient_bytes_per_param,
                                      pipeline_schedule, training_step)
 
 from ..analysis import interval_breakdowns, link_class_bytes
@@ -257,7 +257,7 @@ def _run_phase(topology: Topology, training: TrainingWorkload, placement: Placem
 
 def _phase_metrics(phase: StepPhase) -> tuple[float, int]:
     """(largest per-rank compute busy time, rank that ends last). Ranks share program objects
-    (training_step builds equal programs once): each distinct program's busy time is summed once."""
+    (workloads.training builds equal programs once): each distinct program's busy time is summed once."""
     compute = max((math.fsum(t.duration_s for t in program if isinstance(t, ComputeTask))
                    for program, _ in phase.training.workload.shared_programs), default=0.0)
     return compute, int(np.argmax(phase.timeline.rank_end_s))        # the first of the ranks ending last

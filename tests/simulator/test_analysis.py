@@ -5,7 +5,7 @@ the same max-plus recurrence with a plain work queue over (rank, stream) keys. I
 come first, then numbers derived by hand and the error messages, then bit-identical equality with the reference
 (every start/end/arrival float, the collective times, NaN for a collective nobody runs, the deadlock message) on
 seeded random workloads (several streams, ``after`` dependencies, collectives over random subsets, zero
-durations, deadlocks) and on pipeline workloads built by ``workloads.training_step``. The per-label breakdown
+durations, deadlocks) and on pipeline workloads built by ``workloads.training``. The per-label breakdown
 and the per-rank ends, computed over all ranks at once, are compared bit for bit with their rank-by-rank
 definitions (``interval_breakdown_naive``) on random timelines where ranks share program objects.
 """
@@ -24,7 +24,7 @@ from workloads.collectives import Collective, CollectiveKind
 from workloads.parallelism import ParallelismSpec
 from workloads.presets import custom_gpt
 from workloads.tasks import CommTask, ComputeTask, Workload
-from workloads.training_step import StepCompute, training_step
+from workloads.training import StepCompute, training_step
 
 
 # --------------------------------------------------------------------------------------------------

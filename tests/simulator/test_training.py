@@ -26,7 +26,7 @@ from workloads.model import ModelSpec
 from workloads.parallelism import ParallelismSpec
 from workloads.presets import custom_gpt
 from workloads.tasks import CommTask, ComputeTask
-from workloads.training_step import StepCompute, training_step
+from workloads.training import StepCompute, training_step
 
 
 def tiny(layers: int = 4, **kw):

@@ -1,4 +1,4 @@
-"""``workloads.tasks.Workload`` validation. Ranks may share one program object (training_step builds equal
+"""``workloads.tasks.Workload`` validation. Ranks may share one program object (workloads.training builds equal
 programs once); a shared program's tasks are checked once, its collectives' membership for every rank. Ranks
 are checked in order, each rank's task errors (the first in program order) before its membership: an error
 names the first rank holding a faulty program, or the rank outside a collective's group."""

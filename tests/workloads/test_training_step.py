@@ -13,9 +13,8 @@ from workloads.model import ModelSpec
 from workloads.parallelism import ParallelismSpec
 from workloads.presets import custom_gpt
 from workloads.tasks import CommTask, ComputeTask
-from workloads.training_step import (STREAM_COMPUTE, STREAM_DP, STREAM_PARAM, STREAM_RECV_NEXT, STREAM_RECV_PREV,
-                                     STREAM_SEND_NEXT, STREAM_SEND_PREV, StepCompute, pipeline_schedule,
-                                     training_step)
+from workloads.training import (STREAM_COMPUTE, STREAM_DP, STREAM_PARAM, STREAM_RECV_NEXT, STREAM_RECV_PREV,
+                                STREAM_SEND_NEXT, STREAM_SEND_PREV, StepCompute, pipeline_schedule, training_step)
 
 
 # gpt() and moe(): h 64, s 32; with b 1 and D 2 one activation is s b h D = 32 x 64 x 2 = 4096 bytes
@@ -349,8 +348,10 @@ def test_step_compute_seconds_are_floats_and_zero_has_one_sign():
 def test_module_doctests_pass():
     import doctest
 
-    import workloads.training_step as module
-    assert doctest.testmod(module).failed == 0
+    import importlib
+    for name in ("common", "compute", "pipeline", "data_parallel", "tensor_parallel", "context_parallel",
+                 "expert_parallel", "program"):
+        assert doctest.testmod(importlib.import_module(f"workloads.training.{name}")).failed == 0
 
 
 def test_worked_number_of_the_module_docstring():

@@ -18,8 +18,8 @@ from tests.workloads.shapes import gpt, llama, moe
 from workloads.model import ModelSpec
 from workloads.parallelism import ParallelismSpec
 from workloads.tasks import CommTask, ComputeTask
-from workloads.training_step import (STREAM_COMPUTE, STREAM_DP, StepCompute, _Builder, _RankProgram,
-                                     training_step)
+from workloads.training import STREAM_COMPUTE, STREAM_DP, StepCompute, resolve, training_step
+from workloads.training.program import _Builder, _RankProgram
 
 
 def varied_times(model: ModelSpec, spec: ParallelismSpec) -> StepCompute:
@@ -173,14 +173,16 @@ def test_shared_programs_are_the_programs_each_rank_builds_alone(model, layout, 
     """training_step gives a rank whose answers about itself (stage, groups, tensor rank 0) match an earlier
     rank's that rank's program without building it; building every rank's program (private _RankProgram, in
     rank order, no program reused; the builder's per-stage caches are still shared) gives the same programs,
-    collectives and labels."""
+    collectives and labels (before durations are resolved: the programs carry work), and resolving them gives
+    what training_step gives with the compute times."""
     spec = ParallelismSpec(**layout)
     compute = varied_times(model, spec)
     for part, ranks in parts(spec):
-        tw = training_step(model, spec, compute, part=part, ranks=ranks, **opts)
-        builder = _Builder(model, spec, compute, **{**STEP_DEFAULTS, **opts, "part": part, "ranks": ranks})
+        tw = training_step(model, spec, part=part, ranks=ranks, **opts)
+        builder = _Builder(model, spec, **{**STEP_DEFAULTS, **opts, "part": part, "ranks": ranks})
         alone = tuple(_RankProgram(builder, rank).build() for rank in ranks)
         assert tw.workload.programs == alone, part
+        assert resolve(tw, compute) == training_step(model, spec, compute, part=part, ranks=ranks, **opts)
         assert tw.workload.collectives == tuple(builder.collectives)
         assert (tw.group_kinds, tw.collective_names, tw.collective_weights) == (
             tuple(builder.kinds), tuple(builder.names), tuple(builder.weights))

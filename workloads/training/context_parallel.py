@@ -1,0 +1,54 @@
+"""Context parallelism: ring attention's exchange of K and V between the c ranks of a context group. Pure data.
+
+Each ring step passes the local K and V block to the next rank: 2 b (s/c) g d D / t bytes (g KV heads of
+d dims, ``ModelSpec.cp_kv_bytes``), a ``sendrecv`` of the cp group. A layer runs c - 1 steps forward and
+2(c - 1) backward (KV again, then dK and dV), plus c - 1 more under full recomputation
+(``ModelSpec.cp_collectives_per_layer``). The steps run on stream 3, issued when the layer's compute starts;
+the layer's next compute-stream task waits for them: the exchange overlaps the layer's compute (a layer
+costs max(compute, exchange)), an optimistic bound of ring attention, which overlaps step i+1's transfer with
+step i's attention only. Task merging makes one sendrecv per chunk pass carrying all its steps' bytes.
+
+Worked number: s 8192, b 1, c 4, t 1, g d = 8 x 128 = 1024, bf16: one step moves 2 x 2048 x 1024 x 2 =
+8,388,608 B (8 MiB); a layer runs 3 steps forward (24 MiB) and 6 backward (48 MiB) per micro-batch.
+"""
+
+from __future__ import annotations
+
+from ..collectives import CollectiveKind
+from .common import STREAM_CP
+
+__all__ = ("ContextParallel",)
+
+
+class ContextParallel:
+    """The context-parallel ring of a build (sizes computed once per phase)."""
+
+    def __init__(self, b) -> None:
+        self.b = b
+        self._sizes: dict[str, tuple] = {}
+
+    def sizes(self, phase: str):
+        """One layer's ring steps in ``phase`` (``ModelSpec.cp_collectives_per_layer``; empty for c = 1)."""
+        b = self.b
+        if b.spec.cp == 1:
+            return ()
+        if phase not in self._sizes:
+            self._sizes[phase] = b.model.cp_collectives_per_layer(
+                micro_batch=b.spec.micro_batch, seq_len=b.seq, tp=b.spec.tp, cp=b.spec.cp, phase=phase,
+                recompute=b.recompute)
+        return self._sizes[phase]
+
+    def emit(self, rp, layers: list[int], phase: str, key, label: str, merge: bool,
+             start_after: tuple[int, ...]) -> None:
+        """The ring steps of ``layers`` (one pass) on stream 3, after ``start_after`` (the task before the pass's
+        compute); the next compute-stream task waits for them."""
+        b = self.b
+        n = len(layers)
+        cp_sizes = self.sizes(phase)
+        cp_group = rp.group("cp") if cp_sizes else ()
+        for size in cp_sizes:
+            counts = [size.count * n] if merge else [1] * (size.count * n)
+            for j, count in enumerate(counts):
+                ci = b.simple(("cp", key, size.name, j, cp_group), CollectiveKind.SENDRECV, size.nbytes * count,
+                              cp_group, b.act_dtype, "cp", f"cp kv {label}")
+                rp.prog.pending.append(rp.prog.side(ci, f"cp kv {label}", STREAM_CP, start_after))

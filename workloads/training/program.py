@@ -1,0 +1,408 @@
+"""One training step as per-rank programs: model x parallelism -> Workload. Pure data, hardware-independent.
+
+The program builder walks each rank's pipeline schedule (``pipeline``) and, around every pass, asks each
+dimension for its tasks: the pipeline for the receive before the pass and the send after it, data parallelism
+for ZeRO-3 parameter gathers before each compute task and gradient buckets after the last micro-batch's
+backward tasks (``data_parallel``), and, after each layer's compute, context parallelism for the ring-attention
+exchange (``context_parallel``), tensor parallelism for the f/g collectives (``tensor_parallel``) and expert
+parallelism for the all-to-alls (``expert_parallel``), in that order. After the pipeline, data parallelism adds
+the reduction part (buckets reduced after the pipeline, embedding sync, optimizer, ZeRO-1/2 gathers). Compute
+tasks carry their work (``compute.PassWork``), not seconds: give ``training_step`` a ``StepCompute`` (the
+compute model's times on one GPU) to get durations, or resolve later (``compute.resolve``).
+
+Task merging (``granularity="chunk"``): a pass of one model chunk becomes one compute task (the sum of its
+layers' work, embedding and logits included) and one collective per (group, kind) whose nbytes is the sum of
+the per-layer collectives: bytes and compute time are conserved, per-collective latencies are paid once
+instead of once per layer. The backward of the last micro-batch of each chunk keeps per-layer tasks when
+gradients are reduced during the backward, so buckets still overlap it.
+
+Building cost: what depends only on the stage (its schedule, weight units, gradient buckets, per-layer
+communication sizes, transfer sizes) is computed once per call and shared by the ranks of that stage; a
+collective is built once per group (looked up by key by its other members); equal tasks are one shared
+frozen object. A rank's program depends on the rank only through what it asks about it (its stage, the
+groups it uses, whether it is tensor rank 0), so ranks giving the same answers share one program object,
+built once: the other ranks cost one look-up per question. Example, Llama-3 405B on 16,384 GPUs (t 8,
+p 16, d 128, one gradient buffer reduced after the pipeline): the "reduction" part is 16,384 programs of
+2 tasks over 128 all-reduces (one per data-parallel group) and 16 distinct optimizer tasks; the members
+of a data-parallel group ask only their stage and that group, so 128 programs are built. In one replica's
+pipeline with representative transfers (c = e = 1), tensor ranks 1..t-1 of a stage share one program.
+
+Worked number: GPT-1.7B (24 layers), t = p = 1, d = 32, b = 16, B = 512 -> m = 1; each rank runs 24
+forward and 24 backward layer tasks and 2 embedding, 2 logits tasks (50 compute tasks with the optimizer),
+then its 127 gradient buckets (``data_parallel``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._validate import reject
+from ..collectives import Collective, CollectiveKind
+from ..model import RECOMPUTE, ModelSpec
+from ..parallelism import ParallelismSpec
+from ..tasks import Workload
+from .common import ACT_DTYPE, GRANULARITIES, PARTS, Program, TrainingWorkload, gradient_bytes_per_param
+from .compute import PassWork, StepCompute, resolve
+from .context_parallel import ContextParallel
+from .data_parallel import DataParallel, Unit
+from .expert_parallel import ExpertParallel
+from .pipeline import Pipeline, stage_of_chunk
+from .tensor_parallel import TensorParallel
+
+__all__ = ("training_step",)
+
+
+@dataclass(slots=True)
+class _Node:
+    """A node of the tree of kept programs (_Builder.program): the next question and a child per answer to
+    it, or at a leaf (no question) the program of the ranks whose answers lead there."""
+
+    question: tuple[str, str] | None = None
+    children: dict = field(default_factory=dict)
+    program: tuple | None = None
+
+
+class _Builder:
+    def __init__(self, model: ModelSpec, spec: ParallelismSpec, *, recompute: str, granularity: str, part: str,
+                 ranks: tuple[int, ...], tensor_rank0_p2p: bool):
+        self.model, self.spec = model, spec
+        self.tensor_rank0_p2p = tensor_rank0_p2p and spec.tp > 1
+        self.recompute, self.granularity, self.part = recompute, granularity, part
+        self.local = {r: i for i, r in enumerate(ranks)}
+        self.collectives: list[Collective] = []
+        self.kinds: list[str] = []
+        self.names: list[str] = []
+        self.weights: list[int] = []
+        self.keys: dict = {}
+        self.seq = spec.seq(model)
+        # activations and weights (parameter all-gathers) share the model's element type
+        self.act_dtype = {1: "fp8", 2: ACT_DTYPE[spec.dtype], 4: "float32"}[model.dtype_bytes]
+        self.grad_bytes = gradient_bytes_per_param(spec.dtype)
+        self.grad_dtype = "float16" if self.grad_bytes == 2 else "float32"
+        self.V = spec.virtual_stages
+        self.chunks = model.stage_layers(pp=self.V)      # layers of each model chunk (the first ones longer)
+        self.m = spec.microbatches
+        # groups per kind and every rank's answers per question (see answers), built on first use
+        self.groups: dict[str, list[tuple[int, ...]]] = {}
+        self._answers: dict[tuple[str, str], list[int | bool]] = {}
+        self.shared_tasks: dict = {}
+        self._programs = _Node()             # programs built so far, by their ranks' answers (see program)
+        self._unit_tasks: dict = {}          # per-stage compute tasks, shared by every rank of the stage
+        # the dimensions
+        self.pipeline = Pipeline(self)
+        self.dp = DataParallel(self)
+        self.tp = TensorParallel(self)
+        self.cp = ContextParallel(self)
+        self.ep = ExpertParallel(self)
+
+    # ---- groups -----------------------------------------------------------------------------------
+    def answers(self, question: tuple[str, str]) -> list[int | bool]:
+        """Every rank's answer (a list indexed by rank) to a question a program may ask about its rank
+        (_RankProgram.ask): ("group", kind) -> the index of its group in ``groups[kind]``; ("position", kind)
+        -> its index in that group, i.e. its coordinate along a tensor, context, data or pipeline group, whose
+        members are listed in increasing coordinate (ParallelismSpec.groups); ("first", kind) -> whether that
+        position is 0."""
+        table = self._answers.get(question)
+        if table is None:
+            what, kind = question
+            if kind not in self.groups:
+                self.groups[kind] = self.spec.groups(kind)
+                members = np.array(self.groups[kind], dtype=np.int64)      # the groups of a kind have one size
+                index, position = np.empty((2, self.spec.world_size), dtype=np.int64)
+                index[members] = np.arange(len(members))[:, None]
+                position[members] = np.arange(members.shape[1])
+                self._answers["group", kind], self._answers["position", kind] = index.tolist(), position.tolist()
+            if what == "first":
+                self._answers[question] = [j == 0 for j in self._answers["position", kind]]
+            table = self._answers[question]
+        return table
+
+    def program(self, rank: int) -> tuple:
+        """Rank ``rank``'s program. A program depends on its rank only through the answers it got about it
+        (:meth:`answers`), and which question it asks next only on the answers before: so the programs built
+        so far are kept in a tree of questions and answers, and a rank whose answers lead to a kept program
+        gets that one without a build (the reduction part of Llama-3 405B on 16,384 GPUs builds one program
+        per data-parallel group, 128). Collectives are still created in rank order: a rank that would create
+        one answers differently from every rank before it, so it is built."""
+        node = self._programs
+        while node.question is not None:
+            node = node.children.get(self._answers[node.question][rank])
+            if node is None:
+                break
+        else:
+            if node.program is not None:
+                return node.program
+        built = _RankProgram(self, rank)
+        program = built.build()
+        node = self._programs
+        for question, answer in built.asked.items():          # in the order asked
+            if node.question not in (None, question):
+                raise RuntimeError(f"training_step: rank {rank} asked {question} where an earlier rank with the "
+                                   f"same answers asked {node.question}; a program must depend on its rank only "
+                                   "through its answers")
+            node.question = question
+            node = node.children.setdefault(answer, _Node())
+        if node.question is not None or node.program is not None:
+            held = "a program" if node.program is not None else f"the question {node.question}"
+            raise RuntimeError(f"training_step: rank {rank}'s answers lead to {held} of an earlier rank with the same "
+                               "answers; a program must depend on its rank only through its answers")
+        node.program = program
+        return program
+
+    # ---- collectives --------------------------------------------------------------------------------
+    def collective(self, key, make, kind: str, name: str, weight: int = 1) -> int:
+        """The index of the collective of ``key``, made by ``make()`` (in global ranks) the first time."""
+        index = self.keys.get(key)
+        if index is None:
+            coll = make()
+            missing = [r for r in coll.group if r not in self.local]
+            if missing:
+                raise ValueError(f"training_step.part: {self.part!r} builds a collective ({name}) with rank "
+                                 f"{missing[0]}, which is not built; expected part='all'")
+            coll = Collective(kind=coll.kind, nbytes=coll.nbytes, group=tuple(self.local[r] for r in coll.group),
+                              dtype=coll.dtype, splits=coll.splits)
+            index = len(self.collectives)
+            self.collectives.append(coll)
+            self.kinds.append(kind)
+            self.names.append(name)
+            self.weights.append(weight)
+            self.keys[key] = index
+        return index
+
+    def simple(self, key, kind: CollectiveKind, nbytes: int, group: tuple[int, ...], dtype: str, tag: str,
+               name: str) -> int:
+        return self.collective(key, lambda: Collective(kind=kind, nbytes=nbytes, group=group, dtype=dtype), tag, name)
+
+    # ---- compute tasks ------------------------------------------------------------------------------
+    def chunk_layers(self, v: int) -> range:
+        return self.chunks[v]
+
+    def unit_tasks(self, v: int, phase: str) -> tuple[tuple[Unit, object, PassWork, str, int | None], ...]:
+        """The per-layer compute tasks of one pass of virtual stage v, one per weight unit, in execution order
+        (forward: embedding, layers, logits; backward the reverse): (unit, key, work, name, layer or None)."""
+        tasks = self._unit_tasks.get((v, phase))
+        if tasks is not None:
+            return tasks
+        dp = self.dp
+        built = [(dp.layer_unit(l), l, PassWork(phase=phase, layers=(l,)), f"layer{l}", l)
+                 for l in self.chunk_layers(v)]
+        if v == 0:
+            built.insert(0, (dp.embedding_unit(), "emb", PassWork(phase=phase, embedding=True), "embedding", None))
+        if v == self.V - 1:
+            built.append((dp.output_unit(), "out", PassWork(phase=phase, logits=True), "logits", None))
+        tasks = self._unit_tasks[v, phase] = tuple(built if phase == "forward" else built[::-1])
+        return tasks
+
+
+# --------------------------------------------------------------------------------------------------
+# one rank's program
+# --------------------------------------------------------------------------------------------------
+
+
+class _RankProgram:
+    """One rank's program. Its rank number serves only to answer ``ask``: everything the program knows of
+    its rank (its stage, its groups, whether it is tensor rank 0) comes from there, and ``asked`` keeps
+    the answers in the order first asked; ranks that give the same answers get the same program
+    (_Builder.program)."""
+
+    def __init__(self, b: _Builder, rank: int):
+        self.b, self._rank = b, rank
+        spec = b.spec
+        self.asked: dict[tuple[str, str], int | bool] = {}
+        self.prog = Program(shared=b.shared_tasks)
+        # pipeline groups list their members stage 0 first (ParallelismSpec.groups): position = stage
+        self.stage = self.ask("position", "pp")
+        self.ops, self.last_backward = b.pipeline.schedule(self.stage)
+        self.pipeline = b.part in ("all", "pipeline")
+        # data-parallel state (data_parallel.DataParallel)
+        self.reduce = b.part in ("all", "reduction")
+        # buckets are reduced during the backward (DDP overlap, or ZeRO-3's per-unit reduce-scatters), not after it
+        self.reduce_in_backward = b.part == "all" and (spec.dp_overlap or b.dp.zero >= 3)
+        # DDP overlap proper: part "all", dp_overlap and ZeRO < 3
+        self.overlap = self.reduce_in_backward and b.dp.zero < 3
+        self.dp_started = False
+        self.dp_tasks: list[int] = []
+        self.buckets: dict[int, tuple] = {}
+
+    def ask(self, what: str, kind: str) -> int | bool:
+        """The answer to a question about this rank (_Builder.answers), kept with the others."""
+        question = (what, kind)
+        answer = self.asked.get(question)
+        if answer is None:
+            answer = self.asked[question] = self.b.answers(question)[self._rank]
+        return answer
+
+    def group(self, kind: str) -> tuple[int, ...]:
+        """This rank's group of ``kind``, looked up when used: a reduction-only build never needs most kinds."""
+        index = self.ask("group", kind)          # builds the tables of ``kind`` on first use
+        return self.b.groups[kind][index]
+
+    @property
+    def pp_group(self) -> tuple[int, ...]:
+        return self.group("pp")
+
+    @property
+    def dp_group(self) -> tuple[int, ...]:
+        return self.group("dp_cp")
+
+    def grad_group(self, part: str) -> tuple[int, ...]:
+        """The group that averages this rank's ``part`` ("dense" or "expert") gradients and gathers those weights."""
+        return self.dp_group if part == "dense" else self.group("edp")
+
+    def compute(self, work: PassWork, name: str, *, backward_last: bool = False) -> int:
+        """A compute task doing ``work``; beside communication (compute.PassWork.beside_comm) with ZeRO-3, or in the
+        last micro-batch's backward once a gradient bucket is being reduced."""
+        if self.b.dp.stretched_all or (backward_last and self.dp_started):
+            work = dataclasses.replace(work, beside_comm=True)
+        return self.prog.add_compute(work, name)
+
+    # ---- the program ------------------------------------------------------------------------------
+    def build(self) -> tuple:
+        b, spec = self.b, self.b.spec
+        self.buckets = {v: b.dp.plan_buckets(self, v) for v in range(spec.vp)}
+        if self.pipeline:
+            op_end: list[tuple[int, ...]] = []
+            deferred: list[int] = []
+            for i, (phase, mb, chunk) in enumerate(self.ops):
+                v = chunk * spec.pp + self.stage
+                # Receives are posted when the pass before the consumer ends; in the interleaved schedule
+                # Megatron posts a backward's receive one pass earlier, with the previous (F, B) pair's.
+                early = spec.schedule == "interleaved" and phase == "B" and i >= 1 and self.ops[i - 1][0] == "F"
+                j = i - 2 if early else i - 1
+                post = op_end[j] if j >= 0 else ()
+                if phase == "F":
+                    sends = self.forward(mb, v, post)
+                else:
+                    sends = self.backward(mb, v, post, last=self.last_backward[chunk] == i)
+                op_end.append(self.prog.last0)
+                # Blocking sends: the next pass waits for them. Interleaved steady state runs a (F, B) pair
+                # back to back and exchanges after it (Megatron), so F's sends block the pass after B.
+                pair = spec.schedule == "interleaved" and phase == "F" and i + 1 < len(self.ops) \
+                    and self.ops[i + 1][0] == "B"
+                if pair:
+                    deferred = sends
+                else:
+                    self.prog.pending.extend(sends + deferred)
+                    deferred = []
+        if self.reduce:
+            b.dp.finish(self)
+        return tuple(self.prog.tasks)
+
+    def label(self, phase: str, mb: int, v: int) -> str:
+        _, chunk = stage_of_chunk(v, self.b.spec.pp)
+        return f"{phase} mb{mb} stage{self.stage}" + (f" chunk{chunk}" if self.b.spec.vp > 1 else "")
+
+    # ---- passes ----------------------------------------------------------------------------------
+    def forward(self, mb: int, v: int, post: tuple[int, ...]) -> list[int]:
+        b = self.b
+        label = self.label("fwd", mb, v)
+        if v > 0:
+            b.pipeline.recv(self, mb, v - 1, "act", label, post)
+        layers = b.chunk_layers(v)
+        first, last = v == 0, v == b.V - 1
+        tasks = b.unit_tasks(v, "forward")
+        if b.granularity == "chunk":
+            b.dp.gather_params(self, [unit for unit, *_ in tasks], ("F", mb, v), label)
+            self.compute(PassWork(phase="forward", layers=tuple(layers), embedding=first, logits=last), label)
+            self.layer_comm(list(layers), "forward", ("F", mb, v), label)
+        else:
+            for unit, part, work, name, layer in tasks:
+                b.dp.gather_params(self, [unit], ("F", mb, v, part), label)
+                self.compute(work, f"{label} {name}")
+                if layer is not None:
+                    self.layer_comm([layer], "forward", ("F", mb, v, layer), label)
+        return b.pipeline.send(self, mb, v, "act", label) if v < b.V - 1 else []
+
+    def backward(self, mb: int, v: int, post: tuple[int, ...], *, last: bool) -> list[int]:
+        b = self.b
+        label = self.label("bwd", mb, v)
+        if v < b.V - 1:
+            b.pipeline.recv(self, mb, v + 1, "grad", label, post)
+        layers = list(reversed(b.chunk_layers(v)))
+        first_chunk, last_chunk = v == 0, v == b.V - 1
+        _, chunk = stage_of_chunk(v, b.spec.pp)
+        overlapped = last and self.overlap and (b.dp.reduces_dense or b.dp.reduces_expert)
+        per_layer = b.granularity == "layer" or overlapped or (last and b.dp.zero >= 3)
+        tasks = b.unit_tasks(v, "backward")
+        if not per_layer:      # one merged task: no bucket is reduced during it (that takes per-layer tasks)
+            b.dp.gather_params(self, [unit for unit, *_ in tasks], ("B", mb, v), label)
+            work = PassWork(phase="backward", layers=tuple(layers), embedding=first_chunk, logits=last_chunk)
+            self.compute(work, label, backward_last=last)
+            self.layer_comm(layers, "backward", ("B", mb, v), label)
+        else:
+            for done, (unit, part, work, name, layer) in enumerate(tasks, start=1):
+                b.dp.gather_params(self, [unit], ("B", mb, v, part), label)
+                task = self.compute(work, f"{label} {name}", backward_last=last)
+                if layer is not None:
+                    self.layer_comm([layer], "backward", ("B", mb, v, layer), label)
+                if last:
+                    b.dp.grads_ready(self, chunk, done, task)
+        return b.pipeline.send(self, mb, v, "grad", label) if v > 0 else []
+
+    def layer_comm(self, layers: list[int], phase: str, key, label: str) -> None:
+        """The collectives of one pass of ``layers`` after its compute: the context-parallel exchange overlapping
+        it (stream 3, issued when the compute began), then tensor and expert parallel ones (stream 0)."""
+        b = self.b
+        start_after = tuple(self.prog.computes[-2:-1])
+        merge = b.granularity == "chunk" and len(layers) > 1
+        b.cp.emit(self, layers, phase, key, label, merge, start_after)
+        b.tp.emit(self, layers, phase, key, label, merge)
+        b.ep.emit(self, layers, phase, key, label, merge)
+
+
+# --------------------------------------------------------------------------------------------------
+# entry point
+# --------------------------------------------------------------------------------------------------
+
+
+def training_step(model: ModelSpec, parallelism: ParallelismSpec, compute: StepCompute | None = None, *,
+                  recompute: str = "none", granularity: str = "layer", part: str = "all", ranks=None,
+                  tensor_rank0_p2p: bool = False) -> TrainingWorkload:
+    """The programs of every rank for one training step (see the module docstring).
+
+    ``compute``: the seconds of every compute task's work on one GPU (durations resolved, ready to simulate);
+    None keeps the workload hardware-independent (its compute tasks carry only their ``PassWork``). ``part``:
+    "all" (the step), "pipeline" (forward/backward passes only, no data-parallel reduction or optimizer) or
+    "reduction" (only the data-parallel reduction, embedding sync and optimizer: what follows the pipeline
+    when ``dp_overlap`` is False). ``ranks``: build only these global ranks (their collectives must stay among
+    them), renumbered 0..len-1 in the Workload. ``tensor_rank0_p2p``: only tensor rank 0 of each stage moves
+    the pipeline tensors (``pipeline``, representative transfers).
+    """
+    if not isinstance(model, ModelSpec):
+        raise reject("model", model, "a workloads.model.ModelSpec")
+    if not isinstance(parallelism, ParallelismSpec):
+        raise reject("parallelism", parallelism, "a workloads.parallelism.ParallelismSpec")
+    if compute is not None and not isinstance(compute, StepCompute):
+        raise reject("compute", compute, "a StepCompute or None")
+    if recompute not in RECOMPUTE:
+        raise reject("recompute", recompute, f"one of {', '.join(map(repr, RECOMPUTE))}")
+    if granularity not in GRANULARITIES:
+        raise reject("granularity", granularity, f"one of {', '.join(map(repr, GRANULARITIES))}")
+    if part not in PARTS:
+        raise reject("part", part, f"one of {', '.join(map(repr, PARTS))}")
+    if not isinstance(tensor_rank0_p2p, bool):
+        raise reject("tensor_rank0_p2p", tensor_rank0_p2p, "True or False")
+    parallelism.check(model)
+    if compute is not None:
+        compute.check(layers=model.layers, pp=parallelism.pp, model_name=model.name)
+    if part == "reduction" and parallelism.zero_stage >= 3:
+        raise reject("part", part, "'all' with ZeRO-3/FSDP, whose parameter gathers sit inside the pipeline")
+    world = parallelism.world_size
+    if ranks is None:
+        ranks = tuple(range(world))
+    else:
+        ranks = tuple(int(r) for r in ranks)
+        if not ranks or len(set(ranks)) != len(ranks) or not all(0 <= r < world for r in ranks):
+            raise reject("ranks", ranks, f"distinct ranks in 0..{world - 1}, at least one")
+    builder = _Builder(model, parallelism, recompute=recompute, granularity=granularity, part=part,
+                       ranks=ranks, tensor_rank0_p2p=tensor_rank0_p2p)
+    programs = tuple(map(builder.program, ranks))
+    workload = Workload(nranks=len(ranks), collectives=tuple(builder.collectives), programs=programs)
+    training = TrainingWorkload(workload=workload, group_kinds=tuple(builder.kinds),
+                                collective_names=tuple(builder.names), collective_weights=tuple(builder.weights),
+                                parallelism=parallelism, model_name=model.name,
+                                recompute=recompute, granularity=granularity, part=part, ranks=ranks)
+    return training if compute is None else resolve(training, compute)
