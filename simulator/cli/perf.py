@@ -67,7 +67,7 @@ def _perf_step() -> list[str]:
     import resource
 
     from simulator.config import SimConfig
-    from simulator.studies.training import simulate_step
+    from simulator.studies.training import StepOptions, simulate_step
     from topologies.presets import build_system
     from topologies.routing import RouteCache
     from workloads.parallelism import ParallelismSpec
@@ -83,9 +83,9 @@ def _perf_step() -> list[str]:
     for net, label in (("analytical", "analytical, cold"), ("flow", "flow"), ("analytical", "analytical, warm")):
         gc.collect()
         t0 = time.perf_counter()
-        result = simulate_step(model_preset("llama3-405b"), layout, topology=topology,
-                               config=SimConfig(network_model=net), granularity="chunk", symmetric_replicas=True,
-                               tensor_rank0_p2p=True, steady_state_microbatches=4, route_cache=cache)
+        result = simulate_step(model_preset("llama3-405b"), layout, system=topology, options=StepOptions(
+            config=SimConfig(network_model=net), granularity="chunk", symmetric_replicas=True,
+            tensor_rank0_p2p=True, steady_state_microbatches=4, route_cache=cache))
         wall = time.perf_counter() - t0
         rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20     # Linux: KiB
         lines.append(f"llama3-405b step on 16384 H100 (roce-400g fat-tree, {label}): {wall:.2f} s wall "

@@ -102,7 +102,7 @@ def run(args) -> str:
 
     from simulator.collectives.tuner import CollectivePolicy, applied_settings
     from simulator.config import SimConfig
-    from simulator.studies.training import simulate_step
+    from simulator.studies.training import StepOptions, simulate_step
     from workloads.parallelism import ParallelismSpec
     from workloads.presets import custom_gpt, model_preset
 
@@ -128,8 +128,8 @@ def run(args) -> str:
     environment = applied_settings(os.environ)
     config = SimConfig(network_model=s["net_model"], routing=s["routing"], seed=s["seed"],
                        congestion=tuple(s["congestion"]), collectives=CollectivePolicy.from_environment(os.environ))
-    result = simulate_step(model, parallelism, topology=topology, config=config, recompute=s["recompute"],
-                           granularity=s["granularity"])
+    result = simulate_step(model, parallelism, system=topology, options=StepOptions(
+        config=config, recompute=s["recompute"], granularity=s["granularity"]))
     trace_note = ""
     if s["trace"] is not None:
         from simulator.studies.trace import chrome_trace

@@ -1,11 +1,11 @@
 """Simulate one training step: model x parallelism x system -> StepResult (time, throughput, breakdown).
 
 ``simulate_step`` wires the pieces: it builds the system (``topologies.presets.build_system``) or takes
-a Topology, times every kernel with ``simulator.compute.gpu`` (per layer and micro-batch, forward and
-backward with recomputation, embedding, logits, the optimizer over the rank's shard), turns model x
-layout x times into per-rank programs (``workloads.training``), places ranks in Megatron order
-(``Placement.block``: consecutive ranks fill a server, so a tensor-parallel group of t <= 8 shares
-NVLink), runs ``simulate()`` (its SimResult holds every task's times, ``simulator.analysis.task_times``) and
+a Topology, turns model x layout into per-rank programs (``workloads.training``), times every kernel with
+``simulator.compute.gpu`` (per layer and micro-batch, forward and backward with recomputation, embedding,
+logits, the optimizer over the rank's shard) and gives each compute task its seconds, places ranks in
+Megatron order (``Placement.block``: consecutive ranks fill a server, so a tensor-parallel group of t <= 8
+shares NVLink), runs ``simulate()`` (its SimResult holds every task's times, ``simulator.analysis.task_times``) and
 computes the compute critical path (the same recurrence with every collective taking 0 s).
 
 Throughput (SC21 conventions):
@@ -27,25 +27,16 @@ micro-batches in flight on the most loaded stage (1F1B: p - s micro-batches on s
 m; interleaved: warm-up + 1 chunk passes), ``ModelSpec.activation_bytes_per_layer`` each (of the
 larger of a dense and a MoE layer); ``out_of_memory`` when that exceeds the GPU.
 
-Four reductions keep huge layouts tractable (all off by default):
+Run settings are one :class:`StepOptions` (network config, GPU and compute model, recomputation, flash
+attention, placement, the system's size and wiring when ``system`` is a preset name, and the four exact
+reductions for huge layouts: task merging, representative pipeline transfers, symmetric replicas and the
+steady-state extrapolation, ``simulator.studies.reductions``, with their exactness conditions).
 
-* ``granularity="chunk"``: one compute task and one collective per kind per model-chunk pass (bytes
-  and compute time conserved; see workloads.training).
-* ``tensor_rank0_p2p=True``: tensor rank 0 alone makes each pipeline transfer, standing for the t
-  identical ones (exact by symmetry on rail-optimised fabrics; see workloads.training).
-* ``symmetric_replicas=True`` (requires ``dp_overlap=False`` and ZeRO < 3): data-parallel replicas run
-  the same pipeline independently until the gradient reduction, so the step is simulated as two
-  phases: the pipeline of ONE replica (its t c p ranks on the GPUs they occupy), then the reduction,
-  embedding sync and optimizer of ALL ranks. Exact when replicas do not share network links during
-  the pipeline (rail-optimised non-blocking fabrics with tensor groups inside servers: each GPU's
-  pipeline traffic leaves through its own NIC); counts, bytes and link bytes of the pipeline phase are
-  multiplied by d in the breakdown.
-* ``steady_state_microbatches=k``: a pipeline step is affine in the number of micro-batches once the
-  schedule is in steady state (1F1B: (m + p - 1)(f + b)), so the step is simulated with k and 2k
-  micro-batches (k rounded up to a multiple of p for the interleaved schedule) and every additive
-  measurement extrapolated linearly to m: T(m) = T(k) + (m - k)(T(2k) - T(k))/k. Exact for the compute
-  critical path; with communication, GPT-145.6B of SC21 Table 1 (m = 48) gives the same step time to
-  1e-14 with k = 16 and to 0.09 % with k = 8.
+Durations: the step's programs are built without hardware (``workloads.training``: each compute task carries
+its work, a ``PassWork``); ``step_compute`` times that work on the GPU with ``simulator.compute.gpu`` (per
+layer and micro-batch, embedding, logits, each stage's optimizer: a ``StepCompute``) and every program's
+durations are resolved from it (``workloads.training.resolve``) just before ``simulate()``, whose engine reads
+plain ``duration_s``.
 
 The Megatron SC21 check of this module (every Table 1 row predicted against its measured TFLOP/s per GPU)
 is ``simulator.validation.sc21``.
@@ -69,8 +60,9 @@ from topologies.topology import Topology
 from workloads.model import ModelSpec, ceil_div
 from workloads.parallelism import ParallelismSpec
 from workloads.tasks import ComputeTask
+from workloads.model import RECOMPUTE
 from workloads.training import (GRANULARITIES, StepCompute, TrainingWorkload, gradient_bytes_per_param,
-                                     pipeline_schedule, training_step)
+                                pipeline_schedule, resolve, training_step)
 
 from ..analysis import interval_breakdowns, link_class_bytes
 from ..api import simulate
@@ -79,8 +71,9 @@ from ..config import SimConfig
 from ..engine.timeline import Timeline, task_times
 from ..placement import Placement
 from ..results import SimResult
+from . import reductions
 
-__all__ = ("StepPhase", "StepResult", "step_compute", "memory_per_gpu", "simulate_step")
+__all__ = ("StepOptions", "StepPhase", "StepResult", "step_compute", "memory_per_gpu", "simulate_step")
 
 # --------------------------------------------------------------------------------------------------
 # compute times
@@ -316,18 +309,19 @@ def _measure(model: ModelSpec, p: ParallelismSpec, topology: Topology, compute: 
              placement: Placement, reduction: tuple[StepPhase, _PhaseParts] | None, recompute: str, granularity: str,
              tensor_rank0_p2p: bool, route_cache: RouteCache) -> _Raw:
     """One step's additive measurements. With ``reduction`` (a symmetric-replica step: the reduction phase and
-    what it adds to the measurements), one replica's pipeline is simulated and the reduction follows it."""
+    what it adds to the measurements), one replica's pipeline is simulated and the reduction follows it. The
+    programs are built without hardware, then their durations resolved from ``compute``."""
     kw = dict(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
     if reduction is not None:
-        replica = tuple(sorted(group[0] for group in p.groups("dp")))     # the ranks with dp coordinate 0
-        pipe = training_step(model, p, compute, part="pipeline", ranks=replica, **kw)
+        replica = reductions.replica_ranks(p)
+        pipe = resolve(training_step(model, p, part="pipeline", ranks=replica, **kw), compute)
         first = _run_phase(topology, pipe, Placement.custom(topology, [placement.rank_gpu[r] for r in replica]),
                            config, 0.0, p.dp, route_cache)
         second, second_parts = reduction
         phases = (first, dataclasses.replace(second, offset_s=first.sim.makespan_s))
         parts = (_phase_parts(first, topology), second_parts)
     else:
-        phases = (_run_phase(topology, training_step(model, p, compute, **kw), placement, config, 0.0, 1,
+        phases = (_run_phase(topology, resolve(training_step(model, p, **kw), compute), placement, config, 0.0, 1,
                              route_cache),)
         parts = (_phase_parts(phases[0], topology),)
     raw = _Raw(step_s=math.fsum(ph.sim.makespan_s for ph in phases),
@@ -352,108 +346,140 @@ def _frozen(value):
     return value
 
 
-def _lerp(a, b, x: float):
-    """a + x (b - a) for numbers and (nested) dicts of numbers; a key missing on one side counts 0."""
-    if isinstance(a, dict):
-        return {k: _lerp(a.get(k, 0 if not isinstance(b.get(k), dict) else {}),
-                         b.get(k, 0 if not isinstance(a.get(k), dict) else {}), x) for k in {**a, **b}}
-    return a + x * (b - a)
+def _reject(field: str, value: object, expected: str) -> ValueError:
+    return ValueError(f"{field}: {value!r} is not allowed; expected {expected}")
 
 
-def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str = "dgx-h100",
-                  nodes: int | None = None, topology: Topology | None = None, config: SimConfig | None = None,
-                  gpu: GpuSpec | None = None, overlap_slowdown: float | None = None, flash_attention: bool = True,
-                  recompute: str = "none", granularity: str = "layer", symmetric_replicas: bool = False,
-                  tensor_rank0_p2p: bool = False, steady_state_microbatches: int | None = None,
-                  wiring: str | None = None, compute_model: cmp.GpuComputeModel | None = None,
-                  compute: StepCompute | None = None, placement: Placement | None = None,
-                  route_cache: RouteCache | None = None) -> StepResult:
-    """Simulate one training step of ``model`` laid out as ``parallelism`` (see the module docstring).
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepOptions:
+    """How ``simulate_step`` runs a step (every field checked on construction).
 
-    ``topology`` (a built Topology) wins over ``system``/``nodes``/``wiring``; ``compute`` (a StepCompute)
-    replaces the compute model's times; ``gpu`` defaults to the topology's GPU; ``placement`` defaults to
-    ``Placement.block`` (Megatron rank order on consecutive GPUs). Reductions for huge
-    layouts: ``granularity="chunk"``, ``symmetric_replicas``, ``tensor_rank0_p2p`` and
-    ``steady_state_microbatches`` k (simulate k and 2k micro-batches, extrapolate linearly to m).
+    ``config``: the simulation settings (network model, collectives, routing; ``SimConfig()`` when None).
+    ``gpu``: the GPU to time compute on (the topology's GPU when None). ``compute_model``: the GPU compute model's
+    parameters (``simulator.compute.gpu``; its defaults for the GPU when None). ``compute``: a StepCompute
+    replacing the compute model's times. ``overlap_slowdown``: the stretch of compute running beside
+    communication (the compute model's default when None). ``flash_attention``, ``recompute`` ("none",
+    "selective", "full"): what the kernels do. ``placement``: ranks on GPUs (``Placement.block``, Megatron order
+    on consecutive GPUs, when None). ``nodes``, ``wiring``: the size and wiring of the system when it is given as a
+    preset name (enough servers for the layout; a leaf-spine, or a fat tree past its size, when None).
+    The reductions (``simulator.studies.reductions``): ``granularity`` ("layer" or "chunk"),
+    ``tensor_rank0_p2p``, ``symmetric_replicas``, ``steady_state_microbatches`` (None or k >= 1).
     ``route_cache`` (``topologies.routing.RouteCache``) holds the routing tables of the topology for every
     ``simulate`` call of the step (default: a fresh one); a sweep on one fabric can pass one to all its steps.
     """
+
+    config: SimConfig | None = None
+    gpu: GpuSpec | None = None
+    compute_model: cmp.GpuComputeModel | None = None
+    compute: StepCompute | None = None
+    overlap_slowdown: float | None = None
+    flash_attention: bool = True
+    recompute: str = "none"
+    placement: Placement | None = None
+    nodes: int | None = None
+    wiring: str | None = None
+    granularity: str = "layer"
+    tensor_rank0_p2p: bool = False
+    symmetric_replicas: bool = False
+    steady_state_microbatches: int | None = None
+    route_cache: RouteCache | None = None
+
+    def __post_init__(self) -> None:
+        for name, kind, what in (("config", SimConfig, "a SimConfig"), ("gpu", GpuSpec, "a GpuSpec"),
+                                 ("compute_model", cmp.GpuComputeModel, "a GpuComputeModel"),
+                                 ("compute", StepCompute, "a workloads.training.StepCompute"),
+                                 ("placement", Placement, "a Placement"),
+                                 ("route_cache", RouteCache, "a topologies.routing.RouteCache")):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                raise _reject(f"StepOptions.{name}", value, f"{what} or None")
+        slowdown = self.overlap_slowdown
+        if slowdown is not None and (not isinstance(slowdown, (int, float)) or isinstance(slowdown, bool)
+                                     or not math.isfinite(slowdown) or slowdown < 0):
+            raise _reject("StepOptions.overlap_slowdown", slowdown, "None or a finite number >= 0")
+        for name in ("flash_attention", "tensor_rank0_p2p", "symmetric_replicas"):
+            if not isinstance(getattr(self, name), bool):
+                raise _reject(f"StepOptions.{name}", getattr(self, name), "True or False")
+        if self.recompute not in RECOMPUTE:
+            raise _reject("StepOptions.recompute", self.recompute, f"one of {', '.join(map(repr, RECOMPUTE))}")
+        if self.granularity not in GRANULARITIES:
+            raise _reject("StepOptions.granularity", self.granularity,
+                          f"one of {', '.join(map(repr, GRANULARITIES))}")
+        for name in ("nodes", "steady_state_microbatches"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise _reject(f"StepOptions.{name}", value, "None or an integer >= 1")
+        if self.wiring is not None and not isinstance(self.wiring, str):
+            raise _reject("StepOptions.wiring", self.wiring, "None or a wiring name")
+
+
+def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str | Topology = "dgx-h100",
+                  options: StepOptions | None = None) -> StepResult:
+    """Simulate one training step of ``model`` laid out as ``parallelism`` on ``system`` (a preset name, built
+    with ``options.nodes``/``options.wiring``, or a built Topology), run as ``options`` say (:class:`StepOptions`;
+    the defaults when None). See the module docstring.
+    """
+    o = StepOptions() if options is None else options
+    if not isinstance(o, StepOptions):
+        raise _reject("options", o, "a StepOptions or None")
     if not isinstance(model, ModelSpec):
-        raise ValueError(f"model: {model!r} is not allowed; expected a workloads.model.ModelSpec")
+        raise _reject("model", model, "a workloads.model.ModelSpec")
     if not isinstance(parallelism, ParallelismSpec):
-        raise ValueError(f"parallelism: {parallelism!r} is not allowed; expected a workloads.parallelism."
-                         "ParallelismSpec")
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity: {granularity!r} is not allowed; expected one of "
-                         f"{', '.join(map(repr, GRANULARITIES))}")
-    for name, value in (("symmetric_replicas", symmetric_replicas), ("tensor_rank0_p2p", tensor_rank0_p2p)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{name}: {value!r} is not allowed; expected True or False")
-    if steady_state_microbatches is not None and (not isinstance(steady_state_microbatches, int)
-                                                  or isinstance(steady_state_microbatches, bool)
-                                                  or steady_state_microbatches < 1):
-        raise ValueError(f"steady_state_microbatches: {steady_state_microbatches!r} is not allowed; expected None "
-                         "or an integer >= 1")
+        raise _reject("parallelism", parallelism, "a workloads.parallelism.ParallelismSpec")
     p = parallelism.check(model)
     world = p.world_size
-    if symmetric_replicas and p.dp > 1 and (p.dp_overlap or p.zero_stage >= 3):
-        raise ValueError("symmetric_replicas: True is not allowed with dp_overlap=True or ZeRO-3/FSDP, whose "
-                         "gradient or parameter traffic runs inside the pipeline; expected False")
-    config = config or SimConfig()
-    if topology is None:
-        topology = _build_topology(system, nodes, world, wiring)
-    elif not isinstance(topology, Topology):
-        raise ValueError(f"topology: {topology!r} is not allowed; expected a topologies.topology.Topology or None")
+    reductions.check_symmetric_replicas(p, o.symmetric_replicas)
+    config = o.config or SimConfig()
+    if isinstance(system, Topology):
+        topology = system
+    elif isinstance(system, str):
+        topology = _build_topology(system, o.nodes, world, o.wiring)
+    else:
+        raise _reject("system", system, "a system preset name or a topologies.topology.Topology")
     if topology.num_gpus < world:
         raise ValueError(f"parallelism: needs {world} GPUs (tp x cp x dp x pp = {p.tp} x {p.cp} x {p.dp} x {p.pp}) "
                          f"but topology {topology.name!r} has {topology.num_gpus}")
-    gpu = gpu or _gpu_of(topology)
+    gpu = o.gpu or _gpu_of(topology)
+    compute = o.compute
     if compute is None:
-        compute = step_compute(model, p, gpu, recompute=recompute, flash_attention=flash_attention,
-                               overlap_slowdown=overlap_slowdown, compute_model=compute_model)
+        compute = step_compute(model, p, gpu, recompute=o.recompute, flash_attention=o.flash_attention,
+                               overlap_slowdown=o.overlap_slowdown, compute_model=o.compute_model)
+    placement = o.placement
     if placement is None:
         placement = Placement.block(topology, nranks=world)
-    elif not isinstance(placement, Placement) or placement.nranks != world:
-        raise ValueError(f"placement: {placement!r} is not allowed; expected a Placement of {world} ranks or None")
-    route_cache = RouteCache() if route_cache is None else route_cache
-    kw = dict(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
-    notes = []
+    elif placement.nranks != world:
+        raise _reject("placement", placement, f"a Placement of {world} ranks or None")
+    route_cache = RouteCache() if o.route_cache is None else o.route_cache
+    recompute = o.recompute
+    kw = dict(recompute=recompute, granularity=o.granularity, tensor_rank0_p2p=o.tensor_rank0_p2p)
     reduction = None
-    if symmetric_replicas and p.dp > 1:
-        notes.append(f"symmetric replicas: pipeline of 1 of {p.dp} data-parallel replicas, then the reduction")
+    symmetric = reductions.uses_symmetric_replicas(p, o.symmetric_replicas)
+    if symmetric:
         # the reduction phase reduces every gradient once, syncs the embedding and runs the optimizer: it does
         # not depend on the batch, so it is simulated once, with this layout, for both runs of the steady-state
         # extrapolation (their layouts differ from this one in the global batch only); the step's phases are
         # then the 2k run's pipeline and this reduction, whose StepPhase carries this layout
-        phase = _run_phase(topology, training_step(model, p, compute, part="reduction", **kw), placement, config,
-                           0.0, 1, route_cache)
+        training = resolve(training_step(model, p, part="reduction", **kw), compute)
+        phase = _run_phase(topology, training, placement, config, 0.0, 1, route_cache)
         reduction = (phase, _phase_parts(phase, topology))
     kw.update(placement=placement, reduction=reduction, route_cache=route_cache)
-    if tensor_rank0_p2p and p.tp > 1 and p.pp > 1:
-        notes.append(f"pipeline transfers simulated for tensor rank 0, standing for all {p.tp} (link bytes of the "
-                     "other tensor ranks' transfers not counted)")
     m = p.microbatches
-    k = steady_state_microbatches
-    if k is not None and p.schedule == "interleaved":
-        k = ceil_div(k, p.pp) * p.pp
-    if k is not None and m > 2 * k:
-        few = dataclasses.replace(p, global_batch=k * p.dp * p.micro_batch)
-        more = dataclasses.replace(p, global_batch=2 * k * p.dp * p.micro_batch)
+    steady = reductions.steady_state_runs(p, o.steady_state_microbatches)
+    if steady is not None:
+        k, few, more = steady
         a = _measure(model, few, topology, compute, config, **kw)
         b = _measure(model, more, topology, compute, config, **kw)
-        x = (m - k) / k
-        raw = _Raw(**{f.name: _lerp(getattr(a, f.name), getattr(b, f.name), x)
+        raw = _Raw(**{f.name: reductions.extrapolate(getattr(a, f.name), getattr(b, f.name), m=m, k=k)
                       for f in dataclasses.fields(_Raw) if f.name != "phases"}, phases=b.phases)
-        notes.append(f"steady state: simulated {k} and {2 * k} micro-batches, extrapolated linearly to {m}; phases "
-                     f"(traces) are those of the {2 * k}-micro-batch run")
     else:
         raw = _measure(model, p, topology, compute, config, **kw)
+    notes = reductions.notes(p, symmetric=symmetric, tensor_rank0_p2p=o.tensor_rank0_p2p, steady=steady)
     step, critical = raw.step_s, raw.critical_s
     seq = p.seq(model)
     flops = model.step_flops(batch=p.global_batch, seq_len=seq, recompute=recompute)
     model_flops = model.step_flops(batch=p.global_batch, seq_len=seq, recompute="none")
     peak = gpu.dense_fp8_flop_per_s if p.dtype == "fp8" and gpu.dense_fp8_flop_per_s else gpu.dense_bf16_flop_per_s
-    memory = memory_per_gpu(model, p, recompute=recompute, flash_attention=flash_attention)
+    memory = memory_per_gpu(model, p, recompute=recompute, flash_attention=o.flash_attention)
     # algorithm: group -> "algorithm protocol" -> entry, groups in the order of "group", the most bytes first
     algorithm: dict = {group: {} for group in raw.breakdowns["group"]}
     for (group, choice), entry in sorted(raw.breakdowns["algorithm"].items(), key=lambda e: (-e[1]["nbytes"], e[0][1])):

@@ -105,7 +105,7 @@ from ..compute import gpu as cmp
 from ..compute.gpu import (GpuComputeModel, compute_model_for, embedding_backward, embedding_forward, layer_times,
                            logits_backward, logits_forward, optimizer_step)
 from ..config import SimConfig
-from ..studies.training import GRANULARITIES, simulate_step
+from ..studies.training import GRANULARITIES, StepOptions, simulate_step
 from .calibration import golden_section_min
 
 __all__ = ("SC21_TABLE", "Sc21Check", "sc21_rows", "sc21_models", "check_sc21_models", "sc21_layout",
@@ -301,7 +301,7 @@ def sc21_check(*, models: tuple[str, ...] | None = None, rows: tuple[int, ...] |
     (1-based, Table 1 order: 1 = GPT-1.7B ... 10 = GPT-1008.0B), up to ``max_gpus`` GPUs.
 
     With ``extrapolate``, a row with m >= 4k micro-batches (k = 16 rounded up to a multiple of p) is
-    simulated with k and 2k micro-batches and extrapolated (``simulate_step(steady_state_microbatches=k)``).
+    simulated with k and 2k micro-batches and extrapolated (``StepOptions(steady_state_microbatches=k)``).
     ``compute_model`` replaces the A100's shipped kernel efficiencies (e.g. ``compute.A100_MAMF_2024``).
     """
     table = sc21_rows()
@@ -318,10 +318,10 @@ def sc21_check(*, models: tuple[str, ...] | None = None, rows: tuple[int, ...] |
         k = ceil_div(SC21_STEADY_MICROBATCHES, spec.pp) * spec.pp
         steady = k if extrapolate and spec.microbatches >= 4 * k else None
         began = time.perf_counter()
-        result = simulate_step(model, spec, system="dgx-a100", config=config,
-                               recompute="full", flash_attention=False, granularity=granularity,
-                               symmetric_replicas=symmetric_replicas, tensor_rank0_p2p=tensor_rank0_p2p,
-                               steady_state_microbatches=steady, compute_model=compute_model)
+        result = simulate_step(model, spec, system="dgx-a100", options=StepOptions(
+            config=config, recompute="full", flash_attention=False, granularity=granularity,
+            symmetric_replicas=symmetric_replicas, tensor_rank0_p2p=tensor_rank0_p2p,
+            steady_state_microbatches=steady, compute_model=compute_model))
         wall = time.perf_counter() - began
         assert spec.dp is not None                  # ParallelismSpec fills it in
         entry = Sc21Row(model=row["model"], gpus=spec.world_size, tp=spec.tp, pp=spec.pp, dp=spec.dp, vp=spec.vp,

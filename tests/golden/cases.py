@@ -138,7 +138,7 @@ def _step_figures(result) -> str:
 def scale_405b() -> str:
     """`fabricsim perf --step`'s scenario: Llama-3 405B on 16,384 H100 with the symmetric-layout reductions."""
     from simulator.config import SimConfig
-    from simulator.studies.training import simulate_step
+    from simulator.studies.training import StepOptions, simulate_step
     from topologies.presets import build_system
     from workloads.parallelism import ParallelismSpec
     from workloads.presets import model_preset
@@ -148,9 +148,9 @@ def scale_405b() -> str:
                              dp_overlap=False, bucket_bytes=None)
     parts = []
     for net in ("analytical", "flow"):
-        result = simulate_step(model_preset("llama3-405b"), layout, topology=topology,
-                               config=SimConfig(network_model=net), granularity="chunk", symmetric_replicas=True,
-                               tensor_rank0_p2p=True, steady_state_microbatches=4)
+        result = simulate_step(model_preset("llama3-405b"), layout, system=topology, options=StepOptions(
+            config=SimConfig(network_model=net), granularity="chunk", symmetric_replicas=True,
+            tensor_rank0_p2p=True, steady_state_microbatches=4))
         parts.append(f"# {net}\n" + _step_figures(result))
     return "".join(parts)
 

@@ -16,7 +16,7 @@ from simulator.compute.gpu import A100_MAMF_2024
 from simulator.validation.sc21 import SC21_MAMF_STEP_S
 from simulator.config import SimConfig
 from simulator.placement import Placement
-from simulator.studies.training import memory_per_gpu, simulate_step
+from simulator.studies.training import StepOptions, memory_per_gpu, simulate_step
 from simulator.validation.sc21 import _parse_rows, sc21_check, sc21_compute_only_check, sc21_layout, sc21_rows
 from simulator.validation.sc21 import main as _main
 from tests.naive import interval_breakdown_naive
@@ -86,7 +86,8 @@ def test_free_network_step_is_the_compute_critical_path(free_network, schedule, 
     # (m + (p - 1)/v)(f + b) = 5.5 x 60 ms = 330 ms. Embedding, logits and optimizer take 0 here.
     model = tiny(layers)
     spec = ParallelismSpec(tp=2, pp=4, dp=2, vp=vp, schedule=schedule, global_batch=8)
-    r = simulate_step(model, spec, topology=free_network, compute=uniform(model), granularity="chunk")
+    r = simulate_step(model, spec, system=free_network,
+                      options=StepOptions(compute=uniform(model), granularity="chunk"))
     expected = 0.210 if schedule == "1f1b" else 0.330
     assert r.critical_path_s == pytest.approx(expected, rel=1e-12)
     # what is left are NCCL protocol latencies (~10 us) of the collectives on the path: < 1 %
@@ -99,7 +100,8 @@ def test_free_network_step_is_the_compute_critical_path(free_network, schedule, 
 def test_step_decomposes_into_compute_bubble_and_exposed_communication(h100x2):
     model = tiny(8)
     spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=16, bucket_bytes=64 * 1024)
-    r = simulate_step(model, spec, topology=h100x2, compute=uniform(model, 1e-3, 2e-3), granularity="chunk")
+    r = simulate_step(model, spec, system=h100x2,
+                      options=StepOptions(compute=uniform(model, 1e-3, 2e-3), granularity="chunk"))
     assert r.exposed_comm_s == pytest.approx(r.step_time_s - r.critical_path_s, abs=1e-15)
     assert r.step_time_s == pytest.approx(r.compute_s + r.bubble_s + r.exposed_comm_s, rel=1e-12)
     assert 0 < r.exposed_comm_s and 0 <= r.comm_s
@@ -121,7 +123,7 @@ def test_exposed_communication_of_a_serial_reduction_is_its_duration(h100x2):
     # one after the other on stream 1, so the time the network adds is exactly the sum of the bucket times.
     model = custom_gpt(layers=2, hidden=512, heads=8, seq_len=256, vocab=1024)
     spec = ParallelismSpec(dp=16, dp_overlap=False, bucket_bytes=2 * 1024 * 1024)
-    r = simulate_step(model, spec, topology=h100x2, compute=uniform(model, 1e-3, 2e-3))
+    r = simulate_step(model, spec, system=h100x2, options=StepOptions(compute=uniform(model, 1e-3, 2e-3)))
     (phase,) = r.phases
     buckets = [rec.time_s for rec in phase.sim.collectives]
     assert len(buckets) == math.ceil(model.stage_parameters(0) * 4 / (2 * 1024 * 1024))
@@ -134,7 +136,8 @@ def test_overlap_never_makes_the_step_longer(h100x2):
     steps = {}
     for overlap in (True, False):
         spec = ParallelismSpec(dp=16, global_batch=32, dp_overlap=overlap, bucket_bytes=8 * 1024 * 1024)
-        steps[overlap] = simulate_step(model, spec, topology=h100x2, overlap_slowdown=0.0, granularity="chunk")
+        steps[overlap] = simulate_step(model, spec, system=h100x2,
+                                       options=StepOptions(overlap_slowdown=0.0, granularity="chunk"))
     assert steps[True].step_time_s <= steps[False].step_time_s
     assert steps[True].exposed_comm_s < steps[False].exposed_comm_s
     assert steps[True].critical_path_s == pytest.approx(steps[False].critical_path_s, rel=1e-12)
@@ -149,9 +152,10 @@ def test_symmetric_replicas_and_representative_transfers_match_the_full_step():
     topo = build_system("dgx-h100", nodes=2)
     model = tiny(8)
     spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, dp_overlap=False, bucket_bytes=None)
-    kw = dict(topology=topo, compute=uniform(model, 1e-3, 2e-3), granularity="chunk")
-    full = simulate_step(model, spec, **kw)
-    reduced = simulate_step(model, spec, symmetric_replicas=True, tensor_rank0_p2p=True, **kw)
+    options = StepOptions(compute=uniform(model, 1e-3, 2e-3), granularity="chunk")
+    full = simulate_step(model, spec, system=topo, options=options)
+    reduced = simulate_step(model, spec, system=topo,
+                            options=dataclasses.replace(options, symmetric_replicas=True, tensor_rank0_p2p=True))
     assert reduced.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
     assert reduced.critical_path_s == pytest.approx(full.critical_path_s, rel=1e-12)
     for group in ("tp", "pp", "dp"):
@@ -172,8 +176,8 @@ def test_step_measurements_follow_their_rank_by_rank_definitions():
     topo = build_system("dgx-h100", nodes=2)
     model = dataclasses.replace(tiny(8), tied_embeddings=False)       # no stage asks for its pipeline group
     spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, dp_overlap=False, bucket_bytes=None)
-    r = simulate_step(model, spec, topology=topo, compute=uniform(model, 1e-3, 2e-3), granularity="chunk",
-                      symmetric_replicas=True, tensor_rank0_p2p=True)
+    r = simulate_step(model, spec, system=topo, options=StepOptions(
+        compute=uniform(model, 1e-3, 2e-3), granularity="chunk", symmetric_replicas=True, tensor_rank0_p2p=True))
     compute_s = comm_s = 0.0
     groups: dict = {}
     for phase in r.phases:
@@ -203,9 +207,10 @@ def test_steady_state_extrapolation_is_exact_for_the_compute_path(h100x2):
     # 1F1B time is affine in m, (m + p - 1)(f + b): two runs (k = 2, 4) predict m = 9 exactly on compute
     model = tiny(4)
     spec = ParallelismSpec(tp=2, pp=4, dp=1, global_batch=9)
-    kw = dict(topology=h100x2, compute=uniform(model), granularity="chunk")
-    full = simulate_step(model, spec, **kw)
-    fast = simulate_step(model, spec, steady_state_microbatches=2, **kw)
+    options = StepOptions(compute=uniform(model), granularity="chunk")
+    full = simulate_step(model, spec, system=h100x2, options=options)
+    fast = simulate_step(model, spec, system=h100x2,
+                         options=dataclasses.replace(options, steady_state_microbatches=2))
     assert fast.critical_path_s == pytest.approx(full.critical_path_s, rel=1e-12) == (9 + 3) * 0.030
     assert fast.step_time_s == pytest.approx(full.step_time_s, rel=1e-3)
 
@@ -336,14 +341,15 @@ def test_memory_takes_the_larger_of_a_dense_and_a_moe_layer():
 
 def test_out_of_memory_flag(h100x2):
     big = custom_gpt(layers=16, hidden=8192, heads=64, seq_len=256)      # 12.9e9 weights: 16 B each > 80 GB
-    r = simulate_step(big, ParallelismSpec(dp=1), topology=h100x2, compute=uniform(big), granularity="chunk")
+    r = simulate_step(big, ParallelismSpec(dp=1), system=h100x2,
+                      options=StepOptions(compute=uniform(big), granularity="chunk"))
     assert r.out_of_memory and r.memory_bytes_per_gpu > r.memory_capacity_bytes
 
 
 def test_json_and_trace(h100x2):
     model = tiny(4)
     spec = ParallelismSpec(tp=2, pp=2, dp=2, global_batch=4)
-    r = simulate_step(model, spec, topology=h100x2, compute=uniform(model), granularity="chunk")
+    r = simulate_step(model, spec, system=h100x2, options=StepOptions(compute=uniform(model), granularity="chunk"))
     data = json.loads(r.to_json())
     for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "compute_s", "comm_s", "exposed_comm_s",
                 "breakdown"):
@@ -361,7 +367,7 @@ def test_json_and_trace(h100x2):
     assert comm and all((e["args"]["algorithm"], e["args"]["protocol"], e["args"]["channels"]) == (
         records[e["args"]["collective"]].algorithm, records[e["args"]["collective"]].protocol,
         records[e["args"]["collective"]].nchannels) for e in comm)
-    again = simulate_step(model, spec, topology=h100x2, compute=uniform(model), granularity="chunk")
+    again = simulate_step(model, spec, system=h100x2, options=StepOptions(compute=uniform(model), granularity="chunk"))
     assert again.step_time_s == r.step_time_s                          # deterministic
 
 
@@ -369,9 +375,9 @@ def test_tensor_group_across_servers_is_slower(h100x2):
     # the same two-rank tensor group on one server (NVLink) and across two servers (one NDR NIC each)
     model = custom_gpt(layers=2, hidden=1024, heads=16, seq_len=1024, vocab=1024)
     spec = ParallelismSpec(tp=2, dp=1)
-    kw = dict(topology=h100x2, compute=uniform(model))
-    inside = simulate_step(model, spec, **kw)
-    across = simulate_step(model, spec, placement=Placement.custom(h100x2, [0, 8]), **kw)
+    inside = simulate_step(model, spec, system=h100x2, options=StepOptions(compute=uniform(model)))
+    across = simulate_step(model, spec, system=h100x2, options=StepOptions(
+        compute=uniform(model), placement=Placement.custom(h100x2, [0, 8])))
     assert inside.critical_path_s == across.critical_path_s
     assert across.exposed_comm_s > 2 * inside.exposed_comm_s > 0
     assert across.breakdown["link_tier_bytes"]["nic"] > 0 == inside.breakdown["link_tier_bytes"].get("nic", 0)
@@ -380,18 +386,25 @@ def test_tensor_group_across_servers_is_slower(h100x2):
 def test_bad_inputs(h100x2):
     model = tiny(4)
     with pytest.raises(ValueError, match="symmetric_replicas"):
-        simulate_step(model, ParallelismSpec(dp=2), topology=h100x2, symmetric_replicas=True)
+        simulate_step(model, ParallelismSpec(dp=2), system=h100x2, options=StepOptions(symmetric_replicas=True))
     with pytest.raises(ValueError, match="needs 32 GPUs"):
-        simulate_step(model, ParallelismSpec(dp=32), topology=h100x2)
+        simulate_step(model, ParallelismSpec(dp=32), system=h100x2)
     with pytest.raises(ValueError, match="granularity: 'op'"):
-        simulate_step(model, ParallelismSpec(dp=2), topology=h100x2, granularity="op")
+        StepOptions(granularity="op")
     with pytest.raises(ValueError, match="steady_state_microbatches: 0"):
-        simulate_step(model, ParallelismSpec(dp=2), topology=h100x2, steady_state_microbatches=0)
+        StepOptions(steady_state_microbatches=0)
     with pytest.raises(ValueError, match="system: 'dgx-z'"):
         simulate_step(model, ParallelismSpec(dp=2), system="dgx-z")
     with pytest.raises(ValueError, match="overlap_slowdown"):
-        simulate_step(model, ParallelismSpec(dp=2), topology=h100x2, overlap_slowdown=-1.0)
+        StepOptions(overlap_slowdown=-1.0)
+    with pytest.raises(ValueError, match="options: "):
+        simulate_step(model, ParallelismSpec(dp=2), system=h100x2, options={"granularity": "chunk"})
+    with pytest.raises(ValueError, match="system: 3"):
+        simulate_step(model, ParallelismSpec(dp=2), system=3)
+    with pytest.raises(ValueError, match="StepOptions.placement"):
+        StepOptions(placement=[0, 1])
     with pytest.raises(ValueError, match="placement"):
-        simulate_step(model, ParallelismSpec(dp=2), topology=h100x2, placement=Placement.custom(h100x2, [0]))
+        simulate_step(model, ParallelismSpec(dp=2), system=h100x2,
+                      options=StepOptions(placement=Placement.custom(h100x2, [0])))
     with pytest.raises(ValueError, match="recompute"):
-        simulate_step(model, ParallelismSpec(dp=2), topology=h100x2, recompute="all", config=SimConfig())
+        StepOptions(recompute="all", config=SimConfig())
