@@ -35,6 +35,9 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
     placement = placement or Placement.block(topology, nranks=workload.nranks)
     if placement.nranks != workload.nranks:
         raise ValueError(f"placement: places {placement.nranks} ranks but the workload has {workload.nranks}")
+    if workload.unresolved:
+        raise ValueError(f"workload: {workload.unresolved} compute tasks carry work but no duration; expected them "
+                         "resolved first (Workload.with_durations, e.g. workloads.training.resolve)")
     ctx = _context(topology, placement, config, route_cache)
     routes = Routes(ctx.router, rank_gpu=placement.rank_gpu, qps_per_connection=ctx.qps_per_connection)
     # equal collectives (a training step repeats each TP all-reduce thousands of times) are chosen

@@ -45,7 +45,11 @@ class PassWork:
     ``phase`` "forward" or "backward": the passes of ``layers`` (transformer layers, in execution order), with
     the ``embedding`` and the ``logits`` (final norm + output layer + loss) when set; "optimizer": the
     optimizer step of pipeline ``stage``'s weights (its shard of them under ZeRO). ``beside_comm``: the task
-    runs beside communication kernels (StepCompute.overlap_slowdown stretches it).
+    runs beside communication kernels (StepCompute.overlap_slowdown stretches it). ``flops``: the matrix
+    FLOPs of the work on one GPU (forward: ``ModelSpec.layer_forward_flops`` of each layer plus
+    ``logits_flops``; backward: twice that plus the recomputed forward work, ``layer_recompute_flops``; 0 for
+    the embedding look-up and the optimizer), a description: the duration comes from the compute model,
+    which also counts memory-bound kernels.
     """
 
     phase: str
@@ -54,6 +58,7 @@ class PassWork:
     logits: bool = False
     stage: int = 0
     beside_comm: bool = False
+    flops: float = 0.0
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:

@@ -28,7 +28,7 @@ of a data-parallel group ask only their stage and that group, so 128 programs ar
 pipeline with representative transfers (c = e = 1), tensor ranks 1..t-1 of a stage share one program.
 
 Worked number: GPT-1.7B (24 layers), t = p = 1, d = 32, b = 16, B = 512 -> m = 1; each rank runs 24
-forward and 24 backward layer tasks and 2 embedding, 2 logits tasks (50 compute tasks with the optimizer),
+forward and 24 backward layer tasks, 2 embedding and 2 logits tasks and the optimizer: 53 compute tasks,
 then its 127 gradient buckets (``data_parallel``).
 """
 
@@ -91,6 +91,7 @@ class _Builder:
         self.shared_tasks: dict = {}
         self._programs = _Node()             # programs built so far, by their ranks' answers (see program)
         self._unit_tasks: dict = {}          # per-stage compute tasks, shared by every rank of the stage
+        self._flops: dict = {}               # matrix FLOPs per (phase, layer or "logits"), PassWork.flops
         # the dimensions
         self.pipeline = Pipeline(self)
         self.dp = DataParallel(self)
@@ -180,6 +181,28 @@ class _Builder:
     def chunk_layers(self, v: int) -> range:
         return self.chunks[v]
 
+    def flops(self, phase: str, layers, logits: bool) -> float:
+        """Matrix FLOPs of one micro-batch's ``phase`` pass of ``layers`` (and the logits), on one GPU
+        (compute.PassWork.flops), summed in execution order."""
+        parts = [self._part_flops(phase, layer) for layer in layers]
+        if logits:
+            parts.insert(0 if phase == "backward" else len(parts), self._part_flops(phase, "logits"))
+        return float(sum(parts))
+
+    def _part_flops(self, phase: str, part) -> float:
+        key = (phase, part)
+        flops = self._flops.get(key)
+        if flops is None:
+            model, spec = self.model, self.spec
+            kw = dict(micro_batch=spec.micro_batch, seq_len=self.seq, tp=spec.tp, cp=spec.cp)
+            if part == "logits":
+                forward, extra = model.logits_flops(**kw), 0.0
+            else:
+                forward = model.layer_forward_flops(part, ep=spec.ep, **kw).total
+                extra = model.layer_recompute_flops(part, recompute=self.recompute, ep=spec.ep, **kw)
+            flops = self._flops[key] = forward if phase == "forward" else 2.0 * forward + extra
+        return flops
+
     def unit_tasks(self, v: int, phase: str) -> tuple[tuple[Unit, object, PassWork, str, int | None], ...]:
         """The per-layer compute tasks of one pass of virtual stage v, one per weight unit, in execution order
         (forward: embedding, layers, logits; backward the reverse): (unit, key, work, name, layer or None)."""
@@ -187,12 +210,13 @@ class _Builder:
         if tasks is not None:
             return tasks
         dp = self.dp
-        built = [(dp.layer_unit(l), l, PassWork(phase=phase, layers=(l,)), f"layer{l}", l)
-                 for l in self.chunk_layers(v)]
+        built = [(dp.layer_unit(l), l, PassWork(phase=phase, layers=(l,), flops=self.flops(phase, (l,), False)),
+                  f"layer{l}", l) for l in self.chunk_layers(v)]
         if v == 0:
             built.insert(0, (dp.embedding_unit(), "emb", PassWork(phase=phase, embedding=True), "embedding", None))
         if v == self.V - 1:
-            built.append((dp.output_unit(), "out", PassWork(phase=phase, logits=True), "logits", None))
+            logits = PassWork(phase=phase, logits=True, flops=self.flops(phase, (), True))
+            built.append((dp.output_unit(), "out", logits, "logits", None))
         tasks = self._unit_tasks[v, phase] = tuple(built if phase == "forward" else built[::-1])
         return tasks
 
@@ -306,7 +330,8 @@ class _RankProgram:
         tasks = b.unit_tasks(v, "forward")
         if b.granularity == "chunk":
             b.dp.gather_params(self, [unit for unit, *_ in tasks], ("F", mb, v), label)
-            self.compute(PassWork(phase="forward", layers=tuple(layers), embedding=first, logits=last), label)
+            self.compute(PassWork(phase="forward", layers=tuple(layers), embedding=first, logits=last,
+                                  flops=b.flops("forward", layers, last)), label)
             self.layer_comm(list(layers), "forward", ("F", mb, v), label)
         else:
             for unit, part, work, name, layer in tasks:
@@ -329,7 +354,8 @@ class _RankProgram:
         tasks = b.unit_tasks(v, "backward")
         if not per_layer:      # one merged task: no bucket is reduced during it (that takes per-layer tasks)
             b.dp.gather_params(self, [unit for unit, *_ in tasks], ("B", mb, v), label)
-            work = PassWork(phase="backward", layers=tuple(layers), embedding=first_chunk, logits=last_chunk)
+            work = PassWork(phase="backward", layers=tuple(layers), embedding=first_chunk, logits=last_chunk,
+                            flops=b.flops("backward", layers, last_chunk))
             self.compute(work, label, backward_last=last)
             self.layer_comm(layers, "backward", ("B", mb, v), label)
         else:
