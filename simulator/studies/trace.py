@@ -5,7 +5,7 @@ rank, one thread per stream, a complete ("X") event per task, times in microseco
 from __future__ import annotations
 
 from workloads.tasks import CommTask
-from workloads.training import STREAM_NAMES
+from workloads.training import STREAM_NAMES, PassWork
 
 __all__ = ("chrome_trace",)
 
@@ -13,7 +13,9 @@ __all__ = ("chrome_trace",)
 def chrome_trace(step_result) -> dict:
     """Chrome trace-event JSON (a dict; ``json.dump`` it) of a ``StepResult``: process = rank, thread =
     stream, one "X" event per task; collectives carry their group kind, bytes, group size and the algorithm,
-    protocol and channels NCCL's tuner chose (as NCCL_DEBUG=INFO prints per collective)."""
+    protocol and channels NCCL's tuner chose (as NCCL_DEBUG=INFO prints per collective); compute tasks carry
+    their work (``workloads.training.PassWork``: phase, layers, matrix FLOPs, whether it ran beside
+    communication)."""
     events: list[dict] = []
     named: set[tuple[int, int]] = set()
     for phase in step_result.phases:
@@ -44,5 +46,9 @@ def chrome_trace(step_result) -> dict:
                                      "protocol": record.protocol, "channels": record.nchannels}
                 else:
                     event["cat"] = "compute"
+                    work = task.work
+                    if isinstance(work, PassWork):
+                        event["args"] = {"phase": work.phase, "layers": list(work.layers), "flops": work.flops,
+                                         "beside_comm": work.beside_comm}
                 events.append(event)
     return {"traceEvents": events, "displayTimeUnit": "ms"}

@@ -364,6 +364,11 @@ def test_json_and_trace(h100x2):
     # a collective's event names the tuner's choice for it, as the simulation recorded it
     records = r.phases[0].sim.collectives
     comm = [e for e in events if e["ph"] == "X" and e["cat"] != "compute"]
+    # a compute task's event carries its work
+    work = [(e["name"], e["args"]) for e in events if e["ph"] == "X" and e["cat"] == "compute"]
+    assert work and all(a["phase"] in ("forward", "backward", "optimizer") for _, a in work)
+    # matrix FLOPs in every pass of layers or of the logits; none in the optimizer (nor in a lone embedding task)
+    assert all((a["flops"] > 0) == (bool(a["layers"]) or "logits" in name) for name, a in work)
     assert comm and all((e["args"]["algorithm"], e["args"]["protocol"], e["args"]["channels"]) == (
         records[e["args"]["collective"]].algorithm, records[e["args"]["collective"]].protocol,
         records[e["args"]["collective"]].nchannels) for e in comm)
