@@ -34,7 +34,7 @@ t > 1); the other t - 1 transfers' link bytes are then not counted by the networ
 Worked number: s 2048, b 1, h 4096, bf16 (D 2 B): one activation is 2048 x 1 x 4096 x 2 = 16,777,216 B
 (16 MiB) per micro-batch and boundary, 2 MiB with t = 8 and sequence parallelism. 1F1B on p = 4 stages with
 m = 8 micro-batches of f = 1 ms and b = 2 ms per stage takes (8 + 4 - 1)(1 + 2) = 33 ms on an infinitely
-fast network, a bubble of (4 - 1)(1 + 2) = 9 ms.
+fast network, a bubble of (4 - 1)(1 + 2) = 9 ms; interleaved with v = 2 chunks per stage, 24 + 9 / 2 = 28.5 ms.
 """
 
 from __future__ import annotations

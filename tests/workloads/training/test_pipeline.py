@@ -124,3 +124,13 @@ def test_worked_number_1f1b_bubble():
     assert task_times(tw.workload).makespan_s == pytest.approx(33e-3, rel=1e-12)
     busy = max(sum(t.duration_s for t in program if isinstance(t, ComputeTask)) for program in tw.workload.programs)
     assert busy == pytest.approx(24e-3, rel=1e-12)
+
+
+def test_interleaving_divides_the_bubble_by_v():
+    # the same stages as above cut into v = 2 chunks of one layer (f 0.5 ms, b 1 ms per chunk): the busiest
+    # stage still computes 24 ms and the bubble shrinks to (p - 1)(f + b) / v = 9 / 2 ms: 28.5 ms in all
+    model = gpt(8)
+    spec = ParallelismSpec(pp=4, vp=2, schedule="interleaved", dp=1, global_batch=8)
+    compute = StepCompute.uniform(layers=8, forward_s=0.5e-3, backward_s=1e-3)
+    tw = training_step(model, spec, compute, part="pipeline")
+    assert task_times(tw.workload).makespan_s == pytest.approx(28.5e-3, rel=1e-12)
