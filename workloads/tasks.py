@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable
+from typing import Any
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -140,7 +141,7 @@ class Workload:
         return len({id(t) for program, _ in self.shared_programs for t in program
                     if isinstance(t, ComputeTask) and t.duration_s is None})
 
-    def with_durations(self, duration_of: Callable[[Hashable], float]) -> "Workload":
+    def with_durations(self, duration_of: Callable[[Any], float]) -> "Workload":
         """This workload with every compute task that carries ``work`` lasting ``duration_of(work)`` seconds
         (the work is kept). Shared program objects stay shared and shared tasks are resolved once."""
         tasks: dict[int, ComputeTask] = {}

@@ -61,7 +61,7 @@ class _Node:
     it, or at a leaf (no question) the program of the ranks whose answers lead there."""
 
     question: tuple[str, str] | None = None
-    children: dict = field(default_factory=dict)
+    children: dict[object, _Node] = field(default_factory=dict)
     program: tuple | None = None
 
 
@@ -130,9 +130,10 @@ class _Builder:
         one answers differently from every rank before it, so it is built."""
         node = self._programs
         while node.question is not None:
-            node = node.children.get(self._answers[node.question][rank])
-            if node is None:
+            child = node.children.get(self._answers[node.question][rank])
+            if child is None:
                 break
+            node = child
         else:
             if node.program is not None:
                 return node.program
@@ -210,8 +211,9 @@ class _Builder:
         if tasks is not None:
             return tasks
         dp = self.dp
-        built = [(dp.layer_unit(l), l, PassWork(phase=phase, layers=(l,), flops=self.flops(phase, (l,), False)),
-                  f"layer{l}", l) for l in self.chunk_layers(v)]
+        built: list[tuple[Unit, object, PassWork, str, int | None]] = [
+            (dp.layer_unit(l), l, PassWork(phase=phase, layers=(l,), flops=self.flops(phase, (l,), False)),
+             f"layer{l}", l) for l in self.chunk_layers(v)]
         if v == 0:
             built.insert(0, (dp.embedding_unit(), "emb", PassWork(phase=phase, embedding=True), "embedding", None))
         if v == self.V - 1:
