@@ -6,8 +6,8 @@ Registry: ``ALGORITHMS`` maps an algorithm name to an object implementing the in
 
 from types import MappingProxyType
 
-from .base import Algorithm, LoweringContext
 from .alltoall import DIRECT, PAIRWISE
+from .base import Algorithm, LoweringContext
 from .collnet import COLLNET
 from .halving_doubling import HALVING_DOUBLING, PAT
 from .hierarchical import HIERARCHICAL

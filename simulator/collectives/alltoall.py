@@ -41,11 +41,11 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step, alltoall_counts, alltoall_offsets
 from . import nccl_model
-from .base import LoweringContext, protocol_schedule
+from .base import AlgorithmDefaults, LoweringContext, protocol_schedule
 from .p2p import P2P_LL_THRESHOLD_BYTES, p2p_channels, pair_flows, step_time_s
 
 
-class Alltoall:
+class Alltoall(AlgorithmDefaults):
     kinds = frozenset({CollectiveKind.ALL_TO_ALL})
     protocols = ("LL", "Simple")
 

@@ -3,6 +3,9 @@
 An algorithm is a small object with
 
 * ``name``, ``kinds`` (the collective kinds it implements) and ``protocols`` (those it runs with),
+* ``auto``: whether NCCL's automatic choice considers it (False: only when forced with ``--algo``),
+* ``channels(collective, ctx) -> int | None``: its own channel count (NVLS's nvlsChannels, the
+  point-to-point p2pnChannels), or None to run on the communicator's ring channels,
 * ``supported(collective, ctx) -> None | reason``: whether it can run here (NVLS needs NVSwitch
   SHARP, ...),
 * ``program(collective, ctx, *, nchannels)``: its logical data steps, for verification,
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -31,7 +34,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..flows import connection_caps, edge_path
 from ..rates import equal_share_rates
-from ..schedule import Schedule, Step
+from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
 
 
@@ -144,17 +147,35 @@ def _nccl_nvlink_scale(gpu_name: str | None) -> float:
     return nccl_bytes_per_s / spec.nvlink.bandwidth_bytes_per_s
 
 
+@runtime_checkable
 class Algorithm(Protocol):
+    """Every attribute and method the tuner, ``simulate`` and the verifier call (module docstring)."""
+
     name: str
     kinds: frozenset[CollectiveKind]
     protocols: tuple[str, ...]
+    auto: bool
 
     def supported(self, collective: Collective, ctx: LoweringContext) -> str | None: ...
+
+    def channels(self, collective: Collective, ctx: LoweringContext) -> int | None: ...
+
+    def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]: ...
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule: ...
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]: ...
+
+
+class AlgorithmDefaults:
+    """What an algorithm has unless it says otherwise: NCCL's automatic choice considers it, and it runs
+    on the communicator's ring channels."""
+
+    auto: bool = True
+
+    def channels(self, collective: Collective, ctx: LoweringContext) -> int | None:
+        return None
 
 
 def piece_layout(collective: Collective, nchannels: int) -> tuple[np.ndarray, np.ndarray]:

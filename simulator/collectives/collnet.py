@@ -52,7 +52,7 @@ import numpy as np
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule
-from .base import LoweringContext, check_runnable, innet_chain_rate, innet_schedule, split_evenly
+from .base import AlgorithmDefaults, LoweringContext, check_runnable, innet_chain_rate, innet_schedule, split_evenly
 from .sharp import SharpAllocation, SharpPool, SharpTree
 
 # hwLatencies[NVLINK][CollNetDirect][Simple], [NET][CollNetDirect][Simple], arity serialisation
@@ -71,7 +71,7 @@ def _chains_per_gpu(ppn: int, nchannels: int) -> int:
     return max(1, nchannels // ppn)
 
 
-class CollNetAlgorithm:
+class CollNetAlgorithm(AlgorithmDefaults):
     name = "collnet"
     kinds = frozenset({CollectiveKind.ALL_REDUCE})
     protocols = ("Simple",)

@@ -28,10 +28,10 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import LoweringContext, protocol_schedule, split_evenly
+from .base import AlgorithmDefaults, LoweringContext, protocol_schedule, split_evenly
 
 
-class HalvingDoubling:
+class HalvingDoubling(AlgorithmDefaults):
     name = "halving_doubling"
     kinds = frozenset({CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_GATHER})
     protocols: tuple[str, ...] = nccl_model.PROTOCOLS

@@ -23,11 +23,11 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import LoweringContext, check_runnable, protocol_schedule
+from .base import AlgorithmDefaults, LoweringContext, check_runnable, protocol_schedule
 from .ring import RING
 
 
-class Hierarchical:
+class Hierarchical(AlgorithmDefaults):
     name = "hierarchical"
     kinds = frozenset({CollectiveKind.ALL_REDUCE})
     protocols = nccl_model.PROTOCOLS

@@ -32,7 +32,7 @@ import numpy as np
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule
-from .base import LoweringContext, check_runnable, innet_chain_rate, innet_schedule, split_evenly
+from .base import AlgorithmDefaults, LoweringContext, check_runnable, innet_chain_rate, innet_schedule, split_evenly
 
 REDUCE_BUFFER = -1       # in-network buffer ids of the switch's reduce and multicast stages
 MULTICAST_BUFFER = -2
@@ -91,7 +91,7 @@ def switch_efficiency(ctx: LoweringContext, rank: int, nvls_efficiency: float) -
     return nvls_efficiency * (nccl / float(ctx.topology.link_capacity_bytes_per_s[links].min()))
 
 
-class NvlsAlgorithm:
+class NvlsAlgorithm(AlgorithmDefaults):
     name = "nvls"
     kinds = frozenset({CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_GATHER})
     protocols = ("Simple",)

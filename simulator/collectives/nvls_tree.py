@@ -41,9 +41,15 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule
 from . import nccl_model
-from .base import GroupLayout, LoweringContext, check_runnable, innet_schedule, split_evenly
-from .nvls import (NVLS_LATENCY_US, NVLS_MAX_CHUNK_BYTES, nvls_channels, nvls_chunk_efficiency, nvswitch_links,
-                   switch_efficiency)
+from .base import AlgorithmDefaults, GroupLayout, LoweringContext, check_runnable, innet_schedule, split_evenly
+from .nvls import (
+    NVLS_LATENCY_US,
+    NVLS_MAX_CHUNK_BYTES,
+    nvls_channels,
+    nvls_chunk_efficiency,
+    nvswitch_links,
+    switch_efficiency,
+)
 
 # hwLatencies[NET][NVLSTree][Simple] (tuning.cc, NCCL 2.30.7)
 NVLSTREE_NET_LATENCY_US = 20.9
@@ -120,7 +126,7 @@ class _Parts(NamedTuple):
     trees: tuple[dict[int, int], dict[int, int]]      # parent of each server in the two trees
 
 
-class NvlsTreeAlgorithm:
+class NvlsTreeAlgorithm(AlgorithmDefaults):
     name = "nvlstree"
     kinds = frozenset({CollectiveKind.ALL_REDUCE})
     protocols = ("Simple",)

@@ -40,7 +40,7 @@ from ..flows import SharedConnections, connection_caps_flat
 from ..rates import equal_share_rates_csr
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import GroupLayout, LoweringContext, protocol_schedule, ring_channels, split_evenly
+from .base import AlgorithmDefaults, GroupLayout, LoweringContext, protocol_schedule, ring_channels, split_evenly
 
 # NCCL's default NCCL_P2P_LL_THRESHOLD (src/init.cc / enqueue.cc): 16 KiB.
 P2P_LL_THRESHOLD_BYTES = 16384
@@ -151,7 +151,7 @@ def step_time_s(ctx: LoweringContext, collective: Collective, flows, *, protocol
     return float(np.max(wire_bytes / np.minimum(np.minimum(by_bytes, connection), caps)))
 
 
-class SendRecv:
+class SendRecv(AlgorithmDefaults):
     name = "p2p"
     kinds = frozenset({CollectiveKind.SENDRECV})
     protocols = ("LL", "Simple")

@@ -33,10 +33,10 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 from ..rates import equal_share_rates
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import LoweringContext, lower_launched, piece_layout, protocol_schedule
+from .base import AlgorithmDefaults, LoweringContext, lower_launched, piece_layout, protocol_schedule
 
 
-class RingAlgorithm:
+class RingAlgorithm(AlgorithmDefaults):
     name = "ring"
     kinds = frozenset({CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER,
                        CollectiveKind.BROADCAST, CollectiveKind.REDUCE})

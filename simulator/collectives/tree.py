@@ -28,11 +28,11 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import LoweringContext, lower_launched, split_evenly
+from .base import AlgorithmDefaults, LoweringContext, lower_launched, split_evenly
 from .nvls_tree import double_binary_tree, levels
 
 
-class TreeAlgorithm:
+class TreeAlgorithm(AlgorithmDefaults):
     name = "tree"
     kinds = frozenset({CollectiveKind.ALL_REDUCE})
     protocols = nccl_model.PROTOCOLS

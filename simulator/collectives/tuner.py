@@ -34,10 +34,8 @@ from typing import Iterator, Mapping
 
 from workloads.collectives import Collective, CollectiveKind
 
-from . import ALGORITHMS
-from . import nccl_model
+from . import ALGORITHMS, nccl_model
 from .base import MAX_CHANNELS, LoweringContext, ring_channels
-
 
 # NCCL's algorithm names in NCCL_ALGO (ncclAlgoStr in src/graph/tuning.cc; "collnet", the name before
 # 2.15, means both CollNet algorithms) -> the algorithms modelled here; CollNetChain is not modelled
@@ -245,7 +243,7 @@ def candidates(collective: Collective, ctx: LoweringContext,
         reason, by = None, None
         if forced is not None and algorithm.name != forced:
             reason, by = f"--algo {forced}", "--algo"
-        elif forced is None and not getattr(algorithm, "auto", True):
+        elif forced is None and not algorithm.auto:
             reason = "not an automatic choice (--algo only)"
         elif forced is None and algos is not None and algorithm.name not in algos:
             reason, by = f"{policy.algorithms.variable}={policy.algorithms.text}", policy.algorithms.variable
@@ -263,9 +261,9 @@ def candidates(collective: Collective, ctx: LoweringContext,
             continue
         # an algorithm with its own channel count runs on it (NVLS: nvlsChannels; sendrecv, alltoall:
         # p2pnChannels), the others on the ring's; NCCL_MIN/MAX_CTAS clamp both, --channels forces both
-        own = getattr(algorithm, "channels", None)
+        own = algorithm.channels(collective, ctx)
         nchannels = policy.nchannels or min(policy.max_channels, max(
-            policy.min_channels, own(collective, ctx) if own is not None else comm_channels))
+            policy.min_channels, own if own is not None else comm_channels))
         protocols = [p for p in enabled if p in algorithm.protocols]
         if policy.protocol is not None:
             if policy.protocol not in algorithm.protocols:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from simulator.api import simulate
-from simulator.collectives import ALGORITHMS, LoweringContext
+from simulator.collectives import ALGORITHMS, Algorithm, LoweringContext
 from simulator.collectives import nccl_model
 from simulator.collectives.nvls_tree import tree_network_hops
 from simulator.collectives.p2p import comm_p2p_channels, op_channels
@@ -33,6 +33,21 @@ def context(system="dgx-h100", nodes=1, gpus_per_node=None):
 
 
 CASES = [(1, 2), (1, 3), (1, 8), (2, 8), (3, 5)]   # (nodes, gpus per node): includes odd rank counts
+
+
+def test_every_registered_algorithm_has_the_whole_interface():
+    # the tuner, simulate() and the verifier call these on every registered algorithm, never via getattr;
+    # Hierarchical, HalvingDoubling and Pairwise are NCCL-foreign (forced only), the rest NCCL's choices
+    for name, algorithm in ALGORITHMS.items():
+        assert isinstance(algorithm, Algorithm), name
+    manual = {name for name, a in ALGORITHMS.items() if not a.auto}
+    assert manual == {"hierarchical", "halving_doubling", "pairwise"}
+    # own channel counts: NVLS's nvlsChannels and the point-to-point p2pnChannels; the others run on the ring's
+    topo = build_system("dgx-h100", nodes=2)
+    ctx = LoweringContext(topology=topo, router=Router(topo), rank_gpu=tuple(range(16)))
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 20, group=tuple(range(16)))
+    assert ALGORITHMS["ring"].channels(coll, ctx) is None and ALGORITHMS["tree"].channels(coll, ctx) is None
+    assert ALGORITHMS["nvlstree"].channels(coll, ctx) is not None
 
 
 @pytest.mark.parametrize("nodes,gpn", CASES)
