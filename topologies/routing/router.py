@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -44,6 +44,12 @@ from ..topology import Topology
 from .hashing import _GOLDEN64, _absorb, mix64
 from .policies import POLICIES, ROUTING_POLICIES, valiant_route
 from .wiring import RouteCache, _Option, _Table
+
+#: GPU indices or flow keys of a bulk request: an integer sequence or a 1-d integer array
+IntSequence = Sequence[int] | np.ndarray
+
+_Route = tuple[np.ndarray, np.ndarray | None]               # links, weights (None: all ones)
+_Load = tuple[np.ndarray, np.ndarray | None, float]         # links, weights, bytes
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -67,9 +73,9 @@ class _Pair:
         self.head, self.tail, self.leaf_src, self.leaf_dst = head, tail, leaf_src, leaf_dst
         self.prefix, self.fixed = prefix, fixed
         self.sprayed: tuple[np.ndarray, np.ndarray] | None = None
-        self.route = None if fixed is None else (fixed, None)
-        self.load = None if fixed is None else (fixed, None, 1.0)
-        self.pinned: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        self.route: _Route | None = None if fixed is None else (fixed, None)
+        self.load: _Load | None = None if fixed is None else (fixed, None, 1.0)
+        self.pinned: dict[int, _Route] = {}
 
 
 class Router:
@@ -101,7 +107,7 @@ class Router:
         self._seed_state = _absorb(_GOLDEN64, seed)
         self._capacity = topology.link_capacity_bytes_per_s
         self._load = np.zeros(topology.num_links)
-        self._pending: list[tuple[np.ndarray, np.ndarray | None, float]] = []   # load not yet in _load
+        self._pending: list[_Load] = []   # load not yet in _load
         self._cache: dict[tuple[int, int, int, bool], np.ndarray] = {}
         self._pairs: dict[int, _Pair] = {}       # (src GPU x GPUs + dst GPU) x 2 + pxn -> pair and its pins
 
@@ -156,7 +162,8 @@ class Router:
             weights = self._w.ones(links.shape[0])
         return links, weights
 
-    def paths(self, src_gpus, dst_gpus, *, flow_keys, pxn: bool | None = None) -> list[np.ndarray]:
+    def paths(self, src_gpus: IntSequence, dst_gpus: IntSequence, *, flow_keys: int | np.integer | IntSequence,
+              pxn: bool | None = None) -> list[np.ndarray]:
         """:meth:`path` of many flows at once: ``[self.path(s, d, flow_key=k, pxn=pxn) for s, d, k in
         zip(src_gpus, dst_gpus, flow_keys)]``, with the same paths, pinned flows, assigned load (same
         additions in the same order) and errors (raised at the first bad flow, after those before it
@@ -175,7 +182,8 @@ class Router:
         return [links for links, _ in self._bulk_route(src_gpus, dst_gpus, flow_keys, pxn, walk=True,
                                                        method="paths")]
 
-    def weighted_paths(self, src_gpus, dst_gpus, *, flow_keys, pxn: bool | None = None
+    def weighted_paths(self, src_gpus: IntSequence, dst_gpus: IntSequence, *,
+                       flow_keys: int | np.integer | IntSequence, pxn: bool | None = None
                        ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """:meth:`weighted_path` of many flows at once, as :meth:`paths` is :meth:`path`'s: the
         list of links and the list of weights."""
@@ -206,13 +214,14 @@ class Router:
                 ends = np.cumsum(lengths).tolist()
                 for i in weighted:
                     links, weights, nbytes = pending[i]
+                    assert weights is not None                 # the flows in weighted have weights
                     values[ends[i] - links.shape[0]:ends[i]] = nbytes * weights
             np.add.at(self._load, np.concatenate([p[0] for p in pending]), values)
             pending.clear()
         return self._load
 
     def _route(self, src_gpu: int, dst_gpu: int, flow_key: int, pxn: bool | None, nbytes: float,
-               *, walk: bool) -> tuple[np.ndarray, np.ndarray | None]:
+               *, walk: bool) -> _Route:
         """(links, weights or None for all ones); ``walk`` asks for a single path (ECMP under spray)."""
         num_gpus = self._w.num_gpus
         if not (0 <= src_gpu < num_gpus and 0 <= dst_gpu < num_gpus):
@@ -234,7 +243,7 @@ class Router:
                             walk and self._spraying)
 
     def _routed(self, src_gpu: int, dst_gpu: int, flow_key: int, pxn: bool, nbytes: float,
-                representative: bool) -> tuple[np.ndarray, np.ndarray | None]:
+                representative: bool) -> _Route:
         """:meth:`_route` of a flow between two valid, distinct GPUs: the pinned route of a flow seen
         before, else its route, pinned and its load pending (``representative``: the single walk of
         a sprayed flow, not the flow's own routing, so no load)."""
@@ -245,17 +254,18 @@ class Router:
         hit = pair.pinned.get(2 * flow_key + representative)
         return self._pin(pair, flow_key, nbytes, representative) if hit is None else hit
 
-    def _pin(self, pair: _Pair, flow_key: int, nbytes: float, representative: bool
-             ) -> tuple[np.ndarray, np.ndarray | None]:
+    def _pin(self, pair: _Pair, flow_key: int, nbytes: float, representative: bool) -> _Route:
         """Route a flow of ``pair`` not seen before, pin it and add its load to the pending."""
+        route, load = pair.route, pair.load          # not None exactly when the pair's path is fixed
+        result: _Route
         if self._spraying and not representative and pair.leaf_src >= 0:     # a sprayed inter-server flow
             result = self._sprayed(pair)
-        elif pair.fixed is not None:                           # inside a server, or both NICs on one switch
-            result = pair.route
+        elif route is not None:                                # inside a server, or both NICs on one switch
+            result = route
         else:
             result = (self._hashed_path(pair, flow_key, nbytes), None)
         if not representative:
-            self._pending.append(pair.load if result is pair.route and nbytes == 1.0
+            self._pending.append(load if load is not None and result is route and nbytes == 1.0
                                  else (result[0], result[1], nbytes))
         pair.pinned[2 * flow_key + representative] = result
         return result
@@ -277,8 +287,8 @@ class Router:
         fabric = self._fabric_route(pair.leaf_src, pair.leaf_dst, flow_hash, nbytes)
         return _readonly(np.asarray(pair.head + fabric + pair.tail, dtype=np.int64))
 
-    def _bulk_route(self, src_gpus, dst_gpus, flow_keys, pxn: bool | None, *, walk: bool, method: str
-                    ) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    def _bulk_route(self, src_gpus: IntSequence, dst_gpus: IntSequence, flow_keys: int | np.integer | IntSequence,
+                    pxn: bool | None, *, walk: bool, method: str) -> list[_Route]:
         """``_route`` of each flow in turn (``nbytes=1``), same results and side effects in the same
         order: the flows before the first with a bad GPU (checked with numpy) go straight to
         :meth:`_routed`, then ``_route`` raises the loop's error at that flow."""
@@ -308,7 +318,7 @@ class Router:
         return routes
 
     @staticmethod
-    def _int_array(values, name: str, method: str) -> np.ndarray:
+    def _int_array(values: object, name: str, method: str) -> np.ndarray:
         array = np.asarray(values)
         if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
             shown = repr(values) if len(repr(values)) <= 60 else repr(values)[:57] + "..."
@@ -520,6 +530,7 @@ class Router:
         info = topo.servers[int(topo.gpu_server[gpu])]
         local = int(topo.gpu_local[gpu])
         g = int(topo.gpu_nodes[gpu])
+        links: tuple[int, ...]
         if node == info.nvswitch:
             u, v = (g, node) if up else (node, g)
             links = (min(topo.graph.get_edge_data(u, v)),)

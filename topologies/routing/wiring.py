@@ -92,14 +92,13 @@ class Wiring:
         self.switch_dst = dst[self.switch_links]
         self.switch_src_index = np.searchsorted(switch_ids, self.switch_src)
         self.switch_dst_index = np.searchsorted(switch_ids, self.switch_dst)
+        self.switch_link_cost: np.ndarray | None = None
         if self.group:
             # hierarchical ("minimal") hop costs: 1 inside a group, 1 + B between groups (module docstring)
             between = len(switches) + 1
             group = np.asarray([self.group[n] for n in switches], dtype=np.int64)
             self.switch_link_cost = np.where(group[self.switch_src_index] == group[self.switch_dst_index],
                                              1, 1 + between)
-        else:
-            self.switch_link_cost = None
         # NIC cabling: the switch each NIC's uplink enters, and every link from that switch back to the NIC
         self.nic_leaf = {nic: int(dst[up]) for nic, up in topology.nic_leaf_link.items()}
         down = sorted(link for nic, leaf in self.nic_leaf.items()
@@ -119,7 +118,7 @@ class Wiring:
         return ones
 
     @staticmethod
-    def _refs(topology: Topology) -> tuple:
+    def _refs(topology: Topology) -> tuple[object, ...]:
         """The topology's arrays and tables the wiring is derived from (compared by identity)."""
         return (topology.link_src, topology.link_dst, topology.nic_leaf_link, topology.servers,
                 topology.gpu_server, topology.gpu_local)
@@ -253,8 +252,8 @@ class RouteCache:
 
     __slots__ = ("_wirings",)
 
-    def __init__(self):
-        self._wirings: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    def __init__(self) -> None:
+        self._wirings: weakref.WeakKeyDictionary[object, Wiring] = weakref.WeakKeyDictionary()
 
     def wiring(self, topology: Topology) -> Wiring:
         """The wiring of ``topology``: built at the first request, then the same object."""
