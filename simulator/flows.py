@@ -49,7 +49,7 @@ each is its own connection at 20 GB/s.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from typing import Iterable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -113,7 +113,7 @@ def network_flows(step: Step, schedule: Schedule, *, router: Router, rank_gpu: t
     independent = np.flatnonzero(alone)
     entries = [np.flatnonzero(alone[edge_of])]
     weights = [flat_w[entries[0]]]
-    counts, nbytes, fills = [lengths[independent]], [wire_bytes[independent]], [fill_wire[independent]]
+    count_parts, nbytes, fills = [lengths[independent]], [wire_bytes[independent]], [fill_wire[independent]]
     members = np.flatnonzero(chained)
     if members.size:
         # a chain is one flow over its edges' links in edge order, each weighted by its edge's
@@ -131,11 +131,11 @@ def network_flows(step: Step, schedule: Schedule, *, router: Router, rank_gpu: t
         entry_chain = chain_index[entry_edge]
         entries.append(entry)
         weights.append(flat_w[entry] * (wire_bytes[entry_edge] / top[entry_chain]))
-        counts.append(np.bincount(entry_chain, minlength=starts.shape[0])[kept])
+        count_parts.append(np.bincount(entry_chain, minlength=starts.shape[0])[kept])
         nbytes.append(top[kept])
         fills.append(fill_top[kept])
     entry = np.concatenate(entries)
-    links, link_weights, counts = flat_links[entry], np.concatenate(weights), np.concatenate(counts)
+    links, link_weights, counts = flat_links[entry], np.concatenate(weights), np.concatenate(count_parts)
     if members.size:
         # each distinct (source, destination, channel) of the step is one connection (its own QPs)
         connections, shared = _connection_ids(step)[edge_of[entry]], None
@@ -237,8 +237,8 @@ def connection_caps_flat(topology: Topology, links: np.ndarray, counts: np.ndarr
     return caps
 
 
-def edge_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes, src: int, dst: int, *, flow_key: int = 0,
-              pxn: bool = False) -> np.ndarray:
+def edge_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes: Mapping[int, int], src: int, dst: int, *,
+              flow_key: int = 0, pxn: bool = False) -> np.ndarray:
     """Links of one schedule edge: rank -> rank, rank <-> in-network buffer, or switch -> switch."""
     if src >= 0 and dst >= 0:
         return router.path(rank_gpu[src], rank_gpu[dst], flow_key=flow_key, pxn=pxn)
@@ -249,7 +249,7 @@ def edge_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes, src: int, 
     return router.switch_path(innet_nodes[src], innet_nodes[dst], flow_key=flow_key)
 
 
-def edge_weighted_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes, src: int, dst: int, *,
+def edge_weighted_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes: Mapping[int, int], src: int, dst: int, *,
                        flow_key: int = 0, pxn: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(links, fraction of the edge's bytes on each link): rank -> rank edges split over equal-cost
     paths under packet spraying; every other edge is one path (weights 1)."""

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from topologies.routing import mix64
 from topologies.topology import Topology
@@ -49,11 +50,11 @@ PLACEMENT_POLICIES = ("contiguous", "fragmented", "strided")
 _PLACEMENT_SALT = 0x504C414345   # "PLACE"
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _per_server(topology: Topology, gpus_per_node, field: str = "gpus_per_node") -> int:
+def _per_server(topology: Topology, gpus_per_node: object, field: str = "gpus_per_node") -> int:
     most = min(len(s.gpus) for s in topology.servers)
     g = gpus_per_node if gpus_per_node is not None else len(topology.servers[0].gpus)
     if not _is_int(g) or g < 1 or g > most:
@@ -61,7 +62,7 @@ def _per_server(topology: Topology, gpus_per_node, field: str = "gpus_per_node")
     return g
 
 
-def _check_nranks(field: str, nranks, g: int, topology: Topology) -> int:
+def _check_nranks(field: str, nranks: object, g: int, topology: Topology) -> int:
     if not _is_int(nranks) or nranks < 1 or nranks > g * topology.num_servers:
         raise ValueError(f"{field}: {nranks!r} is not allowed; expected an integer from 1 to "
                          f"{g * topology.num_servers} ({topology.num_servers} servers x {g} GPUs)")

@@ -42,20 +42,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from workloads.collectives import DTYPE_BYTES, Collective
 
 
-def _frozen_int_array(values) -> np.ndarray:
+def _frozen_int_array(values: ArrayLike) -> np.ndarray:
     array = np.ascontiguousarray(values, dtype=np.int64)
     array.setflags(write=False)
     return array
 
 
-def _frozen_float_array(values) -> np.ndarray:
+def _frozen_float_array(values: ArrayLike) -> np.ndarray:
     array = np.ascontiguousarray(values, dtype=np.float64)
     array.setflags(write=False)
     return array
@@ -76,8 +77,10 @@ class Step:
     rate_cap_bytes_per_s: np.ndarray | None = None   # per-flow payload rate cap, independent flows only (None: none)
 
     @classmethod
-    def of(cls, *, src, dst, nbytes, channel=None, chain=None, latency_s: float = 0.0, label: str = "",
-           path_latency: bool = True, wire_scale=None, fill_bytes=None, rate_cap_bytes_per_s=None) -> "Step":
+    def of(cls, *, src: Sequence[int] | np.ndarray, dst: ArrayLike, nbytes: ArrayLike, channel: ArrayLike | None = None,
+           chain: ArrayLike | None = None, latency_s: float = 0.0, label: str = "", path_latency: bool = True,
+           wire_scale: ArrayLike | None = None, fill_bytes: ArrayLike | None = None,
+           rate_cap_bytes_per_s: ArrayLike | None = None) -> "Step":
         n = len(src)
         channel = np.zeros(n, dtype=np.int64) if channel is None else channel
         chain = np.full(n, -1, dtype=np.int64) if chain is None else chain
@@ -133,7 +136,7 @@ class DataStep:
     reduce: np.ndarray
 
     @classmethod
-    def of(cls, ops, *, reduce: bool | None = None) -> "DataStep":
+    def of(cls, ops: Iterable[Sequence[int]], *, reduce: bool | None = None) -> "DataStep":
         """From (src, dst, offset, count[, dst_offset[, reduce]]) tuples; dst_offset defaults to offset."""
         rows = [tuple(op) for op in ops]
         src = [r[0] for r in rows]

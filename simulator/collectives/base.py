@@ -21,8 +21,9 @@ never touch a network model or the engine.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import numpy as np
 
@@ -36,6 +37,11 @@ from ..flows import connection_caps, edge_path
 from ..rates import equal_share_rates
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
+
+_T = TypeVar("_T")
+
+#: an edge of an in-network schedule: (src, dst, elements, chain); a negative src/dst is a switch buffer
+InnetEdge = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,7 +74,7 @@ class LoweringContext:
     router: Router
     rank_gpu: tuple[int, ...]
     qps_per_connection: int = 1           # NCCL_IB_QPS_PER_CONNECTION
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict[Hashable, object] = field(default_factory=dict, repr=False, compare=False)
 
     def gpu(self, rank: int) -> int:
         return self.rank_gpu[rank]
@@ -79,12 +85,12 @@ class LoweringContext:
     def local(self, rank: int) -> int:
         return int(self.topology.gpu_local[self.rank_gpu[rank]])
 
-    def cached(self, key, build):
+    def cached(self, key: Hashable, build: Callable[[], _T]) -> _T:
         """Per-simulation memo for size-independent results (ring orders, chain paths)."""
         value = self._cache.get(key)
         if value is None:
             value = self._cache[key] = build()
-        return value
+        return cast(_T, value)            # the cache holds what ``build`` of this key returned
 
     def layout(self, group: tuple[int, ...]) -> GroupLayout:
         return self.cached(("layout", group), lambda: self._layout(group))
@@ -117,7 +123,7 @@ class LoweringContext:
         at NCCL's per-link figure for the GPU's generation (``topologies.links.NCCL_NVLINK_BYTES_PER_S``)
         times its link count, every other link as modelled (only B200's NVLink5 departs: modelled
         37.9 GB/s per link, NCCL's 40.1)."""
-        def build():
+        def build() -> np.ndarray:
             topo = self.topology
             capacity = topo.link_capacity_bytes_per_s.copy()
             nvlink = np.flatnonzero(topo.link_kind == int(LinkKind.NVLINK))
@@ -135,14 +141,18 @@ class LoweringContext:
         """Equal-share rate of each chain's link list (the tuner's static bandwidth estimate) on the
         modelled capacities, bounded by what the chain's network connections can stream."""
         rates = equal_share_rates(chains, self.topology.link_capacity_bytes_per_s, weights)
-        return np.minimum(rates, connection_caps(self.topology, chains, self.qps_per_connection, weights))
+        caps = connection_caps(self.topology, chains, self.qps_per_connection, weights)
+        bounded: np.ndarray = np.minimum(rates, caps)
+        return bounded
 
 
 def _nccl_nvlink_scale(gpu_name: str | None) -> float:
     """NCCL's per-link NVLink figure over the modelled one for a GPU preset (1 when either is unknown)."""
-    spec = GPU_PRESETS.get(gpu_name)
-    nccl_bytes_per_s = NCCL_NVLINK_BYTES_PER_S.get(spec.arch) if spec is not None else None
-    if not nccl_bytes_per_s or spec.nvlink is None:
+    spec = None if gpu_name is None else GPU_PRESETS.get(gpu_name)
+    if spec is None or spec.nvlink is None:
+        return 1.0
+    nccl_bytes_per_s = NCCL_NVLINK_BYTES_PER_S.get(spec.arch)
+    if not nccl_bytes_per_s:
         return 1.0
     return nccl_bytes_per_s / spec.nvlink.bandwidth_bytes_per_s
 
@@ -166,6 +176,15 @@ class Algorithm(Protocol):
 
     def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
                  nchannels: int) -> tuple[float, float]: ...
+
+
+class LaunchedAlgorithm(Protocol):
+    """An algorithm that lowers onto a chosen number of its communicator's channels (ring, tree)."""
+
+    name: str
+
+    def lower_on(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int,
+                 comm_channels: int) -> Schedule: ...
 
 
 class AlgorithmDefaults:
@@ -204,7 +223,8 @@ def piece_layout(collective: Collective, nchannels: int) -> tuple[np.ndarray, np
 
 
 def protocol_schedule(collective: Collective, ctx: LoweringContext, *, algorithm: str, protocol: str,
-                      nchannels: int, steps, comm_channels: int | None = None, **fields) -> Schedule:
+                      nchannels: int, steps: Iterable[Step], comm_channels: int | None = None,
+                      **fields: Any) -> Schedule:
     """A Schedule whose flows carry the protocol's wire factor and per-channel payload cap: the cap
     of a channel of a communicator of ``comm_channels`` (default ``nchannels``) channels."""
     layout = ctx.layout(collective.group)
@@ -215,7 +235,7 @@ def protocol_schedule(collective: Collective, ctx: LoweringContext, *, algorithm
                         nchannels=nchannels if comm_channels is None else comm_channels), **fields)
 
 
-def lower_launched(algorithm, collective: Collective, ctx: LoweringContext, *, protocol: str,
+def lower_launched(algorithm: LaunchedAlgorithm, collective: Collective, ctx: LoweringContext, *, protocol: str,
                    nchannels: int) -> Schedule:
     """``algorithm.lower_on`` (ring, tree) on the channels NCCL launches for the collective's size
     (``nccl_model.launched_channels``) out of the communicator's ``nchannels``."""
@@ -232,7 +252,8 @@ def check_runnable(algorithm: str, reason: str | None, protocol: str, protocols:
         raise ValueError(f"protocol: {algorithm} runs with {', '.join(protocols)}, not {protocol!r}")
 
 
-def innet_schedule(collective: Collective, *, algorithm: str, protocol: str, nchannels: int, edges,
+def innet_schedule(collective: Collective, *, algorithm: str, protocol: str, nchannels: int,
+                   edges: Sequence[InnetEdge],
                    efficiency: float, innet_nodes: dict[int, int], latency_s: float,
                    chain_rate_cap_bytes_per_s: float = math.inf, fill_bytes: float = 0.0) -> Schedule:
     """One step of chains through in-network reduction buffers (NVLS, NVLSTree, CollNet).
@@ -251,7 +272,8 @@ def innet_schedule(collective: Collective, *, algorithm: str, protocol: str, nch
                     steps=(step,), innet_nodes=innet_nodes, chain_rate_cap_bytes_per_s=chain_rate_cap_bytes_per_s)
 
 
-def innet_chain_rate(ctx: LoweringContext, edges, innet_nodes: dict[int, int], efficiency: float) -> tuple[float, int]:
+def innet_chain_rate(ctx: LoweringContext, edges: Iterable[InnetEdge], innet_nodes: dict[int, int],
+                     efficiency: float) -> tuple[float, int]:
     """(slowest chain's equal-share rate, number of chains) of ``innet_schedule``'s chains, with
     the switch legs weighted by 1/efficiency as in the schedule."""
     paths: dict[int, list[np.ndarray]] = {}
