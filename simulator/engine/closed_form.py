@@ -31,20 +31,23 @@ from collections import Counter
 
 import numpy as np
 
+from ..network.analytical import AnalyticalNetwork
+from ..network.base import FluidNetwork
 from ..schedule import Schedule
 from .replay import Route
 
 
-def collective_times(*, network, schedules: list[Schedule], route: Route,
+def collective_times(*, network: FluidNetwork, schedules: list[Schedule], route: Route,
                      launch_overhead_s: float = 0.0) -> tuple[np.ndarray, np.ndarray, int]:
     """(time of every collective, bytes moved per link by all of them, batches rated).
 
     ``schedules[i]`` is collective i's schedule; equal schedules (the same object) are timed once, each
     step routed once by ``route(step, schedule)`` (``simulator.flows.Routes``: flat routed arrays)."""
-    if not network.context_free:
+    if not (network.context_free and isinstance(network, AnalyticalNetwork)):
         raise ValueError(f"network: {type(network).__name__} is not context-free; closed-form replay needs a "
                          "model whose rates ignore other flows (the analytical model)")
-    moved_links, moved_bytes = [], []
+    moved_links: list[np.ndarray] = []
+    moved_bytes: list[np.ndarray] = []
     uses = Counter(id(schedule) for schedule in schedules)
     timed: dict[int, float] = {}
     rated = 0

@@ -20,15 +20,19 @@ from collections.abc import Callable
 
 import numpy as np
 import simpy
+from simpy.events import EventPriority
 
-from ..network.base import entries_of
+from ..network.base import FluidNetwork, entries_of
 
 # Below simpy.events.NORMAL (1): runs after all ordinary events of the same timestamp.
-_SETTLE_PRIORITY = 2
+_SETTLE_PRIORITY = EventPriority(2)
+
+#: ``rebuild()``: fresh (links, weights, counts) of a transfer's flows, in the same order
+Rebuild = Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 class Fabric:
-    def __init__(self, env: simpy.Environment, network):
+    def __init__(self, env: simpy.Environment, network: FluidNetwork):
         self.env = env
         self.network = network
         self._last_s = 0.0
@@ -38,19 +42,21 @@ class Fabric:
         self._outstanding: dict[int, int] = {}
         self._done_events: dict[int, simpy.Event] = {}
         self._next_transfer = 0
-        self._rebuild: dict[int, Callable] = {}   # transfer -> its rebuild callable
+        self._rebuild: dict[int, Rebuild] = {}   # transfer -> its rebuild callable
         self._flows_of: dict[int, list[int]] = {}  # transfer -> its current flow ids, in order
 
     # ---- public ------------------------------------------------------------------------------
     def transfer(self, links: np.ndarray, weights: np.ndarray, counts: np.ndarray, wire_bytes: np.ndarray,
                  caps_bytes_per_s: np.ndarray, latency_s: float, *, fill_bytes: np.ndarray,
-                 rebuild: Callable | None) -> simpy.Event:
+                 rebuild: Rebuild | None) -> simpy.Event:
         """Flows as in ``network.add`` (flow i: the ``counts[i]`` consecutive entries of ``links``);
         ``rebuild()`` (None: none) returns fresh (links, weights, counts) for the same flows, in the same
         order: used to move them off a link that fails while they run (``fail_link``)."""
         done = self.env.event()
         if len(counts) == 0:
-            self.env.timeout(latency_s).callbacks.append(lambda _ev: done.succeed())
+            def finish(_event: simpy.Event) -> None:
+                done.succeed()
+            self.env.timeout(latency_s).callbacks.append(finish)
             return done
         tid = self._next_transfer
         self._next_transfer += 1
@@ -69,7 +75,8 @@ class Fabric:
             self._last_s = now
             self._finish(finished)
 
-    def _start(self, tid: int, links, weights, counts, wire_bytes, caps, fill) -> None:
+    def _start(self, tid: int, links: np.ndarray, weights: np.ndarray, counts: np.ndarray, wire_bytes: np.ndarray,
+               caps: np.ndarray, fill: np.ndarray) -> None:
         self._advance_to_now()
         if tid in self._rebuild and not self.network.capacity_bytes_per_s[links].all():
             links, weights, counts = self._rebuild[tid]()     # a link failed while this transfer waited its latency
@@ -133,7 +140,7 @@ class Fabric:
         event.callbacks.append(self._settle)
         self.env.schedule(event, priority=_SETTLE_PRIORITY)
 
-    def _settle(self, _event) -> None:
+    def _settle(self, _event: simpy.Event) -> None:
         self._settle_pending = False
         self._advance_to_now()
         # flows that finish within round-off of now complete now (avoid zero-length timers)

@@ -18,9 +18,10 @@ links, weights, wire bytes, caps, the step's latency), and ``on_link_failed(link
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -28,11 +29,18 @@ import simpy
 from workloads.tasks import CommTask, ComputeTask, Workload
 
 from ..flows import NetworkFlows
+from ..network.base import FluidNetwork
 from ..schedule import Schedule, Step
 from .fabric import Fabric
 
+if TYPE_CHECKING:
+    from ..config import LinkEvent
+
 #: ``route(step, schedule)``: the step's flows routed into flat arrays (memoised by its owner)
 Route = Callable[[Step, Schedule], NetworkFlows]
+
+#: a SimPy process: yields the events it waits for
+_Process = Generator[simpy.Event, object, None]
 
 
 @dataclass(slots=True)
@@ -43,9 +51,10 @@ class _Rendezvous:
     end_s: float = 0.0
 
 
-def run(*, network, workload: Workload, schedules: list[Schedule], route: Route,
+def run(*, network: FluidNetwork, workload: Workload, schedules: list[Schedule], route: Route,
         on_link_failed: Callable[[int], None] | None = None, launch_overhead_s: float = 0.0,
-        task_ranks: tuple[int, ...] | None = (), link_events=()) -> tuple[list[tuple[float, float]], list[float], dict]:
+        task_ranks: tuple[int, ...] | None = (), link_events: Sequence[LinkEvent] = ()
+        ) -> tuple[list[tuple[float, float]], list[float], dict[int, np.ndarray]]:
     """Replay ``workload`` on a fresh SimPy environment whose fabric drives ``network``.
 
     ``schedules[i]`` is collective i's; ``route(step, schedule)`` gives a step's routed flows when the
@@ -67,23 +76,24 @@ def run(*, network, workload: Workload, schedules: list[Schedule], route: Route,
     if on_link_failed is None and any(event.scale <= 0 for event in link_events):
         raise ValueError("link_events: a link failure needs on_link_failed, the reroute callback")
 
-    def rerouted(step, schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def rerouted(step: Step, schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Fresh paths of a step's flows (links, weights, counts), for a transfer caught by a link failure."""
         fresh = route(step, schedule)
         return fresh.links, fresh.link_weights, fresh.counts
 
-    def link_event(event):
+    def link_event(event: LinkEvent) -> _Process:
         yield env.timeout(event.time_s)
         if event.scale > 0:
             fabric.scale_link(event.link, event.scale)
             return
+        assert on_link_failed is not None                 # checked above: a failure needs it
         on_link_failed(event.link)
         fabric.fail_link(event.link)
 
     for event in sorted(link_events, key=lambda e: (e.time_s, e.link)):
         env.process(link_event(event))
 
-    def execute(index: int):
+    def execute(index: int) -> _Process:
         meeting = meetings[index]
         meeting.start_s = env.now
         schedule = schedules[index]
@@ -97,7 +107,7 @@ def run(*, network, workload: Workload, schedules: list[Schedule], route: Route,
         meeting.end_s = env.now
         meeting.done.succeed()
 
-    def stream_process(rank: int, positions: list[int], done: list[simpy.Event]):
+    def stream_process(rank: int, positions: list[int], done: list[simpy.Event]) -> _Process:
         program = workload.programs[rank]
         times = task_times.get(rank)
         for position in positions:
@@ -108,6 +118,9 @@ def run(*, network, workload: Workload, schedules: list[Schedule], route: Route,
             if times is not None:
                 times[position, 0] = env.now
             if isinstance(task, ComputeTask):
+                if task.duration_s is None:
+                    raise ValueError(f"workload: compute task {position} of rank {rank} has no duration; expected "
+                                     "a resolved workload (Workload.unresolved == 0)")
                 yield env.timeout(task.duration_s)
             elif isinstance(task, CommTask):
                 meeting = meetings[task.index]

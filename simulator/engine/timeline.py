@@ -17,11 +17,13 @@ it would run on an infinitely fast network, pipeline bubbles and dependencies in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from workloads.tasks import ComputeTask, Workload
+from workloads.tasks import ComputeTask, Task, Workload
 
 __all__ = ("Timeline", "task_times")
 
@@ -36,7 +38,7 @@ class Timeline:
     arrival_s: tuple[np.ndarray, ...]
     collective_start_s: np.ndarray
     collective_end_s: np.ndarray
-    _flat: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # see flat()
+    _flat: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False, compare=False)   # see flat()
 
     @classmethod
     def _from_flat(cls, start_s: np.ndarray, end_s: np.ndarray, arrival_s: np.ndarray, base: np.ndarray,
@@ -86,11 +88,11 @@ class Timeline:
         return out
 
 
-def _concatenate(rows) -> np.ndarray:
+def _concatenate(rows: Sequence[np.ndarray]) -> np.ndarray:
     return np.concatenate(rows) if rows else np.zeros(0)
 
 
-def task_times(workload: Workload, collective_time_s=None) -> Timeline:
+def task_times(workload: Workload, collective_time_s: ArrayLike | None = None) -> Timeline:
     """Every task's start and end (see the module docstring). ``collective_time_s``: one duration per
     collective (None = all 0 s, the compute critical path). Raises RuntimeError on a deadlock.
 
@@ -110,14 +112,14 @@ def task_times(workload: Workload, collective_time_s=None) -> Timeline:
     return _walk_streams(workload, durations.tolist())
 
 
-def _stream_links(programs) -> tuple[list, list[int], list[int], list[int], list[int]]:
+def _stream_links(programs: Sequence[Sequence[Task]]) -> tuple[list[Task], list[int], list[int], list[int], list[int]]:
     """Flatten the programs (global task id = program's base + position) and chain each stream's tasks:
     ``(tasks, next_in_stream, stream_heads, stream_program, bases)``; ``next_in_stream[g] = -1`` at a
     stream's end, streams are numbered program by program in order of first appearance (the order
     deadlocks are reported in), ``stream_program[s]`` is stream s's program's index, ``bases[k]`` is
     program k's first global id and ``bases[len(programs)]`` the task count."""
     nxt = [-1] * sum(map(len, programs))
-    tasks: list = []
+    tasks: list[Task] = []
     heads: list[int] = []
     stream_program: list[int] = []
     bases = [0]
@@ -155,9 +157,9 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
     ncoll = len(durations)
     tasks, nxt, heads, stream_program, bases = _stream_links(programs)
     total, nstreams = bases[-1], len(heads)
-    start: list = [None] * total
-    end: list = [None] * total
-    arrival: list = [None] * total
+    start: list[float | None] = [None] * total
+    end: list[float | None] = [None] * total
+    arrival: list[float | None] = [None] * total
     current = heads[:]                     # per stream: the first unfinished task, -1 when done
     previous_end = [0.0] * nstreams        # per stream: end of its last finished task
     distinct = program_of.tolist()
@@ -190,8 +192,10 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
                     waiters.setdefault(base + a, []).append(sid)
                     break
             if isinstance(task, compute):
+                duration = task.duration_s
+                assert duration is not None            # the engine runs resolved workloads (Workload.unresolved)
                 start[g] = arrival[g] = ready
-                ready_prev = end[g] = ready + task.duration_s
+                ready_prev = end[g] = ready + duration
                 if waiters and g in waiters:
                     stack.extend(waiters.pop(g))
                 g = nxt[g]
@@ -236,5 +240,6 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
     if len(shared) < workload.nranks:           # copy each walked program's times to the ranks sharing it
         source = np.arange(int(sizes.sum())) + np.repeat(np.array(bases[:-1])[program_of] - rank_base, sizes)
         times = [a[source] for a in times]
-    return Timeline._from_flat(*times, rank_base, np.array(c_start, dtype=np.float64),
+    start_s, end_s, arrival_s = times
+    return Timeline._from_flat(start_s, end_s, arrival_s, rank_base, np.array(c_start, dtype=np.float64),
                                np.array(c_end, dtype=np.float64))
