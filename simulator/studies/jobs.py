@@ -46,7 +46,8 @@ import numpy as np
 
 from topologies.routing import RouteCache
 from topologies.topology import Topology
-from workloads.tasks import CommTask, Workload
+from workloads.collectives import Collective
+from workloads.tasks import CommTask, Task, Workload
 
 from ..api import simulate
 from ..config import SimConfig
@@ -144,7 +145,9 @@ def merge_jobs(topology: Topology, jobs: Sequence[Job]) -> tuple[Workload, Place
     """One workload and one placement running every job (ranks and collectives offset per job). The one place
     that checks ``jobs``: (Workload, Placement) pairs of equal rank counts on disjoint GPUs."""
     jobs = _check_jobs(jobs)
-    collectives, programs, rank_gpu = [], [], []
+    collectives: list[Collective] = []
+    programs: list[tuple[Task, ...]] = []
+    rank_gpu: list[int] = []
     for workload, placement in jobs:
         rank_offset, collective_offset = len(programs), len(collectives)
         collectives.extend(dataclasses.replace(c, group=tuple(r + rank_offset for r in c.group))
