@@ -6,6 +6,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from topologies.checks import instance
 from topologies.routing import Router
 from topologies.topology import Topology
 from workloads.collectives import Collective
@@ -24,6 +25,7 @@ from .results import CollectiveRecord, SimResult
 
 def simulate(topology: Topology, workload: Workload, placement: Placement | None = None,
              config: SimConfig | None = None) -> SimResult:
+    _check_inputs(topology, workload, placement, config)
     config = config or SimConfig()
     placement = placement or Placement.block(topology, nranks=workload.nranks)
     if placement.nranks != workload.nranks:
@@ -81,8 +83,19 @@ def tuner_candidates(topology: Topology, collective: Collective, placement: Plac
                      config: SimConfig | None = None) -> list[Candidate]:
     """What the tuner weighed for ``collective`` under ``simulate``'s context: each algorithm and protocol
     with NCCL's estimate, or why it was left out (``collectives.tuner.candidates``)."""
+    instance("collective", collective, Collective, "a Collective")
+    _check_inputs(topology, None, placement, config)
     config = config or SimConfig()
     return list(candidates(collective, _context(topology, placement, config), config.collectives))
+
+
+def _check_inputs(topology, workload, placement, config) -> None:
+    """The arguments' types, checked before anything runs (one clear error instead of one from deep inside)."""
+    instance("topology", topology, Topology, "a Topology (topologies.presets.build_system(name, nodes=...))")
+    if workload is not None:
+        instance("workload", workload, Workload, "a Workload (Workload.sequence([collective, ...], nranks=n))")
+    instance("placement", placement, (Placement, type(None)), "a Placement or None")
+    instance("config", config, (SimConfig, type(None)), "a SimConfig or None")
 
 
 def _context(topology: Topology, placement: Placement, config: SimConfig) -> LoweringContext:

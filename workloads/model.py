@@ -76,8 +76,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ._validate import choice, finite_nonnegative, int_at_least, is_int, reject
+from topologies.checks import choice, finite_nonnegative, int_at_least, is_int, reject
+
 from .collectives import CollectiveKind
+from .options import Recompute, names
 
 __all__ = (
     "RECOMPUTE",
@@ -92,7 +94,7 @@ __all__ = (
     "ceil_div",
 )
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = names(Recompute)
 NORMS = ("layernorm", "rmsnorm")
 POSITION_EMBEDDINGS = ("learned", "rope")
 PHASES = ("forward", "backward")

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._validate import reject
+from topologies.checks import integer, reject
+
 from .collectives import Collective
 
 
@@ -78,8 +79,11 @@ class Workload:
     shared_programs: tuple[tuple[tuple[Task, ...], np.ndarray], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.nranks, int) or self.nranks < 1:
-            raise reject("Workload.nranks", self.nranks, "an integer >= 1")
+        object.__setattr__(self, "nranks", integer("Workload.nranks", self.nranks, low=1))
+        if not isinstance(self.collectives, tuple) or not all(isinstance(c, Collective) for c in self.collectives):
+            raise reject("Workload.collectives", self.collectives, "a tuple of Collective")
+        if not isinstance(self.programs, tuple) or not all(isinstance(p, tuple) for p in self.programs):
+            raise reject("Workload.programs", self.programs, "a tuple of programs (tuples of tasks), one per rank")
         if len(self.programs) != self.nranks:
             raise ValueError(f"Workload.programs: {len(self.programs)} programs for {self.nranks} ranks")
         for i, coll in enumerate(self.collectives):
@@ -122,6 +126,9 @@ class Workload:
     @classmethod
     def sequence(cls, collectives: list[Collective] | tuple[Collective, ...], *, nranks: int) -> "Workload":
         """Every rank runs, in order, each collective whose group contains it (nccl-tests style)."""
+        if not isinstance(collectives, (list, tuple)) or not all(isinstance(c, Collective) for c in collectives):
+            raise reject("Workload.sequence.collectives", collectives, "a list of Collective")
+        nranks = integer("Workload.sequence.nranks", nranks, low=1)
         collectives = tuple(collectives)
         programs = tuple(
             tuple(CommTask(index=i, name=c.kind.value) for i, c in enumerate(collectives) if rank in c.group)

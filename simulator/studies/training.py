@@ -63,10 +63,12 @@ from typing import Mapping
 
 import numpy as np
 
+from topologies.checks import flag, instance, option
 from topologies.devices import GPU_PRESETS, GpuSpec
 from topologies.presets import SYSTEMS, TOPOLOGIES, build_system
 from topologies.topology import Topology
 from workloads.model import ModelSpec, ceil_div
+from workloads.options import Granularity, Recompute
 from workloads.parallelism import ParallelismSpec
 from workloads.tasks import ComputeTask
 from workloads.training_step import (GRANULARITIES, StepCompute, TrainingWorkload, gradient_bytes_per_param,
@@ -379,12 +381,13 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
     if not isinstance(parallelism, ParallelismSpec):
         raise ValueError(f"parallelism: {parallelism!r} is not allowed; expected a workloads.parallelism."
                          "ParallelismSpec")
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity: {granularity!r} is not allowed; expected one of "
-                         f"{', '.join(map(repr, GRANULARITIES))}")
-    for name, value in (("symmetric_replicas", symmetric_replicas), ("tensor_rank0_p2p", tensor_rank0_p2p)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{name}: {value!r} is not allowed; expected True or False")
+    granularity = option("granularity", granularity, Granularity)
+    recompute = option("recompute", recompute, Recompute)
+    for name, value in (("symmetric_replicas", symmetric_replicas), ("tensor_rank0_p2p", tensor_rank0_p2p),
+                        ("flash_attention", flash_attention)):
+        flag(name, value)
+    instance("config", config, (SimConfig, type(None)), "a SimConfig or None")
+    instance("topology", topology, (Topology, type(None)), "a Topology or None")
     if steady_state_microbatches is not None and (not isinstance(steady_state_microbatches, int)
                                                   or isinstance(steady_state_microbatches, bool)
                                                   or steady_state_microbatches < 1):

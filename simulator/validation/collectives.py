@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from topologies.checks import read_text
 from topologies.presets import SYSTEMS
 from workloads.collectives import CollectiveKind
 
@@ -156,12 +157,13 @@ def _open_table(file: str | os.PathLike):
     if not isinstance(file, os.PathLike) and "/" not in file and os.sep not in file:
         shipped = resources.files("simulator.validation") / "data" / file
         if shipped.is_file():
-            return shipped.open(newline="")
+            return shipped.open(newline="", encoding="utf-8")
     path = Path(file)
     if not path.is_file():
         raise ValueError(f"table {str(file)!r}: no such file (and no shipped table of that name); expected a CSV "
                          f"file with the columns {','.join(TABLE_COLUMNS)}")
-    return path.open(newline="")
+    # UTF-8, and a byte-order mark as Excel writes one is no part of the first column's name
+    return io.StringIO(read_text("table", path), newline="")
 
 
 def _read_lines(file: str | os.PathLike) -> list[tuple[int, dict[str, str]]]:
