@@ -375,3 +375,23 @@ def test_build_system_fields(kwargs, needle):
     with pytest.raises(ValueError) as err:
         build_system("dgx-h100", **kwargs)
     assert needle in str(err.value)
+
+
+# ---- found by tests/test_fuzz_inputs.py: sizes so large the simulation would run out of memory or time -------------
+
+GPT = ("step", "--model", "gpt", "--layers", "2", "--hidden", "256", "--heads", "4", "--nodes", "1")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (("--vocab", "9" * 40), "ModelSpec.vocab: 99999"),
+    (("--global-batch", "9" * 40), "ParallelismSpec.global_batch: 99999"),
+    (("--bucket-mb", "1e308"), "bucket_mb: 1e+308 is not allowed; expected a size in MiB"),
+])
+def test_step_sizes_beyond_any_model(capsys, argv, needle):
+    assert needle in cli_error(capsys, *GPT, *argv)
+
+
+def test_model_weights_beyond_a_pebibyte():
+    from workloads.presets import custom_gpt
+    with pytest.raises(ValueError, match=r"ModelSpec: 'big' has 6.76e\+15 bytes of weights; expected at most 1 PiB"):
+        custom_gpt(layers=1 << 16, hidden=1 << 16, heads=16, name="big")

@@ -76,7 +76,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from topologies.checks import choice, finite_nonnegative, int_at_least, is_int, reject
+from topologies.checks import MAX_BYTES, choice, finite_nonnegative, int_at_least, integer, is_int, reject
 
 from .collectives import CollectiveKind
 from .options import Recompute, names
@@ -95,6 +95,10 @@ __all__ = (
 )
 
 RECOMPUTE = names(Recompute)
+# the largest dimensions a ModelSpec takes, far above any model built (Llama 3 405B: 126 layers, hidden 16384,
+# vocabulary 128256, 128K context): beyond them, counts of bytes and FLOPs leave the integers the simulation uses
+MAX_LAYERS = 1 << 16
+MAX_DIMENSION = 1 << 24
 NORMS = ("layernorm", "rmsnorm")
 POSITION_EMBEDDINGS = ("learned", "rope")
 PHASES = ("forward", "backward")
@@ -254,7 +258,8 @@ class ModelSpec:
         if not isinstance(self.name, str) or not self.name.strip():
             raise reject(f"{owner}.name", self.name, "a non-empty string")
         for field in ("layers", "hidden", "heads", "vocab", "seq_len"):
-            int_at_least(f"{owner}.{field}", getattr(self, field), 1)
+            object.__setattr__(self, field, integer(f"{owner}.{field}", getattr(self, field), low=1,
+                                                    high=MAX_LAYERS if field == "layers" else MAX_DIMENSION))
         if self.hidden % self.heads:
             raise reject(f"{owner}.heads", self.heads, f"a divisor of hidden ({self.hidden}) so heads have equal size")
         if self.kv_heads is None:
@@ -265,13 +270,13 @@ class ModelSpec:
                          "attention shares each KV head among heads/kv_heads query heads)")
         if self.ffn_hidden is None:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
-        int_at_least(f"{owner}.ffn_hidden", self.ffn_hidden, 1)
+        integer(f"{owner}.ffn_hidden", self.ffn_hidden, low=1, high=MAX_DIMENSION)
         for field in ("gated_mlp", "tied_embeddings", "bias", "dropout"):
             if not isinstance(getattr(self, field), bool):
                 raise reject(f"{owner}.{field}", getattr(self, field), "True or False")
         choice(f"{owner}.position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
         choice(f"{owner}.norm", self.norm, NORMS)
-        int_at_least(f"{owner}.experts", self.experts, 0)
+        integer(f"{owner}.experts", self.experts, low=0, high=MAX_LAYERS)
         int_at_least(f"{owner}.top_k", self.top_k, 0)
         int_at_least(f"{owner}.shared_experts", self.shared_experts, 0)
         int_at_least(f"{owner}.moe_layer_freq", self.moe_layer_freq, 1)
@@ -290,9 +295,13 @@ class ModelSpec:
                              f"an integer < layers ({self.layers}) so at least one layer is MoE")
             if self.expert_ffn_hidden is None:
                 object.__setattr__(self, "expert_ffn_hidden", self.ffn_hidden)
-            int_at_least(f"{owner}.expert_ffn_hidden", self.expert_ffn_hidden, 1)
+            integer(f"{owner}.expert_ffn_hidden", self.expert_ffn_hidden, low=1, high=MAX_DIMENSION)
         if self.dtype_bytes not in (1, 2, 4):
             raise reject(f"{owner}.dtype_bytes", self.dtype_bytes, "1, 2 or 4")
+        weights = self.total_parameters() * self.dtype_bytes
+        if weights > MAX_BYTES:
+            raise ValueError(f"{owner}: {self.name!r} has {weights:.3g} bytes of weights; expected at most 1 PiB "
+                             "(layers, hidden, vocab and experts of a model that exists)")
 
     # ------------------------------------------------------------------------------------------
     # shape

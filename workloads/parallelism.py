@@ -36,19 +36,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topologies.checks import (
-    finite_nonnegative,
-    flag,
-    int_at_least,
-    is_int,
-    option,
-    reject,
-)
+from topologies.checks import finite_nonnegative, flag, integer, is_int, option, reject
 
 from .options import Dtype, PipelineSchedule, names
 
 __all__ = ("SCHEDULES", "DTYPES", "GROUP_KINDS", "DEFAULT_ORDER", "DDP_BUCKET_BYTES", "RankCoords", "ParallelismSpec")
 
+# the largest parallel size, batch or sequence a ParallelismSpec takes (2^24: 16M GPUs, sequences or tokens)
+MAX_COUNT = 1 << 24
 SCHEDULES = names(PipelineSchedule)
 DTYPES = names(Dtype)
 # Process-group kinds: the five parallelisms, the gradient-averaging group of dense weights (data x
@@ -113,11 +108,12 @@ class ParallelismSpec:
     def __post_init__(self) -> None:
         # numpy integers are stored as ints, option names as their enum members (checks.option)
         for name in ("tp", "pp", "cp", "ep", "vp", "micro_batch"):
-            object.__setattr__(self, name, int_at_least(f"ParallelismSpec.{name}", getattr(self, name), 1))
+            object.__setattr__(self, name, integer(f"ParallelismSpec.{name}", getattr(self, name), low=1,
+                                                   high=MAX_COUNT))
         for name in ("dp", "gpus", "global_batch", "seq_len"):
             value = getattr(self, name)
-            if value is not None and (not is_int(value) or value < 1):
-                raise _reject(name, value, "None or an integer >= 1")
+            if value is not None and (not is_int(value) or not 1 <= value <= MAX_COUNT):
+                raise _reject(name, value, f"None or an integer from 1 to {MAX_COUNT}")
             object.__setattr__(self, name, None if value is None else int(value))
         if not is_int(self.zero) or not 0 <= self.zero <= 3:
             raise _reject("zero", self.zero, "0, 1, 2 or 3")

@@ -164,10 +164,10 @@ def run(args) -> str:
     else:
         model = model_preset(str(s["model"]))
     topology = build_topology(s)
-    bucket_bytes = int(s["bucket_mb"] * 1024 * 1024)
-    if not 4 <= bucket_bytes <= checks.MAX_BYTES:
+    if not 4 <= s["bucket_mb"] * 2**20 <= checks.MAX_BYTES:          # a float: 1e308 MiB is inf bytes, not allowed
         raise checks.reject("bucket_mb", s["bucket_mb"], f"a size in MiB from {4 / 2**20:.2g} (4 bytes) to "
                             f"{checks.MAX_BYTES >> 20} (1 PiB)")
+    bucket_bytes = int(s["bucket_mb"] * 2**20)
     parallelism = ParallelismSpec(tp=s["tp"], pp=s["pp"], dp=s["dp"], cp=s["cp"], ep=s["ep"], vp=s["vp"],
                                   gpus=topology.num_gpus, zero=s["zero"],
                                   fsdp=s["fsdp"], micro_batch=s["micro_batch"], global_batch=s["global_batch"],

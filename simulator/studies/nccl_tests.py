@@ -19,15 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
-from topologies.checks import (
-    finite,
-    flag,
-    instance,
-    integer,
-    is_int,
-    reject,
-    size_bytes,
-)
+from topologies.checks import finite, flag, instance, integer, is_int, reject, size_bytes
 from topologies.presets import build_system
 from topologies.topology import Topology
 from workloads.collectives import DTYPE_BYTES, REDUCE_OPS, Collective, CollectiveKind
