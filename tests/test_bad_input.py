@@ -395,3 +395,30 @@ def test_model_weights_beyond_a_pebibyte():
     from workloads.presets import custom_gpt
     with pytest.raises(ValueError, match=r"ModelSpec: 'big' has 6.76e\+15 bytes of weights; expected at most 1 PiB"):
         custom_gpt(layers=1 << 16, hidden=1 << 16, heads=16, name="big")
+
+
+# ---- more of the same kind in the file and name options --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (("calibrate", "LOG", "--collective", ""), "collective: '' is not allowed"),
+    (("calibrate", "LOG", "--nodes", "2"), "nodes: 2 is not allowed; LOG names 1 host(s) in its '#  Rank' lines"),
+    (("calibrate", "LOG", "--out", "DIR"), "out: 'DIR' is not allowed; expected a file name (it is a directory)"),
+    (("calibrate", "LOG", "--out", "DIR/missing/cal.json"), "expected a file in an existing directory"),
+    (("calibrate", ""), "log: '' is not allowed; expected a file name"),
+    (("validate", "--series", ""), "series: '' is not allowed"),
+    (("validate", "--data", ""), "data: '' is not allowed"),
+    (("step", "--trace", "DIR"), "trace: 'DIR' is not allowed; expected a file name (it is a directory)"),
+    (("step", "--trace", ""), "trace: '' is not allowed; expected a file name"),
+    (("topo", "--draw", "DIR"), "draw: 'DIR' is not allowed; expected a file name (it is a directory)"),
+    (("bench", "all_reduce", "--calibration", ""), "calibration: '' is not allowed; expected a file name"),
+    (("bench", "sendrecv", "-b", "8", "-e", "8", "--gpus-per-node", "1"),
+     "collective: sendrecv needs at least 2 GPUs, not 1"),
+])
+def test_file_and_name_options(capsys, a100_log, tmp_path, argv, needle):
+    names = {"LOG": str(a100_log), "DIR": str(tmp_path)}
+    argv = [names.get(a, a.replace("DIR", str(tmp_path))) for a in argv]
+    err = cli_error(capsys, *argv)
+    for key, value in names.items():
+        needle = needle.replace(key, value)
+    assert needle in err

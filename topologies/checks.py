@@ -26,7 +26,7 @@ from pathlib import Path
 
 __all__ = ("MAX_BYTES", "Option", "reject", "is_int", "integer", "int_at_least", "choice", "option",
            "finite_nonnegative", "finite", "positive_finite", "size_bytes", "flag", "int_tuple", "instance",
-           "readable_file", "read_text", "output_dir")
+           "readable_file", "read_text", "output_file", "output_dir")
 
 # the largest byte count an edge accepts: 1 PiB, far above any one collective or buffer, and exact in a float
 MAX_BYTES = 1 << 50
@@ -224,6 +224,16 @@ def read_text(field: str, value: object, *, encoding: str = "utf-8-sig") -> str:
     except UnicodeDecodeError as exc:
         raise ValueError(f"{field}: {str(path)!r} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
                          f"{exc.start}); expected a UTF-8 text file") from None
+
+
+def output_file(field: str, value: object) -> Path:
+    """A file to write (replaced if it exists): not a directory, in a directory that exists."""
+    path = _path(field, value)
+    if path.is_dir():
+        raise ValueError(f"{field}: {str(path)!r} is not allowed; expected a file name (it is a directory)")
+    if not path.absolute().parent.is_dir():
+        raise ValueError(f"{field}: {str(path)!r} is not allowed; expected a file in an existing directory")
+    return path
 
 
 def output_dir(field: str, value: object) -> Path:

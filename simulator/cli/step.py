@@ -149,6 +149,8 @@ def run(args) -> str:
     from workloads.presets import custom_gpt, model_preset
 
     s = _step_settings(args)
+    if s["trace"] is not None:
+        checks.output_file("trace", s["trace"])        # before the step runs
     if str(s["model"]).lower() != "gpt":
         extra = [name for name in GPT_ONLY if name in s["given"]]
         if extra:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 
+from topologies.checks import output_file
+
 from .common import FABRIC_DEFAULTS, build_topology, fabric_options, system_name
 
 
@@ -20,6 +22,8 @@ def run(args) -> str:
     from topologies.cost import cost_summary
 
     args.system = system_name(args.system)
+    if args.draw is not None:
+        output_file("draw", args.draw)
     topology = build_topology(vars(args))
     out = f"{topology.name}: {topology.description}\n{topology.num_gpus} GPUs, {topology.num_servers} servers\n"
     out += cost_summary(topology, nic_cables=args.nic_cables).format().rstrip("\n") + "\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator.config import NETWORK_MODEL_NAMES
-from topologies.checks import output_dir
+from topologies.checks import output_dir, reject
 
 from .common import (positive_int, protocol_name)
 
@@ -44,6 +44,8 @@ def run(args) -> str:
     if args.plot is not None:
         output_dir("plot", args.plot)            # before any simulation: an existing file is no directory
     if args.data is not None:
+        if not args.data.strip():
+            raise reject("data", args.data, "a CSV file (or a shipped table's name)")
         if args.series is not None:
             raise ValueError("--series: selects shipped series; expected either --series or --data, not both")
         series = (data_series(Path(args.data), system=args.system, algorithm=args.algo,

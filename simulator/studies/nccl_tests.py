@@ -146,7 +146,8 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
     if kind.rooted and not 0 <= root < nranks:
         raise ValueError(f"root: {root} is out of range; expected 0 to {nranks - 1}")
     if kind is CollectiveKind.SENDRECV and nranks < 2:
-        raise ValueError("sendrecv needs at least 2 GPUs; use more GPUs or nodes")
+        raise ValueError(f"collective: sendrecv needs at least 2 GPUs, not {nranks}; expected more GPUs per node "
+                         "or more nodes")
     if not is_int(gpus_per_process) or gpus_per_process < 1 or gpn % gpus_per_process:
         divisors = ", ".join(str(d) for d in range(1, gpn + 1) if gpn % d == 0)
         raise ValueError(f"gpus_per_process (-g): {gpus_per_process!r} is not allowed; expected a divisor of the "

@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from topologies.checks import finite, integer, read_text, size_bytes
+from topologies.checks import finite, integer, read_text, readable_file, reject, size_bytes
 from topologies.links import LinkKind
 from topologies.presets import SYSTEMS, build_system
 from topologies.topology import Topology
@@ -207,7 +207,7 @@ def parse_nccl_tests_log(text: str, *, name: str = "<log>") -> NcclTestsLog:
 
 def read_nccl_tests_log(path: str | os.PathLike) -> NcclTestsLog:
     """``parse_nccl_tests_log`` of a saved nccl-tests stdout."""
-    path = Path(path)
+    path = readable_file("log", path) if not str(path).strip() else Path(path)
     if not path.is_file():
         raise ValueError(f"log {str(path)!r}: no such file; expected the saved stdout of an nccl-tests run")
     return parse_nccl_tests_log(read_text("log", path), name=str(path))
@@ -269,7 +269,7 @@ class Calibration:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Calibration":
-        path = Path(path)
+        path = readable_file("calibration", path) if not str(path).strip() else Path(path)
         if not path.is_file():
             raise ValueError(f"calibration {str(path)!r}: no such file; expected a file written by "
                              "`fabricsim calibrate LOG --out FILE.json`")
@@ -397,6 +397,8 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
     log = rows if isinstance(rows, NcclTestsLog) else None
     data = list(log.rows if log else rows)
     name = name or (log.name if log else "rows")
+    if collective is not None and (not isinstance(collective, str) or not collective.strip()):
+        raise reject("collective", collective, f"a collective such as all_reduce (or none: {name}'s own)")
     collective = collective or (log.collective if log else None)
     if collective is None:
         raise ValueError(f"collective: {name} does not say which test it ran (no 'Collective test starting' line "
@@ -413,6 +415,9 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
                              f"pass one of {', '.join(SYSTEMS)} (GPUs known: {', '.join(n for n, _ in GPU_SYSTEMS)})")
     if system not in SYSTEMS:
         raise ValueError(f"system: {system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
+    if nodes is not None and log and log.hosts and nodes != len(log.hosts):
+        raise ValueError(f"nodes: {nodes!r} is not allowed; {name} names {len(log.hosts)} host(s) in its '#  Rank' "
+                         f"lines; expected {len(log.hosts)} (or no --nodes)")
     if nodes is None:
         nodes = len(log.hosts) if log and log.hosts else 1
     if nranks is not None and log and log.nranks and nranks != log.nranks:

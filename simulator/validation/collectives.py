@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from topologies.checks import read_text
+from topologies.checks import read_text, readable_file, reject
 from topologies.presets import SYSTEMS
 from workloads.collectives import CollectiveKind
 
@@ -158,7 +158,7 @@ def _open_table(file: str | os.PathLike):
         shipped = resources.files("simulator.validation") / "data" / file
         if shipped.is_file():
             return shipped.open(newline="", encoding="utf-8")
-    path = Path(file)
+    path = readable_file("table", file) if not str(file).strip() else Path(file)
     if not path.is_file():
         raise ValueError(f"table {str(file)!r}: no such file (and no shipped table of that name); expected a CSV "
                          f"file with the columns {','.join(TABLE_COLUMNS)}")
@@ -338,6 +338,8 @@ def select_series(substring: str | None = None, series: tuple[Series, ...] | Non
     pool = SERIES if series is None else series
     if substring is None:
         return tuple(pool)
+    if not isinstance(substring, str) or not substring.strip():
+        raise reject("series", substring, "a part of a series' name (or no --series for all of them)")
     chosen = tuple(s for s in pool if substring.lower() in s.name.lower())
     if not chosen:
         raise ValueError(f"series: {substring!r} matches no series; expected a part of one of: "
