@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from topologies.checks import Option, finite, flag, instance, integer, option
+from topologies.checks import Option, finite, flag, instance, integer, is_int, option
 from topologies.routing import ROUTING_POLICIES
 
 from .collectives.tuner import CollectivePolicy
@@ -58,8 +58,7 @@ class SimConfig:
         object.__setattr__(self, "pxn", flag("pxn", self.pxn))
         object.__setattr__(self, "launch_overhead_s", finite("launch_overhead_s", self.launch_overhead_s, low=0,
                                                              high=1, high_open=True, expected="0 <= s < 1"))
-        if not isinstance(self.failed_links, frozenset) or any(
-                not isinstance(k, int) or isinstance(k, bool) or k < 0 for k in self.failed_links):
+        if not isinstance(self.failed_links, frozenset) or any(not is_int(k) or k < 0 for k in self.failed_links):
             raise ValueError(f"failed_links: {self.failed_links!r} is not allowed; expected a frozenset of link "
                              "ids >= 0")
         if (not isinstance(self.congestion, tuple) or any(c not in CONGESTION_NAMES for c in self.congestion)
@@ -70,7 +69,7 @@ class SimConfig:
             raise ValueError(f"congestion: {self.congestion!r} is not allowed with network_model 'analytical'; "
                              "expected () or network_model 'flow'")
         if self.task_ranks is not None and (not isinstance(self.task_ranks, tuple) or any(
-                not isinstance(r, int) or isinstance(r, bool) or r < 0 for r in self.task_ranks)):
+                not is_int(r) or r < 0 for r in self.task_ranks)):
             raise ValueError(f"task_ranks: {self.task_ranks!r} is not allowed; expected None (all ranks) or a tuple "
                              "of rank indices >= 0")
         if not isinstance(self.link_events, tuple) or any(not isinstance(e, LinkEvent) for e in self.link_events):

@@ -103,7 +103,9 @@ def option(field: str, value: object, kind: type[enum.Enum]) -> enum.Enum:
 
 
 def _real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    # the exact-type test answers the common case without the (slow) abstract-base-class check
+    return type(value) is float or type(value) is int or (isinstance(value, numbers.Real)
+                                                          and not isinstance(value, bool))
 
 
 def finite(field: str, value: object, *, low: float | None = None, high: float | None = None,

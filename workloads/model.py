@@ -76,7 +76,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from topologies.checks import MAX_BYTES, choice, finite_nonnegative, int_at_least, integer, is_int, reject
+from topologies.checks import MAX_BYTES, choice, finite_nonnegative, flag, int_at_least, integer, is_int, reject
 
 from .collectives import CollectiveKind
 from .options import Recompute, names
@@ -623,8 +623,8 @@ class ModelSpec:
         b, s, cp = self._tokens(micro_batch, seq_len, cp)
         tp = self._check_tp(tp)
         choice("recompute", recompute, RECOMPUTE)
-        if not isinstance(sp, bool) or not isinstance(flash_attention, bool):
-            raise reject("sp/flash_attention", (sp, flash_attention), "booleans")
+        flag("sp", sp)
+        flag("flash_attention", flash_attention)
         D, h, a, mask = self.dtype_bytes, self.hidden, self.heads, (MASK_BYTES if self.dropout else 0)
         sb = b * s / cp                                        # local tokens
         scores = a * b * (s / cp) * s                          # score elements of the local queries

@@ -26,12 +26,11 @@ takes no part in equality, hashing or repr.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from topologies.checks import integer, reject
+from topologies.checks import finite_nonnegative, integer, is_int, reject
 
 from .collectives import Collective
 
@@ -44,8 +43,7 @@ class ComputeTask:
     after: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.duration_s, (int, float)) and math.isfinite(self.duration_s) and self.duration_s >= 0):
-            raise reject("ComputeTask.duration_s", self.duration_s, "a finite number >= 0")
+        finite_nonnegative("ComputeTask.duration_s", self.duration_s, "a finite number >= 0")
         _check_stream("ComputeTask", self.stream, self.after)
 
 
@@ -61,9 +59,9 @@ class CommTask:
 
 
 def _check_stream(owner: str, stream, after) -> None:
-    if not isinstance(stream, int) or isinstance(stream, bool) or stream < 0:
+    if not is_int(stream) or stream < 0:
         raise reject(f"{owner}.stream", stream, "an integer >= 0")
-    if not isinstance(after, tuple) or any(not isinstance(a, int) or isinstance(a, bool) or a < 0 for a in after):
+    if not isinstance(after, tuple) or any(not is_int(a) or a < 0 for a in after):
         raise reject(f"{owner}.after", after, "a tuple of task indices >= 0")
 
 

@@ -95,6 +95,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 
+from topologies.checks import is_int, positive_finite
 from topologies.devices import A100_SXM4_80GB, GpuSpec
 from workloads.model import ModelSpec, ceil_div
 from workloads.parallelism import ParallelismSpec
@@ -282,8 +283,7 @@ def _sc21_selection(models, rows, count: int) -> tuple[frozenset | None, frozens
     if models is not None:
         models = frozenset(check_sc21_models(models))
     if rows is not None:
-        if isinstance(rows, (str, bytes)) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                     and 1 <= i <= count for i in rows):
+        if isinstance(rows, (str, bytes)) or not all(is_int(i) and 1 <= i <= count for i in rows):
             raise ValueError(f"rows: {rows!r} is not allowed; expected a tuple of Table 1 row numbers in "
                              f"1..{count} or None")
         rows = frozenset(rows)
@@ -405,8 +405,7 @@ def sc21_network_added_s(step_s: Mapping[str, float] = SC21_MAMF_STEP_S, *,
     for name, value in step_s.items():
         if name not in names:
             raise ValueError(f"step_s: {name!r} is not a Table 1 row; expected one of {', '.join(names)}")
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"step_s[{name!r}]: {value!r} is not allowed; expected a finite number of seconds > 0")
+        positive_finite(f"step_s[{name!r}]", value, "a finite number of seconds > 0")
     co = {c.model: c for c in sc21_compute_only_check(gpu=A100_SXM4_80GB, compute_model=compute_model)}
     return {name: float(value) - co[name].iteration_time_s for name, value in step_s.items()}
 
