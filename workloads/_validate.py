@@ -1,8 +1,8 @@
-"""Kept only for workloads/training_step.py, which still imports it: the checks live in topologies.checks.
+"""Kept only for modules that still import it (the training-step code): the checks live in topologies.checks.
 
-Remove this module once the training-step package imports ``topologies.checks`` directly.
+Remove this module once nothing imports it; new code imports ``topologies.checks``.
 """
 
-from topologies.checks import finite_nonnegative, reject
+from topologies.checks import choice, finite_nonnegative, int_at_least, is_int, reject
 
-__all__ = ("finite_nonnegative", "reject")
+__all__ = ("choice", "finite_nonnegative", "int_at_least", "is_int", "reject")
