@@ -7,6 +7,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from topologies.checks import instance
 from topologies.routing import RouteCache, Router
 from topologies.topology import Topology
 from workloads.collectives import Collective
@@ -31,6 +32,8 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
     ``route_cache`` (a ``topologies.routing.RouteCache``; default a fresh one) holds the routing tables
     derived from the topology alone; pass one cache to every call of a sweep on one fabric to build them
     once (results are the same with or without)."""
+    _check_inputs(topology, workload, placement, config)
+    instance("route_cache", route_cache, (RouteCache, type(None)), "a topologies.routing.RouteCache or None")
     config = config or SimConfig()
     placement = placement or Placement.block(topology, nranks=workload.nranks)
     if placement.nranks != workload.nranks:
@@ -91,8 +94,19 @@ def tuner_candidates(topology: Topology, collective: Collective, placement: Plac
                      config: SimConfig | None = None, *, route_cache: RouteCache | None = None) -> list[Candidate]:
     """What the tuner weighed for ``collective`` under ``simulate``'s context: each algorithm and protocol
     with NCCL's estimate, or why it was left out (``collectives.tuner.candidates``)."""
+    instance("collective", collective, Collective, "a Collective")
+    _check_inputs(topology, None, placement, config)
     config = config or SimConfig()
     return list(candidates(collective, _context(topology, placement, config, route_cache), config.collectives))
+
+
+def _check_inputs(topology: object, workload: object, placement: object, config: object) -> None:
+    """The arguments' types, checked before anything runs (one clear error instead of one from deep inside)."""
+    instance("topology", topology, Topology, "a Topology (topologies.presets.build_system(name, nodes=...))")
+    if workload is not None:
+        instance("workload", workload, Workload, "a Workload (Workload.sequence([collective, ...], nranks=n))")
+    instance("placement", placement, (Placement, type(None)), "a Placement or None")
+    instance("config", config, (SimConfig, type(None)), "a SimConfig or None")
 
 
 def _context(topology: Topology, placement: Placement, config: SimConfig,

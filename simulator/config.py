@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from topologies.checks import Option, finite, flag, instance, integer, is_int, option
 from topologies.routing import ROUTING_POLICIES
 
 from .collectives.tuner import CollectivePolicy
 
-NETWORK_MODEL_NAMES = ("flow", "analytical")
+
+class NetworkModel(Option):
+    """The network models (network/): a member equals its name as a string (``NetworkModel.FLOW == "flow"``)."""
+
+    FLOW = "flow"                  # max-min fair sharing over every link (the default)
+    ANALYTICAL = "analytical"      # congestion-unaware alpha-beta
+
+
+NETWORK_MODEL_NAMES = tuple(m.value for m in NetworkModel)
 CONGESTION_NAMES = ("dcqcn", "pfc", "ib-credit")   # refinements of the flow model (network/congestion.py)
 
 
@@ -22,12 +31,9 @@ class LinkEvent:
     scale: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.time_s, (int, float)) and 0 <= self.time_s < float("inf")):
-            raise ValueError(f"LinkEvent.time_s: {self.time_s!r} is not allowed; expected a finite number >= 0")
-        if not isinstance(self.link, int) or isinstance(self.link, bool) or self.link < 0:
-            raise ValueError(f"LinkEvent.link: {self.link!r} is not allowed; expected a link id >= 0")
-        if not (isinstance(self.scale, (int, float)) and 0 <= self.scale <= 1):
-            raise ValueError(f"LinkEvent.scale: {self.scale!r} is not allowed; expected a number in [0, 1]")
+        finite("LinkEvent.time_s", self.time_s, low=0)
+        integer("LinkEvent.link", self.link, low=0, expected="a link id >= 0")
+        finite("LinkEvent.scale", self.scale, low=0, high=1, expected="a number in [0, 1]")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,17 +50,15 @@ class SimConfig:
     link_events: tuple[LinkEvent, ...] = ()      # links degraded or failed during the run
 
     def __post_init__(self) -> None:
-        if self.network_model not in NETWORK_MODEL_NAMES:
-            raise ValueError(f"network_model: {self.network_model!r} is not known; expected one of "
-                             f"{', '.join(NETWORK_MODEL_NAMES)}")
-        if self.routing not in ROUTING_POLICIES:
+        # every field checked here, at the edge (checks: one message naming the field)
+        object.__setattr__(self, "network_model", option("network_model", self.network_model, NetworkModel))
+        if not isinstance(self.routing, str) or self.routing not in ROUTING_POLICIES:
             raise ValueError(f"routing: {self.routing!r} is not known; expected one of {', '.join(ROUTING_POLICIES)}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise ValueError(f"seed: {self.seed!r} is not allowed; expected an integer")
-        if not (isinstance(self.launch_overhead_s, (int, float)) and 0 <= self.launch_overhead_s < 1):
-            raise ValueError(f"launch_overhead_s: {self.launch_overhead_s!r} is not allowed; expected 0 <= s < 1")
-        if not isinstance(self.failed_links, frozenset) or any(
-                not isinstance(k, int) or isinstance(k, bool) or k < 0 for k in self.failed_links):
+        object.__setattr__(self, "seed", integer("seed", self.seed))
+        object.__setattr__(self, "pxn", flag("pxn", self.pxn))
+        object.__setattr__(self, "launch_overhead_s", finite("launch_overhead_s", self.launch_overhead_s, low=0,
+                                                             high=1, high_open=True, expected="0 <= s < 1"))
+        if not isinstance(self.failed_links, frozenset) or any(not is_int(k) or k < 0 for k in self.failed_links):
             raise ValueError(f"failed_links: {self.failed_links!r} is not allowed; expected a frozenset of link "
                              "ids >= 0")
         if (not isinstance(self.congestion, tuple) or any(c not in CONGESTION_NAMES for c in self.congestion)
@@ -65,10 +69,9 @@ class SimConfig:
             raise ValueError(f"congestion: {self.congestion!r} is not allowed with network_model 'analytical'; "
                              "expected () or network_model 'flow'")
         if self.task_ranks is not None and (not isinstance(self.task_ranks, tuple) or any(
-                not isinstance(r, int) or isinstance(r, bool) or r < 0 for r in self.task_ranks)):
+                not is_int(r) or r < 0 for r in self.task_ranks)):
             raise ValueError(f"task_ranks: {self.task_ranks!r} is not allowed; expected None (all ranks) or a tuple "
                              "of rank indices >= 0")
         if not isinstance(self.link_events, tuple) or any(not isinstance(e, LinkEvent) for e in self.link_events):
             raise ValueError(f"link_events: {self.link_events!r} is not allowed; expected a tuple of LinkEvent")
-        if not isinstance(self.collectives, CollectivePolicy):
-            raise ValueError("collectives: expected a CollectivePolicy")
+        instance("collectives", self.collectives, CollectivePolicy, "a CollectivePolicy")

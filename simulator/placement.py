@@ -39,8 +39,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeGuard
 
+from topologies.checks import integer, is_int
 from topologies.routing import mix64
 from topologies.topology import Topology
 
@@ -50,34 +50,27 @@ PLACEMENT_POLICIES = ("contiguous", "fragmented", "strided")
 _PLACEMENT_SALT = 0x504C414345   # "PLACE"
 
 
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _per_server(topology: Topology, gpus_per_node: object, field: str = "gpus_per_node") -> int:
     most = min(len(s.gpus) for s in topology.servers)
     g = gpus_per_node if gpus_per_node is not None else len(topology.servers[0].gpus)
-    if not _is_int(g) or g < 1 or g > most:
-        raise ValueError(f"{field}: {g!r} is not allowed; expected an integer from 1 to {most}")
-    return g
+    return integer(field, g, low=1, high=most)
 
 
 def _check_nranks(field: str, nranks: object, g: int, topology: Topology) -> int:
-    if not _is_int(nranks) or nranks < 1 or nranks > g * topology.num_servers:
-        raise ValueError(f"{field}: {nranks!r} is not allowed; expected an integer from 1 to "
-                         f"{g * topology.num_servers} ({topology.num_servers} servers x {g} GPUs)")
-    return nranks
+    return integer(field, nranks, low=1, high=g * topology.num_servers,
+                   expected=f"an integer from 1 to {g * topology.num_servers} ({topology.num_servers} servers x "
+                            f"{g} GPUs)")
 
 
 def _check_servers(field: str, servers: Sequence[int], topology: Topology) -> tuple[int, ...]:
     servers = tuple(servers)
-    bad = [s for s in servers if not _is_int(s) or not 0 <= s < topology.num_servers]
+    bad = [s for s in servers if not is_int(s) or not 0 <= s < topology.num_servers]
     if bad:
         raise ValueError(f"{field}: {bad[0]!r} is not allowed; expected distinct server indices from 0 to "
                          f"{topology.num_servers - 1}")
     if len(set(servers)) != len(servers):
         raise ValueError(f"{field}: {servers!r} lists a server twice; expected distinct servers")
-    return servers
+    return tuple(int(s) for s in servers)
 
 
 def _drawn(free: Sequence[int], count: int, *salt: int) -> list[int]:
@@ -100,22 +93,23 @@ class Placement:
         """Ranks fill ``servers`` in the order given, ``gpus_per_node`` each, on their first GPUs."""
         g = _per_server(topology, gpus_per_node)
         servers = _check_servers("servers", servers, topology)
-        if not _is_int(nranks) or nranks < 1 or nranks > g * len(servers):
+        if not is_int(nranks) or nranks < 1 or nranks > g * len(servers):
             raise ValueError(f"nranks: {nranks!r} is not allowed on {len(servers)} servers of {g} GPUs; expected an "
                              f"integer from 1 to {g * len(servers)}")
-        return cls(rank_gpu=tuple(topology.gpu(servers[r // g], r % g) for r in range(nranks)))
+        return cls(rank_gpu=tuple(topology.gpu(servers[r // g], r % g) for r in range(int(nranks))))
 
     @classmethod
     def contiguous(cls, topology: Topology, *, nranks: int, first_server: int = 0,
                    gpus_per_node: int | None = None) -> "Placement":
         """``nranks`` on ``ceil(nranks / gpus_per_node)`` consecutive whole servers from ``first_server``."""
         g = _per_server(topology, gpus_per_node)
-        _check_nranks("nranks", nranks, g, topology)
+        nranks = _check_nranks("nranks", nranks, g, topology)
         need = math.ceil(nranks / g)
         last = topology.num_servers - need
-        if not _is_int(first_server) or not 0 <= first_server <= last:
+        if not is_int(first_server) or not 0 <= first_server <= last:
             raise ValueError(f"first_server: {first_server!r} is not allowed; {nranks} ranks need {need} servers of "
                              f"{g} GPUs, so expected an integer from 0 to {last}")
+        first_server = int(first_server)
         return cls.on_servers(topology, servers=range(first_server, first_server + need), nranks=nranks,
                               gpus_per_node=g)
 
@@ -134,14 +128,10 @@ class Placement:
             raise ValueError(f"nranks: {nranks} needs {need} servers of {g} GPUs but only {len(free)} are free; "
                              f"expected at most {g * len(free)} ranks")
         if stride is None:
-            if not _is_int(seed):
-                raise ValueError(f"seed: {seed!r} is not allowed; expected an integer")
-            chosen = _drawn(free, need, _PLACEMENT_SALT, seed)
+            chosen = _drawn(free, need, _PLACEMENT_SALT, integer("seed", seed))
         else:
-            if not _is_int(stride) or stride < 1:
-                raise ValueError(f"stride: {stride!r} is not allowed; expected an integer >= 1")
-            if not _is_int(offset) or not 0 <= offset < len(free):
-                raise ValueError(f"offset: {offset!r} is not allowed; expected an integer from 0 to {len(free) - 1}")
+            stride = integer("stride", stride, low=1)
+            offset = integer("offset", offset, low=0, high=len(free) - 1)
             chosen = sorted(free)[offset::stride][:need]
             if len(chosen) < need:
                 raise ValueError(f"stride: {stride} from free position {offset} reaches {len(chosen)} of the "
@@ -155,11 +145,10 @@ class Placement:
         """One placement per job (``jobs`` = rank counts) on disjoint whole servers; see the module docstring."""
         if policy not in PLACEMENT_POLICIES:
             raise ValueError(f"policy: {policy!r} is not known; expected one of {', '.join(PLACEMENT_POLICIES)}")
-        if not _is_int(seed):
-            raise ValueError(f"seed: {seed!r} is not allowed; expected an integer")
+        seed = integer("seed", seed)
         g = _per_server(topology, gpus_per_node)
         jobs = list(jobs) if isinstance(jobs, (list, tuple)) else jobs
-        if not isinstance(jobs, list) or not jobs or any(not _is_int(n) or n < 1 for n in jobs):
+        if not isinstance(jobs, list) or not jobs or any(not is_int(n) or n < 1 for n in jobs):
             raise ValueError(f"jobs: {jobs!r} is not allowed; expected a non-empty list of rank counts >= 1")
         need = [math.ceil(n / g) for n in jobs]
         if sum(need) > topology.num_servers:

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Iterator, Mapping, TypeVar
 
+from . import checks
 from . import devices as dev
 from . import links as lk
 from .devices import NicSpec, SwitchSpec
@@ -317,12 +318,15 @@ def build_system(name: str, *, nodes: int = 1, topology: str = "leaf-spine", fab
     memory, NCCL's "GDR 0"). See the module docstring for the rules.
     """
     preset = _lookup("system", name, SYSTEMS)
-    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
-        raise ValueError(f"nodes: {nodes!r} is not allowed; expected an integer >= 1")
+    nodes = checks.integer("nodes", nodes, low=1)
     kind = _lookup("topology", topology, TOPOLOGIES)
+    oversubscription = checks.finite("oversubscription", oversubscription, low=1)
+    rail_optimised = checks.flag("rail_optimised", rail_optimised)
+    planes = checks.integer("planes", planes, low=1)
+    if checks.is_int(nics_per_node):           # a numpy integer as an int; other values: _configure's message
+        nics_per_node = int(nics_per_node)
     server, switch, link = _configure(preset, fabric=fabric, nics_per_node=nics_per_node)
-    if not isinstance(gdr, bool):
-        raise ValueError(f"gdr: {gdr!r} is not allowed; expected True or False")
+    gdr = checks.flag("gdr", gdr)
     if not gdr:
         server = dataclasses.replace(server, gdr=False)
     label = " ".join([name if nodes == 1 else f"{name} x{nodes}"]

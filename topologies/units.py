@@ -15,7 +15,7 @@ number enters the program.
 
 from __future__ import annotations
 
-import re
+from .checks import size_bytes
 
 KiB = 1024
 MiB = 1024**2
@@ -48,30 +48,12 @@ def ns(value: float) -> float:
     return float(value) * 1e-9
 
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
-_SIZE_MULT = {"": 1, "K": KiB, "M": MiB, "G": GiB, "T": TiB}
-
-
 def parse_size(text: str | int, *, field: str = "size") -> int:
-    """Parse an nccl-tests size ("8", "1K", "64M", "8G"; binary multiples) into bytes.
+    """Parse an nccl-tests size ("8", "1K", "64M", "8G"; binary multiples) into bytes, exactly.
 
-    Raises ValueError naming ``field`` when the text is not a size.
+    Raises ValueError naming ``field`` when the text is not a size from 0 to 1 PiB (checks.size_bytes).
     """
-    if isinstance(text, int) and not isinstance(text, bool):
-        if text < 0:
-            raise ValueError(f"{field}: {text!r} is negative; expected a byte count such as 8, 1K, 64M, 8G")
-        return text
-    match = _SIZE_RE.match(str(text))
-    if not match:
-        raise ValueError(
-            f"{field}: {text!r} is not a size; expected a number with an optional K, M, G or T suffix "
-            "(binary multiples), e.g. 8, 1K, 64M, 8G"
-        )
-    number, suffix = match.groups()
-    value = float(number) * _SIZE_MULT[suffix.upper()]
-    if value != int(value):
-        raise ValueError(f"{field}: {text!r} is not a whole number of bytes")
-    return int(value)
+    return size_bytes(field, text)
 
 
 def format_size(nbytes: int) -> str:

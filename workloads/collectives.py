@@ -24,6 +24,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from topologies.checks import int_tuple, integer, reject
+
 DTYPE_BYTES = {"int8": 1, "uint8": 1, "fp8": 1, "half": 2, "float16": 2, "bfloat16": 2, "bf16": 2,
                "int32": 4, "float": 4, "float32": 4, "int64": 8, "double": 8, "float64": 8}
 REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
@@ -57,6 +59,10 @@ class CollectiveKind(enum.Enum):
         return self in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
 
 
+_KIND_NAMES = frozenset({k.value for k in CollectiveKind} | {"allreduce", "allgather", "reducescatter", "all_to_all",
+                                                           "send_recv"})
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Collective:
     kind: CollectiveKind
@@ -68,17 +74,19 @@ class Collective:
     splits: tuple[tuple[int, ...], ...] | None = None   # alltoall: bytes group member p sends to q
 
     def __post_init__(self) -> None:
+        # numpy integers and lists are accepted and stored as ints and tuples (equal, hashable collectives)
         if not isinstance(self.kind, CollectiveKind):
-            raise ValueError(f"Collective.kind: {self.kind!r} is not a CollectiveKind")
-        if not isinstance(self.nbytes, int) or isinstance(self.nbytes, bool) or self.nbytes < 0:
-            raise ValueError(f"Collective.nbytes: {self.nbytes!r} is not allowed; expected an integer >= 0")
-        if len(self.group) < 1 or len(set(self.group)) != len(self.group):
-            raise ValueError(f"Collective.group: {self.group!r} is not allowed; expected distinct ranks, at least one")
-        if any((not isinstance(r, int)) or r < 0 for r in self.group):
-            raise ValueError(f"Collective.group: {self.group!r} is not allowed; expected non-negative integer ranks")
-        if self.dtype not in DTYPE_BYTES:
+            if not isinstance(self.kind, str) or self.kind.strip().lower().replace("-", "_") not in _KIND_NAMES:
+                raise reject("Collective.kind", self.kind, f"a CollectiveKind or one of "
+                             f"{', '.join(k.value for k in CollectiveKind)}")
+            object.__setattr__(self, "kind", CollectiveKind.parse(self.kind))
+        object.__setattr__(self, "nbytes", integer("Collective.nbytes", self.nbytes, low=0))
+        object.__setattr__(self, "group", int_tuple("Collective.group", self.group, low=0, distinct=True,
+                                                    nonempty=True, expected="distinct ranks >= 0, at least one"))
+        object.__setattr__(self, "root", integer("Collective.root", self.root, low=0))
+        if not isinstance(self.dtype, str) or self.dtype not in DTYPE_BYTES:
             raise ValueError(f"Collective.dtype: {self.dtype!r} is not known; expected one of {', '.join(DTYPE_BYTES)}")
-        if self.op not in REDUCE_OPS:
+        if not isinstance(self.op, str) or self.op not in REDUCE_OPS:
             raise ValueError(f"Collective.op: {self.op!r} is not known; expected one of {', '.join(REDUCE_OPS)}")
         if self.kind.rooted and not 0 <= self.root < len(self.group):
             raise ValueError(f"Collective.root: {self.root!r} is out of range for a group of {len(self.group)} ranks")
@@ -90,6 +98,11 @@ class Collective:
             n = len(self.group)
             if self.kind is not CollectiveKind.ALL_TO_ALL:
                 raise ValueError(f"Collective.splits: only alltoall takes a split matrix, not {self.kind.value}")
+            if not isinstance(self.splits, (tuple, list)):
+                raise reject("Collective.splits", self.splits, f"a {n}x{n} matrix of byte counts")
+            object.__setattr__(self, "splits", tuple(int_tuple("Collective.splits", row, low=None,
+                                                               expected=f"a {n}x{n} matrix of byte counts")
+                                                     for row in self.splits))
             if len(self.splits) != n or any(len(row) != n for row in self.splits):
                 raise ValueError(f"Collective.splits: expected a {n}x{n} matrix of byte counts")
             if any((not isinstance(b, int)) or b < 0 or b % elt for row in self.splits for b in row):

@@ -76,8 +76,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ._validate import choice, finite_nonnegative, int_at_least, is_int, reject
+from topologies.checks import MAX_BYTES, choice, finite_nonnegative, flag, int_at_least, integer, is_int, reject
+
 from .collectives import CollectiveKind
+from .options import Recompute, names
 
 __all__ = (
     "RECOMPUTE",
@@ -92,7 +94,11 @@ __all__ = (
     "ceil_div",
 )
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = names(Recompute)
+# the largest dimensions a ModelSpec takes, far above any model built (Llama 3 405B: 126 layers, hidden 16384,
+# vocabulary 128256, 128K context): beyond them, counts of bytes and FLOPs leave the integers the simulation uses
+MAX_LAYERS = 1 << 16
+MAX_DIMENSION = 1 << 24
 NORMS = ("layernorm", "rmsnorm")
 POSITION_EMBEDDINGS = ("learned", "rope")
 PHASES = ("forward", "backward")
@@ -253,7 +259,8 @@ class ModelSpec:
         if not isinstance(self.name, str) or not self.name.strip():
             raise reject(f"{owner}.name", self.name, "a non-empty string")
         for field in ("layers", "hidden", "heads", "vocab", "seq_len"):
-            int_at_least(f"{owner}.{field}", getattr(self, field), 1)
+            object.__setattr__(self, field, integer(f"{owner}.{field}", getattr(self, field), low=1,
+                                                    high=MAX_LAYERS if field == "layers" else MAX_DIMENSION))
         if self.hidden % self.heads:
             raise reject(f"{owner}.heads", self.heads, f"a divisor of hidden ({self.hidden}) so heads have equal size")
         if self.kv_heads is None:
@@ -264,13 +271,13 @@ class ModelSpec:
                          "attention shares each KV head among heads/kv_heads query heads)")
         if self.ffn_hidden is None:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
-        int_at_least(f"{owner}.ffn_hidden", self.ffn_hidden, 1)
+        integer(f"{owner}.ffn_hidden", self.ffn_hidden, low=1, high=MAX_DIMENSION)
         for field in ("gated_mlp", "tied_embeddings", "bias", "dropout"):
             if not isinstance(getattr(self, field), bool):
                 raise reject(f"{owner}.{field}", getattr(self, field), "True or False")
         choice(f"{owner}.position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
         choice(f"{owner}.norm", self.norm, NORMS)
-        int_at_least(f"{owner}.experts", self.experts, 0)
+        integer(f"{owner}.experts", self.experts, low=0, high=MAX_LAYERS)
         int_at_least(f"{owner}.top_k", self.top_k, 0)
         int_at_least(f"{owner}.shared_experts", self.shared_experts, 0)
         int_at_least(f"{owner}.moe_layer_freq", self.moe_layer_freq, 1)
@@ -289,9 +296,13 @@ class ModelSpec:
                              f"an integer < layers ({self.layers}) so at least one layer is MoE")
             if self.expert_ffn_hidden is None:
                 object.__setattr__(self, "expert_ffn_hidden", self.ffn_hidden)
-            int_at_least(f"{owner}.expert_ffn_hidden", self.expert_ffn_hidden, 1)
+            integer(f"{owner}.expert_ffn_hidden", self.expert_ffn_hidden, low=1, high=MAX_DIMENSION)
         if self.dtype_bytes not in (1, 2, 4):
             raise reject(f"{owner}.dtype_bytes", self.dtype_bytes, "1, 2 or 4")
+        weights = self.total_parameters() * self.dtype_bytes
+        if weights > MAX_BYTES:
+            raise ValueError(f"{owner}: {self.name!r} has {weights:.3g} bytes of weights; expected at most 1 PiB "
+                             "(layers, hidden, vocab and experts of a model that exists)")
 
     # ------------------------------------------------------------------------------------------
     # shape
@@ -619,8 +630,8 @@ class ModelSpec:
         b, s, cp = self._tokens(micro_batch, seq_len, cp)
         tp = self._check_tp(tp)
         choice("recompute", recompute, RECOMPUTE)
-        if not isinstance(sp, bool) or not isinstance(flash_attention, bool):
-            raise reject("sp/flash_attention", (sp, flash_attention), "booleans")
+        flag("sp", sp)
+        flag("flash_attention", flash_attention)
         D, h, a, mask = self.dtype_bytes, self.hidden, self.heads, (MASK_BYTES if self.dropout else 0)
         sb = b * s / cp                                        # local tokens
         scores = a * b * (s / cp) * s                          # score elements of the local queries

@@ -36,12 +36,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._validate import choice, finite_nonnegative, int_at_least, is_int, reject
+from topologies.checks import finite_nonnegative, flag, integer, is_int, option, reject
+
+from .options import Dtype, PipelineSchedule, names
 
 __all__ = ("SCHEDULES", "DTYPES", "GROUP_KINDS", "DEFAULT_ORDER", "DDP_BUCKET_BYTES", "RankCoords", "ParallelismSpec")
 
-SCHEDULES = ("1f1b", "gpipe", "interleaved")
-DTYPES = ("bf16", "fp16", "fp8")
+# the largest parallel size, batch or sequence a ParallelismSpec takes (2^24: 16M GPUs, sequences or tokens)
+MAX_COUNT = 1 << 24
+SCHEDULES = names(PipelineSchedule)
+DTYPES = names(Dtype)
 # Process-group kinds: the five parallelisms, the gradient-averaging group of dense weights (data x
 # context parallel ranks hold the same dense weights; Megatron-Core reduces over that group) and the
 # expert-data-parallel group that averages expert gradients.
@@ -102,23 +106,28 @@ class ParallelismSpec:
     ep_imbalance: float = 0.0          # busiest expert-parallel rank receives (1 + x) x the average tokens
 
     def __post_init__(self) -> None:
+        # numpy integers are stored as ints, option names as their enum members (checks.option)
         for name in ("tp", "pp", "cp", "ep", "vp", "micro_batch"):
-            int_at_least(f"ParallelismSpec.{name}", getattr(self, name), 1)
+            object.__setattr__(self, name, integer(f"ParallelismSpec.{name}", getattr(self, name), low=1,
+                                                   high=MAX_COUNT))
         for name in ("dp", "gpus", "global_batch", "seq_len"):
             value = getattr(self, name)
-            if value is not None and (not is_int(value) or value < 1):
-                raise _reject(name, value, "None or an integer >= 1")
+            if value is not None and (not is_int(value) or not 1 <= value <= MAX_COUNT):
+                raise _reject(name, value, f"None or an integer from 1 to {MAX_COUNT}")
+            object.__setattr__(self, name, None if value is None else int(value))
         if not is_int(self.zero) or not 0 <= self.zero <= 3:
             raise _reject("zero", self.zero, "0, 1, 2 or 3")
+        object.__setattr__(self, "zero", int(self.zero))
         for name in ("fsdp", "sequence_parallel", "scatter_gather", "dp_overlap"):
-            if not isinstance(getattr(self, name), bool):
-                raise _reject(name, getattr(self, name), "True or False")
+            object.__setattr__(self, name, flag(f"ParallelismSpec.{name}", getattr(self, name)))
         if self.fsdp and self.zero not in (0, 3):
             raise _reject("zero", self.zero, "0 or 3 with fsdp=True (FSDP full sharding is ZeRO stage 3)")
-        choice("ParallelismSpec.schedule", self.schedule, SCHEDULES)
-        choice("ParallelismSpec.dtype", self.dtype, DTYPES)
+        object.__setattr__(self, "schedule", option("ParallelismSpec.schedule", self.schedule, PipelineSchedule))
+        object.__setattr__(self, "dtype", option("ParallelismSpec.dtype", self.dtype, Dtype))
         if self.bucket_bytes is not None and (not is_int(self.bucket_bytes) or self.bucket_bytes < 4):
             raise _reject("bucket_bytes", self.bucket_bytes, "None or an integer >= 4")
+        if self.bucket_bytes is not None:
+            object.__setattr__(self, "bucket_bytes", int(self.bucket_bytes))
         finite_nonnegative("ParallelismSpec.ep_imbalance", self.ep_imbalance, "a finite number >= 0")
         self._parse_order(self.order)
         if self.schedule == "interleaved":

@@ -33,14 +33,14 @@ takes no part in equality, hashing or repr.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Hashable
 from typing import Any
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ._validate import reject
+from topologies.checks import finite_nonnegative, integer, is_int, reject
+
 from .collectives import Collective
 
 
@@ -58,9 +58,8 @@ class ComputeTask:
         if self.duration_s is None:
             if self.work is None:
                 raise reject("ComputeTask.duration_s", None, "a finite number >= 0, or work= to resolve it from")
-        elif not (isinstance(self.duration_s, (int, float)) and math.isfinite(self.duration_s)
-                  and self.duration_s >= 0):
-            raise reject("ComputeTask.duration_s", self.duration_s, "a finite number >= 0")
+        else:
+            finite_nonnegative("ComputeTask.duration_s", self.duration_s, "a finite number >= 0")
         _check_stream("ComputeTask", self.stream, self.after)
 
 
@@ -76,9 +75,9 @@ class CommTask:
 
 
 def _check_stream(owner: str, stream, after) -> None:
-    if not isinstance(stream, int) or isinstance(stream, bool) or stream < 0:
+    if not is_int(stream) or stream < 0:
         raise reject(f"{owner}.stream", stream, "an integer >= 0")
-    if not isinstance(after, tuple) or any(not isinstance(a, int) or isinstance(a, bool) or a < 0 for a in after):
+    if not isinstance(after, tuple) or any(not is_int(a) or a < 0 for a in after):
         raise reject(f"{owner}.after", after, "a tuple of task indices >= 0")
 
 
@@ -94,8 +93,11 @@ class Workload:
     shared_programs: tuple[tuple[tuple[Task, ...], np.ndarray], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.nranks, int) or self.nranks < 1:
-            raise reject("Workload.nranks", self.nranks, "an integer >= 1")
+        object.__setattr__(self, "nranks", integer("Workload.nranks", self.nranks, low=1))
+        if not isinstance(self.collectives, tuple) or not all(isinstance(c, Collective) for c in self.collectives):
+            raise reject("Workload.collectives", self.collectives, "a tuple of Collective")
+        if not isinstance(self.programs, tuple) or not all(isinstance(p, tuple) for p in self.programs):
+            raise reject("Workload.programs", self.programs, "a tuple of programs (tuples of tasks), one per rank")
         if len(self.programs) != self.nranks:
             raise ValueError(f"Workload.programs: {len(self.programs)} programs for {self.nranks} ranks")
         for i, coll in enumerate(self.collectives):
@@ -165,6 +167,9 @@ class Workload:
     @classmethod
     def sequence(cls, collectives: list[Collective] | tuple[Collective, ...], *, nranks: int) -> "Workload":
         """Every rank runs, in order, each collective whose group contains it (nccl-tests style)."""
+        if not isinstance(collectives, (list, tuple)) or not all(isinstance(c, Collective) for c in collectives):
+            raise reject("Workload.sequence.collectives", collectives, "a list of Collective")
+        nranks = integer("Workload.sequence.nranks", nranks, low=1)
         collectives = tuple(collectives)
         programs = tuple(
             tuple(CommTask(index=i, name=c.kind.value) for i, c in enumerate(collectives) if rank in c.group)

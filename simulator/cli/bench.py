@@ -9,8 +9,8 @@ from topologies.presets import SYSTEMS
 from topologies.routing import ROUTING_POLICIES
 from workloads.collectives import CollectiveKind
 
-from .common import (DEFAULT_SYSTEM, FABRIC_DEFAULTS, build_topology, fabric_options,
-                     positive_int, protocol_name, stepfactor)
+from .common import (FABRIC_DEFAULTS, build_topology, fabric_options, positive_int, protocol_name, stepfactor,
+                     system_name)
 
 BENCH_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall")
 
@@ -80,7 +80,7 @@ def run(args) -> str:
             raise ValueError(f"calibration: {args.calibration} was fitted on system {calibration.system!r}, not "
                              f"{args.system!r}; expected --system {calibration.system} (or no --system)")
         args.system = calibration.system
-    args.system = args.system or DEFAULT_SYSTEM
+    args.system = system_name(args.system)
     if args.system not in SYSTEMS:
         raise ValueError(f"system: {args.system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
     # NCCL's environment variables (tuner.NCCL_ENVIRONMENT) apply as they would to nccl-tests; options win

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from simulator.config import NETWORK_MODEL_NAMES
+from topologies.checks import output_file
 
 from .common import (positive_int, protocol_name)
 
@@ -44,6 +45,8 @@ def run(args) -> str:
 
     from simulator.validation.calibration import calibrate, format_result, parse_nccl_tests_log, read_nccl_tests_log
 
+    if args.out is not None:
+        output_file("out", args.out)                   # before the fit runs
     if args.log == "-":
         log = parse_nccl_tests_log(sys.stdin.read(), name="<stdin>")
     else:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Mapping
+
+from topologies.checks import reject
 
 from topologies.presets import FABRICS, TOPOLOGIES
 
@@ -22,19 +25,26 @@ class Parser(argparse.ArgumentParser):
 
 
 def bounded(name: str, cast=int, low: float = 1, *, strict: bool = False):
-    """argparse type: ``cast`` of the text, at least ``low`` (more than it when ``strict``)."""
-    kind = "an integer" if cast is int else "a number"
+    """argparse type: ``cast`` of the text (a float: finite), at least ``low`` (more than it when ``strict``)."""
+    kind = "an integer" if cast is int else "a finite number"
+    expected = f"{kind} {'>' if strict else '>='} {low:g}"
 
     def parse(text: str):
         try:
             value = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not {kind}") from None
+            raise argparse.ArgumentTypeError(str(reject(name, text, expected))) from None
+        if cast is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(str(reject(name, text, expected)))
         if not (value > low if strict else value >= low):
-            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not allowed; expected {kind} "
-                                             f"{'>' if strict else '>='} {low:g}")
+            raise argparse.ArgumentTypeError(str(reject(name, text, expected)))
         return value
     return parse
+
+
+def system_name(settings_system: str | None) -> str:
+    """The --system given (an empty one is an error, not the default), else DEFAULT_SYSTEM."""
+    return DEFAULT_SYSTEM if settings_system is None else settings_system
 
 
 positive_int = bounded      # positive_int(name): an integer >= 1

@@ -6,13 +6,14 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES
+from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES, NetworkModel
+from topologies import checks
 from topologies.routing import ROUTING_POLICIES
+from workloads.options import Dtype, Granularity, PipelineSchedule, Recompute, names
 from workloads.parallelism import DDP_BUCKET_BYTES
 from workloads.presets import SC21_VOCAB
 
-from .common import (DEFAULT_SYSTEM, FABRIC_DEFAULTS, build_topology, fabric_options,
-                     positive_int)
+from .common import DEFAULT_SYSTEM, FABRIC_DEFAULTS, bounded, build_topology, fabric_options, positive_int
 
 # `fabricsim step` with no arguments: a Llama-3 8B-class model on 8 DGX H100 (64 GPUs), TP 2 x PP 2 x DP 16,
 # 256 sequences of 8192 tokens per step (2M tokens), micro-batch 1, bf16, DDP buckets overlapped with backward.
@@ -25,6 +26,46 @@ STEP_DEFAULTS = {"model": "llama3-8b", "system": DEFAULT_SYSTEM, **FABRIC_DEFAUL
                  "ffn_hidden": None, "dp": None, "format": "table", "trace": None}
 
 STEP_FORMATS = ("table", "json")
+GPT_ONLY = ("layers", "hidden", "heads", "vocab", "ffn_hidden")      # describe --model gpt, and only it
+
+
+def _text(field: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise checks.reject(field, value, "a string")
+    return value
+
+
+def _names(field: str, value: object) -> tuple[str, ...]:
+    expected = f"a list of distinct names from {', '.join(CONGESTION_NAMES)}"
+    if not isinstance(value, (list, tuple)) or any(not isinstance(v, str) or v not in CONGESTION_NAMES
+                                                   for v in value) or len(set(value)) != len(value):
+        raise checks.reject(field, value, expected)
+    return tuple(value)
+
+
+def _positive(field: str, value: object) -> int:
+    return checks.integer(field, value, low=1)
+
+
+# the type of every setting a scenario file may give (the command line's are its options' types)
+SETTING_CHECKS = {
+    "model": _text, "system": _text, "topology": _text, "fabric": _text, "trace": _text,
+    **dict.fromkeys(("nodes", "nics_per_node", "planes", "tp", "pp", "cp", "ep", "vp", "dp", "global_batch",
+                     "micro_batch", "seq_len", *GPT_ONLY), _positive),
+    "oversubscription": lambda f, v: checks.finite(f, v, low=1),
+    "zero": lambda f, v: checks.integer(f, v, low=0, high=3),
+    **dict.fromkeys(("fsdp", "sequence_parallel", "rail_optimised", "gdr"), checks.flag),
+    "bucket_mb": lambda f, v: checks.positive_finite(f, v),
+    "dtype": lambda f, v: checks.option(f, v, Dtype),
+    "schedule": lambda f, v: checks.option(f, v, PipelineSchedule),
+    "recompute": lambda f, v: checks.option(f, v, Recompute),
+    "granularity": lambda f, v: checks.option(f, v, Granularity),
+    "net_model": lambda f, v: checks.option(f, v, NetworkModel),
+    "routing": lambda f, v: checks.choice(f, v, ROUTING_POLICIES),
+    "seed": checks.integer,
+    "congestion": _names,
+    "format": lambda f, v: checks.choice(f, v, STEP_FORMATS),
+}
 
 
 def add_parser(sub) -> None:
@@ -52,14 +93,14 @@ def add_parser(sub) -> None:
     step.add_argument("--global-batch", type=positive_int("global-batch"), help="sequences per step; default 256")
     step.add_argument("--micro-batch", type=positive_int("micro-batch"), help="sequences per micro-batch; default 1")
     step.add_argument("--seq-len", type=positive_int("seq-len"), help="tokens per sequence; default 8192")
-    step.add_argument("--bucket-mb", type=float,
+    step.add_argument("--bucket-mb", type=bounded("bucket-mb", float, 0, strict=True),
                       help=f"DDP gradient bucket in MiB; default {STEP_DEFAULTS['bucket_mb']:g}")
-    step.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), help="training precision; default bf16")
-    step.add_argument("--schedule", choices=("1f1b", "gpipe", "interleaved"), help="pipeline schedule; default 1f1b")
+    step.add_argument("--dtype", choices=names(Dtype), help="training precision; default bf16")
+    step.add_argument("--schedule", choices=names(PipelineSchedule), help="pipeline schedule; default 1f1b")
     step.add_argument("--sequence-parallel", action="store_const", const=True, help="Megatron sequence parallelism")
-    step.add_argument("--recompute", choices=("none", "selective", "full"), help="activation recomputation")
+    step.add_argument("--recompute", choices=names(Recompute), help="activation recomputation")
     step.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, help="network model; default flow")
-    step.add_argument("--granularity", choices=("layer", "chunk"),
+    step.add_argument("--granularity", choices=names(Granularity),
                       help="tasks per layer (default) or per model chunk (faster; bytes and compute conserved)")
     step.add_argument("--format", choices=STEP_FORMATS, help="output format; default table")
     step.add_argument("--trace", metavar="FILE.json", help="also write the step as a Chrome/Perfetto trace")
@@ -67,15 +108,15 @@ def add_parser(sub) -> None:
 
 
 def _step_settings(args) -> dict:
-    """STEP_DEFAULTS, then the scenario file, then the command line."""
+    """STEP_DEFAULTS, then the scenario file, then the command line; each value checked (SETTING_CHECKS) and
+    ``given`` the names set by the file or the command line."""
     settings = dict(STEP_DEFAULTS)
+    given = set()
     if args.scenario is not None:
         import tomllib
+        text = checks.read_text("scenario", args.scenario)
         try:
-            with open(args.scenario, "rb") as handle:
-                scenario = tomllib.load(handle)
-        except OSError as exc:
-            raise ValueError(f"scenario: {args.scenario!r} cannot be read ({exc.strerror})") from None
+            scenario = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"scenario: {args.scenario} is not valid TOML ({exc})") from None
         for key, value in scenario.items():
@@ -83,16 +124,17 @@ def _step_settings(args) -> dict:
             if name not in settings:
                 raise ValueError(f"scenario: {args.scenario}: {key!r} is not a known field; expected one of "
                                  f"{', '.join(k for k in STEP_DEFAULTS)}")
-            if name == "format" and value not in STEP_FORMATS:
-                raise ValueError(f"scenario: {args.scenario}: format: {value!r} is not allowed; expected one of "
-                                 f"{', '.join(STEP_FORMATS)}")
-            if name == "trace" and not isinstance(value, str):
-                raise ValueError(f"scenario: {args.scenario}: trace: {value!r} is not allowed; expected a file name")
-            settings[name] = tuple(value) if name == "congestion" else value
+            try:
+                settings[name] = SETTING_CHECKS[name](name, value)
+            except ValueError as exc:
+                raise ValueError(f"scenario: {args.scenario}: {exc}") from None
+            given.add(name)
     for name in settings:
         value = getattr(args, name, None)
         if value is not None:
             settings[name] = tuple(value) if name == "congestion" else value
+            given.add(name)
+    settings["given"] = frozenset(given)
     return settings
 
 
@@ -107,6 +149,14 @@ def run(args) -> str:
     from workloads.presets import custom_gpt, model_preset
 
     s = _step_settings(args)
+    if s["trace"] is not None:
+        checks.output_file("trace", s["trace"])        # before the step runs
+    if str(s["model"]).lower() != "gpt":
+        extra = [name for name in GPT_ONLY if name in s["given"]]
+        if extra:
+            options = ", ".join(f"--{name.replace('_', '-')}" for name in GPT_ONLY)
+            raise ValueError(f"{extra[0]}: {s[extra[0]]!r} is not allowed with model {s['model']!r}, a preset; "
+                             f"expected --model gpt ({options} describe a custom GPT)")
     if str(s["model"]).lower() == "gpt":
         missing = [f"--{k}" for k in ("layers", "hidden", "heads") if s[k] is None]
         if missing:
@@ -116,14 +166,16 @@ def run(args) -> str:
     else:
         model = model_preset(str(s["model"]))
     topology = build_topology(s)
-    if not (isinstance(s["bucket_mb"], (int, float)) and s["bucket_mb"] > 0):
-        raise ValueError(f"bucket_mb: {s['bucket_mb']!r} is not allowed; expected a number > 0")
+    if not 4 <= s["bucket_mb"] * 2**20 <= checks.MAX_BYTES:          # a float: 1e308 MiB is inf bytes, not allowed
+        raise checks.reject("bucket_mb", s["bucket_mb"], f"a size in MiB from {4 / 2**20:.2g} (4 bytes) to "
+                            f"{checks.MAX_BYTES >> 20} (1 PiB)")
+    bucket_bytes = int(s["bucket_mb"] * 2**20)
     parallelism = ParallelismSpec(tp=s["tp"], pp=s["pp"], dp=s["dp"], cp=s["cp"], ep=s["ep"], vp=s["vp"],
                                   gpus=topology.num_gpus, zero=s["zero"],
                                   fsdp=s["fsdp"], micro_batch=s["micro_batch"], global_batch=s["global_batch"],
                                   seq_len=s["seq_len"], schedule=s["schedule"],
                                   sequence_parallel=s["sequence_parallel"], dtype=s["dtype"],
-                                  bucket_bytes=int(s["bucket_mb"] * 1024 * 1024))
+                                  bucket_bytes=bucket_bytes)
     # NCCL's environment variables apply to every collective of the step, as they would to the job
     environment = applied_settings(os.environ)
     config = SimConfig(network_model=s["net_model"], routing=s["routing"], seed=s["seed"],

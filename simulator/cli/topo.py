@@ -4,7 +4,9 @@ from __future__ import annotations
 
 
 
-from .common import (DEFAULT_SYSTEM, FABRIC_DEFAULTS, build_topology, fabric_options)
+from topologies.checks import output_file
+
+from .common import FABRIC_DEFAULTS, build_topology, fabric_options, system_name
 
 
 
@@ -19,7 +21,9 @@ def add_parser(sub) -> None:
 def run(args) -> str:
     from topologies.cost import cost_summary
 
-    args.system = args.system or DEFAULT_SYSTEM
+    args.system = system_name(args.system)
+    if args.draw is not None:
+        output_file("draw", args.draw)
     topology = build_topology(vars(args))
     out = f"{topology.name}: {topology.description}\n{topology.num_gpus} GPUs, {topology.num_servers} servers\n"
     out += cost_summary(topology, nic_cables=args.nic_cables).format().rstrip("\n") + "\n"

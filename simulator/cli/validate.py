@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator.config import NETWORK_MODEL_NAMES
+from topologies.checks import output_dir, reject
 
 from .common import (positive_int, protocol_name)
 
@@ -40,7 +41,11 @@ def run(args) -> str:
     if args.data is None and described:
         raise ValueError(f"{described[0]}: describes a --data table; the shipped series carry their own settings "
                          "(expected --data FILE.csv with it)")
+    if args.plot is not None:
+        output_dir("plot", args.plot)            # before any simulation: an existing file is no directory
     if args.data is not None:
+        if not args.data.strip():
+            raise reject("data", args.data, "a CSV file (or a shipped table's name)")
         if args.series is not None:
             raise ValueError("--series: selects shipped series; expected either --series or --data, not both")
         series = (data_series(Path(args.data), system=args.system, algorithm=args.algo,
@@ -52,7 +57,11 @@ def run(args) -> str:
     out = format_report(reports, format=args.format, net_model=args.net_model)
     if args.plot is not None:
         from simulator.plotting import write_busbw_plots
-        paths = write_busbw_plots([(r.series.name, r.comparisons) for r in reports], args.plot)
+        try:
+            paths = write_busbw_plots([(r.series.name, r.comparisons) for r in reports], args.plot)
+        except OSError as exc:
+            raise ValueError(f"plot: {args.plot!r} cannot be written ({exc.strerror}); expected a writable "
+                             "directory") from None
         if args.format == "table":
             out += f"# wrote {len(paths)} plot(s) to {args.plot}: {', '.join(p.name for p in paths)}\n"
     return out

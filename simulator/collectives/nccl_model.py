@@ -28,9 +28,19 @@ from __future__ import annotations
 import math
 from types import MappingProxyType
 
+from topologies.checks import Option
 from topologies.units import gbyte_per_s
 
-PROTOCOLS = ("LL", "LL128", "Simple")
+
+class Protocol(Option):
+    """NCCL's protocols (a member equals its name as a string: ``Protocol.LL128 == "LL128"``)."""
+
+    LL = "LL"
+    LL128 = "LL128"
+    SIMPLE = "Simple"
+
+
+PROTOCOLS = tuple(p.value for p in Protocol)      # the names, as plain strings, in NCCL's order
 
 # Wire bytes per payload byte (NCCL src/include/device.h: LL lines are 8 B with a 4 B flag,
 # LL128 lines are 128 B with 8 B of flags -> NCCL_LL128_ELEMS_PER_THREAD 120 data bytes of 128).

@@ -188,6 +188,8 @@ class NvlsAlgorithm(AlgorithmDefaults):
         # every chain moves one shard: time = shard / slowest chain's rate
         # NCCL's choice knows only nvlsEfficiency, not the chunk-size penalty: the estimate neither
         rate = self._rate(collective, ctx)
+        if collective.nbytes == 0:          # a 0-byte piece moves nothing: the latency, at the chains' rate
+            return NVLS_LATENCY_US * 1e-6, rate * collective.nranks
         time_s = collective.nbytes / collective.nranks / rate
         return NVLS_LATENCY_US * 1e-6, collective.nbytes / time_s
 

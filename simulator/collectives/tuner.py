@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Iterator, Mapping
 
+from topologies.checks import flag, instance, integer, option, reject
 from workloads.collectives import Collective, CollectiveKind
 
 from . import ALGORITHMS, nccl_model
@@ -131,23 +132,25 @@ class CollectivePolicy:
     max_channels: int = MAX_CHANNELS   # NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS
 
     def __post_init__(self) -> None:
-        if self.algorithm is not None and self.algorithm.lower() not in ALGORITHMS:
-            raise ValueError(f"algorithm: {self.algorithm!r} is not known; expected one of {', '.join(ALGORITHMS)}")
-        if self.protocol is not None and self.protocol not in nccl_model.PROTOCOLS:
-            raise ValueError(f"protocol: {self.protocol!r} is not known; expected one of "
-                             f"{', '.join(nccl_model.PROTOCOLS)}")
-        if not isinstance(self.qps_per_connection, int) or not 1 <= self.qps_per_connection <= 128:
-            raise ValueError(f"qps_per_connection: {self.qps_per_connection!r} is not allowed; expected 1 to 128")
+        # every field checked here, at the edge (checks: one message naming the field); numpy integers become
+        # ints and a protocol name its Protocol member
+        if self.algorithm is not None and (not isinstance(self.algorithm, str)
+                                           or self.algorithm.lower() not in ALGORITHMS):
+            raise reject("algorithm", self.algorithm, f"None or one of {', '.join(ALGORITHMS)}")
+        if self.protocol is not None:
+            object.__setattr__(self, "protocol", option("protocol", self.protocol, nccl_model.Protocol))
+        for name in ("algorithms", "protocols"):
+            instance(name, getattr(self, name), (Selection, type(None)), "None or a Selection (parse_selection)")
+        for name in ("nvls", "collnet"):
+            object.__setattr__(self, name, flag(name, getattr(self, name)))
+        object.__setattr__(self, "qps_per_connection",
+                           integer("qps_per_connection", self.qps_per_connection, low=1, high=128))
         for name in ("min_channels", "max_channels"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or not 1 <= value <= MAX_CHANNELS:
-                raise ValueError(f"{name}: {value!r} is not allowed; expected an integer from 1 to {MAX_CHANNELS}")
+            object.__setattr__(self, name, integer(name, getattr(self, name), low=1, high=MAX_CHANNELS))
         if self.min_channels > self.max_channels:
             raise ValueError(f"min_channels: {self.min_channels} is above max_channels ({self.max_channels})")
-        if self.nchannels is not None and (not isinstance(self.nchannels, int)
-                                           or not 1 <= self.nchannels <= MAX_CHANNELS):
-            raise ValueError(f"channels: {self.nchannels!r} is not allowed; expected an integer from 1 to "
-                             f"{MAX_CHANNELS}")
+        if self.nchannels is not None:
+            object.__setattr__(self, "nchannels", integer("channels", self.nchannels, low=1, high=MAX_CHANNELS))
 
 
     @classmethod

@@ -80,11 +80,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import types
 from dataclasses import dataclass, field
-from typing import Any, Mapping, TypeGuard
+from typing import Any, Mapping
 
+from topologies.checks import finite, finite_nonnegative, flag, integer, positive_finite
 from topologies.devices import GpuSpec
 from workloads.model import RECOMPUTE, Gemm, ModelSpec, ceil_div
 
@@ -129,17 +129,11 @@ FP32 = 4
 # --------------------------------------------------------------------------------------------------
 
 
-def _is_real(value: object) -> TypeGuard[float]:
-    """A real number other than a bool (int, float, numpy scalar...): typed as float for the bounds."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
 def _fraction(owner: str, name: str, value: object, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
-    if not _is_real(value) or not 0 < value <= 1:
-        raise ValueError(f"{owner}.{name}: {value!r} is not allowed; expected a number in (0, 1]"
-                         + (" or None" if allow_none else ""))
+    finite(f"{owner}.{name}", value, low=0, low_open=True, high=1,
+           expected="a number in (0, 1]" + (" or None" if allow_none else ""))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,8 +156,7 @@ class GpuComputeModel:
             raise ValueError(f"{owner}.name: {self.name!r} is not allowed; expected a non-empty string")
         for name in ("sm_count", "tile_m", "tile_n"):
             value = getattr(self, name)
-            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{owner}.{name}: {value!r} is not allowed; expected an integer >= 1")
+            integer(f"{owner}.{name}", value, low=1)
         for name in ("gemm_efficiency_bf16", "memory_efficiency", "flash_fwd_efficiency", "flash_bwd_efficiency"):
             _fraction(owner, name, getattr(self, name))
         _fraction(owner, "gemm_efficiency_fp8", self.gemm_efficiency_fp8, allow_none=True)
@@ -290,9 +283,7 @@ def _check_dtype(dtype: str, gpu: GpuSpec, cm: GpuComputeModel) -> None:
 
 
 def _positive(name: str, value: object) -> float:
-    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name}: {value!r} is not allowed; expected a finite number > 0")
-    return float(value)
+    return positive_finite(name, value)
 
 
 def _memory_time_s(nbytes: float, gpu: GpuSpec, cm: GpuComputeModel) -> float:
@@ -318,8 +309,7 @@ def gemm_op(gpu: GpuSpec, *, m: float, n: float, k: float, count: int = 1, dtype
     cm = compute_model_for(gpu, compute_model)
     _check_dtype(dtype, gpu, cm)
     m, n, k = _positive("gemm.m", m), _positive("gemm.n", n), _positive("gemm.k", k)
-    if not isinstance(count, numbers.Integral) or isinstance(count, bool) or count < 1:
-        raise ValueError(f"gemm.count: {count!r} is not allowed; expected an integer >= 1")
+    integer("gemm.count", count, low=1)
     if kind not in OP_KINDS:
         raise ValueError(f"gemm.kind: {kind!r} is not known; expected one of {', '.join(OP_KINDS)}")
     if dtype == "fp8":
@@ -347,8 +337,7 @@ def memory_op(gpu: GpuSpec, *, nbytes: float, name: str = "elementwise", kind: s
               compute_model: GpuComputeModel | None = None) -> OpTime:
     """A memory-bound kernel moving ``nbytes`` (read + written)."""
     cm = compute_model_for(gpu, compute_model)
-    if not isinstance(nbytes, numbers.Real) or isinstance(nbytes, bool) or not math.isfinite(nbytes) or nbytes < 0:
-        raise ValueError(f"{name}.nbytes: {nbytes!r} is not allowed; expected a finite number >= 0")
+    finite_nonnegative(f"{name}.nbytes", nbytes, "a finite number >= 0")
     if kind not in OP_KINDS:
         raise ValueError(f"{name}.kind: {kind!r} is not known; expected one of {', '.join(OP_KINDS)}")
     return OpTime(name=name, kind=kind, flops=0.0, nbytes=float(nbytes), time_s=_memory_time_s(nbytes, gpu, cm),
@@ -420,9 +409,7 @@ def _flash_time(name: str, flops: float, nbytes: float, eff: float, ctx: _Ctx) -
 
 
 def _check_flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name}: {value!r} is not allowed; expected True or False")
-    return value
+    return flag(name, value)
 
 
 def _layer_ops(model: ModelSpec, layer: int, *, micro_batch: int, seq_len: int | None, tp: int, sp: bool,
@@ -681,12 +668,9 @@ def optimizer_step(gpu: GpuSpec, *, parameters: float, grad_bytes: int = FP32, p
     11.23
     """
     cm = compute_model_for(gpu, compute_model)
-    if not isinstance(parameters, numbers.Real) or isinstance(parameters, bool) or not math.isfinite(parameters) \
-            or parameters < 0:
-        raise ValueError(f"optimizer_step.parameters: {parameters!r} is not allowed; expected a finite number >= 0")
+    finite_nonnegative("optimizer_step.parameters", parameters, "a finite number >= 0")
     for name, value in (("grad_bytes", grad_bytes), ("param_bytes", param_bytes)):
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"optimizer_step.{name}: {value!r} is not allowed; expected an integer >= 1")
+        integer(f"optimizer_step.{name}", value, low=1)
     return ComputeBreakdown(ops=(
         memory_op(gpu, nbytes=parameters * grad_bytes, name="grad_norm", kind="optimizer", compute_model=cm),
         memory_op(gpu, nbytes=parameters * (grad_bytes + ADAM_BYTES_PER_PARAM + param_bytes), name="adam",
@@ -708,10 +692,8 @@ def default_overlap_slowdown(gpu: GpuSpec, *, comm_ctas: int = DEFAULT_COMM_CTAS
     0.138
     """
     cm = compute_model_for(gpu, compute_model)
-    if not isinstance(comm_ctas, numbers.Integral) or isinstance(comm_ctas, bool) \
-            or not 0 <= comm_ctas < cm.sm_count:
-        raise ValueError(f"comm_ctas: {comm_ctas!r} is not allowed; expected an integer in 0..{cm.sm_count - 1} "
-                         f"(SMs of {gpu.name})")
+    integer("comm_ctas", comm_ctas, low=0, high=cm.sm_count - 1,
+            expected=f"an integer in 0..{cm.sm_count - 1} (SMs of {gpu.name})")
     return comm_ctas / (cm.sm_count - comm_ctas)
 
 
@@ -719,13 +701,10 @@ def overlapped_time_s(time_s: float, gpu: GpuSpec, *, overlap_slowdown: float | 
                       compute_model: GpuComputeModel | None = None) -> float:
     """``time_s`` of compute stretched while a communication kernel runs beside it:
     time_s x (1 + overlap_slowdown); ``None`` takes :func:`default_overlap_slowdown`."""
-    if not isinstance(time_s, numbers.Real) or isinstance(time_s, bool) or not math.isfinite(time_s) or time_s < 0:
-        raise ValueError(f"time_s: {time_s!r} is not allowed; expected a finite number >= 0")
+    finite_nonnegative("time_s", time_s, "a finite number >= 0")
     if overlap_slowdown is None:
         overlap_slowdown = default_overlap_slowdown(gpu, compute_model=compute_model)
-    elif not isinstance(overlap_slowdown, numbers.Real) or isinstance(overlap_slowdown, bool) \
-            or not math.isfinite(overlap_slowdown) or overlap_slowdown < 0:
-        raise ValueError(f"overlap_slowdown: {overlap_slowdown!r} is not allowed; expected a finite number >= 0 "
-                         "or None")
+    else:
+        finite_nonnegative("overlap_slowdown", overlap_slowdown, "a finite number >= 0 or None")
     return time_s * (1.0 + overlap_slowdown)
 

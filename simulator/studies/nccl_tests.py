@@ -19,10 +19,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
+from topologies.checks import finite, flag, instance, integer, is_int, reject, size_bytes
 from topologies.presets import build_system
 from topologies.routing import RouteCache
 from topologies.topology import Topology
-from topologies.units import parse_size
 from workloads.collectives import DTYPE_BYTES, REDUCE_OPS, Collective, CollectiveKind
 from workloads.tasks import Workload
 
@@ -73,27 +73,30 @@ class BenchRow(NcclTestsRow):
 def sweep_sizes(minbytes: int | str, maxbytes: int | str, *, stepfactor: float | None = 2,
                 stepbytes: int | str | None = None) -> list[int]:
     """nccl-tests' size sweep: min, min*f, ... <= max (or min, min+i, ... with stepbytes)."""
-    lo, hi = parse_size(minbytes, field="minbytes"), parse_size(maxbytes, field="maxbytes")
+    lo, hi = size_bytes("minbytes", minbytes), size_bytes("maxbytes", maxbytes)
     if lo > hi:
         raise ValueError(f"minbytes: {lo} is larger than maxbytes ({hi}); expected minbytes <= maxbytes")
     sizes = []
     if stepbytes is not None:
-        step = parse_size(stepbytes, field="stepbytes")
-        if step < 1:
-            raise ValueError(f"stepbytes: {step} is not allowed; expected >= 1")
+        step = size_bytes("stepbytes", stepbytes, low=1)
         size = lo
         while size <= hi and len(sizes) <= MAX_SIZES:
             sizes.append(size)
             size += step
     else:
-        if stepfactor is None or not stepfactor > 1:
-            raise ValueError(f"stepfactor: {stepfactor!r} is not allowed; expected a number > 1")
+        factor = finite("stepfactor", stepfactor, low=1, low_open=True)
         if lo == 0:
-            raise ValueError("minbytes: 0 cannot grow by a step factor; expected minbytes >= 1")
+            raise ValueError("minbytes: 0 cannot grow by a step factor; expected minbytes >= 1 (or a step in bytes)")
         size = lo
         while size <= hi and len(sizes) <= MAX_SIZES:
             sizes.append(size)
-            size = int(size * stepfactor)
+            grown = size * factor            # a float: inf when the factor is huge, which ends the sweep
+            if grown > hi:
+                break
+            if int(grown) == size:
+                raise reject("stepfactor", stepfactor, f"a factor that grows {size} B by a whole byte (nccl-tests "
+                             "would repeat that size forever)")
+            size = int(grown)
     if len(sizes) > MAX_SIZES:
         raise ValueError(f"size sweep: more than {MAX_SIZES} sizes; use a larger step")
     return sizes
@@ -127,24 +130,27 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
     is made for the sweep when None).
     """
     kind = kind if isinstance(kind, CollectiveKind) else CollectiveKind.parse(kind)
-    if dtype not in NCCL_TESTS_TYPES:
+    instance("system", system, (str, Topology), "a system preset name (see `fabricsim systems`) or a Topology")
+    instance("config", config, (SimConfig, type(None)), "a SimConfig or None")
+    explain = flag("explain", explain)
+    root = integer("root", root, low=0)
+    if not isinstance(dtype, str) or dtype not in NCCL_TESTS_TYPES:
         raise ValueError(f"datatype: {dtype!r} is not known; expected one of {', '.join(NCCL_TESTS_TYPES)}")
     dtype = NCCL_TESTS_TYPES[dtype]
-    if op not in REDUCE_OPS:
+    if not isinstance(op, str) or op not in REDUCE_OPS:
         raise ValueError(f"op: {op!r} is not known; expected one of {', '.join(REDUCE_OPS)}")
     topology = build_system(system, nodes=nodes) if isinstance(system, str) else system
     gpn = gpus_per_node if gpus_per_node is not None else len(topology.servers[0].gpus)
     most = min(len(s.gpus) for s in topology.servers)
-    if not isinstance(gpn, int) or isinstance(gpn, bool) or not 1 <= gpn <= most:
-        raise ValueError(f"gpus_per_node: {gpn!r} is not allowed; expected an integer from 1 to {most}")
+    gpn = integer("gpus_per_node", gpn, low=1, high=most)
     placement = Placement.block(topology, nranks=gpn * topology.num_servers, gpus_per_node=gpn)
     nranks = placement.nranks
     if kind.rooted and not 0 <= root < nranks:
         raise ValueError(f"root: {root} is out of range; expected 0 to {nranks - 1}")
     if kind is CollectiveKind.SENDRECV and nranks < 2:
-        raise ValueError("sendrecv needs at least 2 GPUs; use more GPUs or nodes")
-    if not isinstance(gpus_per_process, int) or isinstance(gpus_per_process, bool) or gpus_per_process < 1 \
-            or gpn % gpus_per_process:
+        raise ValueError(f"collective: sendrecv needs at least 2 GPUs, not {nranks}; expected more GPUs per node "
+                         "or more nodes")
+    if not is_int(gpus_per_process) or gpus_per_process < 1 or gpn % gpus_per_process:
         divisors = ", ".join(str(d) for d in range(1, gpn + 1) if gpn % d == 0)
         raise ValueError(f"gpus_per_process (-g): {gpus_per_process!r} is not allowed; expected a divisor of the "
                          f"{gpn} GPUs per node ({divisors}): each process drives that many GPUs of one node")
@@ -155,7 +161,9 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
     if sizes is None:
         sizes = sweep_sizes(minbytes, maxbytes, stepfactor=stepfactor, stepbytes=stepbytes)
     else:
-        sizes = [parse_size(s, field="sizes") for s in sizes]
+        if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__len__"):
+            raise reject("sizes", sizes, "a list of byte counts")
+        sizes = [size_bytes("sizes", s) for s in sizes]
         if not 1 <= len(sizes) <= MAX_SIZES:
             raise ValueError(f"sizes: {len(sizes)} sizes are not allowed; expected 1 to {MAX_SIZES}")
     collectives = [collective_for_size(kind, s, nranks=nranks, dtype=dtype, op=op, root=root) for s in sizes]

@@ -53,15 +53,16 @@ from typing import Mapping
 
 import numpy as np
 
+from topologies.checks import finite, flag, instance, integer, option, reject
 from topologies.devices import GPU_PRESETS, GpuSpec
 from topologies.presets import SYSTEMS, TOPOLOGIES, build_system
 from topologies.routing import RouteCache
 from topologies.topology import Topology
 from workloads.model import ModelSpec, ceil_div
+from workloads.options import Granularity, Recompute
 from workloads.parallelism import ParallelismSpec
 from workloads.tasks import ComputeTask
-from workloads.model import RECOMPUTE
-from workloads.training import (GRANULARITIES, StepCompute, TrainingWorkload, gradient_bytes_per_param,
+from workloads.training import (StepCompute, TrainingWorkload, gradient_bytes_per_param,
                                 pipeline_schedule, resolve, training_step)
 
 from ..analysis import interval_breakdowns, link_class_bytes
@@ -346,10 +347,6 @@ def _frozen(value):
     return value
 
 
-def _reject(field: str, value: object, expected: str) -> ValueError:
-    return ValueError(f"{field}: {value!r} is not allowed; expected {expected}")
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepOptions:
     """How ``simulate_step`` runs a step (every field checked on construction).
@@ -390,27 +387,20 @@ class StepOptions:
                                  ("compute", StepCompute, "a workloads.training.StepCompute"),
                                  ("placement", Placement, "a Placement"),
                                  ("route_cache", RouteCache, "a topologies.routing.RouteCache")):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, kind):
-                raise _reject(f"StepOptions.{name}", value, f"{what} or None")
-        slowdown = self.overlap_slowdown
-        if slowdown is not None and (not isinstance(slowdown, (int, float)) or isinstance(slowdown, bool)
-                                     or not math.isfinite(slowdown) or slowdown < 0):
-            raise _reject("StepOptions.overlap_slowdown", slowdown, "None or a finite number >= 0")
+            instance(f"StepOptions.{name}", getattr(self, name), (kind, type(None)), f"{what} or None")
+        if self.overlap_slowdown is not None:
+            finite("StepOptions.overlap_slowdown", self.overlap_slowdown, low=0,
+                   expected="None or a finite number >= 0")
         for name in ("flash_attention", "tensor_rank0_p2p", "symmetric_replicas"):
-            if not isinstance(getattr(self, name), bool):
-                raise _reject(f"StepOptions.{name}", getattr(self, name), "True or False")
-        if self.recompute not in RECOMPUTE:
-            raise _reject("StepOptions.recompute", self.recompute, f"one of {', '.join(map(repr, RECOMPUTE))}")
-        if self.granularity not in GRANULARITIES:
-            raise _reject("StepOptions.granularity", self.granularity,
-                          f"one of {', '.join(map(repr, GRANULARITIES))}")
+            flag(f"StepOptions.{name}", getattr(self, name))
+        # the names become their enum members (equal to the names as strings)
+        object.__setattr__(self, "recompute", option("StepOptions.recompute", self.recompute, Recompute))
+        object.__setattr__(self, "granularity", option("StepOptions.granularity", self.granularity, Granularity))
         for name in ("nodes", "steady_state_microbatches"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise _reject(f"StepOptions.{name}", value, "None or an integer >= 1")
-        if self.wiring is not None and not isinstance(self.wiring, str):
-            raise _reject("StepOptions.wiring", self.wiring, "None or a wiring name")
+            if getattr(self, name) is not None:
+                integer(f"StepOptions.{name}", getattr(self, name), low=1, expected="None or an integer >= 1")
+        if self.wiring is not None:
+            instance("StepOptions.wiring", self.wiring, str, "None or a wiring name")
 
 
 def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str | Topology = "dgx-h100",
@@ -421,11 +411,11 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
     """
     o = StepOptions() if options is None else options
     if not isinstance(o, StepOptions):
-        raise _reject("options", o, "a StepOptions or None")
+        raise reject("options", o, "a StepOptions or None")
     if not isinstance(model, ModelSpec):
-        raise _reject("model", model, "a workloads.model.ModelSpec")
+        raise reject("model", model, "a workloads.model.ModelSpec")
     if not isinstance(parallelism, ParallelismSpec):
-        raise _reject("parallelism", parallelism, "a workloads.parallelism.ParallelismSpec")
+        raise reject("parallelism", parallelism, "a workloads.parallelism.ParallelismSpec")
     p = parallelism.check(model)
     world = p.world_size
     reductions.check_symmetric_replicas(p, o.symmetric_replicas)
@@ -435,7 +425,7 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
     elif isinstance(system, str):
         topology = _build_topology(system, o.nodes, world, o.wiring)
     else:
-        raise _reject("system", system, "a system preset name or a topologies.topology.Topology")
+        raise reject("system", system, "a system preset name or a topologies.topology.Topology")
     if topology.num_gpus < world:
         raise ValueError(f"parallelism: needs {world} GPUs (tp x cp x dp x pp = {p.tp} x {p.cp} x {p.dp} x {p.pp}) "
                          f"but topology {topology.name!r} has {topology.num_gpus}")
@@ -448,7 +438,7 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
     if placement is None:
         placement = Placement.block(topology, nranks=world)
     elif placement.nranks != world:
-        raise _reject("placement", placement, f"a Placement of {world} ranks or None")
+        raise reject("placement", placement, f"a Placement of {world} ranks or None")
     route_cache = RouteCache() if o.route_cache is None else o.route_cache
     recompute = o.recompute
     kw = dict(recompute=recompute, granularity=o.granularity, tensor_rank0_p2p=o.tensor_rank0_p2p)

@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from topologies.checks import finite, integer, read_text, readable_file, reject, size_bytes
 from topologies.links import LinkKind
 from topologies.presets import SYSTEMS, build_system
 from topologies.topology import Topology
@@ -57,6 +58,9 @@ from .collectives import BANDWIDTH_REGIME_MIN_BYTES, GPU_SYSTEMS, LATENCY_REGIME
     summarise, system_for_gpu
 
 SCALE_BOUNDS = (0.3, 1.5)
+# a calibration file (perhaps edited by hand) may scale a link beyond SCALE_BOUNDS, but by no more than this: a
+# factor of 1e300 is no calibration, and would overflow the capacities it multiplies
+MAX_LINK_SCALE = 100.0
 OVERHEAD_BOUNDS_S = (0.0, 200e-6)
 SCALE_TOLERANCE = 1e-3            # golden-section stops when the bracket is this narrow
 OVERHEAD_TOLERANCE_S = 0.05e-6
@@ -104,6 +108,7 @@ _NGPUS_RE = re.compile(r"#.*\bnGpus\s+(\d+)")
 # NCCL_DEBUG=INFO: "host:pid:tid [0] NCCL INFO NCCL_ALGO set by environment to Ring" (integer parameters
 # end with a period: "... NCCL_IB_QPS_PER_CONNECTION set by environment to 2.")
 _ENV_RE = re.compile(r"NCCL INFO (NCCL_[A-Z0-9_]+) set by environment to (.*?)\.?\s*$")
+_INTEGER_RE = re.compile(r"^[-+]?\d+$")      # a result row starts with two integers (size, count)
 _EXAMPLE_ROW = "134217728  33554432  float  sum  -1  1305.0  102.85  179.99  0  1301.2  103.15  180.52  0"
 
 
@@ -162,8 +167,10 @@ def parse_nccl_tests_log(text: str, *, name: str = "<log>") -> NcclTestsLog:
                 ngpus = int(gpus.group(1))
             continue
         fields = stripped.split()
-        if len(fields) < 2 or not (fields[0].isdigit() and fields[1].isdigit()):
+        if len(fields) < 2 or not (_INTEGER_RE.match(fields[0]) and _INTEGER_RE.match(fields[1])):
             continue
+        size = size_bytes(f"{where}: size", int(fields[0]))       # a negative or absurd size is an error
+        count = integer(f"{where}: count", int(fields[1]), low=0)
         if len(fields) < 6:
             raise ValueError(f"{where}: {len(fields)} fields; expected size, count, type, redop, root, time, "
                              f"algbw, busbw, #wrong (e.g. '{_EXAMPLE_ROW}')")
@@ -180,7 +187,7 @@ def parse_nccl_tests_log(text: str, *, name: str = "<log>") -> NcclTestsLog:
         bw = [None if len(fields) <= i or fields[i].upper() == "N/A"
               else _log_number(fields[i], field=f, where=where, positive=False)
               for i, f in ((6, "algbw"), (7, "busbw"))]
-        rows.append(LogRow(line=number, size_bytes=int(fields[0]), count=int(fields[1]), type=dtype,
+        rows.append(LogRow(line=number, size_bytes=size, count=count, type=dtype,
                            redop=fields[3], root=root, time_us=_log_number(time_text, field="time", where=where,
                                                                            positive=True),
                            algbw_GBps=bw[0], busbw_GBps=bw[1]))
@@ -200,14 +207,10 @@ def parse_nccl_tests_log(text: str, *, name: str = "<log>") -> NcclTestsLog:
 
 def read_nccl_tests_log(path: str | os.PathLike) -> NcclTestsLog:
     """``parse_nccl_tests_log`` of a saved nccl-tests stdout."""
-    path = Path(path)
+    path = readable_file("log", path) if not str(path).strip() else Path(path)
     if not path.is_file():
         raise ValueError(f"log {str(path)!r}: no such file; expected the saved stdout of an nccl-tests run")
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise ValueError(f"log {str(path)!r}: cannot be read ({exc.strerror})") from None
-    return parse_nccl_tests_log(text, name=str(path))
+    return parse_nccl_tests_log(read_text("log", path), name=str(path))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -230,12 +233,10 @@ class Calibration:
             if kind not in LINK_KIND_NAMES:
                 raise ValueError(f"link_scale: {kind!r} is not a link kind; "
                                  f"expected one of {', '.join(LINK_KIND_NAMES)}")
-            if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) \
-                    or factor <= 0:
-                raise ValueError(f"link_scale.{kind}: {factor!r} is not allowed; expected a number > 0")
-        o = self.launch_overhead_s
-        if isinstance(o, bool) or not isinstance(o, (int, float)) or not 0 <= o < 1:
-            raise ValueError(f"launch_overhead_s: {o!r} is not allowed; expected seconds, 0 <= s < 1")
+            finite(f"link_scale.{kind}", factor, low=0, low_open=True, high=MAX_LINK_SCALE,
+                   expected=f"a number > 0 and <= {MAX_LINK_SCALE:g}")
+        finite("launch_overhead_s", self.launch_overhead_s, low=0, high=1, high_open=True,
+               expected="seconds, 0 <= s < 1")
 
     def describe(self) -> str:
         """'nvlink x0.940, +7.31 us per collective'."""
@@ -268,13 +269,13 @@ class Calibration:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Calibration":
-        path = Path(path)
+        path = readable_file("calibration", path) if not str(path).strip() else Path(path)
         if not path.is_file():
             raise ValueError(f"calibration {str(path)!r}: no such file; expected a file written by "
                              "`fabricsim calibrate LOG --out FILE.json`")
         try:
-            data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            data = json.loads(read_text("calibration", path))
+        except json.JSONDecodeError as exc:
             raise ValueError(f"calibration {str(path)!r}: not JSON ({exc})") from None
         return cls.from_dict(data, source=f"calibration {str(path)!r}")
 
@@ -397,6 +398,8 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
     log = rows if isinstance(rows, NcclTestsLog) else None
     data = list(rows.rows if isinstance(rows, NcclTestsLog) else rows)
     name = name or (log.name if log else "rows")
+    if collective is not None and (not isinstance(collective, str) or not collective.strip()):
+        raise reject("collective", collective, f"a collective such as all_reduce (or none: {name}'s own)")
     collective = collective or (log.collective if log else None)
     if collective is None:
         raise ValueError(f"collective: {name} does not say which test it ran (no 'Collective test starting' line "
@@ -413,8 +416,14 @@ def calibrate(rows: NcclTestsLog | Sequence[LogRow], *, system: str | None = Non
                              f"pass one of {', '.join(SYSTEMS)} (GPUs known: {', '.join(n for n, _ in GPU_SYSTEMS)})")
     if system not in SYSTEMS:
         raise ValueError(f"system: {system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
+    if nodes is not None and log and log.hosts and nodes != len(log.hosts):
+        raise ValueError(f"nodes: {nodes!r} is not allowed; {name} names {len(log.hosts)} host(s) in its '#  Rank' "
+                         f"lines; expected {len(log.hosts)} (or no --nodes)")
     if nodes is None:
         nodes = len(log.hosts) if log and log.hosts else 1
+    if nranks is not None and log and log.nranks and nranks != log.nranks:
+        raise ValueError(f"nranks: {nranks!r} is not allowed; {name} has {log.nranks} '#  Rank' lines; expected "
+                         f"{log.nranks} (or no --nranks)")
     if nranks is None:
         nranks = log.nranks if log and log.nranks else None
     if nranks is None:

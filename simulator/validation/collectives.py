@@ -28,6 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal, overload
 
+from topologies.checks import read_text, readable_file, reject
 from topologies.presets import SYSTEMS
 from workloads.collectives import CollectiveKind
 
@@ -157,12 +158,13 @@ def _open_table(file: str | os.PathLike) -> io.TextIOWrapper:
     if not isinstance(file, os.PathLike) and "/" not in file and os.sep not in file:
         shipped = resources.files("simulator.validation") / "data" / file
         if shipped.is_file():
-            return io.TextIOWrapper(shipped.open("rb"), newline="")    # as Path.open(newline="") reads it
-    path = Path(file)
+            return io.TextIOWrapper(shipped.open("rb"), encoding="utf-8", newline="")   # as Path.open(newline="")
+    path = readable_file("table", file) if not str(file).strip() else Path(file)
     if not path.is_file():
         raise ValueError(f"table {str(file)!r}: no such file (and no shipped table of that name); expected a CSV "
                          f"file with the columns {','.join(TABLE_COLUMNS)}")
-    return path.open(newline="")
+    # UTF-8, and a byte-order mark as Excel writes one is no part of the first column's name
+    return io.StringIO(read_text("table", path), newline="")
 
 
 def _read_lines(file: str | os.PathLike) -> list[tuple[int, dict[str, str]]]:
@@ -348,6 +350,8 @@ def select_series(substring: str | None = None, series: tuple[Series, ...] | Non
     pool = SERIES if series is None else series
     if substring is None:
         return tuple(pool)
+    if not isinstance(substring, str) or not substring.strip():
+        raise reject("series", substring, "a part of a series' name (or no --series for all of them)")
     chosen = tuple(s for s in pool if substring.lower() in s.name.lower())
     if not chosen:
         raise ValueError(f"series: {substring!r} matches no series; expected a part of one of: "

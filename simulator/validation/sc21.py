@@ -96,16 +96,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 
+from topologies.checks import is_int, positive_finite
 from topologies.devices import A100_SXM4_80GB, GpuSpec
 from workloads.model import ModelSpec, ceil_div
 from workloads.parallelism import ParallelismSpec
 from workloads.presets import custom_gpt
+from workloads.training import GRANULARITIES
 
 from ..compute import gpu as cmp
 from ..compute.gpu import (GpuComputeModel, compute_model_for, embedding_backward, embedding_forward, layer_times,
                            logits_backward, logits_forward, optimizer_step)
 from ..config import SimConfig
-from ..studies.training import GRANULARITIES, StepOptions, simulate_step
+from ..studies.training import StepOptions, simulate_step
 from .calibration import golden_section_min
 
 __all__ = ("SC21_TABLE", "Sc21Check", "sc21_rows", "sc21_models", "check_sc21_models", "sc21_layout",
@@ -285,8 +287,7 @@ def _sc21_selection(models: tuple[str, ...] | None, rows: tuple[int, ...] | None
                     count: int) -> tuple[frozenset[str] | None, frozenset[int] | None]:
     model_set = None if models is None else frozenset(check_sc21_models(models))
     if rows is not None:
-        if isinstance(rows, (str, bytes)) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                     and 1 <= i <= count for i in rows):
+        if isinstance(rows, (str, bytes)) or not all(is_int(i) and 1 <= i <= count for i in rows):
             raise ValueError(f"rows: {rows!r} is not allowed; expected a tuple of Table 1 row numbers in "
                              f"1..{count} or None")
     return model_set, None if rows is None else frozenset(rows)
@@ -409,8 +410,7 @@ def sc21_network_added_s(step_s: Mapping[str, float] = SC21_MAMF_STEP_S, *,
     for name, value in step_s.items():
         if name not in names:
             raise ValueError(f"step_s: {name!r} is not a Table 1 row; expected one of {', '.join(names)}")
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"step_s[{name!r}]: {value!r} is not allowed; expected a finite number of seconds > 0")
+        positive_finite(f"step_s[{name!r}]", value, "a finite number of seconds > 0")
     co = {c.model: c for c in sc21_compute_only_check(gpu=A100_SXM4_80GB, compute_model=compute_model)}
     return {name: float(value) - co[name].iteration_time_s for name, value in step_s.items()}
 

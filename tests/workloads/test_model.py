@@ -348,7 +348,7 @@ def test_communication_sizes_by_hand():
 @pytest.mark.parametrize("kwargs,match", [
     (dict(heads=3), r"ModelSpec.heads: 3 is not allowed; expected a divisor of hidden \(8\)"),
     (dict(kv_heads=3, heads=4), r"ModelSpec.kv_heads: 3 is not allowed; expected a divisor of heads \(4\)"),
-    (dict(layers=0), r"ModelSpec.layers: 0 is not allowed; expected an integer >= 1"),
+    (dict(layers=0), r"ModelSpec.layers: 0 is not allowed; expected an integer from 1 to 65536"),
     (dict(norm="batchnorm"), r"ModelSpec.norm: 'batchnorm' is not allowed; expected one of 'layernorm', 'rmsnorm'"),
     (dict(top_k=2), r"ModelSpec.top_k: 2 is not allowed; expected 0 for a dense model"),
     (dict(experts=4, top_k=5), r"ModelSpec.top_k: 5 is not allowed; expected an integer in 1..experts \(4\)"),

@@ -138,8 +138,8 @@ def test_defaults():
     (dict(dp=2, zero=1, fsdp=True), ["zero", "1", "fsdp"]),
     (dict(dp=2, schedule="zb"), ["schedule", "'zb'", "1f1b"]),
     (dict(dp=2, dtype="fp32"), ["dtype", "'fp32'", "bf16"]),
-    (dict(dp=0), ["dp", "0", "None or an integer >= 1"]),
-    (dict(tp=0, dp=1), ["tp", "0", "integer >= 1"]),
+    (dict(dp=0), ["dp", "0", "None or an integer from 1 to 16777216"]),
+    (dict(tp=0, dp=1), ["tp", "0", "integer from 1 to 16777216"]),
     (dict(dp=2, ep_imbalance=-0.5), ["ep_imbalance", "-0.5", ">= 0"]),
 ])
 def test_bad_layouts_are_rejected_by_name(kwargs, words):

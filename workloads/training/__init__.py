@@ -7,9 +7,22 @@
 (streams, element types, the result type).
 """
 
-from .common import (GRANULARITIES, GROUP_TAGS, PARTS, STREAM_COMPUTE, STREAM_CP, STREAM_DP, STREAM_NAMES,
-                     STREAM_PARAM, STREAM_RECV_NEXT, STREAM_RECV_PREV, STREAM_SEND_NEXT, STREAM_SEND_PREV,
-                     TrainingWorkload, gradient_bytes_per_param)
+from .common import (
+                     GRANULARITIES,
+                     GROUP_TAGS,
+                     PARTS,
+                     STREAM_COMPUTE,
+                     STREAM_CP,
+                     STREAM_DP,
+                     STREAM_NAMES,
+                     STREAM_PARAM,
+                     STREAM_RECV_NEXT,
+                     STREAM_RECV_PREV,
+                     STREAM_SEND_NEXT,
+                     STREAM_SEND_PREV,
+                     TrainingWorkload,
+                     gradient_bytes_per_param,
+)
 from .compute import PassWork, StepCompute, resolve
 from .pipeline import pipeline_schedule, stage_of_chunk
 from .program import training_step

@@ -30,7 +30,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .._validate import finite_nonnegative, reject
+from topologies.checks import finite_nonnegative, reject
+
 from ..tasks import Workload
 
 __all__ = ("PassWork", "StepCompute", "resolve")

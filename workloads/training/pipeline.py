@@ -39,7 +39,8 @@ fast network, a bubble of (4 - 1)(1 + 2) = 9 ms; interleaved with v = 2 chunks p
 
 from __future__ import annotations
 
-from .._validate import reject
+from topologies.checks import reject
+
 from ..collectives import Collective, CollectiveKind
 from .common import STREAM_RECV_NEXT, STREAM_RECV_PREV, STREAM_SEND_NEXT, STREAM_SEND_PREV
 

@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validate import reject
+from topologies.checks import reject
+
 from ..collectives import Collective, CollectiveKind
 from ..model import RECOMPUTE, ModelSpec
 from ..parallelism import ParallelismSpec
