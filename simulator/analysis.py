@@ -22,7 +22,8 @@ free network: critical path (m + p - 1)(f + b) = 11 x 3 = 33 ms, compute 8 x 3 =
 
 from __future__ import annotations
 
-from typing import Hashable, Iterable, Mapping, Sequence, TypeVar
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -38,7 +39,7 @@ __all__ = ("union_length_s", "interval_breakdown", "interval_breakdowns", "link_
 def union_length_s(intervals: Iterable[tuple[float, float]]) -> float:
     """Measure of a union of [start, end] intervals."""
     spans = sorted((float(a), float(b)) for a, b in intervals if b > a)
-    total, lo = 0.0, 0.0            # lo: start of the open block, read only once hi is set
+    total, lo = 0.0, 0.0  # lo: start of the open block, read only once hi is set
     hi: float | None = None
     for a, b in spans:
         if hi is None or a > hi:
@@ -52,8 +53,14 @@ def union_length_s(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
-def interval_breakdown(workload: Workload, timeline: Timeline, labels: Iterable[Hashable], *,
-                       focus_rank: int | None = None, weights: Iterable[int] | None = None) -> dict:
+def interval_breakdown(
+    workload: Workload,
+    timeline: Timeline,
+    labels: Iterable[Hashable],
+    *,
+    focus_rank: int | None = None,
+    weights: Iterable[int] | None = None,
+) -> dict:
     """Per label (one per collective, e.g. its group kind): count, summed nbytes, time on the busiest rank
     (union of in-flight intervals) and time exposed on ``focus_rank`` (in flight while its compute is idle).
     ``weights[i]``: how many identical collectives collective i stands for in the count and bytes."""
@@ -61,8 +68,14 @@ def interval_breakdown(workload: Workload, timeline: Timeline, labels: Iterable[
     return interval_breakdowns(workload, timeline, {"": labels}, focus_rank=focus_rank, weights=weights)[""]
 
 
-def interval_breakdowns(workload: Workload, timeline: Timeline, labelings: Mapping[str, Iterable[Hashable]], *,
-                        focus_rank: int | None = None, weights: Iterable[int] | None = None) -> dict[str, dict]:
+def interval_breakdowns(
+    workload: Workload,
+    timeline: Timeline,
+    labelings: Mapping[str, Iterable[Hashable]],
+    *,
+    focus_rank: int | None = None,
+    weights: Iterable[int] | None = None,
+) -> dict[str, dict]:
     """:func:`interval_breakdown` for each labelling of the collectives in ``labelings`` (name -> labels), in one
     pass over the ranks. Ranks sharing one program object share its comm positions and labels; the union of
     each (rank, label)'s intervals is computed for all the ranks of a program at once (_row_unions_s)."""
@@ -106,7 +119,7 @@ def interval_breakdowns(workload: Workload, timeline: Timeline, labelings: Mappi
         busy = union_length_s(compute)
         for name, labels in per_label.items():
             spans = _comm_spans_by_label(program, start, end, labels)
-            for label, entry in out[name].items():        # in flight while the compute stream is idle
+            for label, entry in out[name].items():  # in flight while the compute stream is idle
                 entry["exposed_s"] = union_length_s(spans.get(label, []) + compute) - busy
     return out
 
@@ -143,8 +156,9 @@ def _row_unions_s(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return np.cumsum(lengths, axis=1)[:, -1]
 
 
-def _comm_spans_by_label(program: Sequence[Task], start: np.ndarray, end: np.ndarray,
-                         labels: Sequence[Hashable]) -> dict[Hashable, list[tuple[float, float]]]:
+def _comm_spans_by_label(
+    program: Sequence[Task], start: np.ndarray, end: np.ndarray, labels: Sequence[Hashable]
+) -> dict[Hashable, list[tuple[float, float]]]:
     """[start, end] of every collective task of one program, grouped by its collective's label, in program order."""
     out: dict[Hashable, list[tuple[float, float]]] = {}
     for p, t in enumerate(program):
@@ -156,8 +170,12 @@ def _comm_spans_by_label(program: Sequence[Task], start: np.ndarray, end: np.nda
 def link_class_bytes(topology: Topology, link_bytes: np.ndarray) -> dict[str, dict[str, float]]:
     """Bytes moved per link tier (LinkTier) and per link technology (LinkKind), summed over links."""
     link_bytes = np.asarray(link_bytes, dtype=np.float64)
-    tiers = {LinkTier(int(t)).name.lower(): float(link_bytes[topology.link_tier == t].sum())
-             for t in np.unique(topology.link_tier)}
-    kinds = {LinkKind(int(k)).name.lower(): float(link_bytes[topology.link_kind == k].sum())
-             for k in np.unique(topology.link_kind)}
+    tiers = {
+        LinkTier(int(t)).name.lower(): float(link_bytes[topology.link_tier == t].sum())
+        for t in np.unique(topology.link_tier)
+    }
+    kinds = {
+        LinkKind(int(k)).name.lower(): float(link_bytes[topology.link_kind == k].sum())
+        for k in np.unique(topology.link_kind)
+    }
     return {"tier": tiers, "kind": kinds}

@@ -13,20 +13,26 @@ from topologies.topology import Topology
 from workloads.collectives import Collective
 from workloads.tasks import Workload
 
-from .engine.timeline import task_times
 from .collectives import ALGORITHMS, LoweringContext
 from .collectives.tuner import Candidate, candidates, choose
 from .config import SimConfig
 from .engine.closed_form import collective_times
 from .engine.replay import run
+from .engine.timeline import task_times
 from .flows import Routes
 from .network import build_network
 from .placement import Placement
 from .results import CollectiveRecord, SimResult
 
 
-def simulate(topology: Topology, workload: Workload, placement: Placement | None = None,
-             config: SimConfig | None = None, *, route_cache: RouteCache | None = None) -> SimResult:
+def simulate(
+    topology: Topology,
+    workload: Workload,
+    placement: Placement | None = None,
+    config: SimConfig | None = None,
+    *,
+    route_cache: RouteCache | None = None,
+) -> SimResult:
     """Simulate ``workload`` placed on ``topology`` (``placement``: block by default) as ``config`` says.
 
     ``route_cache`` (a ``topologies.routing.RouteCache``; default a fresh one) holds the routing tables
@@ -39,8 +45,10 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
     if placement.nranks != workload.nranks:
         raise ValueError(f"placement: places {placement.nranks} ranks but the workload has {workload.nranks}")
     if workload.unresolved:
-        raise ValueError(f"workload: {workload.unresolved} compute tasks carry work but no duration; expected them "
-                         "resolved first (Workload.with_durations, e.g. workloads.training.resolve)")
+        raise ValueError(
+            f"workload: {workload.unresolved} compute tasks carry work but no duration; expected them "
+            "resolved first (Workload.with_durations, e.g. workloads.training.resolve)"
+        )
     ctx = _context(topology, placement, config, route_cache)
     routes = Routes(ctx.router, rank_gpu=placement.rank_gpu, qps_per_connection=ctx.qps_per_connection)
     # equal collectives (a training step repeats each TP all-reduce thousands of times) are chosen
@@ -62,8 +70,9 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
         # each collective's time ignores the rest: time each distinct schedule once, then the
         # timeline in closed form (engine.closed_form), with no event replay
         # (each distinct schedule is timed once, so its steps are routed once: no memo)
-        durations, link_bytes, rerates = collective_times(network=network, schedules=schedules, route=routes.route,
-                                                          launch_overhead_s=config.launch_overhead_s)
+        durations, link_bytes, rerates = collective_times(
+            network=network, schedules=schedules, route=routes.route, launch_overhead_s=config.launch_overhead_s
+        )
         timeline = task_times(workload, durations)
         times = zip(timeline.collective_start_s.tolist(), timeline.collective_end_s.tolist())
         rank_end = timeline.rank_end_s.tolist()
@@ -72,26 +81,55 @@ def simulate(topology: Topology, workload: Workload, placement: Placement | None
             recorded[rank] = np.column_stack((timeline.arrival_s[rank], timeline.end_s[rank]))
             recorded[rank].setflags(write=False)
     else:
-        times, rank_end, recorded = run(network=network, workload=workload, schedules=schedules, route=routes,
-                                        on_link_failed=routes.on_link_failed,
-                                        launch_overhead_s=config.launch_overhead_s,
-                                        task_ranks=config.task_ranks, link_events=config.link_events)
+        times, rank_end, recorded = run(
+            network=network,
+            workload=workload,
+            schedules=schedules,
+            route=routes,
+            on_link_failed=routes.on_link_failed,
+            launch_overhead_s=config.launch_overhead_s,
+            task_ranks=config.task_ranks,
+            link_events=config.link_events,
+        )
         link_bytes, rerates = network.link_bytes.copy(), network.rerates
         # every task's times rebuilt from the collectives' (the same max-plus recurrence the replay ran)
         timeline = task_times(workload, [end - start for start, end in times])
     records = tuple(
-        CollectiveRecord(index=i, collective=c, algorithm=ch.algorithm, protocol=ch.protocol, nchannels=s.nchannels,
-                         start_s=start, end_s=end, latency_s=s.latency_s, predicted_s=ch.predicted_s)
+        CollectiveRecord(
+            index=i,
+            collective=c,
+            algorithm=ch.algorithm,
+            protocol=ch.protocol,
+            nchannels=s.nchannels,
+            start_s=start,
+            end_s=end,
+            latency_s=s.latency_s,
+            predicted_s=ch.predicted_s,
+        )
         for i, (c, ch, s, (start, end)) in enumerate(zip(workload.collectives, choices, schedules, times))
     )
     link_bytes.setflags(write=False)
-    return SimResult(config=config, topology_name=topology.name, collectives=records, rank_end_s=tuple(rank_end),
-                     link_bytes=link_bytes, link_names=topology.link_names, network_rerates=rerates,
-                     task_times=MappingProxyType(recorded), timeline=timeline)
+    return SimResult(
+        config=config,
+        topology_name=topology.name,
+        collectives=records,
+        rank_end_s=tuple(rank_end),
+        link_bytes=link_bytes,
+        link_names=topology.link_names,
+        network_rerates=rerates,
+        task_times=MappingProxyType(recorded),
+        timeline=timeline,
+    )
 
 
-def tuner_candidates(topology: Topology, collective: Collective, placement: Placement,
-                     config: SimConfig | None = None, *, route_cache: RouteCache | None = None) -> list[Candidate]:
+def tuner_candidates(
+    topology: Topology,
+    collective: Collective,
+    placement: Placement,
+    config: SimConfig | None = None,
+    *,
+    route_cache: RouteCache | None = None,
+) -> list[Candidate]:
     """What the tuner weighed for ``collective`` under ``simulate``'s context: each algorithm and protocol
     with NCCL's estimate, or why it was left out (``collectives.tuner.candidates``)."""
     instance("collective", collective, Collective, "a Collective")
@@ -109,11 +147,22 @@ def _check_inputs(topology: object, workload: object, placement: object, config:
     instance("config", config, (SimConfig, type(None)), "a SimConfig or None")
 
 
-def _context(topology: Topology, placement: Placement, config: SimConfig,
-             route_cache: RouteCache | None) -> LoweringContext:
+def _context(
+    topology: Topology, placement: Placement, config: SimConfig, route_cache: RouteCache | None
+) -> LoweringContext:
     """The lowering context, with the one Router of the simulation (the algorithms' estimates and the
     flows' routes both use it)."""
-    router = Router(topology, policy=config.routing, seed=config.seed, pxn=config.pxn,
-                    failed_links=config.failed_links, cache=route_cache)
-    return LoweringContext(topology=topology, router=router, rank_gpu=placement.rank_gpu,
-                           qps_per_connection=config.collectives.qps_per_connection)
+    router = Router(
+        topology,
+        policy=config.routing,
+        seed=config.seed,
+        pxn=config.pxn,
+        failed_links=config.failed_links,
+        cache=route_cache,
+    )
+    return LoweringContext(
+        topology=topology,
+        router=router,
+        rank_gpu=placement.rank_gpu,
+        qps_per_connection=config.collectives.qps_per_connection,
+    )

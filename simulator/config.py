@@ -13,12 +13,12 @@ from .collectives.tuner import CollectivePolicy
 class NetworkModel(Option):
     """The network models (network/): a member equals its name as a string (``NetworkModel.FLOW == "flow"``)."""
 
-    FLOW = "flow"                  # max-min fair sharing over every link (the default)
-    ANALYTICAL = "analytical"      # congestion-unaware alpha-beta
+    FLOW = "flow"  # max-min fair sharing over every link (the default)
+    ANALYTICAL = "analytical"  # congestion-unaware alpha-beta
 
 
 NETWORK_MODEL_NAMES = tuple(m.value for m in NetworkModel)
-CONGESTION_NAMES = ("dcqcn", "pfc", "ib-credit")   # refinements of the flow model (network/congestion.py)
+CONGESTION_NAMES = ("dcqcn", "pfc", "ib-credit")  # refinements of the flow model (network/congestion.py)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,13 +41,13 @@ class SimConfig:
     network_model: str = "flow"
     routing: str = "ecmp"
     seed: int = 0
-    pxn: bool = True                      # NCCL PXN: send through the destination rail's NIC over NVLink
-    launch_overhead_s: float = 0.0        # host-side cost paid once per collective before it starts
+    pxn: bool = True  # NCCL PXN: send through the destination rail's NIC over NVLink
+    launch_overhead_s: float = 0.0  # host-side cost paid once per collective before it starts
     collectives: CollectivePolicy = field(default_factory=CollectivePolicy)
-    failed_links: frozenset[int] = frozenset()   # link ids that carry nothing (routes avoid them)
-    congestion: tuple[str, ...] = ()             # flow-model refinements: any of "dcqcn", "pfc", "ib-credit"
-    task_ranks: tuple[int, ...] | None = ()      # ranks whose per-task start/end times are kept (None: all)
-    link_events: tuple[LinkEvent, ...] = ()      # links degraded or failed during the run
+    failed_links: frozenset[int] = frozenset()  # link ids that carry nothing (routes avoid them)
+    congestion: tuple[str, ...] = ()  # flow-model refinements: any of "dcqcn", "pfc", "ib-credit"
+    task_ranks: tuple[int, ...] | None = ()  # ranks whose per-task start/end times are kept (None: all)
+    link_events: tuple[LinkEvent, ...] = ()  # links degraded or failed during the run
 
     def __post_init__(self) -> None:
         # every field checked here, at the edge (checks: one message naming the field)
@@ -56,22 +56,36 @@ class SimConfig:
             raise ValueError(f"routing: {self.routing!r} is not known; expected one of {', '.join(ROUTING_POLICIES)}")
         object.__setattr__(self, "seed", integer("seed", self.seed))
         object.__setattr__(self, "pxn", flag("pxn", self.pxn))
-        object.__setattr__(self, "launch_overhead_s", finite("launch_overhead_s", self.launch_overhead_s, low=0,
-                                                             high=1, high_open=True, expected="0 <= s < 1"))
+        object.__setattr__(
+            self,
+            "launch_overhead_s",
+            finite("launch_overhead_s", self.launch_overhead_s, low=0, high=1, high_open=True, expected="0 <= s < 1"),
+        )
         if not isinstance(self.failed_links, frozenset) or any(not is_int(k) or k < 0 for k in self.failed_links):
-            raise ValueError(f"failed_links: {self.failed_links!r} is not allowed; expected a frozenset of link "
-                             "ids >= 0")
-        if (not isinstance(self.congestion, tuple) or any(c not in CONGESTION_NAMES for c in self.congestion)
-                or len(set(self.congestion)) != len(self.congestion)):
-            raise ValueError(f"congestion: {self.congestion!r} is not allowed; expected a tuple of distinct names "
-                             f"from {', '.join(CONGESTION_NAMES)}")
+            raise ValueError(
+                f"failed_links: {self.failed_links!r} is not allowed; expected a frozenset of link ids >= 0"
+            )
+        if (
+            not isinstance(self.congestion, tuple)
+            or any(c not in CONGESTION_NAMES for c in self.congestion)
+            or len(set(self.congestion)) != len(self.congestion)
+        ):
+            raise ValueError(
+                f"congestion: {self.congestion!r} is not allowed; expected a tuple of distinct names "
+                f"from {', '.join(CONGESTION_NAMES)}"
+            )
         if self.congestion and self.network_model == "analytical":
-            raise ValueError(f"congestion: {self.congestion!r} is not allowed with network_model 'analytical'; "
-                             "expected () or network_model 'flow'")
-        if self.task_ranks is not None and (not isinstance(self.task_ranks, tuple) or any(
-                not is_int(r) or r < 0 for r in self.task_ranks)):
-            raise ValueError(f"task_ranks: {self.task_ranks!r} is not allowed; expected None (all ranks) or a tuple "
-                             "of rank indices >= 0")
+            raise ValueError(
+                f"congestion: {self.congestion!r} is not allowed with network_model 'analytical'; "
+                "expected () or network_model 'flow'"
+            )
+        if self.task_ranks is not None and (
+            not isinstance(self.task_ranks, tuple) or any(not is_int(r) or r < 0 for r in self.task_ranks)
+        ):
+            raise ValueError(
+                f"task_ranks: {self.task_ranks!r} is not allowed; expected None (all ranks) or a tuple "
+                "of rank indices >= 0"
+            )
         if not isinstance(self.link_events, tuple) or any(not isinstance(e, LinkEvent) for e in self.link_events):
             raise ValueError(f"link_events: {self.link_events!r} is not allowed; expected a tuple of LinkEvent")
         instance("collectives", self.collectives, CollectivePolicy, "a CollectivePolicy")

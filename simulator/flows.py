@@ -48,8 +48,9 @@ each is its own connection at 20 GB/s.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -63,29 +64,33 @@ from .schedule import Schedule, Step
 class NetworkFlows:
     """A step's network flows, flat: flow i crosses the ``counts[i]`` consecutive entries of
     ``links`` with the fractions ``link_weights`` of its bytes."""
+
     links: np.ndarray
     link_weights: np.ndarray
     counts: np.ndarray
     wire_bytes: np.ndarray
     caps_bytes_per_s: np.ndarray
-    latency_s: float                   # the step's: its protocol latency (+ its flows' largest path latency)
+    latency_s: float  # the step's: its protocol latency (+ its flows' largest path latency)
     fill_bytes: np.ndarray
 
 
-def network_flows(step: Step, schedule: Schedule, *, router: Router, rank_gpu: tuple[int, ...],
-                  qps_per_connection: int = 1) -> NetworkFlows:
+def network_flows(
+    step: Step, schedule: Schedule, *, router: Router, rank_gpu: tuple[int, ...], qps_per_connection: int = 1
+) -> NetworkFlows:
     """``step`` of ``schedule`` routed by ``router`` (ranks on GPUs ``rank_gpu``; NCCL_IB_QPS_PER_CONNECTION
     ``qps_per_connection``) into flat network flows: paths, chains, wire bytes, caps and latency as the
     module docstring says."""
     topology = router.topology
     wire, cap = schedule.wire_factor, schedule.chain_rate_cap_bytes_per_s * schedule.wire_factor
-    edge_w = None                           # None: every edge unsplit (weights 1)
+    edge_w = None  # None: every edge unsplit (weights 1)
     if schedule.innet_nodes:
-        routed = [edge_weighted_path(router, rank_gpu, schedule.innet_nodes, s, d, flow_key=c, pxn=schedule.pxn)
-                  for s, d, c in zip(step.src.tolist(), step.dst.tolist(), step.channel.tolist())]
+        routed = [
+            edge_weighted_path(router, rank_gpu, schedule.innet_nodes, s, d, flow_key=c, pxn=schedule.pxn)
+            for s, d, c in zip(step.src.tolist(), step.dst.tolist(), step.channel.tolist())
+        ]
         edge_paths = [links for links, _ in routed]
         edge_w = [w for _, w in routed]
-    else:                                   # rank -> rank only: straight to the router, in bulk
+    else:  # rank -> rank only: straight to the router, in bulk
         src, dst = [rank_gpu[s] for s in step.src.tolist()], [rank_gpu[d] for d in step.dst.tolist()]
         if router.spraying:
             edge_paths, edge_w = router.weighted_paths(src, dst, flow_keys=step.channel.tolist(), pxn=schedule.pxn)
@@ -95,17 +100,21 @@ def network_flows(step: Step, schedule: Schedule, *, router: Router, rank_gpu: t
     lengths = np.fromiter(map(len, edge_paths), dtype=np.int64, count=n_edges)
     flat_links = np.concatenate(edge_paths) if n_edges else np.zeros(0, dtype=np.int64)
     flat_w = np.ones(flat_links.shape[0]) if edge_w is None else np.concatenate(edge_w)
-    edge_of = np.repeat(np.arange(n_edges), lengths)          # the edge of each (edge, link) entry
+    edge_of = np.repeat(np.arange(n_edges), lengths)  # the edge of each (edge, link) entry
     latency_s = step.latency_s
     if step.path_latency and n_edges:
         # a sprayed edge's latency is the byte-weighted mean over its paths (= path latency when unsplit)
-        latency_s += float(np.bincount(edge_of, weights=topology.link_latency_s[flat_links] * flat_w,
-                                     minlength=n_edges).max())
+        latency_s += float(
+            np.bincount(edge_of, weights=topology.link_latency_s[flat_links] * flat_w, minlength=n_edges).max()
+        )
     scale = 1.0 if step.wire_scale is None else step.wire_scale
     wire_bytes = step.nbytes.astype(np.float64) * scale
     carries = wire_bytes > 0
-    fill_wire = (np.zeros(step.num_flows) if step.fill_bytes is None else step.fill_bytes * wire_bytes
-                 / np.maximum(step.nbytes, 1)) * wire
+    fill_wire = (
+        np.zeros(step.num_flows)
+        if step.fill_bytes is None
+        else step.fill_bytes * wire_bytes / np.maximum(step.nbytes, 1)
+    ) * wire
     # independent flows first (one per edge that carries bytes, in edge order), then one flow per chain
     # (by chain id)
     chained = step.chain >= 0
@@ -123,10 +132,10 @@ def network_flows(step: Step, schedule: Schedule, *, router: Router, rank_gpu: t
         top = np.maximum.reduceat(wire_bytes[order], starts)
         fill_top = np.maximum.reduceat(np.where(carries[order], fill_wire[order], -np.inf), starts)
         kept = top > 0
-        chain_index = np.zeros(step.num_flows, dtype=np.int64)          # each chained edge's chain, numbered 0, 1, ...
+        chain_index = np.zeros(step.num_flows, dtype=np.int64)  # each chained edge's chain, numbered 0, 1, ...
         chain_index[order] = dense.reshape(-1)
-        entry = np.flatnonzero((chained & carries)[edge_of])   # entries of chained edges that carry bytes
-        entry = entry[np.argsort(chain_index[edge_of[entry]], kind="stable")]   # chain by chain, in edge order
+        entry = np.flatnonzero((chained & carries)[edge_of])  # entries of chained edges that carry bytes
+        entry = entry[np.argsort(chain_index[edge_of[entry]], kind="stable")]  # chain by chain, in edge order
         entry_edge = edge_of[entry]
         entry_chain = chain_index[entry_edge]
         entries.append(entry)
@@ -145,13 +154,24 @@ def network_flows(step: Step, schedule: Schedule, *, router: Router, rank_gpu: t
         # on by default); they share its limit in proportion to their bytes
         connections, shared = None, SharedConnections(destination=step.dst[independent], nbytes=nbytes[0])
     else:
-        connections, shared = None, None       # every flow is one edge, so one connection
-    caps = np.minimum(cap, connection_caps_flat(topology, links, counts, qps_per_connection, link_weights,
-                                                connections=connections, shared=shared))
-    if step.rate_cap_bytes_per_s is not None:       # per-flow payload caps (Step.check: no chains), as wire rates
+        connections, shared = None, None  # every flow is one edge, so one connection
+    caps = np.minimum(
+        cap,
+        connection_caps_flat(
+            topology, links, counts, qps_per_connection, link_weights, connections=connections, shared=shared
+        ),
+    )
+    if step.rate_cap_bytes_per_s is not None:  # per-flow payload caps (Step.check: no chains), as wire rates
         caps = np.minimum(caps, (step.rate_cap_bytes_per_s * wire * scale)[independent])
-    return NetworkFlows(links=links, link_weights=link_weights, counts=counts, wire_bytes=np.concatenate(nbytes) * wire,
-                        caps_bytes_per_s=caps, latency_s=latency_s, fill_bytes=np.concatenate(fills))
+    return NetworkFlows(
+        links=links,
+        link_weights=link_weights,
+        counts=counts,
+        wire_bytes=np.concatenate(nbytes) * wire,
+        caps_bytes_per_s=caps,
+        latency_s=latency_s,
+        fill_bytes=np.concatenate(fills),
+    )
 
 
 def _connection_ids(step: Step) -> np.ndarray:
@@ -170,25 +190,38 @@ class SharedConnections(NamedTuple):
     """Channels that share network connections (NCCL's PXN with NCCL_NET_SHARED_COMMS): the channels
     with one destination that leave through one NIC use one connection, whose limit they share in
     proportion to their bytes (so they all finish together when it binds)."""
-    destination: np.ndarray      # per channel: any integer id (>= 0) that tells destinations apart
-    nbytes: np.ndarray           # per channel: its bytes (wire bytes; any common unit)
+
+    destination: np.ndarray  # per channel: any integer id (>= 0) that tells destinations apart
+    nbytes: np.ndarray  # per channel: its bytes (wire bytes; any common unit)
 
 
-def connection_caps(topology: Topology, paths: list[np.ndarray], qps_per_connection: int = 1,
-                    weights: list[np.ndarray] | None = None) -> np.ndarray:
+def connection_caps(
+    topology: Topology, paths: list[np.ndarray], qps_per_connection: int = 1, weights: list[np.ndarray] | None = None
+) -> np.ndarray:
     """Most each channel (a chain or a flow) over ``paths[i]`` can stream: on every link with a
     per-connection limit, everything the channel sends over it (the sum of its weights there)
     shares that limit x QPs per connection; ``inf`` where no link of the path has one."""
     if not paths:
         return np.full(0, np.inf)
     counts = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
-    return connection_caps_flat(topology, np.concatenate(paths), counts, qps_per_connection,
-                                None if weights is None else np.concatenate(weights))
+    return connection_caps_flat(
+        topology,
+        np.concatenate(paths),
+        counts,
+        qps_per_connection,
+        None if weights is None else np.concatenate(weights),
+    )
 
 
-def connection_caps_flat(topology: Topology, links: np.ndarray, counts: np.ndarray, qps_per_connection: int = 1,
-                         weights: np.ndarray | None = None, connections: np.ndarray | None = None,
-                         shared: SharedConnections | None = None) -> np.ndarray:
+def connection_caps_flat(
+    topology: Topology,
+    links: np.ndarray,
+    counts: np.ndarray,
+    qps_per_connection: int = 1,
+    weights: np.ndarray | None = None,
+    connections: np.ndarray | None = None,
+    shared: SharedConnections | None = None,
+) -> np.ndarray:
     """:func:`connection_caps` of channels given flat: channel i crosses the ``counts[i]``
     consecutive entries of ``links`` (with ``weights``; None: all 1).
 
@@ -213,10 +246,10 @@ def connection_caps_flat(topology: Topology, links: np.ndarray, counts: np.ndarr
         # one connection per (sending NIC's link: the channel's first NIC-tier link, destination)
         nic = np.flatnonzero(topology.link_tier[links] == int(LinkTier.NIC))
         first = nic[np.unique(every_channel[nic], return_index=True)[1]]
-        sender = topology.num_links + np.arange(counts.shape[0])        # no NIC link: a connection of its own
+        sender = topology.num_links + np.arange(counts.shape[0])  # no NIC link: a connection of its own
         sender[every_channel[first]] = links[first]
     links = links[finite]
-    starts = np.flatnonzero(np.r_[True, channel[1:] != channel[:-1]])     # entries are in channel order
+    starts = np.flatnonzero(np.r_[True, channel[1:] != channel[:-1]])  # entries are in channel order
     if shared is not None:
         dst = np.asarray(shared.destination, dtype=np.int64)[channel]
         group = np.unique(sender[channel] * (int(dst.max()) + 1) + dst, return_inverse=True)[1].reshape(-1)
@@ -225,8 +258,8 @@ def connection_caps_flat(topology: Topology, links: np.ndarray, counts: np.ndarr
             raise ValueError("SharedConnections.nbytes: every channel that crosses a limited link must carry bytes")
         w = w * nbytes
     elif connections is None:
-        group, nbytes = channel, 1.0           # one group per channel
-    else:                                      # one group per (channel, connection)
+        group, nbytes = channel, 1.0  # one group per channel
+    else:  # one group per (channel, connection)
         span = int(connections.max()) + 1
         group, nbytes = np.unique(channel * span + connections[finite], return_inverse=True)[1].reshape(-1), 1.0
     # one load per (group, link): weights summed in path order; each entry gets its (group, link)'s share
@@ -237,8 +270,16 @@ def connection_caps_flat(topology: Topology, links: np.ndarray, counts: np.ndarr
     return caps
 
 
-def edge_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes: Mapping[int, int], src: int, dst: int, *,
-              flow_key: int = 0, pxn: bool = False) -> np.ndarray:
+def edge_path(
+    router: Router,
+    rank_gpu: tuple[int, ...],
+    innet_nodes: Mapping[int, int],
+    src: int,
+    dst: int,
+    *,
+    flow_key: int = 0,
+    pxn: bool = False,
+) -> np.ndarray:
     """Links of one schedule edge: rank -> rank, rank <-> in-network buffer, or switch -> switch."""
     if src >= 0 and dst >= 0:
         return router.path(rank_gpu[src], rank_gpu[dst], flow_key=flow_key, pxn=pxn)
@@ -249,8 +290,16 @@ def edge_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes: Mapping[in
     return router.switch_path(innet_nodes[src], innet_nodes[dst], flow_key=flow_key)
 
 
-def edge_weighted_path(router: Router, rank_gpu: tuple[int, ...], innet_nodes: Mapping[int, int], src: int, dst: int, *,
-                       flow_key: int = 0, pxn: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def edge_weighted_path(
+    router: Router,
+    rank_gpu: tuple[int, ...],
+    innet_nodes: Mapping[int, int],
+    src: int,
+    dst: int,
+    *,
+    flow_key: int = 0,
+    pxn: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """(links, fraction of the edge's bytes on each link): rank -> rank edges split over equal-cost
     paths under packet spraying; every other edge is one path (weights 1)."""
     if src >= 0 and dst >= 0:
@@ -274,7 +323,7 @@ class Routes:
         self.router = router
         self.rank_gpu = rank_gpu
         self.qps_per_connection = qps_per_connection
-        self._memo: dict[tuple[int, int], tuple[Schedule, NetworkFlows]] = {}   # keeps its schedules alive
+        self._memo: dict[tuple[int, int], tuple[Schedule, NetworkFlows]] = {}  # keeps its schedules alive
 
     def __call__(self, step: Step, schedule: Schedule) -> NetworkFlows:
         key = (id(schedule), id(step))
@@ -284,8 +333,9 @@ class Routes:
         return hit[1]
 
     def route(self, step: Step, schedule: Schedule) -> NetworkFlows:
-        return network_flows(step, schedule, router=self.router, rank_gpu=self.rank_gpu,
-                             qps_per_connection=self.qps_per_connection)
+        return network_flows(
+            step, schedule, router=self.router, rank_gpu=self.rank_gpu, qps_per_connection=self.qps_per_connection
+        )
 
     def on_link_failed(self, link: int) -> None:
         self.fail_links((link,))

@@ -47,7 +47,7 @@ from topologies.topology import Topology
 PLACEMENT_POLICIES = ("contiguous", "fragmented", "strided")
 
 # Separates the job-placement draw from other users of the same seed (ECMP hashes, Valiant).
-_PLACEMENT_SALT = 0x504C414345   # "PLACE"
+_PLACEMENT_SALT = 0x504C414345  # "PLACE"
 
 
 def _per_server(topology: Topology, gpus_per_node: object, field: str = "gpus_per_node") -> int:
@@ -57,17 +57,22 @@ def _per_server(topology: Topology, gpus_per_node: object, field: str = "gpus_pe
 
 
 def _check_nranks(field: str, nranks: object, g: int, topology: Topology) -> int:
-    return integer(field, nranks, low=1, high=g * topology.num_servers,
-                   expected=f"an integer from 1 to {g * topology.num_servers} ({topology.num_servers} servers x "
-                            f"{g} GPUs)")
+    return integer(
+        field,
+        nranks,
+        low=1,
+        high=g * topology.num_servers,
+        expected=f"an integer from 1 to {g * topology.num_servers} ({topology.num_servers} servers x {g} GPUs)",
+    )
 
 
 def _check_servers(field: str, servers: Sequence[int], topology: Topology) -> tuple[int, ...]:
     servers = tuple(servers)
     bad = [s for s in servers if not is_int(s) or not 0 <= s < topology.num_servers]
     if bad:
-        raise ValueError(f"{field}: {bad[0]!r} is not allowed; expected distinct server indices from 0 to "
-                         f"{topology.num_servers - 1}")
+        raise ValueError(
+            f"{field}: {bad[0]!r} is not allowed; expected distinct server indices from 0 to {topology.num_servers - 1}"
+        )
     if len(set(servers)) != len(servers):
         raise ValueError(f"{field}: {servers!r} lists a server twice; expected distinct servers")
     return tuple(int(s) for s in servers)
@@ -83,50 +88,70 @@ class Placement:
     rank_gpu: tuple[int, ...]
 
     @classmethod
-    def block(cls, topology: Topology, *, nranks: int, gpus_per_node: int | None = None) -> "Placement":
+    def block(cls, topology: Topology, *, nranks: int, gpus_per_node: int | None = None) -> Placement:
         """Ranks fill servers 0, 1, ... in order, ``gpus_per_node`` each: :meth:`contiguous` from server 0."""
         return cls.contiguous(topology, nranks=nranks, gpus_per_node=gpus_per_node)
 
     @classmethod
-    def on_servers(cls, topology: Topology, *, servers: Sequence[int], nranks: int,
-                   gpus_per_node: int | None = None) -> "Placement":
+    def on_servers(
+        cls, topology: Topology, *, servers: Sequence[int], nranks: int, gpus_per_node: int | None = None
+    ) -> Placement:
         """Ranks fill ``servers`` in the order given, ``gpus_per_node`` each, on their first GPUs."""
         g = _per_server(topology, gpus_per_node)
         servers = _check_servers("servers", servers, topology)
         if not is_int(nranks) or nranks < 1 or nranks > g * len(servers):
-            raise ValueError(f"nranks: {nranks!r} is not allowed on {len(servers)} servers of {g} GPUs; expected an "
-                             f"integer from 1 to {g * len(servers)}")
+            raise ValueError(
+                f"nranks: {nranks!r} is not allowed on {len(servers)} servers of {g} GPUs; expected an "
+                f"integer from 1 to {g * len(servers)}"
+            )
         return cls(rank_gpu=tuple(topology.gpu(servers[r // g], r % g) for r in range(int(nranks))))
 
     @classmethod
-    def contiguous(cls, topology: Topology, *, nranks: int, first_server: int = 0,
-                   gpus_per_node: int | None = None) -> "Placement":
+    def contiguous(
+        cls, topology: Topology, *, nranks: int, first_server: int = 0, gpus_per_node: int | None = None
+    ) -> Placement:
         """``nranks`` on ``ceil(nranks / gpus_per_node)`` consecutive whole servers from ``first_server``."""
         g = _per_server(topology, gpus_per_node)
         nranks = _check_nranks("nranks", nranks, g, topology)
         need = math.ceil(nranks / g)
         last = topology.num_servers - need
         if not is_int(first_server) or not 0 <= first_server <= last:
-            raise ValueError(f"first_server: {first_server!r} is not allowed; {nranks} ranks need {need} servers of "
-                             f"{g} GPUs, so expected an integer from 0 to {last}")
+            raise ValueError(
+                f"first_server: {first_server!r} is not allowed; {nranks} ranks need {need} servers of "
+                f"{g} GPUs, so expected an integer from 0 to {last}"
+            )
         first_server = int(first_server)
-        return cls.on_servers(topology, servers=range(first_server, first_server + need), nranks=nranks,
-                              gpus_per_node=g)
+        return cls.on_servers(
+            topology, servers=range(first_server, first_server + need), nranks=nranks, gpus_per_node=g
+        )
 
     @classmethod
-    def fragmented(cls, topology: Topology, *, nranks: int, seed: int = 0, stride: int | None = None,
-                   offset: int = 0, free_servers: Sequence[int] | None = None,
-                   gpus_per_node: int | None = None) -> "Placement":
+    def fragmented(
+        cls,
+        topology: Topology,
+        *,
+        nranks: int,
+        seed: int = 0,
+        stride: int | None = None,
+        offset: int = 0,
+        free_servers: Sequence[int] | None = None,
+        gpus_per_node: int | None = None,
+    ) -> Placement:
         """``nranks`` on ``ceil(nranks / gpus_per_node)`` whole servers picked from ``free_servers``
         (default: all): by the seeded draw, or with ``stride`` every stride-th from position ``offset``."""
         g = _per_server(topology, gpus_per_node)
         _check_nranks("nranks", nranks, g, topology)
-        free = list(range(topology.num_servers) if free_servers is None
-                    else _check_servers("free_servers", free_servers, topology))
+        free = list(
+            range(topology.num_servers)
+            if free_servers is None
+            else _check_servers("free_servers", free_servers, topology)
+        )
         need = math.ceil(nranks / g)
         if need > len(free):
-            raise ValueError(f"nranks: {nranks} needs {need} servers of {g} GPUs but only {len(free)} are free; "
-                             f"expected at most {g * len(free)} ranks")
+            raise ValueError(
+                f"nranks: {nranks} needs {need} servers of {g} GPUs but only {len(free)} are free; "
+                f"expected at most {g * len(free)} ranks"
+            )
         if stride is None:
             chosen = _drawn(free, need, _PLACEMENT_SALT, integer("seed", seed))
         else:
@@ -134,14 +159,23 @@ class Placement:
             offset = integer("offset", offset, low=0, high=len(free) - 1)
             chosen = sorted(free)[offset::stride][:need]
             if len(chosen) < need:
-                raise ValueError(f"stride: {stride} from free position {offset} reaches {len(chosen)} of the "
-                                 f"{len(free)} free servers, but {nranks} ranks need {need}; expected a smaller "
-                                 "stride or offset")
+                raise ValueError(
+                    f"stride: {stride} from free position {offset} reaches {len(chosen)} of the "
+                    f"{len(free)} free servers, but {nranks} ranks need {need}; expected a smaller "
+                    "stride or offset"
+                )
         return cls.on_servers(topology, servers=chosen, nranks=nranks, gpus_per_node=g)
 
     @classmethod
-    def for_jobs(cls, topology: Topology, *, jobs: Sequence[int], policy: str = "contiguous", seed: int = 0,
-                 gpus_per_node: int | None = None) -> tuple["Placement", ...]:
+    def for_jobs(
+        cls,
+        topology: Topology,
+        *,
+        jobs: Sequence[int],
+        policy: str = "contiguous",
+        seed: int = 0,
+        gpus_per_node: int | None = None,
+    ) -> tuple[Placement, ...]:
         """One placement per job (``jobs`` = rank counts) on disjoint whole servers; see the module docstring."""
         if policy not in PLACEMENT_POLICIES:
             raise ValueError(f"policy: {policy!r} is not known; expected one of {', '.join(PLACEMENT_POLICIES)}")
@@ -152,9 +186,11 @@ class Placement:
             raise ValueError(f"jobs: {jobs!r} is not allowed; expected a non-empty list of rank counts >= 1")
         need = [math.ceil(n / g) for n in jobs]
         if sum(need) > topology.num_servers:
-            raise ValueError(f"jobs: {jobs} need {' + '.join(map(str, need))} = {sum(need)} whole servers of {g} GPUs "
-                             f"but {topology.name!r} has {topology.num_servers}; expected at most "
-                             f"{topology.num_servers} servers in total")
+            raise ValueError(
+                f"jobs: {jobs} need {' + '.join(map(str, need))} = {sum(need)} whole servers of {g} GPUs "
+                f"but {topology.name!r} has {topology.num_servers}; expected at most "
+                f"{topology.num_servers} servers in total"
+            )
         if policy == "contiguous":
             starts = [sum(need[:j]) for j in range(len(jobs))]
             servers = [list(range(s, s + k)) for s, k in zip(starts, need)]
@@ -165,7 +201,7 @@ class Placement:
                 chosen = _drawn(sorted(free), k, _PLACEMENT_SALT, seed, j)
                 free.difference_update(chosen)
                 servers.append(chosen)
-        else:   # strided: deal servers round-robin to the jobs still short of servers
+        else:  # strided: deal servers round-robin to the jobs still short of servers
             servers = [[] for _ in jobs]
             server = 0
             while server < sum(need):
@@ -176,7 +212,7 @@ class Placement:
         return tuple(cls.on_servers(topology, servers=s, nranks=n, gpus_per_node=g) for s, n in zip(servers, jobs))
 
     @classmethod
-    def custom(cls, topology: Topology, rank_gpu: tuple[int, ...] | list[int]) -> "Placement":
+    def custom(cls, topology: Topology, rank_gpu: tuple[int, ...] | list[int]) -> Placement:
         rank_gpu = tuple(int(g) for g in rank_gpu)
         if len(set(rank_gpu)) != len(rank_gpu):
             raise ValueError("placement: two ranks share a GPU")

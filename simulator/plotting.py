@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:                   # matplotlib is imported lazily, where a figure is drawn
+if TYPE_CHECKING:  # matplotlib is imported lazily, where a figure is drawn
     from matplotlib.figure import Figure
 
     from topologies.topology import Topology
@@ -65,7 +65,7 @@ def busbw_figure(comparisons: Sequence, *, title: str) -> Figure:
     groups: dict[tuple, list] = {}
     for c in comparisons:
         groups.setdefault((c.collective, c.nranks, c.nnodes, c.gpu), []).append(c)
-    keys = sorted(groups, key=lambda k: (k[0], k[2], k[1], k[3]))    # collective, nodes, GPUs, GPU name
+    keys = sorted(groups, key=lambda k: (k[0], k[2], k[1], k[3]))  # collective, nodes, GPUs, GPU name
     labels = _group_labels(keys)
     colours = [f"C{i % 10}" for i in range(len(keys))]
     one_size_each = bool(groups) and all(len({c.size_bytes for c in rows}) == 1 for rows in groups.values())
@@ -95,18 +95,30 @@ def busbw_figure(comparisons: Sequence, *, title: str) -> Figure:
     ax.set_ylim(bottom=0)
     ax.set_title(title, fontsize=11)
     ax.grid(True, which="major", alpha=0.3)
-    style = [Line2D([], [], color="0.3", marker="o", linestyle="", label="measured"),
-             Line2D([], [], color="0.3", marker="_" if one_size_each else "", markersize=12,
-                    linestyle="" if one_size_each else "-", label="predicted")]
-    handles = style if one_size_each else style + [Line2D([], [], color=colour, linewidth=3, label=label)
-                                                   for colour, label in zip(colours, labels)]
+    style = [
+        Line2D([], [], color="0.3", marker="o", linestyle="", label="measured"),
+        Line2D(
+            [],
+            [],
+            color="0.3",
+            marker="_" if one_size_each else "",
+            markersize=12,
+            linestyle="" if one_size_each else "-",
+            label="predicted",
+        ),
+    ]
+    handles = (
+        style
+        if one_size_each
+        else style + [Line2D([], [], color=colour, linewidth=3, label=label) for colour, label in zip(colours, labels)]
+    )
     if groups:
         if wide:
             ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         else:
             ax.legend(handles=handles, fontsize=8, loc="upper left", frameon=False)
     fig.tight_layout()
-    if not one_size_each and len(ax.get_xticks()) > 14:   # every other power of two keeps labels readable
+    if not one_size_each and len(ax.get_xticks()) > 14:  # every other power of two keeps labels readable
         ax.xaxis.set_major_locator(LogLocator(base=4, numticks=40))
     return fig
 
@@ -176,8 +188,15 @@ def fabric_figure(topology: Topology, *, title: str | None = None) -> Figure:
     for layer in sorted(layers):
         nodes = [n for n, d in drawn.nodes(data=True) if d["layer"] == layer]
         label = "servers" if layer == 0 else f"tier {layer} switches"
-        nx.draw_networkx_nodes(drawn, pos, nodelist=nodes, ax=ax, node_size=12 if layer == 0 else 20,
-                               node_color=colours.get(layer, "black"), label=f"{label} ({len(nodes)})")
+        nx.draw_networkx_nodes(
+            drawn,
+            pos,
+            nodelist=nodes,
+            ax=ax,
+            node_size=12 if layer == 0 else 20,
+            node_color=colours.get(layer, "black"),
+            label=f"{label} ({len(nodes)})",
+        )
     ax.set_title(title or topology.description or topology.name, fontsize=9)
     ax.legend(loc="upper right", fontsize=8)
     ax.set_axis_off()

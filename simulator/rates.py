@@ -24,8 +24,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def equal_share_rates(paths: list[np.ndarray], capacity_bytes_per_s: np.ndarray,
-                      weights: list[np.ndarray] | None = None) -> np.ndarray:
+def equal_share_rates(
+    paths: list[np.ndarray], capacity_bytes_per_s: np.ndarray, weights: list[np.ndarray] | None = None
+) -> np.ndarray:
     """Static equal-share rate of each path when all of them start together and never re-share.
 
     Each link's capacity is split among the paths crossing it in proportion to their weights
@@ -42,14 +43,15 @@ def equal_share_rates(paths: list[np.ndarray], capacity_bytes_per_s: np.ndarray,
     return equal_share_rates_csr(links, w, counts, capacity_bytes_per_s)
 
 
-def equal_share_rates_csr(links: np.ndarray, weights: np.ndarray, counts: np.ndarray,
-                          capacity_bytes_per_s: np.ndarray) -> np.ndarray:
+def equal_share_rates_csr(
+    links: np.ndarray, weights: np.ndarray, counts: np.ndarray, capacity_bytes_per_s: np.ndarray
+) -> np.ndarray:
     """:func:`equal_share_rates` of paths given as one array of links (path i: the next
     ``counts[i]`` entries) with their weights; a path without links gets ``inf``. Loads are summed
     over the links used only (not the whole topology), in entry order."""
     used, inverse = np.unique(links, return_inverse=True)
     load = np.bincount(inverse, weights=weights, minlength=used.shape[0])
-    share = capacity_bytes_per_s[links] / load[inverse]       # each link's equal share, per unit of weight
+    share = capacity_bytes_per_s[links] / load[inverse]  # each link's equal share, per unit of weight
     rates = np.full(counts.shape[0], np.inf)
     has = counts > 0
     if has.any():

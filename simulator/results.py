@@ -10,8 +10,8 @@ import numpy as np
 
 from workloads.collectives import Collective
 
-from .engine.timeline import Timeline
 from .config import SimConfig
+from .engine.timeline import Timeline
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -21,10 +21,10 @@ class CollectiveRecord:
     algorithm: str
     protocol: str
     nchannels: int
-    start_s: float          # last rank of the group arrived
-    end_s: float            # data delivered everywhere
-    latency_s: float        # fixed (protocol) part of the schedule
-    predicted_s: float      # the tuner's NCCL-style estimate, for reference
+    start_s: float  # last rank of the group arrived
+    end_s: float  # data delivered everywhere
+    latency_s: float  # fixed (protocol) part of the schedule
+    predicted_s: float  # the tuner's NCCL-style estimate, for reference
 
     @property
     def time_s(self) -> float:
@@ -45,7 +45,7 @@ class SimResult:
     topology_name: str
     collectives: tuple[CollectiveRecord, ...]
     rank_end_s: tuple[float, ...]
-    link_bytes: np.ndarray          # bytes moved per link id (read-only)
+    link_bytes: np.ndarray  # bytes moved per link id (read-only)
     link_names: tuple[str, ...]
     network_rerates: int
     # every task's times (collective tasks from their group's start; analysis.task_times of the collectives' times)

@@ -41,8 +41,8 @@ node it lives on.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -71,26 +71,43 @@ class Step:
     chain: np.ndarray
     latency_s: float = 0.0
     label: str = ""
-    path_latency: bool = True     # also pay the flows' physical path latency (False: latency_s covers it)
-    wire_scale: np.ndarray | None = None   # per-flow extra wire bytes per payload byte (None: all 1)
-    fill_bytes: np.ndarray | None = None   # per-flow pipeline start-up, payload bytes (None: none)
-    rate_cap_bytes_per_s: np.ndarray | None = None   # per-flow payload rate cap, independent flows only (None: none)
+    path_latency: bool = True  # also pay the flows' physical path latency (False: latency_s covers it)
+    wire_scale: np.ndarray | None = None  # per-flow extra wire bytes per payload byte (None: all 1)
+    fill_bytes: np.ndarray | None = None  # per-flow pipeline start-up, payload bytes (None: none)
+    rate_cap_bytes_per_s: np.ndarray | None = None  # per-flow payload rate cap, independent flows only (None: none)
 
     @classmethod
-    def of(cls, *, src: Sequence[int] | np.ndarray, dst: ArrayLike, nbytes: ArrayLike, channel: ArrayLike | None = None,
-           chain: ArrayLike | None = None, latency_s: float = 0.0, label: str = "", path_latency: bool = True,
-           wire_scale: ArrayLike | None = None, fill_bytes: ArrayLike | None = None,
-           rate_cap_bytes_per_s: ArrayLike | None = None) -> "Step":
+    def of(
+        cls,
+        *,
+        src: Sequence[int] | np.ndarray,
+        dst: ArrayLike,
+        nbytes: ArrayLike,
+        channel: ArrayLike | None = None,
+        chain: ArrayLike | None = None,
+        latency_s: float = 0.0,
+        label: str = "",
+        path_latency: bool = True,
+        wire_scale: ArrayLike | None = None,
+        fill_bytes: ArrayLike | None = None,
+        rate_cap_bytes_per_s: ArrayLike | None = None,
+    ) -> Step:
         n = len(src)
         channel = np.zeros(n, dtype=np.int64) if channel is None else channel
         chain = np.full(n, -1, dtype=np.int64) if chain is None else chain
-        step = cls(src=_frozen_int_array(src), dst=_frozen_int_array(dst), nbytes=_frozen_int_array(nbytes),
-                   channel=_frozen_int_array(channel), chain=_frozen_int_array(chain), latency_s=float(latency_s),
-                   label=label, path_latency=path_latency,
-                   wire_scale=None if wire_scale is None else _frozen_float_array(wire_scale),
-                   fill_bytes=None if fill_bytes is None else _frozen_float_array(fill_bytes),
-                   rate_cap_bytes_per_s=None if rate_cap_bytes_per_s is None
-                   else _frozen_float_array(rate_cap_bytes_per_s))
+        step = cls(
+            src=_frozen_int_array(src),
+            dst=_frozen_int_array(dst),
+            nbytes=_frozen_int_array(nbytes),
+            channel=_frozen_int_array(channel),
+            chain=_frozen_int_array(chain),
+            latency_s=float(latency_s),
+            label=label,
+            path_latency=path_latency,
+            wire_scale=None if wire_scale is None else _frozen_float_array(wire_scale),
+            fill_bytes=None if fill_bytes is None else _frozen_float_array(fill_bytes),
+            rate_cap_bytes_per_s=None if rate_cap_bytes_per_s is None else _frozen_float_array(rate_cap_bytes_per_s),
+        )
         step.check()
         return step
 
@@ -103,9 +120,11 @@ class Step:
         if self.rate_cap_bytes_per_s is not None and n and not (self.rate_cap_bytes_per_s > 0).all():
             raise ValueError("Step.rate_cap_bytes_per_s: every cap must be > 0 (inf for none)")
         if self.rate_cap_bytes_per_s is not None and (self.chain >= 0).any():
-            raise ValueError(f"Step.rate_cap_bytes_per_s: given with chained flows (chain ids "
-                             f"{np.unique(self.chain[self.chain >= 0]).tolist()}); allowed only when every "
-                             "flow is independent (chain == -1)")
+            raise ValueError(
+                f"Step.rate_cap_bytes_per_s: given with chained flows (chain ids "
+                f"{np.unique(self.chain[self.chain >= 0]).tolist()}); allowed only when every "
+                "flow is independent (chain == -1)"
+            )
         if n and (self.nbytes < 0).any():
             raise ValueError("Step.nbytes: negative byte count")
         if n and ((self.src == self.dst) & (self.src >= 0)).any():
@@ -136,7 +155,7 @@ class DataStep:
     reduce: np.ndarray
 
     @classmethod
-    def of(cls, ops: Iterable[Sequence[int]], *, reduce: bool | None = None) -> "DataStep":
+    def of(cls, ops: Iterable[Sequence[int]], *, reduce: bool | None = None) -> DataStep:
         """From (src, dst, offset, count[, dst_offset[, reduce]]) tuples; dst_offset defaults to offset."""
         rows = [tuple(op) for op in ops]
         src = [r[0] for r in rows]
@@ -148,8 +167,9 @@ class DataStep:
         arrays = [_frozen_int_array(v) for v in (src, dst, src_offset, dst_offset, count)]
         flags = np.asarray(red, dtype=np.bool_)
         flags.setflags(write=False)
-        return cls(src=arrays[0], dst=arrays[1], src_offset=arrays[2], dst_offset=arrays[3], count=arrays[4],
-                   reduce=flags)
+        return cls(
+            src=arrays[0], dst=arrays[1], src_offset=arrays[2], dst_offset=arrays[3], count=arrays[4], reduce=flags
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,8 +181,8 @@ class Schedule:
     steps: tuple[Step, ...]
     wire_factor: float = 1.0
     chain_rate_cap_bytes_per_s: float = math.inf
-    pxn: bool = False          # inter-server sends may relay over NVLink to the destination rail's NIC
-    innet_nodes: Mapping[int, int] = field(default_factory=dict)   # in-network buffer id (< 0) -> topology node
+    pxn: bool = False  # inter-server sends may relay over NVLink to the destination rail's NIC
+    innet_nodes: Mapping[int, int] = field(default_factory=dict)  # in-network buffer id (< 0) -> topology node
 
     @property
     def latency_s(self) -> float:
@@ -201,8 +221,9 @@ def alltoall_counts(collective: Collective) -> np.ndarray:
 def alltoall_offsets(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(send_offset[p, q], recv_offset[q, p]) for the two-region alltoall buffer layout."""
     send = np.concatenate([np.zeros((counts.shape[0], 1), np.int64), np.cumsum(counts, axis=1)[:, :-1]], axis=1)
-    recv_counts = counts.T                          # rank q receives counts[p, q] from p
+    recv_counts = counts.T  # rank q receives counts[p, q] from p
     region = int(counts.sum(axis=1).max()) if counts.size else 0
-    recv = region + np.concatenate([np.zeros((counts.shape[0], 1), np.int64),
-                                    np.cumsum(recv_counts, axis=1)[:, :-1]], axis=1)
+    recv = region + np.concatenate(
+        [np.zeros((counts.shape[0], 1), np.int64), np.cumsum(recv_counts, axis=1)[:, :-1]], axis=1
+    )
     return send, recv

@@ -55,7 +55,7 @@ def initial_buffers(collective: Collective) -> dict[int, np.ndarray]:
     for q, rank in enumerate(collective.group):
         buf = np.full(size, np.nan)
         if kind is CollectiveKind.ALL_GATHER:
-            buf[q * piece:(q + 1) * piece] = _data(q, piece)
+            buf[q * piece : (q + 1) * piece] = _data(q, piece)
         elif kind is CollectiveKind.BROADCAST:
             if q == collective.root:
                 buf[:] = _data(q, size)
@@ -64,7 +64,7 @@ def initial_buffers(collective: Collective) -> dict[int, np.ndarray]:
             total = int(counts[q].sum())
             buf[:total] = _data(q, total)
         elif kind is CollectiveKind.SENDRECV:
-            buf[:size // 2] = _data(q, size // 2)
+            buf[: size // 2] = _data(q, size // 2)
         else:
             buf[:] = _data(q, size)
         buffers[rank] = buf
@@ -82,13 +82,13 @@ def expected_buffers(collective: Collective) -> dict[int, tuple[np.ndarray, np.n
         if kind is CollectiveKind.ALL_REDUCE or (kind is CollectiveKind.REDUCE and q == collective.root):
             want[:], mask[:] = total, True
         elif kind is CollectiveKind.REDUCE_SCATTER:
-            assert isinstance(total, np.ndarray)        # the sum of n >= 1 ranks' data
-            want[q * piece:(q + 1) * piece] = total[q * piece:(q + 1) * piece]
-            mask[q * piece:(q + 1) * piece] = True
+            assert isinstance(total, np.ndarray)  # the sum of n >= 1 ranks' data
+            want[q * piece : (q + 1) * piece] = total[q * piece : (q + 1) * piece]
+            mask[q * piece : (q + 1) * piece] = True
         elif kind is CollectiveKind.ALL_GATHER:
             for p in range(n):
-                want[p * piece:(p + 1) * piece] = _data(p, piece)
-            mask[:n * piece] = True
+                want[p * piece : (p + 1) * piece] = _data(p, piece)
+            mask[: n * piece] = True
         elif kind is CollectiveKind.BROADCAST:
             want[:], mask[:] = _data(collective.root, size), True
         elif kind is CollectiveKind.ALL_TO_ALL:
@@ -96,9 +96,9 @@ def expected_buffers(collective: Collective) -> dict[int, tuple[np.ndarray, np.n
             send, recv = alltoall_offsets(counts)
             for p in range(n):
                 c = int(counts[p, q])
-                sent = _data(p, int(counts[p].sum()))[send[p, q]:send[p, q] + c]
-                want[recv[q, p]:recv[q, p] + c] = sent
-                mask[recv[q, p]:recv[q, p] + c] = True
+                sent = _data(p, int(counts[p].sum()))[send[p, q] : send[p, q] + c]
+                want[recv[q, p] : recv[q, p] + c] = sent
+                mask[recv[q, p] : recv[q, p] + c] = True
         elif kind is CollectiveKind.SENDRECV:
             half = size // 2
             want[half:] = _data((q - 1) % n, half)
@@ -112,16 +112,22 @@ def execute(program: tuple[DataStep, ...], buffers: dict[int, np.ndarray], size:
     bufs = {k: v.copy() for k, v in buffers.items()}
     for step in program:
         reads = []
-        for s, d, so, do, c, red in zip(step.src.tolist(), step.dst.tolist(), step.src_offset.tolist(),
-                                        step.dst_offset.tolist(), step.count.tolist(), step.reduce.tolist()):
+        for s, d, so, do, c, red in zip(
+            step.src.tolist(),
+            step.dst.tolist(),
+            step.src_offset.tolist(),
+            step.dst_offset.tolist(),
+            step.count.tolist(),
+            step.reduce.tolist(),
+        ):
             for buf_id in (s, d):
                 if buf_id not in bufs:
                     if buf_id >= 0:
                         raise ValueError(f"program: buffer {buf_id} is not a rank of the group")
                     bufs[buf_id] = np.zeros(size)
-            reads.append((d, do, bufs[s][so:so + c].copy(), red))
+            reads.append((d, do, bufs[s][so : so + c].copy(), red))
         for d, do, values, red in reads:
-            target = bufs[d][do:do + values.shape[0]]
+            target = bufs[d][do : do + values.shape[0]]
             if red:
                 target += values
             else:

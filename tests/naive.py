@@ -100,8 +100,24 @@ def _water_level(rates, weights, capacity):
         below |= newly
 
 
-def dcqcn_rates_naive(flow_ptr, flow_links, flow_weights, controlled, link_capacity, marking, is_port, rate_max,
-                      rate_init, params, *, dt_s, warmup_s, block_s, horizon_s, settle_tol):
+def dcqcn_rates_naive(
+    flow_ptr,
+    flow_links,
+    flow_weights,
+    controlled,
+    link_capacity,
+    marking,
+    is_port,
+    rate_max,
+    rate_init,
+    params,
+    *,
+    dt_s,
+    warmup_s,
+    block_s,
+    horizon_s,
+    settle_tol,
+):
     """The DCQCN fluid model stepped with whole-array numpy operations.
 
     Every step: port levels (water-filling each port among its flows' R_C), sending rates, link
@@ -190,8 +206,9 @@ def dcqcn_rates_naive(flow_ptr, flow_links, flow_weights, controlled, link_capac
 # ============================================================================================
 
 
-def lossless_throttle_naive(flow_ptr, flow_links, flow_weights, participant, link_capacity, demand, lossless,
-                            link_src, link_dst):
+def lossless_throttle_naive(
+    flow_ptr, flow_links, flow_weights, participant, link_capacity, demand, lossless, link_src, link_dst
+):
     """Congestion-tree progressive filling, recomputed from scratch at every event.
 
     Loop: for every link still carrying an unfrozen participating flow, the throttle level at
@@ -210,10 +227,10 @@ def lossless_throttle_naive(flow_ptr, flow_links, flow_weights, participant, lin
     A[:, ~participant] = 0.0
     on = np.zeros((n_links, n_flows), dtype=bool)
     for f in np.flatnonzero(participant):
-        on[flow_links[flow_ptr[f]:flow_ptr[f + 1]], f] = True
+        on[flow_links[flow_ptr[f] : flow_ptr[f + 1]], f] = True
     feeds = {}
     for f in np.flatnonzero(participant):
-        path = flow_links[flow_ptr[f]:flow_ptr[f + 1]]
+        path = flow_links[flow_ptr[f] : flow_ptr[f + 1]]
         for j in range(len(path)):
             k = j + 1
             while k < len(path) and link_src[path[k]] != link_dst[path[j]]:
@@ -277,7 +294,7 @@ def task_times_naive(workload: Workload, collective_time_s=None) -> Timeline:
             table.setdefault(task.stream, []).append(position)
         streams.append(table)
     pointer = {(r, s): 0 for r, table in enumerate(streams) for s in table}
-    members: list[list[tuple[int, int, int]]] = [[] for _ in range(ncoll)]   # (rank, stream, position)
+    members: list[list[tuple[int, int, int]]] = [[] for _ in range(ncoll)]  # (rank, stream, position)
     arrived = np.zeros(ncoll, dtype=np.int64)
     latest = [0.0] * ncoll
     durations_list = durations.tolist()
@@ -303,7 +320,7 @@ def task_times_naive(workload: Workload, collective_time_s=None) -> Timeline:
             position = order[k]
             task = program[position]
             if s_rank[position] is not None and isinstance(task, CommTask):
-                break                                   # arrived, waiting for the rest of its group
+                break  # arrived, waiting for the rest of its group
             blocked = next((a for a in task.after if e_rank[a] is None), None)
             if blocked is not None:
                 waiters.setdefault((rank, blocked), []).append(key)
@@ -319,7 +336,7 @@ def task_times_naive(workload: Workload, collective_time_s=None) -> Timeline:
                 finish(rank, position)
                 continue
             i = task.index
-            s_rank[position] = ready                    # arrival; replaced by the collective's start below
+            s_rank[position] = ready  # arrival; replaced by the collective's start below
             members[i].append((rank, stream, position))
             arrived[i] += 1
             latest[i] = max(latest[i], ready)
@@ -338,12 +355,17 @@ def task_times_naive(workload: Workload, collective_time_s=None) -> Timeline:
     if stuck:
         r, s = stuck[0]
         task = programs[r][streams[r][s][pointer[(r, s)]]]
-        raise RuntimeError(f"task_times: rank {r} stream {s} never finishes task {task.name!r} (deadlock in the "
-                           f"programs; {len(stuck)} stream(s) stuck)")
-    return Timeline(start_s=tuple(np.asarray(s, dtype=np.float64) for s in start),
-                    end_s=tuple(np.asarray(e, dtype=np.float64) for e in end),
-                    arrival_s=tuple(np.asarray(a, dtype=np.float64) for a in arrival),
-                    collective_start_s=c_start, collective_end_s=c_end)
+        raise RuntimeError(
+            f"task_times: rank {r} stream {s} never finishes task {task.name!r} (deadlock in the "
+            f"programs; {len(stuck)} stream(s) stuck)"
+        )
+    return Timeline(
+        start_s=tuple(np.asarray(s, dtype=np.float64) for s in start),
+        end_s=tuple(np.asarray(e, dtype=np.float64) for e in end),
+        arrival_s=tuple(np.asarray(a, dtype=np.float64) for a in arrival),
+        collective_start_s=c_start,
+        collective_end_s=c_end,
+    )
 
 
 def interval_breakdown_naive(workload: Workload, timeline: Timeline, labels, *, focus_rank=None, weights=None) -> dict:

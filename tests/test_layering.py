@@ -33,8 +33,7 @@ STDLIB = set(sys.stdlib_module_names)
 
 def modules():
     for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            yield path
+        yield from sorted((ROOT / package).rglob("*.py"))
 
 
 def imports_of(path: Path) -> set[str]:
@@ -107,7 +106,7 @@ def test_layering(where, names):
     if where == "simulator/flows.py":
         assert not any(n.startswith("simulator.collectives") for n in names), where
     if where.startswith("simulator/") and layer(where) is not None:
-        above = LAYERS[LAYERS.index(layer(where)) + 1:]
+        above = LAYERS[LAYERS.index(layer(where)) + 1 :]
         upward = sorted(n for n in names if n.startswith(tuple(f"simulator.{a}" for a in above)))
         assert not upward, f"{where} ({layer(where)}) imports a layer above it: {upward}"
     if where != "simulator/verify.py":
@@ -128,27 +127,42 @@ def layer(where: str) -> str | None:
 
 
 def test_layer_of_a_module():
-    assert [layer(w) for w in ("simulator/api.py", "simulator/engine/replay.py", "simulator/studies/jobs.py",
-                               "simulator/validation/sc21.py", "simulator/cli/step.py", "workloads/tasks.py")] \
-        == ["core", "core", "studies", "validation", "cli", None]
+    assert [
+        layer(w)
+        for w in (
+            "simulator/api.py",
+            "simulator/engine/replay.py",
+            "simulator/studies/jobs.py",
+            "simulator/validation/sc21.py",
+            "simulator/cli/step.py",
+            "workloads/tasks.py",
+        )
+    ] == ["core", "core", "studies", "validation", "cli", None]
 
 
 def test_import_reader_resolves_relative_imports():
     # a collectives module doing `from ..network import flow` imports simulator.network: caught
-    names = imports_in("from ..network import flow\nfrom . import ring\nimport simpy\n",
-                       Path("simulator/collectives/probe.py"))
+    names = imports_in(
+        "from ..network import flow\nfrom . import ring\nimport simpy\n", Path("simulator/collectives/probe.py")
+    )
     assert {"simulator.network", "simulator.collectives.ring", "simpy"} <= names
     # an engine module importing the router or an algorithm is caught
-    names = imports_in("from topologies.routing import Router\nfrom ..collectives.base import edge_path\n",
-                       Path("simulator/engine/probe.py"))
+    names = imports_in(
+        "from topologies.routing import Router\nfrom ..collectives.base import edge_path\n",
+        Path("simulator/engine/probe.py"),
+    )
     assert {"topologies.routing", "simulator.collectives.base"} <= names
 
 
-MAX_LINE = 120                                  # README.md, Layout: lines of at most 120 characters
+MAX_LINE = 120  # README.md, Layout: lines of at most 120 characters
 
 
 def test_python_lines_are_at_most_120_characters():
     paths = [*modules(), *sorted((ROOT / "tests").rglob("*.py"))]
-    long = [f"{p.relative_to(ROOT)}:{i}" for p in paths for i, line in enumerate(p.read_text().splitlines(), 1)
-            if len(line) > MAX_LINE]
+    long = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in paths
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if len(line) > MAX_LINE
+    ]
     assert paths and not long, f"lines over {MAX_LINE} characters: {', '.join(long)}"

@@ -33,18 +33,25 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
 
     spec = tmp_path / "jupyter" / "kernels" / KERNEL
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "fabricsim test", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "fabricsim test",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.setenv("FABRICSIM_NOTEBOOK_SMALL", "1")      # the kernel inherits this environment
+    monkeypatch.setenv("FABRICSIM_NOTEBOOK_SMALL", "1")  # the kernel inherits this environment
     work = tmp_path / "cwd"
     work.mkdir()
     before = sorted(p.name for p in (ROOT / "notebooks").iterdir())
 
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL,
-                   resources={"metadata": {"path": str(work)}}).execute()   # raises on any failing cell
+    NotebookClient(
+        notebook, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL, resources={"metadata": {"path": str(work)}}
+    ).execute()  # raises on any failing cell
 
     errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors

@@ -24,13 +24,31 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ("MAX_BYTES", "Option", "reject", "is_int", "integer", "int_at_least", "choice", "option",
-           "finite_nonnegative", "finite", "positive_finite", "size_bytes", "flag", "int_tuple", "instance",
-           "readable_file", "read_text", "output_file", "output_dir")
+__all__ = (
+    "MAX_BYTES",
+    "Option",
+    "reject",
+    "is_int",
+    "integer",
+    "int_at_least",
+    "choice",
+    "option",
+    "finite_nonnegative",
+    "finite",
+    "positive_finite",
+    "size_bytes",
+    "flag",
+    "int_tuple",
+    "instance",
+    "readable_file",
+    "read_text",
+    "output_file",
+    "output_dir",
+)
 
 # the largest byte count an edge accepts: 1 PiB, far above any one collective or buffer, and exact in a float
 MAX_BYTES = 1 << 50
-_MAX_REPR = 60       # a value's repr longer than this is shortened in messages (one line, readable)
+_MAX_REPR = 60  # a value's repr longer than this is shortened in messages (one line, readable)
 
 
 class Option(enum.StrEnum):
@@ -49,7 +67,7 @@ class Option(enum.StrEnum):
 
 def _shown(value: object) -> str:
     text = repr(value)
-    return text if len(text) <= _MAX_REPR else f"{text[:_MAX_REPR - 15]}...{text[-12:]}"
+    return text if len(text) <= _MAX_REPR else f"{text[: _MAX_REPR - 15]}...{text[-12:]}"
 
 
 def reject(field: str, value: object, expected: str) -> ValueError:
@@ -63,14 +81,21 @@ def is_int(value: object) -> bool:
     return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
-def integer(field: str, value: object, *, low: int | None = None, high: int | None = None,
-            expected: str | None = None) -> int:
+def integer(
+    field: str, value: object, *, low: int | None = None, high: int | None = None, expected: str | None = None
+) -> int:
     """``value`` (an int or numpy integer, not a bool) as an int, in [low, high] where given."""
     if not is_int(value) or (low is not None and value < low) or (high is not None and value > high):
         if expected is None:
-            expected = ("an integer" + (f" from {low} to {high}" if low is not None and high is not None else
-                                        f" >= {low}" if low is not None else f" <= {high}" if high is not None
-                                        else ""))
+            expected = "an integer" + (
+                f" from {low} to {high}"
+                if low is not None and high is not None
+                else f" >= {low}"
+                if low is not None
+                else f" <= {high}"
+                if high is not None
+                else ""
+            )
         raise reject(field, value, expected)
     return int(value)
 
@@ -104,18 +129,27 @@ def option(field: str, value: object, kind: type[enum.Enum]) -> enum.Enum:
 
 def _real(value: object) -> bool:
     # the exact-type test answers the common case without the (slow) abstract-base-class check
-    return type(value) is float or type(value) is int or (isinstance(value, numbers.Real)
-                                                          and not isinstance(value, bool))
+    return (
+        type(value) is float or type(value) is int or (isinstance(value, numbers.Real) and not isinstance(value, bool))
+    )
 
 
-def finite(field: str, value: object, *, low: float | None = None, high: float | None = None,
-           low_open: bool = False, high_open: bool = False, expected: str | None = None) -> float:
+def finite(
+    field: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    expected: str | None = None,
+) -> float:
     """``value`` (a real number, not a bool) as a finite float within the bounds; -0.0 becomes 0.0."""
     ok = _real(value)
     if ok:
         try:
             number = float(value)
-        except OverflowError:        # an int too large for a float
+        except OverflowError:  # an int too large for a float
             ok = False
     ok = ok and math.isfinite(number)
     ok = ok and (low is None or (number > low if low_open else number >= low))
@@ -154,7 +188,7 @@ def size_bytes(field: str, value: object, *, low: int = 0) -> int:
         if not match:
             raise reject(field, value, expected)
         whole, fraction, suffix = match.groups()
-        scaled = (int(whole + (fraction or "")) << _SIZE_SHIFT[suffix.upper()])
+        scaled = int(whole + (fraction or "")) << _SIZE_SHIFT[suffix.upper()]
         denominator = 10 ** len(fraction or "")
         if scaled % denominator:
             raise reject(field, value, "a whole number of bytes")
@@ -173,13 +207,25 @@ def flag(field: str, value: object) -> bool:
     raise reject(field, value, "True or False")
 
 
-def int_tuple(field: str, value: object, *, low: int | None = 0, distinct: bool = False, nonempty: bool = False,
-              expected: str | None = None) -> tuple[int, ...]:
+def int_tuple(
+    field: str,
+    value: object,
+    *,
+    low: int | None = 0,
+    distinct: bool = False,
+    nonempty: bool = False,
+    expected: str | None = None,
+) -> tuple[int, ...]:
     """A tuple, list, range or numpy array of integers (numpy integers included) as a tuple of ints, each
     >= ``low``; ``distinct`` and ``nonempty`` where asked."""
     if expected is None:
-        expected = ("a tuple of " + ("distinct " if distinct else "") + "integers"
-                    + (f" >= {low}" if low is not None else "") + (", at least one" if nonempty else ""))
+        expected = (
+            "a tuple of "
+            + ("distinct " if distinct else "")
+            + "integers"
+            + (f" >= {low}" if low is not None else "")
+            + (", at least one" if nonempty else "")
+        )
     items = value.tolist() if hasattr(value, "tolist") and hasattr(value, "ndim") and value.ndim == 1 else value
     if not isinstance(items, (tuple, list, range)):
         raise reject(field, value, expected)
@@ -193,8 +239,9 @@ def int_tuple(field: str, value: object, *, low: int | None = 0, distinct: bool 
 
 def instance(field: str, value: object, kind: type | tuple[type, ...], expected: str) -> object:
     """``value`` if it is an instance of ``kind`` (bools are no numbers here)."""
-    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple)
-                                                                                 else (kind,))):
+    if not isinstance(value, kind) or (
+        isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,))
+    ):
         raise reject(field, value, expected)
     return value
 
@@ -209,8 +256,10 @@ def readable_file(field: str, value: object) -> Path:
     """An existing regular file's path (the message names the file when it is not one)."""
     path = _path(field, value)
     if not path.is_file():
-        raise ValueError(f"{field}: {str(path)!r} is not allowed; expected an existing file "
-                         f"({'a directory' if path.is_dir() else 'no such file'})")
+        raise ValueError(
+            f"{field}: {str(path)!r} is not allowed; expected an existing file "
+            f"({'a directory' if path.is_dir() else 'no such file'})"
+        )
     return path
 
 
@@ -221,11 +270,12 @@ def read_text(field: str, value: object, *, encoding: str = "utf-8-sig") -> str:
     try:
         return path.read_text(encoding=encoding)
     except OSError as exc:
-        raise ValueError(f"{field}: {str(path)!r} cannot be read ({exc.strerror}); expected a readable file") \
-            from None
+        raise ValueError(f"{field}: {str(path)!r} cannot be read ({exc.strerror}); expected a readable file") from None
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{field}: {str(path)!r} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
-                         f"{exc.start}); expected a UTF-8 text file") from None
+        raise ValueError(
+            f"{field}: {str(path)!r} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+            f"{exc.start}); expected a UTF-8 text file"
+        ) from None
 
 
 def output_file(field: str, value: object) -> Path:

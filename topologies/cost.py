@@ -52,13 +52,19 @@ from dataclasses import dataclass
 from .devices import SWITCH_PRESETS
 from .topology import LinkTier, NodeKind, Topology
 
-__all__ = ("OPTICAL_TRANSCEIVERS_PER_CABLE", "COPPER_TRANSCEIVERS_PER_CABLE", "CABLE_MEDIA", "SwitchTierCost",
-           "LinkTierCost", "FabricCost", "cost_summary")
+__all__ = (
+    "OPTICAL_TRANSCEIVERS_PER_CABLE",
+    "COPPER_TRANSCEIVERS_PER_CABLE",
+    "CABLE_MEDIA",
+    "SwitchTierCost",
+    "LinkTierCost",
+    "FabricCost",
+    "cost_summary",
+)
 
-OPTICAL_TRANSCEIVERS_PER_CABLE = 2   # one pluggable optical module at each end of the fibre (stated assumption)
-COPPER_TRANSCEIVERS_PER_CABLE = 0    # passive copper DAC: connectors are part of the cable (stated assumption)
+OPTICAL_TRANSCEIVERS_PER_CABLE = 2  # one pluggable optical module at each end of the fibre (stated assumption)
+COPPER_TRANSCEIVERS_PER_CABLE = 0  # passive copper DAC: connectors are part of the cable (stated assumption)
 CABLE_MEDIA = {"optical": OPTICAL_TRANSCEIVERS_PER_CABLE, "copper": COPPER_TRANSCEIVERS_PER_CABLE}
-
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,7 +74,7 @@ class SwitchTierCost:
     tier: int
     switches: int
     ports_used: int
-    ports_available: int | None      # None when a switch's radix is unknown
+    ports_available: int | None  # None when a switch's radix is unknown
 
     @property
     def utilisation(self) -> float | None:
@@ -80,8 +86,8 @@ class SwitchTierCost:
 class LinkTierCost:
     """Cables of one link tier (``LinkTier``), with their medium and optics."""
 
-    tier: str                        # LinkTier name in lower case: nic, fabric_1, fabric_2, ...
-    media: str                       # "optical" | "copper"
+    tier: str  # LinkTier name in lower case: nic, fabric_1, fabric_2, ...
+    media: str  # "optical" | "copper"
     cables: int
     transceivers: int
 
@@ -92,7 +98,7 @@ class FabricCost:
 
     name: str
     gpus: int
-    nics: int                        # NICs cabled to a fabric switch
+    nics: int  # NICs cabled to a fabric switch
     switch_tiers: tuple[SwitchTierCost, ...]
     link_tiers: tuple[LinkTierCost, ...]
 
@@ -139,34 +145,44 @@ class FabricCost:
 
     def format(self) -> str:
         """A text table: switches per tier, cables per link tier, totals and per-GPU figures."""
+
         def avail(value: int | None) -> str:
             return "?" if value is None else str(value)
 
         def share(used: int, available: int | None) -> str:
             return "?" if not available else f"{100.0 * used / available:.1f} %"
 
-        lines = [f"fabric cost: {self.name} ({self.gpus} GPUs, {self.nics} NICs on the fabric)",
-                 f"{'switch tier':<16}{'switches':>10}{'ports used':>12}{'available':>12}{'used':>10}"]
+        lines = [
+            f"fabric cost: {self.name} ({self.gpus} GPUs, {self.nics} NICs on the fabric)",
+            f"{'switch tier':<16}{'switches':>10}{'ports used':>12}{'available':>12}{'used':>10}",
+        ]
         for t in self.switch_tiers:
             label = f"tier {t.tier}" if t.tier else "untiered"
-            lines.append(f"{label:<16}{t.switches:>10}{t.ports_used:>12}"
-                         f"{avail(t.ports_available):>12}{share(t.ports_used, t.ports_available):>10}")
-        lines.append(f"{'total':<16}{self.switches:>10}{self.switch_ports_used:>12}"
-                     f"{avail(self.switch_ports_available):>12}"
-                     f"{share(self.switch_ports_used, self.switch_ports_available):>10}")
+            lines.append(
+                f"{label:<16}{t.switches:>10}{t.ports_used:>12}"
+                f"{avail(t.ports_available):>12}{share(t.ports_used, t.ports_available):>10}"
+            )
+        lines.append(
+            f"{'total':<16}{self.switches:>10}{self.switch_ports_used:>12}"
+            f"{avail(self.switch_ports_available):>12}"
+            f"{share(self.switch_ports_used, self.switch_ports_available):>10}"
+        )
         lines.append(f"{'link tier':<16}{'media':>10}{'cables':>12}{'optics':>12}")
         for lt in self.link_tiers:
             lines.append(f"{lt.tier:<16}{lt.media:>10}{lt.cables:>12}{lt.transceivers:>12}")
         lines.append(f"{'total':<16}{'':>10}{self.cables:>12}{self.transceivers:>12}")
-        lines.append(f"per GPU: {self.switch_ports_per_gpu:.3f} switch ports used, {self.switches_per_gpu:.4f} "
-                     f"switches, {self.cables_per_gpu:.3f} cables, {self.transceivers_per_gpu:.3f} transceivers")
+        lines.append(
+            f"per GPU: {self.switch_ports_per_gpu:.3f} switch ports used, {self.switches_per_gpu:.4f} "
+            f"switches, {self.cables_per_gpu:.3f} cables, {self.transceivers_per_gpu:.3f} transceivers"
+        )
         return "\n".join(lines)
 
 
 def _media(field: str, value: str) -> int:
     if value not in CABLE_MEDIA:
-        raise ValueError(f"cost_summary.{field}: {value!r} is not allowed; expected one of "
-                         f"{', '.join(map(repr, CABLE_MEDIA))}")
+        raise ValueError(
+            f"cost_summary.{field}: {value!r} is not allowed; expected one of {', '.join(map(repr, CABLE_MEDIA))}"
+        )
     return CABLE_MEDIA[value]
 
 
@@ -187,13 +203,13 @@ def cost_summary(topology: Topology, *, nic_cables: str = "optical", switch_cabl
         u, v = int(topology.link_src[link]), int(topology.link_dst[link])
         if u in is_switch or v in is_switch:
             directed[(u, v, int(topology.link_tier[link]))] += 1
-    cables: Counter = Counter()          # (unordered pair, tier) -> cables
+    cables: Counter = Counter()  # (unordered pair, tier) -> cables
     for (u, v, tier), count in directed.items():
         a, b = min(u, v), max(u, v)
         cables[(a, b, tier)] = max(cables[(a, b, tier)], count)
 
     ports: Counter = Counter()
-    link_tiers: Counter = Counter()      # (link tier, "nic" | "switch") -> cables
+    link_tiers: Counter = Counter()  # (link tier, "nic" | "switch") -> cables
     nics = set()
     for (a, b, tier), count in cables.items():
         for end in (a, b):
@@ -219,9 +235,14 @@ def cost_summary(topology: Topology, *, nic_cables: str = "optical", switch_cabl
         name=topology.name,
         gpus=topology.num_gpus,
         nics=len(nics),
-        switch_tiers=tuple(SwitchTierCost(tier=t, switches=c[0], ports_used=c[1], ports_available=c[2])
-                           for t, c in sorted(by_tier.items())),
-        link_tiers=tuple(LinkTierCost(tier=LinkTier(t).name.lower(), media=media[end], cables=count,
-                                      transceivers=count * per_cable[end])
-                         for (t, end), count in sorted(link_tiers.items())),
+        switch_tiers=tuple(
+            SwitchTierCost(tier=t, switches=c[0], ports_used=c[1], ports_available=c[2])
+            for t, c in sorted(by_tier.items())
+        ),
+        link_tiers=tuple(
+            LinkTierCost(
+                tier=LinkTier(t).name.lower(), media=media[end], cables=count, transceivers=count * per_cable[end]
+            )
+            for (t, end), count in sorted(link_tiers.items())
+        ),
     )

@@ -92,8 +92,9 @@ def global_port_target(arrangement: str, group: int, port: int, groups: int) -> 
     if arrangement == "circulant":
         step = v // 2 + 1
         return (group + step) % groups if v % 2 == 0 else (group - step) % groups
-    raise ValueError(f"dragonfly.arrangement: {arrangement!r} is not allowed; expected one of "
-                     f"{', '.join(map(repr, ARRANGEMENTS))}")
+    raise ValueError(
+        f"dragonfly.arrangement: {arrangement!r} is not allowed; expected one of {', '.join(map(repr, ARRANGEMENTS))}"
+    )
 
 
 def dragonfly(
@@ -119,12 +120,16 @@ def dragonfly(
     g_max = a * h + 1
     g = g_max if groups is None else groups
     if not isinstance(g, int) or isinstance(g, bool) or not 2 <= g <= g_max:
-        raise ValueError(f"dragonfly.groups: {g!r} is not allowed; expected an integer in 2..{g_max} "
-                         f"(a * h + 1 = {a} * {h} + 1: a group has only {a * h} global ports, one per other group "
-                         "at least, so more groups cannot be fully connected)")
+        raise ValueError(
+            f"dragonfly.groups: {g!r} is not allowed; expected an integer in 2..{g_max} "
+            f"(a * h + 1 = {a} * {h} + 1: a group has only {a * h} global ports, one per other group "
+            "at least, so more groups cannot be fully connected)"
+        )
     if arrangement not in ARRANGEMENTS:
-        raise ValueError(f"dragonfly.arrangement: {arrangement!r} is not allowed; expected one of "
-                         f"{', '.join(map(repr, ARRANGEMENTS))}")
+        raise ValueError(
+            f"dragonfly.arrangement: {arrangement!r} is not allowed; expected one of "
+            f"{', '.join(map(repr, ARRANGEMENTS))}"
+        )
     for field, spec in (("fabric_link", fabric_link), ("global_link", global_link)):
         if spec is not None and not isinstance(spec, LinkSpec):
             raise ValueError(f"dragonfly.{field}: {spec!r} is not allowed; expected a LinkSpec")
@@ -136,31 +141,49 @@ def dragonfly(
     if k_nics == 0:
         raise ValueError(f"dragonfly.server: {server.name} has no NIC; expected a server with NICs")
     if (a * p) % k_nics:
-        raise ValueError(f"dragonfly.servers_per_router: {p} is not allowed with routers_per_group={a}: a group has "
-                         f"a * p = {a * p} NIC ports, not a multiple of the {k_nics} NICs of a {server.name}; "
-                         f"expected a * p divisible by {k_nics}")
+        raise ValueError(
+            f"dragonfly.servers_per_router: {p} is not allowed with routers_per_group={a}: a group has "
+            f"a * p = {a * p} NIC ports, not a multiple of the {k_nics} NICs of a {server.name}; "
+            f"expected a * p divisible by {k_nics}"
+        )
     ports = p + (a - 1) + h
     if ports > switch.radix:
-        raise ValueError(f"dragonfly: a router needs p + (a - 1) + h = {p} + {a - 1} + {h} = {ports} ports but a "
-                         f"{switch.name} has radix {switch.radix}; expected p + a - 1 + h <= {switch.radix}")
+        raise ValueError(
+            f"dragonfly: a router needs p + (a - 1) + h = {p} + {a - 1} + {h} = {ports} ports but a "
+            f"{switch.name} has radix {switch.radix}; expected p + a - 1 + h <= {switch.radix}"
+        )
     glink = fabric_link if global_link is None else global_link
-    per_group = a * p // k_nics                  # servers per group
-    copies = a * h // (g - 1)                    # global cables per pair of groups
+    per_group = a * p // k_nics  # servers per group
+    copies = a * h // (g - 1)  # global cables per pair of groups
 
     builder = TopologyBuilder(name or f"dragonfly(p={p}, a={a}, h={h}, g={g}) of {server.name}")
     infos = [add_server(builder, server, s) for s in range(g * per_group)]
-    routers = [[builder.add_node(NodeKind.FABRIC_SWITCH, f"g{i}.r{r}", latency_s=switch.latency_s, tier=1,
-                                 group=i, router=r, switch=switch.name, sharp=False,
-                                 reduction_efficiency=switch.reduction_efficiency)
-                for r in range(a)] for i in range(g)]
+    routers = [
+        [
+            builder.add_node(
+                NodeKind.FABRIC_SWITCH,
+                f"g{i}.r{r}",
+                latency_s=switch.latency_s,
+                tier=1,
+                group=i,
+                router=r,
+                switch=switch.name,
+                sharp=False,
+                reduction_efficiency=switch.reduction_efficiency,
+            )
+            for r in range(a)
+        ]
+        for i in range(g)
+    ]
     for i in range(g):
         for s in range(per_group):
             info = infos[i * per_group + s]
             for j, nic in enumerate(info.nics):
-                assert server.nic is not None   # a NIC id comes from a server with a NicSpec (ServerSpec checks it)
+                assert server.nic is not None  # a NIC id comes from a server with a NicSpec (ServerSpec checks it)
                 router = routers[i][(j * per_group + s) // p]
-                up, _ = builder.add_link(nic, router, fabric_link, tier=LinkTier.NIC,
-                                         flow_cap_bytes_per_s=server.nic.connection_bytes_per_s)
+                up, _ = builder.add_link(
+                    nic, router, fabric_link, tier=LinkTier.NIC, flow_cap_bytes_per_s=server.nic.connection_bytes_per_s
+                )
                 builder.nic_leaf_link[nic] = up
         for r in range(a):
             for q in range(r + 1, a):
@@ -176,5 +199,5 @@ def dragonfly(
                 builder.add_link(routers[i][k_i // h], routers[j][k_j // h], glink, tier=LinkTier.FABRIC_2)
     return builder.build(
         description=f"{g * per_group}x {server.name}, dragonfly p={p} a={a} h={h} g={g} ({arrangement}) of "
-                    f"{switch.name}, {copies} global link(s) per pair of groups"
+        f"{switch.name}, {copies} global link(s) per pair of groups"
     )

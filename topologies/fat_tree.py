@@ -100,8 +100,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Mapping, TypeGuard
+from typing import Any, TypeGuard
 
 from .devices import SwitchSpec
 from .links import LinkSpec
@@ -135,8 +136,7 @@ class _RecordingBuilder(TopologyBuilder):
         self.link_log: list[tuple[int, int, LinkSpec, LinkTier, bool, float, tuple[int, ...]]] = []
         self._recording_local: int | None = None
 
-    def add_node(self, kind: NodeKind, name: str, *, server: int = -1, latency_s: float = 0.0,
-                 **attrs: Any) -> int:
+    def add_node(self, kind: NodeKind, name: str, *, server: int = -1, latency_s: float = 0.0, **attrs: Any) -> int:
         node = super().add_node(kind, name, server=server, latency_s=latency_s, **attrs)
         self.node_log.append((NodeKind(kind), name, server, latency_s, self._recording_local, dict(attrs)))
         return node
@@ -148,8 +148,16 @@ class _RecordingBuilder(TopologyBuilder):
         finally:
             self._recording_local = None
 
-    def add_link(self, u: int, v: int, spec: LinkSpec, *, tier: LinkTier, duplex: bool = True,
-                 flow_cap_bytes_per_s: float = float("inf")) -> tuple[int, ...]:
+    def add_link(
+        self,
+        u: int,
+        v: int,
+        spec: LinkSpec,
+        *,
+        tier: LinkTier,
+        duplex: bool = True,
+        flow_cap_bytes_per_s: float = float("inf"),
+    ) -> tuple[int, ...]:
         ids = super().add_link(u, v, spec, tier=tier, duplex=duplex, flow_cap_bytes_per_s=flow_cap_bytes_per_s)
         self.link_log.append((u, v, spec, tier, duplex, flow_cap_bytes_per_s, ids))
         return ids
@@ -165,9 +173,12 @@ def add_servers(builder: TopologyBuilder, spec: ServerSpec, count: int, *, first
     template = _RecordingBuilder()
     info0 = add_server(template, spec, 0)
     prefix0 = "s0."
-    stampable = info0.index == 0 and info0.name == "s0" and all(
-        name.startswith(prefix0) and server == 0 for _, name, server, *_ in template.node_log)
-    if not stampable:       # a server layout this stamping does not understand: build each one for real
+    stampable = (
+        info0.index == 0
+        and info0.name == "s0"
+        and all(name.startswith(prefix0) and server == 0 for _, name, server, *_ in template.node_log)
+    )
+    if not stampable:  # a server layout this stamping does not understand: build each one for real
         return [add_server(builder, spec, first_index + s) for s in range(count)]
     infos = []
     for s in range(first_index, first_index + count):
@@ -175,7 +186,7 @@ def add_servers(builder: TopologyBuilder, spec: ServerSpec, count: int, *, first
         first_gpu = builder.num_gpus
         node_map = []
         for kind, name, _, latency_s, local, attrs in template.node_log:
-            new_name = prefix + name[len(prefix0):]
+            new_name = prefix + name[len(prefix0) :]
             if local is not None:
                 node = builder.add_gpu(new_name, server=s, local=local, latency_s=latency_s, **attrs)
             else:
@@ -183,18 +194,24 @@ def add_servers(builder: TopologyBuilder, spec: ServerSpec, count: int, *, first
             node_map.append(node)
         link_map: dict[int, int] = {}
         for u, v, link_spec, tier, duplex, flow_cap, ids in template.link_log:
-            new_ids = builder.add_link(node_map[u], node_map[v], link_spec, tier=tier, duplex=duplex,
-                                       flow_cap_bytes_per_s=flow_cap)
+            new_ids = builder.add_link(
+                node_map[u], node_map[v], link_spec, tier=tier, duplex=duplex, flow_cap_bytes_per_s=flow_cap
+            )
             link_map.update(zip(ids, new_ids))
 
         def routes(table: Mapping[tuple[int, int], tuple[int, ...]]) -> Mapping[tuple[int, int], tuple[int, ...]]:
             return MappingProxyType({key: tuple(link_map[l] for l in links) for key, links in table.items()})
 
         info = dataclasses.replace(
-            info0, index=s, name=f"s{s}", first_gpu=first_gpu,
-            gpus=tuple(node_map[n] for n in info0.gpus), nics=tuple(node_map[n] for n in info0.nics),
+            info0,
+            index=s,
+            name=f"s{s}",
+            first_gpu=first_gpu,
+            gpus=tuple(node_map[n] for n in info0.gpus),
+            nics=tuple(node_map[n] for n in info0.nics),
             nvswitch=node_map[info0.nvswitch] if info0.nvswitch >= 0 else -1,
-            intra_routes=routes(info0.intra_routes), gpu_to_nic_routes=routes(info0.gpu_to_nic_routes),
+            intra_routes=routes(info0.intra_routes),
+            gpu_to_nic_routes=routes(info0.gpu_to_nic_routes),
             nic_to_gpu_routes=routes(info0.nic_to_gpu_routes),
         )
         builder.servers.append(info)
@@ -211,24 +228,39 @@ def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_common(fn: str, *, server: ServerSpec, servers: object, switch: SwitchSpec | None,
-                  oversubscription: object, planes: object = 1) -> None:
+def _check_common(
+    fn: str,
+    *,
+    server: ServerSpec,
+    servers: object,
+    switch: SwitchSpec | None,
+    oversubscription: object,
+    planes: object = 1,
+) -> None:
     if not isinstance(server, ServerSpec):
         raise ValueError(f"{fn}.server: {server!r} is not allowed; expected a ServerSpec")
     if not _is_int(servers) or servers < 1:
         raise ValueError(f"{fn}.servers: {servers!r} is not allowed; expected an integer >= 1")
-    if not (isinstance(oversubscription, (int, float)) and not isinstance(oversubscription, bool)
-            and math.isfinite(oversubscription) and oversubscription >= 1):
+    if not (
+        isinstance(oversubscription, (int, float))
+        and not isinstance(oversubscription, bool)
+        and math.isfinite(oversubscription)
+        and oversubscription >= 1
+    ):
         raise ValueError(f"{fn}.oversubscription: {oversubscription!r} is not allowed; expected a number >= 1")
     if servers > 1 and server.nics == 0:
-        raise ValueError(f"{fn}.server: {server.name} has no NIC, so {servers} servers cannot be joined; "
-                         "expected servers=1 or a server with NICs")
+        raise ValueError(
+            f"{fn}.server: {server.name} has no NIC, so {servers} servers cannot be joined; "
+            "expected servers=1 or a server with NICs"
+        )
     if servers > 1:
         _check_switch(fn, switch)
     if not _is_int(planes) or planes < 1 or (server.nics and server.nics % planes):
         divisors = [p for p in range(1, server.nics + 1) if server.nics % p == 0] or [1]
-        raise ValueError(f"{fn}.planes: {planes!r} is not allowed; expected a divisor of the {server.nics} NICs "
-                         f"of a {server.name} ({', '.join(map(str, divisors))})")
+        raise ValueError(
+            f"{fn}.planes: {planes!r} is not allowed; expected a divisor of the {server.nics} NICs "
+            f"of a {server.name} ({', '.join(map(str, divisors))})"
+        )
 
 
 def _check_switch(fn: str, switch: object) -> None:
@@ -245,39 +277,67 @@ def _plane_rails(nics: int, planes: int, plane: int) -> list[int]:
     return [j for j in range(nics) if j % planes == plane]
 
 
-def _edge_groups(fn: str, infos: list[ServerInfo], rails: list[int], down: int, rail_optimised: bool, *,
-                 server: ServerSpec, switch: SwitchSpec, oversubscription: float,
-                 planes: int) -> list[tuple[int, list[int]]]:
+def _edge_groups(
+    fn: str,
+    infos: list[ServerInfo],
+    rails: list[int],
+    down: int,
+    rail_optimised: bool,
+    *,
+    server: ServerSpec,
+    switch: SwitchSpec,
+    oversubscription: float,
+    planes: int,
+) -> list[tuple[int, list[int]]]:
     """(rail or -1, NIC node ids) per first-tier switch, rail-major when rail-optimised."""
     n = len(infos)
     if rail_optimised:
         per_rail = math.ceil(n / down)
-        return [(j, [infos[s].nics[j] for s in range(g * down, min(n, (g + 1) * down))])
-                for j in rails for g in range(per_rail)]
+        return [
+            (j, [infos[s].nics[j] for s in range(g * down, min(n, (g + 1) * down))])
+            for j in rails
+            for g in range(per_rail)
+        ]
     per_leaf = down // len(rails)
     if per_leaf < 1:
         what = f"{len(rails)} NICs" + (" per plane" if planes > 1 else "")
-        raise ValueError(f"{fn}: a {server.name} has {what} but a {switch.name} leaf has only {down} down ports "
-                         f"at oversubscription {oversubscription:g}; use rail_optimised=True")
-    return [(-1, [info.nics[j] for info in infos[i:i + per_leaf] for j in rails]) for i in range(0, n, per_leaf)]
+        raise ValueError(
+            f"{fn}: a {server.name} has {what} but a {switch.name} leaf has only {down} down ports "
+            f"at oversubscription {oversubscription:g}; use rail_optimised=True"
+        )
+    return [(-1, [info.nics[j] for info in infos[i : i + per_leaf] for j in rails]) for i in range(0, n, per_leaf)]
 
 
-def _add_switch(builder: TopologyBuilder, name: str, switch: SwitchSpec, *, tier: int, plane: int, rail: int = -1,
-                **extra: Any) -> int:
-    return builder.add_node(NodeKind.FABRIC_SWITCH, name, latency_s=switch.latency_s, tier=tier, switch=switch.name,
-                            radix=switch.radix, sharp=switch.sharp, reduction_efficiency=switch.reduction_efficiency,
-                            sharp_aggregation_bytes_per_s=switch.sharp_aggregation_rate_bytes_per_s,
-                            sharp_max_trees=switch.sharp_max_trees,
-                            sharp_max_trees_per_port=switch.sharp_max_trees_per_port,
-                            sharp_max_jobs=switch.sharp_max_jobs, plane=plane, rail=rail, **extra)
+def _add_switch(
+    builder: TopologyBuilder, name: str, switch: SwitchSpec, *, tier: int, plane: int, rail: int = -1, **extra: Any
+) -> int:
+    return builder.add_node(
+        NodeKind.FABRIC_SWITCH,
+        name,
+        latency_s=switch.latency_s,
+        tier=tier,
+        switch=switch.name,
+        radix=switch.radix,
+        sharp=switch.sharp,
+        reduction_efficiency=switch.reduction_efficiency,
+        sharp_aggregation_bytes_per_s=switch.sharp_aggregation_rate_bytes_per_s,
+        sharp_max_trees=switch.sharp_max_trees,
+        sharp_max_trees_per_port=switch.sharp_max_trees_per_port,
+        sharp_max_jobs=switch.sharp_max_jobs,
+        plane=plane,
+        rail=rail,
+        **extra,
+    )
 
 
-def _attach_nics(builder: TopologyBuilder, leaf: int, nics: list[int], fabric_link: LinkSpec,
-                 server: ServerSpec) -> None:
+def _attach_nics(
+    builder: TopologyBuilder, leaf: int, nics: list[int], fabric_link: LinkSpec, server: ServerSpec
+) -> None:
     for nic in nics:
-        assert server.nic is not None   # a NIC id comes from a server with a NicSpec (ServerSpec checks it)
-        up, _ = builder.add_link(nic, leaf, fabric_link, tier=LinkTier.NIC,
-                                 flow_cap_bytes_per_s=server.nic.connection_bytes_per_s)
+        assert server.nic is not None  # a NIC id comes from a server with a NicSpec (ServerSpec checks it)
+        up, _ = builder.add_link(
+            nic, leaf, fabric_link, tier=LinkTier.NIC, flow_cap_bytes_per_s=server.nic.connection_bytes_per_s
+        )
         builder.nic_leaf_link[nic] = up
 
 
@@ -309,15 +369,24 @@ def leaf_spine(
     infos = add_servers(builder, server, servers)
     if servers == 1:
         return builder.build(description=f"1x {server.name}")
-    assert switch is not None and fabric_link is not None      # _check_common rejects a missing switch
+    assert switch is not None and fabric_link is not None  # _check_common rejects a missing switch
 
     radix = switch.radix
     down = _down_ports(radix, oversubscription)
     nleaves = 0
     for plane in range(planes):
         rails = _plane_rails(server.nics, planes, plane)
-        groups = _edge_groups(fn, infos, rails, down, rail_optimised, server=server, switch=switch,
-                              oversubscription=oversubscription, planes=planes)
+        groups = _edge_groups(
+            fn,
+            infos,
+            rails,
+            down,
+            rail_optimised,
+            server=server,
+            switch=switch,
+            oversubscription=oversubscription,
+            planes=planes,
+        )
         prefix = _plane_prefix(planes, plane)
         leaves = []
         for i, (rail, members) in enumerate(groups):
@@ -333,8 +402,9 @@ def leaf_spine(
                     f"{switch.name} spine has {radix} ports; use fewer servers or a 3-tier fat-tree"
                 )
             uplinks = [math.ceil(len(members) / oversubscription) for _, members in groups]
-            spines = [_add_switch(builder, f"{prefix}spine{k}", switch, tier=2, plane=plane)
-                      for k in range(max(uplinks))]
+            spines = [
+                _add_switch(builder, f"{prefix}spine{k}", switch, tier=2, plane=plane) for k in range(max(uplinks))
+            ]
             for leaf, u in zip(leaves, uplinks):
                 for k in range(u):
                     builder.add_link(leaf, spines[k], fabric_link, tier=LinkTier.FABRIC_1)
@@ -342,16 +412,23 @@ def leaf_spine(
     planes_text = f", {planes} planes" if planes > 1 else ""
     return builder.build(
         description=f"{servers}x {server.name}, {kind} leaf-spine of {switch.name}, "
-                    f"{nleaves} leaves, oversubscription {oversubscription:g}:1{planes_text}"
+        f"{nleaves} leaves, oversubscription {oversubscription:g}:1{planes_text}"
     )
 
 
-def leaf_spine_max_servers(*, server: ServerSpec, switch: SwitchSpec, rail_optimised: bool = True,
-                           oversubscription: float = 1.0, planes: int = 1) -> int:
+def leaf_spine_max_servers(
+    *,
+    server: ServerSpec,
+    switch: SwitchSpec,
+    rail_optimised: bool = True,
+    oversubscription: float = 1.0,
+    planes: int = 1,
+) -> int:
     """Largest server count :func:`leaf_spine` builds (a spine has one port per leaf of its plane)."""
     _check_switch("leaf_spine", switch)
-    _check_common("leaf_spine", server=server, servers=1, switch=switch, oversubscription=oversubscription,
-                  planes=planes)
+    _check_common(
+        "leaf_spine", server=server, servers=1, switch=switch, oversubscription=oversubscription, planes=planes
+    )
     if server.nics == 0:
         return 1
     nics = server.nics // planes
@@ -370,8 +447,9 @@ def _check_k(k: object, switch: SwitchSpec) -> int:
     if k is None:
         k = switch.radix
     if not _is_int(k) or k < 2 or k % 2 or k > switch.radix:
-        raise ValueError(f"fat_tree.k: {k!r} is not allowed; expected an even integer in 2..{switch.radix} "
-                         f"(the {switch.name} radix)")
+        raise ValueError(
+            f"fat_tree.k: {k!r} is not allowed; expected an even integer in 2..{switch.radix} (the {switch.name} radix)"
+        )
     return k
 
 
@@ -407,13 +485,28 @@ def fat_tree(
     counts = [0, 0, 0]
     for plane in range(planes):
         rails = _plane_rails(server.nics, planes, plane)
-        groups = _edge_groups(fn, infos, rails, down, rail_optimised, server=server, switch=switch,
-                              oversubscription=oversubscription, planes=planes)
+        groups = _edge_groups(
+            fn,
+            infos,
+            rails,
+            down,
+            rail_optimised,
+            server=server,
+            switch=switch,
+            oversubscription=oversubscription,
+            planes=planes,
+        )
         npods = math.ceil(len(groups) / half)
         if npods > k:
             per = " per plane" if planes > 1 else ""
-            most = fat_tree_max_servers(server=server, switch=switch, k=k, rail_optimised=rail_optimised,
-                                        oversubscription=oversubscription, planes=planes)
+            most = fat_tree_max_servers(
+                server=server,
+                switch=switch,
+                k=k,
+                rail_optimised=rail_optimised,
+                oversubscription=oversubscription,
+                planes=planes,
+            )
             raise ValueError(
                 f"fat_tree: {servers} servers x {server.nics} NICs need {len(groups)} edge switches{per} = "
                 f"{npods} pods of {half}, but a k={k} core switch has {k} ports (at most {k} pods, {most} "
@@ -429,15 +522,17 @@ def fat_tree(
         if len(edges) == 1:
             continue
         uplinks = [math.ceil(len(members) / oversubscription) for _, members in groups]
-        aggs_down: list[list[int]] = []           # per pod, per aggregation switch: its downlink count
+        aggs_down: list[list[int]] = []  # per pod, per aggregation switch: its downlink count
         agg_nodes: list[list[int]] = []
         for pod in range(npods):
             pod_edges = range(pod * half, min(len(edges), (pod + 1) * half))
             # links an aggregation switch takes from each edge: parallel cables only in a lone pod
             per_edge = half // len(pod_edges) if npods == 1 else 1
             naggs = math.ceil(max(uplinks[e] for e in pod_edges) / per_edge)
-            aggs = [_add_switch(builder, f"{prefix}agg{pod}.{i}", switch, tier=2, plane=plane, pod=pod)
-                    for i in range(naggs)]
+            aggs = [
+                _add_switch(builder, f"{prefix}agg{pod}.{i}", switch, tier=2, plane=plane, pod=pod)
+                for i in range(naggs)
+            ]
             down_counts = [0] * naggs
             for e in pod_edges:
                 for t in range(uplinks[e]):
@@ -448,11 +543,13 @@ def fat_tree(
             counts[1] += naggs
         if npods == 1:
             continue
-        per_pod = k // npods                       # links a core switch takes from each pod
+        per_pod = k // npods  # links a core switch takes from each pod
         for i in range(max(len(a) for a in agg_nodes)):
             widest = max(down_counts[i] for down_counts in aggs_down if i < len(down_counts))
-            cores = [_add_switch(builder, f"{prefix}core{i}.{m}", switch, tier=3, plane=plane)
-                     for m in range(math.ceil(widest / per_pod))]
+            cores = [
+                _add_switch(builder, f"{prefix}core{i}.{m}", switch, tier=3, plane=plane)
+                for m in range(math.ceil(widest / per_pod))
+            ]
             counts[2] += len(cores)
             for pod in range(npods):
                 if i < len(agg_nodes[pod]):
@@ -462,17 +559,23 @@ def fat_tree(
     planes_text = f", {planes} planes" if planes > 1 else ""
     return builder.build(
         description=f"{servers}x {server.name}, {kind} {k}-ary fat-tree of {switch.name}: {counts[0]} edge, "
-                    f"{counts[1]} aggregation, {counts[2]} core switches, oversubscription "
-                    f"{oversubscription:g}:1{planes_text}"
+        f"{counts[1]} aggregation, {counts[2]} core switches, oversubscription "
+        f"{oversubscription:g}:1{planes_text}"
     )
 
 
-def fat_tree_max_servers(*, server: ServerSpec, switch: SwitchSpec, k: int | None = None, rail_optimised: bool = True,
-                         oversubscription: float = 1.0, planes: int = 1) -> int:
+def fat_tree_max_servers(
+    *,
+    server: ServerSpec,
+    switch: SwitchSpec,
+    k: int | None = None,
+    rail_optimised: bool = True,
+    oversubscription: float = 1.0,
+    planes: int = 1,
+) -> int:
     """Largest server count :func:`fat_tree` builds: k pods of k/2 edges per plane."""
     _check_switch("fat_tree", switch)
-    _check_common("fat_tree", server=server, servers=1, switch=switch, oversubscription=oversubscription,
-                  planes=planes)
+    _check_common("fat_tree", server=server, servers=1, switch=switch, oversubscription=oversubscription, planes=planes)
     k = _check_k(k, switch)
     if server.nics == 0:
         return 1
@@ -530,16 +633,18 @@ def rail_only(
         nswitches += nleaves
         if nleaves == 1:
             continue
-        per_leaf = radix // nleaves                  # parallel links a spine takes from each leaf
-        spines = [_add_switch(builder, f"{prefix}spine{m}", switch, tier=2, plane=rail, rail=rail)
-                  for m in range(math.ceil(max(uplinks) / per_leaf))]
+        per_leaf = radix // nleaves  # parallel links a spine takes from each leaf
+        spines = [
+            _add_switch(builder, f"{prefix}spine{m}", switch, tier=2, plane=rail, rail=rail)
+            for m in range(math.ceil(max(uplinks) / per_leaf))
+        ]
         nswitches += len(spines)
         for leaf, u in zip(leaves, uplinks):
             for j in range(u):
                 builder.add_link(leaf, spines[j // per_leaf], fabric_link, tier=LinkTier.FABRIC_1)
     return builder.build(
         description=f"{servers}x {server.name}, rail-only fabric of {switch.name}: {server.nics} rails, "
-                    f"{nswitches} switches, oversubscription {oversubscription:g}:1"
+        f"{nswitches} switches, oversubscription {oversubscription:g}:1"
     )
 
 

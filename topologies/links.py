@@ -47,8 +47,9 @@ import enum
 import math
 import numbers
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, TypeGuard
+from typing import TypeGuard
 
 from topologies.units import gbit_per_s, gbyte_per_s, ns
 
@@ -180,16 +181,14 @@ class LinkSpec:
         """Effective payload rate of one direction: line x encoding x protocol."""
         return self.line_rate_bytes_per_s * self.encoding_efficiency * self.protocol_efficiency
 
-    def aggregated(self, count: int, *, name: str | None = None) -> "LinkSpec":
+    def aggregated(self, count: int, *, name: str | None = None) -> LinkSpec:
         """``count`` identical links bundled as one (e.g. the 18 NVLink4 links of an H100).
 
         The line rate is multiplied by ``count``; efficiencies, kind and latency are unchanged.
         """
         count = _int_at_least("LinkSpec.aggregated", "count", count, 1)
         new_name = f"{self.name}_x{count}" if name is None else name
-        return dataclasses.replace(
-            self, name=new_name, line_rate_bytes_per_s=self.line_rate_bytes_per_s * count
-        )
+        return dataclasses.replace(self, name=new_name, line_rate_bytes_per_s=self.line_rate_bytes_per_s * count)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -213,13 +212,14 @@ class LinkSpec:
 # nvls_vs_ring_gpucount_h200_b200_mleng.csv) / 18 = 37.9 GB/s per link. An independent HGX B200
 # (b200_vultr_hgx_1node_2node_allcoll.csv) agrees: all_gather 672, reduce_scatter 695, alltoall
 # 673, sendrecv 664 GB/s at 16 GiB.
-_NVLINK34_LINE_GBPS = 25.0   # GB/s per direction per NVLink3/NVLink4 link (see above)
-_NVLINK5_LINE_GBPS = 50.0    # GB/s per direction per NVLink5 link (see above)
+_NVLINK34_LINE_GBPS = 25.0  # GB/s per direction per NVLink3/NVLink4 link (see above)
+_NVLINK5_LINE_GBPS = 50.0  # GB/s per direction per NVLink5 link (see above)
 # NCCL src/graph/topo.h (v2.30.7): SM80_NVLINK_BW, SM90_NVLINK_BW, SM100_NVLINK_BW (GB/s), by GPU generation
 _NCCL_NVLINK_GBPS = types.MappingProxyType({"ampere": 20.0, "hopper": 20.6, "blackwell": 40.1})
 NCCL_NVLINK_BYTES_PER_S: Mapping[str, float] = types.MappingProxyType(
-    {arch: gbyte_per_s(gbps) for arch, gbps in _NCCL_NVLINK_GBPS.items()})
-_B200_NVLINK_GBPS = 37.9        # measured 8x B200 ring plateau / 18 links (see above)
+    {arch: gbyte_per_s(gbps) for arch, gbps in _NCCL_NVLINK_GBPS.items()}
+)
+_B200_NVLINK_GBPS = 37.9  # measured 8x B200 ring plateau / 18 links (see above)
 # ESTIMATE: NVIDIA publishes no per-hop NVLink latency (ASTRA-sim maintainers: "NVLink latency
 # parameters are confidential and not public", github.com/astra-sim/astra-sim/issues/59). One
 # traversal = serdes/FEC at both ends (tens of ns each for 50-100 Gb/s lanes) + < 1 m of board trace
@@ -268,8 +268,8 @@ NVLINK5 = LinkSpec(  # B200 (SM100)
 # In FLIT mode the per-TLP framing, sequence number and LCRC move into the FLIT (counted above), so
 # only the 16-byte header remains per TLP.
 _PCIE_MPS_BYTES = 256
-_PCIE_TLP_OVERHEAD_BYTES = 2 + 2 + 16 + 4       # framing + sequence + 4DW header + LCRC = 24
-_PCIE_FLIT_TLP_HEADER_BYTES = 16                # 4DW header, FLIT mode (Gen6)
+_PCIE_TLP_OVERHEAD_BYTES = 2 + 2 + 16 + 4  # framing + sequence + 4DW header + LCRC = 24
+_PCIE_FLIT_TLP_HEADER_BYTES = 16  # 4DW header, FLIT mode (Gen6)
 _PCIE_128B130B = 128.0 / 130.0
 _PCIE_GEN6_FLIT_EFFICIENCY = 236.0 / 256.0
 # ESTIMATE: one PCIe link traversal (TX PHY + link layer + trace + RX PHY) ~0.1 us. Reasoning: a
@@ -290,10 +290,10 @@ def _pcie_x16(name: str, gt_per_s: float, encoding: float, tlp_overhead_bytes: i
     )
 
 
-PCIE_GEN3_X16 = _pcie_x16("pcie_gen3_x16", 8.0, _PCIE_128B130B, _PCIE_TLP_OVERHEAD_BYTES)   # 14.40 GB/s
+PCIE_GEN3_X16 = _pcie_x16("pcie_gen3_x16", 8.0, _PCIE_128B130B, _PCIE_TLP_OVERHEAD_BYTES)  # 14.40 GB/s
 PCIE_GEN4_X16 = _pcie_x16("pcie_gen4_x16", 16.0, _PCIE_128B130B, _PCIE_TLP_OVERHEAD_BYTES)  # 28.81 GB/s
 PCIE_GEN5_X16 = _pcie_x16("pcie_gen5_x16", 32.0, _PCIE_128B130B, _PCIE_TLP_OVERHEAD_BYTES)  # 57.61 GB/s
-PCIE_GEN6_X16 = _pcie_x16(                                                                   # 111.06 GB/s
+PCIE_GEN6_X16 = _pcie_x16(  # 111.06 GB/s
     "pcie_gen6_x16", 64.0, _PCIE_GEN6_FLIT_EFFICIENCY, _PCIE_FLIT_TLP_HEADER_BYTES
 )
 
@@ -304,10 +304,10 @@ PCIE_GEN6_X16 = _pcie_x16(                                                      
 # Propagation: c / n with group index n ~ 1.47 for silica fibre -> 4.9 ns/m (passive copper DAC is
 # similar, ~0.7 c). Typical length 10 m (in-row leaf; leaf-spine runs are longer). Serdes/FEC for
 # 50-200 Gb/s PAM4 lanes: ~50 ns (estimate; RS-FEC decode dominates).
-_FIBRE_PROPAGATION_S_PER_M = 1.0 / (299_792_458.0 / 1.47)   # ~4.9 ns/m
+_FIBRE_PROPAGATION_S_PER_M = 1.0 / (299_792_458.0 / 1.47)  # ~4.9 ns/m
 _TYPICAL_CABLE_M = 10.0
 _SERDES_FEC_S = ns(50)
-_CABLE_LATENCY_S = _TYPICAL_CABLE_M * _FIBRE_PROPAGATION_S_PER_M + _SERDES_FEC_S   # ~0.099 us
+_CABLE_LATENCY_S = _TYPICAL_CABLE_M * _FIBRE_PROPAGATION_S_PER_M + _SERDES_FEC_S  # ~0.099 us
 
 # --------------------------------------------------------------------------------------------------
 # InfiniBand 4x ports
@@ -321,7 +321,7 @@ _CABLE_LATENCY_S = _TYPICAL_CABLE_M * _FIBRE_PROPAGATION_S_PER_M + _SERDES_FEC_S
 # VCRC 2 = 26 header/CRC bytes (IBTA Architecture Specification Vol. 1, rel. 1.3, ch. 5 and 7.8; no GRH
 # inside one subnet). 4096 / 4122 = 0.99369.
 _IB_MTU_BYTES = 4096
-_IB_HEADER_BYTES = 8 + 12 + 4 + 2   # LRH + BTH + ICRC + VCRC = 26
+_IB_HEADER_BYTES = 8 + 12 + 4 + 2  # LRH + BTH + ICRC + VCRC = 26
 _IB_PROTOCOL_EFFICIENCY = _IB_MTU_BYTES / (_IB_MTU_BYTES + _IB_HEADER_BYTES)
 
 
@@ -337,10 +337,10 @@ def _network_port(name: str, kind: LinkKind, gbit: float, protocol_efficiency: f
     )
 
 
-IB_HDR = _network_port("ib_hdr", LinkKind.INFINIBAND, 200.0, _IB_PROTOCOL_EFFICIENCY)   # 24.84 GB/s
-IB_NDR = _network_port("ib_ndr", LinkKind.INFINIBAND, 400.0, _IB_PROTOCOL_EFFICIENCY)   # 49.68 GB/s; NVIDIA observes
-                                                                                        #   46-49 GB/s per CX-7 NIC
-IB_XDR = _network_port("ib_xdr", LinkKind.INFINIBAND, 800.0, _IB_PROTOCOL_EFFICIENCY)   # 99.37 GB/s
+IB_HDR = _network_port("ib_hdr", LinkKind.INFINIBAND, 200.0, _IB_PROTOCOL_EFFICIENCY)  # 24.84 GB/s
+IB_NDR = _network_port("ib_ndr", LinkKind.INFINIBAND, 400.0, _IB_PROTOCOL_EFFICIENCY)  # 49.68 GB/s; NVIDIA observes
+#   46-49 GB/s per CX-7 NIC
+IB_XDR = _network_port("ib_xdr", LinkKind.INFINIBAND, 800.0, _IB_PROTOCOL_EFFICIENCY)  # 99.37 GB/s
 
 # --------------------------------------------------------------------------------------------------
 # RoCEv2 over Ethernet
@@ -352,14 +352,14 @@ IB_XDR = _network_port("ib_xdr", LinkKind.INFINIBAND, 800.0, _IB_PROTOCOL_EFFICI
 # + IPv4 20 (RFC 791) + UDP 8 (RFC 768) + IB BTH 12 + ICRC 4 (IBTA RoCEv2 annex A17) = 82 bytes.
 # 4096 / 4178 = 0.98037. Ignored: an 802.1Q VLAN tag (+4 B) when PCP-based PFC is used.
 _ROCE_PAYLOAD_BYTES = 4096
-_ROCE_OVERHEAD_BYTES = 8 + 12 + 14 + 4 + 20 + 8 + 12 + 4   # = 82
+_ROCE_OVERHEAD_BYTES = 8 + 12 + 14 + 4 + 20 + 8 + 12 + 4  # = 82
 _ROCE_PROTOCOL_EFFICIENCY = _ROCE_PAYLOAD_BYTES / (_ROCE_PAYLOAD_BYTES + _ROCE_OVERHEAD_BYTES)
 
 
-ROCE_100G = _network_port("roce_100g", LinkKind.ROCE, 100.0, _ROCE_PROTOCOL_EFFICIENCY)   # 12.25 GB/s
-ROCE_200G = _network_port("roce_200g", LinkKind.ROCE, 200.0, _ROCE_PROTOCOL_EFFICIENCY)   # 24.51 GB/s
-ROCE_400G = _network_port("roce_400g", LinkKind.ROCE, 400.0, _ROCE_PROTOCOL_EFFICIENCY)   # 49.02 GB/s
-ROCE_800G = _network_port("roce_800g", LinkKind.ROCE, 800.0, _ROCE_PROTOCOL_EFFICIENCY)   # 98.04 GB/s
+ROCE_100G = _network_port("roce_100g", LinkKind.ROCE, 100.0, _ROCE_PROTOCOL_EFFICIENCY)  # 12.25 GB/s
+ROCE_200G = _network_port("roce_200g", LinkKind.ROCE, 200.0, _ROCE_PROTOCOL_EFFICIENCY)  # 24.51 GB/s
+ROCE_400G = _network_port("roce_400g", LinkKind.ROCE, 400.0, _ROCE_PROTOCOL_EFFICIENCY)  # 49.02 GB/s
+ROCE_800G = _network_port("roce_800g", LinkKind.ROCE, 800.0, _ROCE_PROTOCOL_EFFICIENCY)  # 98.04 GB/s
 
 # --------------------------------------------------------------------------------------------------
 # CPU socket interconnects, as seen by GPU peer-to-peer traffic crossing sockets
@@ -388,10 +388,10 @@ def _cpu_link(name: str, nccl_gbps: float) -> LinkSpec:
     )
 
 
-UPI_INTEL = _cpu_link("upi_intel", 10.0)          # Skylake/Cascade Lake class: NCCL SKL_QPI_BW
+UPI_INTEL = _cpu_link("upi_intel", 10.0)  # Skylake/Cascade Lake class: NCCL SKL_QPI_BW
 UPI_INTEL_SPR = _cpu_link("upi_intel_spr", 22.0)  # Sapphire Rapids: NCCL SRP_QPI_BW
 UPI_INTEL_EMR = _cpu_link("upi_intel_emr", 40.0)  # Emerald Rapids: NCCL ERP_QPI_BW
-XGMI_AMD = _cpu_link("xgmi_amd", 16.0)            # AMD EPYC: NCCL AMD_BW
+XGMI_AMD = _cpu_link("xgmi_amd", 16.0)  # AMD EPYC: NCCL AMD_BW
 
 # --------------------------------------------------------------------------------------------------
 # Host-memory staging (GPU peer traffic bounced through pinned host DRAM when PCIe P2P is off)
@@ -412,9 +412,9 @@ _HOST_DRAM_CHANNELS = 8
 HOST_MEMORY_STAGING = LinkSpec(
     name="host_memory_staging",
     kind=LinkKind.HOST_MEMORY,
-    line_rate_bytes_per_s=_HOST_DRAM_CHANNELS * _DDR4_3200_CHANNEL_BYTES_PER_S,   # 204.8 GB/s
+    line_rate_bytes_per_s=_HOST_DRAM_CHANNELS * _DDR4_3200_CHANNEL_BYTES_PER_S,  # 204.8 GB/s
     encoding_efficiency=1.0,
-    protocol_efficiency=0.5,                                                       # write + read
+    protocol_efficiency=0.5,  # write + read
     latency_s=ns(100),
 )
 

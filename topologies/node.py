@@ -54,13 +54,13 @@ class ServerSpec:
     nics: int = 0
     pcie_switch: SwitchSpec | None = None
     pcie_switches: int = 0
-    pcie_uplink: LinkSpec = lk.PCIE_GEN4_X16    # PCIe switch <-> CPU root port
+    pcie_uplink: LinkSpec = lk.PCIE_GEN4_X16  # PCIe switch <-> CPU root port
     sockets: int = 2
     socket_link: LinkSpec = lk.UPI_INTEL
     host_memory: LinkSpec = lk.HOST_MEMORY_STAGING
     p2p: bool = True
-    gdr: bool = True                # GPUDirect RDMA: NICs read/write GPU memory; False stages through host memory
-    cpu_vendor: str = "intel"       # "intel" | "amd": NCCL's latency and LL tables depend on it
+    gdr: bool = True  # GPUDirect RDMA: NICs read/write GPU memory; False stages through host memory
+    cpu_vendor: str = "intel"  # "intel" | "amd": NCCL's latency and LL tables depend on it
 
     def __post_init__(self) -> None:
         def bad(field: str, value: object, allowed: str) -> NoReturn:
@@ -96,16 +96,17 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
     mems = [builder.add_node(NodeKind.HOST_MEMORY, f"{prefix}.mem{k}", server=index) for k in range(spec.sockets)]
     for cpu, mem in zip(cpus, mems):
         builder.add_link(cpu, mem, spec.host_memory, tier=LinkTier.HOST)
-    for k in range(spec.sockets - 1):          # sockets in a chain (2-socket: one link)
+    for k in range(spec.sockets - 1):  # sockets in a chain (2-socket: one link)
         builder.add_link(cpus[k], cpus[k + 1], spec.socket_link, tier=LinkTier.HOST)
 
     if spec.pcie_switches:
-        assert spec.pcie_switch is not None         # ServerSpec requires it when pcie_switches > 0
+        assert spec.pcie_switch is not None  # ServerSpec requires it when pcie_switches > 0
         switches = []
         per_socket = spec.pcie_switches // spec.sockets
         for p in range(spec.pcie_switches):
-            sw = builder.add_node(NodeKind.PCIE_SWITCH, f"{prefix}.pcie{p}", server=index,
-                                  latency_s=spec.pcie_switch.latency_s)
+            sw = builder.add_node(
+                NodeKind.PCIE_SWITCH, f"{prefix}.pcie{p}", server=index, latency_s=spec.pcie_switch.latency_s
+            )
             builder.add_link(sw, cpus[p // per_socket], spec.pcie_uplink, tier=LinkTier.PCIE)
             switches.append(sw)
         gpu_parent = [switches[i * spec.pcie_switches // spec.gpus] for i in range(spec.gpus)]
@@ -123,19 +124,22 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
         gpus.append(node)
     nics = []
     for j in range(spec.nics):
-        assert spec.nic is not None                 # ServerSpec requires it when nics > 0
-        node = builder.add_node(NodeKind.NIC, f"{prefix}.nic{j}", server=index, latency_s=spec.nic.latency_s,
-                                nic=spec.nic.name)
+        assert spec.nic is not None  # ServerSpec requires it when nics > 0
+        node = builder.add_node(
+            NodeKind.NIC, f"{prefix}.nic{j}", server=index, latency_s=spec.nic.latency_s, nic=spec.nic.name
+        )
         builder.add_link(nic_parent[j], node, spec.nic.pcie, tier=LinkTier.PCIE)
         nics.append(node)
 
     nvsw = -1
     if spec.nvswitch is not None:
-        assert spec.gpu.nvlink is not None          # ServerSpec allows an NVSwitch only with NVLink GPUs
-        nvsw = builder.add_node(NodeKind.NVSWITCH, f"{prefix}.nvswitch", server=index,
-                                latency_s=spec.nvswitch.latency_s)
-        bundle = spec.gpu.nvlink.aggregated(spec.gpu.nvlink_count,
-                                            name=f"{spec.gpu.nvlink.name}x{spec.gpu.nvlink_count}")
+        assert spec.gpu.nvlink is not None  # ServerSpec allows an NVSwitch only with NVLink GPUs
+        nvsw = builder.add_node(
+            NodeKind.NVSWITCH, f"{prefix}.nvswitch", server=index, latency_s=spec.nvswitch.latency_s
+        )
+        bundle = spec.gpu.nvlink.aggregated(
+            spec.gpu.nvlink_count, name=f"{spec.gpu.nvlink.name}x{spec.gpu.nvlink_count}"
+        )
         for node in gpus:
             builder.add_link(node, nvsw, bundle, tier=LinkTier.NVLINK)
 
@@ -150,10 +154,13 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
         gpu_of_nic.append(local[j % len(local)] if local else j * spec.gpus // spec.nics)
 
     # PCIe/host subgraph for routes that do not use NVLink (host memory excluded: staging is explicit)
-    server_nodes = [n for n, d in g.nodes(data=True) if d["server"] == index and d["kind"] != NodeKind.HOST_MEMORY
-                    and d["kind"] != NodeKind.NVSWITCH]
+    server_nodes = [
+        n
+        for n, d in g.nodes(data=True)
+        if d["server"] == index and d["kind"] != NodeKind.HOST_MEMORY and d["kind"] != NodeKind.NVSWITCH
+    ]
     pcie_graph = nx.DiGraph()
-    for u, v, key, data in g.edges(server_nodes, keys=True, data=True):
+    for u, v, key, _data in g.edges(server_nodes, keys=True, data=True):
         if v in server_nodes and (u, v) not in pcie_graph.edges:
             pcie_graph.add_edge(u, v, link=key)
 
@@ -161,6 +168,7 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
         # GPUs and NICs are end points, never transit devices
         def ok(n: int) -> bool:
             return n in (a, b) or g.nodes[n]["kind"] not in (NodeKind.GPU, NodeKind.NIC)
+
         sub = nx.subgraph_view(pcie_graph, filter_node=ok)
         return path_links(builder, nx.shortest_path(sub, a, b))
 
@@ -218,8 +226,9 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
         nic_to_gpu_routes=MappingProxyType(from_nic),
         gpu_arch=spec.gpu.arch,
         cpu_vendor=spec.cpu_vendor,
-        nvls_efficiency=(spec.nvswitch.reduction_efficiency if spec.nvswitch is not None and spec.nvswitch.sharp
-                         else 0.0),
+        nvls_efficiency=(
+            spec.nvswitch.reduction_efficiency if spec.nvswitch is not None and spec.nvswitch.sharp else 0.0
+        ),
     )
     builder.servers.append(info)
     return info
@@ -231,9 +240,18 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
 # Overview"; DGX A100 system architecture whitepaper).
 def dgx_a100() -> ServerSpec:
     return ServerSpec(
-        name="DGX A100", gpu=dev.A100_SXM4_80GB, gpus=8, nvswitch=dev.NVSWITCH_GEN2,
-        nic=dev.CONNECTX6_HDR, nics=8, pcie_switch=dev.PCIE_SWITCH_GEN4, pcie_switches=4,
-        pcie_uplink=lk.PCIE_GEN4_X16, sockets=2, socket_link=lk.XGMI_AMD, cpu_vendor="amd",
+        name="DGX A100",
+        gpu=dev.A100_SXM4_80GB,
+        gpus=8,
+        nvswitch=dev.NVSWITCH_GEN2,
+        nic=dev.CONNECTX6_HDR,
+        nics=8,
+        pcie_switch=dev.PCIE_SWITCH_GEN4,
+        pcie_switches=4,
+        pcie_uplink=lk.PCIE_GEN4_X16,
+        sockets=2,
+        socket_link=lk.XGMI_AMD,
+        cpu_vendor="amd",
     )
 
 
@@ -242,9 +260,17 @@ def dgx_a100() -> ServerSpec:
 # Guide, "Hardware Overview"; MLPerf v3.1 Eos system description).
 def dgx_h100() -> ServerSpec:
     return ServerSpec(
-        name="DGX H100", gpu=dev.H100_SXM5_80GB, gpus=8, nvswitch=dev.NVSWITCH_GEN3,
-        nic=dev.CONNECTX7_NDR, nics=8, pcie_switch=dev.PCIE_SWITCH_GEN5, pcie_switches=4,
-        pcie_uplink=lk.PCIE_GEN5_X16, sockets=2, socket_link=lk.UPI_INTEL_SPR,
+        name="DGX H100",
+        gpu=dev.H100_SXM5_80GB,
+        gpus=8,
+        nvswitch=dev.NVSWITCH_GEN3,
+        nic=dev.CONNECTX7_NDR,
+        nics=8,
+        pcie_switch=dev.PCIE_SWITCH_GEN5,
+        pcie_switches=4,
+        pcie_uplink=lk.PCIE_GEN5_X16,
+        sockets=2,
+        socket_link=lk.UPI_INTEL_SPR,
     )
 
 
@@ -252,9 +278,17 @@ def dgx_h100() -> ServerSpec:
 # reference H200 cluster designs.
 def hgx_h200() -> ServerSpec:
     return ServerSpec(
-        name="HGX H200", gpu=dev.H200_SXM, gpus=8, nvswitch=dev.NVSWITCH_GEN3,
-        nic=dev.CONNECTX7_NDR, nics=8, pcie_switch=dev.PCIE_SWITCH_GEN5, pcie_switches=4,
-        pcie_uplink=lk.PCIE_GEN5_X16, sockets=2, socket_link=lk.UPI_INTEL_SPR,
+        name="HGX H200",
+        gpu=dev.H200_SXM,
+        gpus=8,
+        nvswitch=dev.NVSWITCH_GEN3,
+        nic=dev.CONNECTX7_NDR,
+        nics=8,
+        pcie_switch=dev.PCIE_SWITCH_GEN5,
+        pcie_switches=4,
+        pcie_uplink=lk.PCIE_GEN5_X16,
+        sockets=2,
+        socket_link=lk.UPI_INTEL_SPR,
     )
 
 
@@ -263,9 +297,17 @@ def hgx_h200() -> ServerSpec:
 # Rapids hosts (HGX B200 reference design).
 def hgx_b200() -> ServerSpec:
     return ServerSpec(
-        name="HGX B200", gpu=dev.B200, gpus=8, nvswitch=dev.NVSWITCH_GEN4,
-        nic=dev.CONNECTX7_NDR, nics=8, pcie_switch=dev.PCIE_SWITCH_GEN5, pcie_switches=4,
-        pcie_uplink=lk.PCIE_GEN5_X16, sockets=2, socket_link=lk.UPI_INTEL_EMR,
+        name="HGX B200",
+        gpu=dev.B200,
+        gpus=8,
+        nvswitch=dev.NVSWITCH_GEN4,
+        nic=dev.CONNECTX7_NDR,
+        nics=8,
+        pcie_switch=dev.PCIE_SWITCH_GEN5,
+        pcie_switches=4,
+        pcie_uplink=lk.PCIE_GEN5_X16,
+        sockets=2,
+        socket_link=lk.UPI_INTEL_EMR,
     )
 
 
@@ -274,15 +316,22 @@ def hgx_b200() -> ServerSpec:
 # traffic is staged through host memory.
 def pcie_rtx4090(*, p2p: bool = False) -> ServerSpec:
     return ServerSpec(
-        name="8x RTX 4090 (PCIe)", gpu=dev.RTX_4090, gpus=8, sockets=2, socket_link=lk.XGMI_AMD, p2p=p2p,
+        name="8x RTX 4090 (PCIe)",
+        gpu=dev.RTX_4090,
+        gpus=8,
+        sockets=2,
+        socket_link=lk.XGMI_AMD,
+        p2p=p2p,
         cpu_vendor="amd",
     )
 
 
-SERVER_PRESETS = MappingProxyType({
-    "dgx-a100": dgx_a100,
-    "dgx-h100": dgx_h100,
-    "hgx-h200": hgx_h200,
-    "hgx-b200": hgx_b200,
-    "pcie-rtx4090": pcie_rtx4090,
-})
+SERVER_PRESETS = MappingProxyType(
+    {
+        "dgx-a100": dgx_a100,
+        "dgx-h100": dgx_h100,
+        "hgx-h200": hgx_h200,
+        "hgx-b200": hgx_b200,
+        "pcie-rtx4090": pcie_rtx4090,
+    }
+)

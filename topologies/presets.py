@@ -42,9 +42,10 @@ balanced dragonfly (p = h = 16, a = 32, g = a h + 1 = 513 groups of 32 x 16 / 8 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Iterator, Mapping, TypeVar
+from typing import TypeVar
 
 from . import checks
 from . import devices as dev
@@ -85,26 +86,62 @@ class FabricPreset:
         return iter((self.link, self.switch, self.nic))
 
 
-FABRICS = MappingProxyType({
-    f.name: f for f in (
-        FabricPreset(name="ib-hdr", description="InfiniBand HDR 200G: Quantum QM8700 (40 ports), ConnectX-6",
-                     link=lk.IB_HDR, switch=dev.QUANTUM_HDR, nic=dev.CONNECTX6_HDR),
-        FabricPreset(name="ib-ndr", description="InfiniBand NDR 400G: Quantum-2 QM9700 (64 ports), ConnectX-7",
-                     link=lk.IB_NDR, switch=dev.QUANTUM2_NDR, nic=dev.CONNECTX7_NDR),
-        FabricPreset(name="ib-xdr", description="InfiniBand XDR 800G: Quantum-X800 Q3400 (144 ports), ConnectX-8",
-                     link=lk.IB_XDR, switch=dev.QUANTUM_X800_XDR, nic=dev.CONNECTX8_XDR),
-        FabricPreset(name="roce-100g", description="RoCEv2 100GbE: Tomahawk 4 (256 x 100G), ConnectX-6 Dx",
-                     link=lk.ROCE_100G, switch=dev.TOMAHAWK_4_100G, nic=dev.CONNECTX6DX_100G),
-        FabricPreset(name="roce-200g", description="RoCEv2 200GbE: Tomahawk 4 (128 x 200G), ConnectX-6 Dx",
-                     link=lk.ROCE_200G, switch=dev.TOMAHAWK_4_200G, nic=dev.CONNECTX6DX_200G),
-        FabricPreset(name="roce-400g", description="RoCEv2 400GbE (Spectrum-X): Spectrum-4 SN5600 (128 x 400G), "
-                                                   "ConnectX-7", link=lk.ROCE_400G, switch=dev.SPECTRUM_4_400G,
-                     nic=dev.CONNECTX7_400GBE),
-        FabricPreset(name="roce-800g", description="RoCEv2 800GbE (Spectrum-X): Spectrum-4 SN5600 (64 x 800G), "
-                                                   "ConnectX-8", link=lk.ROCE_800G, switch=dev.SPECTRUM_4,
-                     nic=dev.CONNECTX8_800GBE),
-    )
-})
+FABRICS = MappingProxyType(
+    {
+        f.name: f
+        for f in (
+            FabricPreset(
+                name="ib-hdr",
+                description="InfiniBand HDR 200G: Quantum QM8700 (40 ports), ConnectX-6",
+                link=lk.IB_HDR,
+                switch=dev.QUANTUM_HDR,
+                nic=dev.CONNECTX6_HDR,
+            ),
+            FabricPreset(
+                name="ib-ndr",
+                description="InfiniBand NDR 400G: Quantum-2 QM9700 (64 ports), ConnectX-7",
+                link=lk.IB_NDR,
+                switch=dev.QUANTUM2_NDR,
+                nic=dev.CONNECTX7_NDR,
+            ),
+            FabricPreset(
+                name="ib-xdr",
+                description="InfiniBand XDR 800G: Quantum-X800 Q3400 (144 ports), ConnectX-8",
+                link=lk.IB_XDR,
+                switch=dev.QUANTUM_X800_XDR,
+                nic=dev.CONNECTX8_XDR,
+            ),
+            FabricPreset(
+                name="roce-100g",
+                description="RoCEv2 100GbE: Tomahawk 4 (256 x 100G), ConnectX-6 Dx",
+                link=lk.ROCE_100G,
+                switch=dev.TOMAHAWK_4_100G,
+                nic=dev.CONNECTX6DX_100G,
+            ),
+            FabricPreset(
+                name="roce-200g",
+                description="RoCEv2 200GbE: Tomahawk 4 (128 x 200G), ConnectX-6 Dx",
+                link=lk.ROCE_200G,
+                switch=dev.TOMAHAWK_4_200G,
+                nic=dev.CONNECTX6DX_200G,
+            ),
+            FabricPreset(
+                name="roce-400g",
+                description="RoCEv2 400GbE (Spectrum-X): Spectrum-4 SN5600 (128 x 400G), ConnectX-7",
+                link=lk.ROCE_400G,
+                switch=dev.SPECTRUM_4_400G,
+                nic=dev.CONNECTX7_400GBE,
+            ),
+            FabricPreset(
+                name="roce-800g",
+                description="RoCEv2 800GbE (Spectrum-X): Spectrum-4 SN5600 (64 x 800G), ConnectX-8",
+                link=lk.ROCE_800G,
+                switch=dev.SPECTRUM_4,
+                nic=dev.CONNECTX8_800GBE,
+            ),
+        )
+    }
+)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -122,15 +159,31 @@ class TopologyKind:
     max_servers: Callable[..., int] | None = None
 
 
-def _build_rail_only(*, server: ServerSpec, servers: int, switch: SwitchSpec, fabric_link: LinkSpec,
-                     rail_optimised: object, oversubscription: float, planes: object, name: str | None) -> Topology:
+def _build_rail_only(
+    *,
+    server: ServerSpec,
+    servers: int,
+    switch: SwitchSpec,
+    fabric_link: LinkSpec,
+    rail_optimised: object,
+    oversubscription: float,
+    planes: object,
+    name: str | None,
+) -> Topology:
     _rail_only_options(rail_optimised, planes)
-    return rail_only(server=server, servers=servers, switch=switch, fabric_link=fabric_link,
-                     oversubscription=oversubscription, name=name)
+    return rail_only(
+        server=server,
+        servers=servers,
+        switch=switch,
+        fabric_link=fabric_link,
+        oversubscription=oversubscription,
+        name=name,
+    )
 
 
-def _rail_only_max(*, server: ServerSpec, switch: SwitchSpec, rail_optimised: object, oversubscription: float,
-                   planes: object) -> int:
+def _rail_only_max(
+    *, server: ServerSpec, switch: SwitchSpec, rail_optimised: object, oversubscription: float, planes: object
+) -> int:
     _rail_only_options(rail_optimised, planes)
     return rail_only_max_servers(server=server, switch=switch, oversubscription=oversubscription)
 
@@ -138,15 +191,18 @@ def _rail_only_max(*, server: ServerSpec, switch: SwitchSpec, rail_optimised: ob
 def _require_rail_optimised(rail_optimised: object, topology: str, reason: str) -> None:
     """Reject ``rail_optimised`` other than True for a ``topology`` whose wiring places the NICs (``reason``)."""
     if rail_optimised is not True:
-        raise ValueError(f"rail_optimised: {rail_optimised!r} is not allowed with topology '{topology}', {reason}; "
-                         "expected True")
+        raise ValueError(
+            f"rail_optimised: {rail_optimised!r} is not allowed with topology '{topology}', {reason}; expected True"
+        )
 
 
 def _rail_only_options(rail_optimised: object, planes: object) -> None:
     _require_rail_optimised(rail_optimised, "rail-only", "whose rails are its wiring")
     if planes != 1:
-        raise ValueError(f"planes: {planes!r} is not allowed with topology 'rail-only', where every rail is "
-                         "already its own fabric; expected 1")
+        raise ValueError(
+            f"planes: {planes!r} is not allowed with topology 'rail-only', where every rail is "
+            "already its own fabric; expected 1"
+        )
 
 
 def _dragonfly_shape(*, server: ServerSpec, switch: SwitchSpec, servers: int | None) -> tuple[int, int, int, int]:
@@ -163,48 +219,90 @@ def _dragonfly_shape(*, server: ServerSpec, switch: SwitchSpec, servers: int | N
             return p, a, h, a * h + 1
         if servers % per_group == 0 and 2 <= servers // per_group <= a * h + 1:
             return p, a, h, servers // per_group
-    raise ValueError(f"topology: dragonfly of {switch.name} routers cannot hold exactly {servers} servers of "
-                     f"{nics} NICs in whole groups (2 or more); expected a multiple of a group's servers")
+    raise ValueError(
+        f"topology: dragonfly of {switch.name} routers cannot hold exactly {servers} servers of "
+        f"{nics} NICs in whole groups (2 or more); expected a multiple of a group's servers"
+    )
 
 
 def _dragonfly_options(rail_optimised: object, oversubscription: object, planes: object) -> None:
-    _require_rail_optimised(rail_optimised, "dragonfly",
-                            "which spreads each server's NICs over its group's routers itself (dragonfly.py)")
+    _require_rail_optimised(
+        rail_optimised, "dragonfly", "which spreads each server's NICs over its group's routers itself (dragonfly.py)"
+    )
     if oversubscription != 1 or planes != 1:
-        raise ValueError("oversubscription/planes: not used by topology 'dragonfly' (its global links set the "
-                         "bisection); expected the defaults 1 and 1")
+        raise ValueError(
+            "oversubscription/planes: not used by topology 'dragonfly' (its global links set the "
+            "bisection); expected the defaults 1 and 1"
+        )
 
 
-def _build_dragonfly(*, server: ServerSpec, servers: int, switch: SwitchSpec, fabric_link: LinkSpec,
-                     rail_optimised: object, oversubscription: object, planes: object, name: str | None) -> Topology:
+def _build_dragonfly(
+    *,
+    server: ServerSpec,
+    servers: int,
+    switch: SwitchSpec,
+    fabric_link: LinkSpec,
+    rail_optimised: object,
+    oversubscription: object,
+    planes: object,
+    name: str | None,
+) -> Topology:
     _dragonfly_options(rail_optimised, oversubscription, planes)
     p, a, h, g = _dragonfly_shape(server=server, switch=switch, servers=servers)
-    return dragonfly(server=server, servers_per_router=p, routers_per_group=a, global_links_per_router=h, groups=g,
-                     switch=switch, fabric_link=fabric_link, name=name)
+    return dragonfly(
+        server=server,
+        servers_per_router=p,
+        routers_per_group=a,
+        global_links_per_router=h,
+        groups=g,
+        switch=switch,
+        fabric_link=fabric_link,
+        name=name,
+    )
 
 
-def _dragonfly_max(*, server: ServerSpec, switch: SwitchSpec, rail_optimised: object, oversubscription: object,
-                   planes: object) -> int:
+def _dragonfly_max(
+    *, server: ServerSpec, switch: SwitchSpec, rail_optimised: object, oversubscription: object, planes: object
+) -> int:
     _dragonfly_options(rail_optimised, oversubscription, planes)
     p, a, _, g = _dragonfly_shape(server=server, switch=switch, servers=None)
     return a * p * g // server.nics
 
 
-TOPOLOGIES = MappingProxyType({
-    t.name: t for t in (
-        TopologyKind(name="leaf-spine", description="2-tier folded Clos (leaf-spine)",
-                     build=leaf_spine, max_servers=leaf_spine_max_servers),
-        TopologyKind(name="fat-tree", description="k-ary 3-tier folded Clos (edge, aggregation, core)",
-                     build=fat_tree, max_servers=fat_tree_max_servers),
-        TopologyKind(name="rail-only", description="one switch or leaf-spine per rail, no cross-rail switch "
-                                                   "(cross-rail traffic relays over NVLink)",
-                     build=_build_rail_only, max_servers=_rail_only_max),
-        TopologyKind(name="dragonfly", description="balanced dragonfly (a = 2p = 2h) of the fabric's switches, "
-                                                   "routers of a group fully connected, one global cable per pair "
-                                                   "of groups at full size",
-                     build=_build_dragonfly, max_servers=_dragonfly_max),
-    )
-})
+TOPOLOGIES = MappingProxyType(
+    {
+        t.name: t
+        for t in (
+            TopologyKind(
+                name="leaf-spine",
+                description="2-tier folded Clos (leaf-spine)",
+                build=leaf_spine,
+                max_servers=leaf_spine_max_servers,
+            ),
+            TopologyKind(
+                name="fat-tree",
+                description="k-ary 3-tier folded Clos (edge, aggregation, core)",
+                build=fat_tree,
+                max_servers=fat_tree_max_servers,
+            ),
+            TopologyKind(
+                name="rail-only",
+                description="one switch or leaf-spine per rail, no cross-rail switch "
+                "(cross-rail traffic relays over NVLink)",
+                build=_build_rail_only,
+                max_servers=_rail_only_max,
+            ),
+            TopologyKind(
+                name="dragonfly",
+                description="balanced dragonfly (a = 2p = 2h) of the fabric's switches, "
+                "routers of a group fully connected, one global cable per pair "
+                "of groups at full size",
+                build=_build_dragonfly,
+                max_servers=_dragonfly_max,
+            ),
+        )
+    }
+)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -237,8 +335,16 @@ class SystemPreset:
             return 1
         return max(self.max_nodes_for(name) for name, kind in TOPOLOGIES.items() if kind.max_servers is not None)
 
-    def max_nodes_for(self, topology: str = "leaf-spine", *, fabric: str | None = None, oversubscription: float = 1.0,
-                      rail_optimised: bool = True, nics_per_node: int | None = None, planes: int = 1) -> int:
+    def max_nodes_for(
+        self,
+        topology: str = "leaf-spine",
+        *,
+        fabric: str | None = None,
+        oversubscription: float = 1.0,
+        rail_optimised: bool = True,
+        nics_per_node: int | None = None,
+        planes: int = 1,
+    ) -> int:
         """Largest node count ``build_system(self.name, topology=..., ...)`` accepts with these options."""
         kind = _lookup("topology", topology, TOPOLOGIES)
         server, switch, _ = _configure(self, fabric=fabric, nics_per_node=nics_per_node)
@@ -246,29 +352,57 @@ class SystemPreset:
             return 1
         if kind.max_servers is None:
             raise ValueError(f"topology: {topology!r} does not state its capacity; build it to find its limits")
-        return kind.max_servers(server=server, switch=switch, rail_optimised=rail_optimised,
-                                oversubscription=oversubscription, planes=planes)
+        return kind.max_servers(
+            server=server,
+            switch=switch,
+            rail_optimised=rail_optimised,
+            oversubscription=oversubscription,
+            planes=planes,
+        )
 
 
-SYSTEMS = MappingProxyType({
-    p.name: p for p in (
-        SystemPreset(name="dgx-a100", description="DGX A100 (8x A100 SXM4 80GB, NVSwitch); 8x HDR 200G rail-optimised "
-                                                  "IB leaf-spine",
-                     server=dgx_a100, fabric_link=lk.IB_HDR, switch=dev.QUANTUM_HDR),
-        SystemPreset(name="dgx-h100", description="DGX H100 (8x H100 SXM5, NVSwitch); 8x NDR 400G rail-optimised IB "
-                                                  "leaf-spine",
-                     server=dgx_h100, fabric_link=lk.IB_NDR, switch=dev.QUANTUM2_NDR),
-        SystemPreset(name="hgx-h200", description="HGX H200 (8x H200 SXM, NVSwitch); 8x NDR 400G rail-optimised IB "
-                                                  "leaf-spine",
-                     server=hgx_h200, fabric_link=lk.IB_NDR, switch=dev.QUANTUM2_NDR),
-        SystemPreset(name="hgx-b200", description="HGX B200 (8x B200, NVSwitch); 8x NDR 400G rail-optimised IB "
-                                                  "leaf-spine",
-                     server=hgx_b200, fabric_link=lk.IB_NDR, switch=dev.QUANTUM2_NDR),
-        SystemPreset(name="pcie-rtx4090", description="8x RTX 4090 on PCIe Gen4, two sockets, P2P off (staged "
-                                                      "through host memory); single node",
-                     server=pcie_rtx4090, fabric_link=None, switch=None),
-    )
-})
+SYSTEMS = MappingProxyType(
+    {
+        p.name: p
+        for p in (
+            SystemPreset(
+                name="dgx-a100",
+                description="DGX A100 (8x A100 SXM4 80GB, NVSwitch); 8x HDR 200G rail-optimised IB leaf-spine",
+                server=dgx_a100,
+                fabric_link=lk.IB_HDR,
+                switch=dev.QUANTUM_HDR,
+            ),
+            SystemPreset(
+                name="dgx-h100",
+                description="DGX H100 (8x H100 SXM5, NVSwitch); 8x NDR 400G rail-optimised IB leaf-spine",
+                server=dgx_h100,
+                fabric_link=lk.IB_NDR,
+                switch=dev.QUANTUM2_NDR,
+            ),
+            SystemPreset(
+                name="hgx-h200",
+                description="HGX H200 (8x H200 SXM, NVSwitch); 8x NDR 400G rail-optimised IB leaf-spine",
+                server=hgx_h200,
+                fabric_link=lk.IB_NDR,
+                switch=dev.QUANTUM2_NDR,
+            ),
+            SystemPreset(
+                name="hgx-b200",
+                description="HGX B200 (8x B200, NVSwitch); 8x NDR 400G rail-optimised IB leaf-spine",
+                server=hgx_b200,
+                fabric_link=lk.IB_NDR,
+                switch=dev.QUANTUM2_NDR,
+            ),
+            SystemPreset(
+                name="pcie-rtx4090",
+                description="8x RTX 4090 on PCIe Gen4, two sockets, P2P off (staged through host memory); single node",
+                server=pcie_rtx4090,
+                fabric_link=None,
+                switch=None,
+            ),
+        )
+    }
+)
 
 
 def _nic_in_server(nic: NicSpec, server: ServerSpec) -> NicSpec:
@@ -279,8 +413,9 @@ def _nic_in_server(nic: NicSpec, server: ServerSpec) -> NicSpec:
     return nic
 
 
-def _configure(preset: SystemPreset, *, fabric: str | None,
-               nics_per_node: int | None) -> tuple[ServerSpec, SwitchSpec | None, LinkSpec | None]:
+def _configure(
+    preset: SystemPreset, *, fabric: str | None, nics_per_node: int | None
+) -> tuple[ServerSpec, SwitchSpec | None, LinkSpec | None]:
     """The server, switch and cable of ``preset`` with a fabric and a NIC count applied."""
     server, switch, link = preset.server(), preset.switch, preset.fabric_link
     nic = server.nic
@@ -292,24 +427,38 @@ def _configure(preset: SystemPreset, *, fabric: str | None,
         per_switch = server.pcie_switches or 1
         allowed = [n for n in range(per_switch, server.gpus + 1, per_switch)]
         if not isinstance(count, int) or isinstance(count, bool) or count not in allowed:
-            spread = (f"a multiple of its {server.pcie_switches} PCIe switches (NICs are spread evenly over them) "
-                      if server.pcie_switches else "")
+            spread = (
+                f"a multiple of its {server.pcie_switches} PCIe switches (NICs are spread evenly over them) "
+                if server.pcie_switches
+                else ""
+            )
             raise ValueError(
                 f"nics_per_node: {count!r} is not allowed for {preset.name}; expected {spread}at most its "
                 f"{server.gpus} GPUs (each GPU uses one NIC): one of {', '.join(map(str, allowed))}"
             )
         if nic is None:
-            raise ValueError(f"nics_per_node: {count} needs a NIC, but {preset.name} has none; "
-                             f"pass fabric= (one of {', '.join(FABRICS)})")
+            raise ValueError(
+                f"nics_per_node: {count} needs a NIC, but {preset.name} has none; "
+                f"pass fabric= (one of {', '.join(FABRICS)})"
+            )
         server = dataclasses.replace(server, nics=count, nic=nic)
     if fabric_preset is not None and server.nics:
         server = dataclasses.replace(server, nic=_nic_in_server(fabric_preset.nic, server))
     return server, switch, link
 
 
-def build_system(name: str, *, nodes: int = 1, topology: str = "leaf-spine", fabric: str | None = None,
-                 oversubscription: float = 1.0, rail_optimised: bool = True, nics_per_node: int | None = None,
-                 planes: int = 1, gdr: bool = True) -> Topology:
+def build_system(
+    name: str,
+    *,
+    nodes: int = 1,
+    topology: str = "leaf-spine",
+    fabric: str | None = None,
+    oversubscription: float = 1.0,
+    rail_optimised: bool = True,
+    nics_per_node: int | None = None,
+    planes: int = 1,
+    gdr: bool = True,
+) -> Topology:
     """Build preset ``name`` with ``nodes`` servers on ``topology`` (a :data:`TOPOLOGIES` name).
 
     ``fabric`` (a :data:`FABRICS` name) replaces the preset's NICs, switch and cables; None keeps
@@ -323,36 +472,60 @@ def build_system(name: str, *, nodes: int = 1, topology: str = "leaf-spine", fab
     oversubscription = checks.finite("oversubscription", oversubscription, low=1)
     rail_optimised = checks.flag("rail_optimised", rail_optimised)
     planes = checks.integer("planes", planes, low=1)
-    if checks.is_int(nics_per_node):           # a numpy integer as an int; other values: _configure's message
+    if checks.is_int(nics_per_node):  # a numpy integer as an int; other values: _configure's message
         nics_per_node = int(nics_per_node)
     server, switch, link = _configure(preset, fabric=fabric, nics_per_node=nics_per_node)
     gdr = checks.flag("gdr", gdr)
     if not gdr:
         server = dataclasses.replace(server, gdr=False)
-    label = " ".join([name if nodes == 1 else f"{name} x{nodes}"]
-                     + ([topology] if topology != "leaf-spine" and nodes > 1 else [])
-                     + ([fabric] if fabric is not None else [])
-                     + ([f"{nics_per_node} NICs"] if nics_per_node is not None else [])
-                     + ([f"{planes} planes"] if planes != 1 else [])
-                     + (["no GDR"] if not gdr else []))
+    label = " ".join(
+        [name if nodes == 1 else f"{name} x{nodes}"]
+        + ([topology] if topology != "leaf-spine" and nodes > 1 else [])
+        + ([fabric] if fabric is not None else [])
+        + ([f"{nics_per_node} NICs"] if nics_per_node is not None else [])
+        + ([f"{planes} planes"] if planes != 1 else [])
+        + (["no GDR"] if not gdr else [])
+    )
     if nodes == 1:
         return leaf_spine(server=server, servers=1, switch=switch, fabric_link=link, planes=planes, name=label)
     if switch is None:
-        raise ValueError(f"nodes: {nodes} is not allowed for {name}, a single server without a fabric; expected 1 "
-                         f"(or pass fabric=, one of {', '.join(FABRICS)}, with nics_per_node=)")
+        raise ValueError(
+            f"nodes: {nodes} is not allowed for {name}, a single server without a fabric; expected 1 "
+            f"(or pass fabric=, one of {', '.join(FABRICS)}, with nics_per_node=)"
+        )
     if server.nics == 0:
-        raise ValueError(f"nodes: {nodes} is not allowed for {name}: its server has no NIC; expected 1 "
-                         "(or pass nics_per_node=)")
+        raise ValueError(
+            f"nodes: {nodes} is not allowed for {name}: its server has no NIC; expected 1 (or pass nics_per_node=)"
+        )
     if kind.max_servers is not None:
-        most = preset.max_nodes_for(topology, fabric=fabric, oversubscription=oversubscription,
-                                    rail_optimised=rail_optimised, nics_per_node=nics_per_node, planes=planes)
+        most = preset.max_nodes_for(
+            topology,
+            fabric=fabric,
+            oversubscription=oversubscription,
+            rail_optimised=rail_optimised,
+            nics_per_node=nics_per_node,
+            planes=planes,
+        )
         if nodes > most:
-            larger = {t: preset.max_nodes_for(t, fabric=fabric, oversubscription=oversubscription,
-                                              nics_per_node=nics_per_node)
-                      for t, k in TOPOLOGIES.items() if k.max_servers is not None and t != topology}
+            larger = {
+                t: preset.max_nodes_for(
+                    t, fabric=fabric, oversubscription=oversubscription, nics_per_node=nics_per_node
+                )
+                for t, k in TOPOLOGIES.items()
+                if k.max_servers is not None and t != topology
+            }
             hint = ", ".join(f"{t} holds {n}" for t, n in larger.items() if n >= nodes)
-            raise ValueError(f"nodes: {nodes} is too many for {name} on topology {topology!r} with "
-                             f"{switch.name} switches; it holds at most {most} nodes"
-                             + (f" ({hint})" if hint else ""))
-    return kind.build(server=server, servers=nodes, switch=switch, fabric_link=link, rail_optimised=rail_optimised,
-                      oversubscription=oversubscription, planes=planes, name=label)
+            raise ValueError(
+                f"nodes: {nodes} is too many for {name} on topology {topology!r} with "
+                f"{switch.name} switches; it holds at most {most} nodes" + (f" ({hint})" if hint else "")
+            )
+    return kind.build(
+        server=server,
+        servers=nodes,
+        switch=switch,
+        fabric_link=link,
+        rail_optimised=rail_optimised,
+        oversubscription=oversubscription,
+        planes=planes,
+        name=label,
+    )

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import collections
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -52,10 +53,10 @@ class LinkTier(enum.IntEnum):
 
     NVLINK = 0
     PCIE = 1
-    HOST = 2          # CPU socket interconnect and host memory
-    NIC = 3           # NIC <-> first fabric switch
-    FABRIC_1 = 4      # leaf <-> spine
-    FABRIC_2 = 5      # spine <-> core (3-tier fabrics)
+    HOST = 2  # CPU socket interconnect and host memory
+    NIC = 3  # NIC <-> first fabric switch
+    FABRIC_1 = 4  # leaf <-> spine
+    FABRIC_2 = 5  # spine <-> core (3-tier fabrics)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,19 +69,19 @@ class ServerInfo:
 
     index: int
     name: str
-    first_gpu: int                    # global index of local GPU 0 (servers number their GPUs contiguously)
+    first_gpu: int  # global index of local GPU 0 (servers number their GPUs contiguously)
     gpus: tuple[int, ...]
     nics: tuple[int, ...]
     nic_of_gpu: tuple[int, ...]
     gpu_of_nic: tuple[int, ...]
-    nvswitch: int                     # node id, -1 when the GPUs have no NVSwitch
-    p2p: bool                         # PCIe peer-to-peer enabled (False = staged through host memory)
-    intra_routes: Mapping[tuple[int, int], tuple[int, ...]]   # (local gpu a, local gpu b) -> link ids
+    nvswitch: int  # node id, -1 when the GPUs have no NVSwitch
+    p2p: bool  # PCIe peer-to-peer enabled (False = staged through host memory)
+    intra_routes: Mapping[tuple[int, int], tuple[int, ...]]  # (local gpu a, local gpu b) -> link ids
     gpu_to_nic_routes: Mapping[tuple[int, int], tuple[int, ...]]  # (local gpu, nic index) -> link ids
     nic_to_gpu_routes: Mapping[tuple[int, int], tuple[int, ...]]  # (nic index, local gpu) -> link ids
     gpu_arch: str = ""
     cpu_vendor: str = "intel"
-    nvls_efficiency: float = 0.0      # NVSwitch reduction/multicast efficiency; 0 = no NVLS
+    nvls_efficiency: float = 0.0  # NVSwitch reduction/multicast efficiency; 0 = no NVLS
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -98,15 +99,15 @@ class Topology:
     link_dst: np.ndarray
     link_capacity_bytes_per_s: np.ndarray
     link_latency_s: np.ndarray
-    link_flow_cap_bytes_per_s: np.ndarray   # most one connection (QP) streams over this link; inf = none
+    link_flow_cap_bytes_per_s: np.ndarray  # most one connection (QP) streams over this link; inf = none
     link_kind: np.ndarray
     link_tier: np.ndarray
     link_names: tuple[str, ...]
-    gpu_nodes: np.ndarray           # global GPU index -> node id
-    gpu_server: np.ndarray          # global GPU index -> server index
-    gpu_local: np.ndarray           # global GPU index -> index inside its server
+    gpu_nodes: np.ndarray  # global GPU index -> node id
+    gpu_server: np.ndarray  # global GPU index -> server index
+    gpu_local: np.ndarray  # global GPU index -> index inside its server
     servers: tuple[ServerInfo, ...]
-    nic_leaf_link: Mapping[int, int] = field(default_factory=dict)   # NIC node id -> link id NIC->switch
+    nic_leaf_link: Mapping[int, int] = field(default_factory=dict)  # NIC node id -> link id NIC->switch
     description: str = ""
 
     # ---- sizes -------------------------------------------------------------------------------
@@ -139,7 +140,7 @@ class Topology:
         return float(self.link_latency_s[links].sum())
 
     # ---- checks ------------------------------------------------------------------------------
-    def validate(self) -> "Topology":
+    def validate(self) -> Topology:
         """Reject broken systems with a message naming what is wrong. Returns self."""
         ids = list(self.graph.nodes)
         if len(set(ids)) != len(ids):
@@ -169,24 +170,29 @@ class Topology:
         first = int(self.gpu_nodes[0])
         reach = nx.descendants(self.graph, first) | {first}
         reached_by = nx.ancestors(self.graph, first) | {first}
-        for label, seen in (("is disconnected: it cannot be reached from", reach),
-                            ("is disconnected: it cannot reach", reached_by)):
+        for label, seen in (
+            ("is disconnected: it cannot be reached from", reach),
+            ("is disconnected: it cannot reach", reached_by),
+        ):
             lost = [self.node_name(int(g)) for g in self.gpu_nodes if int(g) not in seen]
             if lost:
                 raise ValueError(
                     f"topology {self.name!r}: GPU {lost[0]} {label} GPU {self.node_name(first)}"
-                    + (f" (and {len(lost) - 1} more GPUs)" if len(lost) > 1 else "") + "; every GPU must be connected"
+                    + (f" (and {len(lost) - 1} more GPUs)" if len(lost) > 1 else "")
+                    + "; every GPU must be connected"
                 )
         return self
 
-    def with_link_scale(self, scale_by_kind: Mapping[LinkKind, float], *, name: str | None = None) -> "Topology":
+    def with_link_scale(self, scale_by_kind: Mapping[LinkKind, float], *, name: str | None = None) -> Topology:
         """A copy whose link capacities of each LinkKind are multiplied by ``scale_by_kind[kind]``
         (a calibrated efficiency correction). Kinds not named keep their capacity."""
         capacity = self.link_capacity_bytes_per_s.copy()
         for kind, factor in scale_by_kind.items():
             if not (isinstance(factor, (int, float)) and factor > 0 and factor == factor and factor != float("inf")):
-                raise ValueError(f"link scale for {LinkKind(kind).name.lower()}: {factor!r} is not allowed; "
-                                 "expected a finite number > 0")
+                raise ValueError(
+                    f"link scale for {LinkKind(kind).name.lower()}: {factor!r} is not allowed; "
+                    "expected a finite number > 0"
+                )
             capacity[self.link_kind == int(kind)] *= factor
         return replace(self, name=name or self.name, link_capacity_bytes_per_s=_readonly(capacity)).validate()
 
@@ -237,8 +243,16 @@ class TopologyBuilder:
         self._gpu_local.append(local)
         return node
 
-    def add_link(self, u: int, v: int, spec: LinkSpec, *, tier: LinkTier, duplex: bool = True,
-                 flow_cap_bytes_per_s: float = float("inf")) -> tuple[int, ...]:
+    def add_link(
+        self,
+        u: int,
+        v: int,
+        spec: LinkSpec,
+        *,
+        tier: LinkTier,
+        duplex: bool = True,
+        flow_cap_bytes_per_s: float = float("inf"),
+    ) -> tuple[int, ...]:
         """Join u and v with ``spec``; returns the link id(s) created (u->v first).
 
         ``flow_cap_bytes_per_s`` bounds what one connection can stream over the link (a NIC's
@@ -263,8 +277,15 @@ class TopologyBuilder:
         self._tier.append(int(tier))
         self._names.append(name)
         self.graph.add_edge(
-            u, v, key=link, link=link, spec=spec.name, kind=LinkKind(spec.kind).name.lower(),
-            tier=LinkTier(tier).name.lower(), capacity_bytes_per_s=spec.bandwidth_bytes_per_s, latency_s=latency,
+            u,
+            v,
+            key=link,
+            link=link,
+            spec=spec.name,
+            kind=LinkKind(spec.kind).name.lower(),
+            tier=LinkTier(tier).name.lower(),
+            capacity_bytes_per_s=spec.bandwidth_bytes_per_s,
+            latency_s=latency,
         )
         return link
 
@@ -300,4 +321,3 @@ def path_links(builder_or_graph: TopologyBuilder | nx.MultiDiGraph, nodes: list[
             raise KeyError(f"no link {u} -> {v}")
         out.append(min(data))
     return tuple(out)
-

@@ -26,8 +26,21 @@ from dataclasses import dataclass
 
 from topologies.checks import int_tuple, integer, reject
 
-DTYPE_BYTES = {"int8": 1, "uint8": 1, "fp8": 1, "half": 2, "float16": 2, "bfloat16": 2, "bf16": 2,
-               "int32": 4, "float": 4, "float32": 4, "int64": 8, "double": 8, "float64": 8}
+DTYPE_BYTES = {
+    "int8": 1,
+    "uint8": 1,
+    "fp8": 1,
+    "half": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "int32": 4,
+    "float": 4,
+    "float32": 4,
+    "int64": 8,
+    "double": 8,
+    "float64": 8,
+}
 REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
 
 
@@ -41,10 +54,15 @@ class CollectiveKind(enum.Enum):
     ALL_TO_ALL = "alltoall"
 
     @classmethod
-    def parse(cls, name: str) -> "CollectiveKind":
+    def parse(cls, name: str) -> CollectiveKind:
         key = str(name).strip().lower().replace("-", "_")
-        key = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-               "all_to_all": "alltoall", "send_recv": "sendrecv"}.get(key, key)
+        key = {
+            "allreduce": "all_reduce",
+            "allgather": "all_gather",
+            "reducescatter": "reduce_scatter",
+            "all_to_all": "alltoall",
+            "send_recv": "sendrecv",
+        }.get(key, key)
         for kind in cls:
             if kind.value == key:
                 return kind
@@ -59,8 +77,9 @@ class CollectiveKind(enum.Enum):
         return self in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
 
 
-_KIND_NAMES = frozenset({k.value for k in CollectiveKind} | {"allreduce", "allgather", "reducescatter", "all_to_all",
-                                                           "send_recv"})
+_KIND_NAMES = frozenset(
+    {k.value for k in CollectiveKind} | {"allreduce", "allgather", "reducescatter", "all_to_all", "send_recv"}
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,18 +90,31 @@ class Collective:
     root: int = 0
     dtype: str = "float32"
     op: str = "sum"
-    splits: tuple[tuple[int, ...], ...] | None = None   # alltoall: bytes group member p sends to q
+    splits: tuple[tuple[int, ...], ...] | None = None  # alltoall: bytes group member p sends to q
 
     def __post_init__(self) -> None:
         # numpy integers and lists are accepted and stored as ints and tuples (equal, hashable collectives)
         if not isinstance(self.kind, CollectiveKind):
             if not isinstance(self.kind, str) or self.kind.strip().lower().replace("-", "_") not in _KIND_NAMES:
-                raise reject("Collective.kind", self.kind, f"a CollectiveKind or one of "
-                             f"{', '.join(k.value for k in CollectiveKind)}")
+                raise reject(
+                    "Collective.kind",
+                    self.kind,
+                    f"a CollectiveKind or one of {', '.join(k.value for k in CollectiveKind)}",
+                )
             object.__setattr__(self, "kind", CollectiveKind.parse(self.kind))
         object.__setattr__(self, "nbytes", integer("Collective.nbytes", self.nbytes, low=0))
-        object.__setattr__(self, "group", int_tuple("Collective.group", self.group, low=0, distinct=True,
-                                                    nonempty=True, expected="distinct ranks >= 0, at least one"))
+        object.__setattr__(
+            self,
+            "group",
+            int_tuple(
+                "Collective.group",
+                self.group,
+                low=0,
+                distinct=True,
+                nonempty=True,
+                expected="distinct ranks >= 0, at least one",
+            ),
+        )
         object.__setattr__(self, "root", integer("Collective.root", self.root, low=0))
         if not isinstance(self.dtype, str) or self.dtype not in DTYPE_BYTES:
             raise ValueError(f"Collective.dtype: {self.dtype!r} is not known; expected one of {', '.join(DTYPE_BYTES)}")
@@ -92,28 +124,38 @@ class Collective:
             raise ValueError(f"Collective.root: {self.root!r} is out of range for a group of {len(self.group)} ranks")
         elt = DTYPE_BYTES[self.dtype]
         if self.nbytes % elt:
-            raise ValueError(f"Collective.nbytes: {self.nbytes} is not a multiple of the {self.dtype} element size "
-                             f"({elt} B)")
+            raise ValueError(
+                f"Collective.nbytes: {self.nbytes} is not a multiple of the {self.dtype} element size ({elt} B)"
+            )
         if self.splits is not None:
             n = len(self.group)
             if self.kind is not CollectiveKind.ALL_TO_ALL:
                 raise ValueError(f"Collective.splits: only alltoall takes a split matrix, not {self.kind.value}")
             if not isinstance(self.splits, (tuple, list)):
                 raise reject("Collective.splits", self.splits, f"a {n}x{n} matrix of byte counts")
-            object.__setattr__(self, "splits", tuple(int_tuple("Collective.splits", row, low=None,
-                                                               expected=f"a {n}x{n} matrix of byte counts")
-                                                     for row in self.splits))
+            object.__setattr__(
+                self,
+                "splits",
+                tuple(
+                    int_tuple("Collective.splits", row, low=None, expected=f"a {n}x{n} matrix of byte counts")
+                    for row in self.splits
+                ),
+            )
             if len(self.splits) != n or any(len(row) != n for row in self.splits):
                 raise ValueError(f"Collective.splits: expected a {n}x{n} matrix of byte counts")
             if any((not isinstance(b, int)) or b < 0 or b % elt for row in self.splits for b in row):
                 raise ValueError(f"Collective.splits: entries must be non-negative multiples of {elt} B")
             if max(sum(row) for row in self.splits) != self.nbytes:
-                raise ValueError(f"Collective.nbytes: {self.nbytes} must equal the largest row sum of splits "
-                                 f"({max(sum(row) for row in self.splits)}), the biggest send buffer")
+                raise ValueError(
+                    f"Collective.nbytes: {self.nbytes} must equal the largest row sum of splits "
+                    f"({max(sum(row) for row in self.splits)}), the biggest send buffer"
+                )
         elif self.kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL):
             if self.nbytes % (elt * len(self.group)):
-                raise ValueError(f"Collective.nbytes: {self.nbytes} is not a multiple of nranks x element size "
-                                 f"({len(self.group)} x {elt} B): {self.kind.value} splits the buffer in equal pieces")
+                raise ValueError(
+                    f"Collective.nbytes: {self.nbytes} is not a multiple of nranks x element size "
+                    f"({len(self.group)} x {elt} B): {self.kind.value} splits the buffer in equal pieces"
+                )
 
     @property
     def nranks(self) -> int:

@@ -102,9 +102,9 @@ MAX_DIMENSION = 1 << 24
 NORMS = ("layernorm", "rmsnorm")
 POSITION_EMBEDDINGS = ("learned", "rope")
 PHASES = ("forward", "backward")
-MASK_BYTES = 1                     # Korthikanti et al. 2022 sec. 4.1: dropout masks take 1 byte per element
-LSE_BYTES = 4                      # FlashAttention keeps the softmax log-sum-exp in fp32 (Dao 2023, Algorithm 1)
-ADAM_STATE_BYTES_PER_PARAM = 12    # ZeRO sec. 3.1: fp32 master weights, momentum and variance, K = 12
+MASK_BYTES = 1  # Korthikanti et al. 2022 sec. 4.1: dropout masks take 1 byte per element
+LSE_BYTES = 4  # FlashAttention keeps the softmax log-sum-exp in fp32 (Dao 2023, Algorithm 1)
+ADAM_STATE_BYTES_PER_PARAM = 12  # ZeRO sec. 3.1: fp32 master weights, momentum and variance, K = 12
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -158,8 +158,14 @@ class LayerFlops:
         return self.attn_scores + self.attn_values
 
     def as_dict(self) -> dict[str, float]:
-        return {"qkv": self.qkv, "attn_scores": self.attn_scores, "attn_values": self.attn_values,
-                "attn_proj": self.attn_proj, "mlp": self.mlp, "router": self.router}
+        return {
+            "qkv": self.qkv,
+            "attn_scores": self.attn_scores,
+            "attn_values": self.attn_values,
+            "attn_proj": self.attn_proj,
+            "mlp": self.mlp,
+            "router": self.router,
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,8 +196,15 @@ class CommSize:
         return self.nbytes * self.count
 
 
-def zero_state_bytes(parameters: float, *, zero_stage: int = 0, dp: int = 1, param_bytes: int = 2,
-                     grad_bytes: int = 2, optimizer_bytes: int = ADAM_STATE_BYTES_PER_PARAM) -> TrainingStateBytes:
+def zero_state_bytes(
+    parameters: float,
+    *,
+    zero_stage: int = 0,
+    dp: int = 1,
+    param_bytes: int = 2,
+    grad_bytes: int = 2,
+    optimizer_bytes: int = ADAM_STATE_BYTES_PER_PARAM,
+) -> TrainingStateBytes:
     """Weights, gradients and Adam state per GPU for ``parameters`` weights under ZeRO ``zero_stage``.
 
     Stage 0 keeps everything on every data-parallel rank; 1 shards the optimizer state over ``dp``;
@@ -206,8 +219,11 @@ def zero_state_bytes(parameters: float, *, zero_stage: int = 0, dp: int = 1, par
     if zero_stage > 3:
         raise reject("zero_state_bytes.zero_stage", zero_stage, "0, 1, 2 or 3")
     dp = int_at_least("zero_state_bytes.dp", dp, 1)
-    for field, value in (("param_bytes", param_bytes), ("grad_bytes", grad_bytes),
-                         ("optimizer_bytes", optimizer_bytes)):
+    for field, value in (
+        ("param_bytes", param_bytes),
+        ("grad_bytes", grad_bytes),
+        ("optimizer_bytes", optimizer_bytes),
+    ):
         int_at_least(f"zero_state_bytes.{field}", value, 0)
     return TrainingStateBytes(
         parameters=parameters * param_bytes / (dp if zero_stage >= 3 else 1),
@@ -237,8 +253,8 @@ class ModelSpec:
     heads: int
     vocab: int
     # None defaults are replaced in __post_init__, so the fields read as int
-    kv_heads: int = None            # type: ignore[assignment]  # None: heads
-    ffn_hidden: int = None          # type: ignore[assignment]  # None: 4 hidden
+    kv_heads: int = None  # type: ignore[assignment]  # None: heads
+    ffn_hidden: int = None  # type: ignore[assignment]  # None: 4 hidden
     seq_len: int = 2048
     gated_mlp: bool = False
     tied_embeddings: bool = False
@@ -259,16 +275,28 @@ class ModelSpec:
         if not isinstance(self.name, str) or not self.name.strip():
             raise reject(f"{owner}.name", self.name, "a non-empty string")
         for field in ("layers", "hidden", "heads", "vocab", "seq_len"):
-            object.__setattr__(self, field, integer(f"{owner}.{field}", getattr(self, field), low=1,
-                                                    high=MAX_LAYERS if field == "layers" else MAX_DIMENSION))
+            object.__setattr__(
+                self,
+                field,
+                integer(
+                    f"{owner}.{field}",
+                    getattr(self, field),
+                    low=1,
+                    high=MAX_LAYERS if field == "layers" else MAX_DIMENSION,
+                ),
+            )
         if self.hidden % self.heads:
             raise reject(f"{owner}.heads", self.heads, f"a divisor of hidden ({self.hidden}) so heads have equal size")
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         int_at_least(f"{owner}.kv_heads", self.kv_heads, 1)
         if self.heads % self.kv_heads:
-            raise reject(f"{owner}.kv_heads", self.kv_heads, f"a divisor of heads ({self.heads}) (grouped-query "
-                         "attention shares each KV head among heads/kv_heads query heads)")
+            raise reject(
+                f"{owner}.kv_heads",
+                self.kv_heads,
+                f"a divisor of heads ({self.heads}) (grouped-query "
+                "attention shares each KV head among heads/kv_heads query heads)",
+            )
         if self.ffn_hidden is None:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
         integer(f"{owner}.ffn_hidden", self.ffn_hidden, low=1, high=MAX_DIMENSION)
@@ -292,8 +320,11 @@ class ModelSpec:
             if not 1 <= self.top_k <= self.experts:
                 raise reject(f"{owner}.top_k", self.top_k, f"an integer in 1..experts ({self.experts})")
             if self.first_dense_layers >= self.layers:
-                raise reject(f"{owner}.first_dense_layers", self.first_dense_layers,
-                             f"an integer < layers ({self.layers}) so at least one layer is MoE")
+                raise reject(
+                    f"{owner}.first_dense_layers",
+                    self.first_dense_layers,
+                    f"an integer < layers ({self.layers}) so at least one layer is MoE",
+                )
             if self.expert_ffn_hidden is None:
                 object.__setattr__(self, "expert_ffn_hidden", self.ffn_hidden)
             integer(f"{owner}.expert_ffn_hidden", self.expert_ffn_hidden, low=1, high=MAX_DIMENSION)
@@ -301,8 +332,10 @@ class ModelSpec:
             raise reject(f"{owner}.dtype_bytes", self.dtype_bytes, "1, 2 or 4")
         weights = self.total_parameters() * self.dtype_bytes
         if weights > MAX_BYTES:
-            raise ValueError(f"{owner}: {self.name!r} has {weights:.3g} bytes of weights; expected at most 1 PiB "
-                             "(layers, hidden, vocab and experts of a model that exists)")
+            raise ValueError(
+                f"{owner}: {self.name!r} has {weights:.3g} bytes of weights; expected at most 1 PiB "
+                "(layers, hidden, vocab and experts of a model that exists)"
+            )
 
     # ------------------------------------------------------------------------------------------
     # shape
@@ -337,8 +370,11 @@ class ModelSpec:
 
     def _is_moe_layer(self, layer: int) -> bool:
         """:meth:`is_moe_layer` of a layer index already checked."""
-        return self.is_moe and layer >= self.first_dense_layers \
+        return (
+            self.is_moe
+            and layer >= self.first_dense_layers
             and (layer - self.first_dense_layers) % self.moe_layer_freq == 0
+        )
 
     @property
     def moe_layers(self) -> int:
@@ -401,7 +437,7 @@ class ModelSpec:
         """:meth:`layer_parameters` with arguments already checked (stage and model sums check them once)."""
         total = 2 * self._norm_parameters() + self._attention_parameters(tp)
         if self._is_moe_layer(layer):
-            total += self.hidden * self.experts                               # router
+            total += self.hidden * self.experts  # router
             total += self._routed_expert_parameters(ep)
             total += self.shared_experts * self._mlp_parameters(self._expert_ffn, tp=tp)
         else:
@@ -458,8 +494,12 @@ class ModelSpec:
         >>> round(model_preset("gpt3-175b").total_parameters() / 1e9, 1)
         174.6
         """
-        return (sum(self._layer_parameters(i, 1, 1) for i in range(self.layers)) + self.embedding_parameters()
-                + self.output_parameters() + self.final_norm_parameters())
+        return (
+            sum(self._layer_parameters(i, 1, 1) for i in range(self.layers))
+            + self.embedding_parameters()
+            + self.output_parameters()
+            + self.final_norm_parameters()
+        )
 
     def active_parameters(self) -> int:
         """Weights one token passes through: MoE layers count top_k routed experts (and the shared ones)."""
@@ -489,7 +529,7 @@ class ModelSpec:
         stages = self.stage_layers(pp=pp)
         if not is_int(stage) or not 0 <= stage < len(stages):
             raise reject("stage", stage, f"an integer in 0..{len(stages) - 1}")
-        checked_tp, checked_ep = self._check_tp(tp), self._check_ep(ep)      # once, not per layer
+        checked_tp, checked_ep = self._check_tp(tp), self._check_ep(ep)  # once, not per layer
         total = sum(self._layer_parameters(i, checked_tp, checked_ep) for i in stages[stage])
         if stage == 0:
             total += self.embedding_parameters(tp=tp)
@@ -504,13 +544,19 @@ class ModelSpec:
     def parameter_bytes(self) -> int:
         return self.total_parameters() * self.dtype_bytes
 
-    def training_state_bytes(self, *, tp: int = 1, pp: int = 1, ep: int = 1, dp: int = 1, zero_stage: int = 0,
-                             grad_bytes: int = 2) -> TrainingStateBytes:
+    def training_state_bytes(
+        self, *, tp: int = 1, pp: int = 1, ep: int = 1, dp: int = 1, zero_stage: int = 0, grad_bytes: int = 2
+    ) -> TrainingStateBytes:
         """Weights, gradients and Adam state on the most loaded GPU (:func:`zero_state_bytes` of
         :meth:`parameters_per_gpu`). ZeRO shards every local weight over ``dp``; that experts are in
         reality sharded over their own expert-data-parallel group is ignored."""
-        return zero_state_bytes(self.parameters_per_gpu(tp=tp, pp=pp, ep=ep), zero_stage=zero_stage, dp=dp,
-                                param_bytes=self.dtype_bytes, grad_bytes=grad_bytes)
+        return zero_state_bytes(
+            self.parameters_per_gpu(tp=tp, pp=pp, ep=ep),
+            zero_stage=zero_stage,
+            dp=dp,
+            param_bytes=self.dtype_bytes,
+            grad_bytes=grad_bytes,
+        )
 
     # ------------------------------------------------------------------------------------------
     # FLOPs
@@ -529,8 +575,9 @@ class ModelSpec:
         tp = self._check_tp(tp)
         return b * s / cp / tp
 
-    def layer_gemms(self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
-                    cp: int = 1, ep: int = 1) -> tuple[Gemm, ...]:
+    def layer_gemms(
+        self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, cp: int = 1, ep: int = 1
+    ) -> tuple[Gemm, ...]:
         """The forward GEMMs of one layer and one micro-batch on one GPU, in execution order.
 
         Attention products are batched over (micro-batch x local heads); with context parallelism a
@@ -548,7 +595,7 @@ class ModelSpec:
             Gemm(name="attn_values", m=s // cp, n=d, k=s, count=b * local_heads, weight=False),
             Gemm(name="attn_proj", m=tokens, n=h, k=h // tp),
         ]
-        up = self.mlp_matrices - 1            # fc1 (GeLU) or fused gate+up (SwiGLU) columns per ffn unit
+        up = self.mlp_matrices - 1  # fc1 (GeLU) or fused gate+up (SwiGLU) columns per ffn unit
         if self._is_moe_layer(layer):
             t_moe = tokens / tp
             fe = self._expert_ffn
@@ -568,8 +615,9 @@ class ModelSpec:
             gemms.append(Gemm(name="mlp_down", m=tokens, n=h, k=f // tp))
         return tuple(gemms)
 
-    def layer_forward_flops(self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
-                            cp: int = 1, ep: int = 1) -> LayerFlops:
+    def layer_forward_flops(
+        self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, cp: int = 1, ep: int = 1
+    ) -> LayerFlops:
         """Forward FLOPs of one layer and micro-batch on one GPU, per operation (sums of :meth:`layer_gemms`)."""
         parts = {"qkv": 0.0, "attn_scores": 0.0, "attn_values": 0.0, "attn_proj": 0.0, "mlp": 0.0, "router": 0.0}
         for gemm in self.layer_gemms(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep):
@@ -577,19 +625,38 @@ class ModelSpec:
             parts[key] += gemm.flops
         return LayerFlops(**parts)
 
-    def layer_recompute_flops(self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None,
-                              recompute: str = "none", tp: int = 1, cp: int = 1, ep: int = 1) -> float:
+    def layer_recompute_flops(
+        self,
+        layer: int = 0,
+        *,
+        micro_batch: int,
+        seq_len: int | None = None,
+        recompute: str = "none",
+        tp: int = 1,
+        cp: int = 1,
+        ep: int = 1,
+    ) -> float:
         """Forward work re-run before the backward: 0, the attention core, or the whole layer."""
         choice("recompute", recompute, RECOMPUTE)
         fwd = self.layer_forward_flops(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep)
         return {"none": 0.0, "selective": fwd.attention_core, "full": fwd.total}[recompute]
 
-    def layer_training_flops(self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None,
-                             recompute: str = "none", tp: int = 1, cp: int = 1, ep: int = 1) -> float:
+    def layer_training_flops(
+        self,
+        layer: int = 0,
+        *,
+        micro_batch: int,
+        seq_len: int | None = None,
+        recompute: str = "none",
+        tp: int = 1,
+        cp: int = 1,
+        ep: int = 1,
+    ) -> float:
         """Forward + backward (2x forward) + recomputation of one layer and micro-batch on one GPU."""
         fwd = self.layer_forward_flops(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep).total
-        extra = self.layer_recompute_flops(layer, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute,
-                                           tp=tp, cp=cp, ep=ep)
+        extra = self.layer_recompute_flops(
+            layer, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute, tp=tp, cp=cp, ep=ep
+        )
         return 3.0 * fwd + extra
 
     def logits_flops(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, cp: int = 1) -> float:
@@ -605,8 +672,10 @@ class ModelSpec:
         GPT shape this is SC21 eq. 3, 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
         """
         batch = int_at_least("batch", batch, 1)
-        total = sum(self.layer_training_flops(i, micro_batch=batch, seq_len=seq_len, recompute=recompute)
-                    for i in range(self.layers))
+        total = sum(
+            self.layer_training_flops(i, micro_batch=batch, seq_len=seq_len, recompute=recompute)
+            for i in range(self.layers)
+        )
         return total + 3.0 * self.logits_flops(micro_batch=batch, seq_len=seq_len)
 
     def model_flops_per_token(self, *, seq_len: int | None = None) -> float:
@@ -617,9 +686,18 @@ class ModelSpec:
     # ------------------------------------------------------------------------------------------
     # activation memory
     # ------------------------------------------------------------------------------------------
-    def activation_bytes_per_layer(self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None,
-                                   tp: int = 1, sp: bool = False, cp: int = 1, recompute: str = "none",
-                                   flash_attention: bool = False) -> float:
+    def activation_bytes_per_layer(
+        self,
+        layer: int = 0,
+        *,
+        micro_batch: int,
+        seq_len: int | None = None,
+        tp: int = 1,
+        sp: bool = False,
+        cp: int = 1,
+        recompute: str = "none",
+        flash_attention: bool = False,
+    ) -> float:
         """Bytes one GPU keeps for the backward of one layer and one micro-batch (Korthikanti et al. 2022).
 
         Replicated over tensor-parallel ranks unless ``sp``: norm inputs, block inputs, residual
@@ -633,25 +711,25 @@ class ModelSpec:
         flag("sp", sp)
         flag("flash_attention", flash_attention)
         D, h, a, mask = self.dtype_bytes, self.hidden, self.heads, (MASK_BYTES if self.dropout else 0)
-        sb = b * s / cp                                        # local tokens
-        scores = a * b * (s / cp) * s                          # score elements of the local queries
+        sb = b * s / cp  # local tokens
+        scores = a * b * (s / cp) * s  # score elements of the local queries
         if recompute == "full":
             return D * sb * h / (tp if sp else 1)
-        replicated = 2 * D * sb * h                            # the two norm inputs
-        replicated += D * sb * h + mask * sb * h               # attention block input, residual dropout mask
-        sharded = D * sb * h + 2 * D * sb * self.kv_dim         # Q, K and V
-        sharded += D * sb * h                                  # output-projection input
+        replicated = 2 * D * sb * h  # the two norm inputs
+        replicated += D * sb * h + mask * sb * h  # attention block input, residual dropout mask
+        sharded = D * sb * h + 2 * D * sb * self.kv_dim  # Q, K and V
+        sharded += D * sb * h  # output-projection input
         if flash_attention:
             sharded += LSE_BYTES * a * sb
         elif recompute != "selective":
-            sharded += (D + (mask + D if self.dropout else 0)) * scores     # softmax output, dropout mask and output
-        replicated += D * sb * h + mask * sb * h               # MLP block input, residual dropout mask
-        act = 3 * D if self.gated_mlp else 2 * D               # per MLP unit: fc1 output(s) and activation output
+            sharded += (D + (mask + D if self.dropout else 0)) * scores  # softmax output, dropout mask and output
+        replicated += D * sb * h + mask * sb * h  # MLP block input, residual dropout mask
+        act = 3 * D if self.gated_mlp else 2 * D  # per MLP unit: fc1 output(s) and activation output
         if self._is_moe_layer(layer):
             routed = sb * self.top_k
-            sharded += routed * (D * h + act * self._expert_ffn)             # permuted input, expert activations
+            sharded += routed * (D * h + act * self._expert_ffn)  # permuted input, expert activations
             sharded += sb * self.shared_experts * act * self._expert_ffn
-            sharded += 4 * sb * self.experts                                 # fp32 router probabilities
+            sharded += 4 * sb * self.experts  # fp32 router probabilities
         else:
             sharded += act * sb * self.ffn_hidden
         return (replicated + sharded) / tp if sp else replicated + sharded / tp
@@ -663,8 +741,17 @@ class ModelSpec:
         b, s, cp = self._tokens(micro_batch, seq_len, cp)
         return b * (s // cp) * self.hidden * self.dtype_bytes
 
-    def tp_collectives_per_layer(self, *, micro_batch: int, seq_len: int | None = None, tp: int, sp: bool = False,
-                                 cp: int = 1, phase: str = "forward", recompute: str = "none") -> tuple[CommSize, ...]:
+    def tp_collectives_per_layer(
+        self,
+        *,
+        micro_batch: int,
+        seq_len: int | None = None,
+        tp: int,
+        sp: bool = False,
+        cp: int = 1,
+        phase: str = "forward",
+        recompute: str = "none",
+    ) -> tuple[CommSize, ...]:
         """Tensor-parallel collectives of one layer and micro-batch (empty for tp = 1).
 
         Without sequence parallelism: 2 all-reduces of s b h D per direction. With it: forward 2
@@ -684,19 +771,39 @@ class ModelSpec:
             fwd = (CommSize(name="tp_allreduce", kind=CollectiveKind.ALL_REDUCE, nbytes=nbytes, count=2, group="tp"),)
             bwd = (CommSize(name="tp_allreduce", kind=CollectiveKind.ALL_REDUCE, nbytes=nbytes, count=2, group="tp"),)
         else:
-            fwd = (CommSize(name="sp_allgather", kind=CollectiveKind.ALL_GATHER, nbytes=nbytes, count=2, group="tp"),
-                   CommSize(name="sp_reducescatter", kind=CollectiveKind.REDUCE_SCATTER, nbytes=nbytes, count=2,
-                            group="tp"))
-            bwd = (CommSize(name="sp_allgather", kind=CollectiveKind.ALL_GATHER, nbytes=nbytes, count=4, group="tp"),
-                   CommSize(name="sp_reducescatter", kind=CollectiveKind.REDUCE_SCATTER, nbytes=nbytes, count=2,
-                            group="tp"))
+            fwd = (
+                CommSize(name="sp_allgather", kind=CollectiveKind.ALL_GATHER, nbytes=nbytes, count=2, group="tp"),
+                CommSize(
+                    name="sp_reducescatter", kind=CollectiveKind.REDUCE_SCATTER, nbytes=nbytes, count=2, group="tp"
+                ),
+            )
+            bwd = (
+                CommSize(name="sp_allgather", kind=CollectiveKind.ALL_GATHER, nbytes=nbytes, count=4, group="tp"),
+                CommSize(
+                    name="sp_reducescatter", kind=CollectiveKind.REDUCE_SCATTER, nbytes=nbytes, count=2, group="tp"
+                ),
+            )
         if phase == "forward":
             return fwd
-        return (tuple(CommSize(name=f"recompute_{c.name}", kind=c.kind, nbytes=c.nbytes, count=c.count, group="tp")
-                      for c in fwd) if recompute == "full" else ()) + bwd
+        return (
+            tuple(
+                CommSize(name=f"recompute_{c.name}", kind=c.kind, nbytes=c.nbytes, count=c.count, group="tp")
+                for c in fwd
+            )
+            if recompute == "full"
+            else ()
+        ) + bwd
 
-    def pp_activation_bytes(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, sp: bool = False,
-                            cp: int = 1, scatter_gather: bool = False) -> int:
+    def pp_activation_bytes(
+        self,
+        *,
+        micro_batch: int,
+        seq_len: int | None = None,
+        tp: int = 1,
+        sp: bool = False,
+        cp: int = 1,
+        scatter_gather: bool = False,
+    ) -> int:
         """Bytes one stage sends the next per micro-batch (forward activations; backward gradients are
         the same size): s b h D / c, divided by t when the tensor is sequence-parallel or split by SC21's
         scatter/gather optimisation (sec. 4.1)."""
@@ -704,17 +811,25 @@ class ModelSpec:
         nbytes = self._hidden_bytes(micro_batch, seq_len, cp)
         return ceil_div(nbytes, tp) if (sp or scatter_gather) else nbytes
 
-    def ep_alltoall_bytes(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
-                          cp: int = 1) -> int:
+    def ep_alltoall_bytes(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, cp: int = 1) -> int:
         """Send buffer of one MoE all-to-all on one GPU: its b s / (c t) tokens x top_k copies x h x D."""
         if not self.is_moe:
             raise reject("ep_alltoall_bytes", self.name, "a MoE model (experts > 0)")
         tokens = self.moe_tokens(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
         return int(math.ceil(tokens * self.top_k)) * self.hidden * self.dtype_bytes
 
-    def ep_collectives_per_layer(self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None,
-                                 tp: int = 1, cp: int = 1, ep: int = 1, phase: str = "forward",
-                                 recompute: str = "none") -> tuple[CommSize, ...]:
+    def ep_collectives_per_layer(
+        self,
+        layer: int = 0,
+        *,
+        micro_batch: int,
+        seq_len: int | None = None,
+        tp: int = 1,
+        cp: int = 1,
+        ep: int = 1,
+        phase: str = "forward",
+        recompute: str = "none",
+    ) -> tuple[CommSize, ...]:
         """Dispatch and combine all-to-alls of a MoE layer (none for a dense layer or ep = 1)."""
         self._check_layer(layer)
         ep = self._check_ep(ep)
@@ -724,8 +839,7 @@ class ModelSpec:
             return ()
         nbytes = self.ep_alltoall_bytes(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
         count = 2 if phase == "forward" else (4 if recompute == "full" else 2)
-        return (CommSize(name="ep_alltoall", kind=CollectiveKind.ALL_TO_ALL, nbytes=nbytes, count=count,
-                         group="ep"),)
+        return (CommSize(name="ep_alltoall", kind=CollectiveKind.ALL_TO_ALL, nbytes=nbytes, count=count, group="ep"),)
 
     def cp_kv_bytes(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, cp: int) -> int:
         """Bytes of the local K and V block passed to the next context-parallel rank in one ring step:
@@ -734,8 +848,16 @@ class ModelSpec:
         b, s, cp = self._tokens(micro_batch, seq_len, cp)
         return 2 * b * (s // cp) * (self.kv_dim // tp) * self.dtype_bytes
 
-    def cp_collectives_per_layer(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, cp: int,
-                                 phase: str = "forward", recompute: str = "none") -> tuple[CommSize, ...]:
+    def cp_collectives_per_layer(
+        self,
+        *,
+        micro_batch: int,
+        seq_len: int | None = None,
+        tp: int = 1,
+        cp: int,
+        phase: str = "forward",
+        recompute: str = "none",
+    ) -> tuple[CommSize, ...]:
         """Ring attention: c-1 KV send/receives forward; backward c-1 of KV and c-1 of dK, dV (and the
         forward ring again under full recomputation)."""
         choice("phase", phase, PHASES)

@@ -28,9 +28,9 @@ class Dtype(Option):
 
 
 class PipelineSchedule(Option):
-    ONE_F_ONE_B = "1f1b"               # PipeDream-Flush / Megatron 1F1B
-    GPIPE = "gpipe"                    # all forwards, then all backwards
-    INTERLEAVED = "interleaved"        # Megatron interleaved 1F1B (vp model chunks per stage)
+    ONE_F_ONE_B = "1f1b"  # PipeDream-Flush / Megatron 1F1B
+    GPIPE = "gpipe"  # all forwards, then all backwards
+    INTERLEAVED = "interleaved"  # Megatron interleaved 1F1B (vp model chunks per stage)
 
 
 class Recompute(Option):

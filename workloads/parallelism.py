@@ -50,7 +50,7 @@ DTYPES = names(Dtype)
 # context parallel ranks hold the same dense weights; Megatron-Core reduces over that group) and the
 # expert-data-parallel group that averages expert gradients.
 GROUP_KINDS = ("tp", "cp", "ep", "dp", "pp", "dp_cp", "edp")
-DEFAULT_ORDER = "tp-cp-ep-dp-pp"     # Megatron-Core parallel_state.initialize_model_parallel default order
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"  # Megatron-Core parallel_state.initialize_model_parallel default order
 # PyTorch DistributedDataParallel bucket_cap_mb = 25, converted as bucket_cap_mb * 1024 * 1024 bytes
 # (torch/nn/parallel/distributed.py): 25 MiB.
 DDP_BUCKET_BYTES = 25 * 1024 * 1024
@@ -89,27 +89,28 @@ class ParallelismSpec:
     dp: int | None = None
     cp: int = 1
     ep: int = 1
-    vp: int = 1                        # model chunks (virtual stages) per pipeline rank, interleaved 1F1B
+    vp: int = 1  # model chunks (virtual stages) per pipeline rank, interleaved 1F1B
     gpus: int | None = None
-    zero: int = 0                      # ZeRO stage 0-3 (3 = parameters sharded too, like FSDP)
-    fsdp: bool = False                 # PyTorch FSDP FULL_SHARD: ZeRO-3 semantics
-    micro_batch: int = 1               # sequences per micro-batch (b)
-    global_batch: int | None = None    # sequences per step (B); None = one micro-batch per replica
-    seq_len: int | None = None         # None = the model's
+    zero: int = 0  # ZeRO stage 0-3 (3 = parameters sharded too, like FSDP)
+    fsdp: bool = False  # PyTorch FSDP FULL_SHARD: ZeRO-3 semantics
+    micro_batch: int = 1  # sequences per micro-batch (b)
+    global_batch: int | None = None  # sequences per step (B); None = one micro-batch per replica
+    seq_len: int | None = None  # None = the model's
     schedule: str = "1f1b"
     sequence_parallel: bool = False
-    scatter_gather: bool = True        # SC21 sec. 4.1: send 1/t of the activation, all-gather over NVLink
-    bucket_bytes: int | None = DDP_BUCKET_BYTES   # None = one bucket of all gradients (Megatron grad buffer)
-    dp_overlap: bool = True            # reduce gradient buckets during the backward (DDP); False = after it
+    scatter_gather: bool = True  # SC21 sec. 4.1: send 1/t of the activation, all-gather over NVLink
+    bucket_bytes: int | None = DDP_BUCKET_BYTES  # None = one bucket of all gradients (Megatron grad buffer)
+    dp_overlap: bool = True  # reduce gradient buckets during the backward (DDP); False = after it
     order: str = DEFAULT_ORDER
     dtype: str = "bf16"
-    ep_imbalance: float = 0.0          # busiest expert-parallel rank receives (1 + x) x the average tokens
+    ep_imbalance: float = 0.0  # busiest expert-parallel rank receives (1 + x) x the average tokens
 
     def __post_init__(self) -> None:
         # numpy integers are stored as ints, option names as their enum members (checks.option)
         for name in ("tp", "pp", "cp", "ep", "vp", "micro_batch"):
-            object.__setattr__(self, name, integer(f"ParallelismSpec.{name}", getattr(self, name), low=1,
-                                                   high=MAX_COUNT))
+            object.__setattr__(
+                self, name, integer(f"ParallelismSpec.{name}", getattr(self, name), low=1, high=MAX_COUNT)
+            )
         for name in ("dp", "gpus", "global_batch", "seq_len"):
             value = getattr(self, name)
             if value is not None and (not is_int(value) or not 1 <= value <= MAX_COUNT):
@@ -142,25 +143,39 @@ class ParallelismSpec:
             if self.gpus is None:
                 raise _reject("dp", None, "an integer >= 1, or gpus= to derive it as gpus / (tp x cp x pp)")
             if self.gpus % inner:
-                raise _reject("gpus", self.gpus, f"a multiple of tp x cp x pp = {self.tp} x {self.cp} x {self.pp} "
-                                                 f"= {inner}")
+                raise _reject(
+                    "gpus", self.gpus, f"a multiple of tp x cp x pp = {self.tp} x {self.cp} x {self.pp} = {inner}"
+                )
             object.__setattr__(self, "dp", self.gpus // inner)
         elif self.gpus is not None and self.gpus != inner * self.dp:
-            raise _reject("gpus", self.gpus, f"tp x cp x dp x pp = {self.tp} x {self.cp} x {self.dp} x {self.pp} = "
-                                             f"{inner * self.dp}")
+            raise _reject(
+                "gpus",
+                self.gpus,
+                f"tp x cp x dp x pp = {self.tp} x {self.cp} x {self.dp} x {self.pp} = {inner * self.dp}",
+            )
         if (self.dp * self.cp) % self.ep:
-            raise _reject("ep", self.ep, f"a divisor of dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp} "
-                                         "(expert parallelism is carved out of the data/context-parallel ranks)")
+            raise _reject(
+                "ep",
+                self.ep,
+                f"a divisor of dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp} "
+                "(expert parallelism is carved out of the data/context-parallel ranks)",
+            )
         per_step = self.dp * self.micro_batch
         if self.global_batch is None:
             object.__setattr__(self, "global_batch", per_step)
         elif self.global_batch % per_step:
-            raise _reject("global_batch", self.global_batch, f"a multiple of dp x micro_batch = {self.dp} x "
-                                                             f"{self.micro_batch} = {per_step}")
+            raise _reject(
+                "global_batch",
+                self.global_batch,
+                f"a multiple of dp x micro_batch = {self.dp} x {self.micro_batch} = {per_step}",
+            )
         if self.schedule == "interleaved" and self.microbatches % self.pp:
-            raise _reject("global_batch", self.global_batch,
-                          f"a value giving a number of micro-batches divisible by pp ({self.pp}) for the interleaved "
-                          f"schedule (Megatron's rule); it gives {self.microbatches}")
+            raise _reject(
+                "global_batch",
+                self.global_batch,
+                f"a value giving a number of micro-batches divisible by pp ({self.pp}) for the interleaved "
+                f"schedule (Megatron's rule); it gives {self.microbatches}",
+            )
 
     # ---- sizes ----------------------------------------------------------------------------------
     @property
@@ -190,17 +205,22 @@ class ParallelismSpec:
         return model.seq_len if self.seq_len is None else self.seq_len
 
     # ---- checks against a model ------------------------------------------------------------------
-    def check(self, model) -> "ParallelismSpec":
+    def check(self, model) -> ParallelismSpec:
         """Raise ValueError if this layout cannot run ``model`` (a workloads.model.ModelSpec). Returns self."""
         if self.tp > 1 and (model.heads % self.tp or model.kv_heads % self.tp):
-            raise _reject("tp", self.tp, f"a divisor of the model's heads ({model.heads}) and kv_heads "
-                                         f"({model.kv_heads})")
+            raise _reject(
+                "tp", self.tp, f"a divisor of the model's heads ({model.heads}) and kv_heads ({model.kv_heads})"
+            )
         if model.ffn_hidden % self.tp:
             raise _reject("tp", self.tp, f"a divisor of the model's ffn_hidden ({model.ffn_hidden})")
         if self.pp * self.vp > model.layers:
-            raise _reject("pp", self.pp, f"a value with pp x vp = {self.pp} x {self.vp} = {self.pp * self.vp} at "
-                                         f"most the model's layers ({model.layers}); chunks get layers // (pp vp) "
-                                         "layers, the first layers % (pp vp) one more")
+            raise _reject(
+                "pp",
+                self.pp,
+                f"a value with pp x vp = {self.pp} x {self.vp} = {self.pp * self.vp} at "
+                f"most the model's layers ({model.layers}); chunks get layers // (pp vp) "
+                "layers, the first layers % (pp vp) one more",
+            )
         s = self.seq(model)
         if s % self.cp:
             raise _reject("cp", self.cp, f"a divisor of seq_len ({s})")
@@ -221,8 +241,12 @@ class ParallelismSpec:
         dims = tuple(order.strip().lower().split("-"))
         dense = tuple(d for d in dims if d != "ep")
         if sorted(dense) != sorted(_DENSE_DIMS) or len(dims) - len(dense) > 1:
-            raise _reject("order", order, "a '-'-joined permutation of tp, cp, dp, pp (and optionally ep), "
-                                          "innermost first, e.g. 'tp-cp-ep-dp-pp'")
+            raise _reject(
+                "order",
+                order,
+                "a '-'-joined permutation of tp, cp, dp, pp (and optionally ep), "
+                "innermost first, e.g. 'tp-cp-ep-dp-pp'",
+            )
         return dense
 
     def _sizes(self) -> dict[str, int]:
@@ -255,8 +279,9 @@ class ParallelismSpec:
         # the dimension with the larger stride is the more significant one
         inner, outer = sorted(("cp", "dp"), key=lambda d: strides[d])
         position = c[outer] * sizes[inner] + c[inner]
-        return RankCoords(tp=c["tp"], cp=c["cp"], dp=c["dp"], pp=c["pp"], ep=position // self.ep,
-                          ep_rank=position % self.ep)
+        return RankCoords(
+            tp=c["tp"], cp=c["cp"], dp=c["dp"], pp=c["pp"], ep=position // self.ep, ep_rank=position % self.ep
+        )
 
     def _expert_block(self, tp: int, pp: int) -> list[int]:
         """The d x c ranks holding tensor shard ``tp`` of stage ``pp``, sorted by rank."""
@@ -279,8 +304,9 @@ class ParallelismSpec:
             fixed = [d for d in _DENSE_DIMS if d not in varying]
             out = []
             strides = self._strides()
-            offsets = [sum(v * strides[d] for d, v in zip(varying, vs))
-                       for vs in _product([range(sizes[d]) for d in varying])]
+            offsets = [
+                sum(v * strides[d] for d, v in zip(varying, vs)) for vs in _product([range(sizes[d]) for d in varying])
+            ]
             for f in _product([range(sizes[d]) for d in fixed]):
                 base = sum(v * strides[d] for d, v in zip(fixed, f))
                 out.append(tuple(sorted(base + o for o in offsets)))
@@ -290,9 +316,9 @@ class ParallelismSpec:
             for pp in range(self.pp):
                 block = self._expert_block(tp, pp)
                 if kind == "ep":
-                    out += [tuple(block[i:i + self.ep]) for i in range(0, len(block), self.ep)]
+                    out += [tuple(block[i : i + self.ep]) for i in range(0, len(block), self.ep)]
                 else:
-                    out += [tuple(block[i::self.ep]) for i in range(self.ep)]
+                    out += [tuple(block[i :: self.ep]) for i in range(self.ep)]
         return sorted(out)
 
     def group_of(self, kind: str, rank: int) -> tuple[int, ...]:

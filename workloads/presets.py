@@ -30,18 +30,26 @@ shape gives (``total_parameters()``; published figure in brackets):
 from __future__ import annotations
 
 import types
-from typing import Mapping
+from collections.abc import Mapping
 
 from .model import ModelSpec
 
 __all__ = ("MODELS", "SC21_GPTS", "model_preset", "custom_gpt")
 
-SC21_VOCAB = 51200      # SC21 Table 1 / run_table_1.sh: --vocab-file gpt2-vocab.json padded to 51200
+SC21_VOCAB = 51200  # SC21 Table 1 / run_table_1.sh: --vocab-file gpt2-vocab.json padded to 51200
 SC21_SEQ_LEN = 2048
 
 
-def custom_gpt(*, layers: int, hidden: int, heads: int, vocab: int = SC21_VOCAB, ffn_hidden: int | None = None,
-               seq_len: int = SC21_SEQ_LEN, name: str | None = None) -> ModelSpec:
+def custom_gpt(
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    vocab: int = SC21_VOCAB,
+    ffn_hidden: int | None = None,
+    seq_len: int = SC21_SEQ_LEN,
+    name: str | None = None,
+) -> ModelSpec:
     """A Megatron GPT: learned positions, LayerNorm, GeLU MLP (``ffn_hidden`` defaults to 4 hidden),
     biases, dropout, embeddings tied to the output layer.
 
@@ -51,10 +59,18 @@ def custom_gpt(*, layers: int, hidden: int, heads: int, vocab: int = SC21_VOCAB,
     """
     return ModelSpec(
         name=name or f"gpt-l{layers}-h{hidden}",
-        layers=layers, hidden=hidden, heads=heads, vocab=vocab,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        vocab=vocab,
         ffn_hidden=4 * hidden if ffn_hidden is None else ffn_hidden,
-        seq_len=seq_len, gated_mlp=False, tied_embeddings=True, position_embedding="learned",
-        norm="layernorm", bias=True, dropout=True,
+        seq_len=seq_len,
+        gated_mlp=False,
+        tied_embeddings=True,
+        position_embedding="learned",
+        norm="layernorm",
+        bias=True,
+        dropout=True,
     )
 
 
@@ -80,38 +96,84 @@ SC21_GPTS: Mapping[str, ModelSpec] = types.MappingProxyType(
 
 def _llama3(name: str, *, layers: int, hidden: int, heads: int, ffn_hidden: int) -> ModelSpec:
     return ModelSpec(
-        name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=8, ffn_hidden=ffn_hidden,
-        vocab=128256, seq_len=8192, gated_mlp=True, tied_embeddings=False, position_embedding="rope",
-        norm="rmsnorm", bias=False, dropout=False,
+        name=name,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=8,
+        ffn_hidden=ffn_hidden,
+        vocab=128256,
+        seq_len=8192,
+        gated_mlp=True,
+        tied_embeddings=False,
+        position_embedding="rope",
+        norm="rmsnorm",
+        bias=False,
+        dropout=False,
     )
 
 
-def _mixtral(name: str, *, layers: int, hidden: int, heads: int, ffn_hidden: int, vocab: int,
-             seq_len: int) -> ModelSpec:
+def _mixtral(
+    name: str, *, layers: int, hidden: int, heads: int, ffn_hidden: int, vocab: int, seq_len: int
+) -> ModelSpec:
     return ModelSpec(
-        name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=8, ffn_hidden=ffn_hidden, vocab=vocab,
-        seq_len=seq_len, gated_mlp=True, tied_embeddings=False, position_embedding="rope", norm="rmsnorm",
-        bias=False, dropout=False, experts=8, top_k=2, expert_ffn_hidden=ffn_hidden,
+        name=name,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=8,
+        ffn_hidden=ffn_hidden,
+        vocab=vocab,
+        seq_len=seq_len,
+        gated_mlp=True,
+        tied_embeddings=False,
+        position_embedding="rope",
+        norm="rmsnorm",
+        bias=False,
+        dropout=False,
+        experts=8,
+        top_k=2,
+        expert_ffn_hidden=ffn_hidden,
     )
 
 
-MODELS: Mapping[str, ModelSpec] = types.MappingProxyType({
-    **SC21_GPTS,
-    "gpt3-175b": custom_gpt(layers=96, hidden=12288, heads=96, vocab=50257, name="gpt3-175b"),
-    "llama3-8b": _llama3("llama3-8b", layers=32, hidden=4096, heads=32, ffn_hidden=14336),
-    "llama3-70b": _llama3("llama3-70b", layers=80, hidden=8192, heads=64, ffn_hidden=28672),
-    "llama3-405b": _llama3("llama3-405b", layers=126, hidden=16384, heads=128, ffn_hidden=53248),
-    "mixtral-8x7b": _mixtral("mixtral-8x7b", layers=32, hidden=4096, heads=32, ffn_hidden=14336, vocab=32000,
-                             seq_len=32768),
-    "mixtral-8x22b": _mixtral("mixtral-8x22b", layers=56, hidden=6144, heads=48, ffn_hidden=16384, vocab=32768,
-                              seq_len=65536),
-    "deepseek-v3-like": ModelSpec(
-        name="deepseek-v3-like", layers=61, hidden=7168, heads=128, kv_heads=128, ffn_hidden=18432,
-        vocab=129280, seq_len=4096, gated_mlp=True, tied_embeddings=False, position_embedding="rope",
-        norm="rmsnorm", bias=False, dropout=False, experts=256, top_k=8, expert_ffn_hidden=2048,
-        shared_experts=1, moe_layer_freq=1, first_dense_layers=3,
-    ),
-})
+MODELS: Mapping[str, ModelSpec] = types.MappingProxyType(
+    {
+        **SC21_GPTS,
+        "gpt3-175b": custom_gpt(layers=96, hidden=12288, heads=96, vocab=50257, name="gpt3-175b"),
+        "llama3-8b": _llama3("llama3-8b", layers=32, hidden=4096, heads=32, ffn_hidden=14336),
+        "llama3-70b": _llama3("llama3-70b", layers=80, hidden=8192, heads=64, ffn_hidden=28672),
+        "llama3-405b": _llama3("llama3-405b", layers=126, hidden=16384, heads=128, ffn_hidden=53248),
+        "mixtral-8x7b": _mixtral(
+            "mixtral-8x7b", layers=32, hidden=4096, heads=32, ffn_hidden=14336, vocab=32000, seq_len=32768
+        ),
+        "mixtral-8x22b": _mixtral(
+            "mixtral-8x22b", layers=56, hidden=6144, heads=48, ffn_hidden=16384, vocab=32768, seq_len=65536
+        ),
+        "deepseek-v3-like": ModelSpec(
+            name="deepseek-v3-like",
+            layers=61,
+            hidden=7168,
+            heads=128,
+            kv_heads=128,
+            ffn_hidden=18432,
+            vocab=129280,
+            seq_len=4096,
+            gated_mlp=True,
+            tied_embeddings=False,
+            position_embedding="rope",
+            norm="rmsnorm",
+            bias=False,
+            dropout=False,
+            experts=256,
+            top_k=8,
+            expert_ffn_hidden=2048,
+            shared_experts=1,
+            moe_layer_freq=1,
+            first_dense_layers=3,
+        ),
+    }
+)
 """Every preset by name (SC21 GPTs, GPT-3, Llama 3, Mixtral, DeepSeek-V3-like)."""
 
 

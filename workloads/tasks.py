@@ -34,8 +34,8 @@ takes no part in equality, hashing or repr.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -105,7 +105,7 @@ class Workload:
                 raise ValueError(f"Workload.collectives[{i}]: group rank {max(coll.group)} >= nranks {self.nranks}")
         # ranks often share one program object (workloads.training builds equal programs once): its tasks are checked
         # once, then every rank's membership of the program's collectives; its ranks are kept (shared_programs)
-        shared: dict[int, tuple[tuple[Task, ...], tuple[int, ...], list[int]]] = {}   # id -> program, indices, ranks
+        shared: dict[int, tuple[tuple[Task, ...], tuple[int, ...], list[int]]] = {}  # id -> program, indices, ranks
         members: dict[int, frozenset[int]] = {}
         for rank, program in enumerate(self.programs):
             entry = shared.get(id(program))
@@ -118,32 +118,43 @@ class Workload:
                     group = members[i] = frozenset(self.collectives[i].group)
                 if rank not in group:
                     raise ValueError(f"Workload.programs[{rank}]: rank {rank} is not in the group of collective {i}")
-        object.__setattr__(self, "shared_programs", tuple((program, _read_only(ranks))
-                                                          for program, _, ranks in shared.values()))
+        object.__setattr__(
+            self, "shared_programs", tuple((program, _read_only(ranks)) for program, _, ranks in shared.values())
+        )
 
     def _check_program(self, rank: int, program) -> tuple[int, ...]:
         """Check the tasks of program ``rank``; returns the indices of its collectives, in program order."""
         joined: dict[int, None] = {}
         for position, task in enumerate(program):
             if any(a >= position for a in task.after):
-                raise ValueError(f"Workload.programs[{rank}][{position}].after: {task.after} names a task that is "
-                                 f"not earlier in the program; expected indices < {position}")
+                raise ValueError(
+                    f"Workload.programs[{rank}][{position}].after: {task.after} names a task that is "
+                    f"not earlier in the program; expected indices < {position}"
+                )
             if isinstance(task, CommTask):
                 if not 0 <= task.index < len(self.collectives):
                     raise ValueError(f"Workload.programs[{rank}]: collective index {task.index} does not exist")
                 if task.index in joined:
-                    raise ValueError(f"Workload.programs[{rank}]: collective {task.index} appears twice; expected "
-                                     "each rank to take part in a collective once")
+                    raise ValueError(
+                        f"Workload.programs[{rank}]: collective {task.index} appears twice; expected "
+                        "each rank to take part in a collective once"
+                    )
                 joined[task.index] = None
         return tuple(joined)
 
     @property
     def unresolved(self) -> int:
         """How many distinct compute tasks still have no duration (their work is not timed yet)."""
-        return len({id(t) for program, _ in self.shared_programs for t in program
-                    if isinstance(t, ComputeTask) and t.duration_s is None})
+        return len(
+            {
+                id(t)
+                for program, _ in self.shared_programs
+                for t in program
+                if isinstance(t, ComputeTask) and t.duration_s is None
+            }
+        )
 
-    def with_durations(self, duration_of: Callable[[Any], float]) -> "Workload":
+    def with_durations(self, duration_of: Callable[[Any], float]) -> Workload:
         """This workload with every compute task that carries ``work`` lasting ``duration_of(work)`` seconds
         (the work is kept). Shared program objects stay shared and shared tasks are resolved once."""
         tasks: dict[int, ComputeTask] = {}
@@ -165,7 +176,7 @@ class Workload:
         return Workload(nranks=self.nranks, collectives=self.collectives, programs=tuple(out))
 
     @classmethod
-    def sequence(cls, collectives: list[Collective] | tuple[Collective, ...], *, nranks: int) -> "Workload":
+    def sequence(cls, collectives: list[Collective] | tuple[Collective, ...], *, nranks: int) -> Workload:
         """Every rank runs, in order, each collective whose group contains it (nccl-tests style)."""
         if not isinstance(collectives, (list, tuple)) or not all(isinstance(c, Collective) for c in collectives):
             raise reject("Workload.sequence.collectives", collectives, "a list of Collective")

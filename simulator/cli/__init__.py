@@ -20,8 +20,15 @@ from . import bench, calibrate, perf, step, systems, topo, validate
 from .common import Parser, UsageError
 
 # subcommand -> its module (add_parser(sub) declares its options, run(args) returns what it prints)
-COMMANDS = {"step": step, "bench": bench, "systems": systems, "topo": topo, "validate": validate,
-            "calibrate": calibrate, "perf": perf}
+COMMANDS = {
+    "step": step,
+    "bench": bench,
+    "systems": systems,
+    "topo": topo,
+    "validate": validate,
+    "calibrate": calibrate,
+    "perf": perf,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,4 +58,3 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     sys.stdout.write(out)
     return 0
-

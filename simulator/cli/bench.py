@@ -9,8 +9,15 @@ from topologies.presets import SYSTEMS
 from topologies.routing import ROUTING_POLICIES
 from workloads.collectives import CollectiveKind
 
-from .common import (FABRIC_DEFAULTS, build_topology, fabric_options, positive_int, protocol_name, stepfactor,
-                     system_name)
+from .common import (
+    FABRIC_DEFAULTS,
+    build_topology,
+    fabric_options,
+    positive_int,
+    protocol_name,
+    stepfactor,
+    system_name,
+)
 
 BENCH_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall")
 
@@ -25,39 +32,86 @@ def add_parser(sub) -> None:
     bench.add_argument("-d", "--datatype", default="float", help="element type; default float")
     bench.add_argument("-o", "--op", default="sum", help="reduction: sum, prod, max, min, avg; default sum")
     bench.add_argument("-r", "--root", type=int, default=0, help="root rank of broadcast/reduce; default 0")
-    bench.add_argument("-g", "--ngpus", type=positive_int("ngpus"), default=1,
-                       help="GPUs driven by one process (nccl-tests -g): adds their kernel launches; default 1")
+    bench.add_argument(
+        "-g",
+        "--ngpus",
+        type=positive_int("ngpus"),
+        default=1,
+        help="GPUs driven by one process (nccl-tests -g): adds their kernel launches; default 1",
+    )
     # nccl-tests options that change how a real run is measured, not what it measures: accepted so that a
     # pasted nccl-tests command line runs, with no effect on a deterministic simulation
-    for short, dest, what in (("-n", "iters", "timed iterations"), ("-w", "warmup_iters", "warm-up iterations"),
-                              ("-c", "check", "result checking"), ("-a", "average", "how ranks' times combine")):
-        bench.add_argument(short, dest=dest, type=int, default=None, metavar="N",
-                           help=f"nccl-tests {what}: accepted, no effect (the simulation is deterministic)")
+    for short, dest, what in (
+        ("-n", "iters", "timed iterations"),
+        ("-w", "warmup_iters", "warm-up iterations"),
+        ("-c", "check", "result checking"),
+        ("-a", "average", "how ranks' times combine"),
+    ):
+        bench.add_argument(
+            short,
+            dest=dest,
+            type=int,
+            default=None,
+            metavar="N",
+            help=f"nccl-tests {what}: accepted, no effect (the simulation is deterministic)",
+        )
     fabric_options(bench, defaults=FABRIC_DEFAULTS)
-    bench.add_argument("--routing", choices=ROUTING_POLICIES, default="ecmp",
-                       help="fabric routing: ecmp (seeded hash), adaptive, spray, minimal, valiant, ugal; default ecmp")
-    bench.add_argument("--qps-per-connection", type=positive_int("qps-per-connection"), default=None,
-                       help="QPs per NCCL network connection (as NCCL_IB_QPS_PER_CONNECTION), each hashed separately")
-    bench.add_argument("--congestion", nargs="+", default=(), choices=CONGESTION_NAMES,
-                       help="refine the flow model: DCQCN rate control, PFC pause spreading (RoCE), "
-                            "InfiniBand credit back-pressure")
-    bench.add_argument("--sharp", action="store_true",
-                       help="allow in-network reduction on SHARP switches (as NCCL_COLLNET_ENABLE=1)")
-    bench.add_argument("--gpus-per-node", type=positive_int("gpus-per-node"), default=None,
-                       help="use this many of each server's GPUs; default all")
-    bench.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, default="flow",
-                       help="network model: flow (max-min sharing, default) or analytical (alpha-beta)")
-    bench.add_argument("--algo", default=None, help="force the algorithm: ring, tree, nvls, nvlstree, pat, ... "
-                       "(NCCL_ALGO in the environment restricts NCCL's choice instead)")
+    bench.add_argument(
+        "--routing",
+        choices=ROUTING_POLICIES,
+        default="ecmp",
+        help="fabric routing: ecmp (seeded hash), adaptive, spray, minimal, valiant, ugal; default ecmp",
+    )
+    bench.add_argument(
+        "--qps-per-connection",
+        type=positive_int("qps-per-connection"),
+        default=None,
+        help="QPs per NCCL network connection (as NCCL_IB_QPS_PER_CONNECTION), each hashed separately",
+    )
+    bench.add_argument(
+        "--congestion",
+        nargs="+",
+        default=(),
+        choices=CONGESTION_NAMES,
+        help="refine the flow model: DCQCN rate control, PFC pause spreading (RoCE), InfiniBand credit back-pressure",
+    )
+    bench.add_argument(
+        "--sharp", action="store_true", help="allow in-network reduction on SHARP switches (as NCCL_COLLNET_ENABLE=1)"
+    )
+    bench.add_argument(
+        "--gpus-per-node",
+        type=positive_int("gpus-per-node"),
+        default=None,
+        help="use this many of each server's GPUs; default all",
+    )
+    bench.add_argument(
+        "--net-model",
+        choices=NETWORK_MODEL_NAMES,
+        default="flow",
+        help="network model: flow (max-min sharing, default) or analytical (alpha-beta)",
+    )
+    bench.add_argument(
+        "--algo",
+        default=None,
+        help="force the algorithm: ring, tree, nvls, nvlstree, pat, ... "
+        "(NCCL_ALGO in the environment restricts NCCL's choice instead)",
+    )
     bench.add_argument("--proto", default=None, help="force the protocol: LL, LL128, Simple (wins over NCCL_PROTO)")
     bench.add_argument("--channels", type=positive_int("channels"), default=None, help="force the channel count")
     bench.add_argument("--seed", type=int, default=0, help="seed of ECMP hashing and Valiant choices; default 0")
     bench.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
-    bench.add_argument("--explain", action="store_true",
-                       help="also print the tuner's estimate for every algorithm and protocol at each size, and why "
-                            "any is left out (what NCCL_DEBUG_SUBSYS=TUNING shows)")
-    bench.add_argument("--calibration", default=None, metavar="FILE.json",
-                       help="apply a calibration written by `fabricsim calibrate --out` (link scale + overhead)")
+    bench.add_argument(
+        "--explain",
+        action="store_true",
+        help="also print the tuner's estimate for every algorithm and protocol at each size, and why "
+        "any is left out (what NCCL_DEBUG_SUBSYS=TUNING shows)",
+    )
+    bench.add_argument(
+        "--calibration",
+        default=None,
+        metavar="FILE.json",
+        help="apply a calibration written by `fabricsim calibrate --out` (link scale + overhead)",
+    )
 
 
 def run(args) -> str:
@@ -70,39 +124,69 @@ def run(args) -> str:
     except ValueError:
         kind = None
     if kind is None or kind.value not in BENCH_COLLECTIVES:
-        raise ValueError(f"collective: {args.collective!r} is not known; expected one of "
-                         f"{', '.join(BENCH_COLLECTIVES)}")
+        raise ValueError(
+            f"collective: {args.collective!r} is not known; expected one of {', '.join(BENCH_COLLECTIVES)}"
+        )
     calibration = None
     if args.calibration is not None:
         from simulator.validation.calibration import Calibration
+
         calibration = Calibration.load(args.calibration)
         if args.system is not None and args.system != calibration.system:
-            raise ValueError(f"calibration: {args.calibration} was fitted on system {calibration.system!r}, not "
-                             f"{args.system!r}; expected --system {calibration.system} (or no --system)")
+            raise ValueError(
+                f"calibration: {args.calibration} was fitted on system {calibration.system!r}, not "
+                f"{args.system!r}; expected --system {calibration.system} (or no --system)"
+            )
         args.system = calibration.system
     args.system = system_name(args.system)
     if args.system not in SYSTEMS:
         raise ValueError(f"system: {args.system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
     # NCCL's environment variables (tuner.NCCL_ENVIRONMENT) apply as they would to nccl-tests; options win
     if args.explain and args.format == "csv":
-        raise ValueError("explain: not available with --format csv (its columns are nccl-tests'); expected "
-                         "--format table or json")
-    overrides = dict(algorithm=args.algo, protocol=protocol_name(args.proto), nchannels=args.channels,
-                     qps_per_connection=args.qps_per_connection, collnet=True if args.sharp else None)
+        raise ValueError(
+            "explain: not available with --format csv (its columns are nccl-tests'); expected --format table or json"
+        )
+    overrides = dict(
+        algorithm=args.algo,
+        protocol=protocol_name(args.proto),
+        nchannels=args.channels,
+        qps_per_connection=args.qps_per_connection,
+        collnet=True if args.sharp else None,
+    )
     policy = CollectivePolicy.from_environment(os.environ, **overrides)
-    config = SimConfig(network_model=args.net_model, seed=args.seed, routing=args.routing, collectives=policy,
-                       congestion=tuple(args.congestion))
+    config = SimConfig(
+        network_model=args.net_model,
+        seed=args.seed,
+        routing=args.routing,
+        collectives=policy,
+        congestion=tuple(args.congestion),
+    )
     system = build_topology(vars(args))
     if calibration is not None:
         from simulator.validation.calibration import apply_calibration
+
         system, config = apply_calibration(system, config, calibration)
-    rows = run_bench(kind, system=system, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                     minbytes=args.minbytes, maxbytes=args.maxbytes, stepfactor=args.stepfactor,
-                     stepbytes=args.stepbytes, dtype=args.datatype, op=args.op, root=args.root,
-                     gpus_per_process=args.ngpus, config=config, explain=args.explain)
+    rows = run_bench(
+        kind,
+        system=system,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        minbytes=args.minbytes,
+        maxbytes=args.maxbytes,
+        stepfactor=args.stepfactor,
+        stepbytes=args.stepbytes,
+        dtype=args.datatype,
+        op=args.op,
+        root=args.root,
+        gpus_per_process=args.ngpus,
+        config=config,
+        explain=args.explain,
+    )
     gpn = args.gpus_per_node or SYSTEMS[args.system].server().gpus
-    title = (f"fabricsim bench {kind.value}: {args.system}, {args.nodes} node(s) x {gpn} GPUs, "
-             f"network model {args.net_model}")
+    title = (
+        f"fabricsim bench {kind.value}: {args.system}, {args.nodes} node(s) x {gpn} GPUs, "
+        f"network model {args.net_model}"
+    )
     if args.nodes > 1:
         title += f"; {system.description}; routing {args.routing}"
     if calibration is not None:
@@ -115,6 +199,13 @@ def run(args) -> str:
     if args.format == "json":
         extra = {"calibration": calibration.to_dict()} if calibration is not None else {}
         extra |= {"nccl_environment": environment} if environment else {}
-        return format_json(rows, collective=kind.value, system=args.system, nodes=args.nodes, gpus_per_node=gpn,
-                           net_model=args.net_model, **extra)
+        return format_json(
+            rows,
+            collective=kind.value,
+            system=args.system,
+            nodes=args.nodes,
+            gpus_per_node=gpn,
+            net_model=args.net_model,
+            **extra,
+        )
     return format_table(rows, title=title)

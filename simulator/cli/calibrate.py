@@ -8,36 +8,62 @@ from pathlib import Path
 from simulator.config import NETWORK_MODEL_NAMES
 from topologies.checks import output_file
 
-from .common import (positive_int, protocol_name)
-
+from .common import positive_int, protocol_name
 
 
 def add_parser(sub) -> None:
-    calibrate = sub.add_parser("calibrate", help="fit a preset's link bandwidth scale and per-collective overhead "
-                                                 "to your nccl-tests output")
-    calibrate.add_argument("log", help="saved stdout of one nccl-tests run (e.g. all_reduce_perf -b 8 -e 8G -f 2); "
-                                       "- reads it from standard input")
-    calibrate.add_argument("--system", default=None,
-                           help="system preset measured (default: from the log's device names)")
-    calibrate.add_argument("--nodes", type=positive_int("nodes"), default=None,
-                           help="servers (default: the log's distinct hosts, else 1)")
-    calibrate.add_argument("--gpus-per-node", type=positive_int("gpus-per-node"), default=None,
-                           help="GPUs used per server (default: ranks / nodes)")
-    calibrate.add_argument("--nranks", type=positive_int("nranks"), default=None,
-                           help="ranks (default: the log's '#  Rank N' lines)")
-    calibrate.add_argument("-g", "--ngpus", type=positive_int("ngpus"), default=None,
-                           help="GPUs per nccl-tests process, -g (default: the log's nGpus, else 1)")
-    calibrate.add_argument("--collective", default=None,
-                           help="the test run (default: from the log, e.g. "
-                                "'Collective test starting: all_reduce_perf')")
-    calibrate.add_argument("--algo", default=None, help="the algorithm the measurement forced (default: the "
-                           "log's NCCL settings, from 'NCCL INFO ... set by environment' lines)")
+    calibrate = sub.add_parser(
+        "calibrate", help="fit a preset's link bandwidth scale and per-collective overhead to your nccl-tests output"
+    )
+    calibrate.add_argument(
+        "log",
+        help="saved stdout of one nccl-tests run (e.g. all_reduce_perf -b 8 -e 8G -f 2); "
+        "- reads it from standard input",
+    )
+    calibrate.add_argument(
+        "--system", default=None, help="system preset measured (default: from the log's device names)"
+    )
+    calibrate.add_argument(
+        "--nodes", type=positive_int("nodes"), default=None, help="servers (default: the log's distinct hosts, else 1)"
+    )
+    calibrate.add_argument(
+        "--gpus-per-node",
+        type=positive_int("gpus-per-node"),
+        default=None,
+        help="GPUs used per server (default: ranks / nodes)",
+    )
+    calibrate.add_argument(
+        "--nranks", type=positive_int("nranks"), default=None, help="ranks (default: the log's '#  Rank N' lines)"
+    )
+    calibrate.add_argument(
+        "-g",
+        "--ngpus",
+        type=positive_int("ngpus"),
+        default=None,
+        help="GPUs per nccl-tests process, -g (default: the log's nGpus, else 1)",
+    )
+    calibrate.add_argument(
+        "--collective",
+        default=None,
+        help="the test run (default: from the log, e.g. 'Collective test starting: all_reduce_perf')",
+    )
+    calibrate.add_argument(
+        "--algo",
+        default=None,
+        help="the algorithm the measurement forced (default: the "
+        "log's NCCL settings, from 'NCCL INFO ... set by environment' lines)",
+    )
     calibrate.add_argument("--proto", default=None, help="the protocol it forced")
-    calibrate.add_argument("--channels", type=positive_int("channels"), default=None,
-                           help="the channel count it forced")
+    calibrate.add_argument(
+        "--channels", type=positive_int("channels"), default=None, help="the channel count it forced"
+    )
     calibrate.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, default="flow", help="network model")
-    calibrate.add_argument("--out", default=None, metavar="FILE.json",
-                           help="write the calibration here, for `fabricsim bench --calibration FILE.json`")
+    calibrate.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE.json",
+        help="write the calibration here, for `fabricsim bench --calibration FILE.json`",
+    )
 
 
 def run(args) -> str:
@@ -46,15 +72,24 @@ def run(args) -> str:
     from simulator.validation.calibration import calibrate, format_result, parse_nccl_tests_log, read_nccl_tests_log
 
     if args.out is not None:
-        output_file("out", args.out)                   # before the fit runs
+        output_file("out", args.out)  # before the fit runs
     if args.log == "-":
         log = parse_nccl_tests_log(sys.stdin.read(), name="<stdin>")
     else:
         log = read_nccl_tests_log(args.log)
-    result = calibrate(log, system=args.system, collective=args.collective, nodes=args.nodes,
-                       gpus_per_node=args.gpus_per_node, nranks=args.nranks, gpus_per_process=args.ngpus,
-                       algorithm=args.algo, protocol=protocol_name(args.proto), nchannels=args.channels,
-                       net_model=args.net_model)
+    result = calibrate(
+        log,
+        system=args.system,
+        collective=args.collective,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        nranks=args.nranks,
+        gpus_per_process=args.ngpus,
+        algorithm=args.algo,
+        protocol=protocol_name(args.proto),
+        nchannels=args.channels,
+        net_model=args.net_model,
+    )
     if args.out is not None:
         try:
             Path(args.out).write_text(json.dumps(result.to_dict(), indent=1) + "\n")

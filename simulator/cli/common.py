@@ -7,10 +7,9 @@ import math
 from collections.abc import Mapping
 
 from topologies.checks import reject
-
 from topologies.presets import FABRICS, TOPOLOGIES
 
-DEFAULT_SYSTEM = "dgx-h100"          # the system preset when none is given
+DEFAULT_SYSTEM = "dgx-h100"  # the system preset when none is given
 
 
 class UsageError(Exception):
@@ -39,6 +38,7 @@ def bounded(name: str, cast=int, low: float = 1, *, strict: bool = False):
         if not (value > low if strict else value >= low):
             raise argparse.ArgumentTypeError(str(reject(name, text, expected)))
         return value
+
     return parse
 
 
@@ -47,7 +47,7 @@ def system_name(settings_system: str | None) -> str:
     return DEFAULT_SYSTEM if settings_system is None else settings_system
 
 
-positive_int = bounded      # positive_int(name): an integer >= 1
+positive_int = bounded  # positive_int(name): an integer >= 1
 stepfactor = bounded("stepfactor", float, 1, strict=True)
 
 
@@ -64,25 +64,47 @@ def fabric_options(p: argparse.ArgumentParser, *, defaults: Mapping) -> None:
     p.add_argument("--nodes", type=positive_int("nodes"), help=f"servers; default {defaults['nodes']}")
     p.add_argument("--topology", help=f"wiring: {', '.join(TOPOLOGIES)}; default {defaults['topology']}")
     p.add_argument("--fabric", help=f"fabric technology: {', '.join(FABRICS)}; default the preset's own")
-    p.add_argument("--oversubscription", type=bounded("oversubscription", float),
-                   help=f"leaf down:up ratio R (R:1), 1 non-blocking; default {defaults['oversubscription']:g}")
-    p.add_argument("--no-rail-optimised", dest="rail_optimised", action="store_false",
-                   help="cable every NIC of a server to the same top-of-rack leaf")
+    p.add_argument(
+        "--oversubscription",
+        type=bounded("oversubscription", float),
+        help=f"leaf down:up ratio R (R:1), 1 non-blocking; default {defaults['oversubscription']:g}",
+    )
+    p.add_argument(
+        "--no-rail-optimised",
+        dest="rail_optimised",
+        action="store_false",
+        help="cable every NIC of a server to the same top-of-rack leaf",
+    )
     p.add_argument("--nics-per-node", type=positive_int("nics-per-node"), help="NICs per server; default the preset's")
-    p.add_argument("--planes", type=positive_int("planes"),
-                   help=f"independent fabric planes, NIC j on plane j %% P; default {defaults['planes']}")
-    p.add_argument("--no-gdr", dest="gdr", action="store_false",
-                   help="GPUDirect RDMA off: network traffic staged through host memory (NCCL 'GDR 0')")
+    p.add_argument(
+        "--planes",
+        type=positive_int("planes"),
+        help=f"independent fabric planes, NIC j on plane j %% P; default {defaults['planes']}",
+    )
+    p.add_argument(
+        "--no-gdr",
+        dest="gdr",
+        action="store_false",
+        help="GPUDirect RDMA off: network traffic staged through host memory (NCCL 'GDR 0')",
+    )
     p.set_defaults(**{name: defaults[name] for name in FABRIC_DEFAULTS})
 
 
 def build_topology(settings: Mapping):
     """The system the fabric options in ``settings`` (parsed arguments as a dict, or step settings) describe."""
     from topologies.presets import build_system
-    return build_system(settings["system"], nodes=settings["nodes"], topology=settings["topology"],
-                        fabric=settings["fabric"], oversubscription=settings["oversubscription"],
-                        rail_optimised=settings["rail_optimised"], nics_per_node=settings["nics_per_node"],
-                        planes=settings["planes"], gdr=settings["gdr"])
+
+    return build_system(
+        settings["system"],
+        nodes=settings["nodes"],
+        topology=settings["topology"],
+        fabric=settings["fabric"],
+        oversubscription=settings["oversubscription"],
+        rail_optimised=settings["rail_optimised"],
+        nics_per_node=settings["nics_per_node"],
+        planes=settings["planes"],
+        gdr=settings["gdr"],
+    )
 
 
 def protocol_name(proto: str | None) -> str | None:

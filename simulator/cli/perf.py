@@ -5,48 +5,61 @@ from __future__ import annotations
 import time
 
 
-
-
-
 def add_parser(sub) -> None:
     perf = sub.add_parser("perf", help="benchmarks: max-min kernel and a 16-node bench sweep (prints figures)")
     perf.add_argument("--quick", action="store_true", help="smaller instances")
-    perf.add_argument("--scale", action="store_true",
-                      help="also: 1 GiB ring all_reduce on 4,096 and 16,384 GPUs (DGX H100, 3-tier fat-tree)")
-    perf.add_argument("--step", action="store_true",
-                      help="also: one Llama-3 405B step on 16,384 H100 (TP 8, PP 16, DP 128, 8192 tokens) on a "
-                           "RoCE 400G fat-tree, flow and analytical network models")
+    perf.add_argument(
+        "--scale",
+        action="store_true",
+        help="also: 1 GiB ring all_reduce on 4,096 and 16,384 GPUs (DGX H100, 3-tier fat-tree)",
+    )
+    perf.add_argument(
+        "--step",
+        action="store_true",
+        help="also: one Llama-3 405B step on 16,384 H100 (TP 8, PP 16, DP 128, 8192 tokens) on a "
+        "RoCE 400G fat-tree, flow and analytical network models",
+    )
 
 
 def run(args) -> str:
-    from simulator.studies.nccl_tests import run_bench
     from simulator.network.perf import bench_maxmin, format_report
+    from simulator.studies.nccl_tests import run_bench
 
     lines = []
     flows, links = (20_000, 4_000) if args.quick else (100_000, 20_000)
     lines.append("max-min kernel: " + format_report(bench_maxmin(nflows=flows, nlinks=links)))
     nodes = 2 if args.quick else 16
-    run_bench("all_reduce", system="dgx-h100", nodes=nodes, minbytes=8, maxbytes="8K")   # warm caches
+    run_bench("all_reduce", system="dgx-h100", nodes=nodes, minbytes=8, maxbytes="8K")  # warm caches
     start = time.perf_counter()
     rows = run_bench("all_reduce", system="dgx-h100", nodes=nodes, minbytes=8, maxbytes="8G", stepfactor=2)
     wall = time.perf_counter() - start
-    lines.append(f"bench all_reduce dgx-h100 --nodes {nodes} -b 8 -e 8G -f 2: {len(rows)} rows in {wall:.2f} s "
-                 f"(in-process, numba cache warm)")
+    lines.append(
+        f"bench all_reduce dgx-h100 --nodes {nodes} -b 8 -e 8G -f 2: {len(rows)} rows in {wall:.2f} s "
+        f"(in-process, numba cache warm)"
+    )
     if args.scale:
         from simulator.collectives.tuner import CollectivePolicy
         from simulator.config import SimConfig
         from topologies.presets import build_system
+
         for servers in (512, 2048):
             start = time.perf_counter()
             topology = build_system("dgx-h100", nodes=servers, topology="fat-tree")
             built = time.perf_counter()
-            row, = run_bench("all_reduce", system=topology, minbytes="1G", maxbytes="1G",
-                             config=SimConfig(collectives=CollectivePolicy(algorithm="ring")))
+            (row,) = run_bench(
+                "all_reduce",
+                system=topology,
+                minbytes="1G",
+                maxbytes="1G",
+                config=SimConfig(collectives=CollectivePolicy(algorithm="ring")),
+            )
             done = time.perf_counter()
-            lines.append(f"ring all_reduce 1 GiB on {topology.num_gpus} GPUs (dgx-h100 x {servers}, 3-tier fat-tree, "
-                         f"flow model): {done - start:.1f} s wall (build {built - start:.1f} s, simulate "
-                         f"{done - built:.1f} s); {row.time_us / 1e3:.1f} ms, busbw {row.busbw_GBps:.1f} GB/s "
-                         f"({row.protocol}, {row.channels} channels)")
+            lines.append(
+                f"ring all_reduce 1 GiB on {topology.num_gpus} GPUs (dgx-h100 x {servers}, 3-tier fat-tree, "
+                f"flow model): {done - start:.1f} s wall (build {built - start:.1f} s, simulate "
+                f"{done - built:.1f} s); {row.time_us / 1e3:.1f} ms, busbw {row.busbw_GBps:.1f} GB/s "
+                f"({row.protocol}, {row.channels} channels)"
+            )
     if args.step:
         lines += _perf_step()
     return "\n".join(lines) + "\n"
@@ -77,19 +90,40 @@ def _perf_step() -> list[str]:
     start = time.perf_counter()
     topology = build_system("dgx-h100", nodes=2048, fabric="roce-400g", topology="fat-tree")
     built = time.perf_counter()
-    layout = ParallelismSpec(tp=8, pp=16, dp=128, gpus=16384, micro_batch=1, global_batch=2048, seq_len=8192,
-                             dp_overlap=False, bucket_bytes=None)
-    cache = RouteCache()                         # the fabric's routing tables: built by the first run, then reused
+    layout = ParallelismSpec(
+        tp=8,
+        pp=16,
+        dp=128,
+        gpus=16384,
+        micro_batch=1,
+        global_batch=2048,
+        seq_len=8192,
+        dp_overlap=False,
+        bucket_bytes=None,
+    )
+    cache = RouteCache()  # the fabric's routing tables: built by the first run, then reused
     for net, label in (("analytical", "analytical, cold"), ("flow", "flow"), ("analytical", "analytical, warm")):
         gc.collect()
         t0 = time.perf_counter()
-        result = simulate_step(model_preset("llama3-405b"), layout, system=topology, options=StepOptions(
-            config=SimConfig(network_model=net), granularity="chunk", symmetric_replicas=True,
-            tensor_rank0_p2p=True, steady_state_microbatches=4, route_cache=cache))
+        result = simulate_step(
+            model_preset("llama3-405b"),
+            layout,
+            system=topology,
+            options=StepOptions(
+                config=SimConfig(network_model=net),
+                granularity="chunk",
+                symmetric_replicas=True,
+                tensor_rank0_p2p=True,
+                steady_state_microbatches=4,
+                route_cache=cache,
+            ),
+        )
         wall = time.perf_counter() - t0
-        rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20     # Linux: KiB
-        lines.append(f"llama3-405b step on 16384 H100 (roce-400g fat-tree, {label}): {wall:.2f} s wall "
-                     f"(+ {built - start:.1f} s building the fabric), peak RSS {rss_gib:.2f} GiB; step "
-                     f"{result.step_time_s:.2f} s, {result.tflops_per_gpu:.0f} TFLOP/s per GPU, time in network "
-                     f"{result.exposed_comm_s:.2f} s")
+        rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
+        lines.append(
+            f"llama3-405b step on 16384 H100 (roce-400g fat-tree, {label}): {wall:.2f} s wall "
+            f"(+ {built - start:.1f} s building the fabric), peak RSS {rss_gib:.2f} GiB; step "
+            f"{result.step_time_s:.2f} s, {result.tflops_per_gpu:.0f} TFLOP/s per GPU, time in network "
+            f"{result.exposed_comm_s:.2f} s"
+        )
     return lines

@@ -17,16 +17,47 @@ from .common import DEFAULT_SYSTEM, FABRIC_DEFAULTS, bounded, build_topology, fa
 
 # `fabricsim step` with no arguments: a Llama-3 8B-class model on 8 DGX H100 (64 GPUs), TP 2 x PP 2 x DP 16,
 # 256 sequences of 8192 tokens per step (2M tokens), micro-batch 1, bf16, DDP buckets overlapped with backward.
-STEP_DEFAULTS = {"model": "llama3-8b", "system": DEFAULT_SYSTEM, **FABRIC_DEFAULTS, "nodes": 8, "tp": 2, "pp": 2,
-                 "cp": 1, "ep": 1, "vp": 1, "zero": 0, "fsdp": False, "global_batch": 256, "micro_batch": 1,
-                 "seq_len": 8192, "bucket_mb": DDP_BUCKET_BYTES / 2**20, "dtype": "bf16", "schedule": "1f1b",
-                 "sequence_parallel": False, "recompute": "none", "net_model": "flow", "granularity": "layer",
-                 "fabric": None, "rail_optimised": True, "nics_per_node": None, "gdr": True, "routing": "ecmp",
-                 "seed": 0, "congestion": (), "layers": None, "hidden": None, "heads": None, "vocab": SC21_VOCAB,
-                 "ffn_hidden": None, "dp": None, "format": "table", "trace": None}
+STEP_DEFAULTS = {
+    "model": "llama3-8b",
+    "system": DEFAULT_SYSTEM,
+    **FABRIC_DEFAULTS,
+    "nodes": 8,
+    "tp": 2,
+    "pp": 2,
+    "cp": 1,
+    "ep": 1,
+    "vp": 1,
+    "zero": 0,
+    "fsdp": False,
+    "global_batch": 256,
+    "micro_batch": 1,
+    "seq_len": 8192,
+    "bucket_mb": DDP_BUCKET_BYTES / 2**20,
+    "dtype": "bf16",
+    "schedule": "1f1b",
+    "sequence_parallel": False,
+    "recompute": "none",
+    "net_model": "flow",
+    "granularity": "layer",
+    "fabric": None,
+    "rail_optimised": True,
+    "nics_per_node": None,
+    "gdr": True,
+    "routing": "ecmp",
+    "seed": 0,
+    "congestion": (),
+    "layers": None,
+    "hidden": None,
+    "heads": None,
+    "vocab": SC21_VOCAB,
+    "ffn_hidden": None,
+    "dp": None,
+    "format": "table",
+    "trace": None,
+}
 
 STEP_FORMATS = ("table", "json")
-GPT_ONLY = ("layers", "hidden", "heads", "vocab", "ffn_hidden")      # describe --model gpt, and only it
+GPT_ONLY = ("layers", "hidden", "heads", "vocab", "ffn_hidden")  # describe --model gpt, and only it
 
 
 def _text(field: str, value: object) -> str:
@@ -37,8 +68,11 @@ def _text(field: str, value: object) -> str:
 
 def _names(field: str, value: object) -> tuple[str, ...]:
     expected = f"a list of distinct names from {', '.join(CONGESTION_NAMES)}"
-    if not isinstance(value, (list, tuple)) or any(not isinstance(v, str) or v not in CONGESTION_NAMES
-                                                   for v in value) or len(set(value)) != len(value):
+    if (
+        not isinstance(value, (list, tuple))
+        or any(not isinstance(v, str) or v not in CONGESTION_NAMES for v in value)
+        or len(set(value)) != len(value)
+    ):
         raise checks.reject(field, value, expected)
     return tuple(value)
 
@@ -49,9 +83,29 @@ def _positive(field: str, value: object) -> int:
 
 # the type of every setting a scenario file may give (the command line's are its options' types)
 SETTING_CHECKS = {
-    "model": _text, "system": _text, "topology": _text, "fabric": _text, "trace": _text,
-    **dict.fromkeys(("nodes", "nics_per_node", "planes", "tp", "pp", "cp", "ep", "vp", "dp", "global_batch",
-                     "micro_batch", "seq_len", *GPT_ONLY), _positive),
+    "model": _text,
+    "system": _text,
+    "topology": _text,
+    "fabric": _text,
+    "trace": _text,
+    **dict.fromkeys(
+        (
+            "nodes",
+            "nics_per_node",
+            "planes",
+            "tp",
+            "pp",
+            "cp",
+            "ep",
+            "vp",
+            "dp",
+            "global_batch",
+            "micro_batch",
+            "seq_len",
+            *GPT_ONLY,
+        ),
+        _positive,
+    ),
     "oversubscription": lambda f, v: checks.finite(f, v, low=1),
     "zero": lambda f, v: checks.integer(f, v, low=0, high=3),
     **dict.fromkeys(("fsdp", "sequence_parallel", "rail_optimised", "gdr"), checks.flag),
@@ -69,42 +123,65 @@ SETTING_CHECKS = {
 
 
 def add_parser(sub) -> None:
-    step = sub.add_parser("step", help="one training step: step time, throughput, time in network, breakdown",
-                          argument_default=None)
-    step.add_argument("scenario", nargs="?", default=None, metavar="SCENARIO.toml",
-                      help="a TOML file with any of the options below (names with _ for -); options given "
-                           "on the command line win")
-    step.add_argument("--model", help="a model preset (llama3-8b, llama3-70b, gpt3-175b, mixtral-8x7b, ...) or "
-                                      "'gpt' with --layers --hidden --heads; default llama3-8b")
-    for name, what in (("layers", "transformer layers"), ("hidden", "hidden size"), ("heads", "attention heads"),
-                       ("vocab", f"vocabulary (default {SC21_VOCAB})"),
-                       ("ffn-hidden", "MLP size (default 4 x hidden)")):
+    step = sub.add_parser(
+        "step", help="one training step: step time, throughput, time in network, breakdown", argument_default=None
+    )
+    step.add_argument(
+        "scenario",
+        nargs="?",
+        default=None,
+        metavar="SCENARIO.toml",
+        help="a TOML file with any of the options below (names with _ for -); options given on the command line win",
+    )
+    step.add_argument(
+        "--model",
+        help="a model preset (llama3-8b, llama3-70b, gpt3-175b, mixtral-8x7b, ...) or "
+        "'gpt' with --layers --hidden --heads; default llama3-8b",
+    )
+    for name, what in (
+        ("layers", "transformer layers"),
+        ("hidden", "hidden size"),
+        ("heads", "attention heads"),
+        ("vocab", f"vocabulary (default {SC21_VOCAB})"),
+        ("ffn-hidden", "MLP size (default 4 x hidden)"),
+    ):
         step.add_argument(f"--{name}", type=positive_int(name), help=f"with --model gpt: {what}")
     fabric_options(step, defaults=STEP_DEFAULTS)
     step.add_argument("--routing", choices=ROUTING_POLICIES, help="fabric routing; default ecmp")
     step.add_argument("--seed", type=int, help="seed of ECMP hashing; default 0")
     step.add_argument("--congestion", nargs="+", choices=CONGESTION_NAMES, help="flow-model refinements")
     for name in ("tp", "pp", "dp", "cp", "ep", "vp"):
-        step.add_argument(f"--{name}", type=positive_int(name),
-                          help={"dp": "data-parallel size; default GPUs / (tp pp cp)",
-                                "vp": "virtual stages per pipeline rank (interleaved 1F1B)"}.get(name, f"{name} size"))
+        step.add_argument(
+            f"--{name}",
+            type=positive_int(name),
+            help={
+                "dp": "data-parallel size; default GPUs / (tp pp cp)",
+                "vp": "virtual stages per pipeline rank (interleaved 1F1B)",
+            }.get(name, f"{name} size"),
+        )
     step.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage; default 0")
     step.add_argument("--fsdp", action="store_const", const=True, help="FSDP full sharding (ZeRO-3 semantics)")
     step.add_argument("--global-batch", type=positive_int("global-batch"), help="sequences per step; default 256")
     step.add_argument("--micro-batch", type=positive_int("micro-batch"), help="sequences per micro-batch; default 1")
     step.add_argument("--seq-len", type=positive_int("seq-len"), help="tokens per sequence; default 8192")
-    step.add_argument("--bucket-mb", type=bounded("bucket-mb", float, 0, strict=True),
-                      help=f"DDP gradient bucket in MiB; default {STEP_DEFAULTS['bucket_mb']:g}")
+    step.add_argument(
+        "--bucket-mb",
+        type=bounded("bucket-mb", float, 0, strict=True),
+        help=f"DDP gradient bucket in MiB; default {STEP_DEFAULTS['bucket_mb']:g}",
+    )
     step.add_argument("--dtype", choices=names(Dtype), help="training precision; default bf16")
     step.add_argument("--schedule", choices=names(PipelineSchedule), help="pipeline schedule; default 1f1b")
     step.add_argument("--sequence-parallel", action="store_const", const=True, help="Megatron sequence parallelism")
     step.add_argument("--recompute", choices=names(Recompute), help="activation recomputation")
     step.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, help="network model; default flow")
-    step.add_argument("--granularity", choices=names(Granularity),
-                      help="tasks per layer (default) or per model chunk (faster; bytes and compute conserved)")
+    step.add_argument(
+        "--granularity",
+        choices=names(Granularity),
+        help="tasks per layer (default) or per model chunk (faster; bytes and compute conserved)",
+    )
     step.add_argument("--format", choices=STEP_FORMATS, help="output format; default table")
     step.add_argument("--trace", metavar="FILE.json", help="also write the step as a Chrome/Perfetto trace")
-    step.set_defaults(**dict.fromkeys(STEP_DEFAULTS))     # None: not given, so the scenario file or the default holds
+    step.set_defaults(**dict.fromkeys(STEP_DEFAULTS))  # None: not given, so the scenario file or the default holds
 
 
 def _step_settings(args) -> dict:
@@ -114,6 +191,7 @@ def _step_settings(args) -> dict:
     given = set()
     if args.scenario is not None:
         import tomllib
+
         text = checks.read_text("scenario", args.scenario)
         try:
             scenario = tomllib.loads(text)
@@ -122,8 +200,10 @@ def _step_settings(args) -> dict:
         for key, value in scenario.items():
             name = key.replace("-", "_")
             if name not in settings:
-                raise ValueError(f"scenario: {args.scenario}: {key!r} is not a known field; expected one of "
-                                 f"{', '.join(k for k in STEP_DEFAULTS)}")
+                raise ValueError(
+                    f"scenario: {args.scenario}: {key!r} is not a known field; expected one of "
+                    f"{', '.join(k for k in STEP_DEFAULTS)}"
+                )
             try:
                 settings[name] = SETTING_CHECKS[name](name, value)
             except ValueError as exc:
@@ -150,41 +230,69 @@ def run(args) -> str:
 
     s = _step_settings(args)
     if s["trace"] is not None:
-        checks.output_file("trace", s["trace"])        # before the step runs
+        checks.output_file("trace", s["trace"])  # before the step runs
     if str(s["model"]).lower() != "gpt":
         extra = [name for name in GPT_ONLY if name in s["given"]]
         if extra:
             options = ", ".join(f"--{name.replace('_', '-')}" for name in GPT_ONLY)
-            raise ValueError(f"{extra[0]}: {s[extra[0]]!r} is not allowed with model {s['model']!r}, a preset; "
-                             f"expected --model gpt ({options} describe a custom GPT)")
+            raise ValueError(
+                f"{extra[0]}: {s[extra[0]]!r} is not allowed with model {s['model']!r}, a preset; "
+                f"expected --model gpt ({options} describe a custom GPT)"
+            )
     if str(s["model"]).lower() == "gpt":
         missing = [f"--{k}" for k in ("layers", "hidden", "heads") if s[k] is None]
         if missing:
             raise ValueError(f"model: 'gpt' needs {', '.join(missing)}")
-        model = custom_gpt(layers=s["layers"], hidden=s["hidden"], heads=s["heads"], vocab=s["vocab"],
-                           ffn_hidden=s["ffn_hidden"])
+        model = custom_gpt(
+            layers=s["layers"], hidden=s["hidden"], heads=s["heads"], vocab=s["vocab"], ffn_hidden=s["ffn_hidden"]
+        )
     else:
         model = model_preset(str(s["model"]))
     topology = build_topology(s)
-    if not 4 <= s["bucket_mb"] * 2**20 <= checks.MAX_BYTES:          # a float: 1e308 MiB is inf bytes, not allowed
-        raise checks.reject("bucket_mb", s["bucket_mb"], f"a size in MiB from {4 / 2**20:.2g} (4 bytes) to "
-                            f"{checks.MAX_BYTES >> 20} (1 PiB)")
+    if not 4 <= s["bucket_mb"] * 2**20 <= checks.MAX_BYTES:  # a float: 1e308 MiB is inf bytes, not allowed
+        raise checks.reject(
+            "bucket_mb",
+            s["bucket_mb"],
+            f"a size in MiB from {4 / 2**20:.2g} (4 bytes) to {checks.MAX_BYTES >> 20} (1 PiB)",
+        )
     bucket_bytes = int(s["bucket_mb"] * 2**20)
-    parallelism = ParallelismSpec(tp=s["tp"], pp=s["pp"], dp=s["dp"], cp=s["cp"], ep=s["ep"], vp=s["vp"],
-                                  gpus=topology.num_gpus, zero=s["zero"],
-                                  fsdp=s["fsdp"], micro_batch=s["micro_batch"], global_batch=s["global_batch"],
-                                  seq_len=s["seq_len"], schedule=s["schedule"],
-                                  sequence_parallel=s["sequence_parallel"], dtype=s["dtype"],
-                                  bucket_bytes=bucket_bytes)
+    parallelism = ParallelismSpec(
+        tp=s["tp"],
+        pp=s["pp"],
+        dp=s["dp"],
+        cp=s["cp"],
+        ep=s["ep"],
+        vp=s["vp"],
+        gpus=topology.num_gpus,
+        zero=s["zero"],
+        fsdp=s["fsdp"],
+        micro_batch=s["micro_batch"],
+        global_batch=s["global_batch"],
+        seq_len=s["seq_len"],
+        schedule=s["schedule"],
+        sequence_parallel=s["sequence_parallel"],
+        dtype=s["dtype"],
+        bucket_bytes=bucket_bytes,
+    )
     # NCCL's environment variables apply to every collective of the step, as they would to the job
     environment = applied_settings(os.environ)
-    config = SimConfig(network_model=s["net_model"], routing=s["routing"], seed=s["seed"],
-                       congestion=tuple(s["congestion"]), collectives=CollectivePolicy.from_environment(os.environ))
-    result = simulate_step(model, parallelism, system=topology, options=StepOptions(
-        config=config, recompute=s["recompute"], granularity=s["granularity"]))
+    config = SimConfig(
+        network_model=s["net_model"],
+        routing=s["routing"],
+        seed=s["seed"],
+        congestion=tuple(s["congestion"]),
+        collectives=CollectivePolicy.from_environment(os.environ),
+    )
+    result = simulate_step(
+        model,
+        parallelism,
+        system=topology,
+        options=StepOptions(config=config, recompute=s["recompute"], granularity=s["granularity"]),
+    )
     trace_note = ""
     if s["trace"] is not None:
         from simulator.studies.trace import chrome_trace
+
         try:
             Path(s["trace"]).write_text(json.dumps(chrome_trace(result)))
         except OSError as exc:
@@ -203,36 +311,46 @@ def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None 
     (tuner.applied_settings), ends its title as in bench's."""
     p = result.parallelism
     step = result.step_time_s
-    pct = (lambda x: f"{100 * x / step:5.1f} %" if step > 0 else "    -")
+
+    def pct(x):
+        return f"{100 * x / step:5.1f} %" if step > 0 else "    -"
+
     gib = 1 << 30
     title = f"# fabricsim step: {result.model} on {topology.description or topology.name} ({result.gpus} GPUs)"
     if nccl_environment:
         from simulator.collectives.tuner import describe_settings
+
         title += "; " + describe_settings(nccl_environment)
-    lines = [title,
-             f"# tp {p.tp} x pp {p.pp} x dp {p.dp} x cp {p.cp} (ep {p.ep}, vp {p.vp}), {p.schedule}, "
-             f"{p.global_batch} x {p.seq_len} tokens, micro-batch {p.micro_batch}, {p.dtype}, ZeRO {p.zero_stage}",
-             f"step time            {step:12.4f} s",
-             f"tokens/s             {result.tokens_per_s:12.0f}",
-             f"TFLOP/s per GPU      {result.tflops_per_gpu:12.1f}",
-             f"MFU                  {result.mfu:12.3f}",
-             f"compute              {result.compute_s:12.4f} s  {pct(result.compute_s)}",
-             f"pipeline bubble      {result.bubble_s:12.4f} s  {pct(result.bubble_s)}",
-             f"time in network      {result.exposed_comm_s:12.4f} s  {pct(result.exposed_comm_s)}  "
-             "(exposed communication on the critical path)",
-             f"communication        {result.comm_s:12.4f} s  (all collectives, overlapped or not)",
-             f"memory per GPU       {result.memory_bytes_per_gpu / gib:12.1f} GiB of "
-             f"{result.memory_capacity_bytes / gib:.0f} GiB" + ("  OUT OF MEMORY" if result.out_of_memory else ""),
-             "", f"{'group':<8}{'count':>8}{'GB moved':>12}{'time s':>10}{'exposed s':>11}"]
+    lines = [
+        title,
+        f"# tp {p.tp} x pp {p.pp} x dp {p.dp} x cp {p.cp} (ep {p.ep}, vp {p.vp}), {p.schedule}, "
+        f"{p.global_batch} x {p.seq_len} tokens, micro-batch {p.micro_batch}, {p.dtype}, ZeRO {p.zero_stage}",
+        f"step time            {step:12.4f} s",
+        f"tokens/s             {result.tokens_per_s:12.0f}",
+        f"TFLOP/s per GPU      {result.tflops_per_gpu:12.1f}",
+        f"MFU                  {result.mfu:12.3f}",
+        f"compute              {result.compute_s:12.4f} s  {pct(result.compute_s)}",
+        f"pipeline bubble      {result.bubble_s:12.4f} s  {pct(result.bubble_s)}",
+        f"time in network      {result.exposed_comm_s:12.4f} s  {pct(result.exposed_comm_s)}  "
+        "(exposed communication on the critical path)",
+        f"communication        {result.comm_s:12.4f} s  (all collectives, overlapped or not)",
+        f"memory per GPU       {result.memory_bytes_per_gpu / gib:12.1f} GiB of "
+        f"{result.memory_capacity_bytes / gib:.0f} GiB" + ("  OUT OF MEMORY" if result.out_of_memory else ""),
+        "",
+        f"{'group':<8}{'count':>8}{'GB moved':>12}{'time s':>10}{'exposed s':>11}",
+    ]
     for name, entry in result.breakdown["group"].items():
-        lines.append(f"{name:<8}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>10.4f}"
-                     f"{entry['exposed_s']:>11.4f}")
+        lines.append(
+            f"{name:<8}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>10.4f}"
+            f"{entry['exposed_s']:>11.4f}"
+        )
     # what NCCL's tuner chose in each group, its biggest share of bytes first
     lines += ["", f"{'group':<8}{'algorithm':<24}{'count':>8}{'GB moved':>12}{'time s':>10}"]
     for group, choices in result.breakdown["algorithm"].items():
         for choice, entry in choices.items():
-            lines.append(f"{group:<8}{choice:<24}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}"
-                         f"{entry['time_s']:>10.4f}")
+            lines.append(
+                f"{group:<8}{choice:<24}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>10.4f}"
+            )
     lines += ["", f"{'link tier':<10}{'TB moved':>10}"]
     for name, nbytes in result.breakdown["link_tier_bytes"].items():
         if nbytes > 0:

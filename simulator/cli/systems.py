@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-
 from topologies.presets import SYSTEMS
-
-
 
 
 def add_parser(sub) -> None:

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-
-
 from topologies.checks import output_file
 
 from .common import FABRIC_DEFAULTS, build_topology, fabric_options, system_name
 
 
-
 def add_parser(sub) -> None:
     topo = sub.add_parser("topo", help="a fabric design's summary and cost (switches, ports, cables, optics per tier)")
     fabric_options(topo, defaults=FABRIC_DEFAULTS)
-    topo.add_argument("--nic-cables", choices=("optical", "copper"), default="optical",
-                      help="NIC-to-leaf cables: optical (transceivers) or copper DAC; default optical")
+    topo.add_argument(
+        "--nic-cables",
+        choices=("optical", "copper"),
+        default="optical",
+        help="NIC-to-leaf cables: optical (transceivers) or copper DAC; default optical",
+    )
     topo.add_argument("--draw", default=None, metavar="FILE.png", help="also draw the switch graph into this file")
 
 
@@ -29,6 +30,7 @@ def run(args) -> str:
     out += cost_summary(topology, nic_cables=args.nic_cables).format().rstrip("\n") + "\n"
     if args.draw is not None:
         from simulator.plotting import draw_fabric
+
         draw_fabric(topology, args.draw)
         out += f"# wrote {args.draw}\n"
     return out

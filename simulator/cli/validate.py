@@ -7,61 +7,102 @@ from pathlib import Path
 from simulator.config import NETWORK_MODEL_NAMES
 from topologies.checks import output_dir, reject
 
-from .common import (positive_int, protocol_name)
-
+from .common import positive_int, protocol_name
 
 
 def add_parser(sub) -> None:
-    validate = sub.add_parser("validate", help="compare predictions with the shipped measured nccl-tests tables "
-                                               "(or your own): |t_pred/t_meas - 1| per table and regime")
-    validate.add_argument("--series", default=None, metavar="SUBSTRING",
-                          help="only the shipped series whose name contains this (case-insensitive)")
-    validate.add_argument("--data", default=None, metavar="FILE.csv",
-                          help="validate your own table instead (columns as the shipped ones: collective,nranks,"
-                               "nnodes,gpu,interconnect,size_bytes,time_us,algbw_GBps,busbw_GBps,source,notes)")
-    validate.add_argument("--system", default=None,
-                          help="with --data: the system preset (default: from the gpu column)")
+    validate = sub.add_parser(
+        "validate",
+        help="compare predictions with the shipped measured nccl-tests tables "
+        "(or your own): |t_pred/t_meas - 1| per table and regime",
+    )
+    validate.add_argument(
+        "--series",
+        default=None,
+        metavar="SUBSTRING",
+        help="only the shipped series whose name contains this (case-insensitive)",
+    )
+    validate.add_argument(
+        "--data",
+        default=None,
+        metavar="FILE.csv",
+        help="validate your own table instead (columns as the shipped ones: collective,nranks,"
+        "nnodes,gpu,interconnect,size_bytes,time_us,algbw_GBps,busbw_GBps,source,notes)",
+    )
+    validate.add_argument(
+        "--system", default=None, help="with --data: the system preset (default: from the gpu column)"
+    )
     validate.add_argument("--algo", default=None, help="with --data: the algorithm the measurement forced (NCCL_ALGO)")
     validate.add_argument("--proto", default=None, help="with --data: the protocol it forced (NCCL_PROTO)")
-    validate.add_argument("--channels", type=positive_int("channels"), default=None,
-                          help="with --data: the channel count it forced")
-    validate.add_argument("-g", "--ngpus", type=positive_int("ngpus"), default=None,
-                          help="with --data: GPUs per nccl-tests process (-g); default 1")
+    validate.add_argument(
+        "--channels", type=positive_int("channels"), default=None, help="with --data: the channel count it forced"
+    )
+    validate.add_argument(
+        "-g",
+        "--ngpus",
+        type=positive_int("ngpus"),
+        default=None,
+        help="with --data: GPUs per nccl-tests process (-g); default 1",
+    )
     validate.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, default="flow", help="network model")
     validate.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
-    validate.add_argument("--plot", default=None, metavar="DIR",
-                          help="also write one PNG per series (predicted vs measured busbw against size) into DIR")
+    validate.add_argument(
+        "--plot",
+        default=None,
+        metavar="DIR",
+        help="also write one PNG per series (predicted vs measured busbw against size) into DIR",
+    )
 
 
 def run(args) -> str:
     from simulator.validation.collectives import data_series, format_report, run_validation, select_series
 
-    described = [flag for flag, value in (("--system", args.system), ("--algo", args.algo), ("--proto", args.proto),
-                                          ("--channels", args.channels), ("-g", args.ngpus)) if value is not None]
+    described = [
+        flag
+        for flag, value in (
+            ("--system", args.system),
+            ("--algo", args.algo),
+            ("--proto", args.proto),
+            ("--channels", args.channels),
+            ("-g", args.ngpus),
+        )
+        if value is not None
+    ]
     if args.data is None and described:
-        raise ValueError(f"{described[0]}: describes a --data table; the shipped series carry their own settings "
-                         "(expected --data FILE.csv with it)")
+        raise ValueError(
+            f"{described[0]}: describes a --data table; the shipped series carry their own settings "
+            "(expected --data FILE.csv with it)"
+        )
     if args.plot is not None:
-        output_dir("plot", args.plot)            # before any simulation: an existing file is no directory
+        output_dir("plot", args.plot)  # before any simulation: an existing file is no directory
     if args.data is not None:
         if not args.data.strip():
             raise reject("data", args.data, "a CSV file (or a shipped table's name)")
         if args.series is not None:
             raise ValueError("--series: selects shipped series; expected either --series or --data, not both")
-        series = (data_series(Path(args.data), system=args.system, algorithm=args.algo,
-                              protocol=protocol_name(args.proto), nchannels=args.channels,
-                              gpus_per_process=args.ngpus or 1),)
+        series = (
+            data_series(
+                Path(args.data),
+                system=args.system,
+                algorithm=args.algo,
+                protocol=protocol_name(args.proto),
+                nchannels=args.channels,
+                gpus_per_process=args.ngpus or 1,
+            ),
+        )
     else:
         series = select_series(args.series)
     reports = run_validation(series, net_model=args.net_model)
     out = format_report(reports, format=args.format, net_model=args.net_model)
     if args.plot is not None:
         from simulator.plotting import write_busbw_plots
+
         try:
             paths = write_busbw_plots([(r.series.name, r.comparisons) for r in reports], args.plot)
         except OSError as exc:
-            raise ValueError(f"plot: {args.plot!r} cannot be written ({exc.strerror}); expected a writable "
-                             "directory") from None
+            raise ValueError(
+                f"plot: {args.plot!r} cannot be written ({exc.strerror}); expected a writable directory"
+            ) from None
         if args.format == "table":
             out += f"# wrote {len(paths)} plot(s) to {args.plot}: {', '.join(p.name for p in paths)}\n"
     return out

@@ -17,7 +17,11 @@ from .p2p import SENDRECV
 from .ring import RING
 from .tree import TREE
 
-ALGORITHMS = MappingProxyType({a.name: a for a in (RING, TREE, NVLS, NVLS_TREE, COLLNET, HALVING_DOUBLING, PAT,
-                                                 HIERARCHICAL, SENDRECV, PAIRWISE, DIRECT)})
+ALGORITHMS = MappingProxyType(
+    {
+        a.name: a
+        for a in (RING, TREE, NVLS, NVLS_TREE, COLLNET, HALVING_DOUBLING, PAT, HIERARCHICAL, SENDRECV, PAIRWISE, DIRECT)
+    }
+)
 
 __all__ = ["ALGORITHMS", "Algorithm", "LoweringContext"]

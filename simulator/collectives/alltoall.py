@@ -52,7 +52,7 @@ class Alltoall(AlgorithmDefaults):
     def __init__(self, name: str, *, rounds: bool, auto: bool):
         self.name = name
         self.rounds = rounds
-        self.auto = auto          # considered by the automatic choice (NCCL's own: every peer at once)
+        self.auto = auto  # considered by the automatic choice (NCCL's own: every peer at once)
 
     def supported(self, collective: Collective, ctx: LoweringContext) -> str | None:
         return None
@@ -65,8 +65,9 @@ class Alltoall(AlgorithmDefaults):
         rounds = [[(p, (p + i) % n) for p in range(n)] for i in range(1, n)]
         return rounds if self.rounds else [[pair for r in rounds for pair in r]]
 
-    def _latency_s(self, collective: Collective, ctx: LoweringContext, protocol: str, *,
-                   hop_extra_us: float = 0.0) -> float:
+    def _latency_s(
+        self, collective: Collective, ctx: LoweringContext, protocol: str, *, hop_extra_us: float = 0.0
+    ) -> float:
         """Latency with the platform's ``hop_extra_us`` (``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate)."""
         layout = ctx.layout(collective.group)
         group = collective.group
@@ -75,14 +76,17 @@ class Alltoall(AlgorithmDefaults):
         worst = 0.0
         combine = sum if protocol == "LL" else max
         for p in range(len(group)):
-            hops = combine([inter if ctx.server(group[p]) != ctx.server(group[q]) else intra
-                            for q in range(len(group)) if q != p] or [0.0])
+            hops = combine(
+                [inter if ctx.server(group[p]) != ctx.server(group[q]) else intra for q in range(len(group)) if q != p]
+                or [0.0]
+            )
             worst = max(worst, hops)
         # the platform's extra hop latency is paid once: a rank's sends to its peers run concurrently
         return (nccl_model.BASE_LATENCY_US["ring"][protocol] + worst + hop_extra_us) * 1e-6
 
-    def _steps(self, collective: Collective, ctx: LoweringContext,
-               nchannels: int) -> list[list[tuple[int, int, int, int, float]]]:
+    def _steps(
+        self, collective: Collective, ctx: LoweringContext, nchannels: int
+    ) -> list[list[tuple[int, int, int, int, float]]]:
         """Per step (round), the (member p, member q, bytes, channel, payload cap) flows of its pairs."""
         group = collective.group
         elt = DTYPE_BYTES[collective.dtype]
@@ -104,11 +108,27 @@ class Alltoall(AlgorithmDefaults):
             p, q, nbytes, channel = (np.array([f[k] for f in flows], dtype=np.int64) for k in range(4))
             # NCCL's per-hop latencies, summed over a rank's peers, already include the wire
             label = f"alltoall round {i + 1}" if self.rounds else "alltoall"
-            steps.append(Step.of(src=group[p], dst=group[q], nbytes=nbytes, channel=channel,
-                                 latency_s=latency if i == 0 else 0.0, rate_cap_bytes_per_s=[f[4] for f in flows],
-                                 label=label, path_latency=False))
-        return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                                 steps=tuple(steps), pxn=ctx.router.pxn)
+            steps.append(
+                Step.of(
+                    src=group[p],
+                    dst=group[q],
+                    nbytes=nbytes,
+                    channel=channel,
+                    latency_s=latency if i == 0 else 0.0,
+                    rate_cap_bytes_per_s=[f[4] for f in flows],
+                    label=label,
+                    path_latency=False,
+                )
+            )
+        return protocol_schedule(
+            collective,
+            ctx,
+            algorithm=self.name,
+            protocol=protocol,
+            nchannels=nchannels,
+            steps=tuple(steps),
+            pxn=ctx.router.pxn,
+        )
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         counts = alltoall_counts(collective)
@@ -119,17 +139,19 @@ class Alltoall(AlgorithmDefaults):
         for flows in self._steps(collective, ctx, nchannels):
             ops: list[tuple[int, int, int, int, int]] = []
             offset: dict[tuple[int, int], int] = {}
-            for p, q, nbytes, _, _ in flows:          # a pair's pieces in channel order
+            for p, q, nbytes, _, _ in flows:  # a pair's pieces in channel order
                 at = offset.get((p, q), 0)
                 ops.append((group[p], group[q], int(send[p, q]) + at, nbytes // elt, int(recv[q, p]) + at))
                 offset[(p, q)] = at + nbytes // elt
             steps.append(DataStep.of(ops))
-        local = DataStep.of([(group[p], group[p], int(send[p, p]), int(counts[p, p]), int(recv[p, p]))
-                             for p in range(len(group))])
+        local = DataStep.of(
+            [(group[p], group[p], int(send[p, p]), int(counts[p, p]), int(recv[p, p])) for p in range(len(group))]
+        )
         return (local, *steps)
 
-    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
-                 nchannels: int) -> tuple[float, float]:
+    def estimate(
+        self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int
+    ) -> tuple[float, float]:
         counts = alltoall_counts(collective)
         biggest = int(counts.max()) * DTYPE_BYTES[collective.dtype] if counts.size else 0
         latency = self._latency_s(collective, ctx, protocol)
@@ -138,9 +160,16 @@ class Alltoall(AlgorithmDefaults):
         if (protocol == "LL") != (biggest <= P2P_LL_THRESHOLD_BYTES):
             return latency, 0.0
         group = collective.group
-        time_s = sum(step_time_s(ctx, collective, [(group[p], group[q], c, b, cap) for p, q, b, c, cap in flows],
-                                 protocol=protocol, nchannels=nchannels)
-                     for flows in self._steps(collective, ctx, nchannels))
+        time_s = sum(
+            step_time_s(
+                ctx,
+                collective,
+                [(group[p], group[q], c, b, cap) for p, q, b, c, cap in flows],
+                protocol=protocol,
+                nchannels=nchannels,
+            )
+            for flows in self._steps(collective, ctx, nchannels)
+        )
         return latency, (collective.nbytes / time_s if time_s > 0 else float("inf"))
 
 

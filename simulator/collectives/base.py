@@ -49,17 +49,17 @@ class GroupLayout:
     """How a group's ranks sit on servers: servers in order of first rank, local GPUs sorted."""
 
     servers: tuple[int, ...]
-    ranks_by_server: tuple[tuple[int, ...], ...]   # ranks of each server, by local GPU index
+    ranks_by_server: tuple[tuple[int, ...], ...]  # ranks of each server, by local GPU index
     nnodes: int
-    ppn: int                                       # most ranks on one server
-    intra: str                                     # "nvlink" | "pcie"
+    ppn: int  # most ranks on one server
+    intra: str  # "nvlink" | "pcie"
     arch: str
     cpu_vendor: str
     nics_per_server: int
-    hop_extra_us: float = 0.0                      # platform latency per intra-server hop over NCCL's table
+    hop_extra_us: float = 0.0  # platform latency per intra-server hop over NCCL's table
 
 
-MAX_CHANNELS = 64     # NCCL MAXCHANNELS (src/include/device.h, 2.2x+)
+MAX_CHANNELS = 64  # NCCL MAXCHANNELS (src/include/device.h, 2.2x+)
 
 
 def ring_channels(layout: GroupLayout) -> int:
@@ -73,7 +73,7 @@ class LoweringContext:
     topology: Topology
     router: Router
     rank_gpu: tuple[int, ...]
-    qps_per_connection: int = 1           # NCCL_IB_QPS_PER_CONNECTION
+    qps_per_connection: int = 1  # NCCL_IB_QPS_PER_CONNECTION
     _cache: dict[Hashable, object] = field(default_factory=dict, repr=False, compare=False)
 
     def gpu(self, rank: int) -> int:
@@ -90,7 +90,7 @@ class LoweringContext:
         value = self._cache.get(key)
         if value is None:
             value = self._cache[key] = build()
-        return cast(_T, value)            # the cache holds what ``build`` of this key returned
+        return cast(_T, value)  # the cache holds what ``build`` of this key returned
 
     def layout(self, group: tuple[int, ...]) -> GroupLayout:
         return self.cached(("layout", group), lambda: self._layout(group))
@@ -114,8 +114,11 @@ class LoweringContext:
             arch=infos[0].gpu_arch,
             cpu_vendor="amd" if any(i.cpu_vendor == "amd" for i in infos) else "intel",
             nics_per_server=min(len(i.nics) for i in infos),
-            hop_extra_us=(nccl_model.NVLINK_HOP_EXTRA_US.get(infos[0].gpu_arch, 0.0)
-                          if all(i.nvswitch >= 0 for i in infos) else 0.0),
+            hop_extra_us=(
+                nccl_model.NVLINK_HOP_EXTRA_US.get(infos[0].gpu_arch, 0.0)
+                if all(i.nvswitch >= 0 for i in infos)
+                else 0.0
+            ),
         )
 
     def nccl_capacity(self) -> np.ndarray:
@@ -123,18 +126,20 @@ class LoweringContext:
         at NCCL's per-link figure for the GPU's generation (``topologies.links.NCCL_NVLINK_BYTES_PER_S``)
         times its link count, every other link as modelled (only B200's NVLink5 departs: modelled
         37.9 GB/s per link, NCCL's 40.1)."""
+
         def build() -> np.ndarray:
             topo = self.topology
             capacity = topo.link_capacity_bytes_per_s.copy()
             nvlink = np.flatnonzero(topo.link_kind == int(LinkKind.NVLINK))
             src, dst = topo.link_src[nvlink], topo.link_dst[nvlink]
-            gpu_end = np.where(np.isin(src, topo.gpu_nodes), src, dst)      # the GPU end of each NVLink link
+            gpu_end = np.where(np.isin(src, topo.gpu_nodes), src, dst)  # the GPU end of each NVLink link
             gpus_by_name: dict[str | None, list[int]] = {}
             for node in topo.gpu_nodes.tolist():
                 gpus_by_name.setdefault(topo.graph.nodes[node].get("gpu"), []).append(node)
             for name, gpus in gpus_by_name.items():
                 capacity[nvlink[np.isin(gpu_end, gpus)]] *= _nccl_nvlink_scale(name)
             return capacity
+
         return self.cached(("nccl-capacity",), build)
 
     def chain_rates(self, chains: list[np.ndarray], weights: list[np.ndarray] | None = None) -> np.ndarray:
@@ -174,8 +179,9 @@ class Algorithm(Protocol):
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule: ...
 
-    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
-                 nchannels: int) -> tuple[float, float]: ...
+    def estimate(
+        self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int
+    ) -> tuple[float, float]: ...
 
 
 class LaunchedAlgorithm(Protocol):
@@ -183,8 +189,9 @@ class LaunchedAlgorithm(Protocol):
 
     name: str
 
-    def lower_on(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int,
-                 comm_channels: int) -> Schedule: ...
+    def lower_on(
+        self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int, comm_channels: int
+    ) -> Schedule: ...
 
 
 class AlgorithmDefaults:
@@ -217,30 +224,56 @@ def piece_layout(collective: Collective, nchannels: int) -> tuple[np.ndarray, np
         per_channel = split_evenly(elements, nchannels)
         channel_offset = np.concatenate([[0], np.cumsum(per_channel)[:-1]])
         count = np.stack([split_evenly(int(e), n) for e in per_channel]) if nchannels else np.zeros((0, n), np.int64)
-        offset = channel_offset[:, None] + np.concatenate([np.zeros((nchannels, 1), np.int64),
-                                                           np.cumsum(count, axis=1)[:, :-1]], axis=1)
+        offset = channel_offset[:, None] + np.concatenate(
+            [np.zeros((nchannels, 1), np.int64), np.cumsum(count, axis=1)[:, :-1]], axis=1
+        )
     return offset.astype(np.int64), count.astype(np.int64)
 
 
-def protocol_schedule(collective: Collective, ctx: LoweringContext, *, algorithm: str, protocol: str,
-                      nchannels: int, steps: Iterable[Step], comm_channels: int | None = None,
-                      **fields: Any) -> Schedule:
+def protocol_schedule(
+    collective: Collective,
+    ctx: LoweringContext,
+    *,
+    algorithm: str,
+    protocol: str,
+    nchannels: int,
+    steps: Iterable[Step],
+    comm_channels: int | None = None,
+    **fields: Any,
+) -> Schedule:
     """A Schedule whose flows carry the protocol's wire factor and per-channel payload cap: the cap
     of a channel of a communicator of ``comm_channels`` (default ``nchannels``) channels."""
     layout = ctx.layout(collective.group)
-    return Schedule(collective=collective, algorithm=algorithm, protocol=protocol, nchannels=nchannels,
-                    steps=tuple(steps), wire_factor=nccl_model.WIRE_FACTOR[protocol],
-                    chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
-                        protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor, nnodes=layout.nnodes,
-                        nchannels=nchannels if comm_channels is None else comm_channels), **fields)
+    return Schedule(
+        collective=collective,
+        algorithm=algorithm,
+        protocol=protocol,
+        nchannels=nchannels,
+        steps=tuple(steps),
+        wire_factor=nccl_model.WIRE_FACTOR[protocol],
+        chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
+            protocol=protocol,
+            arch=layout.arch,
+            cpu_vendor=layout.cpu_vendor,
+            nnodes=layout.nnodes,
+            nchannels=nchannels if comm_channels is None else comm_channels,
+        ),
+        **fields,
+    )
 
 
-def lower_launched(algorithm: LaunchedAlgorithm, collective: Collective, ctx: LoweringContext, *, protocol: str,
-                   nchannels: int) -> Schedule:
+def lower_launched(
+    algorithm: LaunchedAlgorithm, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int
+) -> Schedule:
     """``algorithm.lower_on`` (ring, tree) on the channels NCCL launches for the collective's size
     (``nccl_model.launched_channels``) out of the communicator's ``nchannels``."""
-    launched = nccl_model.launched_channels(algorithm=algorithm.name, protocol=protocol, nbytes=collective.nbytes,
-                                            nchannels=nchannels, nranks=collective.nranks)
+    launched = nccl_model.launched_channels(
+        algorithm=algorithm.name,
+        protocol=protocol,
+        nbytes=collective.nbytes,
+        nchannels=nchannels,
+        nranks=collective.nranks,
+    )
     return algorithm.lower_on(collective, ctx, protocol=protocol, nchannels=launched, comm_channels=nchannels)
 
 
@@ -252,10 +285,19 @@ def check_runnable(algorithm: str, reason: str | None, protocol: str, protocols:
         raise ValueError(f"protocol: {algorithm} runs with {', '.join(protocols)}, not {protocol!r}")
 
 
-def innet_schedule(collective: Collective, *, algorithm: str, protocol: str, nchannels: int,
-                   edges: Sequence[InnetEdge],
-                   efficiency: float, innet_nodes: dict[int, int], latency_s: float,
-                   chain_rate_cap_bytes_per_s: float = math.inf, fill_bytes: float = 0.0) -> Schedule:
+def innet_schedule(
+    collective: Collective,
+    *,
+    algorithm: str,
+    protocol: str,
+    nchannels: int,
+    edges: Sequence[InnetEdge],
+    efficiency: float,
+    innet_nodes: dict[int, int],
+    latency_s: float,
+    chain_rate_cap_bytes_per_s: float = math.inf,
+    fill_bytes: float = 0.0,
+) -> Schedule:
     """One step of chains through in-network reduction buffers (NVLS, NVLSTree, CollNet).
 
     ``edges`` are (src, dst, elements, chain); legs into or out of a switch buffer (negative id)
@@ -265,15 +307,31 @@ def innet_schedule(collective: Collective, *, algorithm: str, protocol: str, nch
     """
     src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
     scale = np.where((src < 0) | (dst < 0), 1.0 / efficiency, 1.0)
-    step = Step.of(src=src, dst=dst, nbytes=count * DTYPE_BYTES[collective.dtype], chain=chain, channel=chain,
-                   latency_s=latency_s, label=f"{algorithm} {collective.kind.value}", wire_scale=scale,
-                   fill_bytes=np.full(src.shape[0], float(fill_bytes)) if fill_bytes else None)
-    return Schedule(collective=collective, algorithm=algorithm, protocol=protocol, nchannels=nchannels,
-                    steps=(step,), innet_nodes=innet_nodes, chain_rate_cap_bytes_per_s=chain_rate_cap_bytes_per_s)
+    step = Step.of(
+        src=src,
+        dst=dst,
+        nbytes=count * DTYPE_BYTES[collective.dtype],
+        chain=chain,
+        channel=chain,
+        latency_s=latency_s,
+        label=f"{algorithm} {collective.kind.value}",
+        wire_scale=scale,
+        fill_bytes=np.full(src.shape[0], float(fill_bytes)) if fill_bytes else None,
+    )
+    return Schedule(
+        collective=collective,
+        algorithm=algorithm,
+        protocol=protocol,
+        nchannels=nchannels,
+        steps=(step,),
+        innet_nodes=innet_nodes,
+        chain_rate_cap_bytes_per_s=chain_rate_cap_bytes_per_s,
+    )
 
 
-def innet_chain_rate(ctx: LoweringContext, edges: Iterable[InnetEdge], innet_nodes: dict[int, int],
-                     efficiency: float) -> tuple[float, int]:
+def innet_chain_rate(
+    ctx: LoweringContext, edges: Iterable[InnetEdge], innet_nodes: dict[int, int], efficiency: float
+) -> tuple[float, int]:
     """(slowest chain's equal-share rate, number of chains) of ``innet_schedule``'s chains, with
     the switch legs weighted by 1/efficiency as in the schedule."""
     paths: dict[int, list[np.ndarray]] = {}

@@ -125,8 +125,9 @@ class CollNetAlgorithm(AlgorithmDefaults):
         offset = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
         return [(j % layout.ppn, int(offset[j]), int(count[j])) for j in range(nshards)]
 
-    def _buffers(self, collective: Collective,
-                 ctx: LoweringContext) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    def _buffers(
+        self, collective: Collective, ctx: LoweringContext
+    ) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
         """In-network buffer ids: up and down stage of every switch used, -> topology node."""
         layout = ctx.layout(collective.group)
         switches = sorted({s for q in range(layout.ppn) for s in self._tree(collective, ctx, q).switches})
@@ -153,20 +154,24 @@ class CollNetAlgorithm(AlgorithmDefaults):
                 owner = ranks[q]
                 stages[0] += [(p, owner, off, cnt, True, j) for p in ranks if p != owner]
                 stages[1].append((owner, up[leaves[m]], off, cnt, True, j))
-                stages[2 + 2 * top].append((down[leaves[m]] if leaves[m] != root else up[root], owner, off, cnt,
-                                            False, j))
+                stages[2 + 2 * top].append(
+                    (down[leaves[m]] if leaves[m] != root else up[root], owner, off, cnt, False, j)
+                )
                 stages[3 + 2 * top] += [(owner, p, off, cnt, False, j) for p in ranks if p != owner]
             for child, parent in sorted(tree.parent.items()):
                 depth = tree.depth(child)
                 stages[2 + top - depth].append((up[child], up[parent], off, cnt, True, j))
-                stages[1 + top + depth].append((up[root] if parent == root else down[parent], down[child], off, cnt,
-                                                False, j))
+                stages[1 + top + depth].append(
+                    (up[root] if parent == root else down[parent], down[child], off, cnt, False, j)
+                )
         return [s for s in stages if s]
 
     def _latency_s(self, collective: Collective, ctx: LoweringContext) -> float:
         ppn = ctx.layout(collective.group).ppn
-        return (2 * (min(1, ppn - 1) * COLLNET_NVLINK_LATENCY_US + (ppn - 1) * COLLNET_ARITY_LATENCY_US)
-                + COLLNET_NET_LATENCY_US) * 1e-6
+        return (
+            2 * (min(1, ppn - 1) * COLLNET_NVLINK_LATENCY_US + (ppn - 1) * COLLNET_ARITY_LATENCY_US)
+            + COLLNET_NET_LATENCY_US
+        ) * 1e-6
 
     def _efficiency(self, collective: Collective, ctx: LoweringContext) -> float:
         _, _, nodes = self._buffers(collective, ctx)
@@ -174,46 +179,62 @@ class CollNetAlgorithm(AlgorithmDefaults):
         return efficiency
 
     # ---- interface ---------------------------------------------------------------------------
-    def _edges(self, collective: Collective, ctx: LoweringContext,
-               nchannels: int) -> list[tuple[int, int, int, int]]:
+    def _edges(self, collective: Collective, ctx: LoweringContext, nchannels: int) -> list[tuple[int, int, int, int]]:
         """(src, dst, elements, chain) of every edge of every stage."""
-        return [(s, d, cnt, chain) for stage in self._stages(collective, ctx, nchannels)
-                for s, d, _, cnt, _, chain in stage]
+        return [
+            (s, d, cnt, chain) for stage in self._stages(collective, ctx, nchannels) for s, d, _, cnt, _, chain in stage
+        ]
 
     def _aggregation_cap_bytes_per_s(self, collective: Collective, ctx: LoweringContext, nchannels: int) -> float:
         """Most one chain's switch legs carry: the slowest tree's ``min over its switches of
         sharp_aggregation_bytes_per_s / chains on the tree`` (inf when no switch states a rate)."""
         allocation = self._allocation(collective, ctx)
-        assert not isinstance(allocation, str)      # lower and estimate get here only when supported
-        per_rail = _chains_per_gpu(ctx.layout(collective.group).ppn, nchannels)     # chains per rail (``_plan``)
+        assert not isinstance(allocation, str)  # lower and estimate get here only when supported
+        per_rail = _chains_per_gpu(ctx.layout(collective.group).ppn, nchannels)  # chains per rail (``_plan``)
         nodes = ctx.topology.graph.nodes
-        cap: float = min(min(nodes[s].get("sharp_aggregation_bytes_per_s", math.inf)
-                             for s in allocation.trees[t].switches)
-                         / (rails * per_rail) for t, rails in Counter(allocation.rail_tree).items())
+        cap: float = min(
+            min(nodes[s].get("sharp_aggregation_bytes_per_s", math.inf) for s in allocation.trees[t].switches)
+            / (rails * per_rail)
+            for t, rails in Counter(allocation.rail_tree).items()
+        )
         return cap
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)
-        return innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                              edges=self._edges(collective, ctx, nchannels),
-                              efficiency=self._efficiency(collective, ctx),
-                              innet_nodes=self._buffers(collective, ctx)[2],
-                              latency_s=self._latency_s(collective, ctx),
-                              chain_rate_cap_bytes_per_s=self._aggregation_cap_bytes_per_s(collective, ctx, nchannels))
+        return innet_schedule(
+            collective,
+            algorithm=self.name,
+            protocol=protocol,
+            nchannels=nchannels,
+            edges=self._edges(collective, ctx, nchannels),
+            efficiency=self._efficiency(collective, ctx),
+            innet_nodes=self._buffers(collective, ctx)[2],
+            latency_s=self._latency_s(collective, ctx),
+            chain_rate_cap_bytes_per_s=self._aggregation_cap_bytes_per_s(collective, ctx, nchannels),
+        )
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
-        return tuple(DataStep.of([(s, d, off, cnt, off, red) for s, d, off, cnt, red, _ in stage])
-                     for stage in self._stages(collective, ctx, nchannels))
+        return tuple(
+            DataStep.of([(s, d, off, cnt, off, red) for s, d, off, cnt, red, _ in stage])
+            for stage in self._stages(collective, ctx, nchannels)
+        )
 
-    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
-                 nchannels: int) -> tuple[float, float]:
+    def estimate(
+        self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int
+    ) -> tuple[float, float]:
         latency = self._latency_s(collective, ctx)
         if self.supported(collective, ctx) or protocol != "Simple":
             return latency, 0.0
 
-        chain_rate, nshards = ctx.cached(("collnet-rate", collective.group, nchannels), lambda: innet_chain_rate(
-            ctx, self._edges(collective, ctx, nchannels), self._buffers(collective, ctx)[2],
-            self._efficiency(collective, ctx)))
+        chain_rate, nshards = ctx.cached(
+            ("collnet-rate", collective.group, nchannels),
+            lambda: innet_chain_rate(
+                ctx,
+                self._edges(collective, ctx, nchannels),
+                self._buffers(collective, ctx)[2],
+                self._efficiency(collective, ctx),
+            ),
+        )
         # the cap bounds the switch legs' bytes, 1/efficiency per payload byte
         cap = self._aggregation_cap_bytes_per_s(collective, ctx, nchannels) * self._efficiency(collective, ctx)
         return latency, min(chain_rate, cap) * nshards
@@ -221,8 +242,9 @@ class CollNetAlgorithm(AlgorithmDefaults):
 
 def sharp_pool(ctx: LoweringContext) -> SharpPool:
     """The simulation's SHARP resource pool (one per LoweringContext, kept in its cache)."""
-    pool: SharpPool = ctx.cached(("sharp-pool",), lambda: SharpPool(ctx.topology, failed_links=ctx.router.failed_links,
-                                                                    seed=ctx.router.seed))
+    pool: SharpPool = ctx.cached(
+        ("sharp-pool",), lambda: SharpPool(ctx.topology, failed_links=ctx.router.failed_links, seed=ctx.router.seed)
+    )
     return pool
 
 

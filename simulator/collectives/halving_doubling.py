@@ -35,7 +35,7 @@ class HalvingDoubling(AlgorithmDefaults):
     name = "halving_doubling"
     kinds = frozenset({CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_GATHER})
     protocols: tuple[str, ...] = nccl_model.PROTOCOLS
-    auto = False             # not an NCCL algorithm: only when asked for
+    auto = False  # not an NCCL algorithm: only when asked for
 
     def supported(self, collective: Collective, ctx: LoweringContext) -> str | None:
         return None if collective.nranks >= 2 else "needs at least 2 ranks"
@@ -66,7 +66,7 @@ class HalvingDoubling(AlgorithmDefaults):
             out.append([(p + i, i, 0, elements, True) for i in range(r)])
         if r and kind is CollectiveKind.ALL_GATHER:
             out.append([(p + i, i, (p + i) * piece, piece, False) for i in range(r)])
-        held = {v: list(range(p)) for v in range(p)}            # blocks each core member covers
+        held = {v: list(range(p)) for v in range(p)}  # blocks each core member covers
         if kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER):
             for s in range(k):
                 d = p >> (s + 1)
@@ -93,8 +93,9 @@ class HalvingDoubling(AlgorithmDefaults):
         return out
 
     # ---- interface ---------------------------------------------------------------------------
-    def _latencies(self, collective: Collective, ctx: LoweringContext, protocol: str, *,
-                   hop_extra_us: float = 0.0) -> list[float]:
+    def _latencies(
+        self, collective: Collective, ctx: LoweringContext, protocol: str, *, hop_extra_us: float = 0.0
+    ) -> list[float]:
         """Latency of each step; ``hop_extra_us`` is added to every intra-server hop (the
         platform's ``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate)."""
         layout = ctx.layout(collective.group)
@@ -102,8 +103,11 @@ class HalvingDoubling(AlgorithmDefaults):
         out = []
         for i, ops in enumerate(self.steps(collective)):
             crosses = any(ctx.server(group[a]) != ctx.server(group[b]) for a, b, *_ in ops)
-            hop = (nccl_model.HW_LATENCY_US["net"]["ring"][protocol] if crosses else
-                   nccl_model.HW_LATENCY_US[layout.intra]["ring"][protocol] + hop_extra_us)
+            hop = (
+                nccl_model.HW_LATENCY_US["net"]["ring"][protocol]
+                if crosses
+                else nccl_model.HW_LATENCY_US[layout.intra]["ring"][protocol] + hop_extra_us
+            )
             out.append((hop + (nccl_model.BASE_LATENCY_US["ring"][protocol] if i == 0 else 0.0)) * 1e-6)
         return out
 
@@ -112,29 +116,46 @@ class HalvingDoubling(AlgorithmDefaults):
         latencies = self._latencies(collective, ctx, protocol, hop_extra_us=ctx.layout(group).hop_extra_us)
         steps = []
         for ops, latency in zip(self.steps(collective), latencies):
-            flows = [(group[a], group[b], int(bytes_), ch) for a, b, _, c, _ in ops
-                     for ch, bytes_ in enumerate(split_evenly(c * elt, nchannels, elt))]
-            steps.append(Step.of(src=[f[0] for f in flows], dst=[f[1] for f in flows], nbytes=[f[2] for f in flows],
-                                 channel=[f[3] for f in flows], latency_s=latency, path_latency=False,
-                                 label="halving-doubling"))
-        return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                                 steps=tuple(steps))
+            flows = [
+                (group[a], group[b], int(bytes_), ch)
+                for a, b, _, c, _ in ops
+                for ch, bytes_ in enumerate(split_evenly(c * elt, nchannels, elt))
+            ]
+            steps.append(
+                Step.of(
+                    src=[f[0] for f in flows],
+                    dst=[f[1] for f in flows],
+                    nbytes=[f[2] for f in flows],
+                    channel=[f[3] for f in flows],
+                    latency_s=latency,
+                    path_latency=False,
+                    label="halving-doubling",
+                )
+            )
+        return protocol_schedule(
+            collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels, steps=tuple(steps)
+        )
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         group = collective.group
-        return tuple(DataStep.of([(group[a], group[b], o, c, o, red) for a, b, o, c, red in ops])
-                     for ops in self.steps(collective))
+        return tuple(
+            DataStep.of([(group[a], group[b], o, c, o, red) for a, b, o, c, red in ops])
+            for ops in self.steps(collective)
+        )
 
-    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
-                 nchannels: int) -> tuple[float, float]:
+    def estimate(
+        self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int
+    ) -> tuple[float, float]:
         latency = sum(self._latencies(collective, ctx, protocol))
         group, elt = collective.group, DTYPE_BYTES[collective.dtype]
         time_s = 0.0
         for ops in self.steps(collective):
             paths = [ctx.router.path(ctx.gpu(group[a]), ctx.gpu(group[b])) for a, b, *_ in ops]
             rates = ctx.chain_rates(paths)
-            time_s += max((c * elt * nccl_model.WIRE_FACTOR[protocol] / r for (_, _, _, c, _), r in zip(ops, rates)
-                           if c > 0), default=0.0)
+            time_s += max(
+                (c * elt * nccl_model.WIRE_FACTOR[protocol] / r for (_, _, _, c, _), r in zip(ops, rates) if c > 0),
+                default=0.0,
+            )
         return latency, (collective.nbytes / time_s if time_s > 0 else float("inf"))
 
 
@@ -159,20 +180,24 @@ class Pat(HalvingDoubling):
             return "PAT runs with one GPU per server, on 2 or more servers"
         return None
 
-    def _latencies(self, collective: Collective, ctx: LoweringContext, protocol: str, *,
-                   hop_extra_us: float = 0.0) -> list[float]:
+    def _latencies(
+        self, collective: Collective, ctx: LoweringContext, protocol: str, *, hop_extra_us: float = 0.0
+    ) -> list[float]:
         """PAT's latency, network hops only: with one GPU per server there is no intra-server hop,
         so ``hop_extra_us`` does not apply and NCCL's and the simulated latency agree."""
         nnodes = ctx.layout(collective.group).nnodes
         net_us = nccl_model.HW_LATENCY_US["net"]["tree"]["Simple"]
-        total = (PAT_BASE_LATENCY_US + nccl_model.log2i(nnodes) * net_us / 3.5
-                 + PAT_PER_RANK_LATENCY_US * collective.nranks)
+        total = (
+            PAT_BASE_LATENCY_US + nccl_model.log2i(nnodes) * net_us / 3.5 + PAT_PER_RANK_LATENCY_US * collective.nranks
+        )
         steps = len(self.steps(collective))
         return [total * 1e-6] + [0.0] * (steps - 1)
 
-    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
-                 nchannels: int) -> tuple[float, float]:
+    def estimate(
+        self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int
+    ) -> tuple[float, float]:
         from .ring import RING
+
         latency = sum(self._latencies(collective, ctx, protocol))
         if self.supported(collective, ctx) or protocol != "Simple":
             return latency, 0.0

@@ -15,7 +15,7 @@ split into ppn equal pieces of whole elements.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -38,8 +38,10 @@ class Hierarchical(AlgorithmDefaults):
         if len({len(r) for r in layout.ranks_by_server}) != 1:
             return "hierarchical needs the same number of GPUs on every server"
         if collective.nbytes % (layout.ppn * DTYPE_BYTES[collective.dtype]):
-            return (f"hierarchical needs the buffer ({collective.nbytes} B) to split into {layout.ppn} pieces of whole "
-                    f"{collective.dtype} elements")
+            return (
+                f"hierarchical needs the buffer ({collective.nbytes} B) to split into {layout.ppn} pieces of whole "
+                f"{collective.dtype} elements"
+            )
         return None
 
     def _stages(self, collective: Collective, ctx: LoweringContext) -> list[list[tuple[Collective, int]]]:
@@ -50,11 +52,21 @@ class Hierarchical(AlgorithmDefaults):
 
         def sub(kind: CollectiveKind, group: Sequence[int], nbytes: int) -> Collective:
             return Collective(kind=kind, nbytes=nbytes, group=tuple(group), dtype=collective.dtype, op=collective.op)
-        stage_a = [(sub(CollectiveKind.REDUCE_SCATTER, ranks, collective.nbytes), 0)
-                   for ranks in layout.ranks_by_server]
-        stage_b = [(sub(CollectiveKind.ALL_REDUCE, [ranks[q] for ranks in layout.ranks_by_server], piece),
-                    q * piece // elt)
-                   for q in range(layout.ppn)] if layout.nnodes > 1 else []
+
+        stage_a = [
+            (sub(CollectiveKind.REDUCE_SCATTER, ranks, collective.nbytes), 0) for ranks in layout.ranks_by_server
+        ]
+        stage_b = (
+            [
+                (
+                    sub(CollectiveKind.ALL_REDUCE, [ranks[q] for ranks in layout.ranks_by_server], piece),
+                    q * piece // elt,
+                )
+                for q in range(layout.ppn)
+            ]
+            if layout.nnodes > 1
+            else []
+        )
         stage_c = [(sub(CollectiveKind.ALL_GATHER, ranks, collective.nbytes), 0) for ranks in layout.ranks_by_server]
         return [s for s in (stage_a, stage_b, stage_c) if s and all(c.nranks > 1 for c, _ in s)]
 
@@ -63,35 +75,50 @@ class Hierarchical(AlgorithmDefaults):
         steps = []
         for stage in self._stages(collective, ctx):
             # sub-rings on the collective's own channels (as in program), not NCCL's launch for their size
-            parts = [RING.lower_on(c, ctx, protocol=protocol, nchannels=nchannels, comm_channels=nchannels).steps[0]
-                     for c, _ in stage]
+            parts = [
+                RING.lower_on(c, ctx, protocol=protocol, nchannels=nchannels, comm_channels=nchannels).steps[0]
+                for c, _ in stage
+            ]
             offsets = np.cumsum([0] + [int(p.chain.max()) + 1 if p.num_flows else 0 for p in parts])[:-1]
-            steps.append(Step.of(src=np.concatenate([p.src for p in parts]), dst=np.concatenate([p.dst for p in parts]),
-                                 nbytes=np.concatenate([p.nbytes for p in parts]),
-                                 channel=np.concatenate([p.channel for p in parts]),
-                                 chain=np.concatenate([p.chain + o for p, o in zip(parts, offsets)]),
-                                 latency_s=max(p.latency_s for p in parts), label="hierarchical",
-                                 fill_bytes=np.concatenate([np.zeros(p.num_flows) if p.fill_bytes is None
-                                                            else p.fill_bytes for p in parts])))
-        return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                                 steps=tuple(steps))
+            steps.append(
+                Step.of(
+                    src=np.concatenate([p.src for p in parts]),
+                    dst=np.concatenate([p.dst for p in parts]),
+                    nbytes=np.concatenate([p.nbytes for p in parts]),
+                    channel=np.concatenate([p.channel for p in parts]),
+                    chain=np.concatenate([p.chain + o for p, o in zip(parts, offsets)]),
+                    latency_s=max(p.latency_s for p in parts),
+                    label="hierarchical",
+                    fill_bytes=np.concatenate(
+                        [np.zeros(p.num_flows) if p.fill_bytes is None else p.fill_bytes for p in parts]
+                    ),
+                )
+            )
+        return protocol_schedule(
+            collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels, steps=tuple(steps)
+        )
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         out = []
         for stage in self._stages(collective, ctx):
             programs = [(RING.program(c, ctx, nchannels=nchannels), offset) for c, offset in stage]
-            for i in range(max(len(p) for p, _ in programs)):     # sub-rings of a stage advance together
+            for i in range(max(len(p) for p, _ in programs)):  # sub-rings of a stage advance together
                 parts = [(p[i], offset) for p, offset in programs if i < len(p)]
-                out.append(DataStep(
-                    src=np.concatenate([s.src for s, _ in parts]), dst=np.concatenate([s.dst for s, _ in parts]),
-                    src_offset=np.concatenate([s.src_offset + o for s, o in parts]),
-                    dst_offset=np.concatenate([s.dst_offset + o for s, o in parts]),
-                    count=np.concatenate([s.count for s, _ in parts]),
-                    reduce=np.concatenate([s.reduce for s, _ in parts])))
+                out.append(
+                    DataStep(
+                        src=np.concatenate([s.src for s, _ in parts]),
+                        dst=np.concatenate([s.dst for s, _ in parts]),
+                        src_offset=np.concatenate([s.src_offset + o for s, o in parts]),
+                        dst_offset=np.concatenate([s.dst_offset + o for s, o in parts]),
+                        count=np.concatenate([s.count for s, _ in parts]),
+                        reduce=np.concatenate([s.reduce for s, _ in parts]),
+                    )
+                )
         return tuple(out)
 
-    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
-                 nchannels: int) -> tuple[float, float]:
+    def estimate(
+        self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int
+    ) -> tuple[float, float]:
         if self.supported(collective, ctx):
             return 0.0, 0.0
         latency, time_s = 0.0, 0.0

@@ -40,7 +40,7 @@ class Protocol(Option):
     SIMPLE = "Simple"
 
 
-PROTOCOLS = tuple(p.value for p in Protocol)      # the names, as plain strings, in NCCL's order
+PROTOCOLS = tuple(p.value for p in Protocol)  # the names, as plain strings, in NCCL's order
 
 # Wire bytes per payload byte (NCCL src/include/device.h: LL lines are 8 B with a 4 B flag,
 # LL128 lines are 128 B with 8 B of flags -> NCCL_LL128_ELEMS_PER_THREAD 120 data bytes of 128).
@@ -52,17 +52,21 @@ WIRE_FACTOR = MappingProxyType({"LL": 2.0, "LL128": 128.0 / 120.0, "Simple": 1.0
 SIMPLE_SLICE_BYTES = 4 * 1024 * 1024 // 8 * 2
 
 # baseLatencies[algo][proto] in us (tuning.cc, NCCL 2.30.7)
-BASE_LATENCY_US = MappingProxyType({
-    "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
-    "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
-})
+BASE_LATENCY_US = MappingProxyType(
+    {
+        "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
+        "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
+    }
+)
 
 # hwLatencies[link][algo][proto] in us (tuning.cc, NCCL 2.30.7)
-HW_LATENCY_US = MappingProxyType({
-    "nvlink": {"tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0}, "ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}},
-    "pcie": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}, "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}},
-    "net": {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}, "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}},
-})
+HW_LATENCY_US = MappingProxyType(
+    {
+        "nvlink": {"tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0}, "ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}},
+        "pcie": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}, "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}},
+        "net": {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}, "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}},
+    }
+)
 
 # Extra latency of one NVLink hop on this GPU generation's platform over NCCL's hwLatencies, which
 # match the H100 tables (DGX H100, 8 GPUs: 13.7 us measured vs 15.3 us for ring LL all_reduce). Fitted
@@ -74,18 +78,28 @@ NVLINK_HOP_EXTRA_US = MappingProxyType({"ampere": 0.65, "blackwell": 0.7})
 
 # llMaxBws[row][1 node, 2 nodes, >=3 nodes] in GB/s: row = GPU arch on one node, CPU vendor
 # across nodes (tuning.cc, NCCL 2.30.7).
-LL_MAX_BW_GBPS = MappingProxyType({
-    "volta": (39.0, 39.0, 20.4), "intel": (39.0, 39.0, 20.4),
-    "ampere": (87.7, 22.5, 19.0), "amd": (87.7, 22.5, 19.0),
-    "ada": (87.7, 22.5, 19.0),          # Ada (sm89) shares Ampere's row (compCapIndex 1)
-    "hopper": (141.0, 45.0, 35.0),
-    "blackwell": (282.0, 90.0, 70.0),
-})
+LL_MAX_BW_GBPS = MappingProxyType(
+    {
+        "volta": (39.0, 39.0, 20.4),
+        "intel": (39.0, 39.0, 20.4),
+        "ampere": (87.7, 22.5, 19.0),
+        "amd": (87.7, 22.5, 19.0),
+        "ada": (87.7, 22.5, 19.0),  # Ada (sm89) shares Ampere's row (compCapIndex 1)
+        "hopper": (141.0, 45.0, 35.0),
+        "blackwell": (282.0, 90.0, 70.0),
+    }
+)
 
 # perChMaxRingLL128Bw[arch] in GB/s per channel (tuning.cc, NCCL 2.30.7)
-LL128_MAX_BW_PER_CHANNEL_GBPS = MappingProxyType({
-    "volta": 20.0, "ampere": 20.0, "ada": 20.0, "hopper": 36.7, "blackwell": 40.0,
-})
+LL128_MAX_BW_PER_CHANNEL_GBPS = MappingProxyType(
+    {
+        "volta": 20.0,
+        "ampere": 20.0,
+        "ada": 20.0,
+        "hopper": 36.7,
+        "blackwell": 40.0,
+    }
+)
 
 # Payload throughput of one point-to-point channel, one direction: a p2p channel is one CTA whose
 # warps are split between its sends and its receives. Measured on HGX B200: sendrecv on 8 ranks moves
@@ -104,25 +118,112 @@ def p2p_channel_bytes_per_s(arch: str) -> float:
 
 # perChMaxTreeBw / perChMaxTreeLL128Bw [arch] -> (1 node, 2 nodes, >= 3 nodes) in GB/s: per-channel
 # bus-bandwidth ceilings of NCCL's tree kernels (tuning.cc, NCCL 2.30.7)
-PER_CHANNEL_MAX_TREE_GBPS = MappingProxyType({
-    "volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8), "ada": (24.0, 23.6, 17.8),
-    "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0),
-})
-PER_CHANNEL_MAX_TREE_LL128_GBPS = MappingProxyType({
-    "volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0), "ada": (20.0, 20.0, 20.0),
-    "hopper": (36.7, 36.7, 29.0), "blackwell": (55.6, 31.67, 20.0),
-})
+PER_CHANNEL_MAX_TREE_GBPS = MappingProxyType(
+    {
+        "volta": (26.5, 18.5, 10.0),
+        "ampere": (24.0, 23.6, 17.8),
+        "ada": (24.0, 23.6, 17.8),
+        "hopper": (38.7, 41.4, 36.0),
+        "blackwell": (70.0, 42.8, 24.0),
+    }
+)
+PER_CHANNEL_MAX_TREE_LL128_GBPS = MappingProxyType(
+    {
+        "volta": (20.0, 20.0, 20.0),
+        "ampere": (20.0, 20.0, 20.0),
+        "ada": (20.0, 20.0, 20.0),
+        "hopper": (36.7, 36.7, 29.0),
+        "blackwell": (55.6, 31.67, 20.0),
+    }
+)
 
 # perChMaxNVLSTreeBw [arch] -> (1 node, 2 nodes, >= 3 nodes) in GB/s (tuning.cc, NCCL 2.30.7)
 PER_CHANNEL_MAX_NVLSTREE_GBPS = MappingProxyType({"hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 80.0)})
 
 # treeCorrectionFactor[proto][log2(nbytes / 64)] for 64 B .. 256 MiB (tuning.cc): NCCL's own
 # admission that trees do worse than its model at medium sizes; used for the choice only.
-TREE_CORRECTION = MappingProxyType({
-    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
-    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
-    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
-})
+TREE_CORRECTION = MappingProxyType(
+    {
+        "LL": (
+            1.0,
+            1.0,
+            1.0,
+            1.0,
+            0.9,
+            0.8,
+            0.7,
+            0.7,
+            0.7,
+            0.7,
+            0.6,
+            0.5,
+            0.4,
+            0.4,
+            0.5,
+            0.6,
+            0.7,
+            0.8,
+            0.9,
+            1.0,
+            1.0,
+            1.0,
+            1.0,
+            1.0,
+        ),
+        "LL128": (
+            1.0,
+            1.0,
+            1.0,
+            1.0,
+            1.0,
+            0.9,
+            0.8,
+            0.8,
+            0.8,
+            0.7,
+            0.6,
+            0.6,
+            0.6,
+            0.6,
+            0.6,
+            0.6,
+            0.8,
+            0.9,
+            0.9,
+            0.9,
+            0.9,
+            1.0,
+            1.0,
+            1.0,
+        ),
+        "Simple": (
+            0.9,
+            0.9,
+            0.9,
+            0.9,
+            0.9,
+            0.9,
+            0.9,
+            0.8,
+            0.7,
+            0.6,
+            0.6,
+            0.5,
+            0.5,
+            0.5,
+            0.5,
+            0.6,
+            0.7,
+            0.8,
+            0.7,
+            0.7,
+            0.8,
+            0.9,
+            0.9,
+            0.9,
+        ),
+    }
+)
 
 
 def log2i(n: int) -> int:
@@ -168,8 +269,19 @@ def ring_steps(kind_value: str, nranks: int, nnodes: int) -> tuple[int, int]:
     return nranks - 1, nnodes - 1
 
 
-def ring_latency_s(*, kind_value: str, protocol: str, nranks: int, nnodes: int, ppn: int, intra: str,
-                   cpu_vendor: str, nbytes: int, nchannels: int, hop_extra_us: float = 0.0) -> float:
+def ring_latency_s(
+    *,
+    kind_value: str,
+    protocol: str,
+    nranks: int,
+    nnodes: int,
+    ppn: int,
+    intra: str,
+    cpu_vendor: str,
+    nbytes: int,
+    nchannels: int,
+    hop_extra_us: float = 0.0,
+) -> float:
     """NCCL's ring latency for one collective (seconds); ``hop_extra_us`` is added to every
     intra-server hop (the platform's ``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate)."""
     if protocol not in PROTOCOLS:
@@ -181,8 +293,12 @@ def ring_latency_s(*, kind_value: str, protocol: str, nranks: int, nnodes: int, 
         intra_lat = max(intra_lat, overhead)
     inter_lat = HW_LATENCY_US["net"]["tree" if ppn == 1 else "ring"][protocol]
     latency = BASE_LATENCY_US["ring"][protocol] + (nsteps - ninter) * intra_lat + ninter * inter_lat
-    if (kind_value == "all_reduce" and protocol == "Simple" and nnodes > 1
-            and nbytes / (max(nchannels, 1) * nranks) >= 64):
+    if (
+        kind_value == "all_reduce"
+        and protocol == "Simple"
+        and nnodes > 1
+        and nbytes / (max(nchannels, 1) * nranks) >= 64
+    ):
         latency *= RING_SIMPLE_PLATEAU_FACTOR
     return latency * 1e-6
 
@@ -218,7 +334,7 @@ def launched_channels(*, algorithm: str, protocol: str, nbytes: int, nchannels: 
     """
     threshold = THREAD_THRESHOLD_BYTES[protocol] * (nranks if algorithm == "ring" and protocol == "LL" else 1)
     per_channel = MAX_THREADS[protocol] * threshold
-    return max(1, min(nchannels, nbytes // per_channel))      # the largest count with nbytes >= count x per_channel
+    return max(1, min(nchannels, nbytes // per_channel))  # the largest count with nbytes >= count x per_channel
 
 
 def protocol_cap_bytes_per_s(*, protocol: str, arch: str, cpu_vendor: str, nnodes: int, nchannels: int) -> float:

@@ -34,7 +34,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 from ..schedule import DataStep, Schedule
 from .base import AlgorithmDefaults, LoweringContext, check_runnable, innet_chain_rate, innet_schedule, split_evenly
 
-REDUCE_BUFFER = -1       # in-network buffer ids of the switch's reduce and multicast stages
+REDUCE_BUFFER = -1  # in-network buffer ids of the switch's reduce and multicast stages
 MULTICAST_BUFFER = -2
 
 # hwLatencies[NVLINK][NVLS][Simple] (tuning.cc, NCCL 2.30.7); NVLS base latency is 0.
@@ -42,7 +42,7 @@ NVLS_LATENCY_US = 25.0
 
 # NVLS channels (src/transport/nvls.cc, NCCL 2.30.7: NVLS_NCHANNELS_SM90 16, SM100 32 across nodes,
 # SM100_NVL 24 inside one NVLink domain) and the largest chunk (NCCL_NVLS_CHUNKSIZE default 128 KiB).
-NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}     # (one node, several nodes)
+NVLS_CHANNELS = {"hopper": (16, 16), "blackwell": (24, 32)}  # (one node, several nodes)
 NVLS_MAX_CHUNK_BYTES = 128 * 1024
 # Fixed cost of one NVLS chunk on one channel (synchronisation of the reduce and multicast stages
 # through the switch), fitted on the busbw steps of the measured 8x H100 and 8x B200 tables where NCCL
@@ -149,8 +149,12 @@ class NvlsAlgorithm(AlgorithmDefaults):
         """Equal-share rate of the slowest shard chain at NCCL's nvlsEfficiency of NCCL's NVLink
         figure (no chunk penalty)."""
         rate: float
-        rate, _ = ctx.cached(("nvls-rate", collective.group, collective.kind), lambda: innet_chain_rate(
-            ctx, self._edges(collective), self._innet(collective, ctx), self._switch_efficiency(collective, ctx)))
+        rate, _ = ctx.cached(
+            ("nvls-rate", collective.group, collective.kind),
+            lambda: innet_chain_rate(
+                ctx, self._edges(collective), self._innet(collective, ctx), self._switch_efficiency(collective, ctx)
+            ),
+        )
         return rate
 
     def _efficiency(self, collective: Collective, ctx: LoweringContext) -> float:
@@ -163,32 +167,41 @@ class NvlsAlgorithm(AlgorithmDefaults):
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         check_runnable(self.name, self.supported(collective, ctx), protocol, self.protocols)
-        return innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                              edges=self._edges(collective), efficiency=self._efficiency(collective, ctx),
-                              innet_nodes=self._innet(collective, ctx), latency_s=NVLS_LATENCY_US * 1e-6)
+        return innet_schedule(
+            collective,
+            algorithm=self.name,
+            protocol=protocol,
+            nchannels=nchannels,
+            edges=self._edges(collective),
+            efficiency=self._efficiency(collective, ctx),
+            innet_nodes=self._innet(collective, ctx),
+            latency_s=NVLS_LATENCY_US * 1e-6,
+        )
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         offset, count = self._shards(collective)
         group, kind = collective.group, collective.kind
         steps = []
         if kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER):
-            steps.append(DataStep.of([(p, REDUCE_BUFFER, o, c) for o, c in zip(offset, count) for p in group],
-                                     reduce=True))
+            steps.append(
+                DataStep.of([(p, REDUCE_BUFFER, o, c) for o, c in zip(offset, count) for p in group], reduce=True)
+            )
             steps.append(DataStep.of([(REDUCE_BUFFER, owner, o, c) for owner, o, c in zip(group, offset, count)]))
         if kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER):
             steps.append(DataStep.of([(owner, MULTICAST_BUFFER, o, c) for owner, o, c in zip(group, offset, count)]))
             steps.append(DataStep.of([(MULTICAST_BUFFER, p, o, c) for o, c in zip(offset, count) for p in group]))
         return tuple(steps)
 
-    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
-                 nchannels: int) -> tuple[float, float]:
+    def estimate(
+        self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int
+    ) -> tuple[float, float]:
         if self.supported(collective, ctx) or protocol != "Simple":
             return NVLS_LATENCY_US * 1e-6, 0.0
 
         # every chain moves one shard: time = shard / slowest chain's rate
         # NCCL's choice knows only nvlsEfficiency, not the chunk-size penalty: the estimate neither
         rate = self._rate(collective, ctx)
-        if collective.nbytes == 0:          # a 0-byte piece moves nothing: the latency, at the chains' rate
+        if collective.nbytes == 0:  # a 0-byte piece moves nothing: the latency, at the chains' rate
             return NVLS_LATENCY_US * 1e-6, rate * collective.nranks
         time_s = collective.nbytes / collective.nranks / rate
         return NVLS_LATENCY_US * 1e-6, collective.nbytes / time_s

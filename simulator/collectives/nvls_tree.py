@@ -118,12 +118,13 @@ def levels(parent: dict[int, int], root: int) -> list[list[int]]:
 
 class _Parts(NamedTuple):
     """Sub-shards of :meth:`NvlsTreeAlgorithm._parts`."""
+
     layout: GroupLayout
-    offset: np.ndarray                                # elements
-    counts: np.ndarray                                # elements
-    owner: list[int]                                  # local GPU owning each sub-shard
-    tree_of: list[int]                                # the tree (0 or 1) each sub-shard uses
-    trees: tuple[dict[int, int], dict[int, int]]      # parent of each server in the two trees
+    offset: np.ndarray  # elements
+    counts: np.ndarray  # elements
+    owner: list[int]  # local GPU owning each sub-shard
+    tree_of: list[int]  # the tree (0 or 1) each sub-shard uses
+    trees: tuple[dict[int, int], dict[int, int]]  # parent of each server in the two trees
 
 
 class NvlsTreeAlgorithm(AlgorithmDefaults):
@@ -141,8 +142,10 @@ class NvlsTreeAlgorithm(AlgorithmDefaults):
         if len({len(r) for r in layout.ranks_by_server}) != 1 or layout.ppn < 2:
             return "NVLSTree needs the same number (>= 2) of GPUs on every server"
         if _heads(layout) < 2:
-            return (f"NVLSTree needs two NVLS heads (GPUs with their own NIC) per server; these servers have "
-                    f"{layout.nics_per_server} NIC(s)")
+            return (
+                f"NVLSTree needs two NVLS heads (GPUs with their own NIC) per server; these servers have "
+                f"{layout.nics_per_server} NIC(s)"
+            )
         return None
 
     def channels(self, collective: Collective, ctx: LoweringContext) -> int:
@@ -162,12 +165,13 @@ class NvlsTreeAlgorithm(AlgorithmDefaults):
         offset = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
         owner = [j % layout.ppn for j in range(nshards)]
         tree_of = [(j % layout.ppn + j // layout.ppn) % 2 for j in range(nshards)]
-        return _Parts(layout=layout, offset=offset, counts=count, owner=owner, tree_of=tree_of,
-                      trees=double_chain(layout.nnodes))
+        return _Parts(
+            layout=layout, offset=offset, counts=count, owner=owner, tree_of=tree_of, trees=double_chain(layout.nnodes)
+        )
 
     @staticmethod
     def _buffers(m: int) -> tuple[int, int]:
-        return -(2 * m + 1), -(2 * m + 2)          # reduce, multicast buffer of server m
+        return -(2 * m + 1), -(2 * m + 2)  # reduce, multicast buffer of server m
 
     def _edges(self, parts: _Parts) -> list[tuple[int, int, int, int]]:
         """(src, dst, elements, chain) of every edge of :meth:`_parts`' sub-shards; chain = sub-shard."""
@@ -183,8 +187,8 @@ class NvlsTreeAlgorithm(AlgorithmDefaults):
                 edges.append((owners[m], mc, count[j], j))
                 edges += [(mc, p, count[j], j) for p in ranks]
             for child, par in parent.items():
-                edges.append((owners[child], owners[par], count[j], j))     # reduce up
-                edges.append((owners[par], owners[child], count[j], j))     # broadcast down
+                edges.append((owners[child], owners[par], count[j], j))  # reduce up
+                edges.append((owners[par], owners[child], count[j], j))  # broadcast down
         return edges
 
     def _innet(self, collective: Collective, ctx: LoweringContext) -> dict[int, int]:
@@ -209,11 +213,13 @@ class NvlsTreeAlgorithm(AlgorithmDefaults):
     def _chunk_bytes(collective: Collective, ctx: LoweringContext, nchannels: int) -> int:
         """NCCL's NVLSTree chunk for this collective (:func:`nvlstree_chunk_bytes`)."""
         layout = ctx.layout(collective.group)
-        return nvlstree_chunk_bytes(collective.nbytes, nchannels=nchannels, nheads=_heads(layout),
-                                    nnodes=layout.nnodes, arch=layout.arch)
+        return nvlstree_chunk_bytes(
+            collective.nbytes, nchannels=nchannels, nheads=_heads(layout), nnodes=layout.nnodes, arch=layout.arch
+        )
 
-    def _chunk_efficiency(self, collective: Collective, ctx: LoweringContext, nchannels: int,
-                          chunk_bytes: int) -> float:
+    def _chunk_efficiency(
+        self, collective: Collective, ctx: LoweringContext, nchannels: int, chunk_bytes: int
+    ) -> float:
         """The switch legs' efficiency (nvlsEfficiency on the modelled links, ``nvls.switch_efficiency``)
         at NCCL's NVLSTree chunk (see nvls.nvls_chunk_efficiency); a channel's NVLS rate is the
         single-server one, NVLink x efficiency x ppn / (ppn + 1) / channels."""
@@ -242,8 +248,9 @@ class NvlsTreeAlgorithm(AlgorithmDefaults):
         return self._ceiling_bytes_per_s(collective, ctx) / collective.busbw_factor / nchains / efficiency
 
     @staticmethod
-    def _fill_bytes(collective: Collective, ctx: LoweringContext, nchannels: int, nchains: int,
-                    chunk_bytes: int) -> float:
+    def _fill_bytes(
+        collective: Collective, ctx: LoweringContext, nchannels: int, nchains: int, chunk_bytes: int
+    ) -> float:
         """Pipeline start-up of each sub-shard chain (payload bytes): the last chunk still climbs and
         descends NCCL's tree of servers (:func:`tree_network_hops`, as NCCL's latency counts them; not the
         chain of servers the flows are laid on), each hop one chunk of each of the channels x heads
@@ -263,22 +270,40 @@ class NvlsTreeAlgorithm(AlgorithmDefaults):
         chunk = self._chunk_bytes(collective, ctx, nchannels)
         efficiency = self._chunk_efficiency(collective, ctx, nchannels, chunk)
         parts = self._parts(collective, ctx, nchannels)
-        return innet_schedule(collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                              edges=self._edges(parts), efficiency=efficiency,
-                              innet_nodes=self._innet(collective, ctx), latency_s=self._latency_s(collective, ctx),
-                              chain_rate_cap_bytes_per_s=self._chain_cap(collective, ctx, len(parts.counts),
-                                                                         efficiency),
-                              fill_bytes=self._fill_bytes(collective, ctx, nchannels, len(parts.counts), chunk))
+        return innet_schedule(
+            collective,
+            algorithm=self.name,
+            protocol=protocol,
+            nchannels=nchannels,
+            edges=self._edges(parts),
+            efficiency=efficiency,
+            innet_nodes=self._innet(collective, ctx),
+            latency_s=self._latency_s(collective, ctx),
+            chain_rate_cap_bytes_per_s=self._chain_cap(collective, ctx, len(parts.counts), efficiency),
+            fill_bytes=self._fill_bytes(collective, ctx, nchannels, len(parts.counts), chunk),
+        )
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         layout, offset, count, owner, tree_of, trees = self._parts(collective, ctx, nchannels)
         servers = layout.ranks_by_server
         shards = list(enumerate(owner))
         steps = [
-            DataStep.of([(p, self._buffers(m)[0], offset[j], count[j]) for m, ranks in enumerate(servers)
-                         for p in ranks for j, _ in shards], reduce=True),
-            DataStep.of([(self._buffers(m)[0], ranks[q], offset[j], count[j])
-                         for m, ranks in enumerate(servers) for j, q in shards]),
+            DataStep.of(
+                [
+                    (p, self._buffers(m)[0], offset[j], count[j])
+                    for m, ranks in enumerate(servers)
+                    for p in ranks
+                    for j, _ in shards
+                ],
+                reduce=True,
+            ),
+            DataStep.of(
+                [
+                    (self._buffers(m)[0], ranks[q], offset[j], count[j])
+                    for m, ranks in enumerate(servers)
+                    for j, q in shards
+                ]
+            ),
         ]
         depth_of = [levels(trees[t], 0 if t == 0 else layout.nnodes - 1) for t in (0, 1)]
         depth = max(len(d) for d in depth_of)
@@ -286,20 +311,52 @@ class NvlsTreeAlgorithm(AlgorithmDefaults):
         def at(level: int, j: int) -> list[int]:
             d = depth_of[tree_of[j]]
             return d[level] if level < len(d) else []
-        for level in range(depth - 1, 0, -1):           # reduce up, deepest level first
-            steps.append(DataStep.of([(servers[child][q], servers[trees[tree_of[j]][child]][q], offset[j], count[j])
-                                      for j, q in shards for child in at(level, j)], reduce=True))
-        for level in range(1, depth):                    # broadcast down
-            steps.append(DataStep.of([(servers[trees[tree_of[j]][child]][q], servers[child][q], offset[j], count[j])
-                                      for j, q in shards for child in at(level, j)]))
-        steps.append(DataStep.of([(ranks[q], self._buffers(m)[1], offset[j], count[j])
-                                  for m, ranks in enumerate(servers) for j, q in shards]))
-        steps.append(DataStep.of([(self._buffers(m)[1], p, offset[j], count[j])
-                                  for m, ranks in enumerate(servers) for p in ranks for j, _ in shards]))
+
+        for level in range(depth - 1, 0, -1):  # reduce up, deepest level first
+            steps.append(
+                DataStep.of(
+                    [
+                        (servers[child][q], servers[trees[tree_of[j]][child]][q], offset[j], count[j])
+                        for j, q in shards
+                        for child in at(level, j)
+                    ],
+                    reduce=True,
+                )
+            )
+        for level in range(1, depth):  # broadcast down
+            steps.append(
+                DataStep.of(
+                    [
+                        (servers[trees[tree_of[j]][child]][q], servers[child][q], offset[j], count[j])
+                        for j, q in shards
+                        for child in at(level, j)
+                    ]
+                )
+            )
+        steps.append(
+            DataStep.of(
+                [
+                    (ranks[q], self._buffers(m)[1], offset[j], count[j])
+                    for m, ranks in enumerate(servers)
+                    for j, q in shards
+                ]
+            )
+        )
+        steps.append(
+            DataStep.of(
+                [
+                    (self._buffers(m)[1], p, offset[j], count[j])
+                    for m, ranks in enumerate(servers)
+                    for p in ranks
+                    for j, _ in shards
+                ]
+            )
+        )
         return tuple(steps)
 
-    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
-                 nchannels: int) -> tuple[float, float]:
+    def estimate(
+        self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int
+    ) -> tuple[float, float]:
         """NCCL's NVLSTree model (tuning.cc, NCCL 2.30) on this topology, on the NVLS graph's channels:
         one per head (a local GPU with its own NIC, at most the GPUs per server), each moving
         min(bwIntra x efficiency x (h-1)/h x 2, bwInter (x2 on <= 2 servers), per-channel ceiling);

@@ -87,15 +87,15 @@ def op_channels(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int) -
     others: :func:`pair_flows` streams it over ``NET_CONNECTIONS_PER_PEER`` connection(s)."""
     if nbytes <= 0:
         return 1
-    total = _pow2_up(nchannels)                 # nchannels <= MAX_CHANNELS (64), a power of two
+    total = _pow2_up(nchannels)  # nchannels <= MAX_CHANNELS (64), a power of two
     per_peer = total
-    if layout.nnodes > 1:                       # the smallest peer count sets every peer's: the network's
+    if layout.nnodes > 1:  # the smallest peer count sets every peer's: the network's
         net = NCHANNELS_PER_NET_PEER
-        while net * nranks > nchannels * 4 and net > 1:     # against the count before rounding, as NCCL does
+        while net * nranks > nchannels * 4 and net > 1:  # against the count before rounding, as NCCL does
             net //= 2
         per_peer = min(per_peer, net)
     if layout.intra == "pcie":
-        per_peer = min(per_peer, 2)             # a PCIe peer: 2 channels
+        per_peer = min(per_peer, 2)  # a PCIe peer: 2 channels
     lowest = per_peer
     while lowest * nranks > total and lowest > 1:
         lowest //= 2
@@ -109,8 +109,9 @@ def op_channels(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int) -
     return n
 
 
-def pair_flows(ctx: LoweringContext, collective: Collective, nchannels: int, src_rank: int, dst_rank: int,
-               nbytes: int) -> tuple[np.ndarray, float]:
+def pair_flows(
+    ctx: LoweringContext, collective: Collective, nchannels: int, src_rank: int, dst_rank: int, nbytes: int
+) -> tuple[np.ndarray, float]:
     """(byte pieces, per-piece payload cap) of one point-to-point send of ``collective``: NCCL's
     channels inside a server, each capped at one p2p channel's throughput; the pair's network
     connection(s) across servers, capped by the network only."""
@@ -118,8 +119,10 @@ def pair_flows(ctx: LoweringContext, collective: Collective, nchannels: int, src
     if ctx.server(src_rank) != ctx.server(dst_rank):
         return split_evenly(nbytes, NET_CONNECTIONS_PER_PEER, elt), np.inf
     layout = ctx.layout(collective.group)
-    return (split_evenly(nbytes, op_channels(nbytes, layout, collective.nranks, nchannels), elt),
-            nccl_model.p2p_channel_bytes_per_s(layout.arch))
+    return (
+        split_evenly(nbytes, op_channels(nbytes, layout, collective.nranks, nchannels), elt),
+        nccl_model.p2p_channel_bytes_per_s(layout.arch),
+    )
 
 
 def step_time_s(ctx: LoweringContext, collective: Collective, flows, *, protocol: str, nchannels: int) -> float:
@@ -134,19 +137,21 @@ def step_time_s(ctx: LoweringContext, collective: Collective, flows, *, protocol
     wire = nccl_model.WIRE_FACTOR[protocol]
     src, dst, channel = (np.array([f[k] for f in flows], dtype=np.int64) for k in range(3))
     wire_bytes = np.array([f[3] for f in flows], dtype=np.float64) * wire
-    paths = ctx.router.paths([ctx.gpu(int(r)) for r in src], [ctx.gpu(int(r)) for r in dst],
-                             flow_keys=channel.tolist(), pxn=ctx.router.pxn)
+    paths = ctx.router.paths(
+        [ctx.gpu(int(r)) for r in src], [ctx.gpu(int(r)) for r in dst], flow_keys=channel.tolist(), pxn=ctx.router.pxn
+    )
     counts = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
     links = np.concatenate(paths)
     topo = ctx.topology
-    by_bytes = wire_bytes * equal_share_rates_csr(links, np.repeat(wire_bytes, counts), counts,
-                                                  topo.link_capacity_bytes_per_s)
+    by_bytes = wire_bytes * equal_share_rates_csr(
+        links, np.repeat(wire_bytes, counts), counts, topo.link_capacity_bytes_per_s
+    )
     # under PXN, flows to one destination through one NIC share a connection (as in the engine)
     shared = SharedConnections(destination=dst, nbytes=wire_bytes) if ctx.router.pxn else None
     connection = connection_caps_flat(topo, links, counts, ctx.qps_per_connection, shared=shared)
-    protocol_cap = nccl_model.protocol_cap_bytes_per_s(protocol=protocol, arch=layout.arch,
-                                                       cpu_vendor=layout.cpu_vendor, nnodes=layout.nnodes,
-                                                       nchannels=nchannels)
+    protocol_cap = nccl_model.protocol_cap_bytes_per_s(
+        protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor, nnodes=layout.nnodes, nchannels=nchannels
+    )
     caps = np.minimum(np.array([f[4] for f in flows], dtype=np.float64), protocol_cap) * wire
     return float(np.max(wire_bytes / np.minimum(np.minimum(by_bytes, connection), caps)))
 
@@ -165,14 +170,23 @@ class SendRecv(AlgorithmDefaults):
         group = np.asarray(collective.group, dtype=np.int64)
         return group, np.roll(group, -1)
 
-    def _latency(self, collective: Collective, ctx: LoweringContext, protocol: str, *,
-                 hop_extra_us: float = 0.0) -> float:
+    def _latency(
+        self, collective: Collective, ctx: LoweringContext, protocol: str, *, hop_extra_us: float = 0.0
+    ) -> float:
         """Latency with the platform's ``hop_extra_us`` (``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate)."""
         layout = ctx.layout(collective.group)
-        return nccl_model.ring_latency_s(kind_value="sendrecv", protocol=protocol, nranks=collective.nranks,
-                                         nnodes=layout.nnodes, ppn=layout.ppn, intra=layout.intra,
-                                         cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=1,
-                                         hop_extra_us=hop_extra_us)
+        return nccl_model.ring_latency_s(
+            kind_value="sendrecv",
+            protocol=protocol,
+            nranks=collective.nranks,
+            nnodes=layout.nnodes,
+            ppn=layout.ppn,
+            intra=layout.intra,
+            cpu_vendor=layout.cpu_vendor,
+            nbytes=collective.nbytes,
+            nchannels=1,
+            hop_extra_us=hop_extra_us,
+        )
 
     def _flows(self, collective: Collective, ctx: LoweringContext, nchannels: int):
         """(src, dst, element offset, elements, channel, payload cap) of every flow."""
@@ -190,12 +204,24 @@ class SendRecv(AlgorithmDefaults):
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
         flows = self._flows(collective, ctx, nchannels)
         elt = DTYPE_BYTES[collective.dtype]
-        step = Step.of(src=[f[0] for f in flows], dst=[f[1] for f in flows], nbytes=[f[3] * elt for f in flows],
-                       channel=[f[4] for f in flows], rate_cap_bytes_per_s=[f[5] for f in flows], label="sendrecv",
-                       latency_s=self._latency(collective, ctx, protocol,
-                                               hop_extra_us=ctx.layout(collective.group).hop_extra_us))
-        return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                                 steps=(step,), pxn=ctx.router.pxn)
+        step = Step.of(
+            src=[f[0] for f in flows],
+            dst=[f[1] for f in flows],
+            nbytes=[f[3] * elt for f in flows],
+            channel=[f[4] for f in flows],
+            rate_cap_bytes_per_s=[f[5] for f in flows],
+            label="sendrecv",
+            latency_s=self._latency(collective, ctx, protocol, hop_extra_us=ctx.layout(collective.group).hop_extra_us),
+        )
+        return protocol_schedule(
+            collective,
+            ctx,
+            algorithm=self.name,
+            protocol=protocol,
+            nchannels=nchannels,
+            steps=(step,),
+            pxn=ctx.router.pxn,
+        )
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         """Send half of rank q -> receive half of rank q+1, split over the pair's channels."""
@@ -203,19 +229,21 @@ class SendRecv(AlgorithmDefaults):
         flows = self._flows(collective, ctx, nchannels)
         return (DataStep.of([(a, b, o, c, elements + o) for a, b, o, c, _, _ in flows]),) if flows else ()
 
-    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
-                 nchannels: int) -> tuple[float, float]:
+    def estimate(
+        self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int
+    ) -> tuple[float, float]:
         latency = self._latency(collective, ctx, protocol)
         if collective.nranks == 1:
             return latency, float("inf")
         if (protocol == "LL") != (collective.nbytes <= P2P_LL_THRESHOLD_BYTES):
-            return latency, 0.0          # NCCL does not use this protocol for this size
+            return latency, 0.0  # NCCL does not use this protocol for this size
         elt = DTYPE_BYTES[collective.dtype]
 
         def algbw():
             flows = [(a, b, k, c * elt, cap) for a, b, _, c, k, cap in self._flows(collective, ctx, nchannels)]
             time_s = step_time_s(ctx, collective, flows, protocol=protocol, nchannels=nchannels)
             return collective.nbytes / time_s if time_s > 0 else float("inf")
+
         op_nchannels = op_channels(collective.nbytes, ctx.layout(collective.group), collective.nranks, nchannels)
         return latency, ctx.cached(("p2p-algbw", collective.group, nchannels, op_nchannels, protocol), algbw)
 

@@ -24,7 +24,7 @@ NCCL's ring latency for the protocol (``nccl_model.ring_latency_s``). Slice-leve
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -38,8 +38,15 @@ from .base import AlgorithmDefaults, LoweringContext, lower_launched, piece_layo
 
 class RingAlgorithm(AlgorithmDefaults):
     name = "ring"
-    kinds = frozenset({CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER,
-                       CollectiveKind.BROADCAST, CollectiveKind.REDUCE})
+    kinds = frozenset(
+        {
+            CollectiveKind.ALL_REDUCE,
+            CollectiveKind.ALL_GATHER,
+            CollectiveKind.REDUCE_SCATTER,
+            CollectiveKind.BROADCAST,
+            CollectiveKind.REDUCE,
+        }
+    )
     protocols = nccl_model.PROTOCOLS
 
     def supported(self, collective: Collective, ctx: LoweringContext) -> str | None:
@@ -48,13 +55,14 @@ class RingAlgorithm(AlgorithmDefaults):
     # ---- structure (size-independent, memoised per simulation) -------------------------------
     def orders(self, group: tuple[int, ...], ctx: LoweringContext, nchannels: int) -> tuple[tuple[int, ...], ...]:
         """Ring order (ranks) of every channel."""
+
         def build() -> tuple[tuple[int, ...], ...]:
             layout = ctx.layout(group)
             if layout.ppn == 1:
                 # one rank per server: every channel's ring is the servers' order, as the loop below builds
                 # it in channels x servers steps (~8% of a 16,384-GPU step's simulation, in its DP groups)
                 return (tuple(ranks[0] for ranks in layout.ranks_by_server),) * nchannels
-            servers = []         # per server: its ranks, NIC count, first position of a rank on each rail
+            servers = []  # per server: its ranks, NIC count, first position of a rank on each rail
             for server, ranks in zip(layout.servers, layout.ranks_by_server):
                 info = ctx.topology.servers[server]
                 first: dict[int, int] = {}
@@ -69,11 +77,13 @@ class RingAlgorithm(AlgorithmDefaults):
                     ring.extend(members[entry:] + members[:entry])
                 rings.append(tuple(ring))
             return tuple(rings)
+
         orders: tuple[tuple[int, ...], ...] = ctx.cached(("ring-orders", group, nchannels), build)
         return orders
 
     def chain_paths(self, group: tuple[int, ...], ctx: LoweringContext, nchannels: int) -> list[np.ndarray]:
         """Links of every channel's full ring (edge p: position p -> p+1, wrapping)."""
+
         def build() -> list[np.ndarray]:
             orders = self.orders(group, ctx, nchannels)
             gpu = ctx.rank_gpu
@@ -82,14 +92,18 @@ class RingAlgorithm(AlgorithmDefaults):
             keys = [c for c, ring in enumerate(orders) for _ in ring]
             edges = ctx.router.paths(src, dst, flow_keys=keys, pxn=False)
             n = len(group)
-            return [np.concatenate(edges[c * n:(c + 1) * n]) if n else np.zeros(0, dtype=np.int64)
-                    for c in range(len(orders))]
+            return [
+                np.concatenate(edges[c * n : (c + 1) * n]) if n else np.zeros(0, dtype=np.int64)
+                for c in range(len(orders))
+            ]
+
         paths: list[np.ndarray] = ctx.cached(("ring-paths", group, nchannels), build)
         return paths
 
     # ---- data --------------------------------------------------------------------------------
-    def chunk_counts(self, collective: Collective,
-                     orders: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
+    def chunk_counts(
+        self, collective: Collective, orders: tuple[tuple[int, ...], ...]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(offset, count) in elements of chunk k of channel c, shape (nchannels, n).
 
         Chunk k of a ring is the piece of the rank at ring position k-1: after the reduce-scatter
@@ -109,11 +123,11 @@ class RingAlgorithm(AlgorithmDefaults):
         nbytes = count * DTYPE_BYTES[collective.dtype]
         per_channel = nbytes.sum(axis=1, keepdims=True)
         kind = collective.kind
-        if kind is CollectiveKind.ALL_REDUCE:      # all chunks but p+1 (RS phase) and but p+2 (AG phase)
+        if kind is CollectiveKind.ALL_REDUCE:  # all chunks but p+1 (RS phase) and but p+2 (AG phase)
             return 2 * per_channel - np.roll(nbytes, -1, axis=1) - np.roll(nbytes, -2, axis=1), n
-        if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):   # all chunks but p+1
+        if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):  # all chunks but p+1
             return per_channel - np.roll(nbytes, -1, axis=1), n
-        out = np.repeat(per_channel, n, axis=1)   # rooted: whole channel range along n-1 edges
+        out = np.repeat(per_channel, n, axis=1)  # rooted: whole channel range along n-1 edges
         out[:, n - 1] = 0
         return out, n - 1
 
@@ -139,9 +153,9 @@ class RingAlgorithm(AlgorithmDefaults):
     def _rooted_order(self, collective: Collective, ring: tuple[int, ...]) -> tuple[int, ...]:
         root = collective.group[collective.root]
         i = ring.index(root)
-        if collective.kind is CollectiveKind.BROADCAST:       # root first
+        if collective.kind is CollectiveKind.BROADCAST:  # root first
             return ring[i:] + ring[:i]
-        return ring[i + 1:] + ring[: i + 1]                   # reduce: root last
+        return ring[i + 1 :] + ring[: i + 1]  # reduce: root last
 
     def _orders_for(self, collective: Collective, ctx: LoweringContext, nchannels: int) -> tuple[tuple[int, ...], ...]:
         orders = self.orders(collective.group, ctx, nchannels)
@@ -159,8 +173,11 @@ class RingAlgorithm(AlgorithmDefaults):
 
         def phase(chunk_of: Callable[[int, int], int], reduce: bool) -> None:
             for s in range(n - 1):
-                ops = [(ring[p], ring[(p + 1) % n], offset[c, chunk_of(p, s)], count[c, chunk_of(p, s)])
-                       for c, ring in enumerate(orders) for p in range(n)]
+                ops = [
+                    (ring[p], ring[(p + 1) % n], offset[c, chunk_of(p, s)], count[c, chunk_of(p, s)])
+                    for c, ring in enumerate(orders)
+                    for p in range(n)
+                ]
                 steps.append(DataStep.of(ops, reduce=reduce))
 
         if kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER):
@@ -168,7 +185,7 @@ class RingAlgorithm(AlgorithmDefaults):
         if kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER):
             phase(lambda p, s: (p + 1 - s) % n, False)
         if kind.rooted:
-            for s in range(n - 1):       # the whole channel range moves one hop per step
+            for s in range(n - 1):  # the whole channel range moves one hop per step
                 ops = [(ring[s], ring[s + 1], offset[c].min(), count[c].sum()) for c, ring in enumerate(orders)]
                 steps.append(DataStep.of(ops, reduce=kind is CollectiveKind.REDUCE))
         return tuple(steps)
@@ -178,8 +195,9 @@ class RingAlgorithm(AlgorithmDefaults):
         """The ring on the channels NCCL launches for this size of a communicator of ``nchannels``."""
         return lower_launched(self, collective, ctx, protocol=protocol, nchannels=nchannels)
 
-    def lower_on(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int,
-                 comm_channels: int) -> Schedule:
+    def lower_on(
+        self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int, comm_channels: int
+    ) -> Schedule:
         """The ring on exactly ``nchannels`` channels of a communicator of ``comm_channels``."""
         group = collective.group
         layout = ctx.layout(group)
@@ -194,32 +212,71 @@ class RingAlgorithm(AlgorithmDefaults):
                 dst.append(np.roll(ring_arr, -1)[:nedges])
                 size.append(nbytes[c, :nedges])
                 chan.append(np.full(nedges, c, dtype=np.int64))
-        cat = (lambda parts: np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
+
+        def cat(parts):
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
         channel = cat(chan)
         latency = nccl_model.ring_latency_s(
-            kind_value=collective.kind.value, protocol=protocol, nranks=n, nnodes=layout.nnodes, ppn=layout.ppn,
-            intra=layout.intra, cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=comm_channels,
-            hop_extra_us=layout.hop_extra_us)
-        step = Step.of(src=cat(src), dst=cat(dst), nbytes=cat(size), channel=channel, chain=channel,
-                       latency_s=latency, label=f"ring {collective.kind.value}",
-                       fill_bytes=self._fill(collective, nbytes, nedges, protocol)[channel] if n > 1 else None)
-        return protocol_schedule(collective, ctx, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                                 steps=(step,), comm_channels=comm_channels)
+            kind_value=collective.kind.value,
+            protocol=protocol,
+            nranks=n,
+            nnodes=layout.nnodes,
+            ppn=layout.ppn,
+            intra=layout.intra,
+            cpu_vendor=layout.cpu_vendor,
+            nbytes=collective.nbytes,
+            nchannels=comm_channels,
+            hop_extra_us=layout.hop_extra_us,
+        )
+        step = Step.of(
+            src=cat(src),
+            dst=cat(dst),
+            nbytes=cat(size),
+            channel=channel,
+            chain=channel,
+            latency_s=latency,
+            label=f"ring {collective.kind.value}",
+            fill_bytes=self._fill(collective, nbytes, nedges, protocol)[channel] if n > 1 else None,
+        )
+        return protocol_schedule(
+            collective,
+            ctx,
+            algorithm=self.name,
+            protocol=protocol,
+            nchannels=nchannels,
+            steps=(step,),
+            comm_channels=comm_channels,
+        )
 
-    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
-                 nchannels: int) -> tuple[float, float]:
+    def estimate(
+        self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int
+    ) -> tuple[float, float]:
         layout = ctx.layout(collective.group)
         n = collective.nranks
         latency = nccl_model.ring_latency_s(
-            kind_value=collective.kind.value, protocol=protocol, nranks=n, nnodes=layout.nnodes, ppn=layout.ppn,
-            intra=layout.intra, cpu_vendor=layout.cpu_vendor, nbytes=collective.nbytes, nchannels=nchannels)
+            kind_value=collective.kind.value,
+            protocol=protocol,
+            nranks=n,
+            nnodes=layout.nnodes,
+            ppn=layout.ppn,
+            intra=layout.intra,
+            cpu_vendor=layout.cpu_vendor,
+            nbytes=collective.nbytes,
+            nchannels=nchannels,
+        )
         if n == 1:
             return latency, float("inf")
         # the links as NCCL's topology sees them: port speeds, no per-connection limit
-        wire_rate = ctx.cached(("ring-rate", collective.group, nchannels), lambda: float(
-            equal_share_rates(self.chain_paths(collective.group, ctx, nchannels), ctx.nccl_capacity()).min()))
-        cap = nccl_model.protocol_cap_bytes_per_s(protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor,
-                                                  nnodes=layout.nnodes, nchannels=nchannels)
+        wire_rate = ctx.cached(
+            ("ring-rate", collective.group, nchannels),
+            lambda: float(
+                equal_share_rates(self.chain_paths(collective.group, ctx, nchannels), ctx.nccl_capacity()).min()
+            ),
+        )
+        cap = nccl_model.protocol_cap_bytes_per_s(
+            protocol=protocol, arch=layout.arch, cpu_vendor=layout.cpu_vendor, nnodes=layout.nnodes, nchannels=nchannels
+        )
         busbw = nchannels * min(cap, wire_rate / nccl_model.WIRE_FACTOR[protocol])
         return latency, busbw / collective.busbw_factor
 

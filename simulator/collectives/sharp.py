@@ -54,14 +54,14 @@ not SHARP capable here).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping, Sequence
 
 from topologies.routing import mix64
 from topologies.topology import NodeKind, Topology
 
-SHARP_SALT = 0x5348415250   # "SHARP": separates tree choices from other uses of the seed
+SHARP_SALT = 0x5348415250  # "SHARP": separates tree choices from other uses of the seed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,7 +71,7 @@ class SharpTree:
     nics: tuple[int, ...]
     leaves: tuple[int, ...]
     root: int
-    parent: Mapping[int, int]          # every switch of the tree except the root -> its parent
+    parent: Mapping[int, int]  # every switch of the tree except the root -> its parent
 
     @property
     def switches(self) -> tuple[int, ...]:
@@ -113,22 +113,22 @@ class SharpPool:
         self.seed = seed
         graph = topology.graph
         self._attrs = {n: graph.nodes[n] for n in graph.nodes if graph.nodes[n]["kind"] == NodeKind.FABRIC_SWITCH}
-        self._cables: Counter = Counter()          # (switch, neighbour switch) -> surviving cables
+        self._cables: Counter = Counter()  # (switch, neighbour switch) -> surviving cables
         for link in range(topology.num_links):
             u, v = int(topology.link_src[link]), int(topology.link_dst[link])
             if u in self._attrs and v in self._attrs and link not in failed_links:
                 self._cables[(u, v)] += 1
         self._up: dict[int, list[int]] = {}
         self._down: dict[int, list[int]] = {}
-        for (u, v) in sorted(self._cables):            # a tree edge needs a cable alive both ways
+        for u, v in sorted(self._cables):  # a tree edge needs a cable alive both ways
             tu, tv = self._attrs[u].get("tier"), self._attrs[v].get("tier")
             if tu is not None and tv is not None and tv > tu and self._cables[(v, u)]:
                 self._up.setdefault(u, []).append(v)
                 self._down.setdefault(v, []).append(u)
         self._leaf = {nic: int(topology.link_dst[link]) for nic, link in topology.nic_leaf_link.items()}
         self._ancestors: dict[int, frozenset[int]] = {}
-        self.held: Counter = Counter()              # switch -> trees (= jobs) it holds
-        self.port_held: Counter = Counter()         # (switch, neighbour) -> trees on that port
+        self.held: Counter = Counter()  # switch -> trees (= jobs) it holds
+        self.port_held: Counter = Counter()  # (switch, neighbour) -> trees on that port
         self._allocations: dict[tuple[int, ...], SharpAllocation | str] = {}
 
     # ---- queries -------------------------------------------------------------------------------
@@ -174,9 +174,11 @@ class SharpPool:
                     break
                 first_reason = first_reason or why
             else:
-                return (f"SHARP resources exhausted ({first_reason}), so the communicator's CollNet setup "
-                        f"fails on the rail of NIC {self.topology.node_name(nics[0])} and NCCL runs it without "
-                        "CollNet")
+                return (
+                    f"SHARP resources exhausted ({first_reason}), so the communicator's CollNet setup "
+                    f"fails on the rail of NIC {self.topology.node_name(nics[0])} and NCCL runs it without "
+                    "CollNet"
+                )
         self.held, self.port_held = held, ports
         index = {nics: i for i, nics in enumerate(distinct)}
         return SharpAllocation(trees=tuple(trees), rail_tree=tuple(index[tuple(n)] for n in rails))
@@ -195,8 +197,10 @@ class SharpPool:
         """Common ancestors of ``leaves`` of the lowest tier (or why there are none)."""
         untiered = [s for s in leaves if self._attrs[s].get("tier") is None]
         if untiered and len(leaves) > 1:
-            return (f"switch {self.topology.node_name(untiered[0])} has no tier, so no SHARP aggregation "
-                    "tree can be built above it")
+            return (
+                f"switch {self.topology.node_name(untiered[0])} has no tier, so no SHARP aggregation "
+                "tree can be built above it"
+            )
         common = frozenset.intersection(*(self._ancestors_of(s) for s in leaves))
         if not common:
             names = ", ".join(self.topology.node_name(s) for s in leaves[:4])
@@ -240,6 +244,8 @@ class SharpPool:
                 continue
             cables = self._cables[(s, other)] if other in self._attrs else 1
             if ports[(s, other)] + 1 > per_port * cables:
-                return (f"the port of switch {name(s)} to {name(other)} already carries {ports[(s, other)]} "
-                        f"aggregation tree(s); its sharp_max_trees_per_port is {per_port}")
+                return (
+                    f"the port of switch {name(s)} to {name(other)} already carries {ports[(s, other)]} "
+                    f"aggregation tree(s); its sharp_max_trees_per_port is {per_port}"
+                )
         return None

@@ -41,9 +41,11 @@ class TreeAlgorithm(AlgorithmDefaults):
         return None if collective.nranks >= 2 else "a tree needs at least 2 ranks"
 
     # ---- structure ---------------------------------------------------------------------------
-    def _chains(self, collective: Collective, ctx: LoweringContext,
-                nchannels: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    def _chains(
+        self, collective: Collective, ctx: LoweringContext, nchannels: int
+    ) -> tuple[tuple[tuple[int, ...], ...], ...]:
         """Per (tree, channel) index k: the ordered GPU chain of every server (head first)."""
+
         def build() -> tuple[tuple[tuple[int, ...], ...], ...]:
             layout = ctx.layout(collective.group)
             out = []
@@ -60,8 +62,10 @@ class TreeAlgorithm(AlgorithmDefaults):
                     servers.append(tuple(ranks[head:] + ranks[:head]))
                 out.append(tuple(servers))
             return tuple(out)
-        chains: tuple[tuple[tuple[int, ...], ...], ...] = ctx.cached(("tree-chains", collective.group, nchannels),
-                                                                     build)
+
+        chains: tuple[tuple[tuple[int, ...], ...], ...] = ctx.cached(
+            ("tree-chains", collective.group, nchannels), build
+        )
         return chains
 
     def _parts(self, collective: Collective, nchannels: int) -> tuple[np.ndarray, np.ndarray]:
@@ -86,8 +90,9 @@ class TreeAlgorithm(AlgorithmDefaults):
                 edges.append((chains[par][0], chains[child][0], count[k], k))
         return edges
 
-    def _latency_s(self, collective: Collective, ctx: LoweringContext, protocol: str, *,
-                   hop_extra_us: float = 0.0) -> float:
+    def _latency_s(
+        self, collective: Collective, ctx: LoweringContext, protocol: str, *, hop_extra_us: float = 0.0
+    ) -> float:
         """Latency; ``hop_extra_us`` is added to every intra-server hop (the platform's
         ``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate)."""
         layout = ctx.layout(collective.group)
@@ -104,11 +109,14 @@ class TreeAlgorithm(AlgorithmDefaults):
         """
         layout = ctx.layout(collective.group)
         if protocol in ("Simple", "LL128"):
-            per_channel = nccl_model.tree_channel_max_bytes_per_s(protocol=protocol, arch=layout.arch,
-                                                                  nnodes=layout.nnodes)
+            per_channel = nccl_model.tree_channel_max_bytes_per_s(
+                protocol=protocol, arch=layout.arch, nnodes=layout.nnodes
+            )
         else:
-            per_channel = nccl_model.ll_max_bw_bytes_per_s(arch=layout.arch, cpu_vendor=layout.cpu_vendor,
-                                                           nnodes=layout.nnodes) / nchannels
+            per_channel = (
+                nccl_model.ll_max_bw_bytes_per_s(arch=layout.arch, cpu_vendor=layout.cpu_vendor, nnodes=layout.nnodes)
+                / nchannels
+            )
         return per_channel / 4
 
     # ---- interface ---------------------------------------------------------------------------
@@ -116,19 +124,33 @@ class TreeAlgorithm(AlgorithmDefaults):
         """The trees on the channels NCCL launches for this size of a communicator of ``nchannels``."""
         return lower_launched(self, collective, ctx, protocol=protocol, nchannels=nchannels)
 
-    def lower_on(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int,
-                 comm_channels: int) -> Schedule:
+    def lower_on(
+        self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int, comm_channels: int
+    ) -> Schedule:
         """The trees on exactly ``nchannels`` channels of a communicator of ``comm_channels``."""
         elt = DTYPE_BYTES[collective.dtype]
         edges = self._edges(collective, ctx, nchannels)
         src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
-        step = Step.of(src=src, dst=dst, nbytes=count * elt, chain=chain, channel=chain // 2,
-                       latency_s=self._latency_s(collective, ctx, protocol,
-                                                 hop_extra_us=ctx.layout(collective.group).hop_extra_us),
-                       label="tree all_reduce")
-        return Schedule(collective=collective, algorithm=self.name, protocol=protocol, nchannels=nchannels,
-                        steps=(step,), wire_factor=nccl_model.WIRE_FACTOR[protocol],
-                        chain_rate_cap_bytes_per_s=self._chain_cap(ctx, collective, protocol, comm_channels))
+        step = Step.of(
+            src=src,
+            dst=dst,
+            nbytes=count * elt,
+            chain=chain,
+            channel=chain // 2,
+            latency_s=self._latency_s(
+                collective, ctx, protocol, hop_extra_us=ctx.layout(collective.group).hop_extra_us
+            ),
+            label="tree all_reduce",
+        )
+        return Schedule(
+            collective=collective,
+            algorithm=self.name,
+            protocol=protocol,
+            nchannels=nchannels,
+            steps=(step,),
+            wire_factor=nccl_model.WIRE_FACTOR[protocol],
+            chain_rate_cap_bytes_per_s=self._chain_cap(ctx, collective, protocol, comm_channels),
+        )
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         layout = ctx.layout(collective.group)
@@ -138,46 +160,84 @@ class TreeAlgorithm(AlgorithmDefaults):
         all_chains = self._chains(collective, ctx, nchannels)
         steps = []
         longest = max(len(c) for chains in all_chains for c in chains)
-        for i in range(longest - 1, 0, -1):                        # up each server's chain
-            steps.append(DataStep.of([(chain[i], chain[i - 1], offset[k], count[k])
-                                      for k, chains in enumerate(all_chains)
-                                      for chain in chains if i < len(chain)], reduce=True))
+        for i in range(longest - 1, 0, -1):  # up each server's chain
+            steps.append(
+                DataStep.of(
+                    [
+                        (chain[i], chain[i - 1], offset[k], count[k])
+                        for k, chains in enumerate(all_chains)
+                        for chain in chains
+                        if i < len(chain)
+                    ],
+                    reduce=True,
+                )
+            )
         depth = max(len(d) for d in depth_of)
 
         def at(level: int, k: int) -> list[int]:
             d = depth_of[k % 2]
             return d[level] if level < len(d) else []
-        for level in range(depth - 1, 0, -1):                      # up the tree of servers
-            steps.append(DataStep.of([(chains[s][0], chains[trees[k % 2][s]][0], offset[k], count[k])
-                                      for k, chains in enumerate(all_chains) for s in at(level, k)], reduce=True))
-        for level in range(1, depth):                               # down the tree
-            steps.append(DataStep.of([(chains[trees[k % 2][s]][0], chains[s][0], offset[k], count[k])
-                                      for k, chains in enumerate(all_chains) for s in at(level, k)]))
-        for i in range(1, longest):                                  # down each chain
-            steps.append(DataStep.of([(chain[i - 1], chain[i], offset[k], count[k])
-                                      for k, chains in enumerate(all_chains)
-                                      for chain in chains if i < len(chain)]))
+
+        for level in range(depth - 1, 0, -1):  # up the tree of servers
+            steps.append(
+                DataStep.of(
+                    [
+                        (chains[s][0], chains[trees[k % 2][s]][0], offset[k], count[k])
+                        for k, chains in enumerate(all_chains)
+                        for s in at(level, k)
+                    ],
+                    reduce=True,
+                )
+            )
+        for level in range(1, depth):  # down the tree
+            steps.append(
+                DataStep.of(
+                    [
+                        (chains[trees[k % 2][s]][0], chains[s][0], offset[k], count[k])
+                        for k, chains in enumerate(all_chains)
+                        for s in at(level, k)
+                    ]
+                )
+            )
+        for i in range(1, longest):  # down each chain
+            steps.append(
+                DataStep.of(
+                    [
+                        (chain[i - 1], chain[i], offset[k], count[k])
+                        for k, chains in enumerate(all_chains)
+                        for chain in chains
+                        if i < len(chain)
+                    ]
+                )
+            )
         return tuple(s for s in steps if s.src.size)
 
-    def estimate(self, collective: Collective, ctx: LoweringContext, *, protocol: str,
-                 nchannels: int) -> tuple[float, float]:
+    def estimate(
+        self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int
+    ) -> tuple[float, float]:
         """NCCL's tree model on this topology's ring bandwidth (tuning.cc): bus bandwidth
         min(0.92 x ring busbw, channels x per-channel tree ceiling) (LL: / 3.8, capped by llMaxBw;
         LL128: x 7/9 on one node, x 120/128 across nodes), halved into algbw, times NCCL's
         tree correction for the size."""
         from .ring import RING
+
         latency = self._latency_s(collective, ctx, protocol)
         layout = ctx.layout(collective.group)
         _, ring_algbw = RING.estimate(collective, ctx, protocol="Simple", nchannels=nchannels)
         bus = 0.92 * ring_algbw * collective.busbw_factor
         if protocol == "LL":
-            bus = min(bus / 3.8, nccl_model.ll_max_bw_bytes_per_s(arch=layout.arch, cpu_vendor=layout.cpu_vendor,
-                                                                 nnodes=layout.nnodes))
+            bus = min(
+                bus / 3.8,
+                nccl_model.ll_max_bw_bytes_per_s(arch=layout.arch, cpu_vendor=layout.cpu_vendor, nnodes=layout.nnodes),
+            )
         else:
             if protocol == "LL128":
                 bus *= 7 / 9 if layout.nnodes == 1 else 120 / 128
-            bus = min(bus, nchannels * nccl_model.tree_channel_max_bytes_per_s(protocol=protocol, arch=layout.arch,
-                                                                               nnodes=layout.nnodes))
+            bus = min(
+                bus,
+                nchannels
+                * nccl_model.tree_channel_max_bytes_per_s(protocol=protocol, arch=layout.arch, nnodes=layout.nnodes),
+            )
         return latency, 0.5 * bus * nccl_model.tree_correction(protocol, collective.nbytes)
 
 

@@ -28,9 +28,9 @@ of the search, which also depends on per-channel speed candidates).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Iterator, Mapping
 
 from topologies.checks import flag, instance, integer, option, reject
 from workloads.collectives import Collective, CollectiveKind
@@ -40,28 +40,56 @@ from .base import MAX_CHANNELS, LoweringContext, ring_channels
 
 # NCCL's algorithm names in NCCL_ALGO (ncclAlgoStr in src/graph/tuning.cc; "collnet", the name before
 # 2.15, means both CollNet algorithms) -> the algorithms modelled here; CollNetChain is not modelled
-NCCL_ALGORITHM_NAMES = MappingProxyType({
-    "ring": ("ring",), "tree": ("tree",), "nvls": ("nvls",), "nvlstree": ("nvlstree",), "pat": ("pat",),
-    "collnetdirect": ("collnet",), "collnetchain": (), "collnet": ("collnet",)})
+NCCL_ALGORITHM_NAMES = MappingProxyType(
+    {
+        "ring": ("ring",),
+        "tree": ("tree",),
+        "nvls": ("nvls",),
+        "nvlstree": ("nvlstree",),
+        "pat": ("pat",),
+        "collnetdirect": ("collnet",),
+        "collnetchain": (),
+        "collnet": ("collnet",),
+    }
+)
 NCCL_PROTOCOL_NAMES = MappingProxyType({name.lower(): (name,) for name in nccl_model.PROTOCOLS})
 # the functions NCCL's tuner chooses for (ncclFuncStr), as named in the per-function syntax
-NCCL_FUNCTIONS = MappingProxyType({
-    "broadcast": CollectiveKind.BROADCAST, "reduce": CollectiveKind.REDUCE, "allgather": CollectiveKind.ALL_GATHER,
-    "reducescatter": CollectiveKind.REDUCE_SCATTER, "allreduce": CollectiveKind.ALL_REDUCE})
-NCCL_ENVIRONMENT = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_MIN_NCHANNELS",
-                    "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_IB_QPS_PER_CONNECTION")
+NCCL_FUNCTIONS = MappingProxyType(
+    {
+        "broadcast": CollectiveKind.BROADCAST,
+        "reduce": CollectiveKind.REDUCE,
+        "allgather": CollectiveKind.ALL_GATHER,
+        "reducescatter": CollectiveKind.REDUCE_SCATTER,
+        "allreduce": CollectiveKind.ALL_REDUCE,
+    }
+)
+NCCL_ENVIRONMENT = (
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_COLLNET_ENABLE",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_MIN_CTAS",
+    "NCCL_MAX_CTAS",
+    "NCCL_IB_QPS_PER_CONNECTION",
+)
 # the variables each CollectivePolicy option overrides when given (from_environment's overrides)
-OVERRIDES = MappingProxyType({
-    "algorithm": ("NCCL_ALGO",), "protocol": ("NCCL_PROTO",),
-    "nchannels": ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS"),
-    "qps_per_connection": ("NCCL_IB_QPS_PER_CONNECTION",), "collnet": ("NCCL_COLLNET_ENABLE",)})
+OVERRIDES = MappingProxyType(
+    {
+        "algorithm": ("NCCL_ALGO",),
+        "protocol": ("NCCL_PROTO",),
+        "nchannels": ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS"),
+        "qps_per_connection": ("NCCL_IB_QPS_PER_CONNECTION",),
+        "collnet": ("NCCL_COLLNET_ENABLE",),
+    }
+)
 
 
 def applied_settings(env: Mapping[str, str], **overrides) -> dict[str, str]:
     """The variables of ``NCCL_ENVIRONMENT`` set in ``env`` that ``from_environment(env, **overrides)`` uses:
     those no given (not None) override replaces, by name."""
-    replaced = {name for option, value in overrides.items() if value is not None
-                for name in OVERRIDES.get(option, ())}
+    replaced = {name for option, value in overrides.items() if value is not None for name in OVERRIDES.get(option, ())}
     return {name: env[name] for name in NCCL_ENVIRONMENT if env.get(name, "").strip() and name not in replaced}
 
 
@@ -74,8 +102,8 @@ def describe_settings(settings: Mapping[str, str]) -> str:
 class Selection:
     """NCCL_ALGO or NCCL_PROTO as NCCL reads it: per tuned function, the names allowed."""
 
-    variable: str                                       # "NCCL_ALGO" or "NCCL_PROTO"
-    text: str                                           # the value as given
+    variable: str  # "NCCL_ALGO" or "NCCL_PROTO"
+    text: str  # the value as given
     allowed: tuple[tuple[CollectiveKind, frozenset[str]], ...]
 
     def names(self, kind: CollectiveKind) -> frozenset[str] | None:
@@ -96,20 +124,26 @@ def parse_selection(variable: str, text: str) -> Selection:
         function, _, listed = part.rpartition(":")
         kinds = list(NCCL_FUNCTIONS.values())
         if not function and index > 0:
-            raise ValueError(f"{variable}: {part!r} in {text!r} is not allowed; expected every part after the "
-                             "first to name its function (allreduce:ring,tree)")
+            raise ValueError(
+                f"{variable}: {part!r} in {text!r} is not allowed; expected every part after the "
+                "first to name its function (allreduce:ring,tree)"
+            )
         if function:
             if function.strip().lower() not in NCCL_FUNCTIONS:
-                raise ValueError(f"{variable}: function {function.strip()!r} in {text!r} is not known; expected one "
-                                 "of Broadcast, Reduce, AllGather, ReduceScatter, AllReduce (any case)")
+                raise ValueError(
+                    f"{variable}: function {function.strip()!r} in {text!r} is not known; expected one "
+                    "of Broadcast, Reduce, AllGather, ReduceScatter, AllReduce (any case)"
+                )
             kinds = [NCCL_FUNCTIONS[function.strip().lower()]]
         listed = listed.strip()
         exclude = listed.startswith("^")
         tokens = [t.strip().lower() for t in listed.lstrip("^").split(",") if t.strip()]
         unknown = [t for t in tokens if t not in names]
         if unknown or not (tokens or exclude):
-            raise ValueError(f"{variable}: {unknown[0] if unknown else listed!r} in {text!r} is not allowed; "
-                             f"expected names among {', '.join(names)} (any case), or ^ and names to exclude")
+            raise ValueError(
+                f"{variable}: {unknown[0] if unknown else listed!r} in {text!r} is not allowed; "
+                f"expected names among {', '.join(names)} (any case), or ^ and names to exclude"
+            )
         chosen = frozenset(m for t in tokens for m in names[t])
         for kind in kinds:
             allowed[kind] = every - chosen if exclude else chosen
@@ -120,22 +154,23 @@ def parse_selection(variable: str, text: str) -> Selection:
 class CollectivePolicy:
     """User overrides; None = choose automatically."""
 
-    algorithm: str | None = None          # --algo: this algorithm, for every collective
-    protocol: str | None = None           # --proto: this protocol
-    algorithms: Selection | None = None   # NCCL_ALGO: the algorithms the tuner may take, per function
-    protocols: Selection | None = None    # NCCL_PROTO: the protocols it may take, per function
+    algorithm: str | None = None  # --algo: this algorithm, for every collective
+    protocol: str | None = None  # --proto: this protocol
+    algorithms: Selection | None = None  # NCCL_ALGO: the algorithms the tuner may take, per function
+    protocols: Selection | None = None  # NCCL_PROTO: the protocols it may take, per function
     nchannels: int | None = None
-    nvls: bool = True          # NCCL_NVLS_ENABLE
-    collnet: bool = False      # NCCL_COLLNET_ENABLE (SHARP in-network reduction)
-    qps_per_connection: int = 1   # NCCL_IB_QPS_PER_CONNECTION
-    min_channels: int = 1      # NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS
-    max_channels: int = MAX_CHANNELS   # NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS
+    nvls: bool = True  # NCCL_NVLS_ENABLE
+    collnet: bool = False  # NCCL_COLLNET_ENABLE (SHARP in-network reduction)
+    qps_per_connection: int = 1  # NCCL_IB_QPS_PER_CONNECTION
+    min_channels: int = 1  # NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS
+    max_channels: int = MAX_CHANNELS  # NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS
 
     def __post_init__(self) -> None:
         # every field checked here, at the edge (checks: one message naming the field); numpy integers become
         # ints and a protocol name its Protocol member
-        if self.algorithm is not None and (not isinstance(self.algorithm, str)
-                                           or self.algorithm.lower() not in ALGORITHMS):
+        if self.algorithm is not None and (
+            not isinstance(self.algorithm, str) or self.algorithm.lower() not in ALGORITHMS
+        ):
             raise reject("algorithm", self.algorithm, f"None or one of {', '.join(ALGORITHMS)}")
         if self.protocol is not None:
             object.__setattr__(self, "protocol", option("protocol", self.protocol, nccl_model.Protocol))
@@ -143,8 +178,9 @@ class CollectivePolicy:
             instance(name, getattr(self, name), (Selection, type(None)), "None or a Selection (parse_selection)")
         for name in ("nvls", "collnet"):
             object.__setattr__(self, name, flag(name, getattr(self, name)))
-        object.__setattr__(self, "qps_per_connection",
-                           integer("qps_per_connection", self.qps_per_connection, low=1, high=128))
+        object.__setattr__(
+            self, "qps_per_connection", integer("qps_per_connection", self.qps_per_connection, low=1, high=128)
+        )
         for name in ("min_channels", "max_channels"):
             object.__setattr__(self, name, integer(name, getattr(self, name), low=1, high=MAX_CHANNELS))
         if self.min_channels > self.max_channels:
@@ -152,9 +188,8 @@ class CollectivePolicy:
         if self.nchannels is not None:
             object.__setattr__(self, "nchannels", integer("channels", self.nchannels, low=1, high=MAX_CHANNELS))
 
-
     @classmethod
-    def from_environment(cls, env: Mapping[str, str], **overrides) -> "CollectivePolicy":
+    def from_environment(cls, env: Mapping[str, str], **overrides) -> CollectivePolicy:
         """The policy NCCL's environment variables describe (NCCL_ALGO, NCCL_PROTO,
         NCCL_NVLS_ENABLE, NCCL_MIN/MAX_NCHANNELS, NCCL_MIN/MAX_CTAS, NCCL_IB_QPS_PER_CONNECTION);
         keyword ``overrides`` (command-line options) win over the environment: the variables an option
@@ -215,31 +250,42 @@ class Candidate:
     algbw_bytes_per_s: float | None
     predicted_s: float | None
     skipped: str | None = None
-    skipped_by: str | None = None     # the variable or option that left it out (NCCL_ALGO, --proto, ...)
+    skipped_by: str | None = None  # the variable or option that left it out (NCCL_ALGO, --proto, ...)
 
 
 def _skipped(algorithm: str, reason: str, by: str | None = None, protocol: str | None = None) -> Candidate:
     """A candidate left out for ``reason`` (by the variable or option ``by``), before its figures."""
-    return Candidate(algorithm=algorithm, protocol=protocol, nchannels=None, latency_s=None, algbw_bytes_per_s=None,
-                     predicted_s=None, skipped=reason, skipped_by=by)
+    return Candidate(
+        algorithm=algorithm,
+        protocol=protocol,
+        nchannels=None,
+        latency_s=None,
+        algbw_bytes_per_s=None,
+        predicted_s=None,
+        skipped=reason,
+        skipped_by=by,
+    )
 
 
-def candidates(collective: Collective, ctx: LoweringContext,
-               policy: CollectivePolicy = CollectivePolicy()) -> Iterator[Candidate]:
+def candidates(
+    collective: Collective, ctx: LoweringContext, policy: CollectivePolicy = CollectivePolicy()
+) -> Iterator[Candidate]:
     """Every algorithm that runs ``collective``'s kind, in ``ALGORITHMS`` order, with each protocol it may
     use here and NCCL's estimate, or the reason it is left out (what NCCL_DEBUG_SUBSYS=TUNING shows)."""
     layout = ctx.layout(collective.group)
     comm_channels = ring_channels(layout)
     forced = policy.algorithm.lower() if policy.algorithm is not None else None
     # NCCL_ALGO / NCCL_PROTO: what the tuner may take for this function (None: anything)
-    algos, protos = (None if sel is None else sel.names(collective.kind)
-                     for sel in (policy.algorithms, policy.protocols))
+    algos, protos = (
+        None if sel is None else sel.names(collective.kind) for sel in (policy.algorithms, policy.protocols)
+    )
     enabled = nccl_model.protocols_enabled(intra=layout.intra)
     if protos is not None and "LL128" in protos:
-        enabled = nccl_model.PROTOCOLS          # NCCL_PROTO naming LL128 skips NCCL's platform check for it
+        enabled = nccl_model.PROTOCOLS  # NCCL_PROTO naming LL128 skips NCCL's platform check for it
     if policy.protocol is not None and policy.protocol not in enabled:
-        raise ValueError(f"protocol: {policy.protocol!r} is not available on this system (enabled: "
-                         f"{', '.join(enabled)})")
+        raise ValueError(
+            f"protocol: {policy.protocol!r} is not available on this system (enabled: {', '.join(enabled)})"
+        )
     for algorithm in ALGORITHMS.values():
         if collective.kind not in algorithm.kinds:
             continue
@@ -265,31 +311,50 @@ def candidates(collective: Collective, ctx: LoweringContext,
         # an algorithm with its own channel count runs on it (NVLS: nvlsChannels; sendrecv, alltoall:
         # p2pnChannels), the others on the ring's; NCCL_MIN/MAX_CTAS clamp both, --channels forces both
         own = algorithm.channels(collective, ctx)
-        nchannels = policy.nchannels or min(policy.max_channels, max(
-            policy.min_channels, own if own is not None else comm_channels))
+        nchannels = policy.nchannels or min(
+            policy.max_channels, max(policy.min_channels, own if own is not None else comm_channels)
+        )
         protocols = [p for p in enabled if p in algorithm.protocols]
         if policy.protocol is not None:
             if policy.protocol not in algorithm.protocols:
                 if forced is not None:
-                    raise ValueError(f"protocol: {algorithm.name} runs with {', '.join(algorithm.protocols)}, "
-                                     f"not {policy.protocol!r}")
+                    raise ValueError(
+                        f"protocol: {algorithm.name} runs with {', '.join(algorithm.protocols)}, "
+                        f"not {policy.protocol!r}"
+                    )
                 yield _skipped(algorithm.name, f"--proto {policy.protocol}", "--proto")
                 continue
             protocols = [policy.protocol]
         for protocol in protocols:
             if protos is not None and protocol not in protos and policy.protocol is None:
-                yield _skipped(algorithm.name, f"{policy.protocols.variable}={policy.protocols.text}",
-                               policy.protocols.variable, protocol)
+                yield _skipped(
+                    algorithm.name,
+                    f"{policy.protocols.variable}={policy.protocols.text}",
+                    policy.protocols.variable,
+                    protocol,
+                )
                 continue
             latency, algbw = algorithm.estimate(collective, ctx, protocol=protocol, nchannels=nchannels)
             if algbw <= 0 and policy.protocol is None:
-                yield Candidate(algorithm=algorithm.name, protocol=protocol, nchannels=nchannels, latency_s=latency,
-                                algbw_bytes_per_s=algbw, predicted_s=None,
-                                skipped="no bandwidth in NCCL's model (not used for this size or protocol)")
+                yield Candidate(
+                    algorithm=algorithm.name,
+                    protocol=protocol,
+                    nchannels=nchannels,
+                    latency_s=latency,
+                    algbw_bytes_per_s=algbw,
+                    predicted_s=None,
+                    skipped="no bandwidth in NCCL's model (not used for this size or protocol)",
+                )
                 continue
             predicted = latency + (collective.nbytes / algbw if algbw > 0 else math.inf)
-            yield Candidate(algorithm=algorithm.name, protocol=protocol, nchannels=nchannels, latency_s=latency,
-                            algbw_bytes_per_s=algbw, predicted_s=predicted)
+            yield Candidate(
+                algorithm=algorithm.name,
+                protocol=protocol,
+                nchannels=nchannels,
+                latency_s=latency,
+                algbw_bytes_per_s=algbw,
+                predicted_s=predicted,
+            )
 
 
 def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolicy = CollectivePolicy()) -> Choice:
@@ -303,11 +368,14 @@ def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolic
             raise ValueError(f"algorithm: {policy.algorithm.lower()!r} cannot run {collective.kind.value}")
         left_out_by = {c.skipped_by for c in candidates(collective, ctx, policy)}
         for sel in (policy.algorithms, policy.protocols):
-            if sel is not None and sel.variable in left_out_by:       # it left something out
+            if sel is not None and sel.variable in left_out_by:  # it left something out
                 names = sel.names(collective.kind)
-                raise ValueError(f"{sel.variable}: {sel.text!r} leaves {collective.kind.value} of {collective.nbytes} "
-                                 f"B only {', '.join(sorted(names)) or 'nothing'}, which cannot run here; expected "
-                                 "a value that allows an algorithm and protocol this collective can use")
+                raise ValueError(
+                    f"{sel.variable}: {sel.text!r} leaves {collective.kind.value} of {collective.nbytes} "
+                    f"B only {', '.join(sorted(names)) or 'nothing'}, which cannot run here; expected "
+                    "a value that allows an algorithm and protocol this collective can use"
+                )
         raise ValueError(f"no algorithm/protocol can run {collective.kind.value} of {collective.nbytes} B here")
-    return Choice(algorithm=best.algorithm, protocol=best.protocol, nchannels=best.nchannels,
-                  predicted_s=best.predicted_s)
+    return Choice(
+        algorithm=best.algorithm, protocol=best.protocol, nchannels=best.nchannels, predicted_s=best.predicted_s
+    )

@@ -81,8 +81,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from topologies.checks import finite, finite_nonnegative, flag, integer, positive_finite
 from topologies.devices import GpuSpec
@@ -117,10 +118,10 @@ __all__ = (
 
 DTYPES = ("bf16", "fp8")
 OP_KINDS = ("gemm", "attention", "elementwise", "optimizer")
-FLASH_BLOCK = 128                   # FlashAttention key/query block (Dao 2023: 128 x 128 tiles for d = 128)
-FLASH_BWD_FLOP_RATIO = 2.5          # Dao 2023 sec. 4.1: backward FLOPs = 2.5 x forward (5 matmuls vs 2)
-DEFAULT_COMM_CTAS = 16              # NCCL default channels on 8x H100 NDR (nccl-tests issue 309)
-ADAM_BYTES_PER_PARAM = 12 + 12      # fused Adam reads and writes fp32 master weights, momentum, variance
+FLASH_BLOCK = 128  # FlashAttention key/query block (Dao 2023: 128 x 128 tiles for d = 128)
+FLASH_BWD_FLOP_RATIO = 2.5  # Dao 2023 sec. 4.1: backward FLOPs = 2.5 x forward (5 matmuls vs 2)
+DEFAULT_COMM_CTAS = 16  # NCCL default channels on 8x H100 NDR (nccl-tests issue 309)
+ADAM_BYTES_PER_PARAM = 12 + 12  # fused Adam reads and writes fp32 master weights, momentum, variance
 FP32 = 4
 
 
@@ -132,8 +133,14 @@ FP32 = 4
 def _fraction(owner: str, name: str, value: object, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
-    finite(f"{owner}.{name}", value, low=0, low_open=True, high=1,
-           expected="a number in (0, 1]" + (" or None" if allow_none else ""))
+    finite(
+        f"{owner}.{name}",
+        value,
+        low=0,
+        low_open=True,
+        high=1,
+        expected="a number in (0, 1]" + (" or None" if allow_none else ""),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,41 +169,55 @@ class GpuComputeModel:
         _fraction(owner, "gemm_efficiency_fp8", self.gemm_efficiency_fp8, allow_none=True)
 
 
-_FA_BWD_OVER_FWD = 0.63 / 0.73     # FlashAttention-2 backward/forward efficiency, assumed for FA-3 and FA-4
+_FA_BWD_OVER_FWD = 0.63 / 0.73  # FlashAttention-2 backward/forward efficiency, assumed for FA-3 and FA-4
 _HOPPER_MEMORY = 3614.60 / 4000.0  # GH200 96 GB HBM3: coalesced read 3614.60 GB/s of 4.0 TB/s
 
 A100_SC21_GEMM_EFFICIENCY = 0.70
 """A100 fp16/bf16 GEMM eff_max fitted once on Megatron SC21 Table 1 (``simulator.validation.sc21``)."""
 
 A100_MAMF_2024 = GpuComputeModel(
-    name="a100_sxm4_80gb", sm_count=108,
-    gemm_efficiency_bf16=271.2 / 312, gemm_efficiency_fp8=None,     # Bekman MAMF, torch 2.6 (2024)
+    name="a100_sxm4_80gb",
+    sm_count=108,
+    gemm_efficiency_bf16=271.2 / 312,
+    gemm_efficiency_fp8=None,  # Bekman MAMF, torch 2.6 (2024)
     memory_efficiency=1220.7 / 1448.4,
-    flash_fwd_efficiency=0.73, flash_bwd_efficiency=0.63,
+    flash_fwd_efficiency=0.73,
+    flash_bwd_efficiency=0.63,
 )
 """The A100 with the best-shape GEMM efficiency measured in 2024 (documented alternative to the default)."""
 
-COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType({
-    "a100_sxm4_80gb": dataclasses.replace(A100_MAMF_2024, gemm_efficiency_bf16=A100_SC21_GEMM_EFFICIENCY),
-    "h100_sxm5_80gb": GpuComputeModel(
-        name="h100_sxm5_80gb", sm_count=132,
-        gemm_efficiency_bf16=794.5 / 989, gemm_efficiency_fp8=1402.6 / 1979,
-        memory_efficiency=_HOPPER_MEMORY,
-        flash_fwd_efficiency=740 / 989, flash_bwd_efficiency=740 / 989 * _FA_BWD_OVER_FWD,
-    ),
-    "h200_sxm": GpuComputeModel(
-        name="h200_sxm", sm_count=132,
-        gemm_efficiency_bf16=794.5 / 989, gemm_efficiency_fp8=1453.4 / 1979,
-        memory_efficiency=_HOPPER_MEMORY,
-        flash_fwd_efficiency=740 / 989, flash_bwd_efficiency=740 / 989 * _FA_BWD_OVER_FWD,
-    ),
-    "b200": GpuComputeModel(
-        name="b200", sm_count=148,
-        gemm_efficiency_bf16=1745 / 2250, gemm_efficiency_fp8=3432.5 / 4500,
-        memory_efficiency=7.140 / 8.0,
-        flash_fwd_efficiency=1613 / 2250, flash_bwd_efficiency=1613 / 2250 * _FA_BWD_OVER_FWD,
-    ),
-})
+COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
+    {
+        "a100_sxm4_80gb": dataclasses.replace(A100_MAMF_2024, gemm_efficiency_bf16=A100_SC21_GEMM_EFFICIENCY),
+        "h100_sxm5_80gb": GpuComputeModel(
+            name="h100_sxm5_80gb",
+            sm_count=132,
+            gemm_efficiency_bf16=794.5 / 989,
+            gemm_efficiency_fp8=1402.6 / 1979,
+            memory_efficiency=_HOPPER_MEMORY,
+            flash_fwd_efficiency=740 / 989,
+            flash_bwd_efficiency=740 / 989 * _FA_BWD_OVER_FWD,
+        ),
+        "h200_sxm": GpuComputeModel(
+            name="h200_sxm",
+            sm_count=132,
+            gemm_efficiency_bf16=794.5 / 989,
+            gemm_efficiency_fp8=1453.4 / 1979,
+            memory_efficiency=_HOPPER_MEMORY,
+            flash_fwd_efficiency=740 / 989,
+            flash_bwd_efficiency=740 / 989 * _FA_BWD_OVER_FWD,
+        ),
+        "b200": GpuComputeModel(
+            name="b200",
+            sm_count=148,
+            gemm_efficiency_bf16=1745 / 2250,
+            gemm_efficiency_fp8=3432.5 / 4500,
+            memory_efficiency=7.140 / 8.0,
+            flash_fwd_efficiency=1613 / 2250,
+            flash_bwd_efficiency=1613 / 2250 * _FA_BWD_OVER_FWD,
+        ),
+    }
+)
 """Kernel-efficiency parameters by ``GpuSpec.name``."""
 
 
@@ -209,8 +230,10 @@ def compute_model_for(gpu: GpuSpec, compute_model: GpuComputeModel | None = None
             raise ValueError(f"compute_model: {compute_model!r} is not allowed; expected a GpuComputeModel or None")
         return compute_model
     if gpu.name not in COMPUTE_MODELS:
-        raise ValueError(f"gpu: {gpu.name!r} has no kernel-efficiency parameters; expected one of "
-                         f"{', '.join(COMPUTE_MODELS)}, or pass compute_model=GpuComputeModel(...) with sourced values")
+        raise ValueError(
+            f"gpu: {gpu.name!r} has no kernel-efficiency parameters; expected one of "
+            f"{', '.join(COMPUTE_MODELS)}, or pass compute_model=GpuComputeModel(...) with sourced values"
+        )
     return COMPUTE_MODELS[gpu.name]
 
 
@@ -263,7 +286,7 @@ class ComputeBreakdown:
             out[op.name] = out.get(op.name, 0.0) + op.time_s
         return out
 
-    def __add__(self, other: "ComputeBreakdown") -> "ComputeBreakdown":
+    def __add__(self, other: ComputeBreakdown) -> ComputeBreakdown:
         if not isinstance(other, ComputeBreakdown):
             return NotImplemented
         return ComputeBreakdown(ops=self.ops + other.ops)
@@ -278,8 +301,10 @@ def _check_dtype(dtype: str, gpu: GpuSpec, cm: GpuComputeModel) -> None:
     if dtype not in DTYPES:
         raise ValueError(f"dtype: {dtype!r} is not allowed; expected one of {', '.join(map(repr, DTYPES))}")
     if dtype == "fp8" and (gpu.dense_fp8_flop_per_s is None or cm.gemm_efficiency_fp8 is None):
-        raise ValueError(f"dtype: 'fp8' is not allowed on {gpu.name} (no FP8 tensor cores or no measured FP8 "
-                         "GEMM efficiency); expected 'bf16'")
+        raise ValueError(
+            f"dtype: 'fp8' is not allowed on {gpu.name} (no FP8 tensor cores or no measured FP8 "
+            "GEMM efficiency); expected 'bf16'"
+        )
 
 
 def _positive(name: str, value: object) -> float:
@@ -290,16 +315,25 @@ def _memory_time_s(nbytes: float, gpu: GpuSpec, cm: GpuComputeModel) -> float:
     return nbytes / (gpu.hbm_bandwidth_bytes_per_s * cm.memory_efficiency)
 
 
-def _gemm_math_time_s(m: float, n: float, k: float, count: int, peak: float, eff: float,
-                      cm: GpuComputeModel) -> float:
+def _gemm_math_time_s(m: float, n: float, k: float, count: int, peak: float, eff: float, cm: GpuComputeModel) -> float:
     tiles = math.ceil(m / cm.tile_m) * math.ceil(n / cm.tile_n) * count
     waves = math.ceil(tiles / cm.sm_count)
     return waves * 2.0 * cm.tile_m * cm.tile_n * k / (eff * peak / cm.sm_count)
 
 
-def gemm_op(gpu: GpuSpec, *, m: float, n: float, k: float, count: int = 1, dtype: str = "bf16",
-            name: str = "gemm", kind: str = "gemm", out_bytes: int = 2,
-            compute_model: GpuComputeModel | None = None) -> OpTime:
+def gemm_op(
+    gpu: GpuSpec,
+    *,
+    m: float,
+    n: float,
+    k: float,
+    count: int = 1,
+    dtype: str = "bf16",
+    name: str = "gemm",
+    kind: str = "gemm",
+    out_bytes: int = 2,
+    compute_model: GpuComputeModel | None = None,
+) -> OpTime:
     """Time of ``count`` GEMMs (m x k)(k x n) on ``gpu`` (tile/wave-quantised roofline).
 
     >>> from topologies.devices import H100_SXM5_80GB
@@ -320,28 +354,49 @@ def gemm_op(gpu: GpuSpec, *, m: float, n: float, k: float, count: int = 1, dtype
     nbytes = ((m * k + k * n) * in_bytes + m * n * out_bytes) * count
     t_math = _gemm_math_time_s(m, n, k, int(count), peak, eff, cm)
     t_mem = _memory_time_s(nbytes, gpu, cm)
-    return OpTime(name=name, kind=kind, flops=flops, nbytes=nbytes, time_s=max(t_math, t_mem),
-                  bound="compute" if t_math >= t_mem else "memory")
+    return OpTime(
+        name=name,
+        kind=kind,
+        flops=flops,
+        nbytes=nbytes,
+        time_s=max(t_math, t_mem),
+        bound="compute" if t_math >= t_mem else "memory",
+    )
 
 
-def gemm_efficiency(gpu: GpuSpec, *, m: float, n: float, k: float, count: int = 1, dtype: str = "bf16",
-                    compute_model: GpuComputeModel | None = None) -> float:
+def gemm_efficiency(
+    gpu: GpuSpec,
+    *,
+    m: float,
+    n: float,
+    k: float,
+    count: int = 1,
+    dtype: str = "bf16",
+    compute_model: GpuComputeModel | None = None,
+) -> float:
     """Achieved FLOP/s of :func:`gemm_op` over the GPU's peak for that dtype."""
     op = gemm_op(gpu, m=m, n=n, k=k, count=count, dtype=dtype, compute_model=compute_model)
     peak = gpu.dense_fp8_flop_per_s if dtype == "fp8" else gpu.dense_bf16_flop_per_s
-    assert peak is not None         # gemm_op rejected fp8 on a GPU without it
+    assert peak is not None  # gemm_op rejected fp8 on a GPU without it
     return op.flops / op.time_s / peak
 
 
-def memory_op(gpu: GpuSpec, *, nbytes: float, name: str = "elementwise", kind: str = "elementwise",
-              compute_model: GpuComputeModel | None = None) -> OpTime:
+def memory_op(
+    gpu: GpuSpec,
+    *,
+    nbytes: float,
+    name: str = "elementwise",
+    kind: str = "elementwise",
+    compute_model: GpuComputeModel | None = None,
+) -> OpTime:
     """A memory-bound kernel moving ``nbytes`` (read + written)."""
     cm = compute_model_for(gpu, compute_model)
     finite_nonnegative(f"{name}.nbytes", nbytes, "a finite number >= 0")
     if kind not in OP_KINDS:
         raise ValueError(f"{name}.kind: {kind!r} is not known; expected one of {', '.join(OP_KINDS)}")
-    return OpTime(name=name, kind=kind, flops=0.0, nbytes=float(nbytes), time_s=_memory_time_s(nbytes, gpu, cm),
-                  bound="memory")
+    return OpTime(
+        name=name, kind=kind, flops=0.0, nbytes=float(nbytes), time_s=_memory_time_s(nbytes, gpu, cm), bound="memory"
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -376,8 +431,11 @@ def _forward_times(op: _Op, ctx: _Ctx, prefix: str = "") -> list[OpTime]:
     if op.gemm is not None:
         g = op.gemm
         dtype = ctx.dtype if g.weight else "bf16"
-        return [gemm_op(ctx.gpu, m=g.m, n=g.n, k=g.k, count=g.count, dtype=dtype, name=name, kind=op.kind,
-                        compute_model=ctx.cm)]
+        return [
+            gemm_op(
+                ctx.gpu, m=g.m, n=g.n, k=g.k, count=g.count, dtype=dtype, name=name, kind=op.kind, compute_model=ctx.cm
+            )
+        ]
     if op.flash_flops:
         return [_flash_time(name, op.flash_flops, op.flash_fwd_nbytes, ctx.cm.flash_fwd_efficiency, ctx)]
     return [memory_op(ctx.gpu, nbytes=op.fwd_nbytes, name=name, kind=op.kind, compute_model=ctx.cm)]
@@ -389,13 +447,40 @@ def _backward_times(op: _Op, ctx: _Ctx) -> list[OpTime]:
         dtype = ctx.dtype if g.weight else "bf16"
         first, second = ("dgrad", "wgrad") if g.weight else ("grad_lhs", "grad_rhs")
         # Y = A B with A (m x k), B (k x n): dA = dY B^T is (m x n)(n x k); dB = A^T dY is (k x m)(m x n).
-        return [gemm_op(ctx.gpu, m=g.m, n=g.k, k=g.n, count=g.count, dtype=dtype, name=f"{op.name}.{first}",
-                        kind=op.kind, compute_model=ctx.cm),
-                gemm_op(ctx.gpu, m=g.k, n=g.n, k=g.m, count=g.count, dtype=dtype, name=f"{op.name}.{second}",
-                        kind=op.kind, compute_model=ctx.cm)]
+        return [
+            gemm_op(
+                ctx.gpu,
+                m=g.m,
+                n=g.k,
+                k=g.n,
+                count=g.count,
+                dtype=dtype,
+                name=f"{op.name}.{first}",
+                kind=op.kind,
+                compute_model=ctx.cm,
+            ),
+            gemm_op(
+                ctx.gpu,
+                m=g.k,
+                n=g.n,
+                k=g.m,
+                count=g.count,
+                dtype=dtype,
+                name=f"{op.name}.{second}",
+                kind=op.kind,
+                compute_model=ctx.cm,
+            ),
+        ]
     if op.flash_flops:
-        return [_flash_time(f"{op.name}.bwd", FLASH_BWD_FLOP_RATIO * op.flash_flops, op.flash_bwd_nbytes,
-                            ctx.cm.flash_bwd_efficiency, ctx)]
+        return [
+            _flash_time(
+                f"{op.name}.bwd",
+                FLASH_BWD_FLOP_RATIO * op.flash_flops,
+                op.flash_bwd_nbytes,
+                ctx.cm.flash_bwd_efficiency,
+                ctx,
+            )
+        ]
     if op.bwd_nbytes == 0:
         return []
     return [memory_op(ctx.gpu, nbytes=op.bwd_nbytes, name=f"{op.name}.bwd", kind=op.kind, compute_model=ctx.cm)]
@@ -404,45 +489,66 @@ def _backward_times(op: _Op, ctx: _Ctx) -> list[OpTime]:
 def _flash_time(name: str, flops: float, nbytes: float, eff: float, ctx: _Ctx) -> OpTime:
     t_math = flops / (ctx.gpu.dense_bf16_flop_per_s * eff)
     t_mem = _memory_time_s(nbytes, ctx.gpu, ctx.cm)
-    return OpTime(name=name, kind="attention", flops=flops, nbytes=nbytes, time_s=max(t_math, t_mem),
-                  bound="compute" if t_math >= t_mem else "memory")
+    return OpTime(
+        name=name,
+        kind="attention",
+        flops=flops,
+        nbytes=nbytes,
+        time_s=max(t_math, t_mem),
+        bound="compute" if t_math >= t_mem else "memory",
+    )
 
 
 def _check_flag(name: str, value: object) -> bool:
     return flag(name, value)
 
 
-def _layer_ops(model: ModelSpec, layer: int, *, micro_batch: int, seq_len: int | None, tp: int, sp: bool,
-               cp: int, ep: int, flash_attention: bool) -> list[_Op]:
+def _layer_ops(
+    model: ModelSpec,
+    layer: int,
+    *,
+    micro_batch: int,
+    seq_len: int | None,
+    tp: int,
+    sp: bool,
+    cp: int,
+    ep: int,
+    flash_attention: bool,
+) -> list[_Op]:
     """The forward kernels of one layer on one GPU, in order (Megatron's fused kernels: bias+GeLU,
     bias+dropout+residual-add, scale+mask+softmax; SC21 sec. 4.2)."""
     if not isinstance(model, ModelSpec):
         raise ValueError(f"model: {model!r} is not allowed; expected a workloads.model.ModelSpec")
     _check_flag("sp", sp)
     _check_flag("flash_attention", flash_attention)
-    gemms = {g.name: g for g in model.layer_gemms(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp,
-                                                   ep=ep)}
+    gemms = {g.name: g for g in model.layer_gemms(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep)}
     if model.is_moe_layer(layer) and tp > 1 and not sp:
-        raise ValueError(f"sp: False is not allowed for MoE layer {layer} with tp = {tp}; expected True "
-                         "(Megatron requires sequence parallelism for MoE with tensor parallelism)")
+        raise ValueError(
+            f"sp: False is not allowed for MoE layer {layer} with tp = {tp}; expected True "
+            "(Megatron requires sequence parallelism for MoE with tensor parallelism)"
+        )
     D, h, d = model.dtype_bytes, model.hidden, model.head_dim
     s = model.seq_len if seq_len is None else seq_len
     tokens = micro_batch * s / cp
-    rep = tokens / tp if sp else tokens                 # tokens of the hidden-width tensors on this rank
+    rep = tokens / tp if sp else tokens  # tokens of the hidden-width tensors on this rank
     mask = 1 if model.dropout else 0
     heads = model.heads // tp
     ops: list[_Op] = []
 
-    def norm(name: str) -> _Op:        # read x, write y; backward read x and dy, write dx
+    def norm(name: str) -> _Op:  # read x, write y; backward read x and dy, write dx
         return _Op(name=name, kind="elementwise", fwd_nbytes=2 * D * rep * h, bwd_nbytes=3 * D * rep * h)
 
-    def residual(name: str) -> _Op:    # [bias +] [dropout +] residual add: read x and residual, write y (+ mask)
+    def residual(name: str) -> _Op:  # [bias +] [dropout +] residual add: read x and residual, write y (+ mask)
         n = rep * h
-        return _Op(name=name, kind="elementwise", fwd_nbytes=(3 * D + mask) * n,
-                   bwd_nbytes=(2 * D + mask) * n if model.dropout else 0.0)
+        return _Op(
+            name=name,
+            kind="elementwise",
+            fwd_nbytes=(3 * D + mask) * n,
+            bwd_nbytes=(2 * D + mask) * n if model.dropout else 0.0,
+        )
 
     def activation(name: str, units: float) -> _Op:
-        if model.gated_mlp:            # SwiGLU: read gate and up, write product; backward 3 reads, 2 writes
+        if model.gated_mlp:  # SwiGLU: read gate and up, write product; backward 3 reads, 2 writes
             return _Op(name=name, kind="elementwise", fwd_nbytes=3 * D * units, bwd_nbytes=5 * D * units)
         return _Op(name=name, kind="elementwise", fwd_nbytes=2 * D * units, bwd_nbytes=3 * D * units)
 
@@ -455,18 +561,31 @@ def _layer_ops(model: ModelSpec, layer: int, *, micro_batch: int, seq_len: int |
         blocks = math.ceil(s / FLASH_BLOCK)
         causal = (blocks + 1) / (2 * blocks)
         flops = 4.0 * micro_batch * heads * (s / cp) * s * d * causal
-        q = tokens * heads * d * D                       # Q, O, dO, dQ: local queries
-        kv = micro_batch * s * (model.kv_heads // tp) * d * D   # K, V: every key streams past the local queries
+        q = tokens * heads * d * D  # Q, O, dO, dQ: local queries
+        kv = micro_batch * s * (model.kv_heads // tp) * d * D  # K, V: every key streams past the local queries
         lse = FP32 * micro_batch * heads * (s / cp)
-        ops.append(_Op(name="flash_attention", kind="attention", flash_flops=flops,
-                       flash_fwd_nbytes=2 * q + 2 * kv + lse, flash_bwd_nbytes=4 * q + 4 * kv + lse))
+        ops.append(
+            _Op(
+                name="flash_attention",
+                kind="attention",
+                flash_flops=flops,
+                flash_fwd_nbytes=2 * q + 2 * kv + lse,
+                flash_bwd_nbytes=4 * q + 4 * kv + lse,
+            )
+        )
     else:
         scores = micro_batch * heads * (s / cp) * s
         ops.append(_Op(name="attn_scores", kind="attention", gemm=gemms["attn_scores"]))
         ops.append(_Op(name="softmax", kind="attention", fwd_nbytes=2 * D * scores, bwd_nbytes=3 * D * scores))
         if model.dropout:
-            ops.append(_Op(name="attn_dropout", kind="attention", fwd_nbytes=(2 * D + mask) * scores,
-                           bwd_nbytes=(2 * D + mask) * scores))
+            ops.append(
+                _Op(
+                    name="attn_dropout",
+                    kind="attention",
+                    fwd_nbytes=(2 * D + mask) * scores,
+                    bwd_nbytes=(2 * D + mask) * scores,
+                )
+            )
         ops.append(_Op(name="attn_values", kind="attention", gemm=gemms["attn_values"]))
     ops.append(_Op(name="attn_proj", kind="gemm", gemm=gemms["attn_proj"]))
     ops.append(residual("attn_residual"))
@@ -475,16 +594,18 @@ def _layer_ops(model: ModelSpec, layer: int, *, micro_batch: int, seq_len: int |
         t_moe = tokens / tp
         routed = t_moe * model.top_k
         ops.append(_Op(name="router", kind="gemm", gemm=gemms["router"]))
-        n = t_moe * model.experts          # fp32 softmax and top-k over the router logits
+        n = t_moe * model.experts  # fp32 softmax and top-k over the router logits
         ops.append(_Op(name="router_topk", kind="elementwise", fwd_nbytes=2 * FP32 * n, bwd_nbytes=3 * FP32 * n))
-        ops.append(_Op(name="moe_permute", kind="elementwise", fwd_nbytes=2 * D * routed * h,
-                       bwd_nbytes=2 * D * routed * h))
+        ops.append(
+            _Op(name="moe_permute", kind="elementwise", fwd_nbytes=2 * D * routed * h, bwd_nbytes=2 * D * routed * h)
+        )
         ops.append(_Op(name="expert_up", kind="gemm", gemm=gemms["expert_up"]))
-        assert model.expert_ffn_hidden is not None      # set on every MoE model
+        assert model.expert_ffn_hidden is not None  # set on every MoE model
         ops.append(activation("expert_act", routed * model.expert_ffn_hidden))
         ops.append(_Op(name="expert_down", kind="gemm", gemm=gemms["expert_down"]))
-        ops.append(_Op(name="moe_unpermute", kind="elementwise", fwd_nbytes=2 * D * routed * h,
-                       bwd_nbytes=2 * D * routed * h))
+        ops.append(
+            _Op(name="moe_unpermute", kind="elementwise", fwd_nbytes=2 * D * routed * h, bwd_nbytes=2 * D * routed * h)
+        )
         if model.shared_experts:
             ops.append(_Op(name="shared_up", kind="gemm", gemm=gemms["shared_up"]))
             ops.append(activation("shared_act", tokens * model.shared_experts * model.expert_ffn_hidden / tp))
@@ -497,22 +618,55 @@ def _layer_ops(model: ModelSpec, layer: int, *, micro_batch: int, seq_len: int |
     return ops
 
 
-def layer_forward(model: ModelSpec, gpu: GpuSpec, *, layer: int = 0, micro_batch: int, seq_len: int | None = None,
-                  tp: int = 1, sp: bool = False, cp: int = 1, ep: int = 1, dtype: str = "bf16",
-                  flash_attention: bool = True, compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
+def layer_forward(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    layer: int = 0,
+    micro_batch: int,
+    seq_len: int | None = None,
+    tp: int = 1,
+    sp: bool = False,
+    cp: int = 1,
+    ep: int = 1,
+    dtype: str = "bf16",
+    flash_attention: bool = True,
+    compute_model: GpuComputeModel | None = None,
+) -> ComputeBreakdown:
     """Kernels of the forward pass of layer ``layer`` for one micro-batch on one GPU."""
     cm = compute_model_for(gpu, compute_model)
     _check_dtype(dtype, gpu, cm)
     ctx = _Ctx(gpu=gpu, cm=cm, dtype=dtype)
-    ops = _layer_ops(model, layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, ep=ep,
-                     flash_attention=flash_attention)
+    ops = _layer_ops(
+        model,
+        layer,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        tp=tp,
+        sp=sp,
+        cp=cp,
+        ep=ep,
+        flash_attention=flash_attention,
+    )
     return ComputeBreakdown(ops=tuple(t for op in ops for t in _forward_times(op, ctx)))
 
 
-def layer_backward(model: ModelSpec, gpu: GpuSpec, *, layer: int = 0, micro_batch: int, seq_len: int | None = None,
-                   tp: int = 1, sp: bool = False, cp: int = 1, ep: int = 1, dtype: str = "bf16",
-                   flash_attention: bool = True, recompute: str = "none",
-                   compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
+def layer_backward(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    layer: int = 0,
+    micro_batch: int,
+    seq_len: int | None = None,
+    tp: int = 1,
+    sp: bool = False,
+    cp: int = 1,
+    ep: int = 1,
+    dtype: str = "bf16",
+    flash_attention: bool = True,
+    recompute: str = "none",
+    compute_model: GpuComputeModel | None = None,
+) -> ComputeBreakdown:
     """Kernels of the backward pass of one layer and micro-batch, preceded by the recomputed forward
     kernels: none; "selective" the attention core (nothing with flash attention, which recomputes
     inside its backward); "full" the whole layer. Recomputed kernels are named ``recompute.<op>``."""
@@ -521,8 +675,17 @@ def layer_backward(model: ModelSpec, gpu: GpuSpec, *, layer: int = 0, micro_batc
     cm = compute_model_for(gpu, compute_model)
     _check_dtype(dtype, gpu, cm)
     ctx = _Ctx(gpu=gpu, cm=cm, dtype=dtype)
-    ops = _layer_ops(model, layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, ep=ep,
-                     flash_attention=flash_attention)
+    ops = _layer_ops(
+        model,
+        layer,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        tp=tp,
+        sp=sp,
+        cp=cp,
+        ep=ep,
+        flash_attention=flash_attention,
+    )
     core = {"attn_scores", "softmax", "attn_dropout", "attn_values"}
     again = [op for op in ops if recompute == "full" or (recompute == "selective" and op.name in core)]
     times = [t for op in again for t in _forward_times(op, ctx, prefix="recompute.")]
@@ -530,42 +693,111 @@ def layer_backward(model: ModelSpec, gpu: GpuSpec, *, layer: int = 0, micro_batc
     return ComputeBreakdown(ops=tuple(times))
 
 
-def layer_forward_time_s(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None,
-                         tp: int = 1, sp: bool = False, cp: int = 1, ep: int = 1, dtype: str = "bf16",
-                         flash_attention: bool = True, layer: int = 0,
-                         compute_model: GpuComputeModel | None = None) -> float:
+def layer_forward_time_s(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    micro_batch: int,
+    seq_len: int | None = None,
+    tp: int = 1,
+    sp: bool = False,
+    cp: int = 1,
+    ep: int = 1,
+    dtype: str = "bf16",
+    flash_attention: bool = True,
+    layer: int = 0,
+    compute_model: GpuComputeModel | None = None,
+) -> float:
     """Seconds of :func:`layer_forward`."""
-    return layer_forward(model, gpu, layer=layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp,
-                         ep=ep, dtype=dtype, flash_attention=flash_attention, compute_model=compute_model).time_s
+    return layer_forward(
+        model,
+        gpu,
+        layer=layer,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        tp=tp,
+        sp=sp,
+        cp=cp,
+        ep=ep,
+        dtype=dtype,
+        flash_attention=flash_attention,
+        compute_model=compute_model,
+    ).time_s
 
 
-def layer_backward_time_s(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None,
-                          tp: int = 1, sp: bool = False, cp: int = 1, ep: int = 1, dtype: str = "bf16",
-                          flash_attention: bool = True, recompute: str = "none", layer: int = 0,
-                          compute_model: GpuComputeModel | None = None) -> float:
+def layer_backward_time_s(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    micro_batch: int,
+    seq_len: int | None = None,
+    tp: int = 1,
+    sp: bool = False,
+    cp: int = 1,
+    ep: int = 1,
+    dtype: str = "bf16",
+    flash_attention: bool = True,
+    recompute: str = "none",
+    layer: int = 0,
+    compute_model: GpuComputeModel | None = None,
+) -> float:
     """Seconds of :func:`layer_backward` (recomputation included)."""
-    return layer_backward(model, gpu, layer=layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp,
-                          ep=ep, dtype=dtype, flash_attention=flash_attention, recompute=recompute,
-                          compute_model=compute_model).time_s
+    return layer_backward(
+        model,
+        gpu,
+        layer=layer,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        tp=tp,
+        sp=sp,
+        cp=cp,
+        ep=ep,
+        dtype=dtype,
+        flash_attention=flash_attention,
+        recompute=recompute,
+        compute_model=compute_model,
+    ).time_s
 
 
-def layer_times(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
-                sp: bool = False, cp: int = 1, ep: int = 1, dtype: str = "bf16", flash_attention: bool = True,
-                recompute: str = "none",
-                compute_model: GpuComputeModel | None = None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def layer_times(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    micro_batch: int,
+    seq_len: int | None = None,
+    tp: int = 1,
+    sp: bool = False,
+    cp: int = 1,
+    ep: int = 1,
+    dtype: str = "bf16",
+    flash_attention: bool = True,
+    recompute: str = "none",
+    compute_model: GpuComputeModel | None = None,
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Seconds of :func:`layer_forward` and :func:`layer_backward` of every layer, (forward, backward). All
     dense (all MoE) layers of a model run the same kernels, so one layer of each kind is timed."""
     if not isinstance(model, ModelSpec):
         raise ValueError(f"model: {model!r} is not allowed; expected a workloads.model.ModelSpec")
-    kw: dict[str, Any] = dict(micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, ep=ep, dtype=dtype,
-                              flash_attention=flash_attention, compute_model=compute_model)
+    kw: dict[str, Any] = dict(
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        tp=tp,
+        sp=sp,
+        cp=cp,
+        ep=ep,
+        dtype=dtype,
+        flash_attention=flash_attention,
+        compute_model=compute_model,
+    )
     by_kind: dict[bool, tuple[float, float]] = {}
     forward, backward = [], []
     for layer in range(model.layers):
         kind = model.is_moe_layer(layer)
         if kind not in by_kind:
-            by_kind[kind] = (layer_forward(model, gpu, layer=layer, **kw).time_s,
-                             layer_backward(model, gpu, layer=layer, recompute=recompute, **kw).time_s)
+            by_kind[kind] = (
+                layer_forward(model, gpu, layer=layer, **kw).time_s,
+                layer_backward(model, gpu, layer=layer, recompute=recompute, **kw).time_s,
+            )
         forward.append(by_kind[kind][0])
         backward.append(by_kind[kind][1])
     return tuple(forward), tuple(backward)
@@ -590,21 +822,38 @@ def _embedding_ops(model: ModelSpec, *, micro_batch: int, seq_len: int | None, t
     if model.position_embedding == "learned":
         ops.append(_Op(name="position_add", kind="elementwise", fwd_nbytes=3 * D * n, bwd_nbytes=2 * D * n))
     if model.dropout:
-        ops.append(_Op(name="embedding_dropout", kind="elementwise", fwd_nbytes=(2 * D + 1) * n,
-                       bwd_nbytes=(2 * D + 1) * n))
+        ops.append(
+            _Op(name="embedding_dropout", kind="elementwise", fwd_nbytes=(2 * D + 1) * n, bwd_nbytes=(2 * D + 1) * n)
+        )
     return ops
 
 
-def embedding_forward(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
-                      cp: int = 1, compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
+def embedding_forward(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    micro_batch: int,
+    seq_len: int | None = None,
+    tp: int = 1,
+    cp: int = 1,
+    compute_model: GpuComputeModel | None = None,
+) -> ComputeBreakdown:
     """Vocabulary-parallel lookup of the local tokens (read and write b s h / c), learned positions, dropout."""
     ctx = _Ctx(gpu=gpu, cm=compute_model_for(gpu, compute_model), dtype="bf16")
     ops = _embedding_ops(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
     return ComputeBreakdown(ops=tuple(t for op in ops for t in _forward_times(op, ctx)))
 
 
-def embedding_backward(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None,
-                       tp: int = 1, cp: int = 1, compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
+def embedding_backward(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    micro_batch: int,
+    seq_len: int | None = None,
+    tp: int = 1,
+    cp: int = 1,
+    compute_model: GpuComputeModel | None = None,
+) -> ComputeBreakdown:
     """Scatter-add of the token gradients into a dense (V/t x h) gradient (zero-filled, then added to the
     fp32 main gradient: D + D + 8 bytes per element) and the position/dropout backward."""
     ctx = _Ctx(gpu=gpu, cm=compute_model_for(gpu, compute_model), dtype="bf16")
@@ -631,34 +880,87 @@ def _logits_ops(model: ModelSpec, *, micro_batch: int, seq_len: int | None, tp: 
     ]
 
 
-def _logits(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None, tp: int, sp: bool, cp: int,
-            dtype: str, compute_model: GpuComputeModel | None) -> tuple[_Ctx, list[_Op]]:
+def _logits(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    micro_batch: int,
+    seq_len: int | None,
+    tp: int,
+    sp: bool,
+    cp: int,
+    dtype: str,
+    compute_model: GpuComputeModel | None,
+) -> tuple[_Ctx, list[_Op]]:
     cm = compute_model_for(gpu, compute_model)
     _check_dtype(dtype, gpu, cm)
-    return _Ctx(gpu=gpu, cm=cm, dtype=dtype), _logits_ops(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
-                                                           sp=sp, cp=cp)
+    return _Ctx(gpu=gpu, cm=cm, dtype=dtype), _logits_ops(
+        model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp
+    )
 
 
-def logits_forward(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
-                   sp: bool = False, cp: int = 1, dtype: str = "bf16",
-                   compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
+def logits_forward(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    micro_batch: int,
+    seq_len: int | None = None,
+    tp: int = 1,
+    sp: bool = False,
+    cp: int = 1,
+    dtype: str = "bf16",
+    compute_model: GpuComputeModel | None = None,
+) -> ComputeBreakdown:
     """Final norm, output GEMM (b s / c) x (V/t) x h and the loss."""
-    ctx, ops = _logits(model, gpu, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, dtype=dtype,
-                       compute_model=compute_model)
+    ctx, ops = _logits(
+        model,
+        gpu,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        tp=tp,
+        sp=sp,
+        cp=cp,
+        dtype=dtype,
+        compute_model=compute_model,
+    )
     return ComputeBreakdown(ops=tuple(t for op in ops for t in _forward_times(op, ctx)))
 
 
-def logits_backward(model: ModelSpec, gpu: GpuSpec, *, micro_batch: int, seq_len: int | None = None, tp: int = 1,
-                    sp: bool = False, cp: int = 1, dtype: str = "bf16",
-                    compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
+def logits_backward(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    micro_batch: int,
+    seq_len: int | None = None,
+    tp: int = 1,
+    sp: bool = False,
+    cp: int = 1,
+    dtype: str = "bf16",
+    compute_model: GpuComputeModel | None = None,
+) -> ComputeBreakdown:
     """Loss gradient, output-layer gradient GEMMs, final-norm backward."""
-    ctx, ops = _logits(model, gpu, micro_batch=micro_batch, seq_len=seq_len, tp=tp, sp=sp, cp=cp, dtype=dtype,
-                       compute_model=compute_model)
+    ctx, ops = _logits(
+        model,
+        gpu,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        tp=tp,
+        sp=sp,
+        cp=cp,
+        dtype=dtype,
+        compute_model=compute_model,
+    )
     return ComputeBreakdown(ops=tuple(t for op in reversed(ops) for t in _backward_times(op, ctx)))
 
 
-def optimizer_step(gpu: GpuSpec, *, parameters: float, grad_bytes: int = FP32, param_bytes: int = 2,
-                   compute_model: GpuComputeModel | None = None) -> ComputeBreakdown:
+def optimizer_step(
+    gpu: GpuSpec,
+    *,
+    parameters: float,
+    grad_bytes: int = FP32,
+    param_bytes: int = 2,
+    compute_model: GpuComputeModel | None = None,
+) -> ComputeBreakdown:
     """Memory-bound Adam over the ``parameters`` this GPU updates (its ZeRO shard): the gradient-norm pass
     reads the gradients; fused Adam reads gradient, master weight, momentum, variance and writes the last
     three and the ``param_bytes`` model weight: grad_bytes + 24 + param_bytes = 30 bytes per parameter.
@@ -671,11 +973,18 @@ def optimizer_step(gpu: GpuSpec, *, parameters: float, grad_bytes: int = FP32, p
     finite_nonnegative("optimizer_step.parameters", parameters, "a finite number >= 0")
     for name, value in (("grad_bytes", grad_bytes), ("param_bytes", param_bytes)):
         integer(f"optimizer_step.{name}", value, low=1)
-    return ComputeBreakdown(ops=(
-        memory_op(gpu, nbytes=parameters * grad_bytes, name="grad_norm", kind="optimizer", compute_model=cm),
-        memory_op(gpu, nbytes=parameters * (grad_bytes + ADAM_BYTES_PER_PARAM + param_bytes), name="adam",
-                  kind="optimizer", compute_model=cm),
-    ))
+    return ComputeBreakdown(
+        ops=(
+            memory_op(gpu, nbytes=parameters * grad_bytes, name="grad_norm", kind="optimizer", compute_model=cm),
+            memory_op(
+                gpu,
+                nbytes=parameters * (grad_bytes + ADAM_BYTES_PER_PARAM + param_bytes),
+                name="adam",
+                kind="optimizer",
+                compute_model=cm,
+            ),
+        )
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -683,8 +992,9 @@ def optimizer_step(gpu: GpuSpec, *, parameters: float, grad_bytes: int = FP32, p
 # --------------------------------------------------------------------------------------------------
 
 
-def default_overlap_slowdown(gpu: GpuSpec, *, comm_ctas: int = DEFAULT_COMM_CTAS,
-                             compute_model: GpuComputeModel | None = None) -> float:
+def default_overlap_slowdown(
+    gpu: GpuSpec, *, comm_ctas: int = DEFAULT_COMM_CTAS, compute_model: GpuComputeModel | None = None
+) -> float:
     """C / (S - C): compute loses the ``comm_ctas`` SMs a NCCL kernel occupies (one per channel).
 
     >>> from topologies.devices import H100_SXM5_80GB
@@ -692,13 +1002,19 @@ def default_overlap_slowdown(gpu: GpuSpec, *, comm_ctas: int = DEFAULT_COMM_CTAS
     0.138
     """
     cm = compute_model_for(gpu, compute_model)
-    integer("comm_ctas", comm_ctas, low=0, high=cm.sm_count - 1,
-            expected=f"an integer in 0..{cm.sm_count - 1} (SMs of {gpu.name})")
+    integer(
+        "comm_ctas",
+        comm_ctas,
+        low=0,
+        high=cm.sm_count - 1,
+        expected=f"an integer in 0..{cm.sm_count - 1} (SMs of {gpu.name})",
+    )
     return comm_ctas / (cm.sm_count - comm_ctas)
 
 
-def overlapped_time_s(time_s: float, gpu: GpuSpec, *, overlap_slowdown: float | None = None,
-                      compute_model: GpuComputeModel | None = None) -> float:
+def overlapped_time_s(
+    time_s: float, gpu: GpuSpec, *, overlap_slowdown: float | None = None, compute_model: GpuComputeModel | None = None
+) -> float:
     """``time_s`` of compute stretched while a communication kernel runs beside it:
     time_s x (1 + overlap_slowdown); ``None`` takes :func:`default_overlap_slowdown`."""
     finite_nonnegative("time_s", time_s, "a finite number >= 0")
@@ -707,4 +1023,3 @@ def overlapped_time_s(time_s: float, gpu: GpuSpec, *, overlap_slowdown: float | 
     else:
         finite_nonnegative("overlap_slowdown", overlap_slowdown, "a finite number >= 0 or None")
     return time_s * (1.0 + overlap_slowdown)
-

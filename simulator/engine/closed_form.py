@@ -37,15 +37,18 @@ from ..schedule import Schedule
 from .replay import Route
 
 
-def collective_times(*, network: FluidNetwork, schedules: list[Schedule], route: Route,
-                     launch_overhead_s: float = 0.0) -> tuple[np.ndarray, np.ndarray, int]:
+def collective_times(
+    *, network: FluidNetwork, schedules: list[Schedule], route: Route, launch_overhead_s: float = 0.0
+) -> tuple[np.ndarray, np.ndarray, int]:
     """(time of every collective, bytes moved per link by all of them, batches rated).
 
     ``schedules[i]`` is collective i's schedule; equal schedules (the same object) are timed once, each
     step routed once by ``route(step, schedule)`` (``simulator.flows.Routes``: flat routed arrays)."""
     if not (network.context_free and isinstance(network, AnalyticalNetwork)):
-        raise ValueError(f"network: {type(network).__name__} is not context-free; closed-form replay needs a "
-                         "model whose rates ignore other flows (the analytical model)")
+        raise ValueError(
+            f"network: {type(network).__name__} is not context-free; closed-form replay needs a "
+            "model whose rates ignore other flows (the analytical model)"
+        )
     moved_links: list[np.ndarray] = []
     moved_bytes: list[np.ndarray] = []
     uses = Counter(id(schedule) for schedule in schedules)
@@ -59,20 +62,24 @@ def collective_times(*, network: FluidNetwork, schedules: list[Schedule], route:
         for step in schedule.steps:
             flows = route(step, schedule)
             total += flows.latency_s
-            if flows.counts.size == 0:                       # no flow carries bytes
+            if flows.counts.size == 0:  # no flow carries bytes
                 continue
             links, weights, counts, wire = flows.links, flows.link_weights, flows.counts, flows.wire_bytes
             rates = network.batch_rates(links, weights, counts, flows.caps_bytes_per_s)
             rated += 1
             if not np.all(rates > 0):
-                raise RuntimeError(f"closed-form replay: a flow of {schedule.algorithm} has zero rate; the "
-                                   "network cannot finish it")
+                raise RuntimeError(
+                    f"closed-form replay: a flow of {schedule.algorithm} has zero rate; the network cannot finish it"
+                )
             total += float(np.max((wire + flows.fill_bytes) / rates))
             moved_links.append(links)
             moved_bytes.append(np.repeat(wire * uses[key], counts) * weights)
         timed[key] = total
     times = np.array([timed[id(s)] for s in schedules], dtype=np.float64)
     nlinks = network.capacity_bytes_per_s.shape[0]
-    link_bytes = (np.bincount(np.concatenate(moved_links), weights=np.concatenate(moved_bytes), minlength=nlinks)
-                  if moved_links else np.zeros(nlinks))
+    link_bytes = (
+        np.bincount(np.concatenate(moved_links), weights=np.concatenate(moved_bytes), minlength=nlinks)
+        if moved_links
+        else np.zeros(nlinks)
+    )
     return times, link_bytes, rated

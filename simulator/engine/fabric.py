@@ -42,20 +42,31 @@ class Fabric:
         self._outstanding: dict[int, int] = {}
         self._done_events: dict[int, simpy.Event] = {}
         self._next_transfer = 0
-        self._rebuild: dict[int, Rebuild] = {}   # transfer -> its rebuild callable
+        self._rebuild: dict[int, Rebuild] = {}  # transfer -> its rebuild callable
         self._flows_of: dict[int, list[int]] = {}  # transfer -> its current flow ids, in order
 
     # ---- public ------------------------------------------------------------------------------
-    def transfer(self, links: np.ndarray, weights: np.ndarray, counts: np.ndarray, wire_bytes: np.ndarray,
-                 caps_bytes_per_s: np.ndarray, latency_s: float, *, fill_bytes: np.ndarray,
-                 rebuild: Rebuild | None) -> simpy.Event:
+    def transfer(
+        self,
+        links: np.ndarray,
+        weights: np.ndarray,
+        counts: np.ndarray,
+        wire_bytes: np.ndarray,
+        caps_bytes_per_s: np.ndarray,
+        latency_s: float,
+        *,
+        fill_bytes: np.ndarray,
+        rebuild: Rebuild | None,
+    ) -> simpy.Event:
         """Flows as in ``network.add`` (flow i: the ``counts[i]`` consecutive entries of ``links``);
         ``rebuild()`` (None: none) returns fresh (links, weights, counts) for the same flows, in the same
         order: used to move them off a link that fails while they run (``fail_link``)."""
         done = self.env.event()
         if len(counts) == 0:
+
             def finish(_event: simpy.Event) -> None:
                 done.succeed()
+
             self.env.timeout(latency_s).callbacks.append(finish)
             return done
         tid = self._next_transfer
@@ -75,11 +86,19 @@ class Fabric:
             self._last_s = now
             self._finish(finished)
 
-    def _start(self, tid: int, links: np.ndarray, weights: np.ndarray, counts: np.ndarray, wire_bytes: np.ndarray,
-               caps: np.ndarray, fill: np.ndarray) -> None:
+    def _start(
+        self,
+        tid: int,
+        links: np.ndarray,
+        weights: np.ndarray,
+        counts: np.ndarray,
+        wire_bytes: np.ndarray,
+        caps: np.ndarray,
+        fill: np.ndarray,
+    ) -> None:
         self._advance_to_now()
         if tid in self._rebuild and not self.network.capacity_bytes_per_s[links].all():
-            links, weights, counts = self._rebuild[tid]()     # a link failed while this transfer waited its latency
+            links, weights, counts = self._rebuild[tid]()  # a link failed while this transfer waited its latency
         ids = self.network.add(links, weights, counts, wire_bytes, caps, fill)
         self._outstanding[tid] = len(ids)
         self._flows_of[tid] = ids.tolist()
@@ -104,8 +123,11 @@ class Fabric:
             slots = np.searchsorted(self.network.ids, ids)
             alive = self.network.active[slots]
             ptr, links = self.network.flow_ptr, self.network.flow_links
-            crossing = [i for i, slot in enumerate(slots.tolist())
-                        if alive[i] and (links[ptr[slot]:ptr[slot + 1]] == link).any()]
+            crossing = [
+                i
+                for i, slot in enumerate(slots.tolist())
+                if alive[i] and (links[ptr[slot] : ptr[slot + 1]] == link).any()
+            ]
             if not crossing:
                 continue
             if tid not in self._rebuild:

@@ -51,10 +51,17 @@ class _Rendezvous:
     end_s: float = 0.0
 
 
-def run(*, network: FluidNetwork, workload: Workload, schedules: list[Schedule], route: Route,
-        on_link_failed: Callable[[int], None] | None = None, launch_overhead_s: float = 0.0,
-        task_ranks: tuple[int, ...] | None = (), link_events: Sequence[LinkEvent] = ()
-        ) -> tuple[list[tuple[float, float]], list[float], dict[int, np.ndarray]]:
+def run(
+    *,
+    network: FluidNetwork,
+    workload: Workload,
+    schedules: list[Schedule],
+    route: Route,
+    on_link_failed: Callable[[int], None] | None = None,
+    launch_overhead_s: float = 0.0,
+    task_ranks: tuple[int, ...] | None = (),
+    link_events: Sequence[LinkEvent] = (),
+) -> tuple[list[tuple[float, float]], list[float], dict[int, np.ndarray]]:
     """Replay ``workload`` on a fresh SimPy environment whose fabric drives ``network``.
 
     ``schedules[i]`` is collective i's; ``route(step, schedule)`` gives a step's routed flows when the
@@ -86,7 +93,7 @@ def run(*, network: FluidNetwork, workload: Workload, schedules: list[Schedule],
         if event.scale > 0:
             fabric.scale_link(event.link, event.scale)
             return
-        assert on_link_failed is not None                 # checked above: a failure needs it
+        assert on_link_failed is not None  # checked above: a failure needs it
         on_link_failed(event.link)
         fabric.fail_link(event.link)
 
@@ -101,9 +108,16 @@ def run(*, network: FluidNetwork, workload: Workload, schedules: list[Schedule],
             yield env.timeout(launch_overhead_s)
         for step in schedule.steps:
             flows = route(step, schedule)
-            yield fabric.transfer(flows.links, flows.link_weights, flows.counts, flows.wire_bytes,
-                                  flows.caps_bytes_per_s, flows.latency_s, fill_bytes=flows.fill_bytes,
-                                  rebuild=partial(rerouted, step, schedule) if link_events else None)
+            yield fabric.transfer(
+                flows.links,
+                flows.link_weights,
+                flows.counts,
+                flows.wire_bytes,
+                flows.caps_bytes_per_s,
+                flows.latency_s,
+                fill_bytes=flows.fill_bytes,
+                rebuild=partial(rerouted, step, schedule) if link_events else None,
+            )
         meeting.end_s = env.now
         meeting.done.succeed()
 
@@ -119,8 +133,10 @@ def run(*, network: FluidNetwork, workload: Workload, schedules: list[Schedule],
                 times[position, 0] = env.now
             if isinstance(task, ComputeTask):
                 if task.duration_s is None:
-                    raise ValueError(f"workload: compute task {position} of rank {rank} has no duration; expected "
-                                     "a resolved workload (Workload.unresolved == 0)")
+                    raise ValueError(
+                        f"workload: compute task {position} of rank {rank} has no duration; expected "
+                        "a resolved workload (Workload.unresolved == 0)"
+                    )
                 yield env.timeout(task.duration_s)
             elif isinstance(task, CommTask):
                 meeting = meetings[task.index]
@@ -145,8 +161,10 @@ def run(*, network: FluidNetwork, workload: Workload, schedules: list[Schedule],
     unfinished = [i for i, m in enumerate(meetings) if not m.done.triggered]
     if unfinished:
         i = unfinished[0]
-        raise RuntimeError(f"collective {i} ({workload.collectives[i].kind.value}) never started: "
-                           f"{meetings[i].waiting} rank(s) of its group never reached it (deadlock in the programs)")
+        raise RuntimeError(
+            f"collective {i} ({workload.collectives[i].kind.value}) never started: "
+            f"{meetings[i].waiting} rank(s) of its group never reached it (deadlock in the programs)"
+        )
     for times in task_times.values():
         times.setflags(write=False)
     return [(m.start_s, m.end_s) for m in meetings], rank_end, task_times

@@ -38,23 +38,35 @@ class Timeline:
     arrival_s: tuple[np.ndarray, ...]
     collective_start_s: np.ndarray
     collective_end_s: np.ndarray
-    _flat: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False, compare=False)   # see flat()
+    _flat: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False, compare=False)  # see flat()
 
     @classmethod
-    def _from_flat(cls, start_s: np.ndarray, end_s: np.ndarray, arrival_s: np.ndarray, base: np.ndarray,
-                   collective_start_s: np.ndarray, collective_end_s: np.ndarray) -> "Timeline":
+    def _from_flat(
+        cls,
+        start_s: np.ndarray,
+        end_s: np.ndarray,
+        arrival_s: np.ndarray,
+        base: np.ndarray,
+        collective_start_s: np.ndarray,
+        collective_end_s: np.ndarray,
+    ) -> Timeline:
         """A Timeline whose rows are read-only views of ``start_s``, ``end_s`` and ``arrival_s`` (every task's
         times, rank after rank; ``base[r]``: rank r's first task in them), which seed the cache of :meth:`flat`."""
         for array in (start_s, end_s, arrival_s, base):
-            array.setflags(write=False)                 # before taking the rows: views inherit the flag
+            array.setflags(write=False)  # before taking the rows: views inherit the flag
         sizes = np.diff(base, append=start_s.size)
-        if sizes.size and (sizes == sizes[0]).all():                            # equal program lengths
+        if sizes.size and (sizes == sizes[0]).all():  # equal program lengths
             rows = [tuple(a.reshape(sizes.size, int(sizes[0]))) for a in (start_s, end_s, arrival_s)]
         else:
             spans = list(map(slice, base.tolist(), (base + sizes).tolist()))
             rows = [tuple(map(a.__getitem__, spans)) for a in (start_s, end_s, arrival_s)]
-        timeline = cls(start_s=rows[0], end_s=rows[1], arrival_s=rows[2], collective_start_s=collective_start_s,
-                       collective_end_s=collective_end_s)
+        timeline = cls(
+            start_s=rows[0],
+            end_s=rows[1],
+            arrival_s=rows[2],
+            collective_start_s=collective_start_s,
+            collective_end_s=collective_end_s,
+        )
         timeline._flat.update(start_s=start_s, end_s=end_s, base=base)
         return timeline
 
@@ -65,8 +77,11 @@ class Timeline:
         after construction."""
         if not self._flat:
             sizes = np.fromiter(map(len, self.end_s), dtype=np.int64, count=len(self.end_s))
-            flat = {"start_s": _concatenate(self.start_s), "end_s": _concatenate(self.end_s),
-                    "base": np.cumsum(sizes) - sizes}
+            flat = {
+                "start_s": _concatenate(self.start_s),
+                "end_s": _concatenate(self.end_s),
+                "base": np.cumsum(sizes) - sizes,
+            }
             for array in flat.values():
                 array.setflags(write=False)
             self._flat.update(flat)
@@ -83,7 +98,7 @@ class Timeline:
         _, end, base = self.flat()
         out = np.zeros(len(self.end_s))
         busy = np.diff(base, append=end.size) > 0
-        if end.size:               # rows without tasks hold no element: the busy rows' segments tile ``end``
+        if end.size:  # rows without tasks hold no element: the busy rows' segments tile ``end``
             out[busy] = np.maximum.reduceat(end, base[busy])
         return out
 
@@ -160,8 +175,8 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
     start: list[float | None] = [None] * total
     end: list[float | None] = [None] * total
     arrival: list[float | None] = [None] * total
-    current = heads[:]                     # per stream: the first unfinished task, -1 when done
-    previous_end = [0.0] * nstreams        # per stream: end of its last finished task
+    current = heads[:]  # per stream: the first unfinished task, -1 when done
+    previous_end = [0.0] * nstreams  # per stream: end of its last finished task
     distinct = program_of.tolist()
     need = [len({distinct[r] for r in c.group}) for c in workload.collectives]
     arrived = [0] * ncoll
@@ -169,8 +184,8 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
     member_stream: list[list[int]] = [[] for _ in range(ncoll)]
     member_task: list[list[int]] = [[] for _ in range(ncoll)]
     c_start, c_end = [np.nan] * ncoll, [np.nan] * ncoll
-    waiters: dict[int, list[int]] = {}           # unfinished task -> streams blocked on it by ``after``
-    stack = list(range(nstreams - 1, -1, -1))    # each stream is on the stack at most once
+    waiters: dict[int, list[int]] = {}  # unfinished task -> streams blocked on it by ``after``
+    stack = list(range(nstreams - 1, -1, -1))  # each stream is on the stack at most once
     push, pop, compute = stack.append, stack.pop, ComputeTask
     while stack:
         sid = pop()
@@ -186,14 +201,14 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
                     if e is None:
                         blocked = True
                         break
-                    if e > ready:              # the same value as max(): no NaN, no -0.0 can occur
+                    if e > ready:  # the same value as max(): no NaN, no -0.0 can occur
                         ready = e
                 if blocked:
                     waiters.setdefault(base + a, []).append(sid)
                     break
             if isinstance(task, compute):
                 duration = task.duration_s
-                assert duration is not None            # the engine runs resolved workloads (Workload.unresolved)
+                assert duration is not None  # the engine runs resolved workloads (Workload.unresolved)
                 start[g] = arrival[g] = ready
                 ready_prev = end[g] = ready + duration
                 if waiters and g in waiters:
@@ -202,14 +217,14 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
                 continue
             i = task.index
             count = arrived[i] = arrived[i] + 1
-            arrival[g] = ready                 # the task starts with the collective, below
+            arrival[g] = ready  # the task starts with the collective, below
             if ready > latest[i]:
                 latest[i] = ready
             streams_i, tasks_i = member_stream[i], member_task[i]
             streams_i.append(sid)
             tasks_i.append(g)
             if count < need[i]:
-                break                          # resumed by the last member's arrival
+                break  # resumed by the last member's arrival
             t0 = latest[i]
             t1 = t0 + durations[i]
             c_start[i], c_end[i] = t0, t1
@@ -231,15 +246,18 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
     if stuck:
         task = tasks[current[stuck[0]]]
         holder = [stream_program[sid] for sid in stuck]
-        raise RuntimeError(f"task_times: rank {shared[holder[0]][1][0]} stream {task.stream} never finishes task "
-                           f"{task.name!r} (deadlock in the programs; {sum(len(shared[k][1]) for k in holder)} "
-                           "stream(s) stuck)")
+        raise RuntimeError(
+            f"task_times: rank {shared[holder[0]][1][0]} stream {task.stream} never finishes task "
+            f"{task.name!r} (deadlock in the programs; {sum(len(shared[k][1]) for k in holder)} "
+            "stream(s) stuck)"
+        )
     times = [np.array(values, dtype=np.float64) for values in (start, end, arrival)]
     sizes = np.fromiter(map(len, workload.programs), dtype=np.int64, count=workload.nranks)
     rank_base = np.cumsum(sizes) - sizes
-    if len(shared) < workload.nranks:           # copy each walked program's times to the ranks sharing it
+    if len(shared) < workload.nranks:  # copy each walked program's times to the ranks sharing it
         source = np.arange(int(sizes.sum())) + np.repeat(np.array(bases[:-1])[program_of] - rank_base, sizes)
         times = [a[source] for a in times]
     start_s, end_s, arrival_s = times
-    return Timeline._from_flat(start_s, end_s, arrival_s, rank_base, np.array(c_start, dtype=np.float64),
-                               np.array(c_end, dtype=np.float64))
+    return Timeline._from_flat(
+        start_s, end_s, arrival_s, rank_base, np.array(c_start, dtype=np.float64), np.array(c_end, dtype=np.float64)
+    )

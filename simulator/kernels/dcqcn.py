@@ -74,9 +74,21 @@ from .maxmin import flow_csr
 __all__ = ["dcqcn_rates", "DCQCN_PARAM_NAMES"]
 
 #: Order of the physical parameters in the ``params`` array given to ``dcqcn_rates``.
-DCQCN_PARAM_NAMES = ("kmin_bytes", "kmax_bytes", "pmax", "g", "alpha_update_period_s", "cnp_interval_s",
-                     "rate_ai_bytes_per_s", "rate_hai_bytes_per_s", "timer_s", "byte_counter_bytes",
-                     "threshold", "rate_min_bytes_per_s", "mtu_bytes")
+DCQCN_PARAM_NAMES = (
+    "kmin_bytes",
+    "kmax_bytes",
+    "pmax",
+    "g",
+    "alpha_update_period_s",
+    "cnp_interval_s",
+    "rate_ai_bytes_per_s",
+    "rate_hai_bytes_per_s",
+    "timer_s",
+    "byte_counter_bytes",
+    "threshold",
+    "rate_min_bytes_per_s",
+    "mtu_bytes",
+)
 _LN2 = math.log(2.0)
 
 
@@ -90,8 +102,16 @@ def _red(q: float, kmin: float, kmax: float, pmax: float) -> float:
 
 
 @njit(cache=True)
-def _port_levels(port_ptr: np.ndarray, port_flows: np.ndarray, port_w: np.ndarray, port_cap: np.ndarray,
-                 rc: np.ndarray, level: np.ndarray, scratch_r: np.ndarray, scratch_w: np.ndarray) -> None:
+def _port_levels(
+    port_ptr: np.ndarray,
+    port_flows: np.ndarray,
+    port_w: np.ndarray,
+    port_cap: np.ndarray,
+    rc: np.ndarray,
+    level: np.ndarray,
+    scratch_r: np.ndarray,
+    scratch_w: np.ndarray,
+) -> None:
     """Water level of each port among its flows' current rates (inf when the port is not full)."""
     for k in range(port_cap.shape[0]):
         lo, hi = port_ptr[k], port_ptr[k + 1]
@@ -103,7 +123,7 @@ def _port_levels(port_ptr: np.ndarray, port_flows: np.ndarray, port_w: np.ndarra
             level[k] = np.inf
             continue
         n = 0
-        for j in range(lo, hi):          # insertion sort by rate (ports hold few queue pairs)
+        for j in range(lo, hi):  # insertion sort by rate (ports hold few queue pairs)
             r, w = rc[port_flows[j]], port_w[j]
             i = n
             while i > 0 and scratch_r[i - 1] > r:
@@ -128,11 +148,28 @@ def _port_levels(port_ptr: np.ndarray, port_flows: np.ndarray, port_w: np.ndarra
 
 
 @njit(cache=True)
-def _dcqcn_kernel(flows: np.ndarray, link_ptr: np.ndarray, link_entry_flow: np.ndarray, link_entry_w: np.ndarray,
-                  marking_links: np.ndarray, link_capacity: np.ndarray, port_ptr: np.ndarray, port_flows: np.ndarray,
-                  port_w: np.ndarray, port_cap: np.ndarray, flow_port_ptr: np.ndarray, flow_port_idx: np.ndarray,
-                  rate_max: np.ndarray, rate_init: np.ndarray, params: np.ndarray, dt: float, warmup_steps: int,
-                  block_steps: int, max_steps: int, settle_tol: float) -> tuple[np.ndarray, np.ndarray, int]:
+def _dcqcn_kernel(
+    flows: np.ndarray,
+    link_ptr: np.ndarray,
+    link_entry_flow: np.ndarray,
+    link_entry_w: np.ndarray,
+    marking_links: np.ndarray,
+    link_capacity: np.ndarray,
+    port_ptr: np.ndarray,
+    port_flows: np.ndarray,
+    port_w: np.ndarray,
+    port_cap: np.ndarray,
+    flow_port_ptr: np.ndarray,
+    flow_port_idx: np.ndarray,
+    rate_max: np.ndarray,
+    rate_init: np.ndarray,
+    params: np.ndarray,
+    dt: float,
+    warmup_steps: int,
+    block_steps: int,
+    max_steps: int,
+    settle_tol: float,
+) -> tuple[np.ndarray, np.ndarray, int]:
     """``flows``: controlled flow ids. ``marking_links[k]`` carries the entries
     ``link_ptr[k]:link_ptr[k+1]`` of ``link_entry_flow`` (index into ``flows``) with weights ``link_entry_w``."""
     n = flows.shape[0]
@@ -197,7 +234,7 @@ def _dcqcn_kernel(flows: np.ndarray, link_ptr: np.ndarray, link_entry_flow: np.n
             lf_sum[i] = 0.0
             sf = s[i]
             pkts = sf / mtu
-            if lf == 0.0:       # no marking on the path: no CNP, increase events at s/B + 1/T, hyper stage
+            if lf == 0.0:  # no marking on the path: no CNP, increase events at s/B + 1/T, hyper stage
                 alpha[i] *= alpha_decay
                 events = pkts / n_bytes + 1.0 / timer
                 delta = r_hai
@@ -258,9 +295,16 @@ def _dcqcn_kernel(flows: np.ndarray, link_ptr: np.ndarray, link_entry_flow: np.n
 
 
 @njit(cache=True)
-def _prepare(flow_ptr: np.ndarray, flow_links: np.ndarray, flow_weights: np.ndarray, controlled: np.ndarray,
-             marking: np.ndarray, is_port: np.ndarray, link_capacity: np.ndarray,
-             rate_max: np.ndarray) -> tuple[np.ndarray, ...]:
+def _prepare(
+    flow_ptr: np.ndarray,
+    flow_links: np.ndarray,
+    flow_weights: np.ndarray,
+    controlled: np.ndarray,
+    marking: np.ndarray,
+    is_port: np.ndarray,
+    link_capacity: np.ndarray,
+    rate_max: np.ndarray,
+) -> tuple[np.ndarray, ...]:
     """Controlled flow ids; marking link -> (flow index, weight) CSR restricted to links whose flows
     could overfill them (sum of w x R_max above capacity; the others never queue); port -> (flow
     index, weight) CSR; flow index -> port index CSR."""
@@ -343,15 +387,39 @@ def _prepare(flow_ptr: np.ndarray, flow_links: np.ndarray, flow_weights: np.ndar
                 link_entry_flow[link_cursor[k]] = i
                 link_entry_w[link_cursor[k]] = flow_weights[j]
                 link_cursor[k] += 1
-    return (flows, link_ptr, link_entry_flow, link_entry_w, marking_links, port_ptr, port_flows, port_w, port_cap,
-            flow_port_ptr, flow_port_idx)
+    return (
+        flows,
+        link_ptr,
+        link_entry_flow,
+        link_entry_w,
+        marking_links,
+        port_ptr,
+        port_flows,
+        port_w,
+        port_cap,
+        flow_port_ptr,
+        flow_port_idx,
+    )
 
 
-def dcqcn_rates(flow_ptr: npt.ArrayLike, flow_links: npt.ArrayLike, flow_weights: npt.ArrayLike,
-                controlled: npt.ArrayLike, link_capacity: npt.ArrayLike, marking: npt.ArrayLike,
-                is_port: npt.ArrayLike, rate_max: npt.ArrayLike, rate_init: npt.ArrayLike, params: npt.ArrayLike, *,
-                dt_s: float, warmup_s: float, block_s: float, horizon_s: float,
-                settle_tol: float) -> tuple[np.ndarray, np.ndarray, float]:
+def dcqcn_rates(
+    flow_ptr: npt.ArrayLike,
+    flow_links: npt.ArrayLike,
+    flow_weights: npt.ArrayLike,
+    controlled: npt.ArrayLike,
+    link_capacity: npt.ArrayLike,
+    marking: npt.ArrayLike,
+    is_port: npt.ArrayLike,
+    rate_max: npt.ArrayLike,
+    rate_init: npt.ArrayLike,
+    params: npt.ArrayLike,
+    *,
+    dt_s: float,
+    warmup_s: float,
+    block_s: float,
+    horizon_s: float,
+    settle_tol: float,
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Settled (time-averaged) DCQCN sending rates of the ``controlled`` flows.
 
     Parameters
@@ -386,25 +454,48 @@ def dcqcn_rates(flow_ptr: npt.ArrayLike, flow_links: npt.ArrayLike, flow_weights
     params = np.ascontiguousarray(params, dtype=np.float64)
     n_flows, n_links = controlled.shape[0], link_capacity.shape[0]
     if flow_ptr.shape[0] != n_flows + 1 or rate_max.shape[0] != n_flows or rate_init.shape[0] != n_flows:
-        raise ValueError(f"shape mismatch: flow_ptr {flow_ptr.shape[0]} (want F+1), controlled {n_flows}, "
-                         f"rate_max {rate_max.shape[0]}, rate_init {rate_init.shape[0]}")
+        raise ValueError(
+            f"shape mismatch: flow_ptr {flow_ptr.shape[0]} (want F+1), controlled {n_flows}, "
+            f"rate_max {rate_max.shape[0]}, rate_init {rate_init.shape[0]}"
+        )
     if marking.shape[0] != n_links or is_port.shape[0] != n_links:
-        raise ValueError(f"shape mismatch: link_capacity {n_links}, marking {marking.shape[0]}, "
-                         f"is_port {is_port.shape[0]}")
+        raise ValueError(
+            f"shape mismatch: link_capacity {n_links}, marking {marking.shape[0]}, is_port {is_port.shape[0]}"
+        )
     if params.shape[0] != len(DCQCN_PARAM_NAMES):
-        raise ValueError(f"params: {params.shape[0]} values; expected {len(DCQCN_PARAM_NAMES)} "
-                         f"({', '.join(DCQCN_PARAM_NAMES)})")
+        raise ValueError(
+            f"params: {params.shape[0]} values; expected {len(DCQCN_PARAM_NAMES)} ({', '.join(DCQCN_PARAM_NAMES)})"
+        )
     if np.any(controlled & ~(rate_max > 0)) or not np.all(np.isfinite(rate_max[controlled])):
         raise ValueError("rate_max: every controlled flow needs a finite line rate > 0")
     warmup_steps = int(round(warmup_s / dt_s))
     block_steps = max(1, int(round(block_s / dt_s)))
     max_steps = max(warmup_steps + block_steps, int(round(horizon_s / dt_s)))
-    prepared: tuple[np.ndarray, ...] = _prepare(flow_ptr, flow_links, flow_weights, controlled, marking & ~is_port,
-                                                is_port, link_capacity, rate_max)
+    prepared: tuple[np.ndarray, ...] = _prepare(
+        flow_ptr, flow_links, flow_weights, controlled, marking & ~is_port, is_port, link_capacity, rate_max
+    )
     flows, link_ptr, entry_flow, entry_w, marking_links, port_ptr, port_flows, port_w, port_cap = prepared[:9]
     out: tuple[np.ndarray, np.ndarray, int] = _dcqcn_kernel(
-        flows, link_ptr, entry_flow, entry_w, marking_links, link_capacity, port_ptr, port_flows, port_w, port_cap,
-        prepared[9], prepared[10], rate_max, rate_init, params, float(dt_s), warmup_steps, block_steps, max_steps,
-        float(settle_tol))
+        flows,
+        link_ptr,
+        entry_flow,
+        entry_w,
+        marking_links,
+        link_capacity,
+        port_ptr,
+        port_flows,
+        port_w,
+        port_cap,
+        prepared[9],
+        prepared[10],
+        rate_max,
+        rate_init,
+        params,
+        float(dt_s),
+        warmup_steps,
+        block_steps,
+        max_steps,
+        float(settle_tol),
+    )
     rates, queue, steps = out
     return rates, queue, steps * dt_s

@@ -50,8 +50,9 @@ __all__ = ["lossless_throttle", "successor_pairs"]
 
 
 @njit(cache=True)
-def _pairs(flow_ptr: np.ndarray, flow_links: np.ndarray, participant: np.ndarray, link_src: np.ndarray,
-           link_dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _pairs(
+    flow_ptr: np.ndarray, flow_links: np.ndarray, participant: np.ndarray, link_src: np.ndarray, link_dst: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(upstream link, downstream link) for every hop of every participating flow (see assumption 4)."""
     n_flows = participant.shape[0]
     count = 0
@@ -79,9 +80,17 @@ def _pairs(flow_ptr: np.ndarray, flow_links: np.ndarray, participant: np.ndarray
 
 
 @njit(cache=True)
-def _throttle_kernel(flow_ptr: np.ndarray, flow_links: np.ndarray, flow_weights: np.ndarray, participant: np.ndarray,
-                     link_capacity: np.ndarray, demand: np.ndarray, lossless: np.ndarray, ups: np.ndarray,
-                     downs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _throttle_kernel(
+    flow_ptr: np.ndarray,
+    flow_links: np.ndarray,
+    flow_weights: np.ndarray,
+    participant: np.ndarray,
+    link_capacity: np.ndarray,
+    demand: np.ndarray,
+    lossless: np.ndarray,
+    ups: np.ndarray,
+    downs: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n_flows = participant.shape[0]
     n_links = link_capacity.shape[0]
     m = np.ones(n_flows)
@@ -163,8 +172,22 @@ def _throttle_kernel(flow_ptr: np.ndarray, flow_links: np.ndarray, flow_weights:
                 f = link_flows[j]
                 if frozen[f]:
                     continue
-                n_dirty = _freeze(f, level, m, frozen, flow_ptr, flow_links, use_w, residual, weight_sum, count,
-                                  dirty_stamp, dirty, n_dirty, event)
+                n_dirty = _freeze(
+                    f,
+                    level,
+                    m,
+                    frozen,
+                    flow_ptr,
+                    flow_links,
+                    use_w,
+                    residual,
+                    weight_sum,
+                    count,
+                    dirty_stamp,
+                    dirty,
+                    n_dirty,
+                    event,
+                )
                 n_unfrozen -= 1
             for k in range(up_count[x], up_count[x + 1]):
                 i = upstream[k]
@@ -179,20 +202,35 @@ def _throttle_kernel(flow_ptr: np.ndarray, flow_links: np.ndarray, flow_weights:
     return m, pause, tree_level
 
 
-def successor_pairs(flow_ptr: npt.ArrayLike, flow_links: npt.ArrayLike, participant: npt.ArrayLike,
-                    link_src: npt.ArrayLike, link_dst: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def successor_pairs(
+    flow_ptr: npt.ArrayLike,
+    flow_links: npt.ArrayLike,
+    participant: npt.ArrayLike,
+    link_src: npt.ArrayLike,
+    link_dst: npt.ArrayLike,
+) -> tuple[np.ndarray, np.ndarray]:
     """``(upstream links, downstream links)``: one pair per hop of each participating flow."""
     pairs: tuple[np.ndarray, np.ndarray] = _pairs(
-        np.ascontiguousarray(flow_ptr, dtype=np.int64), np.ascontiguousarray(flow_links, dtype=np.int64),
-        np.ascontiguousarray(participant, dtype=np.bool_), np.ascontiguousarray(link_src, dtype=np.int64),
-        np.ascontiguousarray(link_dst, dtype=np.int64))
+        np.ascontiguousarray(flow_ptr, dtype=np.int64),
+        np.ascontiguousarray(flow_links, dtype=np.int64),
+        np.ascontiguousarray(participant, dtype=np.bool_),
+        np.ascontiguousarray(link_src, dtype=np.int64),
+        np.ascontiguousarray(link_dst, dtype=np.int64),
+    )
     return pairs
 
 
-def lossless_throttle(flow_ptr: npt.ArrayLike, flow_links: npt.ArrayLike, flow_weights: npt.ArrayLike,
-                      participant: npt.ArrayLike, link_capacity: npt.ArrayLike, demand: npt.ArrayLike,
-                      lossless: npt.ArrayLike, ups: npt.ArrayLike,
-                      downs: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def lossless_throttle(
+    flow_ptr: npt.ArrayLike,
+    flow_links: npt.ArrayLike,
+    flow_weights: npt.ArrayLike,
+    participant: npt.ArrayLike,
+    link_capacity: npt.ArrayLike,
+    demand: npt.ArrayLike,
+    lossless: npt.ArrayLike,
+    ups: npt.ArrayLike,
+    downs: npt.ArrayLike,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Throttles of lossless back-pressure; see the module docstring.
 
     Parameters
@@ -229,14 +267,18 @@ def lossless_throttle(flow_ptr: npt.ArrayLike, flow_links: npt.ArrayLike, flow_w
     downs = np.ascontiguousarray(downs, dtype=np.int64)
     n_flows, n_links = participant.shape[0], link_capacity.shape[0]
     if flow_ptr.shape[0] != n_flows + 1 or demand.shape[0] != n_flows:
-        raise ValueError(f"shape mismatch: flow_ptr {flow_ptr.shape[0]} (want F+1), participant {n_flows}, "
-                         f"demand {demand.shape[0]}")
+        raise ValueError(
+            f"shape mismatch: flow_ptr {flow_ptr.shape[0]} (want F+1), participant {n_flows}, demand {demand.shape[0]}"
+        )
     if lossless.shape[0] != n_links or ups.shape[0] != downs.shape[0]:
-        raise ValueError(f"shape mismatch: link_capacity {n_links}, lossless {lossless.shape[0]}, ups "
-                         f"{ups.shape[0]}, downs {downs.shape[0]}")
+        raise ValueError(
+            f"shape mismatch: link_capacity {n_links}, lossless {lossless.shape[0]}, ups "
+            f"{ups.shape[0]}, downs {downs.shape[0]}"
+        )
     d = demand[participant]
     if not np.all(np.isfinite(d) & (d >= 0)):
         raise ValueError("demand: every participating flow needs a finite demand >= 0")
     out: tuple[np.ndarray, np.ndarray, np.ndarray] = _throttle_kernel(
-        flow_ptr, flow_links, flow_weights, participant, link_capacity, demand, lossless, ups, downs)
+        flow_ptr, flow_links, flow_weights, participant, link_capacity, demand, lossless, ups, downs
+    )
     return out

@@ -141,8 +141,18 @@ def _heap_remove(heap: np.ndarray, hkey: np.ndarray, pos: np.ndarray, link: int,
 
 
 @njit(cache=True, inline="always")
-def _rekey_dirty(heap: np.ndarray, hkey: np.ndarray, pos: np.ndarray, size: int, dirty: np.ndarray, n_dirty: int,
-                 count: np.ndarray, residual: np.ndarray, weight_sum: np.ndarray, empty_key: float) -> int:
+def _rekey_dirty(
+    heap: np.ndarray,
+    hkey: np.ndarray,
+    pos: np.ndarray,
+    size: int,
+    dirty: np.ndarray,
+    n_dirty: int,
+    count: np.ndarray,
+    residual: np.ndarray,
+    weight_sum: np.ndarray,
+    empty_key: float,
+) -> int:
     """Re-key each of the ``n_dirty`` links in ``dirty`` still in the heap at ``residual / weight_sum``
     (``empty_key`` when no weight is left); drop those whose ``count`` of unfrozen entries is 0.
     Returns the new heap size."""
@@ -171,10 +181,22 @@ def _rekey_dirty(heap: np.ndarray, hkey: np.ndarray, pos: np.ndarray, size: int,
 
 
 @njit(cache=True, inline="always")
-def _freeze(f: int, rate: float, rates: np.ndarray, frozen: np.ndarray, flow_ptr: np.ndarray,
-            flow_links: np.ndarray, flow_weights: np.ndarray, residual: np.ndarray, weight_sum: np.ndarray,
-            unfrozen_count: np.ndarray, dirty_stamp: np.ndarray, dirty: np.ndarray, n_dirty: int,
-            stamp: int) -> int:
+def _freeze(
+    f: int,
+    rate: float,
+    rates: np.ndarray,
+    frozen: np.ndarray,
+    flow_ptr: np.ndarray,
+    flow_links: np.ndarray,
+    flow_weights: np.ndarray,
+    residual: np.ndarray,
+    weight_sum: np.ndarray,
+    unfrozen_count: np.ndarray,
+    dirty_stamp: np.ndarray,
+    dirty: np.ndarray,
+    n_dirty: int,
+    stamp: int,
+) -> int:
     """Freeze flow ``f`` at ``rate``; charge its links; append them to the dirty list."""
     rates[f] = rate
     frozen[f] = True
@@ -192,8 +214,14 @@ def _freeze(f: int, rate: float, rates: np.ndarray, frozen: np.ndarray, flow_ptr
 
 
 @njit(cache=True)
-def _maxmin_kernel(flow_ptr: np.ndarray, flow_links: np.ndarray, flow_weights: np.ndarray, active: np.ndarray,
-                   link_capacity: np.ndarray, flow_cap: np.ndarray) -> np.ndarray:
+def _maxmin_kernel(
+    flow_ptr: np.ndarray,
+    flow_links: np.ndarray,
+    flow_weights: np.ndarray,
+    active: np.ndarray,
+    link_capacity: np.ndarray,
+    flow_cap: np.ndarray,
+) -> np.ndarray:
     """Progressive filling; see the module docstring. Inputs are read, never written."""
     n_flows = active.shape[0]
     n_links = link_capacity.shape[0]
@@ -278,9 +306,22 @@ def _maxmin_kernel(flow_ptr: np.ndarray, flow_links: np.ndarray, flow_weights: n
             f = cap_order[next_cap]
             next_cap += 1
             level = max(level, cap_level)
-            n_dirty = _freeze(f, flow_cap[f], rates, frozen, flow_ptr, flow_links, flow_weights,
-                              residual, weight_sum, unfrozen_count, dirty_stamp, dirty,
-                              n_dirty, event)
+            n_dirty = _freeze(
+                f,
+                flow_cap[f],
+                rates,
+                frozen,
+                flow_ptr,
+                flow_links,
+                flow_weights,
+                residual,
+                weight_sum,
+                unfrozen_count,
+                dirty_stamp,
+                dirty,
+                n_dirty,
+                event,
+            )
             n_unfrozen -= 1
         else:
             link = heap[0]
@@ -288,9 +329,22 @@ def _maxmin_kernel(flow_ptr: np.ndarray, flow_links: np.ndarray, flow_weights: n
             for j in range(link_ptr[link], link_ptr[link + 1]):
                 f = link_flows[j]
                 if not frozen[f]:
-                    n_dirty = _freeze(f, level, rates, frozen, flow_ptr, flow_links,
-                                      flow_weights, residual, weight_sum, unfrozen_count,
-                                      dirty_stamp, dirty, n_dirty, event)
+                    n_dirty = _freeze(
+                        f,
+                        level,
+                        rates,
+                        frozen,
+                        flow_ptr,
+                        flow_links,
+                        flow_weights,
+                        residual,
+                        weight_sum,
+                        unfrozen_count,
+                        dirty_stamp,
+                        dirty,
+                        n_dirty,
+                        event,
+                    )
                     n_unfrozen -= 1
 
         # Re-key every link touched by this event once.
@@ -352,12 +406,9 @@ def maxmin_rates(
         flow_cap = np.ascontiguousarray(flow_cap, dtype=np.float64)
     if flow_ptr.shape[0] != n_flows + 1 or flow_cap.shape[0] != n_flows:
         raise ValueError(
-            f"shape mismatch: flow_ptr {flow_ptr.shape[0]} (want F+1), active {n_flows}, "
-            f"flow_cap {flow_cap.shape[0]}"
+            f"shape mismatch: flow_ptr {flow_ptr.shape[0]} (want F+1), active {n_flows}, flow_cap {flow_cap.shape[0]}"
         )
-    if flow_links.shape[0] != flow_weights.shape[0] or (
-        n_flows > 0 and flow_ptr[-1] > flow_links.shape[0]
-    ):
+    if flow_links.shape[0] != flow_weights.shape[0] or (n_flows > 0 and flow_ptr[-1] > flow_links.shape[0]):
         raise ValueError(
             f"shape mismatch: flow_links {flow_links.shape[0]}, flow_weights "
             f"{flow_weights.shape[0]}, flow_ptr[-1] {flow_ptr[-1]}"
@@ -366,12 +417,16 @@ def maxmin_rates(
     return rates
 
 
-def flow_csr(flow_ptr: npt.ArrayLike, flow_links: npt.ArrayLike,
-             flow_weights: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def flow_csr(
+    flow_ptr: npt.ArrayLike, flow_links: npt.ArrayLike, flow_weights: npt.ArrayLike
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The flows' link lists as the kernels take them: contiguous int64 offsets and link ids,
     float64 weights (no copy when they already are)."""
-    return (np.ascontiguousarray(flow_ptr, dtype=np.int64), np.ascontiguousarray(flow_links, dtype=np.int64),
-            np.ascontiguousarray(flow_weights, dtype=np.float64))
+    return (
+        np.ascontiguousarray(flow_ptr, dtype=np.int64),
+        np.ascontiguousarray(flow_links, dtype=np.int64),
+        np.ascontiguousarray(flow_weights, dtype=np.float64),
+    )
 
 
 def build_csr(
@@ -403,7 +458,5 @@ def build_csr(
         if nnz == 0:
             flow_weights = np.zeros(0, dtype=np.float64)
         else:
-            flow_weights = np.concatenate(
-                [np.asarray(w, dtype=np.float64).ravel() for w in weights]
-            )
+            flow_weights = np.concatenate([np.asarray(w, dtype=np.float64).ravel() for w in weights])
     return flow_ptr, flow_links, flow_weights

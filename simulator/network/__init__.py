@@ -6,8 +6,8 @@
 result is named after them (``flow+dcqcn+pfc``).
 """
 
+from collections.abc import Iterable
 from types import MappingProxyType
-from typing import Iterable
 
 from topologies.topology import Topology
 
@@ -19,8 +19,9 @@ from .flow import FlowNetwork
 NETWORK_MODELS = MappingProxyType({"flow": FlowNetwork, "analytical": AnalyticalNetwork})
 
 
-def build_network(model: str, topology: Topology, *,
-                  congestion: str | Refinement | Iterable[str | Refinement] = ()) -> FluidNetwork:
+def build_network(
+    model: str, topology: Topology, *, congestion: str | Refinement | Iterable[str | Refinement] = ()
+) -> FluidNetwork:
     """The network model ``model`` (a ``NETWORK_MODELS`` name) for ``topology``, with the flow
     model's congestion refinements ``congestion`` (names in ``REFINEMENTS`` or specs).
 
@@ -33,13 +34,26 @@ def build_network(model: str, topology: Topology, *,
     extra = parse_refinements(congestion)
     if model == "analytical":
         if extra:
-            raise ValueError(f"congestion: {tuple(r.name for r in extra)!r} is not allowed with network_model "
-                             "'analytical', which ignores contention; expected () or network_model 'flow'")
+            raise ValueError(
+                f"congestion: {tuple(r.name for r in extra)!r} is not allowed with network_model "
+                "'analytical', which ignores contention; expected () or network_model 'flow'"
+            )
         return AnalyticalNetwork(topology.link_capacity_bytes_per_s)
     if not extra:
         return FlowNetwork(topology.link_capacity_bytes_per_s)
     return CongestionNetwork(topology.link_capacity_bytes_per_s, topology=topology, refinements=extra)
 
 
-__all__ = ["NETWORK_MODELS", "REFINEMENTS", "build_network", "FluidNetwork", "FlowNetwork",
-           "AnalyticalNetwork", "CongestionNetwork", "Dcqcn", "Ecn", "Pfc", "IbCredit"]
+__all__ = [
+    "NETWORK_MODELS",
+    "REFINEMENTS",
+    "build_network",
+    "FluidNetwork",
+    "FlowNetwork",
+    "AnalyticalNetwork",
+    "CongestionNetwork",
+    "Dcqcn",
+    "Ecn",
+    "Pfc",
+    "IbCredit",
+]

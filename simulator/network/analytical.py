@@ -42,13 +42,15 @@ class AnalyticalNetwork(FluidNetwork):
         # batch -> its flows at their first rating: (ids, links, weights, counts, caps), as ``batch_rates`` takes them
         self._first: dict[int, tuple[np.ndarray, ...]] = {}
 
-    def batch_rates(self, links: np.ndarray, weights: np.ndarray, counts: np.ndarray,
-                    caps_bytes_per_s: np.ndarray) -> np.ndarray:
+    def batch_rates(
+        self, links: np.ndarray, weights: np.ndarray, counts: np.ndarray, caps_bytes_per_s: np.ndarray
+    ) -> np.ndarray:
         """Rates of one batch of flows that start together: flow i has the ``counts[i]`` consecutive
         (link, weight) entries of ``links``/``weights``; ``r_i = min(cap_i, min_l c_l / sum_j w_jl)``
         (vectorised ``simulator.rates.equal_share_rates``)."""
-        rates: np.ndarray = np.minimum(equal_share_rates_csr(links, weights, counts, self.capacity_bytes_per_s),
-                                       caps_bytes_per_s)
+        rates: np.ndarray = np.minimum(
+            equal_share_rates_csr(links, weights, counts, self.capacity_bytes_per_s), caps_bytes_per_s
+        )
         return rates
 
     def set_link_scale(self, link: int, scale: float) -> None:
@@ -57,20 +59,25 @@ class AnalyticalNetwork(FluidNetwork):
             entry_flow = np.repeat(np.arange(self.active.shape[0]), np.diff(self.flow_ptr))
             crossing = entry_flow[self.flow_links == link]
             batches = np.unique(self.batch[crossing[self.active[crossing]]])
-            self.rate[self.active & np.isin(self.batch, batches)] = 0.0     # re-rated at the next change
+            self.rate[self.active & np.isin(self.batch, batches)] = 0.0  # re-rated at the next change
 
     def _rerate(self) -> None:
         live = np.unique(self.batch[self.active])
-        if len(self._first) > 2 * live.shape[0]:      # forget the batches whose last flow has ended (amortised)
+        if len(self._first) > 2 * live.shape[0]:  # forget the batches whose last flow has ended (amortised)
             alive = set(live.tolist())
             self._first = {batch: flows for batch, flows in self._first.items() if batch in alive}
         fresh = np.flatnonzero(self.active & (self.rate == 0) & (self.remaining > 0))
         for batch in np.unique(self.batch[fresh]).tolist():
             members = fresh[self.batch[fresh] == batch]
-            if batch not in self._first:               # first rating: keep the batch's flows
+            if batch not in self._first:  # first rating: keep the batch's flows
                 entries = entries_of(self.flow_ptr, members)
-                self._first[batch] = (self.ids[members], self.flow_links[entries], self.flow_weights[entries],
-                                      self.flow_ptr[members + 1] - self.flow_ptr[members], self.cap[members])
+                self._first[batch] = (
+                    self.ids[members],
+                    self.flow_links[entries],
+                    self.flow_weights[entries],
+                    self.flow_ptr[members + 1] - self.flow_ptr[members],
+                    self.cap[members],
+                )
             # rated with every flow the batch started with (after a capacity change, finished ones too)
             ids, *flows = self._first[batch]
             self.rate[members] = self.batch_rates(*flows)[np.searchsorted(ids, self.ids[members])]

@@ -43,11 +43,13 @@ class _SlotView(Protocol):
 
 def _slot_view(name: str) -> _SlotView:
     """A per-flow array: the used part of a growable buffer; assigning copies into it."""
+
     def get(self: FluidNetwork) -> np.ndarray:
-        return self._slots[name][:self._n]
+        return self._slots[name][: self._n]
 
     def put(self: FluidNetwork, value: npt.ArrayLike) -> None:
-        self._slots[name][:self._n] = value
+        self._slots[name][: self._n] = value
+
     return property(get, put)
 
 
@@ -62,13 +64,20 @@ class FluidNetwork:
     """
 
     name = "fluid"
-    context_free = False        # True: a batch's rates ignore every other flow (see ``analytical``)
+    context_free = False  # True: a batch's rates ignore every other flow (see ``analytical``)
     COMPACT_MIN_SLOTS = 4096
-    _SLOT_DTYPES = {"remaining": np.float64, "fill": np.float64, "rate": np.float64, "cap": np.float64,
-                    "active": np.bool_, "batch": np.int64, "ids": np.int64}
+    _SLOT_DTYPES = {
+        "remaining": np.float64,
+        "fill": np.float64,
+        "rate": np.float64,
+        "cap": np.float64,
+        "active": np.bool_,
+        "batch": np.int64,
+        "ids": np.int64,
+    }
 
     remaining = _slot_view("remaining")
-    fill = _slot_view("fill")              # start-up bytes still to drain (not data)
+    fill = _slot_view("fill")  # start-up bytes still to drain (not data)
     rate = _slot_view("rate")
     cap = _slot_view("cap")
     active = _slot_view("active")
@@ -77,12 +86,13 @@ class FluidNetwork:
 
     def __init__(self, capacity_bytes_per_s: np.ndarray):
         self._base_capacity = np.asarray(capacity_bytes_per_s, dtype=np.float64)
-        self.capacity_bytes_per_s = self._base_capacity.copy()      # changes with set_link_scale
+        self.capacity_bytes_per_s = self._base_capacity.copy()  # changes with set_link_scale
         self.link_bytes = np.zeros(self.capacity_bytes_per_s.shape[0], dtype=np.float64)
-        self._n = 0                                   # flow slots in use
-        self._m = 0                                   # (flow, link) entries in use
-        self._slots: dict[str, np.ndarray] = {name: np.zeros(16, dtype=dtype)
-                                              for name, dtype in self._SLOT_DTYPES.items()}
+        self._n = 0  # flow slots in use
+        self._m = 0  # (flow, link) entries in use
+        self._slots: dict[str, np.ndarray] = {
+            name: np.zeros(16, dtype=dtype) for name, dtype in self._SLOT_DTYPES.items()
+        }
         self._ptr = np.zeros(17, dtype=np.int64)
         self._links = np.zeros(64, dtype=np.int64)
         self._weights = np.zeros(64, dtype=np.float64)
@@ -93,15 +103,15 @@ class FluidNetwork:
 
     @property
     def flow_ptr(self) -> np.ndarray:
-        return self._ptr[:self._n + 1]
+        return self._ptr[: self._n + 1]
 
     @property
     def flow_links(self) -> np.ndarray:
-        return self._links[:self._m]
+        return self._links[: self._m]
 
     @property
     def flow_weights(self) -> np.ndarray:
-        return self._weights[:self._m]
+        return self._weights[: self._m]
 
     def _reserve(self, nslots: int, nentries: int) -> None:
         """Grow the buffers (doubling) to hold ``nslots`` flows and ``nentries`` entries."""
@@ -110,19 +120,26 @@ class FluidNetwork:
             new = max(nslots, 2 * size)
             for name, buf in self._slots.items():
                 grown = np.zeros(new, dtype=buf.dtype)
-                grown[:self._n] = buf[:self._n]
+                grown[: self._n] = buf[: self._n]
                 self._slots[name] = grown
             ptr = np.zeros(new + 1, dtype=np.int64)
-            ptr[:self._n + 1] = self._ptr[:self._n + 1]
+            ptr[: self._n + 1] = self._ptr[: self._n + 1]
             self._ptr = ptr
         if nentries > self._links.shape[0]:
             new = max(nentries, 2 * self._links.shape[0])
             links, weights = np.zeros(new, dtype=np.int64), np.zeros(new, dtype=np.float64)
-            links[:self._m], weights[:self._m] = self._links[:self._m], self._weights[:self._m]
+            links[: self._m], weights[: self._m] = self._links[: self._m], self._weights[: self._m]
             self._links, self._weights = links, weights
 
-    def add(self, links: np.ndarray, weights: np.ndarray, counts: np.ndarray, wire_bytes: np.ndarray,
-            caps_bytes_per_s: np.ndarray, fill_bytes: np.ndarray | None = None) -> np.ndarray:
+    def add(
+        self,
+        links: np.ndarray,
+        weights: np.ndarray,
+        counts: np.ndarray,
+        wire_bytes: np.ndarray,
+        caps_bytes_per_s: np.ndarray,
+        fill_bytes: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Flows start now: flow i crosses the ``counts[i]`` consecutive entries of ``links`` with the
         ``weights`` of those entries. ``fill_bytes`` (optional, per flow) is pipeline start-up: drained at
         the flow's rate before its data, but not data (not counted in ``link_bytes``)."""
@@ -131,19 +148,19 @@ class FluidNetwork:
         total = len(links)
         n0, m0 = self._n, self._m
         self._reserve(n0 + n, m0 + total)
-        self._ptr[n0 + 1:n0 + n + 1] = m0 + np.cumsum(counts)
-        self._links[m0:m0 + total] = links
-        self._weights[m0:m0 + total] = weights
+        self._ptr[n0 + 1 : n0 + n + 1] = m0 + np.cumsum(counts)
+        self._links[m0 : m0 + total] = links
+        self._weights[m0 : m0 + total] = weights
         fill = np.zeros(n) if fill_bytes is None else np.asarray(fill_bytes, dtype=np.float64)
         new_ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
         slots = self._slots
-        slots["remaining"][n0:n0 + n] = np.asarray(wire_bytes, dtype=np.float64) + fill
-        slots["fill"][n0:n0 + n] = fill
-        slots["rate"][n0:n0 + n] = 0.0
-        slots["cap"][n0:n0 + n] = caps_bytes_per_s
-        slots["active"][n0:n0 + n] = True
-        slots["batch"][n0:n0 + n] = self._nbatches
-        slots["ids"][n0:n0 + n] = new_ids
+        slots["remaining"][n0 : n0 + n] = np.asarray(wire_bytes, dtype=np.float64) + fill
+        slots["fill"][n0 : n0 + n] = fill
+        slots["rate"][n0 : n0 + n] = 0.0
+        slots["cap"][n0 : n0 + n] = caps_bytes_per_s
+        slots["active"][n0 : n0 + n] = True
+        slots["batch"][n0 : n0 + n] = self._nbatches
+        slots["ids"][n0 : n0 + n] = new_ids
         self._n, self._m = n0 + n, m0 + total
         self._next_id += n
         self._nbatches += 1
@@ -159,7 +176,7 @@ class FluidNetwork:
     def repath(self, ids: np.ndarray, links: np.ndarray, weights: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Move active flows ``ids`` onto new paths (as in ``add``), keeping their remaining bytes, start-up
         and cap; returns their new ids (the old ones end without completing)."""
-        slots = np.searchsorted(self.ids, ids)          # ids grow with slot order (compaction keeps it)
+        slots = np.searchsorted(self.ids, ids)  # ids grow with slot order (compaction keeps it)
         remaining, fill, cap = self.remaining[slots].copy(), self.fill[slots].copy(), self.cap[slots].copy()
         self.active[slots] = False
         self.rate[slots] = 0.0
@@ -186,14 +203,16 @@ class FluidNetwork:
             return idx
         if dt_s > 0:
             moved = np.minimum(rate[idx] * dt_s, remaining[idx])
-            filled = np.minimum(moved, fill[idx])          # start-up first: no data on the links
+            filled = np.minimum(moved, fill[idx])  # start-up first: no data on the links
             fill[idx] -= filled
             ptr = self.flow_ptr
             entries = entries_of(ptr, idx)
             counts = ptr[idx + 1] - ptr[idx]
-            self.link_bytes += np.bincount(self.flow_links[entries],
-                                           weights=np.repeat(moved - filled, counts) * self.flow_weights[entries],
-                                           minlength=self.link_bytes.shape[0])
+            self.link_bytes += np.bincount(
+                self.flow_links[entries],
+                weights=np.repeat(moved - filled, counts) * self.flow_weights[entries],
+                minlength=self.link_bytes.shape[0],
+            )
             remaining[idx] -= moved
         # finished: at most a nanosecond of transfer left (float round-off on the drain)
         done = idx[remaining[idx] <= rate[idx] * 1e-9 + 1e-9]
@@ -215,7 +234,7 @@ class FluidNetwork:
         entries = entries_of(self.flow_ptr, keep)
         counts = self.flow_ptr[keep + 1] - self.flow_ptr[keep]
         k, m = keep.shape[0], entries.shape[0]
-        self._ptr[1:k + 1] = np.cumsum(counts)
+        self._ptr[1 : k + 1] = np.cumsum(counts)
         self._links[:m] = self._links[entries]
         self._weights[:m] = self._weights[entries]
         for buf in self._slots.values():

@@ -119,9 +119,10 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Iterable, TypeGuard, overload
+from typing import TypeGuard, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -144,10 +145,22 @@ def _finite_real(value: object) -> TypeGuard[float]:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _real(owner: str, name: str, value: object, *, low: float = 0.0, low_open: bool = True, high: float = math.inf,
-          high_open: bool = True, expected: str) -> float:
-    if not (_finite_real(value) and (value > low if low_open else value >= low)
-            and (value < high if high_open else value <= high)):
+def _real(
+    owner: str,
+    name: str,
+    value: object,
+    *,
+    low: float = 0.0,
+    low_open: bool = True,
+    high: float = math.inf,
+    high_open: bool = True,
+    expected: str,
+) -> float:
+    if not (
+        _finite_real(value)
+        and (value > low if low_open else value >= low)
+        and (value < high if high_open else value <= high)
+    ):
         raise _reject(owner, name, value, expected)
     return float(value)
 
@@ -161,14 +174,19 @@ def _real(owner: str, name: str, value: object, *, low: float = 0.0, low_open: b
 class Ecn:
     """RED/ECN marking of a switch egress queue (the congestion point of DCQCN)."""
 
-    kmin_bytes: float = 150_000.0     # Cumulus Linux roce lossless: ecn min_threshold_bytes = 150000
-    kmax_bytes: float = 1_500_000.0   # Cumulus Linux roce lossless: ecn max_threshold_bytes = 1500000
-    pmax: float = 1.0                 # Cumulus Linux roce lossless: ecn probability = 100 (%)
+    kmin_bytes: float = 150_000.0  # Cumulus Linux roce lossless: ecn min_threshold_bytes = 150000
+    kmax_bytes: float = 1_500_000.0  # Cumulus Linux roce lossless: ecn max_threshold_bytes = 1500000
+    pmax: float = 1.0  # Cumulus Linux roce lossless: ecn probability = 100 (%)
 
     def __post_init__(self) -> None:
         _real("Ecn", "kmin_bytes", self.kmin_bytes, low_open=False, expected="a finite number >= 0")
-        _real("Ecn", "kmax_bytes", self.kmax_bytes, low=self.kmin_bytes,
-              expected=f"a finite number > kmin_bytes ({self.kmin_bytes!r})")
+        _real(
+            "Ecn",
+            "kmax_bytes",
+            self.kmax_bytes,
+            low=self.kmin_bytes,
+            expected=f"a finite number > kmin_bytes ({self.kmin_bytes!r})",
+        )
         _real("Ecn", "pmax", self.pmax, high=1.0, high_open=False, expected="a number in (0, 1]")
 
 
@@ -178,21 +196,21 @@ class Dcqcn:
     numerical settings of the fluid integration."""
 
     ecn: Ecn = field(default_factory=Ecn)
-    g: float = 5.0 / 1024.0                     # DCE_TCP_G 1019: alpha <- (1019 alpha + 5 [CNP]) / 1024
-    alpha_update_period_s: float = 1e-6         # DCE_TCP_RTT 1 us
-    cnp_interval_s: float = 4e-6                # MIN_TIME_BETWEEN_CNPS 4 us = RATE_REDUCE_MONITOR_PERIOD 4 us
-    rate_ai_bytes_per_s: float = 5e6 / 8        # RPG_AI_RATE 5 Mb/s
-    rate_hai_bytes_per_s: float = 50e6 / 8      # RPG_HAI_RATE 50 Mb/s
-    timer_s: float = 300e-6                     # RPG_TIME_RESET 300 us
-    byte_counter_bytes: float = 32767.0         # RPG_BYTE_RESET 32767 B
-    threshold: int = 1                          # RPG_THRESHOLD 1 (F: counter expiries before AI / HAI)
-    rate_min_bytes_per_s: float = 1e6 / 8       # RPG_MIN_RATE 1 Mb/s
-    mtu_bytes: float = 4096.0                   # RoCE active MTU 4096 (topologies.links RoCE presets)
-    dt_s: float = 4e-6                          # numerical: one CNP interval per step
-    warmup_s: float = 0.5e-3                    # numerical: start-up discarded before averaging
-    block_s: float = 0.5e-3                     # numerical: averaging block (longer than an oscillation)
-    horizon_s: float = 4e-3                     # numerical: longest integration
-    settle_tolerance: float = 2e-3              # numerical: running-mean change per block / line rate
+    g: float = 5.0 / 1024.0  # DCE_TCP_G 1019: alpha <- (1019 alpha + 5 [CNP]) / 1024
+    alpha_update_period_s: float = 1e-6  # DCE_TCP_RTT 1 us
+    cnp_interval_s: float = 4e-6  # MIN_TIME_BETWEEN_CNPS 4 us = RATE_REDUCE_MONITOR_PERIOD 4 us
+    rate_ai_bytes_per_s: float = 5e6 / 8  # RPG_AI_RATE 5 Mb/s
+    rate_hai_bytes_per_s: float = 50e6 / 8  # RPG_HAI_RATE 50 Mb/s
+    timer_s: float = 300e-6  # RPG_TIME_RESET 300 us
+    byte_counter_bytes: float = 32767.0  # RPG_BYTE_RESET 32767 B
+    threshold: int = 1  # RPG_THRESHOLD 1 (F: counter expiries before AI / HAI)
+    rate_min_bytes_per_s: float = 1e6 / 8  # RPG_MIN_RATE 1 Mb/s
+    mtu_bytes: float = 4096.0  # RoCE active MTU 4096 (topologies.links RoCE presets)
+    dt_s: float = 4e-6  # numerical: one CNP interval per step
+    warmup_s: float = 0.5e-3  # numerical: start-up discarded before averaging
+    block_s: float = 0.5e-3  # numerical: averaging block (longer than an oscillation)
+    horizon_s: float = 4e-3  # numerical: longest integration
+    settle_tolerance: float = 2e-3  # numerical: running-mean change per block / line rate
 
     name = "dcqcn"
 
@@ -201,11 +219,26 @@ class Dcqcn:
         if not isinstance(self.ecn, Ecn):
             raise _reject(o, "ecn", self.ecn, "an Ecn")
         _real(o, "g", self.g, high=1.0, expected="a number in (0, 1)")
-        for name in ("alpha_update_period_s", "cnp_interval_s", "rate_ai_bytes_per_s", "rate_hai_bytes_per_s",
-                     "timer_s", "byte_counter_bytes", "rate_min_bytes_per_s", "mtu_bytes", "warmup_s",
-                     "block_s", "horizon_s"):
-            _real(o, name, getattr(self, name), low_open=name != "warmup_s",
-                  expected="a finite number > 0" if name != "warmup_s" else "a finite number >= 0")
+        for name in (
+            "alpha_update_period_s",
+            "cnp_interval_s",
+            "rate_ai_bytes_per_s",
+            "rate_hai_bytes_per_s",
+            "timer_s",
+            "byte_counter_bytes",
+            "rate_min_bytes_per_s",
+            "mtu_bytes",
+            "warmup_s",
+            "block_s",
+            "horizon_s",
+        ):
+            _real(
+                o,
+                name,
+                getattr(self, name),
+                low_open=name != "warmup_s",
+                expected="a finite number > 0" if name != "warmup_s" else "a finite number >= 0",
+            )
         if not isinstance(self.threshold, numbers.Integral) or isinstance(self.threshold, bool) or self.threshold < 1:
             raise _reject(o, "threshold", self.threshold, "an integer >= 1")
         steps = _real(o, "dt_s", self.dt_s, expected="a finite number > 0") / self.cnp_interval_s
@@ -214,24 +247,38 @@ class Dcqcn:
         if self.block_s < self.dt_s:
             raise _reject(o, "block_s", self.block_s, f"at least dt_s ({self.dt_s!r})")
         if self.horizon_s < self.warmup_s + self.block_s:
-            raise _reject(o, "horizon_s", self.horizon_s,
-                          f"at least warmup_s + block_s ({self.warmup_s + self.block_s!r})")
+            raise _reject(
+                o, "horizon_s", self.horizon_s, f"at least warmup_s + block_s ({self.warmup_s + self.block_s!r})"
+            )
         _real(o, "settle_tolerance", self.settle_tolerance, low_open=False, expected="a finite number >= 0")
 
     def params(self) -> np.ndarray:
         """The physical constants in the order of ``kernels.dcqcn.DCQCN_PARAM_NAMES``."""
         e = self.ecn
-        return np.array([e.kmin_bytes, e.kmax_bytes, e.pmax, self.g, self.alpha_update_period_s,
-                         self.cnp_interval_s, self.rate_ai_bytes_per_s, self.rate_hai_bytes_per_s, self.timer_s,
-                         self.byte_counter_bytes, float(self.threshold), self.rate_min_bytes_per_s,
-                         self.mtu_bytes])
+        return np.array(
+            [
+                e.kmin_bytes,
+                e.kmax_bytes,
+                e.pmax,
+                self.g,
+                self.alpha_update_period_s,
+                self.cnp_interval_s,
+                self.rate_ai_bytes_per_s,
+                self.rate_hai_bytes_per_s,
+                self.timer_s,
+                self.byte_counter_bytes,
+                float(self.threshold),
+                self.rate_min_bytes_per_s,
+                self.mtu_bytes,
+            ]
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Pfc:
     """Priority flow control on RoCE links (one lossless priority carries the RDMA traffic)."""
 
-    xoff_bytes: float = 18_000.0      # Cumulus Linux roce lossless traffic.conf: pfc xoff_size = 18000
+    xoff_bytes: float = 18_000.0  # Cumulus Linux roce lossless traffic.conf: pfc xoff_size = 18000
 
     name = "pfc"
     link_kinds = (LinkKind.ROCE,)
@@ -277,8 +324,9 @@ def parse_refinements(refinements: str | Refinement | Iterable[str | Refinement]
     try:
         items = tuple(refinements)
     except TypeError:
-        raise _reject("CongestionNetwork", "refinements", refinements,
-                      f"a tuple of names ({', '.join(REFINEMENTS)}) or specs") from None
+        raise _reject(
+            "CongestionNetwork", "refinements", refinements, f"a tuple of names ({', '.join(REFINEMENTS)}) or specs"
+        ) from None
     specs: list[Refinement] = []
     for item in items:
         if isinstance(item, str):
@@ -286,8 +334,12 @@ def parse_refinements(refinements: str | Refinement | Iterable[str | Refinement]
                 raise _reject("CongestionNetwork", "refinements", item, f"one of {', '.join(REFINEMENTS)}")
             item = REFINEMENTS[item]()
         if not isinstance(item, (Dcqcn, Pfc, IbCredit)):
-            raise _reject("CongestionNetwork", "refinements", item,
-                          f"a name ({', '.join(REFINEMENTS)}) or a Dcqcn, Pfc or IbCredit")
+            raise _reject(
+                "CongestionNetwork",
+                "refinements",
+                item,
+                f"a name ({', '.join(REFINEMENTS)}) or a Dcqcn, Pfc or IbCredit",
+            )
         if any(type(s) is type(item) for s in specs):
             raise _reject("CongestionNetwork", "refinements", item.name, "each refinement at most once")
         specs.append(item)
@@ -314,11 +366,18 @@ class CongestionNetwork(FlowNetwork):
     ``dcqcn_simulated_s`` and ``dcqcn_settled`` (last DCQCN integration; 0 / True if none ran).
     """
 
-    def __init__(self, capacity_bytes_per_s: np.ndarray, *,
-                 refinements: str | Refinement | Iterable[str | Refinement] = (), topology: Topology | None = None,
-                 link_kind: np.ndarray | None = None, link_src: np.ndarray | None = None,
-                 link_dst: np.ndarray | None = None, link_from_switch: np.ndarray | None = None,
-                 link_latency_s: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        capacity_bytes_per_s: np.ndarray,
+        *,
+        refinements: str | Refinement | Iterable[str | Refinement] = (),
+        topology: Topology | None = None,
+        link_kind: np.ndarray | None = None,
+        link_src: np.ndarray | None = None,
+        link_dst: np.ndarray | None = None,
+        link_from_switch: np.ndarray | None = None,
+        link_latency_s: np.ndarray | None = None,
+    ) -> None:
         super().__init__(capacity_bytes_per_s)
         n_links = self.capacity_bytes_per_s.shape[0]
         self.refinements = parse_refinements(refinements)
@@ -329,12 +388,14 @@ class CongestionNetwork(FlowNetwork):
             if any(a is not None for a in (link_kind, link_src, link_dst, link_from_switch, link_latency_s)):
                 raise ValueError("CongestionNetwork: give topology= or the link arrays, not both")
             if topology.num_links != n_links:
-                raise _reject("CongestionNetwork", "topology", f"{topology.num_links} links",
-                              f"{n_links} links, one per capacity")
+                raise _reject(
+                    "CongestionNetwork", "topology", f"{topology.num_links} links", f"{n_links} links, one per capacity"
+                )
             link_kind, link_src, link_dst = topology.link_kind, topology.link_src, topology.link_dst
             kinds = {n: topology.graph.nodes[n]["kind"] for n in topology.graph.nodes}
-            link_from_switch = np.fromiter((kinds[int(u)] == NodeKind.FABRIC_SWITCH for u in link_src),
-                                           dtype=np.bool_, count=n_links)
+            link_from_switch = np.fromiter(
+                (kinds[int(u)] == NodeKind.FABRIC_SWITCH for u in link_src), dtype=np.bool_, count=n_links
+            )
             link_latency_s = topology.link_latency_s
         self._kind = self._link_array("link_kind", link_kind, np.int64, n_links, fill=-1)
         self._src = self._link_array("link_src", link_src, np.int64, n_links)
@@ -353,16 +414,19 @@ class CongestionNetwork(FlowNetwork):
             self._lossless |= mask
             self._buffer_bytes[mask] = spec.buffer_bytes()
         if self._dcqcn is not None and self._roce.any() and self._from_switch is None:
-            raise ValueError("CongestionNetwork: dcqcn needs link_from_switch (or topology=) to tell switch "
-                             "egresses (ECN marking) from NIC ports")
+            raise ValueError(
+                "CongestionNetwork: dcqcn needs link_from_switch (or topology=) to tell switch "
+                "egresses (ECN marking) from NIC ports"
+            )
         if self._lossless.any() and (self._src is None or self._dst is None):
             raise ValueError("CongestionNetwork: pfc / ib-credit need link_src and link_dst (or topology=)")
-        self._credit_cap = np.full(n_links, np.inf)          # the credit-loop bound B_VL / RTT (inf where none)
+        self._credit_cap = np.full(n_links, np.inf)  # the credit-loop bound B_VL / RTT (inf where none)
         for spec in self._lossless_specs:
             if isinstance(spec, IbCredit) and spec.vl_buffer_bytes is not None:
                 if self._latency is None:
-                    raise ValueError("CongestionNetwork: IbCredit(vl_buffer_bytes=...) needs link_latency_s "
-                                     "(or topology=)")
+                    raise ValueError(
+                        "CongestionNetwork: IbCredit(vl_buffer_bytes=...) needs link_latency_s (or topology=)"
+                    )
                 ib = (self._kind == int(LinkKind.INFINIBAND)) & (self._latency > 0)
                 self._credit_cap[ib] = spec.vl_buffer_bytes / (2.0 * self._latency[ib])
         self._effective = np.minimum(self.capacity_bytes_per_s, self._credit_cap)
@@ -373,17 +437,20 @@ class CongestionNetwork(FlowNetwork):
 
     @overload
     @staticmethod
-    def _link_array(name: str, values: npt.ArrayLike | None, dtype: npt.DTypeLike, n_links: int,
-                    fill: None = None) -> np.ndarray | None: ...
+    def _link_array(
+        name: str, values: npt.ArrayLike | None, dtype: npt.DTypeLike, n_links: int, fill: None = None
+    ) -> np.ndarray | None: ...
 
     @overload
     @staticmethod
-    def _link_array(name: str, values: npt.ArrayLike | None, dtype: npt.DTypeLike, n_links: int,
-                    fill: int) -> np.ndarray: ...
+    def _link_array(
+        name: str, values: npt.ArrayLike | None, dtype: npt.DTypeLike, n_links: int, fill: int
+    ) -> np.ndarray: ...
 
     @staticmethod
-    def _link_array(name: str, values: npt.ArrayLike | None, dtype: npt.DTypeLike, n_links: int,
-                    fill: int | None = None) -> np.ndarray | None:
+    def _link_array(
+        name: str, values: npt.ArrayLike | None, dtype: npt.DTypeLike, n_links: int, fill: int | None = None
+    ) -> np.ndarray | None:
         if values is None:
             return None if fill is None else np.full(n_links, fill, dtype=dtype)
         array = np.asarray(values).astype(dtype, copy=True)
@@ -429,8 +496,9 @@ class CongestionNetwork(FlowNetwork):
             rates[~active] = 0.0
             self.rate = rates
 
-    def _run_dcqcn(self, rates: np.ndarray, entry_flow: np.ndarray, roce_entry: np.ndarray,
-                   offered: np.ndarray) -> np.ndarray:
+    def _run_dcqcn(
+        self, rates: np.ndarray, entry_flow: np.ndarray, roce_entry: np.ndarray, offered: np.ndarray
+    ) -> np.ndarray:
         """Stage 2; returns the flows it refined (and writes their offered rates)."""
         ptr, links, weights = self.flow_ptr, self.flow_links, self.flow_weights
         n_flows = self.active.shape[0]
@@ -442,20 +510,35 @@ class CongestionNetwork(FlowNetwork):
         rate_max = np.full(n_flows, np.inf)
         np.minimum.at(rate_max, entry_flow[upstream], self._effective[links[upstream]] / weights[upstream])
         rate_max = np.minimum(rate_max, self.cap)
-        assert self._from_switch is not None        # the constructor requires it with DCQCN on RoCE links
+        assert self._from_switch is not None  # the constructor requires it with DCQCN on RoCE links
         marking = self._roce & self._from_switch
         is_port = self._roce & ~self._from_switch
-        peak = np.bincount(links, weights=np.where(controlled[entry_flow] & marking[links],
-                                                   weights * rate_max[entry_flow], 0.0),
-                           minlength=self._effective.shape[0])
+        peak = np.bincount(
+            links,
+            weights=np.where(controlled[entry_flow] & marking[links], weights * rate_max[entry_flow], 0.0),
+            minlength=self._effective.shape[0],
+        )
         if not np.any(peak > self._effective):
-            return np.zeros(n_flows, dtype=np.bool_)     # no egress can queue: DCQCN stays at line rate
+            return np.zeros(n_flows, dtype=np.bool_)  # no egress can queue: DCQCN stays at line rate
         spec = self._dcqcn
-        assert spec is not None                     # RoCE entries are refined only with DCQCN on
-        s, queue, simulated = dcqcn_rates(ptr, links, weights, controlled, self._effective, marking, is_port,
-                                          rate_max, rates, spec.params(), dt_s=spec.dt_s, warmup_s=spec.warmup_s,
-                                          block_s=spec.block_s, horizon_s=spec.horizon_s,
-                                          settle_tol=spec.settle_tolerance)
+        assert spec is not None  # RoCE entries are refined only with DCQCN on
+        s, queue, simulated = dcqcn_rates(
+            ptr,
+            links,
+            weights,
+            controlled,
+            self._effective,
+            marking,
+            is_port,
+            rate_max,
+            rates,
+            spec.params(),
+            dt_s=spec.dt_s,
+            warmup_s=spec.warmup_s,
+            block_s=spec.block_s,
+            horizon_s=spec.horizon_s,
+            settle_tol=spec.settle_tolerance,
+        )
         offered[controlled] = s[controlled]
         self.link_queue_bytes = np.maximum(self.link_queue_bytes, queue)
         self.dcqcn_simulated_s = simulated
@@ -474,10 +557,11 @@ class CongestionNetwork(FlowNetwork):
         if need.any():
             demand[need] = self._injection_share(entry_flow, lossless_entry, participant)[need]
         demand[~participant] = 0.0
-        assert self._src is not None and self._dst is not None     # the constructor requires them with PFC / credits
+        assert self._src is not None and self._dst is not None  # the constructor requires them with PFC / credits
         ups, downs = successor_pairs(ptr, links, participant, self._src, self._dst)
-        throttle, pause, tree_level = lossless_throttle(ptr, links, weights, participant, self._effective, demand,
-                                                        self._lossless, ups, downs)
+        throttle, pause, tree_level = lossless_throttle(
+            ptr, links, weights, participant, self._effective, demand, self._lossless, ups, downs
+        )
         slowed = participant & (throttle < 1.0)
         if not slowed.any():
             return np.zeros(n_flows, dtype=np.bool_)
@@ -499,11 +583,13 @@ class CongestionNetwork(FlowNetwork):
         upto: np.ndarray = position <= first[entry_flow]
         return upto
 
-    def _injection_share(self, entry_flow: np.ndarray, lossless_entry: np.ndarray,
-                         participant: np.ndarray) -> np.ndarray:
+    def _injection_share(
+        self, entry_flow: np.ndarray, lossless_entry: np.ndarray, participant: np.ndarray
+    ) -> np.ndarray:
         """Max-min rates over the entries up to each participant's first lossless link (all entries of
         the other flows): what senders push when nothing downstream of their NIC port slows them."""
         keep = ~participant[entry_flow] | self._upto_first(entry_flow, lossless_entry)
         sub_ptr = np.concatenate([[0], np.cumsum(np.bincount(entry_flow[keep], minlength=participant.shape[0]))])
-        return maxmin_rates(sub_ptr, self.flow_links[keep], self.flow_weights[keep], self.active, self._effective,
-                            self.cap)
+        return maxmin_rates(
+            sub_ptr, self.flow_links[keep], self.flow_weights[keep], self.active, self._effective, self.cap
+        )

@@ -17,7 +17,6 @@ finishing at 20 ms + 0.5 GB / 50 GB/s = 30 ms.
 
 from __future__ import annotations
 
-
 from ..kernels import maxmin_rates
 from .base import FluidNetwork
 
@@ -26,6 +25,7 @@ class FlowNetwork(FluidNetwork):
     name = "flow"
 
     def _rerate(self) -> None:
-        self.rate = maxmin_rates(self.flow_ptr, self.flow_links, self.flow_weights, self.active,
-                                 self.capacity_bytes_per_s, self.cap)
+        self.rate = maxmin_rates(
+            self.flow_ptr, self.flow_links, self.flow_weights, self.active, self.capacity_bytes_per_s, self.cap
+        )
         self.rate[~self.active] = 0.0

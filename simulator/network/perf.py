@@ -18,8 +18,9 @@ from ..kernels import maxmin_rates
 __all__ = ["bench_maxmin", "format_report"]
 
 
-def _random_maxmin_instance(nflows: int, nlinks: int, min_path: int, max_path: int,
-                            seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _random_maxmin_instance(
+    nflows: int, nlinks: int, min_path: int, max_path: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A seeded random max-min instance, shaped like a loaded fabric.
 
     Paths of ``min_path..max_path`` uniformly random links (weight 1); link capacities

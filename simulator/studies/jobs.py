@@ -115,8 +115,9 @@ class Interference:
         """A text table: per job its ranks, makespan alone and together, and the slowdown."""
         lines = [f"{'job':>4}{'ranks':>8}{'alone (us)':>14}{'together (us)':>16}{'slowdown':>10}"]
         for t, a, s in zip(self.together.jobs, self.alone, self.slowdowns):
-            lines.append(f"{t.job:>4}{t.placement.nranks:>8}{a.makespan_s * 1e6:>14.2f}{t.makespan_s * 1e6:>16.2f}"
-                         f"{s:>10.3f}")
+            lines.append(
+                f"{t.job:>4}{t.placement.nranks:>8}{a.makespan_s * 1e6:>14.2f}{t.makespan_s * 1e6:>16.2f}{s:>10.3f}"
+            )
         return "\n".join(lines)
 
 
@@ -124,19 +125,26 @@ def _check_jobs(jobs) -> list[Job]:
     if not isinstance(jobs, (list, tuple)) or not jobs:
         raise ValueError(f"jobs: {jobs!r} is not allowed; expected a non-empty list of (Workload, Placement) pairs")
     for j, job in enumerate(jobs):
-        if (not isinstance(job, tuple) or len(job) != 2 or not isinstance(job[0], Workload)
-                or not isinstance(job[1], Placement)):
+        if (
+            not isinstance(job, tuple)
+            or len(job) != 2
+            or not isinstance(job[0], Workload)
+            or not isinstance(job[1], Placement)
+        ):
             raise ValueError(f"jobs[{j}]: {type(job).__name__} is not allowed; expected a (Workload, Placement) pair")
         workload, placement = job
         if placement.nranks != workload.nranks:
-            raise ValueError(f"jobs[{j}]: the placement places {placement.nranks} ranks but the workload has "
-                             f"{workload.nranks}; expected equal counts")
+            raise ValueError(
+                f"jobs[{j}]: the placement places {placement.nranks} ranks but the workload has "
+                f"{workload.nranks}; expected equal counts"
+            )
     owner: dict[int, int] = {}
     for j, (_, placement) in enumerate(jobs):
         for gpu in placement.rank_gpu:
             if gpu in owner:
-                raise ValueError(f"jobs[{j}]: GPU {gpu} is also used by jobs[{owner[gpu]}]; expected jobs on "
-                                 "disjoint GPUs")
+                raise ValueError(
+                    f"jobs[{j}]: GPU {gpu} is also used by jobs[{owner[gpu]}]; expected jobs on disjoint GPUs"
+                )
             owner[gpu] = j
     return list(jobs)
 
@@ -150,10 +158,16 @@ def merge_jobs(topology: Topology, jobs: Sequence[Job]) -> tuple[Workload, Place
     rank_gpu: list[int] = []
     for workload, placement in jobs:
         rank_offset, collective_offset = len(programs), len(collectives)
-        collectives.extend(dataclasses.replace(c, group=tuple(r + rank_offset for r in c.group))
-                           for c in workload.collectives)
-        programs.extend(tuple(dataclasses.replace(t, index=t.index + collective_offset) if isinstance(t, CommTask)
-                              else t for t in program) for program in workload.programs)
+        collectives.extend(
+            dataclasses.replace(c, group=tuple(r + rank_offset for r in c.group)) for c in workload.collectives
+        )
+        programs.extend(
+            tuple(
+                dataclasses.replace(t, index=t.index + collective_offset) if isinstance(t, CommTask) else t
+                for t in program
+            )
+            for program in workload.programs
+        )
         rank_gpu.extend(placement.rank_gpu)
     merged = Workload(nranks=len(programs), collectives=tuple(collectives), programs=tuple(programs))
     return merged, Placement.custom(topology, rank_gpu)
@@ -162,18 +176,31 @@ def merge_jobs(topology: Topology, jobs: Sequence[Job]) -> tuple[Workload, Place
 def _split(result: SimResult, jobs: Sequence[Job]) -> tuple[JobResult, ...]:
     out, rank_offset, collective_offset = [], 0, 0
     for j, (workload, placement) in enumerate(jobs):
-        records = tuple(dataclasses.replace(record, index=k, collective=c) for k, (record, c) in enumerate(
-            zip(result.collectives[collective_offset:collective_offset + len(workload.collectives)],
-                workload.collectives)))
-        out.append(JobResult(job=j, placement=placement, collectives=records,
-                             rank_end_s=result.rank_end_s[rank_offset:rank_offset + workload.nranks]))
+        records = tuple(
+            dataclasses.replace(record, index=k, collective=c)
+            for k, (record, c) in enumerate(
+                zip(
+                    result.collectives[collective_offset : collective_offset + len(workload.collectives)],
+                    workload.collectives,
+                )
+            )
+        )
+        out.append(
+            JobResult(
+                job=j,
+                placement=placement,
+                collectives=records,
+                rank_end_s=result.rank_end_s[rank_offset : rank_offset + workload.nranks],
+            )
+        )
         rank_offset += workload.nranks
         collective_offset += len(workload.collectives)
     return tuple(out)
 
 
-def simulate_jobs(topology: Topology, jobs: Sequence[Job], config: SimConfig | None = None, *,
-                  route_cache: RouteCache | None = None) -> JobsResult:
+def simulate_jobs(
+    topology: Topology, jobs: Sequence[Job], config: SimConfig | None = None, *, route_cache: RouteCache | None = None
+) -> JobsResult:
     """Simulate ``jobs`` (a list of (Workload, Placement) pairs) together on ``topology``; split per job.
     ``route_cache``: as ``simulate``'s."""
     workload, placement = merge_jobs(topology, jobs)
@@ -183,11 +210,12 @@ def simulate_jobs(topology: Topology, jobs: Sequence[Job], config: SimConfig | N
 
 def interference(topology: Topology, jobs: Sequence[Job], config: SimConfig | None = None) -> Interference:
     """``jobs`` together and each alone (same fabric, config and placement): per-job slowdowns."""
-    cache = RouteCache()                      # one fabric: its routing tables built once for every run
+    cache = RouteCache()  # one fabric: its routing tables built once for every run
     together = simulate_jobs(topology, jobs, config, route_cache=cache)
     alone = []
     for j, (workload, placement) in enumerate(jobs):
         result = simulate(topology, workload, placement, config, route_cache=cache)
-        alone.append(JobResult(job=j, placement=placement, collectives=result.collectives,
-                               rank_end_s=result.rank_end_s))
+        alone.append(
+            JobResult(job=j, placement=placement, collectives=result.collectives, rank_end_s=result.rank_end_s)
+        )
     return Interference(together=together, alone=tuple(alone))

@@ -32,11 +32,33 @@ from ..config import SimConfig
 from ..placement import Placement
 
 # nccl-tests' -d names -> our dtype names
-NCCL_TESTS_TYPES = {"int8": "int8", "uint8": "uint8", "half": "half", "float16": "half", "bfloat16": "bfloat16",
-                    "int32": "int32", "int": "int32", "float": "float", "float32": "float", "int64": "int64",
-                    "double": "double", "float64": "double"}
-CSV_HEADER = ("size_bytes", "count", "type", "redop", "root", "time_us", "algbw_GBps", "busbw_GBps",
-              "algorithm", "protocol", "channels")
+NCCL_TESTS_TYPES = {
+    "int8": "int8",
+    "uint8": "uint8",
+    "half": "half",
+    "float16": "half",
+    "bfloat16": "bfloat16",
+    "int32": "int32",
+    "int": "int32",
+    "float": "float",
+    "float32": "float",
+    "int64": "int64",
+    "double": "double",
+    "float64": "double",
+}
+CSV_HEADER = (
+    "size_bytes",
+    "count",
+    "type",
+    "redop",
+    "root",
+    "time_us",
+    "algbw_GBps",
+    "busbw_GBps",
+    "algorithm",
+    "protocol",
+    "channels",
+)
 MAX_SIZES = 10_000
 
 # nccl-tests -g N: one thread drives N GPUs and launches their N kernels one after the other
@@ -67,11 +89,12 @@ class BenchRow(NcclTestsRow):
     algorithm: str
     protocol: str
     channels: int
-    candidates: tuple[Candidate, ...] = ()     # with ``explain``: what the tuner weighed (tuner.candidates)
+    candidates: tuple[Candidate, ...] = ()  # with ``explain``: what the tuner weighed (tuner.candidates)
 
 
-def sweep_sizes(minbytes: int | str, maxbytes: int | str, *, stepfactor: float | None = 2,
-                stepbytes: int | str | None = None) -> list[int]:
+def sweep_sizes(
+    minbytes: int | str, maxbytes: int | str, *, stepfactor: float | None = 2, stepbytes: int | str | None = None
+) -> list[int]:
     """nccl-tests' size sweep: min, min*f, ... <= max (or min, min+i, ... with stepbytes)."""
     lo, hi = size_bytes("minbytes", minbytes), size_bytes("maxbytes", maxbytes)
     if lo > hi:
@@ -90,12 +113,15 @@ def sweep_sizes(minbytes: int | str, maxbytes: int | str, *, stepfactor: float |
         size = lo
         while size <= hi and len(sizes) <= MAX_SIZES:
             sizes.append(size)
-            grown = size * factor            # a float: inf when the factor is huge, which ends the sweep
+            grown = size * factor  # a float: inf when the factor is huge, which ends the sweep
             if grown > hi:
                 break
             if int(grown) == size:
-                raise reject("stepfactor", stepfactor, f"a factor that grows {size} B by a whole byte (nccl-tests "
-                             "would repeat that size forever)")
+                raise reject(
+                    "stepfactor",
+                    stepfactor,
+                    f"a factor that grows {size} B by a whole byte (nccl-tests would repeat that size forever)",
+                )
             size = int(grown)
     if len(sizes) > MAX_SIZES:
         raise ValueError(f"size sweep: more than {MAX_SIZES} sizes; use a larger step")
@@ -111,16 +137,35 @@ def collective_for_size(kind: CollectiveKind, size: int, *, nranks: int, dtype: 
         nbytes = per_rank * nranks * elt
     else:
         nbytes = count * elt
-    return Collective(kind=kind, nbytes=nbytes, group=tuple(range(nranks)), dtype=dtype,
-                      op=op if kind.reduces else "sum", root=root if kind.rooted else 0)
+    return Collective(
+        kind=kind,
+        nbytes=nbytes,
+        group=tuple(range(nranks)),
+        dtype=dtype,
+        op=op if kind.reduces else "sum",
+        root=root if kind.rooted else 0,
+    )
 
 
-def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100", nodes: int = 1,
-              gpus_per_node: int | None = None, minbytes: int | str = "32M", maxbytes: int | str = "32M",
-              stepfactor: float | None = 2, stepbytes: int | str | None = None, dtype: str = "float",
-              op: str = "sum", root: int = 0, gpus_per_process: int = 1,
-              config: SimConfig | None = None, sizes: Sequence[int | str] | None = None,
-              explain: bool = False, route_cache: RouteCache | None = None) -> list[BenchRow]:
+def run_bench(
+    kind: CollectiveKind | str,
+    *,
+    system: str | Topology = "dgx-h100",
+    nodes: int = 1,
+    gpus_per_node: int | None = None,
+    minbytes: int | str = "32M",
+    maxbytes: int | str = "32M",
+    stepfactor: float | None = 2,
+    stepbytes: int | str | None = None,
+    dtype: str = "float",
+    op: str = "sum",
+    root: int = 0,
+    gpus_per_process: int = 1,
+    config: SimConfig | None = None,
+    sizes: Sequence[int | str] | None = None,
+    explain: bool = False,
+    route_cache: RouteCache | None = None,
+) -> list[BenchRow]:
     """Simulate nccl-tests for ``kind``; ``gpus_per_process`` is nccl-tests' -g (launch mode); ``explain``
     adds to each row the tuner's estimate for every algorithm and protocol (``BenchRow.candidates``).
 
@@ -148,16 +193,20 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
     if kind.rooted and not 0 <= root < nranks:
         raise ValueError(f"root: {root} is out of range; expected 0 to {nranks - 1}")
     if kind is CollectiveKind.SENDRECV and nranks < 2:
-        raise ValueError(f"collective: sendrecv needs at least 2 GPUs, not {nranks}; expected more GPUs per node "
-                         "or more nodes")
+        raise ValueError(
+            f"collective: sendrecv needs at least 2 GPUs, not {nranks}; expected more GPUs per node or more nodes"
+        )
     if not is_int(gpus_per_process) or gpus_per_process < 1 or gpn % gpus_per_process:
         divisors = ", ".join(str(d) for d in range(1, gpn + 1) if gpn % d == 0)
-        raise ValueError(f"gpus_per_process (-g): {gpus_per_process!r} is not allowed; expected a divisor of the "
-                         f"{gpn} GPUs per node ({divisors}): each process drives that many GPUs of one node")
+        raise ValueError(
+            f"gpus_per_process (-g): {gpus_per_process!r} is not allowed; expected a divisor of the "
+            f"{gpn} GPUs per node ({divisors}): each process drives that many GPUs of one node"
+        )
     config = config or SimConfig()
     if gpus_per_process > 1:
-        config = replace(config, launch_overhead_s=config.launch_overhead_s
-                         + (gpus_per_process - 1) * HOST_LAUNCH_S_PER_GPU)
+        config = replace(
+            config, launch_overhead_s=config.launch_overhead_s + (gpus_per_process - 1) * HOST_LAUNCH_S_PER_GPU
+        )
     if sizes is None:
         sizes = sweep_sizes(minbytes, maxbytes, stepfactor=stepfactor, stepbytes=stepbytes)
     else:
@@ -168,19 +217,31 @@ def run_bench(kind: CollectiveKind | str, *, system: str | Topology = "dgx-h100"
             raise ValueError(f"sizes: {len(sizes)} sizes are not allowed; expected 1 to {MAX_SIZES}")
     collectives = [collective_for_size(kind, s, nranks=nranks, dtype=dtype, op=op, root=root) for s in sizes]
     route_cache = RouteCache() if route_cache is None else route_cache
-    result = simulate(topology, Workload.sequence(collectives, nranks=nranks), placement, config,
-                      route_cache=route_cache)
+    result = simulate(
+        topology, Workload.sequence(collectives, nranks=nranks), placement, config, route_cache=route_cache
+    )
     rows = []
     for record in result.collectives:
         c = record.collective
         time_s = record.time_s
-        rows.append(BenchRow(
-            size_bytes=c.nbytes, count=c.count, type=dtype, redop=c.op if c.kind.reduces else "none",
-            root=c.root if c.kind.rooted else -1, time_us=time_s * 1e6,
-            algbw_GBps=c.algbw_bytes_per_s(time_s) / 1e9, busbw_GBps=c.busbw_bytes_per_s(time_s) / 1e9,
-            algorithm=record.algorithm, protocol=record.protocol, channels=record.nchannels,
-            candidates=tuple(tuner_candidates(topology, c, placement, config, route_cache=route_cache))
-            if explain else ()))
+        rows.append(
+            BenchRow(
+                size_bytes=c.nbytes,
+                count=c.count,
+                type=dtype,
+                redop=c.op if c.kind.reduces else "none",
+                root=c.root if c.kind.rooted else -1,
+                time_us=time_s * 1e6,
+                algbw_GBps=c.algbw_bytes_per_s(time_s) / 1e9,
+                busbw_GBps=c.busbw_bytes_per_s(time_s) / 1e9,
+                algorithm=record.algorithm,
+                protocol=record.protocol,
+                channels=record.nchannels,
+                candidates=tuple(tuner_candidates(topology, c, placement, config, route_cache=route_cache))
+                if explain
+                else (),
+            )
+        )
     return rows
 
 
@@ -190,20 +251,28 @@ def format_table(rows: list[BenchRow], *, title: str = "") -> str:
     if title:
         out.write(f"# {title}\n#\n")
     out.write("#                                                              out-of-place\n")
-    out.write(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>9}  {'algbw':>7}  "
-              f"{'busbw':>7}  {'algo':>8}  {'proto':>6}  {'nch':>3}\n")
-    out.write(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>9}  {'(GB/s)':>7}  "
-              f"{'(GB/s)':>7}\n")
+    out.write(
+        f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>9}  {'algbw':>7}  "
+        f"{'busbw':>7}  {'algo':>8}  {'proto':>6}  {'nch':>3}\n"
+    )
+    out.write(
+        f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>9}  {'(GB/s)':>7}  {'(GB/s)':>7}\n"
+    )
     for r in rows:
-        out.write(f"  {r.size_bytes:>10}  {r.count:>12}  {r.type:>8}  {r.redop:>6}  {r.root:>6}  {r.time_us:>9.2f}  "
-                  f"{r.algbw_GBps:>7.2f}  {r.busbw_GBps:>7.2f}  {r.algorithm:>8}  {r.protocol:>6}  {r.channels:>3}\n")
+        out.write(
+            f"  {r.size_bytes:>10}  {r.count:>12}  {r.type:>8}  {r.redop:>6}  {r.root:>6}  {r.time_us:>9.2f}  "
+            f"{r.algbw_GBps:>7.2f}  {r.busbw_GBps:>7.2f}  {r.algorithm:>8}  {r.protocol:>6}  {r.channels:>3}\n"
+        )
     if rows:
         out.write(f"# Avg bus bandwidth    : {sum(r.busbw_GBps for r in rows) / len(rows):.4g}\n")
     if any(r.candidates for r in rows):
-        out.write("#\n# tuner: NCCL's estimate, time = latency + size / algbw, for every algorithm and protocol, on "
-                  "the communicator's channels (small sizes then launch fewer); * = chosen\n")
-        out.write(f"# {'size':>10}    {'algo':<16} {'proto':<6} {'nch':>3}  {'latency':>9}  {'algbw':>8}  "
-                  f"{'time':>10}\n")
+        out.write(
+            "#\n# tuner: NCCL's estimate, time = latency + size / algbw, for every algorithm and protocol, on "
+            "the communicator's channels (small sizes then launch fewer); * = chosen\n"
+        )
+        out.write(
+            f"# {'size':>10}    {'algo':<16} {'proto':<6} {'nch':>3}  {'latency':>9}  {'algbw':>8}  {'time':>10}\n"
+        )
         out.write(f"# {'(B)':>10}    {'':<16} {'':<6} {'':>3}  {'(us)':>9}  {'(GB/s)':>8}  {'(us)':>10}\n")
         for r in rows:
             for i, c in enumerate(r.candidates):
@@ -212,9 +281,11 @@ def format_table(rows: list[BenchRow], *, title: str = "") -> str:
                     out.write(f"# {size}    {c.algorithm:<16} {c.protocol or '-':<6}  left out: {c.skipped}\n")
                     continue
                 mark = "*" if (c.algorithm, c.protocol) == (r.algorithm, r.protocol) else " "
-                out.write(f"# {size}  {mark} {c.algorithm:<16} {c.protocol:<6} {c.nchannels:>3}  "
-                          f"{c.latency_s * 1e6:>9.2f}  {c.algbw_bytes_per_s / 1e9:>8.2f}  "
-                          f"{c.predicted_s * 1e6:>10.2f}\n")
+                out.write(
+                    f"# {size}  {mark} {c.algorithm:<16} {c.protocol:<6} {c.nchannels:>3}  "
+                    f"{c.latency_s * 1e6:>9.2f}  {c.algbw_bytes_per_s / 1e9:>8.2f}  "
+                    f"{c.predicted_s * 1e6:>10.2f}\n"
+                )
     return out.getvalue()
 
 
@@ -223,21 +294,37 @@ def format_csv(rows: list[BenchRow]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_HEADER)
     for r in rows:
-        writer.writerow([r.size_bytes, r.count, r.type, r.redop, r.root, f"{r.time_us:.3f}", f"{r.algbw_GBps:.4f}",
-                         f"{r.busbw_GBps:.4f}", r.algorithm, r.protocol, r.channels])
+        writer.writerow(
+            [
+                r.size_bytes,
+                r.count,
+                r.type,
+                r.redop,
+                r.root,
+                f"{r.time_us:.3f}",
+                f"{r.algbw_GBps:.4f}",
+                f"{r.busbw_GBps:.4f}",
+                r.algorithm,
+                r.protocol,
+                r.channels,
+            ]
+        )
     return out.getvalue()
 
 
 def format_json(rows: list[BenchRow], **meta) -> str:
     """The rows and ``meta``; a row's ``candidates`` only when explained (an estimate of no bandwidth, an
     infinite time, as null)."""
+
     def row(r: BenchRow) -> dict:
         data = asdict(r)
         if not r.candidates:
             del data["candidates"]
             return data
-        data["candidates"] = [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in c.items()}
-                              for c in data["candidates"]]
+        data["candidates"] = [
+            {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in c.items()}
+            for c in data["candidates"]
+        ]
         return data
 
     return json.dumps({**meta, "rows": [row(r) for r in rows]}, indent=1, allow_nan=False)

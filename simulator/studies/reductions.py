@@ -42,16 +42,18 @@ __all__ = ("check_symmetric_replicas", "replica_ranks", "steady_state_runs", "ex
 def check_symmetric_replicas(p: ParallelismSpec, symmetric_replicas: bool) -> None:
     """The error when symmetric replicas are asked for a layout whose replicas interact inside the pipeline."""
     dp = p.dp
-    assert dp is not None                  # ParallelismSpec sets dp on construction
+    assert dp is not None  # ParallelismSpec sets dp on construction
     if symmetric_replicas and dp > 1 and (p.dp_overlap or p.zero_stage >= 3):
-        raise ValueError("symmetric_replicas: True is not allowed with dp_overlap=True or ZeRO-3/FSDP, whose "
-                         "gradient or parameter traffic runs inside the pipeline; expected False")
+        raise ValueError(
+            "symmetric_replicas: True is not allowed with dp_overlap=True or ZeRO-3/FSDP, whose "
+            "gradient or parameter traffic runs inside the pipeline; expected False"
+        )
 
 
 def uses_symmetric_replicas(p: ParallelismSpec, symmetric_replicas: bool) -> bool:
     """Whether the step is simulated as one replica's pipeline, then every rank's reduction."""
     dp = p.dp
-    assert dp is not None                  # ParallelismSpec sets dp on construction
+    assert dp is not None  # ParallelismSpec sets dp on construction
     return symmetric_replicas and dp > 1
 
 
@@ -66,7 +68,7 @@ def steady_state_runs(p: ParallelismSpec, k: int | None) -> tuple[int, Paralleli
     if k is None:
         return None
     dp = p.dp
-    assert dp is not None                  # ParallelismSpec sets dp on construction
+    assert dp is not None  # ParallelismSpec sets dp on construction
     if p.schedule == "interleaved":
         k = ceil_div(k, p.pp) * p.pp
     if p.microbatches <= 2 * k:
@@ -79,8 +81,14 @@ def steady_state_runs(p: ParallelismSpec, k: int | None) -> tuple[int, Paralleli
 def lerp(a, b, x: float):
     """a + x (b - a) for numbers and (nested) dicts of numbers; a key missing on one side counts 0."""
     if isinstance(a, dict):
-        return {key: lerp(a.get(key, 0 if not isinstance(b.get(key), dict) else {}),
-                          b.get(key, 0 if not isinstance(a.get(key), dict) else {}), x) for key in {**a, **b}}
+        return {
+            key: lerp(
+                a.get(key, 0 if not isinstance(b.get(key), dict) else {}),
+                b.get(key, 0 if not isinstance(a.get(key), dict) else {}),
+                x,
+            )
+            for key in {**a, **b}
+        }
     return a + x * (b - a)
 
 
@@ -95,10 +103,14 @@ def notes(p: ParallelismSpec, *, symmetric: bool, tensor_rank0_p2p: bool, steady
     if symmetric:
         out.append(f"symmetric replicas: pipeline of 1 of {p.dp} data-parallel replicas, then the reduction")
     if tensor_rank0_p2p and p.tp > 1 and p.pp > 1:
-        out.append(f"pipeline transfers simulated for tensor rank 0, standing for all {p.tp} (link bytes of the "
-                   "other tensor ranks' transfers not counted)")
+        out.append(
+            f"pipeline transfers simulated for tensor rank 0, standing for all {p.tp} (link bytes of the "
+            "other tensor ranks' transfers not counted)"
+        )
     if steady is not None:
         k = steady[0]
-        out.append(f"steady state: simulated {k} and {2 * k} micro-batches, extrapolated linearly to "
-                   f"{p.microbatches}; phases (traces) are those of the {2 * k}-micro-batch run")
+        out.append(
+            f"steady state: simulated {k} and {2 * k} micro-batches, extrapolated linearly to "
+            f"{p.microbatches}; phases (traces) are those of the {2 * k}-micro-batch run"
+        )
     return out

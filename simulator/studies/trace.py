@@ -26,29 +26,59 @@ def chrome_trace(step_result) -> dict:
             if (pid, -1) not in named:
                 named.add((pid, -1))
                 stage = training.parallelism.coords(pid).pp
-                events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                               "args": {"name": f"rank {pid} (stage {stage})"}})
+                events.append(
+                    {
+                        "ph": "M",
+                        "name": "process_name",
+                        "pid": pid,
+                        "tid": 0,
+                        "args": {"name": f"rank {pid} (stage {stage})"},
+                    }
+                )
             for position, task in enumerate(program):
                 if (pid, task.stream) not in named:
                     named.add((pid, task.stream))
-                    events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": task.stream,
-                                   "args": {"name": STREAM_NAMES.get(task.stream, f"stream {task.stream}")}})
+                    events.append(
+                        {
+                            "ph": "M",
+                            "name": "thread_name",
+                            "pid": pid,
+                            "tid": task.stream,
+                            "args": {"name": STREAM_NAMES.get(task.stream, f"stream {task.stream}")},
+                        }
+                    )
                 t0 = float(timeline.start_s[local][position]) + offset
                 t1 = float(timeline.end_s[local][position]) + offset
-                event = {"ph": "X", "name": task.name, "pid": pid, "tid": task.stream, "ts": t0 * 1e6,
-                         "dur": max(t1 - t0, 0.0) * 1e6}
+                event = {
+                    "ph": "X",
+                    "name": task.name,
+                    "pid": pid,
+                    "tid": task.stream,
+                    "ts": t0 * 1e6,
+                    "dur": max(t1 - t0, 0.0) * 1e6,
+                }
                 if isinstance(task, CommTask):
                     coll = workload.collectives[task.index]
                     event["cat"] = training.group_kinds[task.index]
                     record = phase.sim.collectives[task.index]
-                    event["args"] = {"collective": task.index, "kind": coll.kind.value, "nbytes": coll.nbytes,
-                                     "group_size": coll.nranks, "algorithm": record.algorithm,
-                                     "protocol": record.protocol, "channels": record.nchannels}
+                    event["args"] = {
+                        "collective": task.index,
+                        "kind": coll.kind.value,
+                        "nbytes": coll.nbytes,
+                        "group_size": coll.nranks,
+                        "algorithm": record.algorithm,
+                        "protocol": record.protocol,
+                        "channels": record.nchannels,
+                    }
                 else:
                     event["cat"] = "compute"
                     work = task.work
                     if isinstance(work, PassWork):
-                        event["args"] = {"phase": work.phase, "layers": list(work.layers), "flops": work.flops,
-                                         "beside_comm": work.beside_comm}
+                        event["args"] = {
+                            "phase": work.phase,
+                            "layers": list(work.layers),
+                            "flops": work.flops,
+                            "beside_comm": work.beside_comm,
+                        }
                 events.append(event)
     return {"traceEvents": events, "displayTimeUnit": "ms"}

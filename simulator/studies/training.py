@@ -47,9 +47,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 import numpy as np
 
@@ -62,8 +62,14 @@ from workloads.model import ModelSpec, ceil_div
 from workloads.options import Granularity, Recompute
 from workloads.parallelism import ParallelismSpec
 from workloads.tasks import ComputeTask
-from workloads.training import (StepCompute, TrainingWorkload, gradient_bytes_per_param,
-                                pipeline_schedule, resolve, training_step)
+from workloads.training import (
+    StepCompute,
+    TrainingWorkload,
+    gradient_bytes_per_param,
+    pipeline_schedule,
+    resolve,
+    training_step,
+)
 
 from ..analysis import interval_breakdowns, link_class_bytes
 from ..api import simulate
@@ -86,47 +92,85 @@ def _compute_dtype(parallelism: ParallelismSpec) -> str:
     return "fp8" if parallelism.dtype == "fp8" else "bf16"
 
 
-def step_compute(model: ModelSpec, parallelism: ParallelismSpec, gpu: GpuSpec, *, recompute: str = "none",
-                 flash_attention: bool = True, overlap_slowdown: float | None = None,
-                 compute_model: cmp.GpuComputeModel | None = None) -> StepCompute:
+def step_compute(
+    model: ModelSpec,
+    parallelism: ParallelismSpec,
+    gpu: GpuSpec,
+    *,
+    recompute: str = "none",
+    flash_attention: bool = True,
+    overlap_slowdown: float | None = None,
+    compute_model: cmp.GpuComputeModel | None = None,
+) -> StepCompute:
     """Per-micro-batch compute seconds of every layer, the embedding, the logits and each stage's optimizer."""
     p = parallelism
     p.check(model)
-    forward, backward = cmp.layer_times(model, gpu, micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, sp=p.sp,
-                                        cp=p.cp, ep=p.ep, dtype=_compute_dtype(p), flash_attention=flash_attention,
-                                        recompute=recompute, compute_model=compute_model)
+    forward, backward = cmp.layer_times(
+        model,
+        gpu,
+        micro_batch=p.micro_batch,
+        seq_len=p.seq(model),
+        tp=p.tp,
+        sp=p.sp,
+        cp=p.cp,
+        ep=p.ep,
+        dtype=_compute_dtype(p),
+        flash_attention=flash_attention,
+        recompute=recompute,
+        compute_model=compute_model,
+    )
     tkw = dict(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, cp=p.cp, compute_model=compute_model)
     shard = p.dp * p.cp if p.zero_stage >= 1 else 1
-    optimizer = tuple(cmp.optimizer_step(gpu, parameters=model.stage_parameters(j, tp=p.tp, pp=p.pp, ep=p.ep) / shard,
-                                         param_bytes=model.dtype_bytes, compute_model=compute_model).time_s
-                      for j in range(p.pp))
-    slowdown = cmp.default_overlap_slowdown(gpu, compute_model=compute_model) if overlap_slowdown is None \
-        else overlap_slowdown
+    optimizer = tuple(
+        cmp.optimizer_step(
+            gpu,
+            parameters=model.stage_parameters(j, tp=p.tp, pp=p.pp, ep=p.ep) / shard,
+            param_bytes=model.dtype_bytes,
+            compute_model=compute_model,
+        ).time_s
+        for j in range(p.pp)
+    )
+    slowdown = (
+        cmp.default_overlap_slowdown(gpu, compute_model=compute_model) if overlap_slowdown is None else overlap_slowdown
+    )
     return StepCompute(
-        layer_forward_s=forward, layer_backward_s=backward,
+        layer_forward_s=forward,
+        layer_backward_s=backward,
         embedding_forward_s=cmp.embedding_forward(model, gpu, **tkw).time_s,
         embedding_backward_s=cmp.embedding_backward(model, gpu, **tkw).time_s,
         logits_forward_s=cmp.logits_forward(model, gpu, sp=p.sp, dtype=_compute_dtype(p), **tkw).time_s,
         logits_backward_s=cmp.logits_backward(model, gpu, sp=p.sp, dtype=_compute_dtype(p), **tkw).time_s,
-        optimizer_s=optimizer, overlap_slowdown=slowdown,
+        optimizer_s=optimizer,
+        overlap_slowdown=slowdown,
     )
 
 
-def memory_per_gpu(model: ModelSpec, parallelism: ParallelismSpec, *, recompute: str = "none",
-                   flash_attention: bool = True) -> dict[str, float]:
+def memory_per_gpu(
+    model: ModelSpec, parallelism: ParallelismSpec, *, recompute: str = "none", flash_attention: bool = True
+) -> dict[str, float]:
     """Bytes on the most loaded GPU: parameters, gradients, optimizer state, activations (module docstring)."""
     p = parallelism
     p.check(model)
     grad_bytes = gradient_bytes_per_param(p.dtype)
-    state = model.training_state_bytes(tp=p.tp, pp=p.pp, ep=p.ep, dp=p.dp * p.cp, zero_stage=p.zero_stage,
-                                       grad_bytes=grad_bytes)
-    chunk_layers = max(map(len, model.stage_layers(pp=p.pp * p.vp)))       # the longest model chunk
+    state = model.training_state_bytes(
+        tp=p.tp, pp=p.pp, ep=p.ep, dp=p.dp * p.cp, zero_stage=p.zero_stage, grad_bytes=grad_bytes
+    )
+    chunk_layers = max(map(len, model.stage_layers(pp=p.pp * p.vp)))  # the longest model chunk
     # the larger of a dense and a MoE layer (all layers of one kind keep the same activations)
     kinds = {model.is_moe_layer(layer): layer for layer in range(model.layers)}
-    per_layer = max(model.activation_bytes_per_layer(layer, micro_batch=p.micro_batch, seq_len=p.seq(model),
-                                                     tp=p.tp, sp=p.sp, cp=p.cp, recompute=recompute,
-                                                     flash_attention=flash_attention)
-                    for layer in kinds.values())
+    per_layer = max(
+        model.activation_bytes_per_layer(
+            layer,
+            micro_batch=p.micro_batch,
+            seq_len=p.seq(model),
+            tp=p.tp,
+            sp=p.sp,
+            cp=p.cp,
+            recompute=recompute,
+            flash_attention=flash_attention,
+        )
+        for layer in kinds.values()
+    )
     worst = 0
     for stage in range(p.pp):
         ops = pipeline_schedule(p.schedule, pp=p.pp, stage=stage, microbatches=p.microbatches, vp=p.vp)
@@ -136,9 +180,13 @@ def memory_per_gpu(model: ModelSpec, parallelism: ParallelismSpec, *, recompute:
             peak = max(peak, live)
         worst = max(worst, peak)
     activations = per_layer * chunk_layers * worst
-    return {"parameters": state.parameters, "gradients": state.gradients, "optimizer": state.optimizer,
-            "activations": float(activations),
-            "total": state.parameters + state.gradients + state.optimizer + float(activations)}
+    return {
+        "parameters": state.parameters,
+        "gradients": state.gradients,
+        "optimizer": state.optimizer,
+        "activations": float(activations),
+        "total": state.parameters + state.gradients + state.optimizer + float(activations),
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -195,14 +243,26 @@ class StepResult:
             if isinstance(value, Mapping):
                 return {str(k): plain(v) for k, v in value.items()}
             return value
+
         return {
-            "model": self.model, "topology": self.topology_name, "gpus": self.gpus,
+            "model": self.model,
+            "topology": self.topology_name,
+            "gpus": self.gpus,
             "parallelism": {k: getattr(self.parallelism, k) for k in ParallelismSpec.__dataclass_fields__},
-            "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s, "tflops_per_gpu": self.tflops_per_gpu,
-            "mfu": self.mfu, "compute_s": self.compute_s, "comm_s": self.comm_s, "exposed_comm_s": self.exposed_comm_s,
-            "bubble_s": self.bubble_s, "critical_path_s": self.critical_path_s, "breakdown": plain(self.breakdown),
-            "memory_bytes_per_gpu": self.memory_bytes_per_gpu, "memory": plain(self.memory),
-            "memory_capacity_bytes": self.memory_capacity_bytes, "out_of_memory": self.out_of_memory,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "mfu": self.mfu,
+            "compute_s": self.compute_s,
+            "comm_s": self.comm_s,
+            "exposed_comm_s": self.exposed_comm_s,
+            "bubble_s": self.bubble_s,
+            "critical_path_s": self.critical_path_s,
+            "breakdown": plain(self.breakdown),
+            "memory_bytes_per_gpu": self.memory_bytes_per_gpu,
+            "memory": plain(self.memory),
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "out_of_memory": self.out_of_memory,
             "notes": list(self.notes),
         }
 
@@ -238,13 +298,21 @@ def _build_topology(system: str, nodes: int | None, world: int, wiring: str | No
     return build_system(system, nodes=nodes, topology=wiring)
 
 
-def _run_phase(topology: Topology, training: TrainingWorkload, placement: Placement, config: SimConfig,
-               offset_s: float, replicas: int, route_cache: RouteCache) -> StepPhase:
+def _run_phase(
+    topology: Topology,
+    training: TrainingWorkload,
+    placement: Placement,
+    config: SimConfig,
+    offset_s: float,
+    replicas: int,
+    route_cache: RouteCache,
+) -> StepPhase:
     sim = simulate(topology, training.workload, placement, config, route_cache=route_cache)
     # after an event replay the timeline is rebuilt from the collectives' times: it must end with the replay
     if not math.isclose(sim.timeline.makespan_s, sim.makespan_s, rel_tol=1e-9, abs_tol=1e-12):
-        raise RuntimeError(f"task times: rebuilt makespan {sim.timeline.makespan_s!r} s differs from the engine's "
-                           f"{sim.makespan_s!r} s")
+        raise RuntimeError(
+            f"task times: rebuilt makespan {sim.timeline.makespan_s!r} s differs from the engine's {sim.makespan_s!r} s"
+        )
     critical = task_times(training.workload).makespan_s
     return StepPhase(training=training, sim=sim, critical_path_s=critical, offset_s=offset_s, replicas=replicas)
 
@@ -252,9 +320,14 @@ def _run_phase(topology: Topology, training: TrainingWorkload, placement: Placem
 def _phase_metrics(phase: StepPhase) -> tuple[float, int]:
     """(largest per-rank compute busy time, rank that ends last). Ranks share program objects
     (workloads.training builds equal programs once): each distinct program's busy time is summed once."""
-    compute = max((math.fsum(t.duration_s for t in program if isinstance(t, ComputeTask))
-                   for program, _ in phase.training.workload.shared_programs), default=0.0)
-    return compute, int(np.argmax(phase.timeline.rank_end_s))        # the first of the ranks ending last
+    compute = max(
+        (
+            math.fsum(t.duration_s for t in program if isinstance(t, ComputeTask))
+            for program, _ in phase.training.workload.shared_programs
+        ),
+        default=0.0,
+    )
+    return compute, int(np.argmax(phase.timeline.rank_end_s))  # the first of the ranks ending last
 
 
 @dataclass(slots=True, kw_only=True)
@@ -265,8 +338,8 @@ class _Raw:
     critical_s: float
     compute_s: float
     comm_s: float
-    breakdowns: dict        # labelling ("group", "collective", "algorithm") -> label -> entry (_merge)
-    links: dict             # "tier" / "kind" -> name -> bytes (analysis.link_class_bytes)
+    breakdowns: dict  # labelling ("group", "collective", "algorithm") -> label -> entry (_merge)
+    links: dict  # "tier" / "kind" -> name -> bytes (analysis.link_class_bytes)
     phases: tuple
 
 
@@ -286,15 +359,25 @@ def _phase_parts(phase: StepPhase, topology: Topology) -> _PhaseParts:
     workload = training.workload
     # per group kind, per collective kind, per (group kind, the algorithm and protocol NCCL's tuner chose),
     # and all collectives as one label: comm_s, the largest per-rank union
-    labelings = {"group": training.group_kinds, "collective": [c.kind.value for c in workload.collectives],
-                 "algorithm": [(group, f"{record.algorithm} {record.protocol}")
-                               for group, record in zip(training.group_kinds, phase.sim.collectives, strict=True)],
-                 "all": ("comm",) * len(workload.collectives)}
-    parts = interval_breakdowns(workload, phase.timeline, labelings, focus_rank=last,
-                                weights=training.collective_weights)
+    labelings = {
+        "group": training.group_kinds,
+        "collective": [c.kind.value for c in workload.collectives],
+        "algorithm": [
+            (group, f"{record.algorithm} {record.protocol}")
+            for group, record in zip(training.group_kinds, phase.sim.collectives, strict=True)
+        ],
+        "all": ("comm",) * len(workload.collectives),
+    }
+    parts = interval_breakdowns(
+        workload, phase.timeline, labelings, focus_rank=last, weights=training.collective_weights
+    )
     comm = parts.pop("all")
-    return _PhaseParts(compute_s=busy, comm_s=comm["comm"]["time_s"] if workload.collectives else 0.0,
-                       breakdowns=parts, links=link_class_bytes(topology, phase.sim.link_bytes))
+    return _PhaseParts(
+        compute_s=busy,
+        comm_s=comm["comm"]["time_s"] if workload.collectives else 0.0,
+        breakdowns=parts,
+        links=link_class_bytes(topology, phase.sim.link_bytes),
+    )
 
 
 def _merge(total: dict, part: dict, scale: int) -> None:
@@ -306,9 +389,20 @@ def _merge(total: dict, part: dict, scale: int) -> None:
         into["exposed_s"] += entry["exposed_s"]
 
 
-def _measure(model: ModelSpec, p: ParallelismSpec, topology: Topology, compute: StepCompute, config: SimConfig, *,
-             placement: Placement, reduction: tuple[StepPhase, _PhaseParts] | None, recompute: str, granularity: str,
-             tensor_rank0_p2p: bool, route_cache: RouteCache) -> _Raw:
+def _measure(
+    model: ModelSpec,
+    p: ParallelismSpec,
+    topology: Topology,
+    compute: StepCompute,
+    config: SimConfig,
+    *,
+    placement: Placement,
+    reduction: tuple[StepPhase, _PhaseParts] | None,
+    recompute: str,
+    granularity: str,
+    tensor_rank0_p2p: bool,
+    route_cache: RouteCache,
+) -> _Raw:
     """One step's additive measurements. With ``reduction`` (a symmetric-replica step: the reduction phase and
     what it adds to the measurements), one replica's pipeline is simulated and the reduction follows it. The
     programs are built without hardware, then their durations resolved from ``compute``."""
@@ -316,18 +410,34 @@ def _measure(model: ModelSpec, p: ParallelismSpec, topology: Topology, compute: 
     if reduction is not None:
         replica = reductions.replica_ranks(p)
         pipe = resolve(training_step(model, p, part="pipeline", ranks=replica, **kw), compute)
-        first = _run_phase(topology, pipe, Placement.custom(topology, [placement.rank_gpu[r] for r in replica]),
-                           config, 0.0, p.dp, route_cache)
+        first = _run_phase(
+            topology,
+            pipe,
+            Placement.custom(topology, [placement.rank_gpu[r] for r in replica]),
+            config,
+            0.0,
+            p.dp,
+            route_cache,
+        )
         second, second_parts = reduction
         phases = (first, dataclasses.replace(second, offset_s=first.sim.makespan_s))
         parts = (_phase_parts(first, topology), second_parts)
     else:
-        phases = (_run_phase(topology, resolve(training_step(model, p, **kw), compute), placement, config, 0.0, 1,
-                             route_cache),)
+        phases = (
+            _run_phase(
+                topology, resolve(training_step(model, p, **kw), compute), placement, config, 0.0, 1, route_cache
+            ),
+        )
         parts = (_phase_parts(phases[0], topology),)
-    raw = _Raw(step_s=math.fsum(ph.sim.makespan_s for ph in phases),
-               critical_s=math.fsum(ph.critical_path_s for ph in phases), compute_s=0.0, comm_s=0.0, breakdowns={},
-               links={}, phases=phases)
+    raw = _Raw(
+        step_s=math.fsum(ph.sim.makespan_s for ph in phases),
+        critical_s=math.fsum(ph.critical_path_s for ph in phases),
+        compute_s=0.0,
+        comm_s=0.0,
+        breakdowns={},
+        links={},
+        phases=phases,
+    )
     for ph, part in zip(phases, parts):
         raw.compute_s += part.compute_s
         raw.comm_s += part.comm_s
@@ -382,15 +492,19 @@ class StepOptions:
     route_cache: RouteCache | None = None
 
     def __post_init__(self) -> None:
-        for name, kind, what in (("config", SimConfig, "a SimConfig"), ("gpu", GpuSpec, "a GpuSpec"),
-                                 ("compute_model", cmp.GpuComputeModel, "a GpuComputeModel"),
-                                 ("compute", StepCompute, "a workloads.training.StepCompute"),
-                                 ("placement", Placement, "a Placement"),
-                                 ("route_cache", RouteCache, "a topologies.routing.RouteCache")):
+        for name, kind, what in (
+            ("config", SimConfig, "a SimConfig"),
+            ("gpu", GpuSpec, "a GpuSpec"),
+            ("compute_model", cmp.GpuComputeModel, "a GpuComputeModel"),
+            ("compute", StepCompute, "a workloads.training.StepCompute"),
+            ("placement", Placement, "a Placement"),
+            ("route_cache", RouteCache, "a topologies.routing.RouteCache"),
+        ):
             instance(f"StepOptions.{name}", getattr(self, name), (kind, type(None)), f"{what} or None")
         if self.overlap_slowdown is not None:
-            finite("StepOptions.overlap_slowdown", self.overlap_slowdown, low=0,
-                   expected="None or a finite number >= 0")
+            finite(
+                "StepOptions.overlap_slowdown", self.overlap_slowdown, low=0, expected="None or a finite number >= 0"
+            )
         for name in ("flash_attention", "tensor_rank0_p2p", "symmetric_replicas"):
             flag(f"StepOptions.{name}", getattr(self, name))
         # the names become their enum members (equal to the names as strings)
@@ -403,8 +517,13 @@ class StepOptions:
             instance("StepOptions.wiring", self.wiring, str, "None or a wiring name")
 
 
-def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str | Topology = "dgx-h100",
-                  options: StepOptions | None = None) -> StepResult:
+def simulate_step(
+    model: ModelSpec,
+    parallelism: ParallelismSpec,
+    *,
+    system: str | Topology = "dgx-h100",
+    options: StepOptions | None = None,
+) -> StepResult:
     """Simulate one training step of ``model`` laid out as ``parallelism`` on ``system`` (a preset name, built
     with ``options.nodes``/``options.wiring``, or a built Topology), run as ``options`` say (:class:`StepOptions`;
     the defaults when None). See the module docstring.
@@ -427,13 +546,22 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
     else:
         raise reject("system", system, "a system preset name or a topologies.topology.Topology")
     if topology.num_gpus < world:
-        raise ValueError(f"parallelism: needs {world} GPUs (tp x cp x dp x pp = {p.tp} x {p.cp} x {p.dp} x {p.pp}) "
-                         f"but topology {topology.name!r} has {topology.num_gpus}")
+        raise ValueError(
+            f"parallelism: needs {world} GPUs (tp x cp x dp x pp = {p.tp} x {p.cp} x {p.dp} x {p.pp}) "
+            f"but topology {topology.name!r} has {topology.num_gpus}"
+        )
     gpu = o.gpu or _gpu_of(topology)
     compute = o.compute
     if compute is None:
-        compute = step_compute(model, p, gpu, recompute=o.recompute, flash_attention=o.flash_attention,
-                               overlap_slowdown=o.overlap_slowdown, compute_model=o.compute_model)
+        compute = step_compute(
+            model,
+            p,
+            gpu,
+            recompute=o.recompute,
+            flash_attention=o.flash_attention,
+            overlap_slowdown=o.overlap_slowdown,
+            compute_model=o.compute_model,
+        )
     placement = o.placement
     if placement is None:
         placement = Placement.block(topology, nranks=world)
@@ -459,8 +587,14 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
         k, few, more = steady
         a = _measure(model, few, topology, compute, config, **kw)
         b = _measure(model, more, topology, compute, config, **kw)
-        raw = _Raw(**{f.name: reductions.extrapolate(getattr(a, f.name), getattr(b, f.name), m=m, k=k)
-                      for f in dataclasses.fields(_Raw) if f.name != "phases"}, phases=b.phases)
+        raw = _Raw(
+            **{
+                f.name: reductions.extrapolate(getattr(a, f.name), getattr(b, f.name), m=m, k=k)
+                for f in dataclasses.fields(_Raw)
+                if f.name != "phases"
+            },
+            phases=b.phases,
+        )
     else:
         raw = _measure(model, p, topology, compute, config, **kw)
     notes = reductions.notes(p, symmetric=symmetric, tensor_rank0_p2p=o.tensor_rank0_p2p, steady=steady)
@@ -474,16 +608,28 @@ def simulate_step(model: ModelSpec, parallelism: ParallelismSpec, *, system: str
     algorithm: dict = {group: {} for group in raw.breakdowns["group"]}
     for (group, choice), entry in sorted(raw.breakdowns["algorithm"].items(), key=lambda e: (-e[1]["nbytes"], e[0][1])):
         algorithm[group][choice] = entry
-    breakdown = _frozen(raw.breakdowns | {"algorithm": algorithm, "link_tier_bytes": raw.links["tier"],
-                                          "link_kind_bytes": raw.links["kind"]})
+    breakdown = _frozen(
+        raw.breakdowns
+        | {"algorithm": algorithm, "link_tier_bytes": raw.links["tier"], "link_kind_bytes": raw.links["kind"]}
+    )
     return StepResult(
-        model=model.name, parallelism=p, topology_name=topology.name, gpus=world, step_time_s=step,
+        model=model.name,
+        parallelism=p,
+        topology_name=topology.name,
+        gpus=world,
+        step_time_s=step,
         tokens_per_s=p.global_batch * seq / step if step > 0 else 0.0,
         tflops_per_gpu=flops / (step * world) / 1e12 if step > 0 else 0.0,
         mfu=model_flops / (step * world * peak) if step > 0 else 0.0,
-        compute_s=raw.compute_s, comm_s=raw.comm_s, exposed_comm_s=max(step - critical, 0.0),
-        bubble_s=max(critical - raw.compute_s, 0.0), critical_path_s=critical, breakdown=breakdown,
-        memory=MappingProxyType(memory), memory_capacity_bytes=float(gpu.memory_bytes),
-        out_of_memory=memory["total"] > gpu.memory_bytes, phases=raw.phases, notes=tuple(notes),
+        compute_s=raw.compute_s,
+        comm_s=raw.comm_s,
+        exposed_comm_s=max(step - critical, 0.0),
+        bubble_s=max(critical - raw.compute_s, 0.0),
+        critical_path_s=critical,
+        breakdown=breakdown,
+        memory=MappingProxyType(memory),
+        memory_capacity_bytes=float(gpu.memory_bytes),
+        out_of_memory=memory["total"] > gpu.memory_bytes,
+        phases=raw.phases,
+        notes=tuple(notes),
     )
-

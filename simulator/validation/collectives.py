@@ -36,87 +36,217 @@ from ..collectives.tuner import CollectivePolicy
 from ..config import SimConfig
 from ..studies.nccl_tests import collective_for_size, run_bench
 
-LATENCY_REGIME_MAX_BYTES = 64 * 1024          # < 64 KiB
+LATENCY_REGIME_MAX_BYTES = 64 * 1024  # < 64 KiB
 BANDWIDTH_REGIME_MIN_BYTES = 64 * 1024 * 1024  # >= 64 MiB
 # the columns of every table (shipped or yours); time_us may be empty when busbw_GBps is given
-TABLE_COLUMNS = ("collective", "nranks", "nnodes", "gpu", "interconnect", "size_bytes", "time_us", "algbw_GBps",
-                 "busbw_GBps", "source", "notes")
+TABLE_COLUMNS = (
+    "collective",
+    "nranks",
+    "nnodes",
+    "gpu",
+    "interconnect",
+    "size_bytes",
+    "time_us",
+    "algbw_GBps",
+    "busbw_GBps",
+    "source",
+    "notes",
+)
 
 # GPU named in a table's `gpu` column -> system preset with that GPU and its usual wiring
-GPU_SYSTEMS = (("RTX 4090", "pcie-rtx4090"), ("A100", "dgx-a100"), ("H100", "dgx-h100"), ("H200", "hgx-h200"),
-               ("B200", "hgx-b200"))
+GPU_SYSTEMS = (
+    ("RTX 4090", "pcie-rtx4090"),
+    ("A100", "dgx-a100"),
+    ("H100", "dgx-h100"),
+    ("H200", "hgx-h200"),
+    ("B200", "hgx-b200"),
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Series:
     name: str
-    file: str | os.PathLike                      # a shipped table's name, or a path to your own table
-    where: tuple[tuple[str, str], ...] = ()      # (column, substring) that every row must match
-    collectives: tuple[str, ...] = ()            # restrict to these collectives (empty: all)
+    file: str | os.PathLike  # a shipped table's name, or a path to your own table
+    where: tuple[tuple[str, str], ...] = ()  # (column, substring) that every row must match
+    collectives: tuple[str, ...] = ()  # restrict to these collectives (empty: all)
     nnodes: int | None = None
     algorithm: str | None = None
     nchannels: int | None = None
-    gpus_per_process: int = 1                    # nccl-tests -g
-    ring_only: bool = True                       # every row was measured with NCCL's Ring algorithm
-    settings: str = ""                           # how the measurement ran, in words
-    system: str | None = None                    # system preset (None: from each row's gpu column)
-    protocol: str | None = None                  # forced protocol (NCCL_PROTO), None: NCCL's choice
-    nvls: bool = True                            # NCCL_NVLS_ENABLE
-    qps_per_connection: int = 1                  # NCCL_IB_QPS_PER_CONNECTION
+    gpus_per_process: int = 1  # nccl-tests -g
+    ring_only: bool = True  # every row was measured with NCCL's Ring algorithm
+    settings: str = ""  # how the measurement ran, in words
+    system: str | None = None  # system preset (None: from each row's gpu column)
+    protocol: str | None = None  # forced protocol (NCCL_PROTO), None: NCCL's choice
+    nvls: bool = True  # NCCL_NVLS_ENABLE
+    qps_per_connection: int = 1  # NCCL_IB_QPS_PER_CONNECTION
 
 
 SERIES = (
-    Series(name="H100 8 GPU reduce_scatter, NCCL_ALGO=Ring", file="h100_8gpu_reducescatter_ring_issue1047.csv",
-           algorithm="ring", settings="NCCL_ALGO=Ring, one node"),
-    Series(name="H200 8 GPU 16 GiB, Ring (NVLS off / AG / RS)", file="h200_8gpu_16GiB_collectives_mleng.csv",
-           where=(("interconnect", "algo Ring"),), algorithm="ring", gpus_per_process=8,
-           settings="NCCL_NVLS_ENABLE=0 for all_reduce; all_gather/reduce_scatter default (Ring)"),
-    Series(name="H200/B200 all_reduce 8 GiB by GPU count, NVLS off", file="nvls_vs_ring_gpucount_h200_b200_mleng.csv",
-           where=(("interconnect", "NCCL_NVLS_ENABLE=0"),), nvls=False, settings="NCCL_NVLS_ENABLE=0"),
-    Series(name="A100 8 GPU all_reduce, one process -g 8", file="a100_sxm4_80gb_1node_8gpu.csv",
-           where=(("source", "run 1"),), gpus_per_process=8, settings="-g 8; default NCCL choice; no NVLS on A100"),
-    Series(name="A100 8 GPU all_reduce, mpirun -np 8", file="a100_sxm4_80gb_1node_8gpu.csv",
-           where=(("source", "run 2"),), settings="default NCCL choice; no NVLS on A100"),
-    Series(name="2x DGX A100 HDR all_reduce", file="a100_dgx_2node_ib_hdr_k8s_deepops.csv",
-           settings="default NCCL choice, 8x HDR per node"),
-    Series(name="2x H100 NDR all_reduce, Ring + MIN_CTAS=24 + QPS=2", file="h100_ib_ndr_multinode_issue309.csv",
-           where=(("notes", "NCCL_ALGO=Ring NCCL_MIN_CTAS=24"),), algorithm="ring", nchannels=24,
-           qps_per_connection=2, settings="NCCL_ALGO=Ring NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2"),
-    Series(name="B200 1 node all_gather/reduce_scatter", file="b200_vultr_hgx_1node_2node_allcoll.csv",
-           collectives=("all_gather", "reduce_scatter"), nnodes=1, algorithm="ring",
-           settings="default (Ring for AG/RS on one node)"),
-    Series(name="2x B200 NDR all_gather/reduce_scatter", file="b200_vultr_hgx_1node_2node_allcoll.csv",
-           collectives=("all_gather", "reduce_scatter"), nnodes=2, algorithm="ring",
-           settings="default (Ring: multi-node NVLS/CollNet AG/RS need SHARP, PAT needs 1 GPU per node)"),
-    Series(name="8x RTX 4090 PCIe all_reduce, P2P off", file="rtx4090_8gpu_pcie_p2p_off_on.csv",
-           where=(("interconnect", "stock driver"),), gpus_per_process=8,
-           settings="stock driver, P2P off (through host), -g 8"),
+    Series(
+        name="H100 8 GPU reduce_scatter, NCCL_ALGO=Ring",
+        file="h100_8gpu_reducescatter_ring_issue1047.csv",
+        algorithm="ring",
+        settings="NCCL_ALGO=Ring, one node",
+    ),
+    Series(
+        name="H200 8 GPU 16 GiB, Ring (NVLS off / AG / RS)",
+        file="h200_8gpu_16GiB_collectives_mleng.csv",
+        where=(("interconnect", "algo Ring"),),
+        algorithm="ring",
+        gpus_per_process=8,
+        settings="NCCL_NVLS_ENABLE=0 for all_reduce; all_gather/reduce_scatter default (Ring)",
+    ),
+    Series(
+        name="H200/B200 all_reduce 8 GiB by GPU count, NVLS off",
+        file="nvls_vs_ring_gpucount_h200_b200_mleng.csv",
+        where=(("interconnect", "NCCL_NVLS_ENABLE=0"),),
+        nvls=False,
+        settings="NCCL_NVLS_ENABLE=0",
+    ),
+    Series(
+        name="A100 8 GPU all_reduce, one process -g 8",
+        file="a100_sxm4_80gb_1node_8gpu.csv",
+        where=(("source", "run 1"),),
+        gpus_per_process=8,
+        settings="-g 8; default NCCL choice; no NVLS on A100",
+    ),
+    Series(
+        name="A100 8 GPU all_reduce, mpirun -np 8",
+        file="a100_sxm4_80gb_1node_8gpu.csv",
+        where=(("source", "run 2"),),
+        settings="default NCCL choice; no NVLS on A100",
+    ),
+    Series(
+        name="2x DGX A100 HDR all_reduce",
+        file="a100_dgx_2node_ib_hdr_k8s_deepops.csv",
+        settings="default NCCL choice, 8x HDR per node",
+    ),
+    Series(
+        name="2x H100 NDR all_reduce, Ring + MIN_CTAS=24 + QPS=2",
+        file="h100_ib_ndr_multinode_issue309.csv",
+        where=(("notes", "NCCL_ALGO=Ring NCCL_MIN_CTAS=24"),),
+        algorithm="ring",
+        nchannels=24,
+        qps_per_connection=2,
+        settings="NCCL_ALGO=Ring NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2",
+    ),
+    Series(
+        name="B200 1 node all_gather/reduce_scatter",
+        file="b200_vultr_hgx_1node_2node_allcoll.csv",
+        collectives=("all_gather", "reduce_scatter"),
+        nnodes=1,
+        algorithm="ring",
+        settings="default (Ring for AG/RS on one node)",
+    ),
+    Series(
+        name="2x B200 NDR all_gather/reduce_scatter",
+        file="b200_vultr_hgx_1node_2node_allcoll.csv",
+        collectives=("all_gather", "reduce_scatter"),
+        nnodes=2,
+        algorithm="ring",
+        settings="default (Ring: multi-node NVLS/CollNet AG/RS need SHARP, PAT needs 1 GPU per node)",
+    ),
+    Series(
+        name="8x RTX 4090 PCIe all_reduce, P2P off",
+        file="rtx4090_8gpu_pcie_p2p_off_on.csv",
+        where=(("interconnect", "stock driver"),),
+        gpus_per_process=8,
+        settings="stock driver, P2P off (through host), -g 8",
+    ),
     # ---- NCCL's default choice (NVLS, NVLSTree, alltoall, point-to-point) -------------------------
-    Series(name="DGX H100 all_reduce, default (NVLS)", file="h100_dgx_1node_nvdgxc.csv", ring_only=False,
-           settings="NVIDIA dgxc recipe, default NCCL choice"),
-    Series(name="H200 8 GPU all_reduce 16 GiB, NVLS", file="h200_8gpu_16GiB_collectives_mleng.csv",
-           where=(("interconnect", "algo NVLS"),), gpus_per_process=8, ring_only=False, settings="NCCL_NVLS_ENABLE=1"),
-    Series(name="H200/B200 all_reduce 8 GiB by GPU count, default", file="nvls_vs_ring_gpucount_h200_b200_mleng.csv",
-           where=(("interconnect", "NVLS default"),), ring_only=False, settings="default (NVLS allowed)"),
-    Series(name="B200 1 node all_reduce, default (NVLS)", file="b200_vultr_hgx_1node_2node_allcoll.csv",
-           collectives=("all_reduce",), nnodes=1, ring_only=False, settings="default"),
-    Series(name="B200 1 node alltoall", file="b200_vultr_hgx_1node_2node_allcoll.csv",
-           collectives=("alltoall",), nnodes=1, ring_only=False, settings="default"),
-    Series(name="B200 1 node sendrecv", file="b200_vultr_hgx_1node_2node_allcoll.csv",
-           collectives=("sendrecv",), nnodes=1, ring_only=False, settings="default"),
-    Series(name="2x B200 NDR all_reduce, default (NVLSTree)", file="b200_vultr_hgx_1node_2node_allcoll.csv",
-           collectives=("all_reduce",), nnodes=2, ring_only=False, settings="default"),
-    Series(name="2x B200 NDR alltoall", file="b200_vultr_hgx_1node_2node_allcoll.csv",
-           collectives=("alltoall",), nnodes=2, ring_only=False, settings="default"),
-    Series(name="2x B200 NDR sendrecv", file="b200_vultr_hgx_1node_2node_allcoll.csv",
-           collectives=("sendrecv",), nnodes=2, ring_only=False, settings="default"),
-    Series(name="H100 NDR 2 and 4 nodes all_reduce, default (XE9680)", file="h100_ib_ndr_multinode_issue309.csv",
-           where=(("notes", "default algo"),), ring_only=False, settings="default NCCL 2.26.2"),
-    Series(name="H100 NDR 2/4/8 nodes all_reduce, default", file="h100_ib_ndr_multinode_issue309.csv",
-           where=(("notes", "default env"),), ring_only=False, settings="default"),
-    Series(name="8x H100 NDR all_reduce, MIN_CTAS=24 + QPS=2", file="h100_ib_ndr_multinode_issue309.csv",
-           where=(("notes", "NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2"),), nnodes=8, nchannels=24,
-           qps_per_connection=2, ring_only=False, settings="NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2"),
+    Series(
+        name="DGX H100 all_reduce, default (NVLS)",
+        file="h100_dgx_1node_nvdgxc.csv",
+        ring_only=False,
+        settings="NVIDIA dgxc recipe, default NCCL choice",
+    ),
+    Series(
+        name="H200 8 GPU all_reduce 16 GiB, NVLS",
+        file="h200_8gpu_16GiB_collectives_mleng.csv",
+        where=(("interconnect", "algo NVLS"),),
+        gpus_per_process=8,
+        ring_only=False,
+        settings="NCCL_NVLS_ENABLE=1",
+    ),
+    Series(
+        name="H200/B200 all_reduce 8 GiB by GPU count, default",
+        file="nvls_vs_ring_gpucount_h200_b200_mleng.csv",
+        where=(("interconnect", "NVLS default"),),
+        ring_only=False,
+        settings="default (NVLS allowed)",
+    ),
+    Series(
+        name="B200 1 node all_reduce, default (NVLS)",
+        file="b200_vultr_hgx_1node_2node_allcoll.csv",
+        collectives=("all_reduce",),
+        nnodes=1,
+        ring_only=False,
+        settings="default",
+    ),
+    Series(
+        name="B200 1 node alltoall",
+        file="b200_vultr_hgx_1node_2node_allcoll.csv",
+        collectives=("alltoall",),
+        nnodes=1,
+        ring_only=False,
+        settings="default",
+    ),
+    Series(
+        name="B200 1 node sendrecv",
+        file="b200_vultr_hgx_1node_2node_allcoll.csv",
+        collectives=("sendrecv",),
+        nnodes=1,
+        ring_only=False,
+        settings="default",
+    ),
+    Series(
+        name="2x B200 NDR all_reduce, default (NVLSTree)",
+        file="b200_vultr_hgx_1node_2node_allcoll.csv",
+        collectives=("all_reduce",),
+        nnodes=2,
+        ring_only=False,
+        settings="default",
+    ),
+    Series(
+        name="2x B200 NDR alltoall",
+        file="b200_vultr_hgx_1node_2node_allcoll.csv",
+        collectives=("alltoall",),
+        nnodes=2,
+        ring_only=False,
+        settings="default",
+    ),
+    Series(
+        name="2x B200 NDR sendrecv",
+        file="b200_vultr_hgx_1node_2node_allcoll.csv",
+        collectives=("sendrecv",),
+        nnodes=2,
+        ring_only=False,
+        settings="default",
+    ),
+    Series(
+        name="H100 NDR 2 and 4 nodes all_reduce, default (XE9680)",
+        file="h100_ib_ndr_multinode_issue309.csv",
+        where=(("notes", "default algo"),),
+        ring_only=False,
+        settings="default NCCL 2.26.2",
+    ),
+    Series(
+        name="H100 NDR 2/4/8 nodes all_reduce, default",
+        file="h100_ib_ndr_multinode_issue309.csv",
+        where=(("notes", "default env"),),
+        ring_only=False,
+        settings="default",
+    ),
+    Series(
+        name="8x H100 NDR all_reduce, MIN_CTAS=24 + QPS=2",
+        file="h100_ib_ndr_multinode_issue309.csv",
+        where=(("notes", "NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2"),),
+        nnodes=8,
+        nchannels=24,
+        qps_per_connection=2,
+        ring_only=False,
+        settings="NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2",
+    ),
 )
 
 
@@ -158,11 +288,13 @@ def _open_table(file: str | os.PathLike) -> io.TextIOWrapper:
     if not isinstance(file, os.PathLike) and "/" not in file and os.sep not in file:
         shipped = resources.files("simulator.validation") / "data" / file
         if shipped.is_file():
-            return io.TextIOWrapper(shipped.open("rb"), encoding="utf-8", newline="")   # as Path.open(newline="")
+            return io.TextIOWrapper(shipped.open("rb"), encoding="utf-8", newline="")  # as Path.open(newline="")
     path = readable_file("table", file) if not str(file).strip() else Path(file)
     if not path.is_file():
-        raise ValueError(f"table {str(file)!r}: no such file (and no shipped table of that name); expected a CSV "
-                         f"file with the columns {','.join(TABLE_COLUMNS)}")
+        raise ValueError(
+            f"table {str(file)!r}: no such file (and no shipped table of that name); expected a CSV "
+            f"file with the columns {','.join(TABLE_COLUMNS)}"
+        )
     # UTF-8, and a byte-order mark as Excel writes one is no part of the first column's name
     return io.StringIO(read_text("table", path), newline="")
 
@@ -174,13 +306,16 @@ def _read_lines(file: str | os.PathLike) -> list[tuple[int, dict[str, str]]]:
         header = reader.fieldnames or ()
         missing = [c for c in TABLE_COLUMNS if c not in header]
         if missing:
-            raise ValueError(f"{file} line 1: column(s) {', '.join(missing)} missing; expected the columns "
-                             f"{','.join(TABLE_COLUMNS)}")
+            raise ValueError(
+                f"{file} line 1: column(s) {', '.join(missing)} missing; expected the columns {','.join(TABLE_COLUMNS)}"
+            )
         rows = []
         for row in reader:
             if None in row:
-                raise ValueError(f"{file} line {reader.line_num}: {len(row) - 1 + len(row[None])} fields; "
-                                 f"expected {len(header)} (as the header)")
+                raise ValueError(
+                    f"{file} line {reader.line_num}: {len(row) - 1 + len(row[None])} fields; "
+                    f"expected {len(header)} (as the header)"
+                )
             rows.append((reader.line_num, row))
     if not rows:
         raise ValueError(f"{file}: no data rows; expected one row per measured size")
@@ -193,17 +328,41 @@ def read_table(file: str | os.PathLike) -> list[dict[str, str]]:
 
 
 @overload
-def _number(row: dict[str, str], field: str, where: str, *, integer: bool = False, minimum: float = 0.0,
-            strict: bool = False, empty_ok: Literal[False] = False) -> float: ...
+def _number(
+    row: dict[str, str],
+    field: str,
+    where: str,
+    *,
+    integer: bool = False,
+    minimum: float = 0.0,
+    strict: bool = False,
+    empty_ok: Literal[False] = False,
+) -> float: ...
 
 
 @overload
-def _number(row: dict[str, str], field: str, where: str, *, integer: bool = False, minimum: float = 0.0,
-            strict: bool = False, empty_ok: bool) -> float | None: ...
+def _number(
+    row: dict[str, str],
+    field: str,
+    where: str,
+    *,
+    integer: bool = False,
+    minimum: float = 0.0,
+    strict: bool = False,
+    empty_ok: bool,
+) -> float | None: ...
 
 
-def _number(row: dict[str, str], field: str, where: str, *, integer: bool = False, minimum: float = 0.0,
-            strict: bool = False, empty_ok: bool = False) -> float | None:
+def _number(
+    row: dict[str, str],
+    field: str,
+    where: str,
+    *,
+    integer: bool = False,
+    minimum: float = 0.0,
+    strict: bool = False,
+    empty_ok: bool = False,
+) -> float | None:
     text = (row[field] or "").strip()
     if not text and empty_ok:
         return None
@@ -223,13 +382,17 @@ def check_row(row: dict[str, str], *, where: str, system: str | None = None) -> 
     try:
         CollectiveKind.parse(row["collective"])
     except ValueError:
-        raise ValueError(f"{where}: collective: {row['collective']!r} is not known; expected one of "
-                         f"{', '.join(k.value for k in CollectiveKind)}") from None
+        raise ValueError(
+            f"{where}: collective: {row['collective']!r} is not known; expected one of "
+            f"{', '.join(k.value for k in CollectiveKind)}"
+        ) from None
     nranks = _number(row, "nranks", where, integer=True, minimum=1)
     nnodes = _number(row, "nnodes", where, integer=True, minimum=1)
     if nranks % nnodes:
-        raise ValueError(f"{where}: nranks: {nranks} is not a multiple of nnodes ({nnodes}); expected the same "
-                         "number of GPUs on every node")
+        raise ValueError(
+            f"{where}: nranks: {nranks} is not a multiple of nnodes ({nnodes}); expected the same "
+            "number of GPUs on every node"
+        )
     _number(row, "size_bytes", where, integer=True, minimum=0)
     time_us = _number(row, "time_us", where, minimum=0, strict=True, empty_ok=True)
     _number(row, "algbw_GBps", where, minimum=0, empty_ok=True)
@@ -243,23 +406,29 @@ def check_row(row: dict[str, str], *, where: str, system: str | None = None) -> 
         try:
             system_for_gpu(row["gpu"])
         except ValueError:
-            raise ValueError(f"{where}: gpu: {row['gpu']!r} names no GPU with a system preset; expected a name "
-                             f"containing one of {', '.join(n for n, _ in GPU_SYSTEMS)} (or give the system)") from None
+            raise ValueError(
+                f"{where}: gpu: {row['gpu']!r} names no GPU with a system preset; expected a name "
+                f"containing one of {', '.join(n for n, _ in GPU_SYSTEMS)} (or give the system)"
+            ) from None
 
 
 def system_for_gpu(gpu: str) -> str:
     for needle, system in GPU_SYSTEMS:
         if needle in gpu:
             return system
-    raise ValueError(f"calibration row: GPU {gpu!r} has no system preset; expected one of "
-                     f"{', '.join(n for n, _ in GPU_SYSTEMS)}")
+    raise ValueError(
+        f"calibration row: GPU {gpu!r} has no system preset; expected one of {', '.join(n for n, _ in GPU_SYSTEMS)}"
+    )
 
 
 def _rows(series: Series) -> list[tuple[int, dict[str, str]]]:
     """(line, row) of the rows ``series`` takes, each checked (errors name the file and line)."""
-    rows = [(line, r) for line, r in _read_lines(series.file)
-            if all(text in r[column] for column, text in series.where)
-            and (not series.collectives or r["collective"] in series.collectives)]
+    rows = [
+        (line, r)
+        for line, r in _read_lines(series.file)
+        if all(text in r[column] for column, text in series.where)
+        and (not series.collectives or r["collective"] in series.collectives)
+    ]
     for line, r in rows:
         check_row(r, where=f"{series.file} line {line}", system=series.system)
     rows = [(line, r) for line, r in rows if series.nnodes is None or int(r["nnodes"]) == series.nnodes]
@@ -284,23 +453,38 @@ def compare(series: Series, *, net_model: str = "flow") -> list[Comparison]:
         groups.setdefault(key, []).append(row)
         first_line.setdefault(key, line)
     out = []
-    config = SimConfig(network_model=net_model,
-                       collectives=CollectivePolicy(algorithm=series.algorithm, protocol=series.protocol,
-                                                    nchannels=series.nchannels, nvls=series.nvls,
-                                                    qps_per_connection=series.qps_per_connection))
+    config = SimConfig(
+        network_model=net_model,
+        collectives=CollectivePolicy(
+            algorithm=series.algorithm,
+            protocol=series.protocol,
+            nchannels=series.nchannels,
+            nvls=series.nvls,
+            qps_per_connection=series.qps_per_connection,
+        ),
+    )
     for (collective, nranks, nnodes, gpu), rows in groups.items():
         kind = CollectiveKind.parse(collective)
         sizes = sorted({int(r["size_bytes"]) for r in rows})
         gpn = nranks // nnodes
         results = {}
-        for size in sizes:   # one simulation per distinct size keeps nccl-tests' exact sizes
+        for size in sizes:  # one simulation per distinct size keeps nccl-tests' exact sizes
             try:
-                rows_pred = run_bench(kind, system=series.system or system_for_gpu(gpu), nodes=nnodes,
-                                      gpus_per_node=gpn, minbytes=size, maxbytes=size,
-                                      gpus_per_process=series.gpus_per_process, config=config)
+                rows_pred = run_bench(
+                    kind,
+                    system=series.system or system_for_gpu(gpu),
+                    nodes=nnodes,
+                    gpus_per_node=gpn,
+                    minbytes=size,
+                    maxbytes=size,
+                    gpus_per_process=series.gpus_per_process,
+                    config=config,
+                )
             except ValueError as exc:
-                raise ValueError(f"{series.file} line {first_line[(collective, nranks, nnodes, gpu)]}: "
-                                 f"{collective} on {nnodes} node(s) x {gpn} GPUs: {exc}") from None
+                raise ValueError(
+                    f"{series.file} line {first_line[(collective, nranks, nnodes, gpu)]}: "
+                    f"{collective} on {nnodes} node(s) x {gpn} GPUs: {exc}"
+                ) from None
             results[size] = rows_pred[0]
         for row in rows:
             size = int(row["size_bytes"])
@@ -308,23 +492,40 @@ def compare(series: Series, *, net_model: str = "flow") -> list[Comparison]:
             factor = collective_for_size(kind, size, nranks=nranks, dtype="float", op="sum", root=0).busbw_factor
             t_meas = measured_time_us(row, factor)
             if pred.size_bytes != size or t_meas <= 0:
-                continue      # nccl-tests rounded this size away (0-byte rows): nothing to compare
-            out.append(Comparison(
-                series=series.name, collective=collective, gpu=gpu, nranks=nranks, nnodes=nnodes, size_bytes=size,
-                t_meas_us=t_meas, t_pred_us=pred.time_us, busbw_meas_GBps=size / t_meas * 1e-3 * factor,
-                busbw_pred_GBps=pred.busbw_GBps, algorithm=pred.algorithm, protocol=pred.protocol,
-                source=row["source"]))
+                continue  # nccl-tests rounded this size away (0-byte rows): nothing to compare
+            out.append(
+                Comparison(
+                    series=series.name,
+                    collective=collective,
+                    gpu=gpu,
+                    nranks=nranks,
+                    nnodes=nnodes,
+                    size_bytes=size,
+                    t_meas_us=t_meas,
+                    t_pred_us=pred.time_us,
+                    busbw_meas_GBps=size / t_meas * 1e-3 * factor,
+                    busbw_pred_GBps=pred.busbw_GBps,
+                    algorithm=pred.algorithm,
+                    protocol=pred.protocol,
+                    source=row["source"],
+                )
+            )
     return out
 
 
 def summarise(comparisons: list[Comparison]) -> dict[str, dict[str, float]]:
     """median and p90 of |error| per regime (latency, bandwidth, all)."""
+
     def stats(values: list[float]) -> dict[str, float]:
         if not values:
             return {"n": 0, "median": float("nan"), "p90": float("nan")}
         ordered = sorted(values)
-        return {"n": len(values), "median": statistics.median(ordered),
-                "p90": ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]}
+        return {
+            "n": len(values),
+            "median": statistics.median(ordered),
+            "p90": ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))],
+        }
+
     errors = [abs(c.error) for c in comparisons]
     return {
         "latency": stats([abs(c.error) for c in comparisons if c.regime == "latency"]),
@@ -354,37 +555,64 @@ def select_series(substring: str | None = None, series: tuple[Series, ...] | Non
         raise reject("series", substring, "a part of a series' name (or no --series for all of them)")
     chosen = tuple(s for s in pool if substring.lower() in s.name.lower())
     if not chosen:
-        raise ValueError(f"series: {substring!r} matches no series; expected a part of one of: "
-                         + "; ".join(s.name for s in pool))
+        raise ValueError(
+            f"series: {substring!r} matches no series; expected a part of one of: " + "; ".join(s.name for s in pool)
+        )
     return chosen
 
 
-def data_series(path: str | os.PathLike, *, system: str | None = None, algorithm: str | None = None,
-                protocol: str | None = None, nchannels: int | None = None, gpus_per_process: int = 1) -> Series:
+def data_series(
+    path: str | os.PathLike,
+    *,
+    system: str | None = None,
+    algorithm: str | None = None,
+    protocol: str | None = None,
+    nchannels: int | None = None,
+    gpus_per_process: int = 1,
+) -> Series:
     """A series of every row of your own table at ``path`` (the shipped tables' columns), measured with
     the given settings (None: NCCL's own choice; system None: from each row's ``gpu`` column)."""
     if system is not None and system not in SYSTEMS:
         raise ValueError(f"system: {system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
-    CollectivePolicy(algorithm=algorithm, protocol=protocol, nchannels=nchannels)   # checks the names
-    settings = ", ".join(part for part in (
-        f"system {system}" if system else "system from the gpu column",
-        f"NCCL_ALGO={algorithm}" if algorithm else "", f"NCCL_PROTO={protocol}" if protocol else "",
-        f"{nchannels} channels" if nchannels else "", f"-g {gpus_per_process}" if gpus_per_process > 1 else "")
-        if part)
-    return Series(name=Path(path).name, file=Path(path), system=system, algorithm=algorithm, protocol=protocol,
-                  nchannels=nchannels, gpus_per_process=gpus_per_process, ring_only=False, settings=settings)
+    CollectivePolicy(algorithm=algorithm, protocol=protocol, nchannels=nchannels)  # checks the names
+    settings = ", ".join(
+        part
+        for part in (
+            f"system {system}" if system else "system from the gpu column",
+            f"NCCL_ALGO={algorithm}" if algorithm else "",
+            f"NCCL_PROTO={protocol}" if protocol else "",
+            f"{nchannels} channels" if nchannels else "",
+            f"-g {gpus_per_process}" if gpus_per_process > 1 else "",
+        )
+        if part
+    )
+    return Series(
+        name=Path(path).name,
+        file=Path(path),
+        system=system,
+        algorithm=algorithm,
+        protocol=protocol,
+        nchannels=nchannels,
+        gpus_per_process=gpus_per_process,
+        ring_only=False,
+        settings=settings,
+    )
 
 
 def run_validation(series: tuple[Series, ...] | None = None, *, net_model: str = "flow") -> tuple[SeriesReport, ...]:
     """Replay each series (all of ``SERIES`` by default) and compare it with its measurement."""
-    return tuple(SeriesReport(series=s, comparisons=tuple(compare(s, net_model=net_model)))
-                 for s in (SERIES if series is None else series))
+    return tuple(
+        SeriesReport(series=s, comparisons=tuple(compare(s, net_model=net_model)))
+        for s in (SERIES if series is None else series)
+    )
 
 
 REPORT_FORMATS = ("table", "csv", "json")
-_REGIMES = (("latency", f"latency (< {LATENCY_REGIME_MAX_BYTES >> 10} KiB)"),
-            ("bandwidth", f"bandwidth (>= {BANDWIDTH_REGIME_MIN_BYTES >> 20} MiB)"),
-            ("all", "all sizes"))
+_REGIMES = (
+    ("latency", f"latency (< {LATENCY_REGIME_MAX_BYTES >> 10} KiB)"),
+    ("bandwidth", f"bandwidth (>= {BANDWIDTH_REGIME_MIN_BYTES >> 20} MiB)"),
+    ("all", "all sizes"),
+)
 ALL_TABLES = "all tables"
 
 
@@ -399,17 +627,33 @@ def format_report(reports: tuple[SeriesReport, ...], *, format: str = "table", n
         raise ValueError(f"format: {format!r} is not known; expected one of {', '.join(REPORT_FORMATS)}")
     rows = _report_rows(reports)
     if format == "json":
+
         def clean(stats: dict[str, float]) -> dict[str, float | None]:
             return {k: (None if v != v else v) for k, v in stats.items()}
+
         by_name = {r.series.name: r.series for r in reports}
-        return json.dumps({
-            "net_model": net_model, "error": "|t_pred / t_meas - 1|",
-            "latency_max_bytes": LATENCY_REGIME_MAX_BYTES, "bandwidth_min_bytes": BANDWIDTH_REGIME_MIN_BYTES,
-            "tables": [{"name": name, "file": str(by_name[name].file), "settings": by_name[name].settings,
-                        **{regime: clean(summary[regime]) for regime, _ in _REGIMES}}
-                       for name, summary in rows[:-1]],
-            ALL_TABLES.replace(" ", "_"): {regime: clean(rows[-1][1][regime]) for regime, _ in _REGIMES},
-        }, indent=1) + "\n"
+        return (
+            json.dumps(
+                {
+                    "net_model": net_model,
+                    "error": "|t_pred / t_meas - 1|",
+                    "latency_max_bytes": LATENCY_REGIME_MAX_BYTES,
+                    "bandwidth_min_bytes": BANDWIDTH_REGIME_MIN_BYTES,
+                    "tables": [
+                        {
+                            "name": name,
+                            "file": str(by_name[name].file),
+                            "settings": by_name[name].settings,
+                            **{regime: clean(summary[regime]) for regime, _ in _REGIMES},
+                        }
+                        for name, summary in rows[:-1]
+                    ],
+                    ALL_TABLES.replace(" ", "_"): {regime: clean(rows[-1][1][regime]) for regime, _ in _REGIMES},
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     if format == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
@@ -425,16 +669,22 @@ def format_report(reports: tuple[SeriesReport, ...], *, format: str = "table", n
 
     def pct(value: float) -> str:
         return "-" if value != value else f"{value:.1%}"
+
     group = 5 + 8 + 8
-    lines = [f"# fabricsim validate: |t_pred / t_meas - 1| against measured nccl-tests tables "
-             f"(network model {net_model})",
-             f"{'':{width}}" + "".join(f"  {label:^{group}}" for _, label in _REGIMES),
-             f"{'table':{width}}" + f"  {'n':>5}{'median':>8}{'p90':>8}" * len(_REGIMES)]
+    lines = [
+        f"# fabricsim validate: |t_pred / t_meas - 1| against measured nccl-tests tables (network model {net_model})",
+        f"{'':{width}}" + "".join(f"  {label:^{group}}" for _, label in _REGIMES),
+        f"{'table':{width}}" + f"  {'n':>5}{'median':>8}{'p90':>8}" * len(_REGIMES),
+    ]
     rule = "-" * len(lines[-1])
     lines.append(rule)
     for i, (name, summary) in enumerate(rows):
         if i == len(rows) - 1:
             lines.append(rule)
-        lines.append(f"{name:{width}}" + "".join(
-            f"  {summary[r]['n']:>5}{pct(summary[r]['median']):>8}{pct(summary[r]['p90']):>8}" for r, _ in _REGIMES))
+        lines.append(
+            f"{name:{width}}"
+            + "".join(
+                f"  {summary[r]['n']:>5}{pct(summary[r]['median']):>8}{pct(summary[r]['p90']):>8}" for r, _ in _REGIMES
+            )
+        )
     return "\n".join(line.rstrip() for line in lines) + "\n"

@@ -87,8 +87,8 @@ take seconds.
 from __future__ import annotations
 
 import csv
-import io
 import dataclasses
+import io
 import math
 import time
 import types
@@ -104,16 +104,42 @@ from workloads.presets import custom_gpt
 from workloads.training import GRANULARITIES
 
 from ..compute import gpu as cmp
-from ..compute.gpu import (GpuComputeModel, compute_model_for, embedding_backward, embedding_forward, layer_times,
-                           logits_backward, logits_forward, optimizer_step)
+from ..compute.gpu import (
+    GpuComputeModel,
+    compute_model_for,
+    embedding_backward,
+    embedding_forward,
+    layer_times,
+    logits_backward,
+    logits_forward,
+    optimizer_step,
+)
 from ..config import SimConfig
 from ..studies.training import StepOptions, simulate_step
 from .calibration import golden_section_min
 
-__all__ = ("SC21_TABLE", "Sc21Check", "sc21_rows", "sc21_models", "check_sc21_models", "sc21_layout",
-           "sc21_compute_only_check", "format_sc21_check", "Sc21Row", "sc21_check", "format_sc21",
-           "SC21_MAMF_STEP_S", "Sc21Prediction", "Sc21Fit", "sc21_network_added_s", "sc21_predict",
-           "mean_abs_error", "fit_gemm_efficiency", "sc21_holdout", "format_fit")
+__all__ = (
+    "SC21_TABLE",
+    "Sc21Check",
+    "sc21_rows",
+    "sc21_models",
+    "check_sc21_models",
+    "sc21_layout",
+    "sc21_compute_only_check",
+    "format_sc21_check",
+    "Sc21Row",
+    "sc21_check",
+    "format_sc21",
+    "SC21_MAMF_STEP_S",
+    "Sc21Prediction",
+    "Sc21Fit",
+    "sc21_network_added_s",
+    "sc21_predict",
+    "mean_abs_error",
+    "fit_gemm_efficiency",
+    "sc21_holdout",
+    "format_fit",
+)
 
 # --------------------------------------------------------------------------------------------------
 # calibration check: Megatron SC21 Table 1, compute only
@@ -134,12 +160,12 @@ class Sc21Check:
     vp: int
     micro_batch: int
     microbatches: int
-    stage_time_s: float                  # forward + backward (full recomputation) of one micro-batch
+    stage_time_s: float  # forward + backward (full recomputation) of one micro-batch
     optimizer_time_s: float
-    iteration_time_s: float              # microbatches + (pp - 1)/vp bubble stage times + optimizer
+    iteration_time_s: float  # microbatches + (pp - 1)/vp bubble stage times + optimizer
     measured_tflops: float
-    flops: float                         # SC21 eq. 3: the step's FLOPs, all GPUs together
-    compute_only_tflops: float           # flops / (gpus x iteration_time_s)
+    flops: float  # SC21 eq. 3: the step's FLOPs, all GPUs together
+    compute_only_tflops: float  # flops / (gpus x iteration_time_s)
     compute_only_tflops_no_bubble: float
 
     @property
@@ -151,9 +177,12 @@ class Sc21Check:
 def sc21_rows() -> list[dict[str, str]]:
     """The ten SC21 Table 1 rows of the shipped calibration table, in Table 1 order (CSV columns as strings)."""
     shipped = resources.files("simulator.validation") / "data" / SC21_TABLE
-    with io.TextIOWrapper(shipped.open("rb"), newline="") as handle:       # as Path.open(newline="") reads it
-        return [r for r in csv.DictReader(handle)
-                if r["metric_name"] == "achieved_tflops_per_gpu" and "Table 1" in r["source_ref"]]
+    with io.TextIOWrapper(shipped.open("rb"), newline="") as handle:  # as Path.open(newline="") reads it
+        return [
+            r
+            for r in csv.DictReader(handle)
+            if r["metric_name"] == "achieved_tflops_per_gpu" and "Table 1" in r["source_ref"]
+        ]
 
 
 def sc21_models() -> tuple[str, ...]:
@@ -167,8 +196,9 @@ def check_sc21_models(models: Iterable[str] | None) -> tuple[str, ...]:
     if models is None:
         return names
     if isinstance(models, str) or not isinstance(models, Iterable):
-        raise ValueError(f"models: {models!r} is not allowed; expected a tuple of Table 1 model names "
-                         f"({', '.join(names)}) or None")
+        raise ValueError(
+            f"models: {models!r} is not allowed; expected a tuple of Table 1 model names ({', '.join(names)}) or None"
+        )
     models = tuple(models)
     for m in models:
         if m not in names:
@@ -179,18 +209,43 @@ def check_sc21_models(models: Iterable[str] | None) -> tuple[str, ...]:
 def sc21_layout(row: Mapping[str, str]) -> tuple[ModelSpec, ParallelismSpec]:
     """The model and layout of one SC21 Table 1 row (run_table_1.sh settings: fp16, scatter/gather, gradients
     all-reduced after the pipeline in one buffer; the interleaved schedule when v > 1)."""
-    model = custom_gpt(layers=int(row["layers"]), hidden=int(row["hidden"]), heads=int(row["heads"]),
-                       seq_len=int(row["seq_len"]), name=row["model"])
+    model = custom_gpt(
+        layers=int(row["layers"]),
+        hidden=int(row["hidden"]),
+        heads=int(row["heads"]),
+        seq_len=int(row["seq_len"]),
+        name=row["model"],
+    )
     vp = int(row["vp"]) if row["vp"].strip() else 1
-    spec = ParallelismSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), vp=vp,
-                           gpus=int(row["gpus"]), micro_batch=int(row["micro_batch"]),
-                           global_batch=int(row["global_batch"]), schedule="interleaved" if vp > 1 else "1f1b",
-                           dtype="fp16", scatter_gather=True, dp_overlap=False, bucket_bytes=None)
+    spec = ParallelismSpec(
+        tp=int(row["tp"]),
+        pp=int(row["pp"]),
+        dp=int(row["dp"]),
+        vp=vp,
+        gpus=int(row["gpus"]),
+        micro_batch=int(row["micro_batch"]),
+        global_batch=int(row["global_batch"]),
+        schedule="interleaved" if vp > 1 else "1f1b",
+        dtype="fp16",
+        scatter_gather=True,
+        dp_overlap=False,
+        bucket_bytes=None,
+    )
     return model, spec
 
 
-def _stage_time_s(model: ModelSpec, gpu: GpuSpec, layers: Iterable[int], *, first: bool, last: bool, tp: int,
-                  micro_batch: int, cm: GpuComputeModel, layer_s: list[float]) -> float:
+def _stage_time_s(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    layers: Iterable[int],
+    *,
+    first: bool,
+    last: bool,
+    tp: int,
+    micro_batch: int,
+    cm: GpuComputeModel,
+    layer_s: list[float],
+) -> float:
     # layer_s: forward + backward seconds of every layer of the model
     time_s = 0.0
     for i in layers:
@@ -204,8 +259,9 @@ def _stage_time_s(model: ModelSpec, gpu: GpuSpec, layers: Iterable[int], *, firs
     return time_s
 
 
-def sc21_compute_only_check(*, gpu: GpuSpec = A100_SXM4_80GB,
-                            compute_model: GpuComputeModel | None = None) -> tuple[Sc21Check, ...]:
+def sc21_compute_only_check(
+    *, gpu: GpuSpec = A100_SXM4_80GB, compute_model: GpuComputeModel | None = None
+) -> tuple[Sc21Check, ...]:
     """Compute-only throughput of every SC21 Table 1 configuration (no communication at all).
 
     One iteration on the slowest pipeline stage: ``microbatches`` = B / (dp b) forward+backward passes
@@ -219,36 +275,57 @@ def sc21_compute_only_check(*, gpu: GpuSpec = A100_SXM4_80GB,
         model, spec = sc21_layout(row)
         tp, pp, vp, mbs = spec.tp, spec.pp, spec.vp, spec.micro_batch
         gpus, microbatches = spec.world_size, spec.microbatches
-        forward, backward = layer_times(model, gpu, micro_batch=mbs, tp=tp, flash_attention=False, recompute="full",
-                                        compute_model=cm)
+        forward, backward = layer_times(
+            model, gpu, micro_batch=mbs, tp=tp, flash_attention=False, recompute="full", compute_model=cm
+        )
         layer_s = [f + b for f, b in zip(forward, backward)]
-        stage_times = [_stage_time_s(model, gpu, r, first=j == 0, last=j == pp - 1, tp=tp, micro_batch=mbs, cm=cm,
-                                     layer_s=layer_s) for j, r in enumerate(model.stage_layers(pp=pp))]
+        stage_times = [
+            _stage_time_s(model, gpu, r, first=j == 0, last=j == pp - 1, tp=tp, micro_batch=mbs, cm=cm, layer_s=layer_s)
+            for j, r in enumerate(model.stage_layers(pp=pp))
+        ]
         stage_s = max(stage_times)
-        opt_s = max(optimizer_step(gpu, parameters=model.stage_parameters(j, tp=tp, pp=pp), compute_model=cm).time_s
-                    for j in range(pp))
+        opt_s = max(
+            optimizer_step(gpu, parameters=model.stage_parameters(j, tp=tp, pp=pp), compute_model=cm).time_s
+            for j in range(pp)
+        )
         iteration_s = (microbatches + (pp - 1) / vp) * stage_s + opt_s
-        assert spec.dp is not None and spec.global_batch is not None     # ParallelismSpec fills them in
+        assert spec.dp is not None and spec.global_batch is not None  # ParallelismSpec fills them in
         flops = model.step_flops(batch=spec.global_batch, recompute="full")
-        out.append(Sc21Check(
-            model=row["model"], gpus=gpus, tp=tp, pp=pp, dp=spec.dp, vp=vp, micro_batch=mbs,
-            microbatches=microbatches, stage_time_s=stage_s, optimizer_time_s=opt_s, iteration_time_s=iteration_s,
-            measured_tflops=float(row["metric_value"]), flops=flops,
-            compute_only_tflops=flops / (gpus * iteration_s) / 1e12,
-            compute_only_tflops_no_bubble=flops / (gpus * (microbatches * stage_s + opt_s)) / 1e12,
-        ))
+        out.append(
+            Sc21Check(
+                model=row["model"],
+                gpus=gpus,
+                tp=tp,
+                pp=pp,
+                dp=spec.dp,
+                vp=vp,
+                micro_batch=mbs,
+                microbatches=microbatches,
+                stage_time_s=stage_s,
+                optimizer_time_s=opt_s,
+                iteration_time_s=iteration_s,
+                measured_tflops=float(row["metric_value"]),
+                flops=flops,
+                compute_only_tflops=flops / (gpus * iteration_s) / 1e12,
+                compute_only_tflops_no_bubble=flops / (gpus * (microbatches * stage_s + opt_s)) / 1e12,
+            )
+        )
     return tuple(out)
 
 
 def format_sc21_check(rows: Iterable[Sc21Check]) -> str:
     """A text table of :func:`sc21_compute_only_check`."""
-    lines = [f"{'model':<12} {'gpus':>5} {'t':>2} {'p':>3} {'d':>3} {'v':>2} {'b':>3} {'m':>4} "
-             f"{'stage ms':>9} {'iter s':>7} {'meas TF':>8} {'comp TF':>8} {'no-bub':>7} {'ratio':>6}"]
+    lines = [
+        f"{'model':<12} {'gpus':>5} {'t':>2} {'p':>3} {'d':>3} {'v':>2} {'b':>3} {'m':>4} "
+        f"{'stage ms':>9} {'iter s':>7} {'meas TF':>8} {'comp TF':>8} {'no-bub':>7} {'ratio':>6}"
+    ]
     for r in rows:
-        lines.append(f"{r.model:<12} {r.gpus:>5} {r.tp:>2} {r.pp:>3} {r.dp:>3} {r.vp:>2} {r.micro_batch:>3} "
-                     f"{r.microbatches:>4} {r.stage_time_s * 1e3:>9.1f} {r.iteration_time_s:>7.2f} "
-                     f"{r.measured_tflops:>8.0f} {r.compute_only_tflops:>8.1f} "
-                     f"{r.compute_only_tflops_no_bubble:>7.1f} {r.ratio:>6.2f}")
+        lines.append(
+            f"{r.model:<12} {r.gpus:>5} {r.tp:>2} {r.pp:>3} {r.dp:>3} {r.vp:>2} {r.micro_batch:>3} "
+            f"{r.microbatches:>4} {r.stage_time_s * 1e3:>9.1f} {r.iteration_time_s:>7.2f} "
+            f"{r.measured_tflops:>8.0f} {r.compute_only_tflops:>8.1f} "
+            f"{r.compute_only_tflops_no_bubble:>7.1f} {r.ratio:>6.2f}"
+        )
     return "\n".join(lines)
 
 
@@ -272,7 +349,7 @@ class Sc21Row:
     step_time_s: float
     exposed_comm_s: float
     bubble_s: float
-    wall_s: float              # how long the simulation took
+    wall_s: float  # how long the simulation took
 
     @property
     def error(self) -> float:
@@ -280,24 +357,34 @@ class Sc21Row:
         return (self.predicted_tflops - self.measured_tflops) / self.measured_tflops
 
 
-SC21_STEADY_MICROBATCHES = 16     # k for the steady-state extrapolation (rounded up to a multiple of p)
+SC21_STEADY_MICROBATCHES = 16  # k for the steady-state extrapolation (rounded up to a multiple of p)
 
 
-def _sc21_selection(models: tuple[str, ...] | None, rows: tuple[int, ...] | None,
-                    count: int) -> tuple[frozenset[str] | None, frozenset[int] | None]:
+def _sc21_selection(
+    models: tuple[str, ...] | None, rows: tuple[int, ...] | None, count: int
+) -> tuple[frozenset[str] | None, frozenset[int] | None]:
     model_set = None if models is None else frozenset(check_sc21_models(models))
     if rows is not None:
         if isinstance(rows, (str, bytes)) or not all(is_int(i) and 1 <= i <= count for i in rows):
-            raise ValueError(f"rows: {rows!r} is not allowed; expected a tuple of Table 1 row numbers in "
-                             f"1..{count} or None")
+            raise ValueError(
+                f"rows: {rows!r} is not allowed; expected a tuple of Table 1 row numbers in 1..{count} or None"
+            )
     return model_set, None if rows is None else frozenset(rows)
 
 
-def sc21_check(*, models: tuple[str, ...] | None = None, rows: tuple[int, ...] | None = None,
-               config: SimConfig | None = None, max_gpus: int | None = None, granularity: str = "layer",
-               symmetric_replicas: bool = True, tensor_rank0_p2p: bool = True, extrapolate: bool = True,
-               compute_model: cmp.GpuComputeModel | None = None,
-               progress: Callable[[Sc21Row], object] | None = None) -> tuple[Sc21Row, ...]:
+def sc21_check(
+    *,
+    models: tuple[str, ...] | None = None,
+    rows: tuple[int, ...] | None = None,
+    config: SimConfig | None = None,
+    max_gpus: int | None = None,
+    granularity: str = "layer",
+    symmetric_replicas: bool = True,
+    tensor_rank0_p2p: bool = True,
+    extrapolate: bool = True,
+    compute_model: cmp.GpuComputeModel | None = None,
+    progress: Callable[[Sc21Row], object] | None = None,
+) -> tuple[Sc21Row, ...]:
     """Simulate SC21 Table 1 rows on DGX A100: all, or those named in ``models`` and/or numbered in ``rows``
     (1-based, Table 1 order: 1 = GPT-1.7B ... 10 = GPT-1008.0B), up to ``max_gpus`` GPUs.
 
@@ -319,17 +406,39 @@ def sc21_check(*, models: tuple[str, ...] | None = None, rows: tuple[int, ...] |
         k = ceil_div(SC21_STEADY_MICROBATCHES, spec.pp) * spec.pp
         steady = k if extrapolate and spec.microbatches >= 4 * k else None
         began = time.perf_counter()
-        result = simulate_step(model, spec, system="dgx-a100", options=StepOptions(
-            config=config, recompute="full", flash_attention=False, granularity=granularity,
-            symmetric_replicas=symmetric_replicas, tensor_rank0_p2p=tensor_rank0_p2p,
-            steady_state_microbatches=steady, compute_model=compute_model))
+        result = simulate_step(
+            model,
+            spec,
+            system="dgx-a100",
+            options=StepOptions(
+                config=config,
+                recompute="full",
+                flash_attention=False,
+                granularity=granularity,
+                symmetric_replicas=symmetric_replicas,
+                tensor_rank0_p2p=tensor_rank0_p2p,
+                steady_state_microbatches=steady,
+                compute_model=compute_model,
+            ),
+        )
         wall = time.perf_counter() - began
-        assert spec.dp is not None                  # ParallelismSpec fills it in
-        entry = Sc21Row(model=row["model"], gpus=spec.world_size, tp=spec.tp, pp=spec.pp, dp=spec.dp, vp=spec.vp,
-                        micro_batch=spec.micro_batch, microbatches=spec.microbatches,
-                        measured_tflops=float(row["metric_value"]), predicted_tflops=result.tflops_per_gpu,
-                        step_time_s=result.step_time_s, exposed_comm_s=result.exposed_comm_s,
-                        bubble_s=result.bubble_s, wall_s=wall)
+        assert spec.dp is not None  # ParallelismSpec fills it in
+        entry = Sc21Row(
+            model=row["model"],
+            gpus=spec.world_size,
+            tp=spec.tp,
+            pp=spec.pp,
+            dp=spec.dp,
+            vp=spec.vp,
+            micro_batch=spec.micro_batch,
+            microbatches=spec.microbatches,
+            measured_tflops=float(row["metric_value"]),
+            predicted_tflops=result.tflops_per_gpu,
+            step_time_s=result.step_time_s,
+            exposed_comm_s=result.exposed_comm_s,
+            bubble_s=result.bubble_s,
+            wall_s=wall,
+        )
         out.append(entry)
         if progress is not None:
             progress(entry)
@@ -339,27 +448,41 @@ def sc21_check(*, models: tuple[str, ...] | None = None, rows: tuple[int, ...] |
 def format_sc21(rows: Iterable[Sc21Row]) -> str:
     """A text table of :func:`sc21_check` with the mean absolute error."""
     rows = list(rows)
-    lines = [f"{'model':<11} {'gpus':>5} {'t':>2} {'p':>3} {'d':>3} {'v':>2} {'b':>3} {'m':>4} {'step s':>8} "
-             f"{'exposed s':>9} {'bubble s':>8} {'meas TF':>8} {'pred TF':>8} {'error':>7} {'wall s':>7}"]
+    lines = [
+        f"{'model':<11} {'gpus':>5} {'t':>2} {'p':>3} {'d':>3} {'v':>2} {'b':>3} {'m':>4} {'step s':>8} "
+        f"{'exposed s':>9} {'bubble s':>8} {'meas TF':>8} {'pred TF':>8} {'error':>7} {'wall s':>7}"
+    ]
     for r in rows:
-        lines.append(f"{r.model:<11} {r.gpus:>5} {r.tp:>2} {r.pp:>3} {r.dp:>3} {r.vp:>2} {r.micro_batch:>3} "
-                     f"{r.microbatches:>4} {r.step_time_s:>8.3f} {r.exposed_comm_s:>9.3f} {r.bubble_s:>8.3f} "
-                     f"{r.measured_tflops:>8.0f} {r.predicted_tflops:>8.1f} {r.error * 100:>6.1f}% {r.wall_s:>7.1f}")
+        lines.append(
+            f"{r.model:<11} {r.gpus:>5} {r.tp:>2} {r.pp:>3} {r.dp:>3} {r.vp:>2} {r.micro_batch:>3} "
+            f"{r.microbatches:>4} {r.step_time_s:>8.3f} {r.exposed_comm_s:>9.3f} {r.bubble_s:>8.3f} "
+            f"{r.measured_tflops:>8.0f} {r.predicted_tflops:>8.1f} {r.error * 100:>6.1f}% {r.wall_s:>7.1f}"
+        )
     if rows:
         lines.append(f"mean |error| {sum(abs(r.error) for r in rows) / len(rows) * 100:.1f}% over {len(rows)} rows")
     return "\n".join(lines)
 
 
-SC21_MAMF_STEP_S: Mapping[str, float] = types.MappingProxyType({
-    # sc21_check step_time_s with compute.A100_MAMF_2024 (flow model, tasks per layer, symmetric replicas,
-    # tensor-rank-0 pipeline transfers, rows with m >= 4k extrapolated from k and 2k micro-batches)
-    "GPT-1.7B": 2.886, "GPT-3.6B": 3.228, "GPT-7.5B": 3.230, "GPT-18.4B": 8.247, "GPT-39.1B": 12.776,
-    "GPT-76.1B": 13.035, "GPT-145.6B": 21.362, "GPT-310.1B": 31.400, "GPT-529.6B": 44.982, "GPT-1008.0B": 87.813,
-})
+SC21_MAMF_STEP_S: Mapping[str, float] = types.MappingProxyType(
+    {
+        # sc21_check step_time_s with compute.A100_MAMF_2024 (flow model, tasks per layer, symmetric replicas,
+        # tensor-rank-0 pipeline transfers, rows with m >= 4k extrapolated from k and 2k micro-batches)
+        "GPT-1.7B": 2.886,
+        "GPT-3.6B": 3.228,
+        "GPT-7.5B": 3.230,
+        "GPT-18.4B": 8.247,
+        "GPT-39.1B": 12.776,
+        "GPT-76.1B": 13.035,
+        "GPT-145.6B": 21.362,
+        "GPT-310.1B": 31.400,
+        "GPT-529.6B": 44.982,
+        "GPT-1008.0B": 87.813,
+    }
+)
 """Full-simulation step seconds of every Table 1 row with the 2024 MAMF GEMM efficiency (measured once)."""
 
-FIT_RANGE = (0.5, 1.0)        # eff_max searched; 0.5 is below any published dense-GEMM figure for A100
-FIT_TOLERANCE = 1e-4          # bracket width at which the golden-section search stops
+FIT_RANGE = (0.5, 1.0)  # eff_max searched; 0.5 is below any published dense-GEMM figure for A100
+FIT_TOLERANCE = 1e-4  # bracket width at which the golden-section search stops
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -403,8 +526,9 @@ class Sc21Fit:
         return mean_abs_error(rest) if rest else None
 
 
-def sc21_network_added_s(step_s: Mapping[str, float] = SC21_MAMF_STEP_S, *,
-                         compute_model: cmp.GpuComputeModel = cmp.A100_MAMF_2024) -> dict[str, float]:
+def sc21_network_added_s(
+    step_s: Mapping[str, float] = SC21_MAMF_STEP_S, *, compute_model: cmp.GpuComputeModel = cmp.A100_MAMF_2024
+) -> dict[str, float]:
     """N_r = simulated step - compute-only iteration, both with ``compute_model``, for every row in ``step_s``."""
     names = sc21_models()
     for name, value in step_s.items():
@@ -415,8 +539,9 @@ def sc21_network_added_s(step_s: Mapping[str, float] = SC21_MAMF_STEP_S, *,
     return {name: float(value) - co[name].iteration_time_s for name, value in step_s.items()}
 
 
-def sc21_predict(compute_model: cmp.GpuComputeModel | None = None, *,
-                 network_added_s: Mapping[str, float] | None = None) -> tuple[Sc21Prediction, ...]:
+def sc21_predict(
+    compute_model: cmp.GpuComputeModel | None = None, *, network_added_s: Mapping[str, float] | None = None
+) -> tuple[Sc21Prediction, ...]:
     """T_r = I_r + N_r for every row that has an N_r (default: all ten, from ``SC21_MAMF_STEP_S``)."""
     added = sc21_network_added_s() if network_added_s is None else network_added_s
     out = []
@@ -424,9 +549,16 @@ def sc21_predict(compute_model: cmp.GpuComputeModel | None = None, *,
         if c.model not in added:
             continue
         step_s = c.iteration_time_s + added[c.model]
-        out.append(Sc21Prediction(model=c.model, gpus=c.gpus, measured_tflops=c.measured_tflops,
-                                  compute_only_iteration_s=c.iteration_time_s, network_added_s=added[c.model],
-                                  predicted_tflops=c.flops / (c.gpus * step_s) / 1e12))
+        out.append(
+            Sc21Prediction(
+                model=c.model,
+                gpus=c.gpus,
+                measured_tflops=c.measured_tflops,
+                compute_only_iteration_s=c.iteration_time_s,
+                network_added_s=added[c.model],
+                predicted_tflops=c.flops / (c.gpus * step_s) / 1e12,
+            )
+        )
     return tuple(out)
 
 
@@ -438,8 +570,12 @@ def mean_abs_error(predictions: Iterable[Sc21Prediction]) -> float:
     return math.fsum(errors) / len(errors)
 
 
-def fit_gemm_efficiency(*, models: Iterable[str] | None = None, network_added_s: Mapping[str, float] | None = None,
-                        base: cmp.GpuComputeModel = cmp.A100_MAMF_2024) -> Sc21Fit:
+def fit_gemm_efficiency(
+    *,
+    models: Iterable[str] | None = None,
+    network_added_s: Mapping[str, float] | None = None,
+    base: cmp.GpuComputeModel = cmp.A100_MAMF_2024,
+) -> Sc21Fit:
     """Golden-section search for the eff_max minimising the mean |error| over ``models`` (default all rows).
 
     Every other field of the model is ``base``'s; the returned fit is not rounded (the shipped value is
@@ -467,26 +603,32 @@ def sc21_holdout(*, network_added_s: Mapping[str, float] | None = None) -> tuple
     """Fit on Table 1 rows 1, 3, 5, 7, 9 and, separately, on rows 2, 4, 6, 8, 10; each predicts the others."""
     names = sc21_models()
     added = sc21_network_added_s() if network_added_s is None else network_added_s
-    return (fit_gemm_efficiency(models=names[0::2], network_added_s=added),
-            fit_gemm_efficiency(models=names[1::2], network_added_s=added))
+    return (
+        fit_gemm_efficiency(models=names[0::2], network_added_s=added),
+        fit_gemm_efficiency(models=names[1::2], network_added_s=added),
+    )
 
 
 def format_fit(fit: Sc21Fit) -> str:
     """A text table of a fit's per-row predictions, fitted rows marked ``*``."""
     peak_tflops = A100_SXM4_80GB.dense_bf16_flop_per_s / 1e12
-    lines = [f"gemm_efficiency {fit.gemm_efficiency:.4f} ({fit.gemm_efficiency * peak_tflops:.1f} TFLOP/s on an A100); "
-             f"mean |error| {fit.fit_error * 100:.2f} % on the {len(fit.fit_models)} fitted rows"
-             + (f", {fit.holdout_error * 100:.2f} % on the others" if fit.holdout_error is not None else ""),
-             f"{'model':<12} {'gpus':>5} {'compute s':>9} {'network s':>9} {'meas TF':>8} {'pred TF':>8} {'error':>7}"]
+    lines = [
+        f"gemm_efficiency {fit.gemm_efficiency:.4f} ({fit.gemm_efficiency * peak_tflops:.1f} TFLOP/s on an A100); "
+        f"mean |error| {fit.fit_error * 100:.2f} % on the {len(fit.fit_models)} fitted rows"
+        + (f", {fit.holdout_error * 100:.2f} % on the others" if fit.holdout_error is not None else ""),
+        f"{'model':<12} {'gpus':>5} {'compute s':>9} {'network s':>9} {'meas TF':>8} {'pred TF':>8} {'error':>7}",
+    ]
     for p in fit.predictions:
         mark = "*" if p.model in fit.fit_models else " "
-        lines.append(f"{p.model:<11}{mark} {p.gpus:>5} {p.compute_only_iteration_s:>9.3f} {p.network_added_s:>9.3f} "
-                     f"{p.measured_tflops:>8.0f} {p.predicted_tflops:>8.1f} {p.error * 100:>6.1f}%")
+        lines.append(
+            f"{p.model:<11}{mark} {p.gpus:>5} {p.compute_only_iteration_s:>9.3f} {p.network_added_s:>9.3f} "
+            f"{p.measured_tflops:>8.0f} {p.predicted_tflops:>8.1f} {p.error * 100:>6.1f}%"
+        )
     return "\n".join(lines)
 
 
 def _parse_rows(text: str | None) -> tuple[int, ...] | None:
-    """"1-5,7" -> (1, 2, 3, 4, 5, 7); None -> None."""
+    """ "1-5,7" -> (1, 2, 3, 4, 5, 7); None -> None."""
     if text is None:
         return None
     out: list[int] = []
@@ -497,8 +639,9 @@ def _parse_rows(text: str | None) -> tuple[int, ...] | None:
         except ValueError:
             first, last = 1, 0
         if last < first:
-            raise ValueError(f"rows: {text!r} is not allowed; expected comma-separated row numbers or ascending "
-                             "ranges such as 1-5,7")
+            raise ValueError(
+                f"rows: {text!r} is not allowed; expected comma-separated row numbers or ascending ranges such as 1-5,7"
+            )
         out.extend(range(first, last + 1))
     return tuple(out)
 
@@ -516,24 +659,37 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m simulator.validation.sc21 [step|compute|fit] ...``: the step check (default), the
     compute-only table, or the GEMM-efficiency fit with its hold-out."""
     import argparse
-    parser = argparse.ArgumentParser(prog="python -m simulator.validation.sc21",
-                                     description="Megatron SC21 Table 1: predicted vs measured TFLOP/s per GPU")
+
+    parser = argparse.ArgumentParser(
+        prog="python -m simulator.validation.sc21",
+        description="Megatron SC21 Table 1: predicted vs measured TFLOP/s per GPU",
+    )
     sub = parser.add_subparsers(dest="what")
     step = sub.add_parser("step", help="simulate every row's training step (default)")
     step.add_argument("--max-gpus", type=int, default=None, help="skip rows with more GPUs")
     step.add_argument("--network-model", default="flow", choices=("flow", "analytical"))
     step.add_argument("--model", action="append", default=None, help="only this row (repeatable)")
     step.add_argument("--models", default=None, help="only these rows, comma-separated names (GPT-1.7B,GPT-3.6B)")
-    step.add_argument("--rows", default=None,
-                      help="only these Table 1 rows, 1-based, comma-separated numbers or ranges (1-5,7)")
-    step.add_argument("--granularity", default="layer", choices=GRANULARITIES,
-                      help="tasks per layer, or merged per model-chunk pass (faster)")
-    step.add_argument("--compute-model", default="calibrated", choices=("calibrated", "mamf-2024"),
-                      help="A100 GEMM efficiency: fitted on Table 1 (default) or Bekman's 2024 MAMF measurement")
+    step.add_argument(
+        "--rows", default=None, help="only these Table 1 rows, 1-based, comma-separated numbers or ranges (1-5,7)"
+    )
+    step.add_argument(
+        "--granularity",
+        default="layer",
+        choices=GRANULARITIES,
+        help="tasks per layer, or merged per model-chunk pass (faster)",
+    )
+    step.add_argument(
+        "--compute-model",
+        default="calibrated",
+        choices=("calibrated", "mamf-2024"),
+        help="A100 GEMM efficiency: fitted on Table 1 (default) or Bekman's 2024 MAMF measurement",
+    )
     sub.add_parser("compute", help="the compute-only throughput of every row (no communication)")
     sub.add_parser("fit", help="fit the A100 GEMM efficiency on the table, with the odd/even hold-out")
     argv = list(argv) if argv is not None else None
     import sys
+
     given = sys.argv[1:] if argv is None else argv
     if not given or given[0] not in ("step", "compute", "fit", "-h", "--help"):
         given = ["step", *given]
@@ -546,14 +702,19 @@ def main(argv: list[str] | None = None) -> None:
         return
     names = list(args.model or []) + [m.strip() for m in (args.models or "").split(",") if m.strip()]
     try:
-        rows = sc21_check(models=tuple(names) or None, rows=_parse_rows(args.rows), max_gpus=args.max_gpus,
-                          config=SimConfig(network_model=args.network_model), granularity=args.granularity,
-                          compute_model=cmp.A100_MAMF_2024 if args.compute_model == "mamf-2024" else None,
-                          progress=lambda r: print(format_sc21([r]).splitlines()[1], flush=True))
+        rows = sc21_check(
+            models=tuple(names) or None,
+            rows=_parse_rows(args.rows),
+            max_gpus=args.max_gpus,
+            config=SimConfig(network_model=args.network_model),
+            granularity=args.granularity,
+            compute_model=cmp.A100_MAMF_2024 if args.compute_model == "mamf-2024" else None,
+            progress=lambda r: print(format_sc21([r]).splitlines()[1], flush=True),
+        )
     except ValueError as error:
         parser.error(str(error))
     print(format_sc21(rows))
 
 
-if __name__ == "__main__":      # python -m simulator.validation.sc21
+if __name__ == "__main__":  # python -m simulator.validation.sc21
     main()

@@ -28,29 +28,133 @@ CLI_CASES: list[tuple[str, tuple[str, ...], bool]] = [
     ("validate_json", ("validate", "--format", "json"), False),
     ("step_table", ("step",), False),
     ("step_json", ("step", "--format", "json"), False),
-    ("step_analytical_chunk_json", ("step", "--net-model", "analytical", "--granularity", "chunk", "--format", "json"),
-     False),
-    ("bench_dragonfly_ugal", ("bench", "alltoall", "--nodes", "16", "--topology", "dragonfly", "--routing", "ugal",
-                              "--seed", "3", "-b", "64K", "-e", "64M", "-f", "32", "--format", "json"), False),
-    ("bench_fat_tree_spray", ("bench", "all_reduce", "--nodes", "16", "--topology", "fat-tree", "--fabric",
-                              "roce-400g", "--routing", "spray", "-b", "1M", "-e", "256M", "-f", "16", "--format",
-                              "json"), False),
-    ("bench_oversubscribed_dcqcn", ("bench", "all_gather", "--nodes", "8", "--fabric", "roce-400g",
-                                    "--oversubscription", "4", "--congestion", "dcqcn", "pfc", "-b", "1M", "-e", "64M",
-                                    "-f", "8", "--format", "json"), False),
-    ("bench_sharp", ("bench", "all_reduce", "--system", "dgx-a100", "--nodes", "4", "--sharp", "-b", "64K", "-e",
-                     "1G", "-f", "16", "--format", "json"), False),
-    ("bench_explain", ("bench", "all_reduce", "--nodes", "4", "-b", "1M", "-e", "1G", "-f", "32", "--explain",
-                       "--format", "json"), False),
-    ("bench_a100_table", ("bench", "all_reduce", "--system", "dgx-a100", "--nodes", "2", "-b", "8", "-e", "1G",
-                          "-f", "4"), False),
+    (
+        "step_analytical_chunk_json",
+        ("step", "--net-model", "analytical", "--granularity", "chunk", "--format", "json"),
+        False,
+    ),
+    (
+        "bench_dragonfly_ugal",
+        (
+            "bench",
+            "alltoall",
+            "--nodes",
+            "16",
+            "--topology",
+            "dragonfly",
+            "--routing",
+            "ugal",
+            "--seed",
+            "3",
+            "-b",
+            "64K",
+            "-e",
+            "64M",
+            "-f",
+            "32",
+            "--format",
+            "json",
+        ),
+        False,
+    ),
+    (
+        "bench_fat_tree_spray",
+        (
+            "bench",
+            "all_reduce",
+            "--nodes",
+            "16",
+            "--topology",
+            "fat-tree",
+            "--fabric",
+            "roce-400g",
+            "--routing",
+            "spray",
+            "-b",
+            "1M",
+            "-e",
+            "256M",
+            "-f",
+            "16",
+            "--format",
+            "json",
+        ),
+        False,
+    ),
+    (
+        "bench_oversubscribed_dcqcn",
+        (
+            "bench",
+            "all_gather",
+            "--nodes",
+            "8",
+            "--fabric",
+            "roce-400g",
+            "--oversubscription",
+            "4",
+            "--congestion",
+            "dcqcn",
+            "pfc",
+            "-b",
+            "1M",
+            "-e",
+            "64M",
+            "-f",
+            "8",
+            "--format",
+            "json",
+        ),
+        False,
+    ),
+    (
+        "bench_sharp",
+        (
+            "bench",
+            "all_reduce",
+            "--system",
+            "dgx-a100",
+            "--nodes",
+            "4",
+            "--sharp",
+            "-b",
+            "64K",
+            "-e",
+            "1G",
+            "-f",
+            "16",
+            "--format",
+            "json",
+        ),
+        False,
+    ),
+    (
+        "bench_explain",
+        ("bench", "all_reduce", "--nodes", "4", "-b", "1M", "-e", "1G", "-f", "32", "--explain", "--format", "json"),
+        False,
+    ),
+    (
+        "bench_a100_table",
+        ("bench", "all_reduce", "--system", "dgx-a100", "--nodes", "2", "-b", "8", "-e", "1G", "-f", "4"),
+        False,
+    ),
     ("topo_fat_tree", ("topo", "--nodes", "64", "--topology", "fat-tree"), False),
 ]
 
 # one bench per algorithm x collective on two 4-GPU DGX H100 servers (NVLS-capable, so every algorithm can run)
 ALGORITHM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall")
-ALGORITHM_NAMES = ("ring", "tree", "nvls", "nvlstree", "collnet", "hd", "pat", "hierarchical", "sendrecv",
-                   "pairwise", "direct")
+ALGORITHM_NAMES = (
+    "ring",
+    "tree",
+    "nvls",
+    "nvlstree",
+    "collnet",
+    "hd",
+    "pat",
+    "hierarchical",
+    "sendrecv",
+    "pairwise",
+    "direct",
+)
 
 
 def cli_output(argv: tuple[str, ...]) -> str:
@@ -88,13 +192,16 @@ def algorithm_benches() -> str:
             config = SimConfig(collectives=CollectivePolicy(algorithm=name, collnet=name == "collnet"))
             for topology, nodes, gpn in layouts:
                 try:
-                    rows = run_bench(kind, system=topology, gpus_per_node=gpn, sizes=[4096, 1 << 20, 64 << 20],
-                                     config=config)
+                    rows = run_bench(
+                        kind, system=topology, gpus_per_node=gpn, sizes=[4096, 1 << 20, 64 << 20], config=config
+                    )
                 except ValueError:
                     continue
                 for r in rows:
-                    lines.append(f"{name} {kind} {nodes}x{gpn} {r.size_bytes} {r.time_us!r} {r.busbw_GBps!r} "
-                                 f"{r.algorithm} {r.protocol} {r.channels}")
+                    lines.append(
+                        f"{name} {kind} {nodes}x{gpn} {r.size_bytes} {r.time_us!r} {r.busbw_GBps!r} "
+                        f"{r.algorithm} {r.protocol} {r.channels}"
+                    )
                 break
             else:
                 lines.append(f"{name} {kind}: runs on none of the layouts")
@@ -113,8 +220,9 @@ def link_failure() -> str:
     from workloads.tasks import Workload
 
     topo = build_system("dgx-h100", nodes=8, rail_optimised=False)
-    work = Workload.sequence([Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=256 << 20, group=tuple(range(64)))],
-                             nranks=64)
+    work = Workload.sequence(
+        [Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=256 << 20, group=tuple(range(64)))], nranks=64
+    )
     healthy = simulate(topo, work)
     fabric = np.flatnonzero(np.asarray(topo.link_tier) > LinkTier.NIC)
     busiest = int(fabric[np.argmax(healthy.link_bytes[fabric])])
@@ -125,8 +233,10 @@ def link_failure() -> str:
             config = SimConfig(network_model=model, link_events=(LinkEvent(time_s=half, link=busiest, scale=scale),))
             r = simulate(topo, work, config=config)
             moved = r.link_bytes
-            lines.append(f"scale {scale} {model}: time {r.collectives[0].time_s!r} busiest moved "
-                         f"{float(moved[busiest])!r} total {float(moved.sum())!r} rerates {r.network_rerates}")
+            lines.append(
+                f"scale {scale} {model}: time {r.collectives[0].time_s!r} busiest moved "
+                f"{float(moved[busiest])!r} total {float(moved.sum())!r} rerates {r.network_rerates}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -144,13 +254,31 @@ def scale_405b() -> str:
     from workloads.presets import model_preset
 
     topology = build_system("dgx-h100", nodes=2048, fabric="roce-400g", topology="fat-tree")
-    layout = ParallelismSpec(tp=8, pp=16, dp=128, gpus=16384, micro_batch=1, global_batch=2048, seq_len=8192,
-                             dp_overlap=False, bucket_bytes=None)
+    layout = ParallelismSpec(
+        tp=8,
+        pp=16,
+        dp=128,
+        gpus=16384,
+        micro_batch=1,
+        global_batch=2048,
+        seq_len=8192,
+        dp_overlap=False,
+        bucket_bytes=None,
+    )
     parts = []
     for net in ("analytical", "flow"):
-        result = simulate_step(model_preset("llama3-405b"), layout, system=topology, options=StepOptions(
-            config=SimConfig(network_model=net), granularity="chunk", symmetric_replicas=True,
-            tensor_rank0_p2p=True, steady_state_microbatches=4))
+        result = simulate_step(
+            model_preset("llama3-405b"),
+            layout,
+            system=topology,
+            options=StepOptions(
+                config=SimConfig(network_model=net),
+                granularity="chunk",
+                symmetric_replicas=True,
+                tensor_rank0_p2p=True,
+                steady_state_microbatches=4,
+            ),
+        )
         parts.append(f"# {net}\n" + _step_figures(result))
     return "".join(parts)
 
@@ -161,9 +289,11 @@ def sc21_table() -> str:
 
     lines = []
     for r in sc21_check():
-        lines.append(f"{r.model} {r.gpus} {r.tp} {r.pp} {r.dp} {r.vp} {r.micro_batch} {r.microbatches} "
-                     f"step {r.step_time_s!r} exposed {r.exposed_comm_s!r} bubble {r.bubble_s!r} "
-                     f"pred {r.predicted_tflops!r} meas {r.measured_tflops!r}")
+        lines.append(
+            f"{r.model} {r.gpus} {r.tp} {r.pp} {r.dp} {r.vp} {r.micro_batch} {r.microbatches} "
+            f"step {r.step_time_s!r} exposed {r.exposed_comm_s!r} bubble {r.bubble_s!r} "
+            f"pred {r.predicted_tflops!r} meas {r.measured_tflops!r}"
+        )
     return "\n".join(lines) + "\n"
 
 

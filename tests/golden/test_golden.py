@@ -25,6 +25,9 @@ def test_golden_output_is_unchanged(name):
     expected = path(name).read_text()
     produced = CASES[name][0]()
     if produced != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), produced.splitlines(True),
-                                            f"golden/{name}.txt", "produced", n=1))
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(True), produced.splitlines(True), f"golden/{name}.txt", "produced", n=1
+            )
+        )
         pytest.fail(f"golden output {name} changed:\n{diff[:6000]}")

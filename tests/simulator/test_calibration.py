@@ -13,12 +13,21 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simulator.validation.calibration import (OVERHEAD_BOUNDS_S, SCALE_BOUNDS, Calibration, LogRow, apply_calibration,
-                                   calibrate, format_result, golden_section_min, parse_nccl_tests_log,
-                                   scaled_link_kinds)
 from simulator.cli import main
 from simulator.config import SimConfig
 from simulator.studies.nccl_tests import run_bench
+from simulator.validation.calibration import (
+    OVERHEAD_BOUNDS_S,
+    SCALE_BOUNDS,
+    Calibration,
+    LogRow,
+    apply_calibration,
+    calibrate,
+    format_result,
+    golden_section_min,
+    parse_nccl_tests_log,
+    scaled_link_kinds,
+)
 from simulator.validation.collectives import read_table
 from tests.simulator.nccl_logs import a100_mpirun_rows, render_nccl_tests_log
 from topologies.links import LinkKind
@@ -45,7 +54,7 @@ def test_log_reader_takes_rows_ranks_and_test(a100_log_text):
     assert log.collective == "all_reduce" and log.nranks == 8 and log.hosts == ("thanos",)
     assert log.devices == ("NVIDIA A100-SXM4-80GB",) and log.gpus_per_thread == 1
     assert [r.size_bytes for r in log.rows] == [int(r["size_bytes"]) for r in table]
-    assert [r.time_us for r in log.rows] == [float(r["time_us"]) for r in table]   # out-of-place time
+    assert [r.time_us for r in log.rows] == [float(r["time_us"]) for r in table]  # out-of-place time
     assert log.rows[0].type == "float" and log.rows[0].redop == "sum" and log.rows[0].root == -1
 
 
@@ -59,7 +68,8 @@ def test_in_place_columns_na_or_absent(in_place):
 def test_collective_from_command_line_and_hosts_counted():
     rows = a100_mpirun_rows()[:4]
     text = "$ mpirun -np 16 ./build/all_gather_perf -b 8 -e 8G -f 2\n" + render_nccl_tests_log(
-        rows, binary="all_gather_perf", nranks=16, hosts=("node-a", "node-b"), starting_line=False)
+        rows, binary="all_gather_perf", nranks=16, hosts=("node-a", "node-b"), starting_line=False
+    )
     log = parse_nccl_tests_log(text)
     assert log.collective == "all_gather" and log.nranks == 16 and log.hosts == ("node-a", "node-b")
 
@@ -68,13 +78,18 @@ def _line_of(text: str, size: int) -> int:
     return next(i for i, line in enumerate(text.splitlines(), start=1) if line.split()[:1] == [str(size)])
 
 
-@pytest.mark.parametrize("mutate,needles", [
-    (lambda t: t.replace("  1181.6 ", "  11x1.6 ", 1), ("line {134217728}", "time", "'11x1.6'")),
-    (lambda t: t.replace("     float     sum      -1     615.7", "     fp8e4     sum      -1     615.7"),
-     ("line {67108864}", "type", "'fp8e4'")),
-    (lambda t: "\n".join(line for line in t.splitlines() if line.startswith("#")), ("no nccl-tests result rows",)),
-    (lambda t: t + "\n# Collective test starting: all_gather_perf\n", ("several collective tests",)),
-])
+@pytest.mark.parametrize(
+    "mutate,needles",
+    [
+        (lambda t: t.replace("  1181.6 ", "  11x1.6 ", 1), ("line {134217728}", "time", "'11x1.6'")),
+        (
+            lambda t: t.replace("     float     sum      -1     615.7", "     fp8e4     sum      -1     615.7"),
+            ("line {67108864}", "type", "'fp8e4'"),
+        ),
+        (lambda t: "\n".join(line for line in t.splitlines() if line.startswith("#")), ("no nccl-tests result rows",)),
+        (lambda t: t + "\n# Collective test starting: all_gather_perf\n", ("several collective tests",)),
+    ],
+)
 def test_bad_logs_raise_naming_the_line(a100_log_text, mutate, needles):
     text = mutate(a100_log_text)
     assert text != a100_log_text
@@ -101,11 +116,14 @@ def test_bad_logs_on_the_command_line_are_one_line(capsys, tmp_path, a100_log_te
         code, out, err = run(capsys, *argv)
         assert code == 2 and out == "", name
         assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err, (name, err)
-    for argv, needle in ((["calibrate", tmp_path / "absent.log"], "no such file"),
-                         (["calibrate", tmp_path / "gather.log", "--collective", "all_reduce", "--nodes", "3"],
-                          "nodes: 3 is not allowed"),          # the log's ranks are on one host
-                         (["calibrate", tmp_path / "gather.log", "--collective", "all_reduce", "--system", "dgx-z900"],
-                          "system")):
+    for argv, needle in (
+        (["calibrate", tmp_path / "absent.log"], "no such file"),
+        (
+            ["calibrate", tmp_path / "gather.log", "--collective", "all_reduce", "--nodes", "3"],
+            "nodes: 3 is not allowed",
+        ),  # the log's ranks are on one host
+        (["calibrate", tmp_path / "gather.log", "--collective", "all_reduce", "--system", "dgx-z900"], "system"),
+    ):
         code, out, err = run(capsys, *argv)
         assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
 
@@ -115,7 +133,7 @@ def test_bad_logs_on_the_command_line_are_one_line(capsys, tmp_path, a100_log_te
 
 def test_golden_section_finds_interior_and_boundary_minima():
     assert golden_section_min(lambda x: (x - 0.7) ** 2, 0.3, 1.5, tol=1e-4) == pytest.approx(0.7, abs=1e-4)
-    assert golden_section_min(lambda x: x, 0.0, 2e-4, tol=1e-8) == 0.0          # the bound itself is tried
+    assert golden_section_min(lambda x: x, 0.0, 2e-4, tol=1e-8) == 0.0  # the bound itself is tried
     assert golden_section_min(lambda x: -x, 0.3, 1.5, tol=1e-3) == 1.5
 
 
@@ -130,13 +148,24 @@ def test_fit_recovers_known_parameters():
     # the fit must find them again (to its tolerances: 1e-3 on s, 0.05 us on o, after rounding)
     truth = Calibration(system="dgx-h100", link_scale=(("nvlink", 0.8),), launch_overhead_s=5e-6)
     topo, config = apply_calibration(build_system("dgx-h100"), SimConfig(), truth)
-    sizes = [8 << (2 * k) for k in range(16)]                      # 8 B .. 8 GiB, x4
+    sizes = [8 << (2 * k) for k in range(16)]  # 8 B .. 8 GiB, x4
     measured = run_bench("all_reduce", system=topo, sizes=sizes, config=config)
-    rows = [LogRow(line=i, size_bytes=r.size_bytes, count=r.count, type="float", redop="sum", root=-1,
-                   time_us=r.time_us, algbw_GBps=r.algbw_GBps, busbw_GBps=r.busbw_GBps)
-            for i, r in enumerate(measured, start=1)]
+    rows = [
+        LogRow(
+            line=i,
+            size_bytes=r.size_bytes,
+            count=r.count,
+            type="float",
+            redop="sum",
+            root=-1,
+            time_us=r.time_us,
+            algbw_GBps=r.algbw_GBps,
+            busbw_GBps=r.busbw_GBps,
+        )
+        for i, r in enumerate(measured, start=1)
+    ]
     result = calibrate(rows, system="dgx-h100", collective="all_reduce", nranks=8)
-    (kind, scale), = result.calibration.link_scale
+    ((kind, scale),) = result.calibration.link_scale
     assert kind == "nvlink" and scale == pytest.approx(0.8, abs=2e-3)
     assert result.calibration.launch_overhead_s == pytest.approx(5e-6, abs=0.1e-6)
     assert result.summary_after["all"]["median"] < 0.005 < result.summary_before["all"]["median"]
@@ -147,12 +176,12 @@ def a100_calibration(tmp_path_factory, a100_log_text):
     """`fabricsim calibrate LOG --out cal.json` on the rendered 8x A100 mpirun table."""
     import contextlib
     import io
+
     folder = tmp_path_factory.mktemp("calibrate")
     (folder / "a100.log").write_text(a100_log_text)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = main(["calibrate", str(folder / "a100.log"), "--system", "dgx-a100",
-                     "--out", str(folder / "cal.json")])
+        code = main(["calibrate", str(folder / "a100.log"), "--system", "dgx-a100", "--out", str(folder / "cal.json")])
     return code, out.getvalue(), folder / "cal.json"
 
 
@@ -170,14 +199,18 @@ def test_calibrate_lowers_the_error_on_the_a100_table(a100_calibration):
     # the preset's NVLink is a little fast there (see tests/simulator/test_validation.py): scale < 1
     assert SCALE_BOUNDS[0] < data["link_scale"]["nvlink"] < 1.0
     assert OVERHEAD_BOUNDS_S[0] <= data["launch_overhead_s"] < OVERHEAD_BOUNDS_S[1]
-    assert data["fitted_on"]["overhead_rows"] == 13        # 8 B .. 32 KiB: 13 sizes < 64 KiB
+    assert data["fitted_on"]["overhead_rows"] == 13  # 8 B .. 32 KiB: 13 sizes < 64 KiB
     # the printed report carries the same numbers
     lines = out.splitlines()
     assert lines[1].startswith("nvlink bandwidth scale") and f"{data['link_scale']['nvlink']:.3f}" in lines[1]
     assert f"{data['launch_overhead_s'] * 1e6:.2f} us" in lines[2]
     all_sizes = next(line for line in lines if line.startswith("all sizes")).split()
-    assert all_sizes[2:6] == ["30", f"{before['all']['median']:.1%}", f"{after['all']['median']:.1%}",
-                              f"{before['all']['p90']:.1%}"]
+    assert all_sizes[2:6] == [
+        "30",
+        f"{before['all']['median']:.1%}",
+        f"{after['all']['median']:.1%}",
+        f"{before['all']['p90']:.1%}",
+    ]
     assert f"--calibration {path}" in out
 
 
@@ -187,7 +220,7 @@ def test_bench_with_the_calibration(capsys, a100_calibration):
     argv = ["bench", "all_reduce", "-b", "8", "-e", "4G", "-f", "536870912", "--format", "json"]
     code, out, _ = run(capsys, *argv, "--system", "dgx-a100")
     plain = json.loads(out)["rows"]
-    code, out, err = run(capsys, *argv, "--calibration", path)     # the file's system is the default
+    code, out, err = run(capsys, *argv, "--calibration", path)  # the file's system is the default
     assert code == 0 and err == ""
     calibrated = json.loads(out)
     assert calibrated["system"] == "dgx-a100" and calibrated["calibration"]["link_scale"] == data["link_scale"]
@@ -229,7 +262,7 @@ def test_apply_calibration_scales_only_the_named_kind():
     assert ib.any() and (~ib).any()
     np.testing.assert_allclose(scaled.link_capacity_bytes_per_s[ib], 0.9 * topology.link_capacity_bytes_per_s[ib])
     np.testing.assert_array_equal(scaled.link_capacity_bytes_per_s[~ib], topology.link_capacity_bytes_per_s[~ib])
-    assert new_config.launch_overhead_s == pytest.approx(4e-6)          # added to what the config had
+    assert new_config.launch_overhead_s == pytest.approx(4e-6)  # added to what the config had
     assert replace(new_config, launch_overhead_s=1e-6) == config
 
 
@@ -244,8 +277,11 @@ def test_calibration_round_trips_through_its_dict():
 
 def test_two_node_log_scales_the_network(capsys, tmp_path):
     # four rows of the 2x DGX A100 table: nodes come from the two hosts, so the fabric is what scales
-    rows = [r for r in read_table("a100_dgx_2node_ib_hdr_k8s_deepops.csv")
-            if int(r["size_bytes"]) in (8, 1024, 1 << 30, 1 << 32)]
+    rows = [
+        r
+        for r in read_table("a100_dgx_2node_ib_hdr_k8s_deepops.csv")
+        if int(r["size_bytes"]) in (8, 1024, 1 << 30, 1 << 32)
+    ]
     log = parse_nccl_tests_log(render_nccl_tests_log(rows, nranks=16, hosts=("node-a", "node-b")))
     result = calibrate(log, system="dgx-a100")
     assert (result.nodes, result.gpus_per_node) == (2, 8)
@@ -260,19 +296,23 @@ def test_nccl_settings_in_the_log_are_replayed():
     rows = a100_mpirun_rows()[:6] + a100_mpirun_rows()[-2:]
     text = render_nccl_tests_log(rows)
     lines = text.splitlines()
-    settings = ["thanos:4000:4000 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0",
-                "thanos:4000:4000 [0] NCCL INFO NCCL_PROTO set by environment to Simple",
-                "thanos:4001:4001 [1] NCCL INFO NCCL_IB_QPS_PER_CONNECTION set by environment to 2."]
+    settings = [
+        "thanos:4000:4000 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0",
+        "thanos:4000:4000 [0] NCCL INFO NCCL_PROTO set by environment to Simple",
+        "thanos:4001:4001 [1] NCCL INFO NCCL_IB_QPS_PER_CONNECTION set by environment to 2.",
+    ]
     logged = "\n".join(lines[:4] + settings + lines[4:])
     log = parse_nccl_tests_log(logged)
     assert log.environment == (("NCCL_PROTO", "Simple"), ("NCCL_IB_QPS_PER_CONNECTION", "2"))
     assert {c.protocol for c in calibrate(parse_nccl_tests_log(text), system="dgx-a100").before} >= {"LL"}
     result = calibrate(log, system="dgx-a100")
     assert {c.protocol for c in result.before} == {"Simple"}
-    assert result.to_dict()["fitted_on"]["nccl_environment"] == {"NCCL_PROTO": "Simple",
-                                                                 "NCCL_IB_QPS_PER_CONNECTION": "2"}
+    assert result.to_dict()["fitted_on"]["nccl_environment"] == {
+        "NCCL_PROTO": "Simple",
+        "NCCL_IB_QPS_PER_CONNECTION": "2",
+    }
     assert "as the log's run: NCCL_PROTO=Simple NCCL_IB_QPS_PER_CONNECTION=2" in format_result(result)
-    forced = calibrate(log, system="dgx-a100", protocol="LL")                # the option replaces NCCL_PROTO
+    forced = calibrate(log, system="dgx-a100", protocol="LL")  # the option replaces NCCL_PROTO
     assert {c.protocol for c in forced.before} == {"LL"}
     assert forced.environment == (("NCCL_IB_QPS_PER_CONNECTION", "2"),)
     bad = logged.replace("to Simple", "to LL256")

@@ -31,8 +31,9 @@ def test_bench_31_rows_8_to_8g(capsys):
 
 
 def test_bench_csv_header_and_busbw_definition(capsys):
-    code, out, _ = run(capsys, "bench", "all_gather", "--nodes", "2", "-b", "1M", "-e", "64M", "-f", "4",
-                       "--format", "csv")
+    code, out, _ = run(
+        capsys, "bench", "all_gather", "--nodes", "2", "-b", "1M", "-e", "64M", "-f", "4", "--format", "csv"
+    )
     assert code == 0
     reader = csv.DictReader(io.StringIO(out))
     assert tuple(reader.fieldnames[:8]) == CSV_HEADER[:8]
@@ -43,13 +44,14 @@ def test_bench_csv_header_and_busbw_definition(capsys):
         algbw = int(r["size_bytes"]) / (float(r["time_us"]) * 1e-6) / 1e9
         assert float(r["algbw_GBps"]) == pytest.approx(algbw, rel=1e-3)
         assert float(r["busbw_GBps"]) == pytest.approx(algbw * 15 / 16, rel=1e-3)
-        assert int(r["count"]) == int(r["size_bytes"]) // 4 // 16   # per-rank float count, as nccl-tests
+        assert int(r["count"]) == int(r["size_bytes"]) // 4 // 16  # per-rank float count, as nccl-tests
 
 
 def test_bench_json_and_other_collectives(capsys):
     for coll in ("broadcast", "reduce", "sendrecv", "reduce_scatter"):
-        code, out, _ = run(capsys, "bench", coll, "-b", "1K", "-e", "1M", "-f", "32", "--format", "json",
-                           "--system", "hgx-b200")
+        code, out, _ = run(
+            capsys, "bench", coll, "-b", "1K", "-e", "1M", "-f", "32", "--format", "json", "--system", "hgx-b200"
+        )
         assert code == 0
         data = json.loads(out)
         assert data["collective"] == coll and len(data["rows"]) == 3
@@ -62,28 +64,31 @@ def test_systems_lists_presets(capsys):
     assert {"dgx-a100", "dgx-h100", "hgx-h200", "hgx-b200", "pcie-rtx4090"} <= set(names)
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["bench", "allreduce_typo"], "collective"),
-    (["bench", "all_reduce", "--system", "dgx-z900"], "system"),
-    (["bench", "all_reduce", "-b", "12Q"], "minbytes"),
-    (["bench", "all_reduce", "-b", "8G", "-e", "8"], "minbytes"),
-    (["bench", "all_reduce", "-f", "1"], "stepfactor"),
-    (["bench", "all_reduce", "--gpus-per-node", "0"], "gpus-per-node"),
-    (["bench", "all_reduce", "--gpus-per-node", "9"], "gpus_per_node"),
-    (["bench", "all_reduce", "--nodes", "0"], "nodes"),
-    (["bench", "all_reduce", "--nodes", "100000"], "nodes"),
-    (["bench", "all_reduce", "--system", "pcie-rtx4090", "--nodes", "2"], "nodes"),
-    (["bench", "all_reduce", "--proto", "LL256"], "protocol"),
-    (["bench", "broadcast", "-r", "99"], "root"),
-    (["bench"], "collective"),
-    (["frobnicate"], "frobnicate"),
-    (["bench", "all_reduce", "--nodes", "2", "--topology", "torus"], "topology"),
-    (["bench", "all_reduce", "--nodes", "2", "--fabric", "ib-qdr"], "fabric"),
-    (["bench", "all_reduce", "--nodes", "2", "--routing", "random"], "routing"),
-    (["bench", "all_reduce", "--nodes", "2", "--oversubscription", "0.5"], "oversubscription"),
-    (["bench", "all_reduce", "--nodes", "4", "--topology", "dragonfly", "--oversubscription", "2"], "dragonfly"),
-    (["topo", "--nodes", "2", "--nics-per-node", "3"], "nics"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["bench", "allreduce_typo"], "collective"),
+        (["bench", "all_reduce", "--system", "dgx-z900"], "system"),
+        (["bench", "all_reduce", "-b", "12Q"], "minbytes"),
+        (["bench", "all_reduce", "-b", "8G", "-e", "8"], "minbytes"),
+        (["bench", "all_reduce", "-f", "1"], "stepfactor"),
+        (["bench", "all_reduce", "--gpus-per-node", "0"], "gpus-per-node"),
+        (["bench", "all_reduce", "--gpus-per-node", "9"], "gpus_per_node"),
+        (["bench", "all_reduce", "--nodes", "0"], "nodes"),
+        (["bench", "all_reduce", "--nodes", "100000"], "nodes"),
+        (["bench", "all_reduce", "--system", "pcie-rtx4090", "--nodes", "2"], "nodes"),
+        (["bench", "all_reduce", "--proto", "LL256"], "protocol"),
+        (["bench", "broadcast", "-r", "99"], "root"),
+        (["bench"], "collective"),
+        (["frobnicate"], "frobnicate"),
+        (["bench", "all_reduce", "--nodes", "2", "--topology", "torus"], "topology"),
+        (["bench", "all_reduce", "--nodes", "2", "--fabric", "ib-qdr"], "fabric"),
+        (["bench", "all_reduce", "--nodes", "2", "--routing", "random"], "routing"),
+        (["bench", "all_reduce", "--nodes", "2", "--oversubscription", "0.5"], "oversubscription"),
+        (["bench", "all_reduce", "--nodes", "4", "--topology", "dragonfly", "--oversubscription", "2"], "dragonfly"),
+        (["topo", "--nodes", "2", "--nics-per-node", "3"], "nics"),
+    ],
+)
 def test_bad_input_is_one_line_and_nonzero(capsys, argv, needle):
     code, out, err = run(capsys, *argv)
     assert code != 0 and out == ""
@@ -93,28 +98,33 @@ def test_bad_input_is_one_line_and_nonzero(capsys, argv, needle):
 
 
 def test_console_entry_point_runs_as_a_process():
-    proc = subprocess.run([sys.executable, "-m", "simulator.cli", "bench", "all_reduce", "--nodes", "0"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "simulator.cli", "bench", "all_reduce", "--nodes", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
 def test_bench_explain_prints_the_tuners_estimates(capsys):
     code, out, err = run(capsys, "bench", "all_reduce", "-b", "1K", "-e", "1G", "-f", "1024", "--explain")
     assert code == 0, err
-    tuner = out[out.index("# tuner"):].splitlines()
+    tuner = out[out.index("# tuner") :].splitlines()
     chosen = [line.split() for line in tuner if line.split()[1:2] == ["*"] or line.split()[2:3] == ["*"]]
-    assert len(chosen) == 3                                  # one per size: 1K, 1M, 1G
+    assert len(chosen) == 3  # one per size: 1K, 1M, 1G
     rows = [line.split() for line in out.splitlines() if line and not line.startswith("#")]
-    assert [c[c.index("*") + 1:c.index("*") + 3] for c in chosen] == [[r[8], r[9]] for r in rows]
+    assert [c[c.index("*") + 1 : c.index("*") + 3] for c in chosen] == [[r[8], r[9]] for r in rows]
     code, out, err = run(capsys, "bench", "all_reduce", "-b", "1K", "-e", "1K", "--explain", "--format", "json")
     assert code == 0, err
     candidates = json.loads(out)["rows"][0]["candidates"]
     assert {c["algorithm"] for c in candidates} >= {"ring", "nvls"}
     # LL forced on a 64 MiB alltoall, which NCCL's model gives no bandwidth: an infinite estimate, null in JSON
-    code, out, err = run(capsys, "bench", "alltoall", "--proto", "LL", "-b", "64M", "-e", "64M", "--explain",
-                         "--format", "json")
+    code, out, err = run(
+        capsys, "bench", "alltoall", "--proto", "LL", "-b", "64M", "-e", "64M", "--explain", "--format", "json"
+    )
     assert code == 0, err
-    direct, = [c for c in json.loads(out)["rows"][0]["candidates"] if c["algorithm"] == "direct"]
+    (direct,) = [c for c in json.loads(out)["rows"][0]["candidates"] if c["algorithm"] == "direct"]
     assert direct["protocol"] == "LL" and direct["algbw_bytes_per_s"] == 0 and direct["predicted_s"] is None
     code, out, err = run(capsys, "bench", "all_reduce", "--explain", "--format", "csv")
     assert code != 0 and "explain: not available with --format csv" in err
@@ -124,8 +134,27 @@ def test_bench_takes_a_pasted_nccl_tests_command_line(capsys):
     # -n/-w/-c/-a change how nccl-tests measures, not what: the same table as without them
     code, plain, err = run(capsys, "bench", "all_reduce", "-b", "8", "-e", "1M", "-f", "32", "-g", "1")
     assert code == 0, err
-    code, pasted, err = run(capsys, "bench", "all_reduce", "-b", "8", "-e", "1M", "-f", "32", "-g", "1", "-n", "20",
-                            "-w", "5", "-c", "1", "-a", "3")
+    code, pasted, err = run(
+        capsys,
+        "bench",
+        "all_reduce",
+        "-b",
+        "8",
+        "-e",
+        "1M",
+        "-f",
+        "32",
+        "-g",
+        "1",
+        "-n",
+        "20",
+        "-w",
+        "5",
+        "-c",
+        "1",
+        "-a",
+        "3",
+    )
     assert code == 0 and pasted == plain, err
 
 
@@ -133,8 +162,9 @@ def test_one_process_per_node_launches_every_kernel_of_its_gpus():
     # nccl-tests -g 8: one thread launches the 8 GPUs' kernels one after the other, so every row starts
     # 7 launches of HOST_LAUNCH_S_PER_GPU later than with one process per GPU, at every size
     one = run_bench("all_reduce", system="dgx-a100", nodes=1, minbytes="8", maxbytes="1G", stepfactor=1 << 9)
-    eight = run_bench("all_reduce", system="dgx-a100", nodes=1, minbytes="8", maxbytes="1G", stepfactor=1 << 9,
-                      gpus_per_process=8)
+    eight = run_bench(
+        "all_reduce", system="dgx-a100", nodes=1, minbytes="8", maxbytes="1G", stepfactor=1 << 9, gpus_per_process=8
+    )
     assert [r.size_bytes for r in eight] == [r.size_bytes for r in one] == [8, 4 << 10, 2 << 20, 1 << 30]
     for a, b in zip(one, eight):
         assert b.time_us - a.time_us == pytest.approx(7 * HOST_LAUNCH_S_PER_GPU * 1e6, rel=1e-6)
@@ -152,15 +182,36 @@ def test_bench_fabric_options_change_the_fabric(capsys):
     """2 DGX H100 ring all_gather at 1 GiB is NIC-bound: each rank's NIC carries (n-1)/n of the
     buffer per ring edge that leaves a server, so busbw follows the NIC rate: RoCE 200G (half of
     NDR 400G) must be slower, the rest of the command unchanged."""
+
     def busbw(*extra):
-        code, out, _ = run(capsys, "bench", "all_gather", "--nodes", "2", "-b", "1G", "-e", "1G", "--algo", "ring",
-                           "--format", "json", *extra)
+        code, out, _ = run(
+            capsys,
+            "bench",
+            "all_gather",
+            "--nodes",
+            "2",
+            "-b",
+            "1G",
+            "-e",
+            "1G",
+            "--algo",
+            "ring",
+            "--format",
+            "json",
+            *extra,
+        )
         assert code == 0
         return json.loads(out)["rows"][0]["busbw_GBps"]
+
     ndr, roce200 = busbw(), busbw("--fabric", "roce-200g")
     assert roce200 < 0.75 * ndr
-    for extra in (("--topology", "fat-tree"), ("--routing", "spray"), ("--qps-per-connection", "2"),
-                  ("--no-rail-optimised",), ("--planes", "2")):
+    for extra in (
+        ("--topology", "fat-tree"),
+        ("--routing", "spray"),
+        ("--qps-per-connection", "2"),
+        ("--no-rail-optimised",),
+        ("--planes", "2"),
+    ):
         assert busbw(*extra) > 0
 
 
@@ -172,8 +223,24 @@ def test_topo_prints_cost_and_draws(capsys, tmp_path):
 
 
 def test_bench_congestion_option_reaches_the_network_model(capsys):
-    code, out, _ = run(capsys, "bench", "all_gather", "--nodes", "2", "--fabric", "roce-400g", "--congestion",
-                       "dcqcn", "pfc", "-b", "64M", "-e", "64M", "--format", "json")
+    code, out, _ = run(
+        capsys,
+        "bench",
+        "all_gather",
+        "--nodes",
+        "2",
+        "--fabric",
+        "roce-400g",
+        "--congestion",
+        "dcqcn",
+        "pfc",
+        "-b",
+        "64M",
+        "-e",
+        "64M",
+        "--format",
+        "json",
+    )
     assert code == 0 and json.loads(out)["rows"][0]["busbw_GBps"] > 0
     code, out, err = run(capsys, "bench", "all_reduce", "--net-model", "analytical", "--congestion", "pfc")
     assert code == 2 and "congestion" in err and "analytical" in err
@@ -181,8 +248,22 @@ def test_bench_congestion_option_reaches_the_network_model(capsys):
 
 # ---- fabricsim step ------------------------------------------------------------------------------
 
-SMALL_STEP = ["--model", "gpt", "--layers", "4", "--hidden", "1024", "--heads", "16", "--nodes", "2",
-              "--global-batch", "16", "--seq-len", "2048"]
+SMALL_STEP = [
+    "--model",
+    "gpt",
+    "--layers",
+    "4",
+    "--hidden",
+    "1024",
+    "--heads",
+    "16",
+    "--nodes",
+    "2",
+    "--global-batch",
+    "16",
+    "--seq-len",
+    "2048",
+]
 
 
 def test_step_json_keys_and_trace(capsys, tmp_path):
@@ -190,8 +271,16 @@ def test_step_json_keys_and_trace(capsys, tmp_path):
     code, out, err = run(capsys, "step", *SMALL_STEP, "--format", "json", "--trace", str(trace))
     assert code == 0, err
     data = json.loads(out)
-    for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "compute_s", "comm_s", "exposed_comm_s",
-                "breakdown"):
+    for key in (
+        "step_time_s",
+        "tokens_per_s",
+        "tflops_per_gpu",
+        "mfu",
+        "compute_s",
+        "comm_s",
+        "exposed_comm_s",
+        "breakdown",
+    ):
         assert key in data
     # 2 DGX H100 = 16 GPUs; tp 2 x pp 2 (defaults) leaves dp = 16 / 4 = 4
     assert data["gpus"] == 16 and data["parallelism"]["dp"] == 4
@@ -225,11 +314,11 @@ def test_step_and_bench_apply_and_record_nccl_environment(capsys, monkeypatch):
     assert code == 0 and "NCCL_NVLS_ENABLE=0" in out.splitlines()[0]
     code, out, err = run(capsys, "bench", "all_reduce", "-b", "8G", "-e", "8G")
     assert code == 0 and "NCCL_NVLS_ENABLE=0" in out.splitlines()[0]
-    monkeypatch.setenv("NCCL_PROTO", "LL")                   # overridden by --proto: not applied, not recorded
+    monkeypatch.setenv("NCCL_PROTO", "LL")  # overridden by --proto: not applied, not recorded
     code, out, err = run(capsys, "bench", "all_reduce", "--proto", "Simple")
     assert code == 0 and "NCCL_PROTO" not in out.splitlines()[0] and out.splitlines()[-2].split()[-2] == "Simple"
     monkeypatch.delenv("NCCL_PROTO")
-    assert out.splitlines()[-2].split()[-3] == "ring"              # the algo column: NVLS is off
+    assert out.splitlines()[-2].split()[-3] == "ring"  # the algo column: NVLS is off
     monkeypatch.setenv("NCCL_ALGO", "Ring,Bogus")
     code, out, err = run(capsys, "step", *SMALL_STEP)
     assert code != 0 and "NCCL_ALGO: 'bogus' in 'Ring,Bogus' is not allowed" in err and "Traceback" not in err
@@ -237,8 +326,10 @@ def test_step_and_bench_apply_and_record_nccl_environment(capsys, monkeypatch):
 
 def test_step_scenario_file_and_command_line_override(capsys, tmp_path):
     scenario = tmp_path / "s.toml"
-    scenario.write_text('model = "gpt"\nlayers = 4\nhidden = 1024\nheads = 16\nnodes = 2\nglobal_batch = 16\n'
-                        'seq_len = 2048\ntp = 4\npp = 1\nformat = "json"\n')
+    scenario.write_text(
+        'model = "gpt"\nlayers = 4\nhidden = 1024\nheads = 16\nnodes = 2\nglobal_batch = 16\n'
+        'seq_len = 2048\ntp = 4\npp = 1\nformat = "json"\n'
+    )
     code, out, err = run(capsys, "step", str(scenario))
     assert code == 0, err
     assert json.loads(out)["parallelism"]["tp"] == 4 and json.loads(out)["parallelism"]["dp"] == 4
@@ -247,12 +338,15 @@ def test_step_scenario_file_and_command_line_override(capsys, tmp_path):
     assert json.loads(out)["parallelism"]["tp"] == 8 and json.loads(out)["parallelism"]["dp"] == 2
 
 
-@pytest.mark.parametrize("argv,needle", [
-    ([*SMALL_STEP, "--tp", "3"], "tp"),
-    ([*SMALL_STEP, "--dp", "3"], "dp"),
-    ([*SMALL_STEP, "--model", "llama9-1t"], "llama9-1t"),
-    (["--model", "gpt", "--layers", "2"], "--hidden"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        ([*SMALL_STEP, "--tp", "3"], "tp"),
+        ([*SMALL_STEP, "--dp", "3"], "dp"),
+        ([*SMALL_STEP, "--model", "llama9-1t"], "llama9-1t"),
+        (["--model", "gpt", "--layers", "2"], "--hidden"),
+    ],
+)
 def test_step_bad_layouts_are_one_line_errors(capsys, argv, needle):
     code, out, err = run(capsys, "step", *argv)
     assert code == 2 and out == "" and "Traceback" not in err
@@ -266,11 +360,14 @@ def test_step_bad_scenario_field(capsys, tmp_path):
     assert code == 2 and "modle" in err
 
 
-@pytest.mark.parametrize("line,needle", [
-    ('format = "csv"', "format: 'csv' is not allowed; expected one of 'table', 'json'"),   # step prints no csv
-    ("format = 1", "format: 1 is not allowed"),
-    ("trace = 5", "trace: 5 is not allowed"),
-])
+@pytest.mark.parametrize(
+    "line,needle",
+    [
+        ('format = "csv"', "format: 'csv' is not allowed; expected one of 'table', 'json'"),  # step prints no csv
+        ("format = 1", "format: 1 is not allowed"),
+        ("trace = 5", "trace: 5 is not allowed"),
+    ],
+)
 def test_step_scenario_format_and_trace_are_checked(capsys, tmp_path, line, needle):
     scenario = tmp_path / "s.toml"
     scenario.write_text(line + "\n")

@@ -25,18 +25,22 @@ def _mixed_workload() -> Workload:
     all_reduces (one per server) on stream 1 waiting for it; a 16-rank all_gather; a 2-rank
     alltoall across the servers; a repeated collective (one schedule used twice)."""
     servers = [tuple(range(8)), tuple(range(8, 16))]
-    colls = [Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=servers[0]),
-             Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=servers[1]),
-             Collective(kind=CollectiveKind.ALL_GATHER, nbytes=16 << 20, group=tuple(range(16))),
-             Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=8 << 20, group=(3, 11)),
-             Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=servers[0])]
+    colls = [
+        Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=servers[0]),
+        Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=servers[1]),
+        Collective(kind=CollectiveKind.ALL_GATHER, nbytes=16 << 20, group=tuple(range(16))),
+        Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=8 << 20, group=(3, 11)),
+        Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=servers[0]),
+    ]
     programs = []
     for rank in range(16):
         server = rank // 8
-        program = [ComputeTask(duration_s=1e-4 * (1 + rank % 5)),
-                   CommTask(index=server if server == 0 else 1, stream=1, after=(0,)),
-                   ComputeTask(duration_s=3e-4),
-                   CommTask(index=2, stream=1, after=(2,))]
+        program = [
+            ComputeTask(duration_s=1e-4 * (1 + rank % 5)),
+            CommTask(index=server if server == 0 else 1, stream=1, after=(0,)),
+            ComputeTask(duration_s=3e-4),
+            CommTask(index=2, stream=1, after=(2,)),
+        ]
         if rank in (3, 11):
             program.append(CommTask(index=3))
         if server == 0:
@@ -52,7 +56,7 @@ def both():
     config = SimConfig(network_model="analytical", task_ranks=None, launch_overhead_s=5e-6)
     closed = simulate(topo, work, config=config)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(AnalyticalNetwork, "context_free", False)       # force the event replay
+        mp.setattr(AnalyticalNetwork, "context_free", False)  # force the event replay
         events = simulate(topo, work, config=config)
     return closed, events, work
 
@@ -60,12 +64,15 @@ def both():
 def _engines_run(topo, work, config) -> list[str]:
     """Which engine ``simulate`` ran: the closed form (``collective_times``) or the event replay (``run``)."""
     import simulator.api as api
+
     ran = []
     with pytest.MonkeyPatch.context() as mp:
         for name in ("collective_times", "run"):
-            def spy(*args, _name=name, _real=getattr(api, name), **kwargs):
+
+            def spy(*args, _name=name, _real=getattr(api, name), **kwargs):  # noqa: B008 (binds this name's function)
                 ran.append(_name)
                 return _real(*args, **kwargs)
+
             mp.setattr(api, name, spy)
         simulate(topo, work, config=config)
     return ran
@@ -74,7 +81,7 @@ def _engines_run(topo, work, config) -> list[str]:
 def test_closed_form_is_what_the_analytical_model_runs(monkeypatch):
     topo, work, config = build_system("dgx-h100", nodes=2), _mixed_workload(), SimConfig(network_model="analytical")
     assert _engines_run(topo, work, config) == ["collective_times"]
-    monkeypatch.setattr(AnalyticalNetwork, "context_free", False)      # as the ``both`` fixture's event replay
+    monkeypatch.setattr(AnalyticalNetwork, "context_free", False)  # as the ``both`` fixture's event replay
     assert _engines_run(topo, work, config) == ["run"]
 
 
@@ -120,21 +127,34 @@ def test_closed_form_time_of_a_lone_ring_by_hand():
     # per GPU; NCCL's ring latency 8.4 + 14 x 3.4 = 56 us + path latency + one 1 MiB slice at a
     # chain's rate (370.8 / 16 GB/s); + 7 us launch overhead
     topo = build_system("dgx-h100")
-    work = Workload.sequence([Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 30, group=tuple(range(8)))],
-                             nranks=8)
-    res = simulate(topo, work, config=SimConfig(network_model="analytical", launch_overhead_s=7e-6,
-                                                collectives=CollectivePolicy(algorithm="ring", protocol="Simple",
-                                                                             nchannels=16)))
-    expected = (7e-6 + 56e-6 + topo.path_latency_s(Router(topo).path(0, 1)) + (2 * 7 / 8 * (1 << 30)) / (18 * 20.6e9)
-                + (1 << 20) / (18 * 20.6e9 / 16))
+    work = Workload.sequence(
+        [Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 30, group=tuple(range(8)))], nranks=8
+    )
+    res = simulate(
+        topo,
+        work,
+        config=SimConfig(
+            network_model="analytical",
+            launch_overhead_s=7e-6,
+            collectives=CollectivePolicy(algorithm="ring", protocol="Simple", nchannels=16),
+        ),
+    )
+    expected = (
+        7e-6
+        + 56e-6
+        + topo.path_latency_s(Router(topo).path(0, 1))
+        + (2 * 7 / 8 * (1 << 30)) / (18 * 20.6e9)
+        + (1 << 20) / (18 * 20.6e9 / 16)
+    )
     assert res.collectives[0].time_s == pytest.approx(expected, rel=1e-9)
 
 
 def test_link_events_keep_the_event_replay():
     # a link event needs the clock: the analytical model then runs event by event
     topo = build_system("dgx-h100", nodes=2)
-    work = Workload.sequence([Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=tuple(range(16)))],
-                             nranks=16)
+    work = Workload.sequence(
+        [Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=tuple(range(16)))], nranks=16
+    )
     config = SimConfig(network_model="analytical", link_events=(LinkEvent(time_s=1e-5, link=0, scale=0.5),))
     assert _engines_run(topo, work, config) == ["run"]
 
@@ -150,5 +170,8 @@ def test_deadlock_is_reported_by_the_closed_form():
 def test_collective_times_refuses_a_model_that_sees_other_flows():
     topo = build_system("dgx-h100")
     with pytest.raises(ValueError, match="not context-free"):
-        collective_times(network=FlowNetwork(topo.link_capacity_bytes_per_s), schedules=[],
-                         route=Routes(Router(topo), rank_gpu=tuple(range(8))))
+        collective_times(
+            network=FlowNetwork(topo.link_capacity_bytes_per_s),
+            schedules=[],
+            route=Routes(Router(topo), rank_gpu=tuple(range(8))),
+        )

@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 
 from simulator.api import simulate
-from simulator.collectives import ALGORITHMS, Algorithm, LoweringContext
-from simulator.collectives import nccl_model
+from simulator.collectives import ALGORITHMS, Algorithm, LoweringContext, nccl_model
 from simulator.collectives.nvls_tree import tree_network_hops
 from simulator.collectives.p2p import comm_p2p_channels, op_channels
 from simulator.collectives.tuner import NCCL_FUNCTIONS, CollectivePolicy, choose, parse_selection
 from simulator.config import SimConfig
-from simulator.studies.nccl_tests import run_bench
 from simulator.placement import Placement
+from simulator.studies.nccl_tests import run_bench
 from topologies.presets import build_system
 from topologies.routing import Router
 from workloads.collectives import Collective, CollectiveKind
@@ -32,7 +31,7 @@ def context(system="dgx-h100", nodes=1, gpus_per_node=None):
     return LoweringContext(topology=topo, router=Router(topo), rank_gpu=placement.rank_gpu)
 
 
-CASES = [(1, 2), (1, 3), (1, 8), (2, 8), (3, 5)]   # (nodes, gpus per node): includes odd rank counts
+CASES = [(1, 2), (1, 3), (1, 8), (2, 8), (3, 5)]  # (nodes, gpus per node): includes odd rank counts
 
 
 def test_every_registered_algorithm_has_the_whole_interface():
@@ -119,20 +118,52 @@ def test_rings_are_rail_aligned_between_servers():
 def test_nccl_latency_worked_examples():
     # NCCL model worked numbers (tuning.cc constants):
     # 8 GPUs one node, ring LL: 6.6 + 14 x 0.6 = 15.0 us; ring Simple: 8.4 + 14 x 3.4 = 56.0 us
-    assert nccl_model.ring_latency_s(kind_value="all_reduce", protocol="LL", nranks=8, nnodes=1, ppn=8,
-                                     intra="nvlink", cpu_vendor="intel", nbytes=8,
-                                     nchannels=16) == pytest.approx(15.0e-6)
-    assert nccl_model.ring_latency_s(kind_value="all_reduce", protocol="Simple", nranks=8, nnodes=1, ppn=8,
-                                     intra="nvlink", cpu_vendor="intel", nbytes=8,
-                                     nchannels=16) == pytest.approx(56.0e-6)
+    assert nccl_model.ring_latency_s(
+        kind_value="all_reduce",
+        protocol="LL",
+        nranks=8,
+        nnodes=1,
+        ppn=8,
+        intra="nvlink",
+        cpu_vendor="intel",
+        nbytes=8,
+        nchannels=16,
+    ) == pytest.approx(15.0e-6)
+    assert nccl_model.ring_latency_s(
+        kind_value="all_reduce",
+        protocol="Simple",
+        nranks=8,
+        nnodes=1,
+        ppn=8,
+        intra="nvlink",
+        cpu_vendor="intel",
+        nbytes=8,
+        nchannels=16,
+    ) == pytest.approx(56.0e-6)
     # 16 ranks on 2 Intel nodes, ring LL: 6.6 + 28 x max(0.6, 1.0) + 2 x 2.7 = 40.0 us
-    assert nccl_model.ring_latency_s(kind_value="all_reduce", protocol="LL", nranks=16, nnodes=2, ppn=8,
-                                     intra="nvlink", cpu_vendor="intel", nbytes=8,
-                                     nchannels=16) == pytest.approx(40.0e-6)
+    assert nccl_model.ring_latency_s(
+        kind_value="all_reduce",
+        protocol="LL",
+        nranks=16,
+        nnodes=2,
+        ppn=8,
+        intra="nvlink",
+        cpu_vendor="intel",
+        nbytes=8,
+        nchannels=16,
+    ) == pytest.approx(40.0e-6)
     # same in Simple with a large message: (8.4 + 28 x max(3.4, 3 x 1.0) + 2 x 14) x 1.4 = 184.24 us
-    assert nccl_model.ring_latency_s(kind_value="all_reduce", protocol="Simple", nranks=16, nnodes=2, ppn=8,
-                                     intra="nvlink", cpu_vendor="intel", nbytes=1 << 30,
-                                     nchannels=16) == pytest.approx(184.24e-6)
+    assert nccl_model.ring_latency_s(
+        kind_value="all_reduce",
+        protocol="Simple",
+        nranks=16,
+        nnodes=2,
+        ppn=8,
+        intra="nvlink",
+        cpu_vendor="intel",
+        nbytes=1 << 30,
+        nchannels=16,
+    ) == pytest.approx(184.24e-6)
 
 
 def test_tree_latency_counts_nccls_integer_tree_depth():
@@ -148,7 +179,7 @@ def test_tree_latency_counts_nccls_integer_tree_depth():
 
 
 def test_alltoall_latency_sums_peers_under_ll_and_overlaps_them_under_simple():
-    ctx = context(nodes=2)         # 2x DGX H100: NCCL's table holds on Hopper (no platform hop extra)
+    ctx = context(nodes=2)  # 2x DGX H100: NCCL's table holds on Hopper (no platform hop extra)
     pairwise = ALGORITHMS["pairwise"]
     for nranks, nodes in ((8, 1), (16, 2)):
         c = Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=nranks * 1024, group=tuple(range(nranks)))
@@ -180,8 +211,14 @@ def test_tuner_picks_ll_small_simple_large_and_obeys_overrides():
 
 
 def test_nccl_environment_maps_to_policy():
-    env = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "simple", "NCCL_NVLS_ENABLE": "0", "NCCL_MIN_CTAS": "24",
-           "NCCL_IB_QPS_PER_CONNECTION": "2", "NCCL_MAX_NCHANNELS": "32"}
+    env = {
+        "NCCL_ALGO": "Ring",
+        "NCCL_PROTO": "simple",
+        "NCCL_NVLS_ENABLE": "0",
+        "NCCL_MIN_CTAS": "24",
+        "NCCL_IB_QPS_PER_CONNECTION": "2",
+        "NCCL_MAX_NCHANNELS": "32",
+    }
     policy = CollectivePolicy.from_environment(env)
     assert (policy.nvls, policy.min_channels, policy.max_channels, policy.qps_per_connection) == (False, 24, 32, 2)
     assert {policy.algorithms.names(kind) for kind in NCCL_FUNCTIONS.values()} == {frozenset({"ring"})}
@@ -193,8 +230,13 @@ def test_nccl_environment_maps_to_policy():
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 30, group=tuple(range(16)))
     assert choose(coll, ctx, CollectivePolicy.from_environment({"NCCL_MIN_CTAS": "24"})).nchannels == 24
     assert CollectivePolicy.from_environment({"NCCL_COLLNET_ENABLE": "1"}).collnet
-    for bad in ({"NCCL_ALGO": "Ring,Hypercube"}, {"NCCL_ALGO": "allgatherv:ring"}, {"NCCL_PROTO": "LL256"},
-                {"NCCL_ALGO": "ring;tree"}, {"NCCL_MIN_NCHANNELS": "many"}):
+    for bad in (
+        {"NCCL_ALGO": "Ring,Hypercube"},
+        {"NCCL_ALGO": "allgatherv:ring"},
+        {"NCCL_PROTO": "LL256"},
+        {"NCCL_ALGO": "ring;tree"},
+        {"NCCL_MIN_NCHANNELS": "many"},
+    ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             CollectivePolicy.from_environment(bad)
 
@@ -221,7 +263,7 @@ def test_nccl_algo_and_proto_restrict_the_tuner_as_in_nccl():
     # one DGX H100: NVLS by default; excluding it leaves what NCCL_NVLS_ENABLE=0 leaves (NVLSTree needs servers)
     assert choose(big, ctx).algorithm == "nvls"
     assert choose(big, ctx, env({"NCCL_ALGO": "^NVLS"})) == choose(big, ctx, CollectivePolicy(nvls=False))
-    assert choose(big, ctx, env({"NCCL_ALGO": "allgather:^nvls"})).algorithm == "nvls"   # another function's
+    assert choose(big, ctx, env({"NCCL_ALGO": "allgather:^nvls"})).algorithm == "nvls"  # another function's
     # excluding LL128 leaves the cheaper of LL and Simple at every size
     for nbytes in (4 << 10, 1 << 20, 4 << 20, 64 << 20):
         coll = Collective(kind=CollectiveKind.ALL_GATHER, nbytes=nbytes, group=tuple(range(8)))
@@ -257,8 +299,7 @@ def test_an_option_replaces_the_variables_it_overrides():
 def test_explained_bench_rows_show_the_tuners_minimum():
     # each row's choice is the candidate with the smallest estimate, time = latency + size / algbw
     config = SimConfig(collectives=CollectivePolicy(nvls=False))
-    rows = run_bench("all_reduce", nodes=2, minbytes="4K", maxbytes="1G", stepfactor=64, config=config,
-                     explain=True)
+    rows = run_bench("all_reduce", nodes=2, minbytes="4K", maxbytes="1G", stepfactor=64, config=config, explain=True)
     for row in rows:
         weighed = [c for c in row.candidates if c.skipped is None]
         best = min(weighed, key=lambda c: c.predicted_s)
@@ -290,6 +331,7 @@ def test_pat_is_considered_by_the_tuner_without_error():
 
 # ---- channels NCCL launches per size (enqueue.cc "Ring/Tree channel tuning") -------------------
 
+
 def _nccl_channel_loop(nbytes, nchannels, threads, threshold):
     """NCCL's loop, restated: drop a channel while nbytes < channels x threads x threshold."""
     nc = nchannels
@@ -302,16 +344,21 @@ def test_launched_channels_by_hand():
     # ring LL on 8 ranks: 8 B x 8 ranks per thread x 512 threads = 32 KiB per channel
     ring_ll = dict(algorithm="ring", protocol="LL", nchannels=16, nranks=8)
     assert nccl_model.launched_channels(nbytes=64 << 10, **ring_ll) == 2
-    assert nccl_model.launched_channels(nbytes=48 << 10, **ring_ll) == 1       # 48 KiB < 2 x 32 KiB
+    assert nccl_model.launched_channels(nbytes=48 << 10, **ring_ll) == 1  # 48 KiB < 2 x 32 KiB
     assert nccl_model.launched_channels(nbytes=8, **ring_ll) == 1
-    assert nccl_model.launched_channels(nbytes=1 << 20, **ring_ll) == 16      # 32 x 32 KiB: capped at 16
+    assert nccl_model.launched_channels(nbytes=1 << 20, **ring_ll) == 16  # 32 x 32 KiB: capped at 16
     # tree LL128: 8 B x 640 threads = 5 KiB per channel (no x nRanks): 64 KiB -> 12 channels
-    assert nccl_model.launched_channels(algorithm="tree", protocol="LL128", nbytes=64 << 10, nchannels=16,
-                                        nranks=16) == 12
+    assert (
+        nccl_model.launched_channels(algorithm="tree", protocol="LL128", nbytes=64 << 10, nchannels=16, nranks=16) == 12
+    )
     # Simple: 64 B x 512 threads = 32 KiB per channel, whatever the algorithm and rank count
     for algorithm in ("ring", "tree"):
-        assert nccl_model.launched_channels(algorithm=algorithm, protocol="Simple", nbytes=96 << 10, nchannels=16,
-                                            nranks=32) == 3
+        assert (
+            nccl_model.launched_channels(
+                algorithm=algorithm, protocol="Simple", nbytes=96 << 10, nchannels=16, nranks=32
+            )
+            == 3
+        )
 
 
 def test_launched_channels_is_nccls_loop():
@@ -321,11 +368,12 @@ def test_launched_channels_is_nccls_loop():
         algorithm = ("ring", "tree")[int(rng.integers(2))]
         nranks, nchannels = int(rng.integers(2, 65)), int(rng.integers(1, 33))
         nbytes = int(2 ** rng.uniform(0, 24))
-        threshold = nccl_model.THREAD_THRESHOLD_BYTES[protocol] * (nranks if (algorithm, protocol) == ("ring", "LL")
-                                                                  else 1)
-        assert nccl_model.launched_channels(algorithm=algorithm, protocol=protocol, nbytes=nbytes, nchannels=nchannels,
-                                            nranks=nranks) == _nccl_channel_loop(
-            nbytes, nchannels, nccl_model.MAX_THREADS[protocol], threshold)
+        threshold = nccl_model.THREAD_THRESHOLD_BYTES[protocol] * (
+            nranks if (algorithm, protocol) == ("ring", "LL") else 1
+        )
+        assert nccl_model.launched_channels(
+            algorithm=algorithm, protocol=protocol, nbytes=nbytes, nchannels=nchannels, nranks=nranks
+        ) == _nccl_channel_loop(nbytes, nchannels, nccl_model.MAX_THREADS[protocol], threshold)
 
 
 def test_a_small_ring_runs_on_fewer_channels_at_the_communicators_per_channel_ceiling():
@@ -339,11 +387,14 @@ def test_a_small_ring_runs_on_fewer_channels_at_the_communicators_per_channel_ce
     ll_max = nccl_model.ll_max_bw_bytes_per_s(arch="hopper", cpu_vendor="intel", nnodes=1)
     assert schedule.chain_rate_cap_bytes_per_s == pytest.approx(ll_max / 16, rel=1e-12)
     # with every channel the same cap per channel: 16 chains
-    assert RING.lower_on(coll, ctx, protocol="LL", nchannels=16, comm_channels=16).chain_rate_cap_bytes_per_s == \
-        schedule.chain_rate_cap_bytes_per_s
+    assert (
+        RING.lower_on(coll, ctx, protocol="LL", nchannels=16, comm_channels=16).chain_rate_cap_bytes_per_s
+        == schedule.chain_rate_cap_bytes_per_s
+    )
 
 
 # ---- NVLS: NCCL's nvlsEfficiency of NCCL's NVLink figure -------------------------------------------
+
 
 def test_nvls_on_b200_keeps_nccls_throughput_on_the_measured_links():
     # 8x B200, all_reduce: each GPU's switch link carries 9 shard chains (8 reduce, 1 multicast) at
@@ -361,6 +412,7 @@ def test_nvls_on_b200_keeps_nccls_throughput_on_the_measured_links():
 
 
 # ---- NVLSTree: NCCL's per-head model and ceiling --------------------------------------------------
+
 
 def _nvlstree_case(nodes: int, nbytes: int = 8 << 30):
     ctx = context(nodes=nodes)
@@ -393,7 +445,7 @@ def test_nvlstree_runs_at_nccls_ceiling_on_two_servers():
     # 461.6 / 1.875 / 16 = 15.4 GB/s; 8 GiB then take 8 GiB / 246.2 GB/s + 66.8 us of latency
     # (tuning.cc: NVLS 25 us + 2 x log2(2 servers) x 20.9 us NET NVLSTree Simple = 66.8 us), plus the
     # pipeline fill: 2 tree hops x one loop of 16 channels x 8 heads x 128 KiB chunks at the same rate
-    row, = run_bench("all_reduce", system="dgx-h100", nodes=2, minbytes="8G", maxbytes="8G")
+    (row,) = run_bench("all_reduce", system="dgx-h100", nodes=2, minbytes="8G", maxbytes="8G")
     assert row.algorithm == "nvlstree"
     algbw = 461.6e9 / 1.875
     assert row.time_us == pytest.approx(((8 << 30) + 2 * 16 * 8 * (128 << 10)) / algbw * 1e6 + 66.8, rel=1e-3)
@@ -404,7 +456,7 @@ def test_nvlstree_fill_is_two_tree_hops_per_level_of_one_loop():
     # 64 MiB >= 4 x (16 channels x 8 heads) x 64 KiB keeps it there; one loop = 16 x 8 x 64 KiB = 8 MiB,
     # carried by 16 sub-shard chains: 6 x 8 MiB / 16 = 3 MiB of start-up per chain
     ctx, coll = _nvlstree_case(8, nbytes=64 << 20)
-    step, = ALGORITHMS["nvlstree"].lower(coll, ctx, protocol="Simple", nchannels=16).steps
+    (step,) = ALGORITHMS["nvlstree"].lower(coll, ctx, protocol="Simple", nchannels=16).steps
     assert set(step.fill_bytes.tolist()) == {6 * (8 << 20) / 16}
 
 
@@ -414,6 +466,7 @@ def test_nvlstree_hops_are_nccls_integer_tree_depth():
 
 
 # ---- point-to-point channels (sendrecv, alltoall) -------------------------------------------------
+
 
 def test_p2p_channels_follow_nccls_split():
     one = context("hgx-b200", nodes=1)
@@ -447,7 +500,7 @@ def test_alltoall_pieces_to_one_remote_gpu_share_one_pxn_connection():
     # 2x HGX B200, 16 ranks: the NIC on a remote GPU's rail carries the 8 pieces its server sends to that
     # GPU over one 20 GB/s connection, so each GPU's 8 remote pieces (half its buffer) move at 20 GB/s:
     # algbw 2 x 20 = 40 GB/s; a NIC-bound exchange would reach 2 x 49.7 GB/s
-    row, = run_bench("alltoall", system="hgx-b200", nodes=2, minbytes="4G", maxbytes="4G")
+    (row,) = run_bench("alltoall", system="hgx-b200", nodes=2, minbytes="4G", maxbytes="4G")
     assert row.algorithm == "direct"
     assert row.algbw_GBps == pytest.approx(40.0, rel=0.01)
     ctx = context("hgx-b200", nodes=2)
@@ -459,9 +512,15 @@ def test_alltoall_pieces_to_one_remote_gpu_share_one_pxn_connection():
 def test_pairwise_alltoall_runs_rounds_one_after_the_other():
     # one server of 8 B200: each of the 7 rounds sends one 1/8 piece per rank on 4 channels, pacing
     # 4 x 21.7 GB/s per rank; direct runs all 7 peers at once (28 channels, under NVLink's 682 GB/s)
-    direct, = run_bench("alltoall", system="hgx-b200", nodes=1, minbytes="256M", maxbytes="256M")
-    pairwise, = run_bench("alltoall", system="hgx-b200", nodes=1, minbytes="256M", maxbytes="256M",
-                          config=SimConfig(collectives=CollectivePolicy(algorithm="pairwise")))
+    (direct,) = run_bench("alltoall", system="hgx-b200", nodes=1, minbytes="256M", maxbytes="256M")
+    (pairwise,) = run_bench(
+        "alltoall",
+        system="hgx-b200",
+        nodes=1,
+        minbytes="256M",
+        maxbytes="256M",
+        config=SimConfig(collectives=CollectivePolicy(algorithm="pairwise")),
+    )
     piece = (256 << 20) / 8
     assert direct.algorithm == "direct" and pairwise.algorithm == "pairwise"
     assert pairwise.time_us - direct.time_us == pytest.approx((7 - 1) * piece / (4 * 21.7e9) * 1e6, rel=1e-6)
@@ -474,8 +533,9 @@ def test_uneven_alltoall_estimate_matches_the_simulation():
     topo = build_system("dgx-h100", nodes=2, nics_per_node=4)
     n = topo.num_gpus
     splits = tuple(tuple(((p * 7 + q * 3) % 5 + 1) * (256 << 10) for q in range(n)) for p in range(n))
-    coll = Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=max(sum(r) for r in splits), group=tuple(range(n)),
-                      splits=splits)
-    record, = simulate(topo, Workload.sequence([coll], nranks=n)).collectives
+    coll = Collective(
+        kind=CollectiveKind.ALL_TO_ALL, nbytes=max(sum(r) for r in splits), group=tuple(range(n)), splits=splits
+    )
+    (record,) = simulate(topo, Workload.sequence([coll], nranks=n)).collectives
     assert record.algorithm == "direct"
     assert record.predicted_s == pytest.approx(record.end_s - record.start_s, rel=1e-6)

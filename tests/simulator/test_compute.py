@@ -32,7 +32,6 @@ from simulator.compute.gpu import (
     memory_op,
     optimizer_step,
     overlapped_time_s,
-
 )
 from simulator.validation import sc21 as cal
 from simulator.validation.sc21 import format_sc21_check, sc21_compute_only_check
@@ -80,13 +79,13 @@ def test_layer_breakdowns_add_up_and_match_the_model_flops():
     # without flash attention the kernels execute exactly the model's FLOPs (all GEMMs)
     assert fwd.flops == pytest.approx(model.layer_forward_flops(0, micro_batch=2, tp=8).total, rel=1e-12)
     bwd = layer_backward(model, A100_SXM4_80GB, **kw)
-    assert bwd.flops == pytest.approx(2 * fwd.flops, rel=1e-12)           # dgrad + wgrad per GEMM
+    assert bwd.flops == pytest.approx(2 * fwd.flops, rel=1e-12)  # dgrad + wgrad per GEMM
     full = layer_backward(model, A100_SXM4_80GB, recompute="full", **kw)
     assert full.time_s == pytest.approx(bwd.time_s + fwd.time_s, rel=1e-12)
     selective = layer_backward(model, A100_SXM4_80GB, recompute="selective", **kw)
     core = sum(op.time_s for op in fwd.ops if op.kind == "attention")
     assert selective.time_s == pytest.approx(bwd.time_s + core, rel=1e-12)
-    assert [op.name for op in full.ops[:len(fwd.ops)]] == ["recompute." + op.name for op in fwd.ops]
+    assert [op.name for op in full.ops[: len(fwd.ops)]] == ["recompute." + op.name for op in fwd.ops]
 
 
 def test_layer_times_of_every_layer_are_those_of_its_kind():
@@ -98,7 +97,7 @@ def test_layer_times_of_every_layer_are_those_of_its_kind():
     for layer in (0, 2, 3, model.layers - 1):
         assert forward[layer] == layer_forward(model, H100_SXM5_80GB, layer=layer, **kw).time_s
         assert backward[layer] == layer_backward(model, H100_SXM5_80GB, layer=layer, recompute="full", **kw).time_s
-    assert forward[0] != forward[3]                     # a dense and a MoE layer
+    assert forward[0] != forward[3]  # a dense and a MoE layer
 
 
 def test_elementwise_kernels_are_memory_bound_and_flash_needs_no_selective_recompute():
@@ -108,15 +107,17 @@ def test_elementwise_kernels_are_memory_bound_and_flash_needs_no_selective_recom
     elementwise = [op for op in fwd.ops if op.kind == "elementwise"]
     assert elementwise and all(op.bound == "memory" and op.flops == 0 for op in elementwise)
     assert {op.name for op in fwd.ops if op.kind == "attention"} == {"flash_attention"}
-    assert layer_backward_time_s(model, H100_SXM5_80GB, recompute="selective", **kw) == \
-        layer_backward_time_s(model, H100_SXM5_80GB, **kw)
+    assert layer_backward_time_s(model, H100_SXM5_80GB, recompute="selective", **kw) == layer_backward_time_s(
+        model, H100_SXM5_80GB, **kw
+    )
 
 
 def test_layer_time_grows_with_work_and_falls_with_tensor_parallelism():
     model = MODELS["llama3-70b"]
     by_batch = [layer_forward_time_s(model, H100_SXM5_80GB, micro_batch=b, tp=8, sp=True) for b in (1, 2, 4)]
-    by_seq = [layer_forward_time_s(model, H100_SXM5_80GB, micro_batch=1, seq_len=s, tp=8, sp=True)
-              for s in (2048, 4096, 8192)]
+    by_seq = [
+        layer_forward_time_s(model, H100_SXM5_80GB, micro_batch=1, seq_len=s, tp=8, sp=True) for s in (2048, 4096, 8192)
+    ]
     by_tp = [layer_forward_time_s(model, H100_SXM5_80GB, micro_batch=1, tp=t, sp=True) for t in (1, 2, 4, 8)]
     assert all(a < b for a, b in zip(by_batch, by_batch[1:]))
     assert all(a < b for a, b in zip(by_seq, by_seq[1:]))
@@ -128,7 +129,7 @@ def test_fp8_speeds_up_linear_layers_only():
     kw = dict(micro_batch=1, tp=8, sp=True)
     bf16 = layer_forward(model, H100_SXM5_80GB, **kw).by_kind()
     fp8 = layer_forward(model, H100_SXM5_80GB, dtype="fp8", **kw).by_kind()
-    assert fp8["gemm"] < 0.7 * bf16["gemm"]                 # 1979 x 0.709 vs 989 x 0.803 TFLOP/s: 1.77x
+    assert fp8["gemm"] < 0.7 * bf16["gemm"]  # 1979 x 0.709 vs 989 x 0.803 TFLOP/s: 1.77x
     assert fp8["attention"] == bf16["attention"] and fp8["elementwise"] == bf16["elementwise"]
 
 
@@ -141,8 +142,9 @@ def test_moe_layers_time_every_expert_kernel():
     assert "mlp_up" in {op.name for op in dense.ops} and "router" not in {op.name for op in dense.ops}
     # ep spreads experts, not tokens: the routed GEMM FLOPs per GPU do not depend on ep (balanced routing)
     one = layer_forward(model, H100_SXM5_80GB, layer=3, micro_batch=1, ep=8)
-    assert sum(op.flops for op in one.ops if op.name.startswith("expert")) == \
-        pytest.approx(sum(op.flops for op in moe.ops if op.name.startswith("expert")), rel=1e-12)
+    assert sum(op.flops for op in one.ops if op.name.startswith("expert")) == pytest.approx(
+        sum(op.flops for op in moe.ops if op.name.startswith("expert")), rel=1e-12
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -153,9 +155,9 @@ def test_moe_layers_time_every_expert_kernel():
 def test_huge_aligned_gemm_reaches_eff_max():
     # A100: m = 108 x 256, n = 64 x 128 -> 6912 tiles = exactly 64 waves of 108 SMs, no padding, compute-bound
     eff = gemm_efficiency(A100_SXM4_80GB, m=108 * 256, n=64 * 128, k=8192)
-    assert eff == pytest.approx(A100_SC21_GEMM_EFFICIENCY, rel=1e-12)        # the SC21-fitted A100 eff_max
+    assert eff == pytest.approx(A100_SC21_GEMM_EFFICIENCY, rel=1e-12)  # the SC21-fitted A100 eff_max
     eff = gemm_efficiency(A100_SXM4_80GB, m=108 * 256, n=64 * 128, k=8192, compute_model=A100_MAMF_2024)
-    assert eff == pytest.approx(271.2 / 312, rel=1e-12)      # Bekman's 2024 MAMF measurement
+    assert eff == pytest.approx(271.2 / 312, rel=1e-12)  # Bekman's 2024 MAMF measurement
 
 
 def test_h100_8192_cube_by_hand():
@@ -163,7 +165,7 @@ def test_h100_8192_cube_by_hand():
     eff = 794.5 / 989 * 2048 / (16 * 132)
     op = gemm_op(H100_SXM5_80GB, m=8192, n=8192, k=8192)
     assert op.bound == "compute"
-    assert op.time_s == pytest.approx(2 * 8192 ** 3 / (989e12 * eff), rel=1e-12)
+    assert op.time_s == pytest.approx(2 * 8192**3 / (989e12 * eff), rel=1e-12)
 
 
 def test_wave_and_tile_quantisation():
@@ -175,7 +177,8 @@ def test_wave_and_tile_quantisation():
     assert two.time_s == pytest.approx(2 * one.time_s, rel=1e-12)
     # a single 64^3 GEMM uses 1 of 108 SMs and 1/16 of its tile: eff_max x (64 x 64)/(256 x 128) / 108
     assert gemm_efficiency(A100_SXM4_80GB, m=64, n=64, k=64) == pytest.approx(
-        A100_SC21_GEMM_EFFICIENCY * (64 * 64) / (256 * 128) / 108, rel=1e-12)
+        A100_SC21_GEMM_EFFICIENCY * (64 * 64) / (256 * 128) / 108, rel=1e-12
+    )
 
 
 def test_small_elementwise_op_is_memory_bound_at_measured_bandwidth():
@@ -206,8 +209,9 @@ def test_embedding_logits_and_optimizer_by_hand():
     assert embedding_backward(model, A100_SXM4_80GB, micro_batch=1).time_s > 0
     logits = {op.name: op for op in logits_forward(model, A100_SXM4_80GB, micro_batch=1).ops}
     assert logits["logits"].flops == model.logits_flops(micro_batch=1) == 2 * 2048 * 2304 * 51200
-    assert sum(op.flops for op in logits_backward(model, A100_SXM4_80GB, micro_batch=1).ops) == \
-        2 * logits["logits"].flops
+    assert (
+        sum(op.flops for op in logits_backward(model, A100_SXM4_80GB, micro_batch=1).ops) == 2 * logits["logits"].flops
+    )
     # Adam: 4 (norm pass) + 4 + 24 + 2 = 34 bytes per parameter, memory-bound
     opt = optimizer_step(H100_SXM5_80GB, parameters=1e9)
     assert opt.nbytes == 34e9 and opt.time_s == pytest.approx(hbm_s(H100_SXM5_80GB, 34e9), rel=1e-12)
@@ -245,10 +249,21 @@ def test_sc21_compute_only_throughput_bounds_the_measured_one():
         # the measured runs also communicate, load data and log: compute alone must be at least as fast
         assert r.ratio <= 1.0, r.model
         assert r.measured_tflops < r.compute_only_tflops <= r.compute_only_tflops_no_bubble < ceiling
-        assert r.microbatches * r.micro_batch * r.dp == {
-            "GPT-1.7B": 512, "GPT-3.6B": 512, "GPT-7.5B": 512, "GPT-18.4B": 1024, "GPT-39.1B": 1536,
-            "GPT-76.1B": 1792, "GPT-145.6B": 2304, "GPT-310.1B": 2160, "GPT-529.6B": 2520, "GPT-1008.0B": 3072,
-        }[r.model]
+        assert (
+            r.microbatches * r.micro_batch * r.dp
+            == {
+                "GPT-1.7B": 512,
+                "GPT-3.6B": 512,
+                "GPT-7.5B": 512,
+                "GPT-18.4B": 1024,
+                "GPT-39.1B": 1536,
+                "GPT-76.1B": 1792,
+                "GPT-145.6B": 2304,
+                "GPT-310.1B": 2160,
+                "GPT-529.6B": 2520,
+                "GPT-1008.0B": 3072,
+            }[r.model]
+        )
 
 
 def test_a100_gemm_efficiency_is_the_documented_sc21_fit():
@@ -326,8 +341,11 @@ def test_bad_inputs_name_the_field_and_the_allowed_values():
         layer_forward(model, H100_SXM5_80GB, micro_batch=1, dtype="fp16")
     with pytest.raises(ValueError, match=r"dtype: 'fp8' is not allowed on a100_sxm4_80gb"):
         gemm_op(A100_SXM4_80GB, m=1, n=1, k=1, dtype="fp8")
-    with pytest.raises(ValueError, match=r"gpu: 'rtx_4090' has no kernel-efficiency parameters; expected one of "
-                                         r"a100_sxm4_80gb, h100_sxm5_80gb, h200_sxm, b200"):
+    with pytest.raises(
+        ValueError,
+        match=r"gpu: 'rtx_4090' has no kernel-efficiency parameters; expected one of "
+        r"a100_sxm4_80gb, h100_sxm5_80gb, h200_sxm, b200",
+    ):
         layer_forward_time_s(model, RTX_4090, micro_batch=1)
     with pytest.raises(ValueError, match=r"gemm.m: 0 is not allowed; expected a finite number > 0"):
         gemm_op(H100_SXM5_80GB, m=0, n=1, k=1)
@@ -343,8 +361,11 @@ def test_bad_inputs_name_the_field_and_the_allowed_values():
         default_overlap_slowdown(H100_SXM5_80GB, comm_ctas=132)
     with pytest.raises(ValueError, match=r"overlap_slowdown: -0.1 is not allowed; expected a finite number >= 0"):
         overlapped_time_s(1.0, H100_SXM5_80GB, overlap_slowdown=-0.1)
-    with pytest.raises(ValueError, match=r"GpuComputeModel.memory_efficiency: 1.5 is not allowed; expected a "
-                                         r"number in \(0, 1\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"GpuComputeModel.memory_efficiency: 1.5 is not allowed; expected a "
+        r"number in \(0, 1\]",
+    ):
         dataclasses.replace(COMPUTE_MODELS["b200"], memory_efficiency=1.5)
     with pytest.raises(ValueError, match=r"gpu: 'h100' is not allowed; expected a topologies.devices.GpuSpec"):
         compute_model_for("h100")
@@ -354,8 +375,15 @@ def test_bad_inputs_name_the_field_and_the_allowed_values():
 
 def test_a_gpu_without_shipped_parameters_runs_with_explicit_ones():
     # illustrative parameters (not a calibration): 128 SMs, eff_max 0.5, memory 0.8
-    cm = GpuComputeModel(name="rtx_4090_example", sm_count=128, gemm_efficiency_bf16=0.5, gemm_efficiency_fp8=None,
-                         memory_efficiency=0.8, flash_fwd_efficiency=0.5, flash_bwd_efficiency=0.4)
+    cm = GpuComputeModel(
+        name="rtx_4090_example",
+        sm_count=128,
+        gemm_efficiency_bf16=0.5,
+        gemm_efficiency_fp8=None,
+        memory_efficiency=0.8,
+        flash_fwd_efficiency=0.5,
+        flash_bwd_efficiency=0.4,
+    )
     # 16 x 64 = 1024 tiles = 8 waves of 128 SMs: exactly 0.5 x peak
     op = gemm_op(RTX_4090, m=16 * 256, n=64 * 128, k=4096, compute_model=cm)
     assert op.time_s == pytest.approx(op.flops / (0.5 * RTX_4090.dense_bf16_flop_per_s), rel=1e-12)

@@ -15,19 +15,28 @@ import pytest
 from simulator.api import simulate
 from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES, SimConfig
 from simulator.kernels import build_csr, dcqcn_rates, lossless_throttle, successor_pairs
-from simulator.network import (NETWORK_MODELS, REFINEMENTS, CongestionNetwork, Dcqcn, Ecn, FlowNetwork, IbCredit,
-                               Pfc, build_network)
+from simulator.network import (
+    NETWORK_MODELS,
+    REFINEMENTS,
+    CongestionNetwork,
+    Dcqcn,
+    Ecn,
+    FlowNetwork,
+    IbCredit,
+    Pfc,
+    build_network,
+)
+from tests.naive import dcqcn_rates_naive, lossless_throttle_naive
 from topologies import devices as dev
 from topologies import links as lk
 from topologies.fat_tree import leaf_spine
 from topologies.links import IB_NDR, ROCE_400G, LinkKind
 from topologies.node import dgx_h100
 from topologies.topology import LinkTier, NodeKind, TopologyBuilder
-from tests.naive import dcqcn_rates_naive, lossless_throttle_naive
 from workloads.collectives import Collective, CollectiveKind
 from workloads.tasks import Workload
 
-C = ROCE_400G.bandwidth_bytes_per_s     # 49.02 GB/s: RoCE 400G payload rate
+C = ROCE_400G.bandwidth_bytes_per_s  # 49.02 GB/s: RoCE 400G payload rate
 ROCE, IB, NVLINK = int(LinkKind.ROCE), int(LinkKind.INFINIBAND), int(LinkKind.NVLINK)
 COMBOS = (("dcqcn",), ("pfc",), ("ib-credit",), ("dcqcn", "pfc"), ("dcqcn", "pfc", "ib-credit"))
 
@@ -46,16 +55,27 @@ class Fabric:
     from_switch: np.ndarray
 
     def network(self, refinements=(), **kw):
-        return CongestionNetwork(self.capacity, refinements=refinements, link_kind=self.kind, link_src=self.src,
-                                 link_dst=self.dst, link_from_switch=self.from_switch, **kw)
+        return CongestionNetwork(
+            self.capacity,
+            refinements=refinements,
+            link_kind=self.kind,
+            link_src=self.src,
+            link_dst=self.dst,
+            link_from_switch=self.from_switch,
+            **kw,
+        )
 
 
 def star(hosts: int, kind: int = ROCE, capacity: float = C) -> Fabric:
     """Hosts 0..n-1 on one switch (node n). Link i: host i -> switch; link n + i: switch -> host i."""
     n = hosts
-    return Fabric(capacity=np.full(2 * n, capacity), kind=np.full(2 * n, kind),
-                  src=np.array(list(range(n)) + [n] * n), dst=np.array([n] * n + list(range(n))),
-                  from_switch=np.array([False] * n + [True] * n))
+    return Fabric(
+        capacity=np.full(2 * n, capacity),
+        kind=np.full(2 * n, kind),
+        src=np.array(list(range(n)) + [n] * n),
+        dst=np.array([n] * n + list(range(n))),
+        from_switch=np.array([False] * n + [True] * n),
+    )
 
 
 def star_path(hosts: int, a: int, b: int) -> np.ndarray:
@@ -71,8 +91,11 @@ def flat(paths):
 def start(network, paths, caps=None, nbytes=None):
     """Add flows (weight 1) and return the rates of the first re-rating."""
     n = len(paths)
-    network.add(*flat(paths), np.full(n, 1e9) if nbytes is None else np.asarray(nbytes, float),
-                np.full(n, np.inf) if caps is None else np.asarray(caps, float))
+    network.add(
+        *flat(paths),
+        np.full(n, 1e9) if nbytes is None else np.asarray(nbytes, float),
+        np.full(n, np.inf) if caps is None else np.asarray(caps, float),
+    )
     network.next_completion_s()
     return network.rate.copy()
 
@@ -89,6 +112,7 @@ def random_fabric(seed: int, kinds=(ROCE,)):
         src.append(u)
         dst.append(v)
         return len(src) - 1
+
     leaf = [hosts + h % leaves for h in range(hosts)]
     for h in range(hosts):
         up[h], down[h] = link(h, leaf[h]), link(leaf[h], h)
@@ -99,8 +123,13 @@ def random_fabric(seed: int, kinds=(ROCE,)):
     n_links = len(src)
     kind = rng.choice(np.asarray(kinds), size=n_links)
     from_switch = np.array([u >= hosts for u in src])
-    fabric = Fabric(capacity=rng.uniform(10e9, 50e9, size=n_links), kind=kind, src=np.array(src),
-                    dst=np.array(dst), from_switch=from_switch)
+    fabric = Fabric(
+        capacity=rng.uniform(10e9, 50e9, size=n_links),
+        kind=kind,
+        src=np.array(src),
+        dst=np.array(dst),
+        from_switch=from_switch,
+    )
     paths = []
     for _ in range(int(rng.integers(2, 16))):
         a, b = rng.choice(hosts, size=2, replace=False)
@@ -130,8 +159,11 @@ def drain(network, paths, caps, nbytes, check=None):
 
 def link_load(network) -> np.ndarray:
     rows = np.repeat(np.arange(network.active.shape[0]), np.diff(network.flow_ptr))
-    return np.bincount(network.flow_links, weights=network.flow_weights * network.rate[rows],
-                       minlength=network.capacity_bytes_per_s.shape[0])
+    return np.bincount(
+        network.flow_links,
+        weights=network.flow_weights * network.rate[rows],
+        minlength=network.capacity_bytes_per_s.shape[0],
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -155,8 +187,9 @@ def test_without_refinements_or_link_metadata_it_is_the_flow_model(seed):
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("kinds,refinements", [((NVLINK,), COMBOS[-1]), ((IB,), ("dcqcn", "pfc")),
-                                               ((ROCE,), ("ib-credit",))])
+@pytest.mark.parametrize(
+    "kinds,refinements", [((NVLINK,), COMBOS[-1]), ((IB,), ("dcqcn", "pfc")), ((ROCE,), ("ib-credit",))]
+)
 def test_refinements_without_their_link_kind_are_the_flow_model(seed, kinds, refinements):
     # DCQCN and PFC act on RoCE links, credits on InfiniBand links: on other links they are off
     fabric, paths, caps, nbytes = random_fabric(seed, kinds)
@@ -195,6 +228,7 @@ def test_invariants_on_random_fabrics(seed, refinements):
         assert np.all(link_load(n) <= n.capacity_bytes_per_s * (1 + 1e-9))
         assert np.all((n.link_pause_fraction >= 0) & (n.link_pause_fraction < 1))
         assert np.all(np.isfinite(n.link_queue_bytes) & (n.link_queue_bytes >= 0))
+
     finish = drain(fabric.network(refinements), paths, caps, nbytes, check=check)
     assert sorted(finish) == list(range(len(paths)))
 
@@ -212,11 +246,11 @@ def test_dcqcn_two_flows_settle_near_fair_share():
     # under-used. Tolerance: each flow within 1 % of C/2, the total within [0.98 C, C].
     network = star(3).network(("dcqcn",))
     rates = start(network, [star_path(3, 0, 2), star_path(3, 1, 2)])
-    assert rates[0] == rates[1]                          # symmetric flows, identical arithmetic
+    assert rates[0] == rates[1]  # symmetric flows, identical arithmetic
     assert abs(rates[0] - C / 2) <= 0.01 * C
     assert 0.98 * C <= rates.sum() <= C
     assert network.dcqcn_settled and network.dcqcn_simulated_s > 0
-    assert network.link_queue_bytes[3 + 2] > 0           # the congested egress holds a standing queue
+    assert network.link_queue_bytes[3 + 2] > 0  # the congested egress holds a standing queue
 
 
 def test_dcqcn_two_congested_hops_get_less():
@@ -225,8 +259,13 @@ def test_dcqcn_two_congested_hops_get_less():
     # marked on two hops gets CNPs more often: flow 0 < C/2 < flows 1, 2 (equal by symmetry). The
     # split keeps widening for tens of ms (0.38 / 0.62 C over the 4 ms horizon, not settled), so
     # only the direction and a margin of 0.05 C are asserted.
-    fabric = Fabric(capacity=np.full(5, C), kind=np.full(5, ROCE), src=np.arange(5), dst=np.arange(5) + 10,
-                    from_switch=np.array([False, False, False, True, True]))
+    fabric = Fabric(
+        capacity=np.full(5, C),
+        kind=np.full(5, ROCE),
+        src=np.arange(5),
+        dst=np.arange(5) + 10,
+        from_switch=np.array([False, False, False, True, True]),
+    )
     rates = start(fabric.network(("dcqcn",)), [[0, 3, 4], [1, 3], [2, 4]])
     assert rates[1] == rates[2]
     assert rates[0] < 0.45 * C and rates[1] > 0.55 * C
@@ -295,9 +334,13 @@ def test_pfc_congestion_spreads_up_the_tree():
     # (S->L2, H4->L2), then L1->S (feeds S->L2), then H1->L1 (feeds L1->S), each paused 1/3. V
     # crosses H1->L1 and L1->S, so it is throttled to 2/3 too: C/3, against C/2 in max-min, though
     # its own egresses S->L3, L3->D carry only C/3. F1: C/3, F4: 2C/3.
-    fabric = Fabric(capacity=np.full(7, C), kind=np.full(7, ROCE), src=np.array([0, 4, 7, 5, 1, 7, 6]),
-                    dst=np.array([4, 7, 5, 2, 5, 6, 3]),
-                    from_switch=np.array([False, True, True, True, False, True, True]))
+    fabric = Fabric(
+        capacity=np.full(7, C),
+        kind=np.full(7, ROCE),
+        src=np.array([0, 4, 7, 5, 1, 7, 6]),
+        dst=np.array([4, 7, 5, 2, 5, 6, 3]),
+        from_switch=np.array([False, True, True, True, False, True, True]),
+    )
     network = fabric.network(("pfc",))
     rates = start(network, [[0, 1, 2, 3], [4, 3], [0, 1, 5, 6]])
     np.testing.assert_allclose(rates, [C / 3, 2 * C / 3, C / 3], rtol=1e-12)
@@ -364,14 +407,17 @@ def test_topology_metadata_gives_the_same_victim():
 # Kernels against their twins
 # --------------------------------------------------------------------------------------------------
 
+
 def random_dcqcn_instance(seed: int):
     """1-7 NIC ports, 1-9 marking links, 1-24 flows (one port + 0-3 marking links, weights 0.5-1.5),
     90 % controlled, capacities 10-50 GB/s, starting rates 20-100 % of line rate."""
     rng = np.random.default_rng(seed)
     ports, marks = int(rng.integers(1, 8)), int(rng.integers(1, 10))
     n_links = ports + marks
-    paths = [np.concatenate([[rng.integers(ports)], rng.integers(ports, n_links, size=int(rng.integers(4)))])
-             for _ in range(int(rng.integers(1, 25)))]
+    paths = [
+        np.concatenate([[rng.integers(ports)], rng.integers(ports, n_links, size=int(rng.integers(4)))])
+        for _ in range(int(rng.integers(1, 25)))
+    ]
     weights = [rng.uniform(0.5, 1.5, size=len(p)) for p in paths]
     flow_ptr, flow_links, flow_weights = build_csr(paths, weights)
     capacity = rng.uniform(10e9, 50e9, size=n_links)
@@ -397,7 +443,7 @@ def test_dcqcn_kernel_matches_naive(seed, threshold):
     np.testing.assert_allclose(queue, twin_queue, rtol=1e-9, atol=1e-6)
     assert np.all(rates[~instance[3]] == 0) and np.all(np.isfinite(rates))
     again = dcqcn_rates(*instance, params, **kw)
-    assert again[0].tobytes() == rates.tobytes()        # bit-identical on a rerun
+    assert again[0].tobytes() == rates.tobytes()  # bit-identical on a rerun
 
 
 def random_layered_instance(seed: int):
@@ -424,8 +470,17 @@ def random_layered_instance(seed: int):
         paths.append(np.array(path))
     flow_ptr, flow_links, flow_weights = build_csr(paths, [rng.uniform(0.5, 2, size=len(p)) for p in paths])
     n_links, n_flows = len(src), len(paths)
-    return (flow_ptr, flow_links, flow_weights, rng.random(n_flows) < 0.85, rng.uniform(1, 10, size=n_links),
-            rng.uniform(0.5, 8, size=n_flows), rng.random(n_links) < 0.7, np.array(src), np.array(dst))
+    return (
+        flow_ptr,
+        flow_links,
+        flow_weights,
+        rng.random(n_flows) < 0.85,
+        rng.uniform(1, 10, size=n_links),
+        rng.uniform(0.5, 8, size=n_flows),
+        rng.random(n_links) < 0.7,
+        np.array(src),
+        np.array(dst),
+    )
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -440,8 +495,9 @@ def test_lossless_kernel_matches_naive_and_is_feasible(seed):
     throttle, pause, _ = result
     assert np.all((throttle > 0) & (throttle <= 1)) and np.all((pause >= 0) & (pause < 1))
     rows = np.repeat(np.arange(len(participant)), np.diff(flow_ptr))
-    load = np.bincount(flow_links, weights=flow_weights * np.where(participant, demand * throttle, 0)[rows],
-                       minlength=len(capacity))
+    load = np.bincount(
+        flow_links, weights=flow_weights * np.where(participant, demand * throttle, 0)[rows], minlength=len(capacity)
+    )
     assert np.all(load <= capacity * (1 + 1e-12))
 
 
@@ -456,7 +512,7 @@ def test_build_network_names_and_errors():
     assert type(build_network("flow", topology)) is FlowNetwork
     assert build_network("flow", topology, congestion=("pfc", "dcqcn")).name == "flow+dcqcn+pfc"
     with pytest.raises(ValueError, match="network_model: 'flow\\+pfc' is not known"):
-        build_network("flow+pfc", topology, congestion=("dcqcn",))    # refinements go in congestion=
+        build_network("flow+pfc", topology, congestion=("dcqcn",))  # refinements go in congestion=
     with pytest.raises(ValueError, match="congestion.*analytical"):
         build_network("analytical", topology, congestion=("pfc",))
     with pytest.raises(ValueError, match="network_model: 'flow\\+ecn' is not known"):
@@ -502,10 +558,12 @@ def test_simulate_on_an_oversubscribed_roce_fabric():
     # (DCQCN under-uses, PFC throttles port-wise).
     server = dataclasses.replace(dgx_h100(), nic=dev.CONNECTX7_400GBE)
     switch = dataclasses.replace(dev.SPECTRUM_4_400G, radix=16)
-    topology = leaf_spine(server=server, servers=4, switch=switch, fabric_link=ROCE_400G, rail_optimised=False,
-                          oversubscription=3.0)
-    work = Workload.sequence([Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=64 << 20, group=tuple(range(32)))],
-                             nranks=32)
+    topology = leaf_spine(
+        server=server, servers=4, switch=switch, fabric_link=ROCE_400G, rail_optimised=False, oversubscription=3.0
+    )
+    work = Workload.sequence(
+        [Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=64 << 20, group=tuple(range(32)))], nranks=32
+    )
     results = {}
     for congestion in ((), ("dcqcn",), ("pfc",), ("dcqcn", "pfc")):
         model = "+".join(("flow",) + congestion)

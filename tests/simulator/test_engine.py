@@ -79,13 +79,15 @@ def test_analytical_re_rating_never_hands_freed_bandwidth_on():
         assert net.advance(1.0).size == 0
         net.set_link_scale(link, scale)
         return 3.0 + drain(net)[0]
+
     assert finish_s(1, 0.5) == pytest.approx(20.0)
     assert finish_s(0, 0.4) == pytest.approx(45.5)
 
 
 def bench_workload(kind, sizes, nranks):
-    return Workload.sequence([Collective(kind=kind, nbytes=s, group=tuple(range(nranks))) for s in sizes],
-                             nranks=nranks)
+    return Workload.sequence(
+        [Collective(kind=kind, nbytes=s, group=tuple(range(nranks))) for s in sizes], nranks=nranks
+    )
 
 
 @pytest.mark.parametrize("system,nodes", [("dgx-h100", 1), ("dgx-h100", 2), ("dgx-a100", 2), ("pcie-rtx4090", 1)])
@@ -106,11 +108,13 @@ def test_lone_ring_time_is_latency_plus_bytes_over_bottleneck():
     # plus one 1 MiB slice of pipeline start-up at one chain's rate (370.8 / 16 GB/s).
     topo = build_system("dgx-h100")
     work = bench_workload(CollectiveKind.ALL_REDUCE, [1 << 30], 8)
-    res = simulate(topo, work, config=SimConfig(collectives=CollectivePolicy(algorithm="ring", protocol="Simple",
-                                                                             nchannels=16)))
+    res = simulate(
+        topo, work, config=SimConfig(collectives=CollectivePolicy(algorithm="ring", protocol="Simple", nchannels=16))
+    )
     path = Router(topo).path(0, 1)
-    expected = (56e-6 + topo.path_latency_s(path) + (2 * 7 / 8 * (1 << 30)) / (18 * 20.6e9)
-                + (1 << 20) / (18 * 20.6e9 / 16))
+    expected = (
+        56e-6 + topo.path_latency_s(path) + (2 * 7 / 8 * (1 << 30)) / (18 * 20.6e9) + (1 << 20) / (18 * 20.6e9 / 16)
+    )
     assert res.collectives[0].time_s == pytest.approx(expected, rel=1e-9)
 
 
@@ -122,8 +126,8 @@ class CheckedFlowNetwork(FlowNetwork):
         idx = np.flatnonzero(self.active)
         load = np.zeros_like(self.capacity_bytes_per_s)
         for f in idx:
-            links = self.flow_links[self.flow_ptr[f]:self.flow_ptr[f + 1]]
-            w = self.flow_weights[self.flow_ptr[f]:self.flow_ptr[f + 1]]
+            links = self.flow_links[self.flow_ptr[f] : self.flow_ptr[f + 1]]
+            w = self.flow_weights[self.flow_ptr[f] : self.flow_ptr[f + 1]]
             np.add.at(load, links, w * self.rate[f])
         assert np.all(load <= self.capacity_bytes_per_s * (1 + 1e-9))
         self.checked = getattr(self, "checked", 0) + 1
@@ -133,20 +137,25 @@ def test_concurrent_collectives_never_exceed_capacity_and_conserve_bytes(monkeyp
     # two groups (even and odd ranks of 2 servers) run all_reduce and all_gather at the same time,
     # staggered by compute, so flows of different collectives share NVLinks, NICs and the fabric.
     import simulator.api as api
+
     topo = build_system("dgx-h100", nodes=2)
     even, odd = tuple(range(0, 16, 2)), tuple(range(1, 16, 2))
-    colls = (Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=even),
-             Collective(kind=CollectiveKind.ALL_GATHER, nbytes=32 << 20, group=odd),
-             Collective(kind=CollectiveKind.REDUCE_SCATTER, nbytes=48 << 20, group=even))
+    colls = (
+        Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=even),
+        Collective(kind=CollectiveKind.ALL_GATHER, nbytes=32 << 20, group=odd),
+        Collective(kind=CollectiveKind.REDUCE_SCATTER, nbytes=48 << 20, group=even),
+    )
     programs = tuple(
         ((CommTask(index=0), CommTask(index=2)) if r % 2 == 0 else (ComputeTask(duration_s=50e-6), CommTask(index=1)))
-        for r in range(16))
+        for r in range(16)
+    )
     work = Workload(nranks=16, collectives=colls, programs=programs)
     made = []
 
     def factory(model, topology, *, congestion=()):
         made.append(CheckedFlowNetwork(topology.link_capacity_bytes_per_s))
         return made[-1]
+
     monkeypatch.setattr(api, "build_network", factory)
     res = simulate(topo, work, config=SimConfig(collectives=CollectivePolicy(algorithm="ring", protocol="Simple")))
     assert made[0].checked >= 3
@@ -159,8 +168,11 @@ def test_concurrent_collectives_never_exceed_capacity_and_conserve_bytes(monkeyp
         sched = ALGORITHMS[ch.algorithm].lower(c, ctx, protocol=ch.protocol, nchannels=ch.nchannels)
         for step in sched.steps:
             for s, d, b, k in zip(step.src, step.dst, step.nbytes, step.channel):
-                np.add.at(expected, router.path(ctx.gpu(int(s)), ctx.gpu(int(d)), flow_key=int(k), pxn=sched.pxn),
-                          float(b) * sched.wire_factor)
+                np.add.at(
+                    expected,
+                    router.path(ctx.gpu(int(s)), ctx.gpu(int(d)), flow_key=int(k), pxn=sched.pxn),
+                    float(b) * sched.wire_factor,
+                )
     np.testing.assert_allclose(res.link_bytes, expected, rtol=1e-9, atol=1e-3)
     assert res.collectives[1].start_s == pytest.approx(50e-6)
 
@@ -176,7 +188,7 @@ def test_one_rerating_per_batch():
 
 def test_deterministic():
     topo = build_system("dgx-h100", nodes=3)
-    work = bench_workload(CollectiveKind.ALL_GATHER, [96 << k for k in range(4, 24, 3)], 24)   # 24 x 4 B pieces
+    work = bench_workload(CollectiveKind.ALL_GATHER, [96 << k for k in range(4, 24, 3)], 24)  # 24 x 4 B pieces
     a, b = simulate(topo, work, config=SimConfig(seed=7)), simulate(topo, work, config=SimConfig(seed=7))
     assert [r.end_s for r in a.collectives] == [r.end_s for r in b.collectives]
     assert a.link_bytes.tobytes() == b.link_bytes.tobytes()
@@ -192,6 +204,7 @@ def test_deadlock_is_reported():
 
 # ---- streams and dependencies -------------------------------------------------------------------
 
+
 def _streams_case(*, comm_stream: int, comm_after: tuple[int, ...], task_ranks=()):
     """Two ranks: a 1 ms compute on stream 0, then an all_reduce on ``comm_stream``."""
     topo = build_system("dgx-h100")
@@ -202,13 +215,13 @@ def _streams_case(*, comm_stream: int, comm_after: tuple[int, ...], task_ranks=(
 
 
 def test_streams_overlap_and_dependencies_serialise():
-    alone = _streams_case(comm_stream=0, comm_after=())              # one stream: compute, then comm
+    alone = _streams_case(comm_stream=0, comm_after=())  # one stream: compute, then comm
     comm_s = alone.collectives[0].time_s
     assert alone.makespan_s == pytest.approx(1e-3 + comm_s, rel=1e-12)
-    overlapped = _streams_case(comm_stream=1, comm_after=())          # comm on its own stream starts at 0
+    overlapped = _streams_case(comm_stream=1, comm_after=())  # comm on its own stream starts at 0
     assert overlapped.collectives[0].start_s == 0.0
     assert overlapped.makespan_s == pytest.approx(max(1e-3, comm_s), rel=1e-12)
-    waited = _streams_case(comm_stream=1, comm_after=(0,))            # ... unless it waits for the compute
+    waited = _streams_case(comm_stream=1, comm_after=(0,))  # ... unless it waits for the compute
     assert waited.collectives[0].start_s == pytest.approx(1e-3, rel=1e-12)
     assert waited.makespan_s == pytest.approx(alone.makespan_s, rel=1e-12)
 
@@ -240,15 +253,21 @@ def test_spray_splits_every_flow_evenly_over_the_spines():
     uplink carries whole flows (hash-dependent, uneven); with packet spraying every flow crossing a
     leaf splits 1/u over its u uplinks, so a leaf's uplinks carry equal bytes (rel 1e-9)."""
     from topologies.topology import LinkTier
-    topo = build_system("dgx-h100", nodes=8, rail_optimised=False)        # ToR leaves: traffic crosses spines
+
+    topo = build_system("dgx-h100", nodes=8, rail_optimised=False)  # ToR leaves: traffic crosses spines
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=tuple(range(64)))
     work = Workload.sequence([coll], nranks=64)
     policy = CollectivePolicy(algorithm="ring", protocol="Simple")
     sprayed = simulate(topo, work, config=SimConfig(routing="spray", collectives=policy))
     hashed = simulate(topo, work, config=SimConfig(routing="ecmp", collectives=policy))
     tier = {n: d.get("tier") for n, d in topo.graph.nodes(data=True)}
-    up = [k for k in range(topo.num_links) if topo.link_tier[k] == LinkTier.FABRIC_1
-          and tier[int(topo.link_src[k])] == 1 and tier[int(topo.link_dst[k])] == 2]
+    up = [
+        k
+        for k in range(topo.num_links)
+        if topo.link_tier[k] == LinkTier.FABRIC_1
+        and tier[int(topo.link_src[k])] == 1
+        and tier[int(topo.link_dst[k])] == 2
+    ]
     by_leaf: dict[int, list[float]] = {}
     for k in up:
         by_leaf.setdefault(int(topo.link_src[k]), []).append(float(sprayed.link_bytes[k]))
@@ -261,10 +280,16 @@ def test_spray_splits_every_flow_evenly_over_the_spines():
 
 def test_failed_links_carry_nothing_and_the_collective_still_completes():
     from topologies.topology import LinkTier
+
     topo = build_system("dgx-h100", nodes=8, rail_optimised=False)
     tier = {n: d.get("tier") for n, d in topo.graph.nodes(data=True)}
-    up = [k for k in range(topo.num_links) if topo.link_tier[k] == LinkTier.FABRIC_1
-          and tier[int(topo.link_src[k])] == 1 and tier[int(topo.link_dst[k])] == 2]
+    up = [
+        k
+        for k in range(topo.num_links)
+        if topo.link_tier[k] == LinkTier.FABRIC_1
+        and tier[int(topo.link_src[k])] == 1
+        and tier[int(topo.link_dst[k])] == 2
+    ]
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=tuple(range(64)))
     work = Workload.sequence([coll], nranks=64)
     healthy = simulate(topo, work)
@@ -282,6 +307,7 @@ def test_without_gpudirect_rdma_network_bytes_cross_host_memory_twice():
     the NIC (cpu->mem, mem->cpu), and the same on the receiving server: 4 host-memory link
     crossings per byte sent; with GDR none."""
     from topologies.links import LinkKind
+
     coll = Collective(kind=CollectiveKind.SENDRECV, nbytes=64 << 20, group=(0, 1))
     work = Workload.sequence([coll], nranks=2)
     for gdr, crossings in ((True, 0), (False, 4)):
@@ -294,11 +320,18 @@ def test_without_gpudirect_rdma_network_bytes_cross_host_memory_twice():
 
 # ---- links degraded or failed during a run ------------------------------------------------------
 
+
 def _fabric_links(topo):
     from topologies.topology import LinkTier
+
     tier = {n: d.get("tier") for n, d in topo.graph.nodes(data=True)}
-    return [k for k in range(topo.num_links) if topo.link_tier[k] == LinkTier.FABRIC_1
-            and tier[int(topo.link_src[k])] == 1 and tier[int(topo.link_dst[k])] == 2]
+    return [
+        k
+        for k in range(topo.num_links)
+        if topo.link_tier[k] == LinkTier.FABRIC_1
+        and tier[int(topo.link_src[k])] == 1
+        and tier[int(topo.link_dst[k])] == 2
+    ]
 
 
 def test_degraded_link_mid_transfer_slows_the_rest_by_hand():
@@ -307,6 +340,7 @@ def test_degraded_link_mid_transfer_slows_the_rest_by_hand():
     rank 0's NIC uplink drops to 5 % of its capacity C, below the flows' caps, so its direction moves
     its remaining S - r0 (t_e - L) bytes at 0.05 C: end = t_e + (S - r0 (t_e - L)) / (0.05 C)."""
     from simulator.config import LinkEvent
+
     topo = build_system("dgx-h100", nodes=2)
     place = Placement.block(topo, nranks=2, gpus_per_node=1)
     size = 256 << 20
@@ -314,6 +348,7 @@ def test_degraded_link_mid_transfer_slows_the_rest_by_hand():
     def run(nbytes, events=()):
         work = Workload.sequence([Collective(kind=CollectiveKind.SENDRECV, nbytes=nbytes, group=(0, 1))], nranks=2)
         return simulate(topo, work, placement=place, config=SimConfig(link_events=events))
+
     t1, t2 = run(size).collectives[0].time_s, run(2 * size).collectives[0].time_s
     d, lat = t2 - t1, 2 * t1 - t2
     info = topo.servers[0]
@@ -333,6 +368,7 @@ def test_failed_link_mid_run_reroutes_and_conserves_bytes():
     up = _fabric_links(topo)
     busiest = max(up, key=lambda k: healthy.link_bytes[k])
     from simulator.config import LinkEvent
+
     half = healthy.collectives[0].start_s + healthy.collectives[0].time_s / 2
     failed = simulate(topo, work, config=SimConfig(link_events=(LinkEvent(time_s=half, link=busiest),)))
     # it finishes; the failed link carried only what it moved before the failure
@@ -340,6 +376,7 @@ def test_failed_link_mid_run_reroutes_and_conserves_bytes():
     assert failed.collectives[0].time_s >= healthy.collectives[0].time_s * (1 - 1e-12)
     # rerouting changes fabric paths only: every NIC link carries the same bytes as when healthy
     from topologies.topology import LinkTier
+
     nic = np.asarray(topo.link_tier) == LinkTier.NIC
     assert failed.link_bytes[nic] == pytest.approx(healthy.link_bytes[nic], rel=1e-9)
     assert failed.link_bytes[up].sum() == pytest.approx(healthy.link_bytes[up].sum(), rel=1e-9)
@@ -347,6 +384,7 @@ def test_failed_link_mid_run_reroutes_and_conserves_bytes():
 
 def test_link_event_errors():
     from simulator.config import LinkEvent
+
     with pytest.raises(ValueError, match="LinkEvent.scale"):
         LinkEvent(time_s=0.0, link=1, scale=1.5)
     with pytest.raises(ValueError, match="LinkEvent.time_s"):
@@ -354,8 +392,11 @@ def test_link_event_errors():
     topo = build_system("dgx-h100")
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1024, group=(0, 1))
     with pytest.raises(ValueError, match="link_events: link 999999"):
-        simulate(topo, Workload.sequence([coll], nranks=2),
-                 config=SimConfig(link_events=(LinkEvent(time_s=0.0, link=999999),)))
+        simulate(
+            topo,
+            Workload.sequence([coll], nranks=2),
+            config=SimConfig(link_events=(LinkEvent(time_s=0.0, link=999999),)),
+        )
 
 
 def test_the_engine_replays_routed_arrays_without_a_router():
@@ -365,29 +406,43 @@ def test_the_engine_replays_routed_arrays_without_a_router():
     from simulator.engine.replay import run
     from simulator.flows import NetworkFlows
     from simulator.schedule import Schedule, Step
+
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1024, group=(0, 1))
     step = Step.of(src=[0], dst=[1], nbytes=[1024])
     sched = Schedule(collective=coll, algorithm="test", protocol="Simple", nchannels=1, steps=(step,))
-    flows = NetworkFlows(links=np.array([0]), link_weights=np.array([1.0]), counts=np.array([1]),
-                         wire_bytes=np.array([1e9]), caps_bytes_per_s=np.array([np.inf]), latency_s=1e-6,
-                         fill_bytes=np.array([0.0]))
+    flows = NetworkFlows(
+        links=np.array([0]),
+        link_weights=np.array([1.0]),
+        counts=np.array([1]),
+        wire_bytes=np.array([1e9]),
+        caps_bytes_per_s=np.array([np.inf]),
+        latency_s=1e-6,
+        fill_bytes=np.array([0.0]),
+    )
     calls = []
 
     def route(s, schedule):
         calls.append((s, schedule))
         return flows
+
     work = Workload.sequence([coll], nranks=2)
     times, _, _ = run(network=FlowNetwork(np.array([1e9])), workload=work, schedules=[sched], route=route)
     assert times == [(0.0, pytest.approx(1.0 + 1e-6, rel=1e-12))]
     assert calls == [(step, sched)]
     with pytest.raises(ValueError, match="on_link_failed"):
-        run(network=FlowNetwork(np.array([1e9])), workload=work, schedules=[sched], route=route,
-            link_events=(LinkEvent(time_s=0.5, link=0),))
+        run(
+            network=FlowNetwork(np.array([1e9])),
+            workload=work,
+            schedules=[sched],
+            route=route,
+            link_events=(LinkEvent(time_s=0.5, link=0),),
+        )
 
 
 def test_a_route_cache_shared_between_runs_changes_no_result():
     # the routing tables of one fabric built once for several simulate calls (a sweep): same results, bit for bit
     from topologies.routing import RouteCache
+
     topo = build_system("dgx-h100", nodes=4, rail_optimised=False)
     work = bench_workload(CollectiveKind.ALL_REDUCE, [1 << 20, 64 << 20], 32)
     cache = RouteCache()
@@ -398,4 +453,4 @@ def test_a_route_cache_shared_between_runs_changes_no_result():
         for res in shared:
             assert [r.end_s for r in res.collectives] == [r.end_s for r in fresh.collectives]
             assert res.link_bytes.tobytes() == fresh.link_bytes.tobytes()
-    assert len(cache) == 1                                   # one topology: one wiring, reused by every run
+    assert len(cache) == 1  # one topology: one wiring, reused by every run

@@ -22,27 +22,35 @@ def test_chain_becomes_one_flow_weighted_by_edge_bytes():
     router = Router(topo)
     ctx = LoweringContext(topology=topo, router=router, rank_gpu=tuple(range(8)))
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=8 * 4 * 1001, group=tuple(range(8)))
-    sched = ALGORITHMS["ring"].lower_on(coll, ctx, protocol="Simple", nchannels=2, comm_channels=2)   # 2 chains
+    sched = ALGORITHMS["ring"].lower_on(coll, ctx, protocol="Simple", nchannels=2, comm_channels=2)  # 2 chains
     flows = network_flows(sched.steps[0], sched, router=router, rank_gpu=ctx.rank_gpu)
-    assert flows.counts.shape == (2,)                  # one network flow per channel
+    assert flows.counts.shape == (2,)  # one network flow per channel
     # the busiest edge paces the chain: each flow's largest link weight is 1
     assert np.maximum.reduceat(flows.link_weights, [0, flows.counts[0]]).tolist() == [1.0, 1.0]
     # weight x chain bytes summed over the chain's links = sum over edges of edge bytes x path length
     total = float((flows.link_weights * np.repeat(flows.wire_bytes, flows.counts)).sum())
-    per_edge = sum(float(b) * router.path(int(s), int(d), flow_key=int(k), pxn=False).shape[0]
-                   for s, d, b, k in zip(sched.steps[0].src, sched.steps[0].dst, sched.steps[0].nbytes,
-                                         sched.steps[0].channel))
+    per_edge = sum(
+        float(b) * router.path(int(s), int(d), flow_key=int(k), pxn=False).shape[0]
+        for s, d, b, k in zip(sched.steps[0].src, sched.steps[0].dst, sched.steps[0].nbytes, sched.steps[0].channel)
+    )
     assert total == pytest.approx(per_edge)
 
 
-CONNECTION = dv.CONNECTX7_NDR.connection_bytes_per_s     # 20 GB/s: most one NCCL connection streams
+CONNECTION = dv.CONNECTX7_NDR.connection_bytes_per_s  # 20 GB/s: most one NCCL connection streams
 
 
 def _caps(topo, step: Step, *, pxn: bool = False, protocol: str = "Simple", wire_factor: float = 1.0) -> list[float]:
     """The network flows' rate caps of ``step`` alone, ranks placed on GPUs 0, 1, ..."""
     coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 20, group=tuple(range(topo.num_gpus)))
-    sched = Schedule(collective=coll, algorithm="test", protocol=protocol, nchannels=1, steps=(step,), pxn=pxn,
-                     wire_factor=wire_factor)
+    sched = Schedule(
+        collective=coll,
+        algorithm="test",
+        protocol=protocol,
+        nchannels=1,
+        steps=(step,),
+        pxn=pxn,
+        wire_factor=wire_factor,
+    )
     flows = network_flows(step, sched, router=Router(topo), rank_gpu=tuple(range(topo.num_gpus)))
     return flows.caps_bytes_per_s.tolist()
 
@@ -103,8 +111,13 @@ def test_a_flows_own_rate_cap_binds_in_wire_bytes():
     assert caps == [10e9, np.inf]
     # a per-flow cap is for independent flows only: chained flows with one are rejected
     with pytest.raises(ValueError, match=r"rate_cap_bytes_per_s.*chain.*\[0\].*chain == -1"):
-        Step.of(src=[0, 1, 2, 5, 3], dst=[1, 2, 3, 6, 4], nbytes=[1 << 20, 1 << 20, 2 << 20, 0, 1 << 20],
-                chain=[-1, 0, 0, 0, -1], rate_cap_bytes_per_s=[5e9, 2e9, 7e9, 1.0, np.inf])
+        Step.of(
+            src=[0, 1, 2, 5, 3],
+            dst=[1, 2, 3, 6, 4],
+            nbytes=[1 << 20, 1 << 20, 2 << 20, 0, 1 << 20],
+            chain=[-1, 0, 0, 0, -1],
+            rate_cap_bytes_per_s=[5e9, 2e9, 7e9, 1.0, np.inf],
+        )
     with pytest.raises(ValueError, match="rate_cap_bytes_per_s"):
         Step.of(src=[0], dst=[1], nbytes=[1], rate_cap_bytes_per_s=[0.0])
     with pytest.raises(ValueError, match="rate_cap_bytes_per_s"):
@@ -112,6 +125,7 @@ def test_a_flows_own_rate_cap_binds_in_wire_bytes():
 
 
 # ---- Routes: what the engine calls ---------------------------------------------------------------
+
 
 def _ring_schedule(topo, router):
     ctx = LoweringContext(topology=topo, router=router, rank_gpu=tuple(range(topo.num_gpus)))
@@ -126,8 +140,8 @@ def test_routes_memoise_per_schedule_and_step():
     routes = Routes(router, rank_gpu=ctx.rank_gpu)
     step = sched.steps[0]
     first = routes(step, sched)
-    assert routes(step, sched) is first                       # memoised
-    fresh = routes.route(step, sched)                         # the same routing, without the memo
+    assert routes(step, sched) is first  # memoised
+    fresh = routes.route(step, sched)  # the same routing, without the memo
     assert fresh is not first
     for name in ("links", "link_weights", "counts", "wire_bytes", "caps_bytes_per_s", "fill_bytes"):
         assert getattr(fresh, name).tobytes() == getattr(first, name).tobytes(), name
@@ -145,7 +159,7 @@ def test_a_failed_link_is_avoided_by_later_routes():
     step = sched.steps[0]
     before = routes(step, sched)
     fabric = [int(k) for k in np.unique(before.links) if topo.link_tier[k] == LinkTier.FABRIC_1]
-    assert fabric                                             # the ring crosses switch-to-switch links
+    assert fabric  # the ring crosses switch-to-switch links
     routes.on_link_failed(fabric[0])
     after = routes(step, sched)
     assert after is not before and fabric[0] not in after.links.tolist()

@@ -14,9 +14,9 @@ from simulator.api import simulate
 from simulator.collectives import nccl_model
 from simulator.collectives.tuner import CollectivePolicy
 from simulator.config import SimConfig
-from simulator.studies.jobs import interference, merge_jobs, simulate_jobs
 from simulator.placement import PLACEMENT_POLICIES, Placement
-from tests.topologies.fabrics import BOX, toy_switch   # BOX: 1 GPU, 1 NIC, so every ring edge crosses the network
+from simulator.studies.jobs import interference, merge_jobs, simulate_jobs
+from tests.topologies.fabrics import BOX, toy_switch  # BOX: 1 GPU, 1 NIC, so every ring edge crosses the network
 from topologies import devices as dv
 from topologies import links as lk
 from topologies.fat_tree import leaf_spine
@@ -25,8 +25,8 @@ from topologies.topology import LinkTier, Topology
 from workloads.collectives import Collective, CollectiveKind
 from workloads.tasks import CommTask, ComputeTask, Workload
 
-NDR = lk.IB_NDR.bandwidth_bytes_per_s                  # 49.68 GB/s per direction (links.py)
-CONNECTION = dv.CONNECTX7_NDR.connection_bytes_per_s     # 20 GB/s: most one NCCL connection streams
+NDR = lk.IB_NDR.bandwidth_bytes_per_s  # 49.68 GB/s per direction (links.py)
+CONNECTION = dv.CONNECTX7_NDR.connection_bytes_per_s  # 20 GB/s: most one NCCL connection streams
 # Ring, Simple protocol, 2 channels: fixed so that the hand derivations below do not depend on the tuner.
 RING2 = CollectivePolicy(algorithm="ring", protocol="Simple", nchannels=2)
 MiB = 1 << 20
@@ -71,13 +71,13 @@ def test_for_jobs_gives_disjoint_whole_servers(dgx, policy, jobs):
     placements = Placement.for_jobs(dgx, jobs=jobs, policy=policy, seed=3)
     assert [p.nranks for p in placements] == jobs
     gpus = [g for p in placements for g in p.rank_gpu]
-    assert len(gpus) == len(set(gpus))                         # no GPU used twice
+    assert len(gpus) == len(set(gpus))  # no GPU used twice
     owners = [set(p.servers(dgx)) for p in placements]
     for i in range(len(owners)):
         for j in range(i + 1, len(owners)):
-            assert not owners[i] & owners[j]                   # no server shared by two jobs
+            assert not owners[i] & owners[j]  # no server shared by two jobs
     for p, n in zip(placements, jobs):
-        assert len(p.servers(dgx)) == -(-n // 8)              # ceil(n / 8) whole servers
+        assert len(p.servers(dgx)) == -(-n // 8)  # ceil(n / 8) whole servers
         # ranks fill each server from local GPU 0, 8 per server, in increasing server order
         assert [int(dgx.gpu_local[g]) for g in p.rank_gpu] == [r % 8 for r in range(n)]
         assert list(p.servers(dgx)) == sorted(p.servers(dgx))
@@ -117,8 +117,10 @@ def test_fragmented_single_job(dgx):
 def test_fragmented_jobs_depend_on_seed_only(dgx):
     a = Placement.for_jobs(dgx, jobs=[16, 24], policy="fragmented", seed=11)
     assert a == Placement.for_jobs(dgx, jobs=[16, 24], policy="fragmented", seed=11)
-    layouts = {tuple(p.servers(dgx) for p in Placement.for_jobs(dgx, jobs=[16, 24], policy="fragmented", seed=s))
-               for s in range(8)}
+    layouts = {
+        tuple(p.servers(dgx) for p in Placement.for_jobs(dgx, jobs=[16, 24], policy="fragmented", seed=s))
+        for s in range(8)
+    }
     assert len(layouts) > 1
 
 
@@ -161,10 +163,15 @@ def test_placement_doctests_pass():
 def test_merge_offsets_ranks_collectives_and_groups(dgx):
     c0 = Collective(kind=CollectiveKind.ALL_GATHER, nbytes=4096, group=(0, 1))
     c1 = Collective(kind=CollectiveKind.BROADCAST, nbytes=4096, group=(1, 2, 0), root=1)
-    first = Workload(nranks=3, collectives=(c0, c1), programs=(
-        (ComputeTask(duration_s=1e-6), CommTask(index=0), CommTask(index=1, stream=1, after=(0,))),
-        (CommTask(index=0), CommTask(index=1)),
-        (CommTask(index=1),)))
+    first = Workload(
+        nranks=3,
+        collectives=(c0, c1),
+        programs=(
+            (ComputeTask(duration_s=1e-6), CommTask(index=0), CommTask(index=1, stream=1, after=(0,))),
+            (CommTask(index=0), CommTask(index=1)),
+            (CommTask(index=1),),
+        ),
+    )
     second = _all_reduce(2)
     p0 = Placement.custom(dgx, [0, 1, 2])
     p1 = Placement.custom(dgx, [8, 9])
@@ -173,7 +180,7 @@ def test_merge_offsets_ranks_collectives_and_groups(dgx):
     # job 1's collective 0 is global collective 2, its group (0, 1) becomes (3, 4); job 0's are unchanged
     assert merged.collectives[:2] == (c0, c1)
     assert merged.collectives[2].group == (3, 4)
-    assert merged.collectives[1].root == 1                       # an index into the group: unchanged
+    assert merged.collectives[1].root == 1  # an index into the group: unchanged
     assert merged.programs[:3] == first.programs
     assert merged.programs[3] == (CommTask(index=2, name="all_reduce"),)
 
@@ -192,13 +199,14 @@ def test_one_job_is_exactly_simulate(dgx):
 def test_split_gives_each_job_its_own_records(dgx):
     # job 1 computes 1 ms before its collective; all jobs start at t = 0
     c = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=MiB, group=(0, 1))
-    late = Workload(nranks=2, collectives=(c,), programs=tuple((ComputeTask(duration_s=1e-3), CommTask(index=0))
-                                                               for _ in range(2)))
+    late = Workload(
+        nranks=2, collectives=(c,), programs=tuple((ComputeTask(duration_s=1e-3), CommTask(index=0)) for _ in range(2))
+    )
     early = _all_reduce(8, MiB)
     p0, p1 = Placement.for_jobs(dgx, jobs=[8, 2])
     out = simulate_jobs(dgx, [(early, p0), (late, p1)])
     assert [j.placement for j in out.jobs] == [p0, p1]
-    assert out.jobs[1].collectives[0].collective == c            # the job's own group (0, 1), not (8, 9)
+    assert out.jobs[1].collectives[0].collective == c  # the job's own group (0, 1), not (8, 9)
     assert out.jobs[1].collectives[0].index == 0
     assert out.jobs[1].collectives[0].start_s == 1e-3
     assert out.jobs[0].collectives[0].start_s == 0.0
@@ -256,7 +264,7 @@ def test_jobs_that_share_no_link_do_not_interfere(nonblocking):
         placements = Placement.for_jobs(nonblocking, jobs=[4, 4], policy="fragmented", seed=seed)
         config = SimConfig(routing="ecmp", seed=seed, collectives=ring1)
         used = [_fabric_links(nonblocking, simulate(nonblocking, work, p, config).link_bytes) for p in placements]
-        assert used[0] and used[1]                           # both jobs cross between the leaves
+        assert used[0] and used[1]  # both jobs cross between the leaves
         if not used[0] & used[1]:
             disjoint += 1
             result = interference(nonblocking, [(work, p) for p in placements], config)
@@ -320,8 +328,13 @@ def test_interference_is_deterministic(oversubscribed):
     runs = []
     for _ in range(2):
         placements = Placement.for_jobs(oversubscribed, jobs=[4, 4], policy="fragmented", seed=7)
-        runs.append(interference(oversubscribed, [(work, p) for p in placements],
-                                 SimConfig(routing="adaptive", seed=7, collectives=RING2)))
+        runs.append(
+            interference(
+                oversubscribed,
+                [(work, p) for p in placements],
+                SimConfig(routing="adaptive", seed=7, collectives=RING2),
+            )
+        )
     a, b = runs
     assert a.slowdowns == b.slowdowns
     assert np.array_equal(a.together.result.link_bytes, b.together.result.link_bytes)

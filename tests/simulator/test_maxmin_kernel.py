@@ -164,13 +164,11 @@ def test_wrapper_casts_dtypes_and_does_not_mutate():
     flow_links = np.array([0, 0, 0], dtype=np.int32)
     weights = np.ones(3)
     caps = np.array([10.0, np.inf, np.inf])
-    rates = maxmin_rates(flow_ptr, flow_links, weights, [True, True, True], np.array([100.0]),
-                         caps)
+    rates = maxmin_rates(flow_ptr, flow_links, weights, [True, True, True], np.array([100.0]), caps)
     np.testing.assert_allclose(rates, [10.0, 45.0, 45.0], rtol=1e-15)
     np.testing.assert_array_equal(caps, [10.0, np.inf, np.inf])
 
 
 def test_shape_mismatch_raises():
     with pytest.raises(ValueError):
-        maxmin_rates(np.array([0, 1]), np.array([0]), np.ones(1), np.ones(2, np.bool_),
-                     np.ones(1), np.full(2, np.inf))
+        maxmin_rates(np.array([0, 1]), np.array([0]), np.ones(1), np.ones(2, np.bool_), np.ones(1), np.full(2, np.inf))

@@ -32,7 +32,7 @@ def test_two_paths_sharing_one_link_get_half_each():
 def test_disjoint_paths_get_their_own_bottleneck():
     c = np.array([100.0, 40.0, 70.0])
     rates = equal_share_rates([_p(0, 1), _p(2)], c)
-    assert rates == pytest.approx([40.0, 70.0])       # min(100, 40) and 70
+    assert rates == pytest.approx([40.0, 70.0])  # min(100, 40) and 70
 
 
 def test_path_crossing_a_link_twice_counts_twice():
@@ -61,7 +61,7 @@ def test_weights_scale_the_load():
 def test_equal_share_edge_cases():
     assert equal_share_rates([], np.array([1.0])).shape == (0,)
     rates = equal_share_rates([_p(), _p(0)], np.array([8.0]))
-    assert rates[0] == np.inf                     # an empty path has no bottleneck
+    assert rates[0] == np.inf  # an empty path has no bottleneck
     assert rates[1] == pytest.approx(8.0)
 
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.studies.reductions import (check_symmetric_replicas, extrapolate, notes, replica_ranks,
-                                          steady_state_runs, uses_symmetric_replicas)
+from simulator.studies.reductions import (
+    check_symmetric_replicas,
+    extrapolate,
+    notes,
+    replica_ranks,
+    steady_state_runs,
+    uses_symmetric_replicas,
+)
 from workloads.parallelism import ParallelismSpec
 
 
@@ -17,12 +23,12 @@ def test_worked_number_of_the_extrapolation():
 
 
 def test_steady_state_runs_only_past_2k_and_whole_rounds_of_p_when_interleaved():
-    spec = ParallelismSpec(pp=4, dp=2, global_batch=2 * 9)                              # m = 9
+    spec = ParallelismSpec(pp=4, dp=2, global_batch=2 * 9)  # m = 9
     k, few, more = steady_state_runs(spec, 2)
     assert (k, few.microbatches, more.microbatches) == (2, 2, 4) and few.dp == more.dp == 2
     assert steady_state_runs(spec, 5) is None and steady_state_runs(spec, None) is None  # m <= 2k
     inter = ParallelismSpec(pp=4, dp=1, vp=2, schedule="interleaved", global_batch=32)  # m = 32
-    assert steady_state_runs(inter, 3)[0] == 4                                          # 3 rounded up to p
+    assert steady_state_runs(inter, 3)[0] == 4  # 3 rounded up to p
 
 
 def test_symmetric_replicas_need_a_pipeline_free_of_data_parallel_traffic():
@@ -32,7 +38,7 @@ def test_symmetric_replicas_need_a_pipeline_free_of_data_parallel_traffic():
     # replica 0 is the ranks with data-parallel coordinate 0: t x p = 4 of the 8 (tp innermost, then dp)
     assert replica_ranks(spec) == (0, 1, 4, 5)
     with pytest.raises(ValueError, match="symmetric_replicas: True is not allowed"):
-        check_symmetric_replicas(ParallelismSpec(dp=2, global_batch=2), True)             # dp_overlap
+        check_symmetric_replicas(ParallelismSpec(dp=2, global_batch=2), True)  # dp_overlap
     with pytest.raises(ValueError, match="symmetric_replicas: True is not allowed"):
         check_symmetric_replicas(ParallelismSpec(dp=2, global_batch=2, zero=3, dp_overlap=False), True)
     assert len(notes(spec, symmetric=True, tensor_rank0_p2p=True, steady=None)) == 2

@@ -34,7 +34,7 @@ COLLNET = ALGORITHMS["collnet"]
 def small_server(gpus: int = 2, nics: int = 2, *, connection_limit: bool = True):
     """A DGX H100 cut down to ``gpus`` GPUs and NDR NICs (NIC i next to GPU i)."""
     server = replace(dgx_h100(), gpus=gpus, nics=nics, pcie_switches=2)
-    if not connection_limit:       # no per-QP ceiling: the NIC link itself is the network limit
+    if not connection_limit:  # no per-QP ceiling: the NIC link itself is the network limit
         server = replace(server, nic=replace(server.nic, connection_bytes_per_s=math.inf))
     return server
 
@@ -63,8 +63,12 @@ def lowest_common_ancestors(topo, leaves) -> set[int]:
     """Independent of sharp.py: switches reachable from every leaf by tier-increasing links, of the lowest tier."""
     g, common = topo.graph, None
     for leaf in leaves:
-        up = nx.subgraph_view(g, filter_edge=lambda u, v, k: g.nodes[u].get("tier", 0) < g.nodes[v].get("tier", 0)
-                              and g.nodes[v]["kind"] == NodeKind.FABRIC_SWITCH)
+        up = nx.subgraph_view(
+            g,
+            filter_edge=lambda u, v, k: (
+                g.nodes[u].get("tier", 0) < g.nodes[v].get("tier", 0) and g.nodes[v]["kind"] == NodeKind.FABRIC_SWITCH
+            ),
+        )
         reach = nx.descendants(up, leaf) | {leaf}
         common = reach if common is None else common & reach
     lowest = min(g.nodes[s]["tier"] for s in common)
@@ -99,16 +103,21 @@ def assert_valid_tree(topo, tree):
 # ------------------------------------------------------------------------------------------------
 
 FABRICS = {
-    "leaf-spine rail-optimised": lambda: leaf_spine(server=small_server(), servers=4, switch=small_switch(),
-                                                    fabric_link=links.IB_NDR),
-    "leaf-spine ToR": lambda: leaf_spine(server=small_server(), servers=3, switch=small_switch(),
-                                         fabric_link=links.IB_NDR, rail_optimised=False),
-    "leaf-spine 2 planes": lambda: leaf_spine(server=small_server(), servers=4, switch=small_switch(),
-                                              fabric_link=links.IB_NDR, planes=2),
-    "fat-tree 4 pods": lambda: fat_tree(server=small_server(), servers=8, switch=small_switch(),
-                                        fabric_link=links.IB_NDR),
-    "fat-tree 2 planes": lambda: fat_tree(server=small_server(), servers=8, switch=small_switch(),
-                                          fabric_link=links.IB_NDR, planes=2),
+    "leaf-spine rail-optimised": lambda: leaf_spine(
+        server=small_server(), servers=4, switch=small_switch(), fabric_link=links.IB_NDR
+    ),
+    "leaf-spine ToR": lambda: leaf_spine(
+        server=small_server(), servers=3, switch=small_switch(), fabric_link=links.IB_NDR, rail_optimised=False
+    ),
+    "leaf-spine 2 planes": lambda: leaf_spine(
+        server=small_server(), servers=4, switch=small_switch(), fabric_link=links.IB_NDR, planes=2
+    ),
+    "fat-tree 4 pods": lambda: fat_tree(
+        server=small_server(), servers=8, switch=small_switch(), fabric_link=links.IB_NDR
+    ),
+    "fat-tree 2 planes": lambda: fat_tree(
+        server=small_server(), servers=8, switch=small_switch(), fabric_link=links.IB_NDR, planes=2
+    ),
     "rail-only": lambda: rail_only(server=small_server(), servers=6, switch=small_switch(), fabric_link=links.IB_NDR),
     "dgx-a100 x60 fat-tree (rail 6 spans 2 pods)": lambda: build_system("dgx-a100", nodes=60, topology="fat-tree"),
 }
@@ -122,7 +131,7 @@ def test_every_rail_gets_a_valid_tree_rooted_at_the_lowest_common_tier(fabric):
     assert COLLNET.supported(coll, ctx) is None
     trees = trees_of(ctx, coll)
     gpn = len(topo.servers[0].gpus)
-    assert len(trees) == gpn            # one tree per rail (every GPU has its own NIC here)
+    assert len(trees) == gpn  # one tree per rail (every GPU has its own NIC here)
     for tree in trees:
         assert_valid_tree(topo, tree)
         # a plane's tree stays in its plane (no link joins planes)
@@ -134,14 +143,14 @@ def test_fat_tree_group_spanning_pods_aggregates_through_one_aggregation_switch_
     topo = fat_tree(server=small_server(), servers=8, switch=small_switch(), fabric_link=links.IB_NDR)
     g = topo.graph
     ctx = context(topo)
-    coll = all_reduce(range(0, 16, 2))                   # GPU 0 of every server: rail 0
+    coll = all_reduce(range(0, 16, 2))  # GPU 0 of every server: rail 0
     assert COLLNET.supported(coll, ctx) is None
     (tree,) = trees_of(ctx, coll)
     assert_valid_tree(topo, tree)
-    assert g.nodes[tree.root]["tier"] == 3               # a core switch
+    assert g.nodes[tree.root]["tier"] == 3  # a core switch
     aggs = {tree.parent[leaf] for leaf in tree.leaves}
     assert {g.nodes[a]["tier"] for a in aggs} == {2}
-    assert sorted(g.nodes[a]["pod"] for a in aggs) == [0, 1]      # one per pod, each the parent of its pod's edges
+    assert sorted(g.nodes[a]["pod"] for a in aggs) == [0, 1]  # one per pod, each the parent of its pod's edges
     assert all(g.nodes[tree.parent[leaf]]["pod"] == g.nodes[leaf]["pod"] for leaf in tree.leaves)
     assert {tree.parent[a] for a in aggs} == {tree.root} and tree.height == 2
 
@@ -190,15 +199,15 @@ def test_root_choice_is_seeded_and_deterministic():
         return trees_of(ctx, coll)[0].root
 
     roots = [root(seed) for seed in range(16)]
-    assert roots == [root(seed) for seed in range(16)]            # same seed, same tree
-    assert len(set(roots)) == 2                                    # the seed matters: both spines occur
+    assert roots == [root(seed) for seed in range(16)]  # same seed, same tree
+    assert len(set(roots)) == 2  # the seed matters: both spines occur
     # asking again returns the communicator's trees, it does not take new ones
     ctx = context(topo)
     COLLNET.supported(coll, ctx)
     held = dict(sharp_pool(ctx).held)
     COLLNET.supported(coll, ctx)
     COLLNET.lower(coll, ctx, protocol="Simple", nchannels=2)
-    assert dict(sharp_pool(ctx).held) == held and sum(held.values()) == 3    # leaf0, leaf1, one spine
+    assert dict(sharp_pool(ctx).held) == held and sum(held.values()) == 3  # leaf0, leaf1, one spine
 
 
 def test_trees_avoid_failed_cables():
@@ -208,8 +217,9 @@ def test_trees_avoid_failed_cables():
     leaf0, spine0 = names["leaf0"], names["spine0"]
     cut = frozenset(topo.graph.get_edge_data(leaf0, spine0)) | frozenset(topo.graph.get_edge_data(spine0, leaf0))
     for seed in range(8):
-        ctx = LoweringContext(topology=topo, router=Router(topo, seed=seed, failed_links=cut),
-                              rank_gpu=tuple(range(topo.num_gpus)))
+        ctx = LoweringContext(
+            topology=topo, router=Router(topo, seed=seed, failed_links=cut), rank_gpu=tuple(range(topo.num_gpus))
+        )
         coll = all_reduce(RAIL0_ALL)
         assert COLLNET.supported(coll, ctx) is None
         assert trees_of(ctx, coll)[0].root == names["spine1"]
@@ -259,17 +269,16 @@ def test_collnet_busbw_is_min_of_nic_and_aggregation_times_the_all_reduce_factor
     # busbw = algbw x 2 (n - 1) / n with n = 8 ranks. Every other leg (NVLink 370 GB/s, PCIe Gen5
     # 57.6 GB/s, leaf-spine cables = B_nic, one chain each) is no tighter.
     switch = small_switch(sharp_aggregation_bytes_per_s=aggregation)
-    topo = leaf_spine(server=small_server(connection_limit=False), servers=4, switch=switch,
-                      fabric_link=links.IB_NDR)
+    topo = leaf_spine(server=small_server(connection_limit=False), servers=4, switch=switch, fabric_link=links.IB_NDR)
     b_nic = topo.link_capacity_bytes_per_s[topo.nic_leaf_link[topo.servers[0].nics[0]]]
-    assert b_nic == pytest.approx(49.68e9, rel=1e-3)                # NDR: 50 GB/s x 0.9937
-    rate = aggregation if aggregation is not None else switch.port_rate_bytes_per_s   # None -> 50 GB/s
+    assert b_nic == pytest.approx(49.68e9, rel=1e-3)  # NDR: 50 GB/s x 0.9937
+    rate = aggregation if aggregation is not None else switch.port_rate_bytes_per_s  # None -> 50 GB/s
     algbw = collnet_algbw(topo, range(8), nchannels)
     assert algbw == pytest.approx(2 * min(b_nic, rate), rel=1e-9)
     busbw = algbw * all_reduce(range(8)).busbw_factor
     assert busbw == pytest.approx(2 * min(b_nic, rate) * 2 * 7 / 8, rel=1e-9)
     if aggregation == 20e9:
-        assert busbw == pytest.approx(70e9, rel=1e-9)                # collnet.py worked number
+        assert busbw == pytest.approx(70e9, rel=1e-9)  # collnet.py worked number
     # the tuner's estimate uses the same bound
     ctx = context(topo)
     _, estimate = COLLNET.estimate(all_reduce(range(8)), ctx, protocol="Simple", nchannels=nchannels)
@@ -282,14 +291,18 @@ def test_collnet_busbw_is_min_of_nic_and_aggregation_times_the_all_reduce_factor
 
 # 4 servers x 2 GPUs on a rail-optimised radix-4 leaf-spine: rail 0 = leaf0 (servers 0, 1) and
 # leaf1 (servers 2, 3), rail 1 = leaf2 and leaf3, 2 spines. GPU g = 2 x server + local.
-RAIL0_ALL, RAIL0_SOME = (0, 2, 4, 6), (0, 4)          # both need leaf0 and leaf1
-RAIL1_ALL, RAIL1_ONE_LEAF = (1, 3, 5, 7), (1, 3)      # leaf2 + leaf3; leaf2 only
+RAIL0_ALL, RAIL0_SOME = (0, 2, 4, 6), (0, 4)  # both need leaf0 and leaf1
+RAIL1_ALL, RAIL1_ONE_LEAF = (1, 3, 5, 7), (1, 3)  # leaf2 + leaf3; leaf2 only
 
 
 def limited_fabric(**limits):
     switch = small_switch(sharp_max_trees=None, sharp_max_trees_per_port=None, sharp_max_jobs=None)
-    return leaf_spine(server=small_server(connection_limit=False), servers=4, switch=replace(switch, **limits),
-                      fabric_link=links.IB_NDR)
+    return leaf_spine(
+        server=small_server(connection_limit=False),
+        servers=4,
+        switch=replace(switch, **limits),
+        fabric_link=links.IB_NDR,
+    )
 
 
 def test_exhausted_trees_make_later_communicators_fall_back_to_ncclS_next_choice():
@@ -332,7 +345,7 @@ def test_the_job_limit_is_a_limit_of_its_own():
     assert COLLNET.supported(all_reduce(RAIL0_ALL), ctx) is None
     assert COLLNET.supported(all_reduce(RAIL0_SOME), ctx) is None
     first, second = (trees_of(ctx, all_reduce(g))[0] for g in (RAIL0_ALL, RAIL0_SOME))
-    assert first.root != second.root            # least-loaded spine first
+    assert first.root != second.root  # least-loaded spine first
 
 
 def test_one_tree_per_port_lets_disjoint_servers_share_switches_but_not_nics():
@@ -349,18 +362,18 @@ def test_one_tree_per_port_lets_disjoint_servers_share_switches_but_not_nics():
     assert "leaf0 to s0.nic0" in reason and "sharp_max_trees_per_port is 1" in reason
     # a communicator is all or nothing: after a failure nothing of it is held
     held = sum(sharp_pool(ctx).held.values())
-    assert held == 6                                          # 2 trees x (2 leaves + 1 spine)
+    assert held == 6  # 2 trees x (2 leaves + 1 spine)
 
 
 def test_a_communicator_gets_trees_for_all_rails_or_none():
     # rail 0 fits, rail 1 does not (leaf2 is full): the partial rail-0 tree is not kept
     topo = limited_fabric(sharp_max_trees=1)
     ctx = context(topo)
-    assert COLLNET.supported(all_reduce(RAIL1_ONE_LEAF), ctx) is None          # takes leaf2
-    assert COLLNET.supported(all_reduce(range(8)), ctx) is not None            # rails 0 and 1
+    assert COLLNET.supported(all_reduce(RAIL1_ONE_LEAF), ctx) is None  # takes leaf2
+    assert COLLNET.supported(all_reduce(range(8)), ctx) is not None  # rails 0 and 1
     pool = sharp_pool(ctx)
     assert sum(pool.held.values()) == 1 and pool.held[trees_of(ctx, all_reduce(RAIL1_ONE_LEAF))[0].root] == 1
-    assert COLLNET.supported(all_reduce(RAIL0_ALL), ctx) is None               # leaf0, leaf1 still free
+    assert COLLNET.supported(all_reduce(RAIL0_ALL), ctx) is None  # leaf0, leaf1 still free
 
 
 def test_pool_is_per_simulation():
@@ -378,16 +391,23 @@ def test_pool_is_per_simulation():
 # ------------------------------------------------------------------------------------------------
 
 VERIFY = {
-    "fat-tree across pods": (lambda: fat_tree(server=small_server(), servers=8, switch=small_switch(),
-                                              fabric_link=links.IB_NDR), tuple(range(16))),
-    "fat-tree, 2 planes": (lambda: fat_tree(server=small_server(), servers=8, switch=small_switch(),
-                                            fabric_link=links.IB_NDR, planes=2), tuple(range(16))),
+    "fat-tree across pods": (
+        lambda: fat_tree(server=small_server(), servers=8, switch=small_switch(), fabric_link=links.IB_NDR),
+        tuple(range(16)),
+    ),
+    "fat-tree, 2 planes": (
+        lambda: fat_tree(server=small_server(), servers=8, switch=small_switch(), fabric_link=links.IB_NDR, planes=2),
+        tuple(range(16)),
+    ),
     # 2 servers x 4 GPUs on one leaf per rail; rank q of server 1 is GPU 0 then GPU 2: local index 0
     # pairs the two GPU 0s (one leaf, a tree of height 0), index 1 pairs GPU 1 with GPU 2 (rails 1
     # and 2: two leaves under a spine, height 1) - trees of different heights in one schedule
-    "mixed heights": (lambda: leaf_spine(server=small_server(gpus=4, nics=4), servers=2,
-                                         switch=small_switch(radix=8), fabric_link=links.IB_NDR),
-                      (0, 1, 4, 6)),
+    "mixed heights": (
+        lambda: leaf_spine(
+            server=small_server(gpus=4, nics=4), servers=2, switch=small_switch(radix=8), fabric_link=links.IB_NDR
+        ),
+        (0, 1, 4, 6),
+    ),
     "dgx-a100 x60 fat-tree": (lambda: build_system("dgx-a100", nodes=60, topology="fat-tree"), None),
 }
 

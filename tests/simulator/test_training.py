@@ -10,14 +10,20 @@ import numpy as np
 import pytest
 
 from simulator.analysis import union_length_s
-from simulator.engine.timeline import task_times
-from simulator.studies.trace import chrome_trace
 from simulator.compute.gpu import A100_MAMF_2024
-from simulator.validation.sc21 import SC21_MAMF_STEP_S
 from simulator.config import SimConfig
+from simulator.engine.timeline import task_times
 from simulator.placement import Placement
+from simulator.studies.trace import chrome_trace
 from simulator.studies.training import StepOptions, memory_per_gpu, simulate_step
-from simulator.validation.sc21 import _parse_rows, sc21_check, sc21_compute_only_check, sc21_layout, sc21_rows
+from simulator.validation.sc21 import (
+    SC21_MAMF_STEP_S,
+    _parse_rows,
+    sc21_check,
+    sc21_compute_only_check,
+    sc21_layout,
+    sc21_rows,
+)
 from simulator.validation.sc21 import main as _main
 from tests.naive import interval_breakdown_naive
 from topologies.links import LinkKind
@@ -58,9 +64,12 @@ def free_network(h100x2):
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("schedule, pp, vp, m", [("1f1b", p, 1, m) for p in (2, 3, 5) for m in (1, 2, 7)]
-                         + [("gpipe", p, 1, m) for p in (2, 4) for m in (1, 3)]
-                         + [("interleaved", p, v, p * k) for p in (2, 3, 4) for v in (2, 3) for k in (1, 2)])
+@pytest.mark.parametrize(
+    "schedule, pp, vp, m",
+    [("1f1b", p, 1, m) for p in (2, 3, 5) for m in (1, 2, 7)]
+    + [("gpipe", p, 1, m) for p in (2, 4) for m in (1, 3)]
+    + [("interleaved", p, v, p * k) for p in (2, 3, 4) for v in (2, 3) for k in (1, 2)],
+)
 def test_schedules_run_without_deadlock_in_their_closed_form(schedule, pp, vp, m):
     # balanced stages, free network: 1F1B and GPipe take (m + p - 1)(f + b) per stage's layers, the
     # interleaved schedule (m + (p - 1)/v)(f + b) (SC21 sec. 2.2); f = 1 ms, b = 2 ms per layer, 2 layers
@@ -86,22 +95,24 @@ def test_free_network_step_is_the_compute_critical_path(free_network, schedule, 
     # (m + (p - 1)/v)(f + b) = 5.5 x 60 ms = 330 ms. Embedding, logits and optimizer take 0 here.
     model = tiny(layers)
     spec = ParallelismSpec(tp=2, pp=4, dp=2, vp=vp, schedule=schedule, global_batch=8)
-    r = simulate_step(model, spec, system=free_network,
-                      options=StepOptions(compute=uniform(model), granularity="chunk"))
+    r = simulate_step(
+        model, spec, system=free_network, options=StepOptions(compute=uniform(model), granularity="chunk")
+    )
     expected = 0.210 if schedule == "1f1b" else 0.330
     assert r.critical_path_s == pytest.approx(expected, rel=1e-12)
     # what is left are NCCL protocol latencies (~10 us) of the collectives on the path: < 1 %
     assert r.step_time_s == pytest.approx(expected, rel=1e-2)
     assert r.step_time_s >= r.critical_path_s
-    assert r.compute_s == pytest.approx(4 * (layers // 4) * 0.030, rel=1e-12)        # m x L/p x (f + b)
+    assert r.compute_s == pytest.approx(4 * (layers // 4) * 0.030, rel=1e-12)  # m x L/p x (f + b)
     assert r.bubble_s == pytest.approx(expected - r.compute_s, rel=1e-9)
 
 
 def test_step_decomposes_into_compute_bubble_and_exposed_communication(h100x2):
     model = tiny(8)
     spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=16, bucket_bytes=64 * 1024)
-    r = simulate_step(model, spec, system=h100x2,
-                      options=StepOptions(compute=uniform(model, 1e-3, 2e-3), granularity="chunk"))
+    r = simulate_step(
+        model, spec, system=h100x2, options=StepOptions(compute=uniform(model, 1e-3, 2e-3), granularity="chunk")
+    )
     assert r.exposed_comm_s == pytest.approx(r.step_time_s - r.critical_path_s, abs=1e-15)
     assert r.step_time_s == pytest.approx(r.compute_s + r.bubble_s + r.exposed_comm_s, rel=1e-12)
     assert 0 < r.exposed_comm_s and 0 <= r.comm_s
@@ -115,7 +126,8 @@ def test_step_decomposes_into_compute_bubble_and_exposed_communication(h100x2):
         assert all(e["time_s"] <= entry["time_s"] * (1 + 1e-12) for e in mine)
     (phase,) = r.phases
     assert {choice for choices in r.breakdown["algorithm"].values() for choice in choices} == {
-        f"{rec.algorithm} {rec.protocol}" for rec in phase.sim.collectives}
+        f"{rec.algorithm} {rec.protocol}" for rec in phase.sim.collectives
+    }
 
 
 def test_exposed_communication_of_a_serial_reduction_is_its_duration(h100x2):
@@ -136,8 +148,9 @@ def test_overlap_never_makes_the_step_longer(h100x2):
     steps = {}
     for overlap in (True, False):
         spec = ParallelismSpec(dp=16, global_batch=32, dp_overlap=overlap, bucket_bytes=8 * 1024 * 1024)
-        steps[overlap] = simulate_step(model, spec, system=h100x2,
-                                       options=StepOptions(overlap_slowdown=0.0, granularity="chunk"))
+        steps[overlap] = simulate_step(
+            model, spec, system=h100x2, options=StepOptions(overlap_slowdown=0.0, granularity="chunk")
+        )
     assert steps[True].step_time_s <= steps[False].step_time_s
     assert steps[True].exposed_comm_s < steps[False].exposed_comm_s
     assert steps[True].critical_path_s == pytest.approx(steps[False].critical_path_s, rel=1e-12)
@@ -154,15 +167,21 @@ def test_symmetric_replicas_and_representative_transfers_match_the_full_step():
     spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, dp_overlap=False, bucket_bytes=None)
     options = StepOptions(compute=uniform(model, 1e-3, 2e-3), granularity="chunk")
     full = simulate_step(model, spec, system=topo, options=options)
-    reduced = simulate_step(model, spec, system=topo,
-                            options=dataclasses.replace(options, symmetric_replicas=True, tensor_rank0_p2p=True))
+    reduced = simulate_step(
+        model, spec, system=topo, options=dataclasses.replace(options, symmetric_replicas=True, tensor_rank0_p2p=True)
+    )
     assert reduced.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
     assert reduced.critical_path_s == pytest.approx(full.critical_path_s, rel=1e-12)
     for group in ("tp", "pp", "dp"):
         for key in ("count", "nbytes"):
             assert reduced.breakdown["group"][group][key] == full.breakdown["group"][group][key]
-    reduced_bytes, full_bytes = ({group: {choice: e["nbytes"] for choice, e in choices.items()}
-                                  for group, choices in r.breakdown["algorithm"].items()} for r in (reduced, full))
+    reduced_bytes, full_bytes = (
+        {
+            group: {choice: e["nbytes"] for choice, e in choices.items()}
+            for group, choices in r.breakdown["algorithm"].items()
+        }
+        for r in (reduced, full)
+    )
     assert reduced_bytes == full_bytes
     assert len(reduced.phases) == 2 and reduced.notes
 
@@ -174,10 +193,16 @@ def test_step_measurements_follow_their_rank_by_rank_definitions():
     # exposed on the first rank that ends last (tests/naive.py); counts and bytes of the pipeline phase count
     # d = 4 times. The step adds the phases up.
     topo = build_system("dgx-h100", nodes=2)
-    model = dataclasses.replace(tiny(8), tied_embeddings=False)       # no stage asks for its pipeline group
+    model = dataclasses.replace(tiny(8), tied_embeddings=False)  # no stage asks for its pipeline group
     spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, dp_overlap=False, bucket_bytes=None)
-    r = simulate_step(model, spec, system=topo, options=StepOptions(
-        compute=uniform(model, 1e-3, 2e-3), granularity="chunk", symmetric_replicas=True, tensor_rank0_p2p=True))
+    r = simulate_step(
+        model,
+        spec,
+        system=topo,
+        options=StepOptions(
+            compute=uniform(model, 1e-3, 2e-3), granularity="chunk", symmetric_replicas=True, tensor_rank0_p2p=True
+        ),
+    )
     compute_s = comm_s = 0.0
     groups: dict = {}
     for phase in r.phases:
@@ -185,13 +210,25 @@ def test_step_measurements_follow_their_rank_by_rank_definitions():
         busy, union = [], []
         for rank, program in enumerate(w.programs):
             busy.append(math.fsum(task.duration_s for task in program if isinstance(task, ComputeTask)))
-            union.append(union_length_s([(t.start_s[rank][p], t.end_s[rank][p]) for p, task in enumerate(program)
-                                         if isinstance(task, CommTask)]))
+            union.append(
+                union_length_s(
+                    [
+                        (t.start_s[rank][p], t.end_s[rank][p])
+                        for p, task in enumerate(program)
+                        if isinstance(task, CommTask)
+                    ]
+                )
+            )
         compute_s += max(busy)
         comm_s += max(union)
         ends = [float(e.max()) if e.size else 0.0 for e in t.end_s]
-        by_kind = interval_breakdown_naive(w, t, phase.training.group_kinds, focus_rank=ends.index(max(ends)),
-                                           weights=phase.training.collective_weights)
+        by_kind = interval_breakdown_naive(
+            w,
+            t,
+            phase.training.group_kinds,
+            focus_rank=ends.index(max(ends)),
+            weights=phase.training.collective_weights,
+        )
         for k, got in by_kind.items():
             entry = groups.setdefault(k, {"count": 0, "nbytes": 0, "time_s": 0.0, "exposed_s": 0.0})
             entry["count"] += got["count"] * phase.replicas
@@ -209,8 +246,7 @@ def test_steady_state_extrapolation_is_exact_for_the_compute_path(h100x2):
     spec = ParallelismSpec(tp=2, pp=4, dp=1, global_batch=9)
     options = StepOptions(compute=uniform(model), granularity="chunk")
     full = simulate_step(model, spec, system=h100x2, options=options)
-    fast = simulate_step(model, spec, system=h100x2,
-                         options=dataclasses.replace(options, steady_state_microbatches=2))
+    fast = simulate_step(model, spec, system=h100x2, options=dataclasses.replace(options, steady_state_microbatches=2))
     assert fast.critical_path_s == pytest.approx(full.critical_path_s, rel=1e-12) == (9 + 3) * 0.030
     assert fast.step_time_s == pytest.approx(full.step_time_s, rel=1e-3)
 
@@ -269,8 +305,11 @@ def test_sc21_selection_and_compute_model():
 
 
 def test_sc21_bad_selection(capsys):
-    with pytest.raises(ValueError, match=r"rows: \(0,\) is not allowed; expected a tuple of Table 1 row numbers "
-                                         r"in 1..10 or None"):
+    with pytest.raises(
+        ValueError,
+        match=r"rows: \(0,\) is not allowed; expected a tuple of Table 1 row numbers "
+        r"in 1..10 or None",
+    ):
         sc21_check(rows=(0,))
     with pytest.raises(ValueError, match=r"models: 'GPT-2' is not a Table 1 row; expected one of GPT-1.7B"):
         sc21_check(models=("GPT-2",))
@@ -316,7 +355,7 @@ def test_memory_holds_the_micro_batches_in_flight():
     # 1F1B: stage 0 holds p = 4 micro-batches of its 2 layers
     assert mem["activations"] == 4 * 2 * per_layer
     gpipe = memory_per_gpu(model, dataclasses.replace(spec, schedule="gpipe"))
-    assert gpipe["activations"] == 8 * 2 * per_layer                # all m = 8
+    assert gpipe["activations"] == 8 * 2 * per_layer  # all m = 8
     state = model.training_state_bytes(tp=2, pp=4, grad_bytes=4)
     assert mem["total"] == pytest.approx(state.total + mem["activations"])
 
@@ -328,9 +367,24 @@ def test_memory_takes_the_larger_of_a_dense_and_a_moe_layer():
     # + log-sum-exp 4 a s = 512 B = 33,280 B; the dense MLP adds 6 s f = 6 x 32 x 128 = 24,576 B (57,856 B in
     # all); the MoE layer adds k s (D h + 6 f_e) = 64 x 896 = 57,344 B of routed tokens and 4 s E = 1,024 B of
     # router probabilities (91,648 B). One micro-batch in flight on the single stage: 5 x 91,648 B.
-    model = ModelSpec(name="tiny-moe", layers=5, hidden=64, heads=4, vocab=128, seq_len=32, ffn_hidden=128,
-                      gated_mlp=True, position_embedding="rope", norm="rmsnorm", bias=False, dropout=False,
-                      experts=8, top_k=2, first_dense_layers=1, moe_layer_freq=2)
+    model = ModelSpec(
+        name="tiny-moe",
+        layers=5,
+        hidden=64,
+        heads=4,
+        vocab=128,
+        seq_len=32,
+        ffn_hidden=128,
+        gated_mlp=True,
+        position_embedding="rope",
+        norm="rmsnorm",
+        bias=False,
+        dropout=False,
+        experts=8,
+        top_k=2,
+        first_dense_layers=1,
+        moe_layer_freq=2,
+    )
     assert [model.is_moe_layer(i) for i in range(5)] == [False, True, False, True, False]
     kw = dict(micro_batch=1, flash_attention=True)
     assert model.activation_bytes_per_layer(0, **kw) == 57_856
@@ -340,9 +394,10 @@ def test_memory_takes_the_larger_of_a_dense_and_a_moe_layer():
 
 
 def test_out_of_memory_flag(h100x2):
-    big = custom_gpt(layers=16, hidden=8192, heads=64, seq_len=256)      # 12.9e9 weights: 16 B each > 80 GB
-    r = simulate_step(big, ParallelismSpec(dp=1), system=h100x2,
-                      options=StepOptions(compute=uniform(big), granularity="chunk"))
+    big = custom_gpt(layers=16, hidden=8192, heads=64, seq_len=256)  # 12.9e9 weights: 16 B each > 80 GB
+    r = simulate_step(
+        big, ParallelismSpec(dp=1), system=h100x2, options=StepOptions(compute=uniform(big), granularity="chunk")
+    )
     assert r.out_of_memory and r.memory_bytes_per_gpu > r.memory_capacity_bytes
 
 
@@ -351,8 +406,16 @@ def test_json_and_trace(h100x2):
     spec = ParallelismSpec(tp=2, pp=2, dp=2, global_batch=4)
     r = simulate_step(model, spec, system=h100x2, options=StepOptions(compute=uniform(model), granularity="chunk"))
     data = json.loads(r.to_json())
-    for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "compute_s", "comm_s", "exposed_comm_s",
-                "breakdown"):
+    for key in (
+        "step_time_s",
+        "tokens_per_s",
+        "tflops_per_gpu",
+        "mfu",
+        "compute_s",
+        "comm_s",
+        "exposed_comm_s",
+        "breakdown",
+    ):
         assert key in data
     assert data["step_time_s"] == r.step_time_s
     trace = chrome_trace(r)
@@ -369,11 +432,17 @@ def test_json_and_trace(h100x2):
     assert work and all(a["phase"] in ("forward", "backward", "optimizer") for _, a in work)
     # matrix FLOPs in every pass of layers or of the logits; none in the optimizer (nor in a lone embedding task)
     assert all((a["flops"] > 0) == (bool(a["layers"]) or "logits" in name) for name, a in work)
-    assert comm and all((e["args"]["algorithm"], e["args"]["protocol"], e["args"]["channels"]) == (
-        records[e["args"]["collective"]].algorithm, records[e["args"]["collective"]].protocol,
-        records[e["args"]["collective"]].nchannels) for e in comm)
+    assert comm and all(
+        (e["args"]["algorithm"], e["args"]["protocol"], e["args"]["channels"])
+        == (
+            records[e["args"]["collective"]].algorithm,
+            records[e["args"]["collective"]].protocol,
+            records[e["args"]["collective"]].nchannels,
+        )
+        for e in comm
+    )
     again = simulate_step(model, spec, system=h100x2, options=StepOptions(compute=uniform(model), granularity="chunk"))
-    assert again.step_time_s == r.step_time_s                          # deterministic
+    assert again.step_time_s == r.step_time_s  # deterministic
 
 
 def test_tensor_group_across_servers_is_slower(h100x2):
@@ -381,8 +450,12 @@ def test_tensor_group_across_servers_is_slower(h100x2):
     model = custom_gpt(layers=2, hidden=1024, heads=16, seq_len=1024, vocab=1024)
     spec = ParallelismSpec(tp=2, dp=1)
     inside = simulate_step(model, spec, system=h100x2, options=StepOptions(compute=uniform(model)))
-    across = simulate_step(model, spec, system=h100x2, options=StepOptions(
-        compute=uniform(model), placement=Placement.custom(h100x2, [0, 8])))
+    across = simulate_step(
+        model,
+        spec,
+        system=h100x2,
+        options=StepOptions(compute=uniform(model), placement=Placement.custom(h100x2, [0, 8])),
+    )
     assert inside.critical_path_s == across.critical_path_s
     assert across.exposed_comm_s > 2 * inside.exposed_comm_s > 0
     assert across.breakdown["link_tier_bytes"]["nic"] > 0 == inside.breakdown["link_tier_bytes"].get("nic", 0)
@@ -409,7 +482,8 @@ def test_bad_inputs(h100x2):
     with pytest.raises(ValueError, match="StepOptions.placement"):
         StepOptions(placement=[0, 1])
     with pytest.raises(ValueError, match="placement"):
-        simulate_step(model, ParallelismSpec(dp=2), system=h100x2,
-                      options=StepOptions(placement=Placement.custom(h100x2, [0])))
+        simulate_step(
+            model, ParallelismSpec(dp=2), system=h100x2, options=StepOptions(placement=Placement.custom(h100x2, [0]))
+        )
     with pytest.raises(ValueError, match="recompute"):
         StepOptions(recompute="all", config=SimConfig())

@@ -13,8 +13,16 @@ import pytest
 
 import simulator.validation.collectives as validation
 from simulator.cli import main
-from simulator.validation.collectives import (SERIES, TABLE_COLUMNS, compare, data_series, read_table, run_validation,
-                                  select_series, summarise)
+from simulator.validation.collectives import (
+    SERIES,
+    TABLE_COLUMNS,
+    compare,
+    data_series,
+    read_table,
+    run_validation,
+    select_series,
+    summarise,
+)
 
 A100_TABLE = "a100_sxm4_80gb_1node_8gpu.csv"
 A100_MPIRUN = "A100 8 GPU all_reduce, mpirun -np 8"
@@ -39,6 +47,7 @@ def simulate_each_series_once():
         if (series, net_model) not in cache:
             cache[series, net_model] = original(series, net_model=net_model)
         return list(cache[series, net_model])
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(validation, "compare", compare_once)
         yield
@@ -62,18 +71,24 @@ def test_table_has_one_line_per_series_and_a_pooled_line(table, reports):
     code, out, err = table
     assert code == 0 and err == ""
     lines = out.splitlines()
-    body = [line for line in lines if line and not line.startswith(("#", "-")) and "median" not in line
-            and "latency (" not in line]
+    body = [
+        line
+        for line in lines
+        if line and not line.startswith(("#", "-")) and "median" not in line and "latency (" not in line
+    ]
     names = [s.name for s in SERIES] + ["all tables"]
     assert len(body) == len(names)
     for line, name in zip(body, names):
         assert line.startswith(name)
-        fields = line[len(name):].split()
-        assert len(fields) == 9              # n, median, p90 for latency, bandwidth, all sizes
-        summary = (summarise([c for r in reports.values() for c in r.comparisons]) if name == "all tables"
-                   else reports[name].summary)
+        fields = line[len(name) :].split()
+        assert len(fields) == 9  # n, median, p90 for latency, bandwidth, all sizes
+        summary = (
+            summarise([c for r in reports.values() for c in r.comparisons])
+            if name == "all tables"
+            else reports[name].summary
+        )
         for i, regime in enumerate(REGIMES):
-            n, median, p90 = fields[3 * i: 3 * i + 3]
+            n, median, p90 = fields[3 * i : 3 * i + 3]
             assert int(n) == summary[regime]["n"]
             for text, value in ((median, summary[regime]["median"]), (p90, summary[regime]["p90"])):
                 assert text == ("-" if math.isnan(value) else f"{value:.1%}")
@@ -87,7 +102,7 @@ def test_plot_writes_one_png_per_series(capsys, tmp_path):
     assert len(pngs) == len(chosen) == len({p.name for p in pngs}) == 3
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000 for p in pngs)
     assert f"wrote {len(chosen)} plot(s)" in out
-    assert list(tmp_path.iterdir()) == [tmp_path / "plots"]          # nothing written elsewhere
+    assert list(tmp_path.iterdir()) == [tmp_path / "plots"]  # nothing written elsewhere
 
 
 def test_csv_numbers_are_summarise_of_compare(capsys, reports):
@@ -104,7 +119,7 @@ def test_csv_numbers_are_summarise_of_compare(capsys, reports):
                 value = summary[regime][stat]
                 if math.isnan(value):
                     assert row[f"{regime}_{stat}"] == ""
-                else:   # written with 6 significant digits
+                else:  # written with 6 significant digits
                     assert float(row[f"{regime}_{stat}"]) == pytest.approx(value, rel=1e-5)
     # the pooled line counts every row of every series
     assert int(rows[-1]["all_n"]) == sum(int(r["all_n"]) for r in rows[:-1])
@@ -177,20 +192,23 @@ def _bad(rows, line, **change):
     return rows
 
 
-@pytest.mark.parametrize("case,needles", [
-    ("missing_column", ("line 1", "size_bytes", "missing")),
-    ("bad_size", ("line 5", "size_bytes", "'6x4'")),
-    ("bad_time", ("line 3", "time_us", "'fast'")),
-    ("negative_time", ("line 4", "time_us", "'-1'")),
-    ("unknown_collective", ("line 7", "collective", "'allreduse'")),
-    ("bad_nranks", ("line 2", "nranks", "'eight'")),
-    ("uneven_nodes", ("line 2", "nranks", "nnodes")),
-    ("no_time_no_busbw", ("line 6", "busbw_GBps", "time_us is empty")),
-    ("unknown_gpu", ("line 9", "gpu", "'MI300X'")),
-    ("too_many_gpus", ("line 2", "16 GPUs", "gpus_per_node")),
-    ("no_rows", ("no data rows",)),
-    ("no_file", ("no such file",)),
-])
+@pytest.mark.parametrize(
+    "case,needles",
+    [
+        ("missing_column", ("line 1", "size_bytes", "missing")),
+        ("bad_size", ("line 5", "size_bytes", "'6x4'")),
+        ("bad_time", ("line 3", "time_us", "'fast'")),
+        ("negative_time", ("line 4", "time_us", "'-1'")),
+        ("unknown_collective", ("line 7", "collective", "'allreduse'")),
+        ("bad_nranks", ("line 2", "nranks", "'eight'")),
+        ("uneven_nodes", ("line 2", "nranks", "nnodes")),
+        ("no_time_no_busbw", ("line 6", "busbw_GBps", "time_us is empty")),
+        ("unknown_gpu", ("line 9", "gpu", "'MI300X'")),
+        ("too_many_gpus", ("line 2", "16 GPUs", "gpus_per_node")),
+        ("no_rows", ("no data rows",)),
+        ("no_file", ("no such file",)),
+    ],
+)
 def test_bad_data_file_is_one_line_naming_file_line_and_field(capsys, tmp_path, case, needles):
     rows = _mpirun_rows()
     path = tmp_path / f"{case}.csv"
@@ -201,12 +219,17 @@ def test_bad_data_file_is_one_line_naming_file_line_and_field(capsys, tmp_path, 
     elif case == "no_rows":
         _write_table(path, [])
     else:
-        change = {"bad_size": (5, {"size_bytes": "6x4"}), "bad_time": (3, {"time_us": "fast"}),
-                  "negative_time": (4, {"time_us": "-1"}), "unknown_collective": (7, {"collective": "allreduse"}),
-                  "bad_nranks": (2, {"nranks": "eight"}), "uneven_nodes": (2, {"nranks": "9", "nnodes": "2"}),
-                  "no_time_no_busbw": (6, {"time_us": "", "busbw_GBps": ""}),
-                  "unknown_gpu": (9, {"gpu": "MI300X"}),
-                  "too_many_gpus": (2, {"nranks": "16"})}[case]
+        change = {
+            "bad_size": (5, {"size_bytes": "6x4"}),
+            "bad_time": (3, {"time_us": "fast"}),
+            "negative_time": (4, {"time_us": "-1"}),
+            "unknown_collective": (7, {"collective": "allreduse"}),
+            "bad_nranks": (2, {"nranks": "eight"}),
+            "uneven_nodes": (2, {"nranks": "9", "nnodes": "2"}),
+            "no_time_no_busbw": (6, {"time_us": "", "busbw_GBps": ""}),
+            "unknown_gpu": (9, {"gpu": "MI300X"}),
+            "too_many_gpus": (2, {"nranks": "16"}),
+        }[case]
         _write_table(path, _bad(rows, change[0], **change[1]))
     code, out, err = run(capsys, "validate", "--data", path)
     assert code == 2 and out == ""
@@ -217,13 +240,16 @@ def test_bad_data_file_is_one_line_naming_file_line_and_field(capsys, tmp_path, 
         assert needle in lines[0], (needle, lines[0])
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["validate", "--system", "dgx-a100"], "--data"),
-    (["validate", "--algo", "ring"], "--data"),
-    (["validate", "--series", "no such series"], "series"),
-    (["validate", "--format", "xml"], "format"),
-    (["validate", "--channels", "0"], "channels"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["validate", "--system", "dgx-a100"], "--data"),
+        (["validate", "--algo", "ring"], "--data"),
+        (["validate", "--series", "no such series"], "series"),
+        (["validate", "--format", "xml"], "format"),
+        (["validate", "--channels", "0"], "channels"),
+    ],
+)
 def test_bad_validate_options_are_one_line(capsys, argv, needle):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""

@@ -27,11 +27,13 @@ def test_every_shipped_row_keeps_its_source():
 
 def test_ring_only_bandwidth_regime_median_error_within_10_percent(comparisons):
     ring = [c for s in SERIES if s.ring_only for c in comparisons[s.name] if c.regime == "bandwidth"]
-    assert len(ring) >= 50      # the ten ring-only series hold 87 rows >= 64 MiB
+    assert len(ring) >= 50  # the ten ring-only series hold 87 rows >= 64 MiB
     for name, rows in comparisons.items():
         summary = summarise(rows)
-        print(f"{name:58s} bandwidth median {summary['bandwidth']['median']:.1%} p90 {summary['bandwidth']['p90']:.1%}"
-              f" (n={summary['bandwidth']['n']}); latency median {summary['latency']['median']:.1%}")
+        print(
+            f"{name:58s} bandwidth median {summary['bandwidth']['median']:.1%} p90 {summary['bandwidth']['p90']:.1%}"
+            f" (n={summary['bandwidth']['n']}); latency median {summary['latency']['median']:.1%}"
+        )
     pooled = statistics.median(abs(c.error) for c in ring)
     print(f"pooled ring-only bandwidth-regime median |error| = {pooled:.1%} over {len(ring)} rows")
     assert pooled <= 0.10
@@ -50,20 +52,27 @@ def test_automatic_choice_matches_nccl_where_the_tables_say():
     # known miss: 4x H200, where NVLS is 2% ahead in the model (378 vs 371 GB/s) but NCCL ran Ring.
     from simulator.studies.nccl_tests import run_bench
     from simulator.validation.collectives import system_for_gpu
+
     agree, total = 0, 0
     for row in read_table("nvls_vs_ring_gpucount_h200_b200_mleng.csv"):
         if "NVLS default" not in row["interconnect"]:
             continue
         picked = row["interconnect"].split("picked: ")[1].rstrip(")").lower()
         n = int(row["nranks"])
-        ours = run_bench("all_reduce", system=system_for_gpu(row["gpu"]), gpus_per_node=n,
-                         minbytes=int(row["size_bytes"]), maxbytes=int(row["size_bytes"]))[0].algorithm
+        ours = run_bench(
+            "all_reduce",
+            system=system_for_gpu(row["gpu"]),
+            gpus_per_node=n,
+            minbytes=int(row["size_bytes"]),
+            maxbytes=int(row["size_bytes"]),
+        )[0].algorithm
         agree += ours == picked
         total += 1
     assert total == 10 and agree >= 9
     # one DGX H100, 8 GiB: NVLS by default, Ring with NCCL_NVLS_ENABLE=0 (nccl-tests issue 309)
     from simulator.collectives.tuner import CollectivePolicy
     from simulator.config import SimConfig
+
     assert run_bench("all_reduce", minbytes="8G", maxbytes="8G")[0].algorithm == "nvls"
     off = SimConfig(collectives=CollectivePolicy(nvls=False))
     assert run_bench("all_reduce", minbytes="8G", maxbytes="8G", config=off)[0].algorithm == "ring"

@@ -19,9 +19,18 @@ def context(system, nodes, gpn):
     return LoweringContext(topology=topo, router=Router(topo), rank_gpu=placement.rank_gpu)
 
 
-LAYOUTS = [("dgx-h100", 1, 1), ("dgx-h100", 1, 2), ("dgx-h100", 1, 3), ("dgx-h100", 1, 8), ("dgx-h100", 2, 3),
-           ("dgx-h100", 3, 1), ("dgx-h100", 4, 1),
-           ("dgx-h100", 3, 2), ("dgx-a100", 2, 8), ("pcie-rtx4090", 1, 5)]
+LAYOUTS = [
+    ("dgx-h100", 1, 1),
+    ("dgx-h100", 1, 2),
+    ("dgx-h100", 1, 3),
+    ("dgx-h100", 1, 8),
+    ("dgx-h100", 2, 3),
+    ("dgx-h100", 3, 1),
+    ("dgx-h100", 4, 1),
+    ("dgx-h100", 3, 2),
+    ("dgx-a100", 2, 8),
+    ("pcie-rtx4090", 1, 5),
+]
 CASES = [(name, kind) for name, algo in ALGORITHMS.items() for kind in sorted(algo.kinds, key=lambda k: k.value)]
 
 
@@ -47,8 +56,11 @@ def test_schedule_computes_its_collective(system, nodes, gpn, algorithm, kind, n
     # ring and tree launch fewer channels for small sizes (NCCL's per-size launch): their schedule on
     # exactly these channels, and what lower() launches against the program on its channel count
     exact = getattr(algo, "lower_on", None)
-    schedule = (exact(coll, ctx, protocol="Simple", nchannels=nchannels, comm_channels=nchannels) if exact
-                else algo.lower(coll, ctx, protocol="Simple", nchannels=nchannels))
+    schedule = (
+        exact(coll, ctx, protocol="Simple", nchannels=nchannels, comm_channels=nchannels)
+        if exact
+        else algo.lower(coll, ctx, protocol="Simple", nchannels=nchannels)
+    )
     assert wire_mismatch(coll, program, schedule) == {}
     launched = algo.lower(coll, ctx, protocol="Simple", nchannels=nchannels)
     assert wire_mismatch(coll, algo.program(coll, ctx, nchannels=launched.nchannels), launched) == {}
@@ -72,6 +84,7 @@ def test_collnet_over_several_leaves_aggregates_at_a_spine():
     from topologies import devices, links
     from topologies.fat_tree import leaf_spine
     from topologies.node import dgx_h100
+
     server = replace(dgx_h100(), gpus=2, nics=2, pcie_switches=2)
     switch = replace(devices.QUANTUM2_NDR, name="tiny_sharp", radix=4)
     topo = leaf_spine(server=server, servers=3, switch=switch, fabric_link=links.IB_NDR, rail_optimised=False)

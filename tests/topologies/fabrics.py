@@ -12,14 +12,28 @@ from topologies.topology import Topology
 BOX = ServerSpec(name="box", gpu=dv.H100_SXM5_80GB, gpus=1, nic=dv.CONNECTX7_NDR, nics=1, sockets=1)
 # Two GPUs on an NVSwitch, two NICs (K = 2), one GPU and one NIC per PCIe switch (NIC j next to GPU j):
 # two rails, so PXN matters.
-DUO = ServerSpec(name="duo", gpu=dv.H100_SXM5_80GB, gpus=2, nvswitch=dv.NVSWITCH_GEN3, nic=dv.CONNECTX7_NDR, nics=2,
-                 pcie_switch=dv.PCIE_SWITCH_GEN5, pcie_switches=2, sockets=2)
+DUO = ServerSpec(
+    name="duo",
+    gpu=dv.H100_SXM5_80GB,
+    gpus=2,
+    nvswitch=dv.NVSWITCH_GEN3,
+    nic=dv.CONNECTX7_NDR,
+    nics=2,
+    pcie_switch=dv.PCIE_SWITCH_GEN5,
+    pcie_switches=2,
+    sockets=2,
+)
 
 
 def toy_switch(radix: int) -> dv.SwitchSpec:
     """An InfiniBand switch of ``radix`` NDR ports, to build small fabrics."""
-    return dv.SwitchSpec(name=f"toy_radix{radix}", kind="infiniband", radix=radix,
-                         port_rate_bytes_per_s=lk.IB_NDR.line_rate_bytes_per_s, latency_s=2e-7)
+    return dv.SwitchSpec(
+        name=f"toy_radix{radix}",
+        kind="infiniband",
+        radix=radix,
+        port_rate_bytes_per_s=lk.IB_NDR.line_rate_bytes_per_s,
+        latency_s=2e-7,
+    )
 
 
 TOY8 = toy_switch(8)

@@ -39,8 +39,10 @@ def test_leaf_spine_of_four_dgx():
     # optics 2 per cable = 128; per GPU (32): 3 ports, 4 transceivers, 2 cables, 12/32 switches.
     cost = cost_summary(build_system("dgx-h100", nodes=4))
     assert (cost.gpus, cost.nics) == (32, 32)
-    assert [(t.tier, t.switches, t.ports_used, t.ports_available) for t in cost.switch_tiers] == \
-        [(1, 8, 64, 512), (2, 4, 32, 256)]
+    assert [(t.tier, t.switches, t.ports_used, t.ports_available) for t in cost.switch_tiers] == [
+        (1, 8, 64, 512),
+        (2, 4, 32, 256),
+    ]
     assert _links(cost) == {"nic": ("optical", 32, 64), "fabric_1": ("optical", 32, 64)}
     assert (cost.switches, cost.switch_ports_used, cost.switch_ports_available) == (12, 96, 768)
     assert (cost.cables, cost.transceivers) == (64, 128)
@@ -69,10 +71,16 @@ def test_three_tier_fat_tree_with_a_partial_pod():
     # available 30 x 8 = 240. Cables 40 per link tier; optics 2 x 120 = 240; per GPU 5 ports, 6 optics.
     topo = fat_tree(server=BOX, servers=40, switch=toy_switch(8), fabric_link=lk.IB_NDR)
     cost = cost_summary(topo)
-    assert [(t.tier, t.switches, t.ports_used, t.ports_available) for t in cost.switch_tiers] == \
-        [(1, 10, 80, 80), (2, 12, 80, 96), (3, 8, 40, 64)]
-    assert _links(cost) == {"nic": ("optical", 40, 80), "fabric_1": ("optical", 40, 80),
-                            "fabric_2": ("optical", 40, 80)}
+    assert [(t.tier, t.switches, t.ports_used, t.ports_available) for t in cost.switch_tiers] == [
+        (1, 10, 80, 80),
+        (2, 12, 80, 96),
+        (3, 8, 40, 64),
+    ]
+    assert _links(cost) == {
+        "nic": ("optical", 40, 80),
+        "fabric_1": ("optical", 40, 80),
+        "fabric_2": ("optical", 40, 80),
+    }
     assert (cost.switch_ports_used, cost.switch_ports_available) == (200, 240)
     assert cost.switch_ports_per_gpu == 5.0
     assert cost.transceivers_per_gpu == 6.0
@@ -105,9 +113,9 @@ def test_generic_graph_without_generator_attributes():
         builder.add_link(a, b, lk.IB_NDR, tier=LinkTier.FABRIC_1)
     builder.add_link(a, b, lk.IB_NDR, tier=LinkTier.FABRIC_1, duplex=False)
     cost = cost_summary(builder.build())
-    tier0 = _tier(cost, 0)                          # no tier attribute
-    assert (tier0.switches, tier0.ports_used) == (2, 8)     # A: 1 + 3, B: 1 + 3
-    assert tier0.ports_available is None                    # B's radix is unknown
+    tier0 = _tier(cost, 0)  # no tier attribute
+    assert (tier0.switches, tier0.ports_used) == (2, 8)  # A: 1 + 3, B: 1 + 3
+    assert tier0.ports_available is None  # B's radix is unknown
     assert cost.switch_ports_available is None
     assert _links(cost) == {"nic": ("optical", 2, 4), "fabric_1": ("optical", 3, 6)}
     text = cost.format()
@@ -147,7 +155,7 @@ def test_ports_are_the_ends_of_the_cables(fabric):
     assert cost.nics == cables["nic"] == len(fabric.nic_leaf_link) == 6 * 8
     assert cost.switch_ports_used <= cost.switch_ports_available
     assert cost.switches == sum(1 for n in fabric.graph.nodes if fabric.node_kind(n) == NodeKind.FABRIC_SWITCH)
-    assert cost.transceivers == 2 * cost.cables                  # all optical by default
+    assert cost.transceivers == 2 * cost.cables  # all optical by default
     for t in cost.switch_tiers:
         assert 0 < t.utilisation <= 1
 
@@ -157,11 +165,13 @@ def test_format_lists_every_tier_and_the_per_gpu_figures(fabric):
     text = cost.format()
     assert text.splitlines()[0] == f"fabric cost: {fabric.name} (48 GPUs, 48 NICs on the fabric)"
     for t in cost.switch_tiers:
-        assert any(line.split()[:4] == ["tier", str(t.tier), str(t.switches), str(t.ports_used)]
-                   for line in text.splitlines())
+        assert any(
+            line.split()[:4] == ["tier", str(t.tier), str(t.switches), str(t.ports_used)] for line in text.splitlines()
+        )
     for t in cost.link_tiers:
-        assert any(line.split()[:4] == [t.tier, t.media, str(t.cables), str(t.transceivers)]
-                   for line in text.splitlines())
+        assert any(
+            line.split()[:4] == [t.tier, t.media, str(t.cables), str(t.transceivers)] for line in text.splitlines()
+        )
     assert f"{cost.switch_ports_per_gpu:.3f} switch ports used" in text
     assert f"{cost.transceivers_per_gpu:.3f} transceivers" in text
 
@@ -181,8 +191,11 @@ def test_a_single_server_has_no_fabric_cost():
 
 @pytest.mark.parametrize("field", ["nic_cables", "switch_cables"])
 def test_unknown_cable_media_is_rejected(field):
-    with pytest.raises(ValueError, match=rf"cost_summary\.{field}: 'fibre' is not allowed; expected one of "
-                                         r"'optical', 'copper'"):
+    with pytest.raises(
+        ValueError,
+        match=rf"cost_summary\.{field}: 'fibre' is not allowed; expected one of "
+        r"'optical', 'copper'",
+    ):
         cost_summary(build_system("dgx-h100", nodes=2), **{field: "fibre"})
 
 

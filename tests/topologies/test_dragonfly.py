@@ -14,10 +14,29 @@ from topologies.dragonfly import ARRANGEMENTS, dragonfly, global_port_target
 from topologies.node import ServerSpec
 from topologies.topology import LinkTier, NodeKind, Topology
 
-def _build(p: int, a: int, h: int, g: int | None = None, *, server: ServerSpec = BOX, arrangement: str = "absolute",
-           radix: int = 64, global_link: lk.LinkSpec | None = None) -> Topology:
-    return dragonfly(server=server, servers_per_router=p, routers_per_group=a, global_links_per_router=h, groups=g,
-                     switch=toy_switch(radix), fabric_link=lk.IB_NDR, global_link=global_link, arrangement=arrangement)
+
+def _build(
+    p: int,
+    a: int,
+    h: int,
+    g: int | None = None,
+    *,
+    server: ServerSpec = BOX,
+    arrangement: str = "absolute",
+    radix: int = 64,
+    global_link: lk.LinkSpec | None = None,
+) -> Topology:
+    return dragonfly(
+        server=server,
+        servers_per_router=p,
+        routers_per_group=a,
+        global_links_per_router=h,
+        groups=g,
+        switch=toy_switch(radix),
+        fabric_link=lk.IB_NDR,
+        global_link=global_link,
+        arrangement=arrangement,
+    )
 
 
 def _routers(topo: Topology) -> list[int]:
@@ -40,11 +59,11 @@ def _group(topo: Topology, node: int) -> int:
 # ------------------------------------------------------------------------------------------------
 CASES = [
     # (p, a, h, g, server, g_built, m)
-    pytest.param(2, 4, 2, None, BOX, 9, 1, id="p2a4h2-balanced"),      # g = 4*2+1 = 9, one cable per pair
-    pytest.param(1, 2, 1, None, BOX, 3, 1, id="p1a2h1-balanced"),      # g = 2*1+1 = 3
-    pytest.param(2, 4, 2, 5, BOX, 5, 2, id="p2a4h2-g5"),               # m = floor(8/4) = 2 cables per pair
-    pytest.param(3, 4, 2, 4, BOX, 4, 2, id="p3a4h2-g4"),               # m = floor(8/3) = 2, 2 ports unused
-    pytest.param(2, 2, 1, None, DUO, 3, 1, id="duo-p2a2h1"),           # K = 2: a*p/K = 2 servers per group
+    pytest.param(2, 4, 2, None, BOX, 9, 1, id="p2a4h2-balanced"),  # g = 4*2+1 = 9, one cable per pair
+    pytest.param(1, 2, 1, None, BOX, 3, 1, id="p1a2h1-balanced"),  # g = 2*1+1 = 3
+    pytest.param(2, 4, 2, 5, BOX, 5, 2, id="p2a4h2-g5"),  # m = floor(8/4) = 2 cables per pair
+    pytest.param(3, 4, 2, 4, BOX, 4, 2, id="p3a4h2-g4"),  # m = floor(8/3) = 2, 2 ports unused
+    pytest.param(2, 2, 1, None, DUO, 3, 1, id="duo-p2a2h1"),  # K = 2: a*p/K = 2 servers per group
 ]
 
 
@@ -59,9 +78,9 @@ def test_closed_form_counts(p, a, h, g, server, g_built, m, arrangement):
     assert topo.num_servers == a * p * g_built // server.nics
     local = _cables(topo, LinkTier.FABRIC_1)
     glob = _cables(topo, LinkTier.FABRIC_2)
-    assert len(local) == 2 * g_built * a * (a - 1) // 2          # two directed links per cable
+    assert len(local) == 2 * g_built * a * (a - 1) // 2  # two directed links per cable
     assert len(glob) == 2 * m * g_built * (g_built - 1) // 2
-    if g is None:                                                # balanced: g*a*h/2 cables
+    if g is None:  # balanced: g*a*h/2 cables
         assert len(glob) == 2 * g_built * a * h // 2
 
 
@@ -69,8 +88,12 @@ def test_docstring_worked_number():
     # p = 4, a = 8, h = 4: g = 33, routers 8 * 33 = 264, ports 4 * 264 = 1056, local cables
     # 33 * 8 * 7 / 2 = 924, global cables 33 * 8 * 4 / 2 = 528 = 33 * 32 / 2
     topo = _build(4, 8, 4)
-    counts = (len(_routers(topo)), len(topo.nic_leaf_link), len(_cables(topo, LinkTier.FABRIC_1)) // 2,
-              len(_cables(topo, LinkTier.FABRIC_2)) // 2)
+    counts = (
+        len(_routers(topo)),
+        len(topo.nic_leaf_link),
+        len(_cables(topo, LinkTier.FABRIC_1)) // 2,
+        len(_cables(topo, LinkTier.FABRIC_2)) // 2,
+    )
     assert counts == (264, 1056, 924, 528)
 
 
@@ -104,12 +127,15 @@ def test_structure_invariants(p, a, h, g, server, g_built, m, arrangement):
     assert p + a - 1 + h <= 64
 
 
-@pytest.mark.parametrize("arrangement, expected", [
-    # g = 9, h = 2, router 1 of group 3 owns global ports k = 2, 3 (slots v = 2, 3):
-    ("absolute", {2, 4}),     # v = 2 < 3 -> group 2; v = 3 >= 3 -> group 4
-    ("relative", {6, 7}),     # (3 + v + 1) mod 9: 3 + 2 + 1 = 6, 3 + 3 + 1 = 7
-    ("circulant", {5, 1}),    # v = 2 even -> +(2/2 + 1) = +2 -> 5; v = 3 odd -> -((3-1)/2 + 1) = -2 -> 1
-])
+@pytest.mark.parametrize(
+    "arrangement, expected",
+    [
+        # g = 9, h = 2, router 1 of group 3 owns global ports k = 2, 3 (slots v = 2, 3):
+        ("absolute", {2, 4}),  # v = 2 < 3 -> group 2; v = 3 >= 3 -> group 4
+        ("relative", {6, 7}),  # (3 + v + 1) mod 9: 3 + 2 + 1 = 6, 3 + 3 + 1 = 7
+        ("circulant", {5, 1}),  # v = 2 even -> +(2/2 + 1) = +2 -> 5; v = 3 odd -> -((3-1)/2 + 1) = -2 -> 1
+    ],
+)
 def test_arrangement_hand_derived(arrangement, expected):
     topo = _build(2, 4, 2, arrangement=arrangement)
     router = next(n for n in _routers(topo) if topo.graph.nodes[n]["group"] == 3 and topo.graph.nodes[n]["router"] == 1)
@@ -137,8 +163,10 @@ def test_rail_major_nic_placement():
             assert topo.graph.nodes[router]["group"] == info.index // 2
     # DUO, p = 1, a = 4: S = 4*1/2 = 2; q = 2j + s on router q: s0 -> r0, r2; s1 -> r1, r3
     topo = _build(1, 4, 1, server=DUO)
-    placed = [[topo.graph.nodes[int(topo.link_dst[topo.nic_leaf_link[nic]])]["router"] for nic in info.nics]
-              for info in topo.servers[:2]]
+    placed = [
+        [topo.graph.nodes[int(topo.link_dst[topo.nic_leaf_link[nic]])]["router"] for nic in info.nics]
+        for info in topo.servers[:2]
+    ]
     assert placed == [[0, 2], [1, 3]]
 
 
@@ -168,8 +196,11 @@ def test_build_is_deterministic():
 
 
 def test_arrangements_differ():
-    wiring = {arr: set(zip(*(t.link_src.tolist(), t.link_dst.tolist())))
-              for arr in ARRANGEMENTS for t in [_build(2, 4, 2, arrangement=arr)]}
+    wiring = {
+        arr: set(zip(*(t.link_src.tolist(), t.link_dst.tolist())))
+        for arr in ARRANGEMENTS
+        for t in [_build(2, 4, 2, arrangement=arr)]
+    }
     for x, y in itertools.combinations(ARRANGEMENTS, 2):
         assert wiring[x] != wiring[y]
 
@@ -179,20 +210,23 @@ def test_arrangements_differ():
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, pattern", [
-    (dict(p=0, a=4, h=2), r"dragonfly\.servers_per_router: 0 is not allowed; expected an integer >= 1"),
-    (dict(p=2, a=0, h=2), r"dragonfly\.routers_per_group: 0 is not allowed"),
-    (dict(p=2, a=4, h=True), r"dragonfly\.global_links_per_router: True is not allowed"),
-    (dict(p=2, a=4, h=1.5), r"dragonfly\.global_links_per_router: 1\.5"),
-    (dict(p=2, a=4, h=2, g=1), r"dragonfly\.groups: 1 is not allowed; expected an integer in 2\.\.9"),
-    # a*h + 1 = 9 groups at most: a 10th cannot get a global link from every other group
-    (dict(p=2, a=4, h=2, g=10), r"dragonfly\.groups: 10 .*2\.\.9.*cannot be fully connected"),
-    (dict(p=2, a=4, h=2, arrangement="random"), r"dragonfly\.arrangement: 'random' is not allowed.*'absolute'"),
-    # p + (a - 1) + h = 8 + 7 + 4 = 19 > 16
-    (dict(p=8, a=8, h=4, radix=16), r"19 ports but a toy_radix16 has radix 16"),
-    # DUO has 2 NICs; a*p = 3*1 = 3 ports per group is not a multiple of 2
-    (dict(p=1, a=3, h=1, server=DUO), r"dragonfly\.servers_per_router: 1 .*a \* p = 3 NIC ports.*2 NICs"),
-])
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(p=0, a=4, h=2), r"dragonfly\.servers_per_router: 0 is not allowed; expected an integer >= 1"),
+        (dict(p=2, a=0, h=2), r"dragonfly\.routers_per_group: 0 is not allowed"),
+        (dict(p=2, a=4, h=True), r"dragonfly\.global_links_per_router: True is not allowed"),
+        (dict(p=2, a=4, h=1.5), r"dragonfly\.global_links_per_router: 1\.5"),
+        (dict(p=2, a=4, h=2, g=1), r"dragonfly\.groups: 1 is not allowed; expected an integer in 2\.\.9"),
+        # a*h + 1 = 9 groups at most: a 10th cannot get a global link from every other group
+        (dict(p=2, a=4, h=2, g=10), r"dragonfly\.groups: 10 .*2\.\.9.*cannot be fully connected"),
+        (dict(p=2, a=4, h=2, arrangement="random"), r"dragonfly\.arrangement: 'random' is not allowed.*'absolute'"),
+        # p + (a - 1) + h = 8 + 7 + 4 = 19 > 16
+        (dict(p=8, a=8, h=4, radix=16), r"19 ports but a toy_radix16 has radix 16"),
+        # DUO has 2 NICs; a*p = 3*1 = 3 ports per group is not a multiple of 2
+        (dict(p=1, a=3, h=1, server=DUO), r"dragonfly\.servers_per_router: 1 .*a \* p = 3 NIC ports.*2 NICs"),
+    ],
+)
 def test_bad_parameters_are_rejected(kwargs, pattern):
     kwargs = dict(kwargs)
     args = dict(p=kwargs.pop("p"), a=kwargs.pop("a"), h=kwargs.pop("h"), g=kwargs.pop("g", None))
@@ -208,4 +242,4 @@ def test_server_without_nic_is_rejected():
 
 def test_arguments_are_keyword_only():
     with pytest.raises(TypeError):
-        dragonfly(BOX, 2, 4, 2)   # positional use must fail
+        dragonfly(BOX, 2, 4, 2)  # positional use must fail

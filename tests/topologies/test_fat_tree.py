@@ -28,13 +28,19 @@ from topologies.node import ServerSpec, add_server, dgx_h100, pcie_rtx4090
 from topologies.routing import Router
 from topologies.topology import LinkTier, NodeKind, Topology, TopologyBuilder
 
-K_NICS = 8   # DGX H100: 8 compute NICs, one per rail
+K_NICS = 8  # DGX H100: 8 compute NICs, one per rail
 
 
 def _build(radix: int, servers: int, oversub: float, rail: bool) -> Topology:
     switch = dv.QUANTUM2_NDR if radix == dv.QUANTUM2_NDR.radix else toy_switch(radix)
-    return leaf_spine(server=dgx_h100(), servers=servers, switch=switch, fabric_link=lk.IB_NDR,
-                      rail_optimised=rail, oversubscription=oversub)
+    return leaf_spine(
+        server=dgx_h100(),
+        servers=servers,
+        switch=switch,
+        fabric_link=lk.IB_NDR,
+        rail_optimised=rail,
+        oversubscription=oversub,
+    )
 
 
 def _switches(topo: Topology, tier: int) -> list[int]:
@@ -91,7 +97,7 @@ def test_switch_counts_match_closed_forms(radix, servers, oversub, rail, leaves,
     if rail:
         assert leaves == K_NICS * math.ceil(servers / d)
     else:
-        assert leaves == math.ceil(servers / (d // K_NICS))   # floor(d / K) whole servers per leaf
+        assert leaves == math.ceil(servers / (d // K_NICS))  # floor(d / K) whole servers per leaf
     assert len(_switches(topo, 1)) == leaves
     assert len(_switches(topo, 2)) == spines
     # every leaf has at most d NICs, and uplinks = ceil(n / R) to spines 0..u-1
@@ -101,8 +107,8 @@ def test_switch_counts_match_closed_forms(radix, servers, oversub, rail, leaves,
         up = [v for v in g.successors(leaf) if topo.node_kind(v) == NodeKind.FABRIC_SWITCH]
         assert 1 <= len(down) <= d
         assert len(up) == (math.ceil(len(down) / oversub) if leaves > 1 else 0)
-        assert len(set(up)) == len(up)                         # one uplink to each of u distinct spines
-        assert len(down) + len(up) <= radix                    # the leaf has enough ports
+        assert len(set(up)) == len(up)  # one uplink to each of u distinct spines
+        assert len(down) + len(up) <= radix  # the leaf has enough ports
     for spine in _switches(topo, 2):
         assert g.out_degree(spine) <= radix
 
@@ -136,7 +142,7 @@ def test_rail_optimised_puts_each_rail_on_its_own_leaves(radix, servers, oversub
     for j, rail_leaves in enumerate(leaves_of_rail):
         assert len(rail_leaves) == per_rail
         for k in range(j):
-            assert not rail_leaves & leaves_of_rail[k]      # rails never share a leaf
+            assert not rail_leaves & leaves_of_rail[k]  # rails never share a leaf
 
 
 @pytest.mark.parametrize("radix, servers, rail", [(16, 16, True), (16, 12, True), (16, 3, False), (64, 4, True)])
@@ -259,6 +265,7 @@ def test_single_nic_servers_on_one_leaf_need_no_spine():
 # add_servers: stamping copies of one server gives exactly what add_server gives
 # ================================================================================================
 
+
 def _host() -> ServerSpec:
     """``BOX`` (1 GPU, 1 NIC: one NIC port per server, so the k-ary closed forms count servers), as a
     server maker like ``dgx_h100``."""
@@ -277,8 +284,19 @@ def test_add_servers_equals_add_server_one_by_one(make):
     assert got == expected == one.servers == many.servers
     assert list(one.graph.nodes(data=True)) == list(many.graph.nodes(data=True))
     assert list(one.graph.edges(keys=True, data=True)) == list(many.graph.edges(keys=True, data=True))
-    for attr in ("_src", "_dst", "_cap", "_lat", "_flow_cap", "_kind", "_tier", "_names", "_gpus", "_gpu_server",
-                 "_gpu_local"):
+    for attr in (
+        "_src",
+        "_dst",
+        "_cap",
+        "_lat",
+        "_flow_cap",
+        "_kind",
+        "_tier",
+        "_names",
+        "_gpus",
+        "_gpu_server",
+        "_gpu_local",
+    ):
         assert getattr(one, attr) == getattr(many, attr), attr
 
 
@@ -296,7 +314,7 @@ def _tiers(topo: Topology) -> tuple[int, int, int]:
 
 
 def _ports(topo: Topology, node: int) -> int:
-    return topo.graph.out_degree(node)       # every cable is one link each way
+    return topo.graph.out_degree(node)  # every cable is one link each way
 
 
 def _fabric_nics(topo: Topology) -> int:
@@ -304,15 +322,22 @@ def _fabric_nics(topo: Topology) -> int:
 
 
 def _ft(server, servers, k, *, oversub=1.0, rail=True, planes=1) -> Topology:
-    return fat_tree(server=server, servers=servers, switch=toy_switch(k), fabric_link=lk.IB_NDR,
-                    rail_optimised=rail, oversubscription=oversub, planes=planes)
+    return fat_tree(
+        server=server,
+        servers=servers,
+        switch=toy_switch(k),
+        fabric_link=lk.IB_NDR,
+        rail_optimised=rail,
+        oversubscription=oversub,
+        planes=planes,
+    )
 
 
 @pytest.mark.parametrize("k", [4, 6, 8])
 def test_full_k_ary_fat_tree_has_k3_over_4_hosts_and_5k2_over_4_switches(k):
     # k^3/4 single-NIC hosts fill every edge port: k pods of k/2 edges and k/2 aggregation switches,
     # (k/2)^2 cores; 5k^2/4 switches, every one of them using all k ports
-    topo = _ft(_host(), k ** 3 // 4, k)
+    topo = _ft(_host(), k**3 // 4, k)
     assert _tiers(topo) == (k * k // 2, k * k // 2, k * k // 4)
     assert sum(_tiers(topo)) == 5 * k * k // 4
     for n in topo.graph.nodes:
@@ -364,6 +389,7 @@ def ft_built():
         if key not in cache:
             cache[key] = _ft(server(), n, k, oversub=r, rail=rail, planes=planes)
         return cache[key]
+
     return get
 
 
@@ -386,21 +412,27 @@ def test_fat_tree_invariants(ft_built, server, n, k, r, rail, planes, counts):
         if topo.node_kind(node) != NodeKind.FABRIC_SWITCH:
             continue
         tier = g.nodes[node]["tier"]
-        down = [key for _, v, key in g.out_edges(node, keys=True)
-                if topo.node_kind(v) == NodeKind.NIC or g.nodes[v].get("tier", 0) < tier]
-        up = [key for _, v, key in g.out_edges(node, keys=True)
-              if topo.node_kind(v) == NodeKind.FABRIC_SWITCH and g.nodes[v]["tier"] > tier]
+        down = [
+            key
+            for _, v, key in g.out_edges(node, keys=True)
+            if topo.node_kind(v) == NodeKind.NIC or g.nodes[v].get("tier", 0) < tier
+        ]
+        up = [
+            key
+            for _, v, key in g.out_edges(node, keys=True)
+            if topo.node_kind(v) == NodeKind.FABRIC_SWITCH and g.nodes[v]["tier"] > tier
+        ]
         assert len(down) + len(up) == _ports(topo, node) <= k
         used += _ports(topo, node)
         if tier == 1:
             assert 1 <= len(down) <= d
             if counts[1]:
-                assert len(up) == math.ceil(len(down) / r)        # down:up = R:1 at the edge
+                assert len(up) == math.ceil(len(down) / r)  # down:up = R:1 at the edge
             assert all(topo.link_tier[key] == LinkTier.FABRIC_1 for key in up)
         elif tier == 2:
-            assert len(down) <= k // 2                             # half the ports face the edges
+            assert len(down) <= k // 2  # half the ports face the edges
             if counts[2]:
-                assert cap[up].sum() == pytest.approx(cap[down].sum())   # non-blocking above the edge
+                assert cap[up].sum() == pytest.approx(cap[down].sum())  # non-blocking above the edge
                 assert all(topo.link_tier[key] == LinkTier.FABRIC_2 for key in up)
             else:
                 assert not up
@@ -435,7 +467,7 @@ def test_rail_optimised_fat_tree_puts_a_rail_on_consecutive_edges_in_one_pod(ft_
             leaf = _leaf_of(topo, nic)
             assert g.nodes[leaf]["rail"] == j
             assert g.nodes[leaf]["pod"] == j // 2
-            assert topo.node_name(leaf) == f"edge{2 * j + info.index // 4}"   # groups of d = 4 servers
+            assert topo.node_name(leaf) == f"edge{2 * j + info.index // 4}"  # groups of d = 4 servers
 
 
 def _fabric_switches(topo: Topology) -> list[int]:
@@ -451,8 +483,11 @@ def _assert_walk(topo: Topology, path: np.ndarray, src: int, dst: int) -> None:
 
 def _switch_hops(topo: Topology, path: np.ndarray) -> tuple[int, int, int]:
     """(first switch, last switch, switch-to-switch links) of an inter-server path."""
-    is_sw = [topo.node_kind(int(topo.link_src[l])) == NodeKind.FABRIC_SWITCH
-             and topo.node_kind(int(topo.link_dst[l])) == NodeKind.FABRIC_SWITCH for l in path]
+    is_sw = [
+        topo.node_kind(int(topo.link_src[l])) == NodeKind.FABRIC_SWITCH
+        and topo.node_kind(int(topo.link_dst[l])) == NodeKind.FABRIC_SWITCH
+        for l in path
+    ]
     up = next(l for l in path if topo.link_tier[l] == LinkTier.NIC)
     down = [l for l in path if topo.link_tier[l] == LinkTier.NIC][-1]
     return int(topo.link_dst[up]), int(topo.link_src[down]), sum(is_sw)
@@ -464,7 +499,7 @@ def test_fat_tree_every_pair_routes_over_shortest_paths(ft_built, case):
     topo = ft_built(server, n, k, r, rail, planes)
     lengths = dict(nx.all_pairs_shortest_path_length(topo.graph.subgraph(_fabric_switches(topo))))
     # planes: a GPU can only send through a NIC on the destination NIC's plane, which PXN does
-    for pxn in ((True,) if planes > 1 else (True, False)):
+    for pxn in (True,) if planes > 1 else (True, False):
         router = Router(topo, pxn=pxn, seed=3)
         for src in range(topo.num_gpus):
             for dst in range(topo.num_gpus):
@@ -507,21 +542,31 @@ def test_same_rail_traffic_stays_in_its_pod(ft_built):
             assert tiers.count(LinkTier.FABRIC_1) == 2
 
 
-@pytest.mark.parametrize("make, k, rail, oversub, planes", [
-    (_host, 8, True, 1.0, 1), (dgx_h100, 8, True, 1.0, 1), (dgx_h100, 16, False, 1.0, 1),
-    (dgx_h100, 8, True, 3.0, 2),
-])
+@pytest.mark.parametrize(
+    "make, k, rail, oversub, planes",
+    [
+        (_host, 8, True, 1.0, 1),
+        (dgx_h100, 8, True, 1.0, 1),
+        (dgx_h100, 16, False, 1.0, 1),
+        (dgx_h100, 8, True, 3.0, 2),
+    ],
+)
 def test_fat_tree_max_servers_is_the_boundary(make, k, rail, oversub, planes):
     # hosts k = 8: 8 pods x 4 edges x d = 4 = 128 = k^3/4. DGX k = 8 rail: 32 edges / 8 rails x 4 = 16.
     # DGX k = 16 ToR: 16 x 8 edges x floor(8 / 8) = 128. DGX k = 8, R = 3, 2 planes: d = 6,
     # 32 edges / 4 rails x 6 = 48.
-    expected = {(_host, 8, True, 1.0, 1): 128, (dgx_h100, 8, True, 1.0, 1): 16,
-                (dgx_h100, 16, False, 1.0, 1): 128, (dgx_h100, 8, True, 3.0, 2): 48}[(make, k, rail, oversub, planes)]
+    expected = {
+        (_host, 8, True, 1.0, 1): 128,
+        (dgx_h100, 8, True, 1.0, 1): 16,
+        (dgx_h100, 16, False, 1.0, 1): 128,
+        (dgx_h100, 8, True, 3.0, 2): 48,
+    }[(make, k, rail, oversub, planes)]
     server = make()
-    most = fat_tree_max_servers(server=server, switch=toy_switch(k), rail_optimised=rail, oversubscription=oversub,
-                                planes=planes)
+    most = fat_tree_max_servers(
+        server=server, switch=toy_switch(k), rail_optimised=rail, oversubscription=oversub, planes=planes
+    )
     assert most == expected
-    if make is _host:      # building the boundary itself is cheap with 1-GPU hosts
+    if make is _host:  # building the boundary itself is cheap with 1-GPU hosts
         topo = _ft(server, most, k, oversub=oversub, rail=rail, planes=planes)
         assert len(_switches(topo, 1)) == k * k // 2
     with pytest.raises(ValueError, match=r"fat_tree: .* pods") as err:
@@ -537,7 +582,7 @@ def test_leaf_spine_max_servers_matches_its_closed_form():
     assert leaf_spine_max_servers(server=dgx_h100(), switch=dv.QUANTUM2_NDR) == 256
     # 2 planes: K_p = 4 -> floor(16 / 4) x 8 = 32
     assert leaf_spine_max_servers(server=dgx_h100(), switch=toy_switch(16), planes=2) == 32
-    _build(16, 16, 1, True)       # the boundary builds (see test_exactly_radix_leaves_is_allowed)
+    _build(16, 16, 1, True)  # the boundary builds (see test_exactly_radix_leaves_is_allowed)
     # one more server: 8 rails x ceil(17/8) = 24 leaves > 16 spine ports
     with pytest.raises(ValueError, match="24 leaves"):
         _build(16, 17, 1, True)
@@ -567,8 +612,9 @@ def test_planes_must_divide_the_nic_count(planes):
 
 
 @pytest.mark.parametrize("fn", [fat_tree, rail_only])
-@pytest.mark.parametrize("field, value", [("servers", 0), ("servers", 1.5), ("oversubscription", 0.5),
-                                          ("oversubscription", math.nan)])
+@pytest.mark.parametrize(
+    "field, value", [("servers", 0), ("servers", 1.5), ("oversubscription", 0.5), ("oversubscription", math.nan)]
+)
 def test_bad_common_arguments_name_the_generator_and_field(fn, field, value):
     kwargs = dict(server=dgx_h100(), servers=2, switch=toy_switch(16), fabric_link=lk.IB_NDR)
     kwargs[field] = value
@@ -641,7 +687,7 @@ def test_rail_only_leaf_spine_per_rail_counts_and_no_cross_rail_switch():
         for j, nic in enumerate(info.nics):
             assert g.nodes[_leaf_of(topo, nic)]["rail"] == j
     for spine in _switches(topo, 2):
-        assert _ports(topo, spine) == 6               # 2 links from each of 3 leaves
+        assert _ports(topo, spine) == 6  # 2 links from each of 3 leaves
         assert len(set(g.successors(spine))) == 3
 
 
@@ -656,7 +702,7 @@ def test_rail_only_routes_same_rail_pairs_and_pxn_pairs_over_shortest_paths():
                 continue
             # with PXN the sender uses the NIC on the destination's rail, so every pair routes
             paths = [pxn.path(src, dst, flow_key=dst)]
-            if topo.gpu_local[src] == topo.gpu_local[dst]:          # same rail: own NIC works too
+            if topo.gpu_local[src] == topo.gpu_local[dst]:  # same rail: own NIC works too
                 paths.append(own.path(src, dst, flow_key=dst))
             for path in paths:
                 _assert_walk(topo, path, src, dst)
@@ -670,7 +716,7 @@ def test_rail_only_max_servers_is_the_boundary():
     assert rail_only_max_servers(server=_host(), switch=toy_switch(8)) == 32
     assert rail_only_max_servers(server=dgx_h100(), switch=dv.QUANTUM2_NDR) == 64 * 32
     topo = rail_only(server=_host(), servers=32, switch=toy_switch(8), fabric_link=lk.IB_NDR)
-    assert len(_switches(topo, 1)) == 8 and len(_switches(topo, 2)) == 4   # floor(8/8) = 1 link per leaf
+    assert len(_switches(topo, 1)) == 8 and len(_switches(topo, 2)) == 4  # floor(8/8) = 1 link per leaf
     with pytest.raises(ValueError, match=r"rail_only: 33 servers need 9 leaves per rail.*at most 32 servers"):
         rail_only(server=_host(), servers=33, switch=toy_switch(8), fabric_link=lk.IB_NDR)
 

@@ -126,7 +126,7 @@ def test_nvlink4_x18_is_nccls_h100_ring_ceiling():
     # H100 (Jeaugey, nccl-tests #212: "450GB/s is the line rate ... 370GB/s"), and the measured ring
     # busbw ceiling (~360-370 GB/s) on 8x H100.
     assert devices.H100_SXM5_80GB.nvlink_bandwidth_bytes_per_s == pytest.approx(370.8 * GB)
-    assert links.NVLINK4.aggregated(18).line_rate_bytes_per_s == pytest.approx(450 * GB)   # 900 GB/s bidirectional
+    assert links.NVLINK4.aggregated(18).line_rate_bytes_per_s == pytest.approx(450 * GB)  # 900 GB/s bidirectional
     # A100: 12 x 20.0 = 240 GB/s; B200: 18 x 37.9 = 682.2 GB/s (the measured ring plateau, not NCCL's 40.1)
     assert devices.A100_SXM4_80GB.nvlink_bandwidth_bytes_per_s == pytest.approx(240.0 * GB)
     assert devices.B200.nvlink_bandwidth_bytes_per_s == pytest.approx(682.2 * GB)
@@ -216,15 +216,15 @@ def test_gpu_datasheet_numbers():
 
 
 def test_switch_datasheet_capacities():
-    tbit = 1e12 / 8   # bytes/s per Tb/s
+    tbit = 1e12 / 8  # bytes/s per Tb/s
     # InfiniBand datasheets quote bidirectional capacity: 2 x radix x port rate
-    assert 2 * devices.QUANTUM_HDR.capacity_bytes_per_s == pytest.approx(16.0 * tbit)       # QM8700 16 Tb/s
-    assert 2 * devices.QUANTUM2_NDR.capacity_bytes_per_s == pytest.approx(51.2 * tbit)      # QM9700 51.2 Tb/s
+    assert 2 * devices.QUANTUM_HDR.capacity_bytes_per_s == pytest.approx(16.0 * tbit)  # QM8700 16 Tb/s
+    assert 2 * devices.QUANTUM2_NDR.capacity_bytes_per_s == pytest.approx(51.2 * tbit)  # QM9700 51.2 Tb/s
     # Ethernet (and the Q3400 figure) quote the sum of port rates
-    assert devices.QUANTUM_X800_XDR.capacity_bytes_per_s == pytest.approx(115.2 * tbit)     # 144 x 800G
-    assert devices.SPECTRUM_4.capacity_bytes_per_s == pytest.approx(51.2 * tbit)            # 64 x 800G
-    assert devices.SPECTRUM_4_400G.capacity_bytes_per_s == pytest.approx(51.2 * tbit)       # 128 x 400G
-    assert devices.TOMAHAWK_4.capacity_bytes_per_s == pytest.approx(25.6 * tbit)            # 64 x 400G
+    assert devices.QUANTUM_X800_XDR.capacity_bytes_per_s == pytest.approx(115.2 * tbit)  # 144 x 800G
+    assert devices.SPECTRUM_4.capacity_bytes_per_s == pytest.approx(51.2 * tbit)  # 64 x 800G
+    assert devices.SPECTRUM_4_400G.capacity_bytes_per_s == pytest.approx(51.2 * tbit)  # 128 x 400G
+    assert devices.TOMAHAWK_4.capacity_bytes_per_s == pytest.approx(25.6 * tbit)  # 64 x 400G
     # an HGX H100 has 4 NVSwitch gen3 chips and uses 8 x 18 = 144 of their 4 x 64 ports
     assert 8 * devices.H100_SXM5_80GB.nvlink_count <= 4 * devices.NVSWITCH_GEN3.radix
     # an HGX B200 has 2 NVSwitch gen4 chips: 8 x 18 = 144 = 2 x 72 ports
@@ -258,8 +258,8 @@ def test_aggregated_multiplies_line_rate_and_keeps_the_rest():
     assert bundle.kind is base.kind
     assert bundle.name == "nvlink4_x18"
     assert base.aggregated(2, name="pair").name == "pair"
-    assert base.aggregated(1) == base.aggregated(1)   # value semantics
-    assert base.line_rate_bytes_per_s == pytest.approx(25 * GB)   # the preset itself is untouched
+    assert base.aggregated(1) == base.aggregated(1)  # value semantics
+    assert base.line_rate_bytes_per_s == pytest.approx(25 * GB)  # the preset itself is untouched
 
 
 @pytest.mark.parametrize("count", [0, -3, 2.5, True, "4"])
@@ -276,9 +276,7 @@ def test_aggregated_rejects_bad_counts(count):
 def test_link_error_message_names_field_value_and_rule():
     with pytest.raises(ValueError) as info:
         _link(line_rate_bytes_per_s=-1.0)
-    assert str(info.value) == (
-        "LinkSpec.line_rate_bytes_per_s: -1.0 is not allowed; expected a finite number > 0"
-    )
+    assert str(info.value) == ("LinkSpec.line_rate_bytes_per_s: -1.0 is not allowed; expected a finite number > 0")
 
 
 @pytest.mark.parametrize(
@@ -318,15 +316,15 @@ def test_link_accepts_boundaries_and_coerces_to_float():
     [
         (dict(name=""), "name"),
         (dict(arch="volta"), "arch"),
-        (dict(sm_version=80), "sm_version"),            # 80 is not a Hopper SM
-        (dict(nvlink_count=0), "nvlink_count"),          # nvlink given but no links
-        (dict(nvlink=None), "nvlink_count"),             # no nvlink but 18 links
-        (dict(nvlink=links.PCIE_GEN5_X16), "nvlink"),    # wrong kind
+        (dict(sm_version=80), "sm_version"),  # 80 is not a Hopper SM
+        (dict(nvlink_count=0), "nvlink_count"),  # nvlink given but no links
+        (dict(nvlink=None), "nvlink_count"),  # no nvlink but 18 links
+        (dict(nvlink=links.PCIE_GEN5_X16), "nvlink"),  # wrong kind
         (dict(nvlink_count=-1), "nvlink_count"),
         (dict(pcie=links.NVLINK4), "pcie"),
         (dict(hbm_bandwidth_bytes_per_s=0.0), "hbm_bandwidth_bytes_per_s"),
         (dict(memory_bytes=0), "memory_bytes"),
-        (dict(memory_bytes=80e9), "memory_bytes"),        # must be an int
+        (dict(memory_bytes=80e9), "memory_bytes"),  # must be an int
         (dict(dense_bf16_flop_per_s=-1.0), "dense_bf16_flop_per_s"),
         (dict(dense_fp8_flop_per_s=0.0), "dense_fp8_flop_per_s"),
         (dict(dense_fp8_flop_per_s="fast"), "dense_fp8_flop_per_s"),
@@ -401,8 +399,9 @@ def test_switch_sharp_limits_validation_names_field_value_and_allowed(overrides,
     fields = dict(name="sw", kind="infiniband", radix=64, port_rate_bytes_per_s=50e9, latency_s=2e-7, sharp=True)
     fields.update(overrides)
     value = next(iter(overrides.values()))
-    with pytest.raises(ValueError, match=f"SwitchSpec.{field}: {re.escape(repr(value))} is not allowed; "
-                                         f"expected .*{allowed}"):
+    with pytest.raises(
+        ValueError, match=f"SwitchSpec.{field}: {re.escape(repr(value))} is not allowed; expected .*{allowed}"
+    ):
         SwitchSpec(**fields)
 
 
@@ -448,7 +447,7 @@ def test_switch_sharp_limits_defaults_and_presets():
 def test_presets_are_frozen(spec, field, value):
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(spec, field, value)
-    assert not hasattr(spec, "__dict__")   # slots: no per-instance attribute dict
+    assert not hasattr(spec, "__dict__")  # slots: no per-instance attribute dict
 
 
 def test_specs_are_hashable_values():

@@ -23,8 +23,7 @@ def _nic_links(topo: Topology) -> list[int]:
 
 def _nic_pcie_capacity(topo: Topology, nic: int) -> float:
     """Capacity of the PCIe link entering the NIC from its PCIe switch / root port."""
-    links = [l for l in range(topo.num_links)
-             if topo.link_dst[l] == nic and topo.link_kind[l] == LinkKind.PCIE]
+    links = [l for l in range(topo.num_links) if topo.link_dst[l] == nic and topo.link_kind[l] == LinkKind.PCIE]
     assert len(links) == 1
     return float(topo.link_capacity_bytes_per_s[links[0]])
 
@@ -51,12 +50,12 @@ def test_fabric_names_and_read_only_mapping():
 def test_fabric_parts_agree(name):
     fabric = FABRICS[name]
     assert isinstance(fabric, FabricPreset) and fabric.name == name
-    link, switch, nic = fabric                      # unpacks as (link, switch, NIC)
+    link, switch, nic = fabric  # unpacks as (link, switch, NIC)
     assert (link, switch, nic) == (fabric.link, fabric.switch, fabric.nic)
     ib = name.startswith("ib-")
     assert link.kind == (LinkKind.INFINIBAND if ib else LinkKind.ROCE)
     assert switch.kind == ("infiniband" if ib else "ethernet")
-    assert nic.port is link                         # the NIC's port is the fabric's cable
+    assert nic.port is link  # the NIC's port is the fabric's cable
     assert switch.port_rate_bytes_per_s == link.line_rate_bytes_per_s
     gbit = int(name.split("-")[1].rstrip("g")) if not ib else {"hdr": 200, "ndr": 400, "xdr": 800}[name[3:]]
     assert link.line_rate_bytes_per_s == gbit * 1e9 / 8
@@ -65,8 +64,12 @@ def test_fabric_parts_agree(name):
 # PCIe x16 per-direction effective rates of the NIC's host link in a DGX H100 (Gen5 platform): the link trains
 # at the slower generation of the NIC and the server, so Gen4 NICs run at Gen4 and Gen6 NICs (ConnectX-8) at Gen5.
 _NIC_PCIE_IN_DGX_H100 = {
-    "ib-hdr": lk.PCIE_GEN4_X16, "ib-ndr": lk.PCIE_GEN5_X16, "ib-xdr": lk.PCIE_GEN5_X16,
-    "roce-100g": lk.PCIE_GEN4_X16, "roce-200g": lk.PCIE_GEN4_X16, "roce-400g": lk.PCIE_GEN5_X16,
+    "ib-hdr": lk.PCIE_GEN4_X16,
+    "ib-ndr": lk.PCIE_GEN5_X16,
+    "ib-xdr": lk.PCIE_GEN5_X16,
+    "roce-100g": lk.PCIE_GEN4_X16,
+    "roce-200g": lk.PCIE_GEN4_X16,
+    "roce-400g": lk.PCIE_GEN5_X16,
     "roce-800g": lk.PCIE_GEN5_X16,
 }
 
@@ -129,11 +132,21 @@ def test_topology_registry_is_read_only_and_uniform():
     server = SYSTEMS["dgx-h100"].server()
     for name, kind in TOPOLOGIES.items():
         assert isinstance(kind, TopologyKind) and kind.name == name
-        topo = kind.build(server=server, servers=2, switch=dv.QUANTUM2_NDR, fabric_link=lk.IB_NDR,
-                          rail_optimised=True, oversubscription=1.0, planes=1, name=name)
+        topo = kind.build(
+            server=server,
+            servers=2,
+            switch=dv.QUANTUM2_NDR,
+            fabric_link=lk.IB_NDR,
+            rail_optimised=True,
+            oversubscription=1.0,
+            planes=1,
+            name=name,
+        )
         assert topo.num_gpus == 16
-        assert kind.max_servers(server=server, switch=dv.QUANTUM2_NDR, rail_optimised=True, oversubscription=1.0,
-                                planes=1) >= 2
+        assert (
+            kind.max_servers(server=server, switch=dv.QUANTUM2_NDR, rail_optimised=True, oversubscription=1.0, planes=1)
+            >= 2
+        )
 
 
 def test_a_registered_builder_is_used_by_build_system(monkeypatch):
@@ -143,7 +156,7 @@ def test_a_registered_builder_is_used_by_build_system(monkeypatch):
         calls.append(kwargs)
         return TOPOLOGIES["leaf-spine"].build(**kwargs)
 
-    extra = TopologyKind(name="mine", description="test wiring", build=build)     # no capacity function
+    extra = TopologyKind(name="mine", description="test wiring", build=build)  # no capacity function
     monkeypatch.setattr(presets, "TOPOLOGIES", types.MappingProxyType({**TOPOLOGIES, "mine": extra}))
     topo = build_system("dgx-h100", nodes=3, topology="mine", oversubscription=2.0)
     assert topo.name == "dgx-h100 x3 mine"
@@ -152,27 +165,30 @@ def test_a_registered_builder_is_used_by_build_system(monkeypatch):
     assert calls[0]["switch"] is dv.QUANTUM2_NDR and calls[0]["fabric_link"] is lk.IB_NDR
 
 
-@pytest.mark.parametrize("system, topology, kwargs, expected", [
-    # Quantum-2 (radix 64), K = 8, R = 1: d = 32. leaf-spine floor(64/8) x 32; fat-tree 64 pods x 32 edges
-    # / 8 rails x 32; rail-only 64 leaves x 32
-    ("dgx-h100", "leaf-spine", {}, 256),
-    ("dgx-h100", "fat-tree", {}, 8192),
-    ("dgx-h100", "rail-only", {}, 2048),
-    # Quantum HDR (radix 40), d = 20: floor(40/8) x 20 = 100; 40 x 20 / 8 x 20 = 2000; 40 x 20 = 800
-    ("dgx-a100", "leaf-spine", {}, 100),
-    ("dgx-a100", "fat-tree", {}, 2000),
-    ("dgx-a100", "rail-only", {}, 800),
-    # Spectrum-4 at 400G (radix 128), d = 64: floor(128/8) x 64 = 1024
-    ("dgx-h100", "leaf-spine", {"fabric": "roce-400g"}, 1024),
-    # 4 NICs or 2 planes of 4: floor(64/4) x 32 = 512
-    ("dgx-h100", "leaf-spine", {"nics_per_node": 4}, 512),
-    ("dgx-h100", "leaf-spine", {"planes": 2}, 512),
-    # R = 3: d = floor(64 x 3 / 4) = 48 -> 8 x 48 = 384
-    ("dgx-h100", "leaf-spine", {"oversubscription": 3.0}, 384),
-    # ToR: 64 leaves x floor(32/8) = 256
-    ("dgx-h100", "leaf-spine", {"rail_optimised": False}, 256),
-    ("pcie-rtx4090", "fat-tree", {}, 1),
-])
+@pytest.mark.parametrize(
+    "system, topology, kwargs, expected",
+    [
+        # Quantum-2 (radix 64), K = 8, R = 1: d = 32. leaf-spine floor(64/8) x 32; fat-tree 64 pods x 32 edges
+        # / 8 rails x 32; rail-only 64 leaves x 32
+        ("dgx-h100", "leaf-spine", {}, 256),
+        ("dgx-h100", "fat-tree", {}, 8192),
+        ("dgx-h100", "rail-only", {}, 2048),
+        # Quantum HDR (radix 40), d = 20: floor(40/8) x 20 = 100; 40 x 20 / 8 x 20 = 2000; 40 x 20 = 800
+        ("dgx-a100", "leaf-spine", {}, 100),
+        ("dgx-a100", "fat-tree", {}, 2000),
+        ("dgx-a100", "rail-only", {}, 800),
+        # Spectrum-4 at 400G (radix 128), d = 64: floor(128/8) x 64 = 1024
+        ("dgx-h100", "leaf-spine", {"fabric": "roce-400g"}, 1024),
+        # 4 NICs or 2 planes of 4: floor(64/4) x 32 = 512
+        ("dgx-h100", "leaf-spine", {"nics_per_node": 4}, 512),
+        ("dgx-h100", "leaf-spine", {"planes": 2}, 512),
+        # R = 3: d = floor(64 x 3 / 4) = 48 -> 8 x 48 = 384
+        ("dgx-h100", "leaf-spine", {"oversubscription": 3.0}, 384),
+        # ToR: 64 leaves x floor(32/8) = 256
+        ("dgx-h100", "leaf-spine", {"rail_optimised": False}, 256),
+        ("pcie-rtx4090", "fat-tree", {}, 1),
+    ],
+)
 def test_max_nodes_for_matches_closed_forms(system, topology, kwargs, expected):
     assert SYSTEMS[system].max_nodes_for(topology, **kwargs) == expected
 
@@ -249,12 +265,15 @@ def test_a_pcie_box_can_be_given_nics_and_a_fabric():
                 assert router.path(src, dst).size > 0
 
 
-@pytest.mark.parametrize("kwargs, pattern", [
-    ({"nodes": 2}, r"nodes: 2 is not allowed for pcie-rtx4090, a single server without a fabric.*fabric="),
-    ({"nodes": 2, "fabric": "roce-100g"}, r"nodes: 2 is not allowed for pcie-rtx4090: its server has no NIC"),
-    ({"nics_per_node": 2}, r"nics_per_node: 2 needs a NIC, but pcie-rtx4090 has none.*ib-hdr"),
-    ({"nics_per_node": 9, "fabric": "roce-100g"}, r"nics_per_node: 9 is not allowed.*at most its 8 GPUs"),
-])
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"nodes": 2}, r"nodes: 2 is not allowed for pcie-rtx4090, a single server without a fabric.*fabric="),
+        ({"nodes": 2, "fabric": "roce-100g"}, r"nodes: 2 is not allowed for pcie-rtx4090: its server has no NIC"),
+        ({"nics_per_node": 2}, r"nics_per_node: 2 needs a NIC, but pcie-rtx4090 has none.*ib-hdr"),
+        ({"nics_per_node": 9, "fabric": "roce-100g"}, r"nics_per_node: 9 is not allowed.*at most its 8 GPUs"),
+    ],
+)
 def test_pcie_box_errors(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         build_system("pcie-rtx4090", **kwargs)
@@ -277,11 +296,14 @@ def test_planes_split_the_nics_over_independent_fabrics():
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, field, listed", [
-    ({"topology": "torus"}, "topology", "leaf-spine, fat-tree, rail-only"),
-    ({"fabric": "ib-qdr"}, "fabric", "ib-hdr, ib-ndr, ib-xdr, roce-100g, roce-200g, roce-400g, roce-800g"),
-    ({"fabric": 400}, "fabric", "ib-hdr"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field, listed",
+    [
+        ({"topology": "torus"}, "topology", "leaf-spine, fat-tree, rail-only"),
+        ({"fabric": "ib-qdr"}, "fabric", "ib-hdr, ib-ndr, ib-xdr, roce-100g, roce-200g, roce-400g, roce-800g"),
+        ({"fabric": 400}, "fabric", "ib-hdr"),
+    ],
+)
 def test_unknown_names_list_the_allowed_ones(kwargs, field, listed):
     with pytest.raises(ValueError, match=rf"^{field}: ") as err:
         build_system("dgx-h100", nodes=2, **kwargs)
@@ -300,19 +322,25 @@ def test_bad_node_count(nodes):
         build_system("dgx-h100", nodes=nodes)
 
 
-@pytest.mark.parametrize("kwargs, pattern", [
-    ({"planes": 2}, r"planes: 2 is not allowed with topology 'rail-only'"),
-    ({"rail_optimised": False}, r"rail_optimised: False is not allowed with topology 'rail-only'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"planes": 2}, r"planes: 2 is not allowed with topology 'rail-only'"),
+        ({"rail_optimised": False}, r"rail_optimised: False is not allowed with topology 'rail-only'"),
+    ],
+)
 def test_rail_only_rejects_options_it_cannot_honour(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         build_system("dgx-h100", nodes=2, topology="rail-only", **kwargs)
 
 
-@pytest.mark.parametrize("kwargs, pattern", [
-    ({"rail_optimised": False}, r"rail_optimised: False is not allowed with topology 'dragonfly'.*expected True$"),
-    ({"planes": 2}, r"oversubscription/planes: not used by topology 'dragonfly'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"rail_optimised": False}, r"rail_optimised: False is not allowed with topology 'dragonfly'.*expected True$"),
+        ({"planes": 2}, r"oversubscription/planes: not used by topology 'dragonfly'"),
+    ],
+)
 def test_dragonfly_rejects_options_it_cannot_honour(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         build_system("dgx-h100", nodes=128, topology="dragonfly", **kwargs)

@@ -28,8 +28,7 @@ def dgx4() -> Topology:
 @pytest.fixture(scope="module")
 def tor3() -> Topology:
     # 3 DGX H100 on a ToR radix-16 leaf-spine: d = 8 -> one leaf per server, 3 leaves, 8 spines
-    return leaf_spine(server=dgx_h100(), servers=3, switch=toy_switch(16), fabric_link=lk.IB_NDR,
-                      rail_optimised=False)
+    return leaf_spine(server=dgx_h100(), servers=3, switch=toy_switch(16), fabric_link=lk.IB_NDR, rail_optimised=False)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +43,11 @@ def _fabric_switches(topo: Topology) -> list[int]:
 
 
 def _spines_on(topo: Topology, path: np.ndarray) -> list[int]:
-    return [int(topo.link_dst[l]) for l in path
-            if topo.link_tier[l] == LinkTier.FABRIC_1 and topo.graph.nodes[int(topo.link_dst[l])]["tier"] == 2]
+    return [
+        int(topo.link_dst[l])
+        for l in path
+        if topo.link_tier[l] == LinkTier.FABRIC_1 and topo.graph.nodes[int(topo.link_dst[l])]["tier"] == 2
+    ]
 
 
 def _assert_walk(topo: Topology, path: np.ndarray, src: int, dst: int) -> None:
@@ -107,7 +109,7 @@ def test_fabric_part_of_inter_server_paths_is_shortest(request, name, pxn):
         for dst in range(gpus_per, topo.num_gpus):
             for flow_key in (0, 1, 2):
                 path = router.path(src, dst, flow_key=flow_key)
-                leaf_a, leaf_b = _leaves(topo, path)       # exactly one NIC cable up and one down
+                leaf_a, leaf_b = _leaves(topo, path)  # exactly one NIC cable up and one down
                 fabric = [l for l in path if topo.link_tier[l] == LinkTier.FABRIC_1]
                 assert len(fabric) == lengths[leaf_a][leaf_b]
 
@@ -118,7 +120,7 @@ def test_ecmp_spreads_over_spines(dgx4):
     router = Router(dgx4, pxn=False)
     src, dst = dgx4.gpu(0, 0), dgx4.gpu(1, 1)
     spines = [tuple(_spines_on(dgx4, router.path(src, dst, flow_key=k))) for k in range(256)]
-    assert all(len(s) == 1 for s in spines)                 # exactly one spine per path
+    assert all(len(s) == 1 for s in spines)  # exactly one spine per path
     used = {s[0] for s in spines}
     assert len(used) > 1
     # with 256 hashed keys over 4 spines, all 4 are used (a miss has probability ~4 * 0.75^256)
@@ -146,8 +148,8 @@ def test_ecmp_is_deterministic_and_seeded(dgx4):
     keys = range(64)
     first = [a.path(src, dst, flow_key=k) for k in keys]
     for k in keys:
-        assert np.array_equal(a.path(src, dst, flow_key=k), first[k])          # repeat call
-        assert np.array_equal(b.path(src, dst, flow_key=k), first[k])          # fresh router, same seed
+        assert np.array_equal(a.path(src, dst, flow_key=k), first[k])  # repeat call
+        assert np.array_equal(b.path(src, dst, flow_key=k), first[k])  # fresh router, same seed
     differs = [k for k in keys if not np.array_equal(other.path(src, dst, flow_key=k), first[k])]
     assert differs, "seed 1 picked the same spine as seed 0 for all 64 flow keys"
 
@@ -159,7 +161,7 @@ def test_mix64_is_deterministic_order_sensitive_64_bit():
     values = [mix64(i) for i in range(1000)]
     assert all(0 <= v < 2**64 for v in values)
     assert len(set(values)) == 1000
-    assert mix64(-1) == mix64(2**64 - 1)       # inputs are taken modulo 2^64
+    assert mix64(-1) == mix64(2**64 - 1)  # inputs are taken modulo 2^64
 
 
 # ------------------------------------------------------------------------------------------------
@@ -173,7 +175,7 @@ def test_same_rail_with_pxn_crosses_no_spine(dgx4, gpu):
     for flow_key in range(4):
         path = router.path(dgx4.gpu(0, gpu), dgx4.gpu(1, gpu), flow_key=flow_key)
         assert not any(dgx4.link_tier[l] == LinkTier.FABRIC_1 for l in path)
-        assert not any(dgx4.link_tier[l] == LinkTier.NVLINK for l in path)     # own NIC is on the rail
+        assert not any(dgx4.link_tier[l] == LinkTier.NVLINK for l in path)  # own NIC is on the rail
         # GPU -> PCIe switch -> NIC -> leaf -> NIC -> PCIe switch -> GPU
         assert len(path) == 6
 
@@ -184,7 +186,7 @@ def test_pxn_leaves_through_destination_rail_nic(dgx4, a, b):
     s0, s1 = topo.servers[0], topo.servers[1]
     path = Router(topo, pxn=True).path(topo.gpu(0, a), topo.gpu(1, b))
     rail = s1.nic_of_gpu[b]
-    assert rail == b                               # DGX H100: GPU i sits by NIC i
+    assert rail == b  # DGX H100: GPU i sits by NIC i
     assert topo.nic_leaf_link[s0.nics[rail]] in path
     assert topo.nic_leaf_link[s0.nics[s0.nic_of_gpu[a]]] not in path
     # relayed over NVLink to the GPU next to that NIC, then down its PCIe switch
@@ -243,7 +245,7 @@ def test_policies_are_one_object_each_in_a_read_only_registry(dgx4):
     assert all(policy.name == name for name, policy in POLICIES.items())
     assert [name for name, policy in POLICIES.items() if policy.sprays] == ["spray"]
     with pytest.raises(TypeError):
-        POLICIES["mine"] = POLICIES["ecmp"]                      # read-only: no registration at run time
+        POLICIES["mine"] = POLICIES["ecmp"]  # read-only: no registration at run time
     for name in ROUTING_POLICIES:
         router = Router(dgx4, policy=name)
         assert router.policy == name and router._policy is POLICIES[name] and router.spraying == (name == "spray")
@@ -256,8 +258,9 @@ def test_bad_seed_is_rejected(dgx4, seed):
     assert repr(seed) in str(err.value)
 
 
-@pytest.mark.parametrize("src, dst, named", [(32, 0, "src_gpu=32"), (0, 32, "dst_gpu=32"), (-1, 0, "src_gpu=-1"),
-                                             (0, -5, "dst_gpu=-5")])
+@pytest.mark.parametrize(
+    "src, dst, named", [(32, 0, "src_gpu=32"), (0, 32, "dst_gpu=32"), (-1, 0, "src_gpu=-1"), (0, -5, "dst_gpu=-5")]
+)
 def test_out_of_range_gpu_is_rejected(dgx4, src, dst, named):
     # dgx-h100 x4 has 4 x 8 = 32 GPUs: valid indices 0..31
     with pytest.raises(ValueError, match=named) as err:
@@ -293,8 +296,14 @@ def fly() -> Topology:
 @pytest.fixture(scope="module")
 def fly_duo() -> Topology:
     # DUO, p = 2, a = 2, h = 1: g = 3 groups, a*p/K = 2 servers per group, 6 servers, 12 GPUs
-    return dragonfly(server=DUO, servers_per_router=2, routers_per_group=2, global_links_per_router=1,
-                     switch=toy_switch(16), fabric_link=lk.IB_NDR)
+    return dragonfly(
+        server=DUO,
+        servers_per_router=2,
+        routers_per_group=2,
+        global_links_per_router=1,
+        switch=toy_switch(16),
+        fabric_link=lk.IB_NDR,
+    )
 
 
 def _fabric_links(topo: Topology, path: np.ndarray) -> list[int]:
@@ -332,8 +341,11 @@ def _min_lgl_hops(topo: Topology, u: int, v: int) -> int:
         return 1
     glob = np.flatnonzero(topo.link_tier == LinkTier.FABRIC_2)
     cables = [(int(topo.link_src[l]), int(topo.link_dst[l])) for l in glob]
-    return min((u != x) + 1 + (y != v) for x, y in cables
-               if _group(topo, x) == _group(topo, u) and _group(topo, y) == _group(topo, v))
+    return min(
+        (u != x) + 1 + (y != v)
+        for x, y in cables
+        if _group(topo, x) == _group(topo, u) and _group(topo, y) == _group(topo, v)
+    )
 
 
 # ---- every policy routes every pair --------------------------------------------------------------
@@ -365,8 +377,9 @@ def test_spray_routes_every_pair_and_its_path_is_the_ecmp_path(fly_duo):
                 assert np.array_equal(walk, ecmp.path(src, dst))
                 assert set(walk.tolist()) <= set(links.tolist())
     # path() assigned no load: only the sprayed weights were counted
-    assert router.assigned_bytes.sum() == pytest.approx(sum(
-        router.weighted_path(s, d)[1].sum() for s in range(topo.num_gpus) for d in range(topo.num_gpus) if s != d))
+    assert router.assigned_bytes.sum() == pytest.approx(
+        sum(router.weighted_path(s, d)[1].sum() for s in range(topo.num_gpus) for d in range(topo.num_gpus) if s != d)
+    )
 
 
 # ---- ecmp and minimal on a dragonfly --------------------------------------------------------------
@@ -377,14 +390,14 @@ def test_dragonfly_ecmp_is_min_hop_and_minimal_is_local_global_local(fly):
     hops = dict(nx.all_pairs_shortest_path_length(_switch_graph(topo)))
     ecmp, minimal = Router(topo, policy="ecmp", seed=5), Router(topo, policy="minimal", seed=5)
     shorter = 0
-    for src in range(8):                                   # the 8 servers of group 0 ...
-        for dst in range(8, topo.num_gpus):                # ... to every server of another group
+    for src in range(8):  # the 8 servers of group 0 ...
+        for dst in range(8, topo.num_gpus):  # ... to every server of another group
             a, b = _leaves(topo, ecmp.path(src, dst))
             e = _fabric_links(topo, ecmp.path(src, dst))
             m = _fabric_links(topo, minimal.path(src, dst))
             assert len(e) == hops[a][b]
             assert len(m) == _min_lgl_hops(topo, a, b) <= 3
-            assert sum(topo.link_tier[l] == LinkTier.FABRIC_2 for l in m) == 1     # one global hop
+            assert sum(topo.link_tier[l] == LinkTier.FABRIC_2 for l in m) == 1  # one global hop
             shorter += len(e) < len(m)
     # min-hop paths through a third group (global, global) beat local, global, local for some
     # router pairs, which is why the two policies differ on a dragonfly
@@ -405,10 +418,10 @@ def test_valiant_goes_through_its_intermediate_group(fly):
     router = Router(topo, policy="valiant", seed=11)
     seen = set()
     for k in range(64):
-        src, dst = 3, 8 + 5                               # server 3 of group 0 -> server 5 of group 1
+        src, dst = 3, 8 + 5  # server 3 of group 0 -> server 5 of group 1
         via = router.valiant_intermediate(src, dst, flow_key=k)
         groups = {_group(topo, n) for n in via}
-        assert len(groups) == 1 and len(via) == 4        # all a = 4 routers of one group
+        assert len(groups) == 1 and len(via) == 4  # all a = 4 routers of one group
         (g,) = groups
         assert g not in (0, 1)
         seen.add(g)
@@ -465,7 +478,7 @@ def test_ugal_chooses_by_its_cost_rule(fly):
     minimal, valiant = Router(topo, policy="minimal", seed=1), Router(topo, policy="valiant", seed=1)
     chose_valiant = chose_minimal = 0
     for src, dst in _adversarial(topo, 8, 9):
-        w = 1.0 + src                                     # distinct sizes exercise the byte weighting
+        w = 1.0 + src  # distinct sizes exercise the byte weighting
         m = _fabric_links(topo, minimal.path(src, dst))
         v = _fabric_links(topo, valiant.path(src, dst))
         expect = m if _ugal_cost(ugal, topo, m, w) <= _ugal_cost(ugal, topo, v, w) else v
@@ -473,7 +486,7 @@ def test_ugal_chooses_by_its_cost_rule(fly):
         assert got == expect
         chose_minimal += got == m
         chose_valiant += got == v and got != m
-    assert chose_minimal and chose_valiant                # the pattern exercises both branches
+    assert chose_minimal and chose_valiant  # the pattern exercises both branches
 
 
 def test_ugal_worked_number(fly):
@@ -486,11 +499,13 @@ def test_ugal_worked_number(fly):
     # directly: 4 hops, not 5.)
     topo = fly
     minimal, valiant = Router(topo, policy="minimal"), Router(topo, policy="valiant")
-    pair = next((s, d) for s in range(8) for d in range(8, 16)
-                if len(_fabric_links(topo, minimal.path(s, d))) == 3)
+    pair = next((s, d) for s in range(8) for d in range(8, 16) if len(_fabric_links(topo, minimal.path(s, d))) == 3)
     m = _fabric_links(topo, minimal.path(*pair))
-    keys = [k for k in range(64) if len(v := _fabric_links(topo, valiant.path(*pair, flow_key=k))) == 4
-            and not set(v) & set(m)]
+    keys = [
+        k
+        for k in range(64)
+        if len(v := _fabric_links(topo, valiant.path(*pair, flow_key=k))) == 4 and not set(v) & set(m)
+    ]
     assert len(keys) >= 2
     ugal = Router(topo, policy="ugal")
     assert _fabric_links(topo, ugal.path(*pair, flow_key=keys[0])) == m
@@ -566,7 +581,7 @@ def test_spray_over_four_spines_hand_derived(dgx4):
     assert np.all(weights[~fabric] == 1.0)
     # the non-fabric part is exactly ECMP's
     assert list(links[~fabric]) == [l for l in ecmp if topo.link_tier[l] != LinkTier.FABRIC_1]
-    assert len(set(links.tolist())) == len(links)                    # each link once
+    assert len(set(links.tolist())) == len(links)  # each link once
 
 
 def _check_spray(topo: Topology, links: np.ndarray, weights: np.ndarray) -> None:
@@ -580,7 +595,7 @@ def _check_spray(topo: Topology, links: np.ndarray, weights: np.ndarray) -> None
         assert 0 < w <= 1
         u, v = int(topo.link_src[l]), int(topo.link_dst[l])
         if topo.node_kind(u) == NodeKind.FABRIC_SWITCH == topo.node_kind(v):
-            assert dist[v] == dist[u] - 1                              # only shortest next hops
+            assert dist[v] == dist[u] - 1  # only shortest next hops
             outflow[u] = outflow.get(u, 0.0) + w
             inflow[v] = inflow.get(v, 0.0) + w
             cut[dist[u]] = cut.get(dist[u], 0.0) + w
@@ -588,11 +603,11 @@ def _check_spray(topo: Topology, links: np.ndarray, weights: np.ndarray) -> None
             assert w == 1.0
     if a != b:
         assert set(cut) == set(range(1, dist[a] + 1))
-        assert all(total == pytest.approx(1.0) for total in cut.values())     # each level carries all
+        assert all(total == pytest.approx(1.0) for total in cut.values())  # each level carries all
         assert outflow[a] == pytest.approx(1.0) and inflow[b] == pytest.approx(1.0)
         for s in set(inflow) | set(outflow):
             if s not in (a, b):
-                assert inflow[s] == pytest.approx(outflow[s])                   # conservation
+                assert inflow[s] == pytest.approx(outflow[s])  # conservation
 
 
 @pytest.mark.parametrize("name", ["dgx4", "uneven12", "tor3"])
@@ -646,7 +661,7 @@ def test_assigned_load_counts_each_flow_once(dgx4):
     path = router.path(0, 9, nbytes=1e6)
     load = router.assigned_bytes
     assert np.all(load[path] == 1e6) and load.sum() == 1e6 * len(path)
-    router.path(0, 9, nbytes=5e6)                  # the same flow again: pinned, not counted twice
+    router.path(0, 9, nbytes=5e6)  # the same flow again: pinned, not counted twice
     assert np.array_equal(router.assigned_bytes, load)
     router.reset_load()
     assert not router.assigned_bytes.any()
@@ -732,8 +747,8 @@ def test_failed_cable_is_avoided_and_paths_stay_shortest(dgx4):
                 path = router.path(src, dst, flow_key=k)
                 assert not failed & set(path.tolist())
                 _assert_walk(topo, path, src, dst)
-                if policy in ("ecmp", "minimal", "adaptive"):   # Valiant (and UGAL taking it) may
-                    assert len(_fabric_links(topo, path)) == 2    # still reach spine0 the long way
+                if policy in ("ecmp", "minimal", "adaptive"):  # Valiant (and UGAL taking it) may
+                    assert len(_fabric_links(topo, path)) == 2  # still reach spine0 the long way
                     used.update(_spines_on(topo, path))
         if policy in ("ecmp", "minimal", "adaptive"):
             assert spine0 not in used and len(used) == 3
@@ -743,22 +758,25 @@ def test_failed_cable_is_avoided_and_paths_stay_shortest(dgx4):
 
 def test_failed_global_cable_reroutes_on_dragonfly(fly):
     topo = fly
-    glob = [l for l in np.flatnonzero(topo.link_tier == LinkTier.FABRIC_2).tolist()
-            if {_group(topo, int(topo.link_src[l])), _group(topo, int(topo.link_dst[l]))} == {0, 1}]
+    glob = [
+        l
+        for l in np.flatnonzero(topo.link_tier == LinkTier.FABRIC_2).tolist()
+        if {_group(topo, int(topo.link_src[l])), _group(topo, int(topo.link_dst[l]))} == {0, 1}
+    ]
     failed = frozenset(glob)
-    assert len(glob) == 2                                  # the one cable between groups 0 and 1
+    assert len(glob) == 2  # the one cable between groups 0 and 1
     hops = dict(nx.all_pairs_shortest_path_length(_switch_graph(topo, failed)))
     for policy in SINGLE_PATH:
         router = Router(topo, policy=policy, failed_links=failed)
         for src in range(8):
-            for dst in range(8, 16):                       # group 0 -> group 1
+            for dst in range(8, 16):  # group 0 -> group 1
                 path = router.path(src, dst)
                 _assert_walk(topo, path, src, dst)
                 assert not failed & set(path.tolist())
                 if policy in ("ecmp", "adaptive"):
                     a, b = _leaves(topo, path)
                     assert len(_fabric_links(topo, path)) == hops[a][b]
-                if policy == "minimal":                   # no direct cable left: two global hops
+                if policy == "minimal":  # no direct cable left: two global hops
                     assert sum(topo.link_tier[l] == LinkTier.FABRIC_2 for l in path) == 2
 
 
@@ -790,8 +808,9 @@ def test_failed_link_inside_a_server_is_an_error(dgx4):
         Router(topo, failed_links={nvlink}).path(0, 1)
 
 
-@pytest.mark.parametrize("failed, shown", [({-1}, "-1"), ({10**6}, "1000000"), ({"x"}, "'x'"), (5, "5"),
-                                           ({1.0}, "1.0")])
+@pytest.mark.parametrize(
+    "failed, shown", [({-1}, "-1"), ({10**6}, "1000000"), ({"x"}, "'x'"), (5, "5"), ({1.0}, "1.0")]
+)
 def test_bad_failed_links_are_rejected(dgx4, failed, shown):
     with pytest.raises(ValueError, match=r"Router\.failed_links") as err:
         Router(dgx4, failed_links=failed)
@@ -800,6 +819,6 @@ def test_bad_failed_links_are_rejected(dgx4, failed, shown):
 
 def test_spines_above_on_dragonfly_and_leaf_spine(fly, dgx4):
     router = Router(fly)
-    assert all(router.spines_above(r) == [] for r in _fabric_switches(fly))   # one tier: nothing above
+    assert all(router.spines_above(r) == [] for r in _fabric_switches(fly))  # one tier: nothing above
     leaf0 = Router(dgx4).leaf_of(0)
     assert len(Router(dgx4).spines_above(leaf0)) == 4

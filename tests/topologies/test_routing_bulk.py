@@ -24,14 +24,21 @@ BUILDERS = {
     # 8 servers, rail-optimised leaf-spine: d = 4, 2 rails x 2 groups = 4 leaves, 16 GPUs
     "leaf_spine_rail": lambda: leaf_spine(server=DUO, servers=8, switch=TOY8, fabric_link=lk.IB_NDR),
     # 6 servers, top-of-rack leaf-spine: floor(4 / 2) = 2 servers per leaf, 12 GPUs
-    "leaf_spine_tor": lambda: leaf_spine(server=DUO, servers=6, switch=TOY8, fabric_link=lk.IB_NDR,
-                                         rail_optimised=False),
+    "leaf_spine_tor": lambda: leaf_spine(
+        server=DUO, servers=6, switch=TOY8, fabric_link=lk.IB_NDR, rail_optimised=False
+    ),
     # 12 servers, no link between rails (cross-rail flows relay over NVLink); per rail a leaf-spine of
     # 3 leaves (d = 4) and 2 spines, 24 GPUs
     "rail_only": lambda: rail_only(server=DUO, servers=12, switch=TOY8, fabric_link=lk.IB_NDR),
     # p = 2, a = 2, h = 1: 3 groups of 2 routers, one DUO per router, 12 GPUs
-    "dragonfly": lambda: dragonfly(server=DUO, servers_per_router=2, routers_per_group=2,
-                                   global_links_per_router=1, switch=TOY8, fabric_link=lk.IB_NDR),
+    "dragonfly": lambda: dragonfly(
+        server=DUO,
+        servers_per_router=2,
+        routers_per_group=2,
+        global_links_per_router=1,
+        switch=TOY8,
+        fabric_link=lk.IB_NDR,
+    ),
 }
 
 
@@ -75,12 +82,19 @@ def _state(router: Router) -> tuple:
     """Everything a routing call leaves behind: pinned flows (pair by pair in memo order, each pair's
     pins in pinning order), pending load in order, the pair memo (with each pair's hash state), then
     the assigned load's bytes (this flushes pending)."""
-    flows = [(key, code, links.tolist(), None if weights is None else weights.tolist())
-             for key, p in router._pairs.items() for code, (links, weights) in p.pinned.items()]
-    pending = [(links.tolist(), None if weights is None else weights.tolist(), nbytes)
-               for links, weights, nbytes in router._pending]
-    pairs = [(key, p.head, p.tail, p.leaf_src, p.leaf_dst, p.prefix, None if p.fixed is None else p.fixed.tolist())
-             for key, p in router._pairs.items()]
+    flows = [
+        (key, code, links.tolist(), None if weights is None else weights.tolist())
+        for key, p in router._pairs.items()
+        for code, (links, weights) in p.pinned.items()
+    ]
+    pending = [
+        (links.tolist(), None if weights is None else weights.tolist(), nbytes)
+        for links, weights, nbytes in router._pending
+    ]
+    pairs = [
+        (key, p.head, p.tail, p.leaf_src, p.leaf_dst, p.prefix, None if p.fixed is None else p.fixed.tolist())
+        for key, p in router._pairs.items()
+    ]
     return flows, pending, pairs, router.assigned_bytes.tobytes()
 
 
@@ -94,8 +108,9 @@ def _loop_weighted(router: Router, src, dst, keys, pxn) -> tuple[list[np.ndarray
 
 
 def _same(arrays: list[np.ndarray], expected: list[np.ndarray]) -> bool:
-    return (len(arrays) == len(expected)
-            and all(a.dtype == b.dtype and a.tolist() == b.tolist() for a, b in zip(arrays, expected)))
+    return len(arrays) == len(expected) and all(
+        a.dtype == b.dtype and a.tolist() == b.tolist() for a, b in zip(arrays, expected)
+    )
 
 
 def _loop_until_error(call, src, dst, keys) -> str:
@@ -153,16 +168,19 @@ def test_bulk_equals_the_loop_under_load_dependent_and_hierarchical_policies(fab
 def test_bulk_and_single_calls_interleave_like_the_loop(fabrics, policy):
     topo = fabrics["fat_tree"]
     src, dst, keys = _request(topo, seed=3)
-    one = Router(topo, policy=policy, seed=9)                 # only single calls
-    mixed = Router(topo, policy=policy, seed=9)               # bulk calls between single ones
+    one = Router(topo, policy=policy, seed=9)  # only single calls
+    mixed = Router(topo, policy=policy, seed=9)  # bulk calls between single ones
     # single calls first, some with nbytes != 1: their flows are pinned with that weight
     for s, d, k in zip(src[:40], dst[:40], keys[:40]):
-        assert np.array_equal(mixed.weighted_path(s, d, flow_key=k, nbytes=2.5)[0],
-                              one.weighted_path(s, d, flow_key=k, nbytes=2.5)[0])
+        assert np.array_equal(
+            mixed.weighted_path(s, d, flow_key=k, nbytes=2.5)[0], one.weighted_path(s, d, flow_key=k, nbytes=2.5)[0]
+        )
     # a bulk call overlapping them (hits) and extending them (new flows and pairs)
-    assert _same(mixed.paths(src[20:200], dst[20:200], flow_keys=keys[20:200]),
-                 _loop_paths(one, src[20:200], dst[20:200], keys[20:200], None))
-    assert _state(mixed) == _state(one)                       # reading the load mid-way changes nothing
+    assert _same(
+        mixed.paths(src[20:200], dst[20:200], flow_keys=keys[20:200]),
+        _loop_paths(one, src[20:200], dst[20:200], keys[20:200], None),
+    )
+    assert _state(mixed) == _state(one)  # reading the load mid-way changes nothing
     for s, d, k in zip(src[150:250], dst[150:250], keys[150:250]):
         assert np.array_equal(mixed.path(s, d, flow_key=k, pxn=False), one.path(s, d, flow_key=k, pxn=False))
     links, weights = mixed.weighted_paths(src, dst, flow_keys=keys)
@@ -191,12 +209,12 @@ def test_numpy_integer_keys_in_a_list_pin_as_python_ints(fabrics):
     # numpy integers in a list must become Python ints first, as the loop's int(flow_key) makes them
     topo = fabrics["fat_tree"]
     src, dst, keys = _request(topo, seed=8)
-    big = [np.int64(2**62 + k) if k >= 0 else np.int64(-2**62 + k) for k in keys]
+    big = [np.int64(2**62 + k) if k >= 0 else np.int64(-(2**62) + k) for k in keys]
     loop, bulk = Router(topo), Router(topo)
     assert _same(bulk.paths(src, dst, flow_keys=big), _loop_paths(loop, src, dst, big, None))
     assert _state(bulk) == _state(loop)
     positive = [code for pair in bulk._pairs.values() for code in pair.pinned if code > 0]
-    assert positive and all(code >= 2**63 for code in positive)      # wrapped int64 codes would be negative
+    assert positive and all(code >= 2**63 for code in positive)  # wrapped int64 codes would be negative
 
 
 def test_paths_are_read_only_int64_and_weights_float64(fabrics):
@@ -257,7 +275,7 @@ def test_an_unroutable_pair_raises_at_its_first_flow_after_the_flows_before(fabr
         up = topo.nic_leaf_link[nic]
         failed |= {up, reverse(topo, up)}
     src, dst, keys = _request(topo, seed=12, count=80)
-    src = [0, 2, 3] + src + [2] + src                          # 2 -> 3 stays inside server 1: routable
+    src = [0, 2, 3] + src + [2] + src  # 2 -> 3 stays inside server 1: routable
     dst = [1, 3, 2] + dst + [40] + dst
     keys = [0, 0, 1] + keys + [4] + keys
     for policy in ("ecmp", "spray", "adaptive"):
@@ -273,7 +291,7 @@ def test_an_unroutable_pair_raises_at_its_first_flow_after_the_flows_before(fabr
 
 def test_a_failed_link_inside_a_server_raises_like_the_loop(fabrics):
     topo = fabrics["fat_tree"]
-    route = topo.servers[0].intra_routes[(0, 1)]              # GPU 0 -> NVSwitch -> GPU 1 of server 0
+    route = topo.servers[0].intra_routes[(0, 1)]  # GPU 0 -> NVSwitch -> GPU 1 of server 0
     failed = {route[0], reverse(topo, route[0])}
     src, dst, keys = [4, 6, 0, 1, 0], [5, 8, 2, 0, 1], [0, 0, 0, 0, 0]
     loop, bulk = Router(topo, failed_links=failed), Router(topo, failed_links=failed)
@@ -285,15 +303,18 @@ def test_a_failed_link_inside_a_server_raises_like_the_loop(fabrics):
     assert _state(bulk) == _state(loop)
 
 
-@pytest.mark.parametrize(("args", "field"), [
-    (([0, 1], [2], 0), "dst_gpus has 1 entries and src_gpus 2"),
-    (([0, 1], [2, 3], [0, 1, 2]), "flow_keys has 3 entries and src_gpus 2"),
-    (([[0, 1]], [[2, 3]], 0), "src_gpus=[[0, 1]] is not allowed"),
-    (([0.0, 1.0], [2, 3], 0), "src_gpus=[0.0, 1.0] is not allowed"),
-    (([0, 1], [True, False], 0), "dst_gpus=[True, False] is not allowed"),
-    (([0, 1], [2, 3], "0"), "flow_keys='0' is not allowed"),
-    (([0, 1], [2, 3], [0.5, 1]), "flow_keys=[0.5, 1] is not allowed"),
-])
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (([0, 1], [2], 0), "dst_gpus has 1 entries and src_gpus 2"),
+        (([0, 1], [2, 3], [0, 1, 2]), "flow_keys has 3 entries and src_gpus 2"),
+        (([[0, 1]], [[2, 3]], 0), "src_gpus=[[0, 1]] is not allowed"),
+        (([0.0, 1.0], [2, 3], 0), "src_gpus=[0.0, 1.0] is not allowed"),
+        (([0, 1], [True, False], 0), "dst_gpus=[True, False] is not allowed"),
+        (([0, 1], [2, 3], "0"), "flow_keys='0' is not allowed"),
+        (([0, 1], [2, 3], [0.5, 1]), "flow_keys=[0.5, 1] is not allowed"),
+    ],
+)
 def test_malformed_requests_name_the_field(fabrics, args, field):
     router = Router(fabrics["fat_tree"])
     for method in ("paths", "weighted_paths"):
@@ -333,7 +354,7 @@ def test_a_sprayed_cross_pod_flow_carries_the_whole_flow_across_every_level(fabr
     assert weights[:3].tolist() == [1.0] * 3 and weights[-3:].tolist() == [1.0] * 3
     # the first level splits evenly over edge 0's 4 uplinks (d = 4 NICs, R = 1: u = 4)
     assert weights[3:7].tolist() == [0.25] * 4
-    assert router.assigned_bytes[links].tolist() == weights.tolist()   # each link once, nbytes 1
+    assert router.assigned_bytes[links].tolist() == weights.tolist()  # each link once, nbytes 1
 
 
 # ------------------------------------------------------------------------------------------------
@@ -344,6 +365,7 @@ def test_a_sprayed_cross_pod_flow_carries_the_whole_flow_across_every_level(fabr
 @pytest.mark.slow
 def test_ring_edges_of_16384_gpus_bulk_equals_the_loop():
     from topologies.presets import build_system
+
     topo = build_system("dgx-h100", nodes=2048, fabric="roce-400g", topology="fat-tree")
     # 128 rings of 128 GPUs (local GPU k of 128 consecutive servers) x 16 channels = 262,144 flows
     src, dst, keys = [], [], []

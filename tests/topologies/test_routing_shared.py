@@ -15,10 +15,9 @@ import pytest
 
 from tests.topologies.fabrics import BOX, DUO, TOY8, reverse
 from topologies import links as lk
-from topologies.routing import hashing, wiring
 from topologies.dragonfly import dragonfly
 from topologies.fat_tree import fat_tree
-from topologies.routing import ROUTING_POLICIES, RouteCache, Router, mix64
+from topologies.routing import ROUTING_POLICIES, RouteCache, Router, hashing, mix64, wiring
 from topologies.topology import NodeKind, Topology
 
 
@@ -31,8 +30,14 @@ def _fat8() -> Topology:
 
 def _fly() -> Topology:
     # p = 1, a = 2, h = 1: g = 3 groups of 2 routers (hierarchical tables are Dijkstra), 6 GPUs
-    return dragonfly(server=BOX, servers_per_router=1, routers_per_group=2, global_links_per_router=1,
-                     switch=TOY8, fabric_link=lk.IB_NDR)
+    return dragonfly(
+        server=BOX,
+        servers_per_router=1,
+        routers_per_group=2,
+        global_links_per_router=1,
+        switch=TOY8,
+        fabric_link=lk.IB_NDR,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +61,9 @@ def _all_routes(router: Router, *, flow_keys: int = 2) -> list:
                         continue
                     try:
                         links, weights = router.weighted_path(a, b, flow_key=key, pxn=pxn, nbytes=1.5)
-                        out.append((router.path(a, b, flow_key=key, pxn=pxn).tolist(), links.tolist(),
-                                    weights.tolist()))
+                        out.append(
+                            (router.path(a, b, flow_key=key, pxn=pxn).tolist(), links.tolist(), weights.tolist())
+                        )
                     except ValueError as err:
                         out.append(str(err))
     return out + [router.assigned_bytes.tolist()]
@@ -91,9 +97,11 @@ def test_one_round_hash_equals_mix64_on_random_inputs():
     rng = np.random.default_rng(20240611)
     for _ in range(3000):
         count = int(rng.integers(1, 8))
-        width = int(rng.choice([1, 5, 8, 9]))                # bytes: small ids up to beyond 64 bits
-        values = [int.from_bytes(rng.bytes(width), "little") - (2 ** (8 * width - 1) if rng.random() < 0.3 else 0)
-                  for _ in range(count)]                     # some negative
+        width = int(rng.choice([1, 5, 8, 9]))  # bytes: small ids up to beyond 64 bits
+        values = [
+            int.from_bytes(rng.bytes(width), "little") - (2 ** (8 * width - 1) if rng.random() < 0.3 else 0)
+            for _ in range(count)
+        ]  # some negative
         state = hashing._GOLDEN64
         for v in values:
             state = hashing._absorb(state, v)
@@ -121,14 +129,14 @@ def test_router_after_another_routes_like_one_with_nothing_shared(fat8, policy):
     first = Router(fat8, policy=policy, seed=3, cache=cache)
     warm = _all_routes(first)
     second = Router(fat8, policy=policy, seed=3, cache=cache)
-    assert second._f is first._f                            # the static structure is shared ...
-    assert second._load is not first._load and second._pairs is not first._pairs   # ... the load is not
-    assert Router(fat8, policy=policy, seed=3)._f is not first._f   # no cache given: a fresh one, nothing shared
-    alone = Router(_fat8(), policy=policy, seed=3, cache=cache)     # an identical build: its own, empty structure
+    assert second._f is first._f  # the static structure is shared ...
+    assert second._load is not first._load and second._pairs is not first._pairs  # ... the load is not
+    assert Router(fat8, policy=policy, seed=3)._f is not first._f  # no cache given: a fresh one, nothing shared
+    alone = Router(_fat8(), policy=policy, seed=3, cache=cache)  # an identical build: its own, empty structure
     assert alone._f is not first._f
     routes = _all_routes(second)
     assert routes == _all_routes(alone)
-    assert routes == warm                                   # same calls in the same order, same results
+    assert routes == warm  # same calls in the same order, same results
 
 
 def test_router_after_another_routes_like_one_with_nothing_shared_on_dragonfly():
@@ -168,9 +176,9 @@ def test_failure_sets_do_not_share_paths(fat8, policy):
     healthy_routes = _all_routes(healthy)
     cut = _cut_used_spine_cable(fat8, Router(fat8, cache=cache))
     assert any(cut & set(route[1]) for route in healthy_routes[:-1] if isinstance(route, tuple))
-    broken = Router(fat8, policy=policy, failed_links=cut, cache=cache)   # after a healthy Router, same cache
+    broken = Router(fat8, policy=policy, failed_links=cut, cache=cache)  # after a healthy Router, same cache
     assert broken._f is not healthy._f
-    assert healthy.failing(cut)._f is broken._f             # Router.failing keeps the cache
+    assert healthy.failing(cut)._f is broken._f  # Router.failing keeps the cache
     broken_routes = _all_routes(broken)
     assert not any(cut & set(route[1]) for route in broken_routes[:-1] if isinstance(route, tuple))
     assert broken_routes == _all_routes(Router(_fat8(), policy=policy, failed_links=cut))
@@ -182,21 +190,24 @@ def test_one_way_failure_disables_component_labels_and_routes_like_a_fresh_route
     cut = _cut_used_spine_cable(fat8, Router(fat8))
     one_way = frozenset({min(cut)})
     router = Router(fat8, failed_links=one_way)
-    assert router._f.labels is None                        # not every surviving link has its reverse
+    assert router._f.labels is None  # not every surviving link has its reverse
     assert Router(fat8)._f.labels is not None
     assert _all_routes(router) == _all_routes(Router(_fat8(), failed_links=one_way))
 
 
 def test_failure_sets_kept_are_bounded_and_evicted_ones_rebuild_identically(fat8):
     switches = set(_switches(fat8))
-    switch_links = [link for link in range(fat8.num_links)
-                    if int(fat8.link_src[link]) in switches and int(fat8.link_dst[link]) in switches]
+    switch_links = [
+        link
+        for link in range(fat8.num_links)
+        if int(fat8.link_src[link]) in switches and int(fat8.link_dst[link]) in switches
+    ]
     cables = [link for link in switch_links if link < reverse(fat8, link)]
-    sets = [frozenset({link, reverse(fat8, link)}) for link in cables[:wiring.FAILURE_SETS_KEPT + 3]]
+    sets = [frozenset({link, reverse(fat8, link)}) for link in cables[: wiring.FAILURE_SETS_KEPT + 3]]
     cache = RouteCache()
     first = [Router(fat8, failed_links=cut, cache=cache).path(0, 47, pxn=False).tolist() for cut in sets]
     assert len(cache.wiring(fat8).fabrics) == wiring.FAILURE_SETS_KEPT
-    assert sets[0] not in cache.wiring(fat8).fabrics        # least recently used first out
+    assert sets[0] not in cache.wiring(fat8).fabrics  # least recently used first out
     again = [Router(fat8, failed_links=cut, cache=cache).path(0, 47, pxn=False).tolist() for cut in sets]
     assert again == first
 
@@ -210,14 +221,14 @@ def test_shared_structure_is_released_with_its_topology():
     assert len(cache) == 1 and cache.wiring(topo) is router._w
     del topo, router
     gc.collect()
-    assert graph() is None                                  # the cache kept neither graph nor topology alive
+    assert graph() is None  # the cache kept neither graph nor topology alive
     assert len(cache) == 0
 
 
 def test_scaled_copy_shares_structure_but_a_changed_topology_does_not(fat8):
     scaled = fat8.with_link_scale({lk.LinkKind.INFINIBAND: 0.5})
     cache = RouteCache()
-    assert cache.wiring(scaled) is cache.wiring(fat8)       # same graph and arrays, other capacities
+    assert cache.wiring(scaled) is cache.wiring(fat8)  # same graph and arrays, other capacities
     assert np.array_equal(Router(scaled).path(0, 47), Router(fat8).path(0, 47))
     assert Router(scaled, policy="adaptive")._capacity is scaled.link_capacity_bytes_per_s
     moved = dataclasses.replace(fat8, link_src=fat8.link_src.copy())
@@ -259,12 +270,12 @@ def test_assigned_load_equals_one_add_at_per_distinct_flow(fat8, policy):
     for step in range(600):
         a, b = (int(x) for x in rng.choice(fat8.num_gpus, size=2, replace=False))
         key = int(rng.integers(0, 3))
-        nbytes = float(rng.uniform(0.1, 1e6))               # not integers: the order of additions shows
+        nbytes = float(rng.uniform(0.1, 1e6))  # not integers: the order of additions shows
         links, weights = router.weighted_path(a, b, flow_key=key, nbytes=nbytes)
-        if (a, b, key) not in seen:                         # a pinned flow adds nothing the second time
+        if (a, b, key) not in seen:  # a pinned flow adds nothing the second time
             seen.add((a, b, key))
             np.add.at(expected, links, nbytes * weights)
-        if step % 97 == 0:                                  # reading the load mid-way changes nothing
+        if step % 97 == 0:  # reading the load mid-way changes nothing
             assert router.assigned_bytes.tobytes() == expected.tobytes()
     assert router.assigned_bytes.tobytes() == expected.tobytes()
     router.reset_load()

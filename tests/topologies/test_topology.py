@@ -86,7 +86,7 @@ def test_non_positive_or_non_finite_capacity_is_rejected(bad):
         broken.validate()
     msg = str(err.value)
     assert "capacity" in msg
-    assert topo.link_names[3] in msg          # names the offending link
+    assert topo.link_names[3] in msg  # names the offending link
     assert repr(cap[3]) in msg
 
 
@@ -124,7 +124,7 @@ def test_same_server_index_twice_gives_duplicate_names():
     # the duplicate-name check runs before the connectivity check, so the names are reported
     with pytest.raises(ValueError, match="duplicate device names") as err:
         builder.build()
-    assert "s0.cpu0" in str(err.value)     # sorted first of the duplicated names
+    assert "s0.cpu0" in str(err.value)  # sorted first of the duplicated names
 
 
 def test_topology_without_gpu_is_rejected():
@@ -195,8 +195,14 @@ def test_every_link_has_its_reverse_with_the_same_capacity(two_dgx):
 
 
 def test_latency_charges_forwarding_devices_only():
-    spec = lk.LinkSpec(name="toy", kind=LinkKind.PCIE, line_rate_bytes_per_s=1e9,
-                       encoding_efficiency=1.0, protocol_efficiency=1.0, latency_s=1e-6)
+    spec = lk.LinkSpec(
+        name="toy",
+        kind=LinkKind.PCIE,
+        line_rate_bytes_per_s=1e9,
+        encoding_efficiency=1.0,
+        protocol_efficiency=1.0,
+        latency_s=1e-6,
+    )
     builder = TopologyBuilder("latency")
     # every node gets a distinct non-zero latency, so a wrongly charged one shows up
     gpu0 = builder.add_gpu("gpu0", server=0, local=0, latency_s=7e-3)
@@ -208,9 +214,15 @@ def test_latency_charges_forwarding_devices_only():
     nic = builder.add_node(NodeKind.NIC, "nic", latency_s=4e-6)
     leaf = builder.add_node(NodeKind.FABRIC_SWITCH, "leaf", latency_s=5e-6)
     ids = {}
-    for u, v, name in ((gpu0, nvsw, "gpu0-nvsw"), (nvsw, gpu1, "nvsw-gpu1"), (gpu0, pcie, "gpu0-pcie"),
-                       (pcie, cpu, "pcie-cpu"), (cpu, mem, "cpu-mem"), (pcie, nic, "pcie-nic"),
-                       (nic, leaf, "nic-leaf")):
+    for u, v, name in (
+        (gpu0, nvsw, "gpu0-nvsw"),
+        (nvsw, gpu1, "nvsw-gpu1"),
+        (gpu0, pcie, "gpu0-pcie"),
+        (pcie, cpu, "pcie-cpu"),
+        (cpu, mem, "cpu-mem"),
+        (pcie, nic, "pcie-nic"),
+        (nic, leaf, "nic-leaf"),
+    ):
         ids[name] = builder.add_link(u, v, spec, tier=LinkTier.PCIE)
     topo = builder.build()
     lat = topo.link_latency_s
@@ -221,13 +233,13 @@ def test_latency_charges_forwarding_devices_only():
 
     link = 1e-6
     # (u->v, v->u): entering a forwarding device adds its latency, entering a GPU/CPU/memory adds 0
-    assert pair("gpu0-nvsw") == pytest.approx((link + 3e-6, link))            # enter NVSwitch | GPU
-    assert pair("nvsw-gpu1") == pytest.approx((link, link + 3e-6))            # enter GPU | NVSwitch
-    assert pair("gpu0-pcie") == pytest.approx((link + 2e-6, link))            # enter PCIe switch | GPU
-    assert pair("pcie-cpu") == pytest.approx((link, link + 2e-6))             # enter CPU | PCIe switch
-    assert pair("cpu-mem") == pytest.approx((link, link))                     # enter memory | CPU
-    assert pair("pcie-nic") == pytest.approx((link + 4e-6, link + 2e-6))     # enter NIC | PCIe switch
-    assert pair("nic-leaf") == pytest.approx((link + 5e-6, link + 4e-6))     # enter leaf | NIC
+    assert pair("gpu0-nvsw") == pytest.approx((link + 3e-6, link))  # enter NVSwitch | GPU
+    assert pair("nvsw-gpu1") == pytest.approx((link, link + 3e-6))  # enter GPU | NVSwitch
+    assert pair("gpu0-pcie") == pytest.approx((link + 2e-6, link))  # enter PCIe switch | GPU
+    assert pair("pcie-cpu") == pytest.approx((link, link + 2e-6))  # enter CPU | PCIe switch
+    assert pair("cpu-mem") == pytest.approx((link, link))  # enter memory | CPU
+    assert pair("pcie-nic") == pytest.approx((link + 4e-6, link + 2e-6))  # enter NIC | PCIe switch
+    assert pair("nic-leaf") == pytest.approx((link + 5e-6, link + 4e-6))  # enter leaf | NIC
     # a path's latency is the sum of its links': gpu0 -> pcie -> nic -> leaf
     path = np.array([ids["gpu0-pcie"][0], ids["pcie-nic"][0], ids["nic-leaf"][0]])
     assert topo.path_latency_s(path) == pytest.approx(3 * link + 2e-6 + 4e-6 + 5e-6)
@@ -236,8 +248,8 @@ def test_latency_charges_forwarding_devices_only():
 def test_latency_on_a_built_dgx_system(two_dgx):
     # expected latency of each link, by (entered-from kind, entered kind), on DGX H100 + NDR fabric
     K = NodeKind
-    nvl = lk.NVLINK4.latency_s            # the 18-link bundle keeps the single-link latency
-    pcie5 = lk.PCIE_GEN5_X16.latency_s    # GPU, NIC and PCIe-switch uplinks are all Gen5 x16 on DGX H100
+    nvl = lk.NVLINK4.latency_s  # the 18-link bundle keeps the single-link latency
+    pcie5 = lk.PCIE_GEN5_X16.latency_s  # GPU, NIC and PCIe-switch uplinks are all Gen5 x16 on DGX H100
     ndr = lk.IB_NDR.latency_s
     expected = {
         (K.GPU, K.NVSWITCH): nvl + dv.NVSWITCH_GEN3.latency_s,
@@ -260,7 +272,7 @@ def test_latency_on_a_built_dgx_system(two_dgx):
         kinds = (two_dgx.node_kind(int(two_dgx.link_src[link])), two_dgx.node_kind(int(two_dgx.link_dst[link])))
         seen.add(kinds)
         assert two_dgx.link_latency_s[link] == pytest.approx(expected[kinds], rel=1e-12), two_dgx.link_names[link]
-    assert seen == set(expected)   # every kind of link was checked
+    assert seen == set(expected)  # every kind of link was checked
 
 
 # ------------------------------------------------------------------------------------------------
@@ -280,10 +292,11 @@ def test_server_device_count_matches_closed_form(preset):
     info = add_server(builder, spec, 3)
     topo = builder.build()
     nodes = [n for n in topo.graph.nodes if topo.graph.nodes[n]["server"] == 3]
-    closed_form = (spec.gpus + spec.nics + spec.pcie_switches + 2 * spec.sockets
-                   + (1 if spec.nvswitch is not None else 0))
+    closed_form = (
+        spec.gpus + spec.nics + spec.pcie_switches + 2 * spec.sockets + (1 if spec.nvswitch is not None else 0)
+    )
     assert len(nodes) == closed_form == _EXPECTED_DEVICES[preset]
-    assert len(nodes) == topo.graph.number_of_nodes()     # nothing outside the server
+    assert len(nodes) == topo.graph.number_of_nodes()  # nothing outside the server
     counts = {k: 0 for k in NodeKind}
     for n in nodes:
         counts[topo.node_kind(n)] += 1

@@ -12,14 +12,40 @@ def gpt(layers: int = 4) -> ModelSpec:
 
 
 def llama(layers: int = 5) -> ModelSpec:
-    return ModelSpec(name="tiny-llama", layers=layers, hidden=64, heads=4, kv_heads=2, vocab=130, seq_len=32,
-                     ffn_hidden=96, gated_mlp=True, position_embedding="rope", norm="rmsnorm", bias=False,
-                     dropout=False)
+    return ModelSpec(
+        name="tiny-llama",
+        layers=layers,
+        hidden=64,
+        heads=4,
+        kv_heads=2,
+        vocab=130,
+        seq_len=32,
+        ffn_hidden=96,
+        gated_mlp=True,
+        position_embedding="rope",
+        norm="rmsnorm",
+        bias=False,
+        dropout=False,
+    )
 
 
 def moe(layers: int = 4, **kw) -> ModelSpec:
-    args = dict(name="tiny-moe", layers=layers, hidden=64, heads=4, kv_heads=4, vocab=128, seq_len=32,
-                ffn_hidden=128, gated_mlp=True, position_embedding="rope", norm="rmsnorm", bias=False, dropout=False,
-                experts=8, top_k=2)
+    args = dict(
+        name="tiny-moe",
+        layers=layers,
+        hidden=64,
+        heads=4,
+        kv_heads=4,
+        vocab=128,
+        seq_len=32,
+        ffn_hidden=128,
+        gated_mlp=True,
+        position_embedding="rope",
+        norm="rmsnorm",
+        bias=False,
+        dropout=False,
+        experts=8,
+        top_k=2,
+    )
     args.update(kw)
     return ModelSpec(**args)

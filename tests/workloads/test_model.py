@@ -22,9 +22,26 @@ def tiny_gpt(**kw) -> ModelSpec:
 
 
 def tiny_moe(**kw) -> ModelSpec:
-    args = dict(name="tiny-moe", layers=3, hidden=8, heads=4, kv_heads=2, vocab=16, seq_len=4, ffn_hidden=16,
-                gated_mlp=True, position_embedding="rope", norm="rmsnorm", bias=False, dropout=False,
-                experts=4, top_k=2, expert_ffn_hidden=8, shared_experts=1, first_dense_layers=1)
+    args = dict(
+        name="tiny-moe",
+        layers=3,
+        hidden=8,
+        heads=4,
+        kv_heads=2,
+        vocab=16,
+        seq_len=4,
+        ffn_hidden=16,
+        gated_mlp=True,
+        position_embedding="rope",
+        norm="rmsnorm",
+        bias=False,
+        dropout=False,
+        experts=4,
+        top_k=2,
+        expert_ffn_hidden=8,
+        shared_experts=1,
+        first_dense_layers=1,
+    )
     args.update(kw)
     return ModelSpec(**args)
 
@@ -47,7 +64,7 @@ def sc21_rows(metric: str) -> list[dict[str, str]]:
 @pytest.mark.parametrize("name", list(MODELS))
 def test_flop_breakdown_sums_to_the_gemms(name):
     model = MODELS[name]
-    layer = model.layers - 1               # a MoE layer for the MoE presets
+    layer = model.layers - 1  # a MoE layer for the MoE presets
     flops = model.layer_forward_flops(layer, micro_batch=2, seq_len=1024)
     gemms = model.layer_gemms(layer, micro_batch=2, seq_len=1024)
     assert math.isclose(flops.total, sum(g.flops for g in gemms), rel_tol=1e-12)
@@ -72,8 +89,9 @@ def test_backward_is_twice_forward_and_recompute_adds_forward_work():
     kw = dict(micro_batch=4, seq_len=2048, tp=8)
     fwd = model.layer_forward_flops(0, **kw)
     assert model.layer_training_flops(0, recompute="none", **kw) == pytest.approx(3 * fwd.total, rel=1e-12)
-    assert model.layer_training_flops(0, recompute="selective", **kw) == \
-        pytest.approx(3 * fwd.total + fwd.attn_scores + fwd.attn_values, rel=1e-12)
+    assert model.layer_training_flops(0, recompute="selective", **kw) == pytest.approx(
+        3 * fwd.total + fwd.attn_scores + fwd.attn_values, rel=1e-12
+    )
     assert model.layer_training_flops(0, recompute="full", **kw) == pytest.approx(4 * fwd.total, rel=1e-12)
 
 
@@ -107,7 +125,8 @@ def test_activation_memory_falls_with_recomputation_and_parallelism():
     none = model.activation_bytes_per_layer(**kw)
     assert model.activation_bytes_per_layer(recompute="selective", **kw) < none
     assert model.activation_bytes_per_layer(recompute="full", **kw) < model.activation_bytes_per_layer(
-        recompute="selective", **kw)
+        recompute="selective", **kw
+    )
     assert model.activation_bytes_per_layer(tp=8, **kw) < none
     assert model.activation_bytes_per_layer(tp=8, sp=True, **kw) < model.activation_bytes_per_layer(tp=8, **kw)
     assert model.activation_bytes_per_layer(flash_attention=True, **kw) < none
@@ -126,10 +145,16 @@ def test_stage_and_model_sums_agree_with_the_per_layer_function(model):
             assert model.stage_parameters(stage, tp=tp, pp=pp, ep=ep) == expected
         # ep splits only the routed experts
         for i in range(model.layers):
-            assert model.layer_parameters(i, tp=tp) - model.layer_parameters(i, tp=tp, ep=ep) == \
-                model.routed_expert_parameters(i) - model.routed_expert_parameters(i, ep=ep)
-    assert model.total_parameters() == sum(model.layer_parameters(i) for i in range(model.layers)) \
-        + model.embedding_parameters() + model.output_parameters() + model.final_norm_parameters()
+            assert model.layer_parameters(i, tp=tp) - model.layer_parameters(
+                i, tp=tp, ep=ep
+            ) == model.routed_expert_parameters(i) - model.routed_expert_parameters(i, ep=ep)
+    assert (
+        model.total_parameters()
+        == sum(model.layer_parameters(i) for i in range(model.layers))
+        + model.embedding_parameters()
+        + model.output_parameters()
+        + model.final_norm_parameters()
+    )
     assert model.moe_layers == sum(model.is_moe_layer(i) for i in range(model.layers))
 
 
@@ -158,13 +183,13 @@ def test_output_weight_of_the_last_stage_and_one_expert_by_hand():
     assert untied.last_stage_output_parameters(tp=2, pp=1) == untied.output_parameters(tp=2) == 25_601 * 64
     # one routed SwiGLU expert of f_e: 3 h f_e weights, no biases, not split over t; none in a dense model
     moe = tiny_moe()
-    assert moe.expert_parameters() == 3 * 8 * 8 == 192                  # h = f_e = 8
+    assert moe.expert_parameters() == 3 * 8 * 8 == 192  # h = f_e = 8
     assert tied.expert_parameters() == 0
 
 
 def test_hand_derived_layer_counts():
     # GPT, h 64: attention 4 h^2 + 4 h, MLP 8 h^2 + 5 h, two LayerNorms 4 h -> 12 h^2 + 13 h = 49,984
-    assert shapes.gpt().layer_parameters(0) == 12 * 64 ** 2 + 13 * 64 == 49_984
+    assert shapes.gpt().layer_parameters(0) == 12 * 64**2 + 13 * 64 == 49_984
     # MoE layer 1 (first_dense_layers 1, every 2nd layer): 2 RMSNorms 2 h, attention 4 h^2 (MHA, no biases),
     # router h E = 512, 8 experts and 1 shared expert of 3 h f_e = 3 x 64 x 64 = 12,288 each:
     # 128 + 16,384 + 512 + 9 x 12,288 = 127,616; with ep = 8 one routed expert stays: 127,616 - 7 x 12,288
@@ -182,7 +207,7 @@ def test_gpt_parameters_follow_megatron_formula():
     l, h, V, s = 96, 12288, 50257, 2048
     model = model_preset("gpt3-175b")
     assert model.total_parameters() == 12 * l * h * h + 13 * l * h + (V + s) * h + 2 * h == 174_604_259_328
-    assert round(model.total_parameters() / 1e9, 1) == 174.6      # Brown et al. "175B"; SC21 Table 2: 174.6
+    assert round(model.total_parameters() / 1e9, 1) == 174.6  # Brown et al. "175B"; SC21 Table 2: 174.6
 
 
 def test_llama3_8b_parameters_by_hand():
@@ -194,14 +219,17 @@ def test_llama3_8b_parameters_by_hand():
     assert model.total_parameters() == 6_979_584_000 + 1_050_673_152 + 4096 == 8_030_261_248
 
 
-@pytest.mark.parametrize("name,total_b,active_b,tolerance_b", [
-    # published totals rounded to 0.1 B are matched to +-0.05 B; those rounded to 1 B to +-0.5 B
-    ("llama3-8b", 8.0, 8.0, 0.05),          # Llama 3 paper: 8B (8.03)
-    ("llama3-70b", 70.6, 70.6, 0.05),       # 70.55
-    ("llama3-405b", 405.8, 405.8, 0.06),    # 405.85: the 0.1 B figure is truncated, hence 0.06
-    ("mixtral-8x7b", 46.7, 12.9, 0.05),     # Mixtral paper: 46.7B total, 12.9B active
-    ("mixtral-8x22b", 141.0, 39.0, 0.5),    # Mistral: 141B total, 39B active
-])
+@pytest.mark.parametrize(
+    "name,total_b,active_b,tolerance_b",
+    [
+        # published totals rounded to 0.1 B are matched to +-0.05 B; those rounded to 1 B to +-0.5 B
+        ("llama3-8b", 8.0, 8.0, 0.05),  # Llama 3 paper: 8B (8.03)
+        ("llama3-70b", 70.6, 70.6, 0.05),  # 70.55
+        ("llama3-405b", 405.8, 405.8, 0.06),  # 405.85: the 0.1 B figure is truncated, hence 0.06
+        ("mixtral-8x7b", 46.7, 12.9, 0.05),  # Mixtral paper: 46.7B total, 12.9B active
+        ("mixtral-8x22b", 141.0, 39.0, 0.5),  # Mistral: 141B total, 39B active
+    ],
+)
 def test_presets_match_published_totals(name, total_b, active_b, tolerance_b):
     model = model_preset(name)
     assert abs(model.total_parameters() / 1e9 - total_b) <= tolerance_b
@@ -213,8 +241,8 @@ def test_deepseek_v3_like_within_the_mla_approximation():
     # q_a 7168x1536 + q_b 1536x128x192 + kv_a 7168x576 + kv_b 512x128x256 + o 16384x7168 + norms 2048
     mla = 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168 + 1536 + 512
     model = model_preset("deepseek-v3-like")
-    excess = model.layers * (4 * 7168 ** 2 - mla)            # standard attention has 4 h^2 weights
-    assert abs((model.total_parameters() - excess) / 1e9 - 671) <= 0.5       # "671B total"
+    excess = model.layers * (4 * 7168**2 - mla)  # standard attention has 4 h^2 weights
+    assert abs((model.total_parameters() - excess) / 1e9 - 671) <= 0.5  # "671B total"
     # "37B activated" (rounded to 1 B), read as the weights a token computes with, i.e. without the input
     # embedding lookup (129280 x 7168)
     active = model.active_parameters() - excess - 129280 * 7168
@@ -227,8 +255,9 @@ def test_sc21_presets_match_table1_sizes():
     for row in rows:
         model = custom_gpt(layers=int(row["layers"]), hidden=int(row["hidden"]), heads=int(row["heads"]))
         assert round(model.total_parameters() / 1e9, 1) == float(row["params_B"]), row["model"]
-        preset = [m for m in SC21_GPTS.values() if (m.layers, m.hidden, m.heads) == (model.layers, model.hidden,
-                                                                                    model.heads)]
+        preset = [
+            m for m in SC21_GPTS.values() if (m.layers, m.hidden, m.heads) == (model.layers, model.hidden, model.heads)
+        ]
         assert len(preset) == 1 and preset[0].vocab == 51200 and preset[0].seq_len == 2048
 
 
@@ -240,8 +269,9 @@ def test_step_flops_reproduce_sc21_eq3():
         flops = model.step_flops(batch=B, recompute="full")
         assert flops == pytest.approx(eq3, rel=1e-12), row["model"]
         # the table derives the iteration time as F / (gpus x X) and rounds it to 0.01 s
-        tflops = float(next(r["metric_value"] for r in sc21_rows("achieved_tflops_per_gpu")
-                            if r["model"] == row["model"]))
+        tflops = float(
+            next(r["metric_value"] for r in sc21_rows("achieved_tflops_per_gpu") if r["model"] == row["model"])
+        )
         assert flops / (int(row["gpus"]) * tflops * 1e12) == pytest.approx(float(row["metric_value"]), abs=0.006)
 
 
@@ -249,8 +279,14 @@ def test_tiny_gpt_forward_flops_by_hand():
     # b 1, s 4, h 8, a 2: QKV 6 b s h^2 = 1536; scores = values = 2 b s^2 h = 256; projection 2 b s h^2 = 512;
     # MLP 16 b s h^2 = 4096; total 24 b s h^2 + 4 b s^2 h = 6656; logits 2 b s h V = 1024
     flops = tiny_gpt().layer_forward_flops(0, micro_batch=1)
-    assert flops.as_dict() == {"qkv": 1536, "attn_scores": 256, "attn_values": 256, "attn_proj": 512,
-                               "mlp": 4096, "router": 0}
+    assert flops.as_dict() == {
+        "qkv": 1536,
+        "attn_scores": 256,
+        "attn_values": 256,
+        "attn_proj": 512,
+        "mlp": 4096,
+        "router": 0,
+    }
     assert tiny_gpt().logits_flops(micro_batch=1) == 1024
 
 
@@ -301,10 +337,10 @@ def test_activation_bytes_other_shapes_by_hand():
 def test_zero_stages_match_the_zero_paper():
     # Rajbhandari et al. 2020, Figure 1: Psi = 7.5B, Nd = 64, K = 12
     stages = [zero_state_bytes(7.5e9, zero_stage=z, dp=64).total / 1e9 for z in range(4)]
-    assert stages[0] == pytest.approx(120.0)                       # 16 Psi
-    assert stages[1] == pytest.approx(4 * 7.5 + 12 * 7.5 / 64)     # 31.4
-    assert stages[2] == pytest.approx(2 * 7.5 + 14 * 7.5 / 64)     # 16.6
-    assert stages[3] == pytest.approx(16 * 7.5 / 64)               # 1.9
+    assert stages[0] == pytest.approx(120.0)  # 16 Psi
+    assert stages[1] == pytest.approx(4 * 7.5 + 12 * 7.5 / 64)  # 31.4
+    assert stages[2] == pytest.approx(2 * 7.5 + 14 * 7.5 / 64)  # 16.6
+    assert stages[3] == pytest.approx(16 * 7.5 / 64)  # 1.9
     state = MODELS["llama3-8b"].training_state_bytes(tp=2, dp=8, zero_stage=1)
     local = MODELS["llama3-8b"].parameters_per_gpu(tp=2)
     assert state.total == pytest.approx(local * (2 + 2 + 12 / 8))
@@ -345,17 +381,20 @@ def test_communication_sizes_by_hand():
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(heads=3), r"ModelSpec.heads: 3 is not allowed; expected a divisor of hidden \(8\)"),
-    (dict(kv_heads=3, heads=4), r"ModelSpec.kv_heads: 3 is not allowed; expected a divisor of heads \(4\)"),
-    (dict(layers=0), r"ModelSpec.layers: 0 is not allowed; expected an integer from 1 to 65536"),
-    (dict(norm="batchnorm"), r"ModelSpec.norm: 'batchnorm' is not allowed; expected one of 'layernorm', 'rmsnorm'"),
-    (dict(top_k=2), r"ModelSpec.top_k: 2 is not allowed; expected 0 for a dense model"),
-    (dict(experts=4, top_k=5), r"ModelSpec.top_k: 5 is not allowed; expected an integer in 1..experts \(4\)"),
-    (dict(experts=4, top_k=1, first_dense_layers=2), r"ModelSpec.first_dense_layers: 2 is not allowed"),
-    (dict(dtype_bytes=3), r"ModelSpec.dtype_bytes: 3 is not allowed; expected 1, 2 or 4"),
-    (dict(gated_mlp=1), r"ModelSpec.gated_mlp: 1 is not allowed; expected True or False"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(heads=3), r"ModelSpec.heads: 3 is not allowed; expected a divisor of hidden \(8\)"),
+        (dict(kv_heads=3, heads=4), r"ModelSpec.kv_heads: 3 is not allowed; expected a divisor of heads \(4\)"),
+        (dict(layers=0), r"ModelSpec.layers: 0 is not allowed; expected an integer from 1 to 65536"),
+        (dict(norm="batchnorm"), r"ModelSpec.norm: 'batchnorm' is not allowed; expected one of 'layernorm', 'rmsnorm'"),
+        (dict(top_k=2), r"ModelSpec.top_k: 2 is not allowed; expected 0 for a dense model"),
+        (dict(experts=4, top_k=5), r"ModelSpec.top_k: 5 is not allowed; expected an integer in 1..experts \(4\)"),
+        (dict(experts=4, top_k=1, first_dense_layers=2), r"ModelSpec.first_dense_layers: 2 is not allowed"),
+        (dict(dtype_bytes=3), r"ModelSpec.dtype_bytes: 3 is not allowed; expected 1, 2 or 4"),
+        (dict(gated_mlp=1), r"ModelSpec.gated_mlp: 1 is not allowed; expected True or False"),
+    ],
+)
 def test_bad_model_specs(kwargs, match):
     args = dict(name="bad", layers=2, hidden=8, heads=2, vocab=16)
     args.update(kwargs)
@@ -365,8 +404,11 @@ def test_bad_model_specs(kwargs, match):
 
 def test_bad_parallel_and_call_arguments():
     model = MODELS["llama3-8b"]
-    with pytest.raises(ValueError, match=r"tp: 16 is not allowed; expected a divisor of heads \(32\) and kv_heads "
-                                         r"\(8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"tp: 16 is not allowed; expected a divisor of heads \(32\) and kv_heads "
+        r"\(8\)",
+    ):
         model.layer_forward_flops(0, micro_batch=1, tp=16)
     with pytest.raises(ValueError, match=r"ep: 2 is not allowed; expected 1 for a dense model"):
         model.layer_gemms(0, micro_batch=1, ep=2)
@@ -376,8 +418,11 @@ def test_bad_parallel_and_call_arguments():
         model.layer_forward_flops(0, micro_batch=1, cp=3)
     with pytest.raises(ValueError, match=r"layer: 32 is not allowed; expected an integer in 0..31"):
         model.layer_parameters(32)
-    with pytest.raises(ValueError, match=r"recompute: 'some' is not allowed; expected one of 'none', 'selective', "
-                                         r"'full'"):
+    with pytest.raises(
+        ValueError,
+        match=r"recompute: 'some' is not allowed; expected one of 'none', 'selective', "
+        r"'full'",
+    ):
         model.step_flops(batch=1, recompute="some")
     with pytest.raises(ValueError, match=r"micro_batch: 0 is not allowed; expected an integer >= 1"):
         model.activation_bytes_per_layer(micro_batch=0)
@@ -390,8 +435,7 @@ def test_bad_parallel_and_call_arguments():
 def test_validation_is_kept_at_every_public_entry():
     model = MOE
     # numpy integers are integers; booleans and floats are not
-    assert model.layer_parameters(np.int64(1), tp=np.int64(2), ep=np.int64(2)) == model.layer_parameters(1, tp=2,
-                                                                                                          ep=2)
+    assert model.layer_parameters(np.int64(1), tp=np.int64(2), ep=np.int64(2)) == model.layer_parameters(1, tp=2, ep=2)
     for bad in (6, -1, 1.0, True, "1"):
         with pytest.raises(ValueError, match=f"layer: {bad!r} is not allowed; expected an integer in 0..5"):
             model.layer_parameters(bad)

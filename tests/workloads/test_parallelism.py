@@ -10,7 +10,6 @@ from tests.workloads.shapes import moe
 from workloads.parallelism import DDP_BUCKET_BYTES, GROUP_KINDS, ParallelismSpec
 from workloads.presets import custom_gpt
 
-
 LAYOUTS = [
     dict(tp=2, pp=2, dp=2),
     dict(tp=2, cp=2, dp=3, pp=2),
@@ -28,12 +27,19 @@ LAYOUTS = [
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_groups_partition_the_world(layout):
     spec = ParallelismSpec(**layout)
-    sizes = {"tp": spec.tp, "cp": spec.cp, "dp": spec.dp, "pp": spec.pp, "dp_cp": spec.dp * spec.cp, "ep": spec.ep,
-             "edp": spec.dp * spec.cp // spec.ep}
+    sizes = {
+        "tp": spec.tp,
+        "cp": spec.cp,
+        "dp": spec.dp,
+        "pp": spec.pp,
+        "dp_cp": spec.dp * spec.cp,
+        "ep": spec.ep,
+        "edp": spec.dp * spec.cp // spec.ep,
+    }
     for kind in GROUP_KINDS:
         groups = spec.groups(kind)
         members = sorted(r for g in groups for r in g)
-        assert members == list(range(spec.world_size)), kind          # every rank exactly once
+        assert members == list(range(spec.world_size)), kind  # every rank exactly once
         assert {len(g) for g in groups} == {sizes[kind]}, kind
         assert len(groups) == spec.world_size // sizes[kind]
 
@@ -48,8 +54,9 @@ def test_coordinates_round_trip_and_groups_vary_one_dimension(layout):
             group = spec.group_of(kind, rank)
             others = [d for d in ("tp", "cp", "dp", "pp") if d != kind]
             # the members share every other coordinate and take each value of their own exactly once
-            assert {tuple(getattr(spec.coords(r), d) for d in others) for r in group} == \
-                {tuple(getattr(c, d) for d in others)}
+            assert {tuple(getattr(spec.coords(r), d) for d in others) for r in group} == {
+                tuple(getattr(c, d) for d in others)
+            }
             assert sorted(getattr(spec.coords(r), kind) for r in group) == list(range(len(group)))
         # expert groups stay inside the ranks that hold the same tensor shard of the same stage
         for kind in ("ep", "edp", "dp_cp"):
@@ -94,9 +101,9 @@ def test_sc21_gpt_145b_worked_number():
 def test_context_and_expert_groups_by_hand():
     # t 2, c 2, d 4, p 2: rank = i_tp + 2 (i_cp + 2 (i_dp + 4 i_pp)).
     spec = ParallelismSpec(tp=2, cp=2, dp=4, pp=2, ep=4)
-    assert spec.group_of("cp", 0) == (0, 2)                    # i_cp 0, 1 at stride t = 2
-    assert spec.group_of("dp", 0) == (0, 4, 8, 12)              # stride t c = 4
-    assert spec.group_of("pp", 0) == (0, 16)                    # stride t c d = 16
+    assert spec.group_of("cp", 0) == (0, 2)  # i_cp 0, 1 at stride t = 2
+    assert spec.group_of("dp", 0) == (0, 4, 8, 12)  # stride t c = 4
+    assert spec.group_of("pp", 0) == (0, 16)  # stride t c d = 16
     assert spec.group_of("dp_cp", 1) == (1, 3, 5, 7, 9, 11, 13, 15)
     # among the 8 ranks of (tp 0, pp 0), sorted: 0 2 4 ... 14; expert groups are consecutive blocks of 4
     assert spec.group_of("ep", 0) == (0, 2, 4, 6) and spec.group_of("ep", 8) == (8, 10, 12, 14)
@@ -116,7 +123,7 @@ def test_defaults():
     assert spec.bucket_bytes == DDP_BUCKET_BYTES == 26_214_400
     assert (spec.global_batch, spec.microbatches, spec.world_size) == (4, 1, 4)
     assert ParallelismSpec(dp=2, fsdp=True).zero_stage == 3
-    assert not ParallelismSpec(dp=2, sequence_parallel=True).sp          # no effect without tp > 1
+    assert not ParallelismSpec(dp=2, sequence_parallel=True).sp  # no effect without tp > 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -124,24 +131,27 @@ def test_defaults():
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(tp=2, pp=2, dp=2, gpus=16), ["gpus", "16", "tp x cp x dp x pp", "8"]),
-    (dict(tp=3, pp=2, gpus=16), ["gpus", "16", "multiple of tp x cp x pp", "6"]),
-    (dict(tp=1), ["dp", "gpus="]),
-    (dict(dp=4, micro_batch=2, global_batch=12), ["global_batch", "12", "dp x micro_batch", "8"]),
-    (dict(dp=2, ep=4), ["ep", "4", "dp x cp"]),
-    (dict(dp=2, pp=2, schedule="interleaved"), ["vp", "1", ">= 2"]),
-    (dict(dp=2, pp=2, vp=2), ["vp", "2", "interleaved"]),
-    (dict(dp=2, pp=4, vp=2, schedule="interleaved", global_batch=12), ["global_batch", "12", "divisible by pp"]),
-    (dict(dp=2, order="tp-dp-pp"), ["order", "tp-dp-pp", "permutation"]),
-    (dict(dp=2, zero=4), ["zero", "4", "0, 1, 2 or 3"]),
-    (dict(dp=2, zero=1, fsdp=True), ["zero", "1", "fsdp"]),
-    (dict(dp=2, schedule="zb"), ["schedule", "'zb'", "1f1b"]),
-    (dict(dp=2, dtype="fp32"), ["dtype", "'fp32'", "bf16"]),
-    (dict(dp=0), ["dp", "0", "None or an integer from 1 to 16777216"]),
-    (dict(tp=0, dp=1), ["tp", "0", "integer from 1 to 16777216"]),
-    (dict(dp=2, ep_imbalance=-0.5), ["ep_imbalance", "-0.5", ">= 0"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(tp=2, pp=2, dp=2, gpus=16), ["gpus", "16", "tp x cp x dp x pp", "8"]),
+        (dict(tp=3, pp=2, gpus=16), ["gpus", "16", "multiple of tp x cp x pp", "6"]),
+        (dict(tp=1), ["dp", "gpus="]),
+        (dict(dp=4, micro_batch=2, global_batch=12), ["global_batch", "12", "dp x micro_batch", "8"]),
+        (dict(dp=2, ep=4), ["ep", "4", "dp x cp"]),
+        (dict(dp=2, pp=2, schedule="interleaved"), ["vp", "1", ">= 2"]),
+        (dict(dp=2, pp=2, vp=2), ["vp", "2", "interleaved"]),
+        (dict(dp=2, pp=4, vp=2, schedule="interleaved", global_batch=12), ["global_batch", "12", "divisible by pp"]),
+        (dict(dp=2, order="tp-dp-pp"), ["order", "tp-dp-pp", "permutation"]),
+        (dict(dp=2, zero=4), ["zero", "4", "0, 1, 2 or 3"]),
+        (dict(dp=2, zero=1, fsdp=True), ["zero", "1", "fsdp"]),
+        (dict(dp=2, schedule="zb"), ["schedule", "'zb'", "1f1b"]),
+        (dict(dp=2, dtype="fp32"), ["dtype", "'fp32'", "bf16"]),
+        (dict(dp=0), ["dp", "0", "None or an integer from 1 to 16777216"]),
+        (dict(tp=0, dp=1), ["tp", "0", "integer from 1 to 16777216"]),
+        (dict(dp=2, ep_imbalance=-0.5), ["ep_imbalance", "-0.5", ">= 0"]),
+    ],
+)
 def test_bad_layouts_are_rejected_by_name(kwargs, words):
     with pytest.raises(ValueError) as err:
         ParallelismSpec(**kwargs)
@@ -149,16 +159,22 @@ def test_bad_layouts_are_rejected_by_name(kwargs, words):
         assert word in str(err.value)
 
 
-@pytest.mark.parametrize("model, kwargs, words", [
-    (custom_gpt(layers=24, hidden=2304, heads=24), dict(tp=16, dp=1), ["tp", "16", "heads (24)"]),
-    (custom_gpt(layers=6, hidden=3072, heads=32), dict(pp=8, dp=1), ["pp", "layers (6)", "pp x vp"]),
-    (custom_gpt(layers=12, hidden=2304, heads=24), dict(pp=4, vp=4, dp=1, schedule="interleaved",
-                                                          global_batch=4), ["pp", "layers (12)", "16"]),
-    (custom_gpt(layers=4, hidden=64, heads=4, seq_len=100), dict(cp=8, dp=1), ["cp", "8", "seq_len (100)"]),
-    (custom_gpt(layers=4, hidden=64, heads=4), dict(ep=2, dp=2), ["ep", "2", "dense model"]),
-    (moe(experts=6), dict(ep=4, dp=4), ["ep", "4", "experts (6)"]),
-    (moe(), dict(tp=2, dp=1), ["sequence_parallel", "MoE"]),
-])
+@pytest.mark.parametrize(
+    "model, kwargs, words",
+    [
+        (custom_gpt(layers=24, hidden=2304, heads=24), dict(tp=16, dp=1), ["tp", "16", "heads (24)"]),
+        (custom_gpt(layers=6, hidden=3072, heads=32), dict(pp=8, dp=1), ["pp", "layers (6)", "pp x vp"]),
+        (
+            custom_gpt(layers=12, hidden=2304, heads=24),
+            dict(pp=4, vp=4, dp=1, schedule="interleaved", global_batch=4),
+            ["pp", "layers (12)", "16"],
+        ),
+        (custom_gpt(layers=4, hidden=64, heads=4, seq_len=100), dict(cp=8, dp=1), ["cp", "8", "seq_len (100)"]),
+        (custom_gpt(layers=4, hidden=64, heads=4), dict(ep=2, dp=2), ["ep", "2", "dense model"]),
+        (moe(experts=6), dict(ep=4, dp=4), ["ep", "4", "experts (6)"]),
+        (moe(), dict(tp=2, dp=1), ["sequence_parallel", "MoE"]),
+    ],
+)
 def test_layouts_that_do_not_fit_the_model(model, kwargs, words):
     spec = ParallelismSpec(**kwargs)
     with pytest.raises(ValueError) as err:
@@ -181,4 +197,5 @@ def test_module_doctests_pass():
     import doctest
 
     import workloads.parallelism as module
+
     assert doctest.testmod(module).failed == 0

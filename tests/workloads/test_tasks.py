@@ -28,14 +28,21 @@ def test_a_shared_program_checks_membership_rank_by_rank():
         Workload(nranks=3, collectives=(ar(0, 1),), programs=(program,) * 3)
 
 
-@pytest.mark.parametrize("program, message", [
-    ((ComputeTask(duration_s=1.0, after=(0,)),),
-     r"Workload.programs\[1\]\[0\].after: \(0,\) names a task that is not earlier in the program; expected "
-     r"indices < 0"),
-    ((CommTask(index=3),), r"Workload.programs\[1\]: collective index 3 does not exist"),
-    ((CommTask(index=0), CommTask(index=0, stream=1)),
-     r"Workload.programs\[1\]: collective 0 appears twice; expected each rank to take part in a collective once"),
-])
+@pytest.mark.parametrize(
+    "program, message",
+    [
+        (
+            (ComputeTask(duration_s=1.0, after=(0,)),),
+            r"Workload.programs\[1\]\[0\].after: \(0,\) names a task that is not earlier in the program; expected "
+            r"indices < 0",
+        ),
+        ((CommTask(index=3),), r"Workload.programs\[1\]: collective index 3 does not exist"),
+        (
+            (CommTask(index=0), CommTask(index=0, stream=1)),
+            r"Workload.programs\[1\]: collective 0 appears twice; expected each rank to take part in a collective once",
+        ),
+    ],
+)
 def test_task_errors_name_the_first_rank_holding_the_program(program, message):
     # rank 0 runs a valid program; ranks 1 and 2 share the faulty one: rank 1 is reported
     good = (CommTask(index=0),)

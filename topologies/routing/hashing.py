@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 
 _MASK64 = (1 << 64) - 1
-_GOLDEN64 = 0x9E3779B97F4A7C15     # splitmix64's increment, also mix64's starting state
+_GOLDEN64 = 0x9E3779B97F4A7C15  # splitmix64's increment, also mix64's starting state
 
 
 def _absorb(h: int, v: int) -> int:

@@ -59,8 +59,9 @@ and one more entry in ``POLICIES``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
     from .router import Router
     from .wiring import _Option
 
-VALIANT_SALT = 0x56414C49414E54   # "VALIANT": separates the intermediate's hash from per-switch hashes
+VALIANT_SALT = 0x56414C49414E54  # "VALIANT": separates the intermediate's hash from per-switch hashes
 
 
 class RoutingPolicy(Protocol):
@@ -82,6 +83,7 @@ class RoutingPolicy(Protocol):
 
 class Ecmp:
     """Fewest hops, next hop chosen by the flow's hash at each switch."""
+
     name = "ecmp"
     sprays = False
 
@@ -92,12 +94,14 @@ class Ecmp:
 class Spray(Ecmp):
     """ECMP's next hops, all of them: the flow splits evenly at every switch (``Router._spray``).
     ``fabric_route`` is the flow's ECMP path, its representative single walk."""
+
     name = "spray"
     sprays = True
 
 
 class Minimal:
     """Hierarchically minimal paths (at most one global link on a dragonfly), chosen by the hash."""
+
     name = "minimal"
     sprays = False
 
@@ -107,6 +111,7 @@ class Minimal:
 
 class Valiant:
     """Minimal to a hashed intermediate (a group, or a top-tier switch), then minimal on; minimal without one."""
+
     name = "valiant"
     sprays = False
 
@@ -118,6 +123,7 @@ class Valiant:
 
 class Ugal:
     """Minimal or Valiant per flow, whichever has the smaller ``H(P) x q(P)`` on the assigned load; ties to minimal."""
+
     name = "ugal"
     sprays = False
 
@@ -140,6 +146,7 @@ class Ugal:
 
 class Adaptive:
     """Fewest hops, next hop the least loaded (``L_l / c_l``) at each switch; ties by the hash."""
+
     name = "adaptive"
     sprays = False
 
@@ -156,12 +163,14 @@ class Adaptive:
             least = min(use)
             ties = [option for option, u in zip(options, use) if u == least]
             return ties[_absorb(state, here) % len(ties)] if len(ties) > 1 else ties[0]
+
         return choose
 
 
 #: The routing policies by name (read-only): what ``Router(policy=...)`` and ``SimConfig.routing`` accept.
 POLICIES: MappingProxyType[str, RoutingPolicy] = MappingProxyType(
-    {policy.name: policy for policy in (Ecmp(), Minimal(), Valiant(), Ugal(), Adaptive(), Spray())})
+    {policy.name: policy for policy in (Ecmp(), Minimal(), Valiant(), Ugal(), Adaptive(), Spray())}
+)
 
 ROUTING_POLICIES = tuple(POLICIES)
 
@@ -179,8 +188,7 @@ def _candidates(router: Router, src: int, dst: int) -> list[tuple[int, ...]]:
     return [(n,) for n in w.top if n != src and n != dst]
 
 
-def valiant_route(router: Router, src: int, dst: int, flow_hash: int
-                  ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+def valiant_route(router: Router, src: int, dst: int, flow_hash: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """(fabric links, intermediate) of the Valiant route, or None without a usable intermediate."""
     candidates = _candidates(router, src, dst)
     n = len(candidates)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -48,8 +48,8 @@ from .wiring import RouteCache, _Option, _Table
 #: GPU indices or flow keys of a bulk request: an integer sequence or a 1-d integer array
 IntSequence = Sequence[int] | np.ndarray
 
-_Route = tuple[np.ndarray, np.ndarray | None]               # links, weights (None: all ones)
-_Load = tuple[np.ndarray, np.ndarray | None, float]         # links, weights, bytes
+_Route = tuple[np.ndarray, np.ndarray | None]  # links, weights (None: all ones)
+_Load = tuple[np.ndarray, np.ndarray | None, float]  # links, weights, bytes
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -68,8 +68,15 @@ class _Pair:
 
     __slots__ = ("head", "tail", "leaf_src", "leaf_dst", "prefix", "fixed", "sprayed", "route", "load", "pinned")
 
-    def __init__(self, head: tuple[int, ...], tail: tuple[int, ...], leaf_src: int, leaf_dst: int,
-                 prefix: int, fixed: np.ndarray | None):
+    def __init__(
+        self,
+        head: tuple[int, ...],
+        tail: tuple[int, ...],
+        leaf_src: int,
+        leaf_dst: int,
+        prefix: int,
+        fixed: np.ndarray | None,
+    ):
         self.head, self.tail, self.leaf_src, self.leaf_dst = head, tail, leaf_src, leaf_dst
         self.prefix, self.fixed = prefix, fixed
         self.sprayed: tuple[np.ndarray, np.ndarray] | None = None
@@ -87,11 +94,20 @@ class Router:
     fresh one), shared by every Router given the same cache.
     """
 
-    def __init__(self, topology: Topology, *, policy: str = "ecmp", seed: int = 0, pxn: bool = True,
-                 failed_links: Iterable[int] = frozenset(), cache: RouteCache | None = None):
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        policy: str = "ecmp",
+        seed: int = 0,
+        pxn: bool = True,
+        failed_links: Iterable[int] = frozenset(),
+        cache: RouteCache | None = None,
+    ):
         if policy not in POLICIES:
-            raise ValueError(f"routing policy: {policy!r} is not supported; "
-                             f"expected one of {', '.join(ROUTING_POLICIES)}")
+            raise ValueError(
+                f"routing policy: {policy!r} is not supported; expected one of {', '.join(ROUTING_POLICIES)}"
+            )
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ValueError(f"routing seed: {seed!r} is not allowed; expected an integer")
         self.topology = topology
@@ -107,9 +123,9 @@ class Router:
         self._seed_state = _absorb(_GOLDEN64, seed)
         self._capacity = topology.link_capacity_bytes_per_s
         self._load = np.zeros(topology.num_links)
-        self._pending: list[_Load] = []   # load not yet in _load
+        self._pending: list[_Load] = []  # load not yet in _load
         self._cache: dict[tuple[int, int, int, bool], np.ndarray] = {}
-        self._pairs: dict[int, _Pair] = {}       # (src GPU x GPUs + dst GPU) x 2 + pxn -> pair and its pins
+        self._pairs: dict[int, _Pair] = {}  # (src GPU x GPUs + dst GPU) x 2 + pxn -> pair and its pins
 
     @property
     def spraying(self) -> bool:
@@ -120,8 +136,14 @@ class Router:
     def failing(self, links: Iterable[int]) -> Router:
         """A fresh Router of the same topology, policy, seed and PXN default that also avoids ``links``
         (no assigned load, no pinned flows; the same route cache): what routes after a link fails mid-run."""
-        return Router(self.topology, policy=self.policy, seed=self.seed, pxn=self.pxn,
-                      failed_links=self.failed_links | self._check_failed(self.topology, links), cache=self.cache)
+        return Router(
+            self.topology,
+            policy=self.policy,
+            seed=self.seed,
+            pxn=self.pxn,
+            failed_links=self.failed_links | self._check_failed(self.topology, links),
+            cache=self.cache,
+        )
 
     @staticmethod
     def _check_failed(topology: Topology, failed_links: Iterable[int]) -> frozenset[int]:
@@ -129,16 +151,22 @@ class Router:
             raise ValueError(f"Router.failed_links: {failed_links!r} is not allowed; expected a set of link ids")
         out = set()
         for link in failed_links:
-            if (not isinstance(link, (int, np.integer)) or isinstance(link, bool)
-                    or not 0 <= int(link) < topology.num_links):
-                raise ValueError(f"Router.failed_links: {link!r} is not allowed; expected link ids in "
-                                 f"0..{topology.num_links - 1} ({topology.name!r} has {topology.num_links} links)")
+            if (
+                not isinstance(link, (int, np.integer))
+                or isinstance(link, bool)
+                or not 0 <= int(link) < topology.num_links
+            ):
+                raise ValueError(
+                    f"Router.failed_links: {link!r} is not allowed; expected link ids in "
+                    f"0..{topology.num_links - 1} ({topology.name!r} has {topology.num_links} links)"
+                )
             out.add(int(link))
         return frozenset(out)
 
     # ---- GPU to GPU ----------------------------------------------------------------------------
-    def path(self, src_gpu: int, dst_gpu: int, *, flow_key: int = 0, pxn: bool | None = None,
-             nbytes: float = 1.0) -> np.ndarray:
+    def path(
+        self, src_gpu: int, dst_gpu: int, *, flow_key: int = 0, pxn: bool | None = None, nbytes: float = 1.0
+    ) -> np.ndarray:
         """Link ids from GPU ``src_gpu`` to GPU ``dst_gpu`` (global GPU indices), a contiguous walk.
 
         ``pxn`` overrides the router's default for this path: True sends inter-server traffic
@@ -150,8 +178,9 @@ class Router:
         """
         return self._route(src_gpu, dst_gpu, flow_key, pxn, nbytes, walk=True)[0]
 
-    def weighted_path(self, src_gpu: int, dst_gpu: int, *, flow_key: int = 0, pxn: bool | None = None,
-                      nbytes: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    def weighted_path(
+        self, src_gpu: int, dst_gpu: int, *, flow_key: int = 0, pxn: bool | None = None, nbytes: float = 1.0
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Links (int64) and the fraction of the flow's bytes crossing each (float64).
 
         Under ``spray`` the fabric links carry fractions (each link once); under every other
@@ -162,8 +191,14 @@ class Router:
             weights = self._w.ones(links.shape[0])
         return links, weights
 
-    def paths(self, src_gpus: IntSequence, dst_gpus: IntSequence, *, flow_keys: int | np.integer | IntSequence,
-              pxn: bool | None = None) -> list[np.ndarray]:
+    def paths(
+        self,
+        src_gpus: IntSequence,
+        dst_gpus: IntSequence,
+        *,
+        flow_keys: int | np.integer | IntSequence,
+        pxn: bool | None = None,
+    ) -> list[np.ndarray]:
         """:meth:`path` of many flows at once: ``[self.path(s, d, flow_key=k, pxn=pxn) for s, d, k in
         zip(src_gpus, dst_gpus, flow_keys)]``, with the same paths, pinned flows, assigned load (same
         additions in the same order) and errors (raised at the first bad flow, after those before it
@@ -179,12 +214,16 @@ class Router:
         ...  zip(router.paths([0, 0, 9], [1, 8, 0], flow_keys=0), [0, 0, 9], [1, 8, 0])]
         [True, True, True]
         """
-        return [links for links, _ in self._bulk_route(src_gpus, dst_gpus, flow_keys, pxn, walk=True,
-                                                       method="paths")]
+        return [links for links, _ in self._bulk_route(src_gpus, dst_gpus, flow_keys, pxn, walk=True, method="paths")]
 
-    def weighted_paths(self, src_gpus: IntSequence, dst_gpus: IntSequence, *,
-                       flow_keys: int | np.integer | IntSequence, pxn: bool | None = None
-                       ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def weighted_paths(
+        self,
+        src_gpus: IntSequence,
+        dst_gpus: IntSequence,
+        *,
+        flow_keys: int | np.integer | IntSequence,
+        pxn: bool | None = None,
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """:meth:`weighted_path` of many flows at once, as :meth:`paths` is :meth:`path`'s: the
         list of links and the list of weights."""
         routes = self._bulk_route(src_gpus, dst_gpus, flow_keys, pxn, walk=False, method="weighted_paths")
@@ -214,14 +253,15 @@ class Router:
                 ends = np.cumsum(lengths).tolist()
                 for i in weighted:
                     links, weights, nbytes = pending[i]
-                    assert weights is not None                 # the flows in weighted have weights
-                    values[ends[i] - links.shape[0]:ends[i]] = nbytes * weights
+                    assert weights is not None  # the flows in weighted have weights
+                    values[ends[i] - links.shape[0] : ends[i]] = nbytes * weights
             np.add.at(self._load, np.concatenate([p[0] for p in pending]), values)
             pending.clear()
         return self._load
 
-    def _route(self, src_gpu: int, dst_gpu: int, flow_key: int, pxn: bool | None, nbytes: float,
-               *, walk: bool) -> _Route:
+    def _route(
+        self, src_gpu: int, dst_gpu: int, flow_key: int, pxn: bool | None, nbytes: float, *, walk: bool
+    ) -> _Route:
         """(links, weights or None for all ones); ``walk`` asks for a single path (ECMP under spray)."""
         num_gpus = self._w.num_gpus
         if not (0 <= src_gpu < num_gpus and 0 <= dst_gpu < num_gpus):
@@ -234,16 +274,22 @@ class Router:
             if not isinstance(flow_key, (int, np.integer)) or isinstance(flow_key, bool):
                 raise ValueError(f"route: flow_key={flow_key!r} is not allowed; expected an integer")
             flow_key = int(flow_key)
-        if not (type(nbytes) is float and 0.0 < nbytes < math.inf):       # the common case first
-            if not (isinstance(nbytes, (int, float, np.floating, np.integer)) and not isinstance(nbytes, bool)
-                    and math.isfinite(nbytes) and nbytes > 0):
+        if not (type(nbytes) is float and 0.0 < nbytes < math.inf):  # the common case first
+            if not (
+                isinstance(nbytes, (int, float, np.floating, np.integer))
+                and not isinstance(nbytes, bool)
+                and math.isfinite(nbytes)
+                and nbytes > 0
+            ):
                 raise ValueError(f"route: nbytes={nbytes!r} is not allowed; expected a finite number > 0")
             nbytes = float(nbytes)
-        return self._routed(src_gpu, dst_gpu, flow_key, self.pxn if pxn is None else pxn, nbytes,
-                            walk and self._spraying)
+        return self._routed(
+            src_gpu, dst_gpu, flow_key, self.pxn if pxn is None else pxn, nbytes, walk and self._spraying
+        )
 
-    def _routed(self, src_gpu: int, dst_gpu: int, flow_key: int, pxn: bool, nbytes: float,
-                representative: bool) -> _Route:
+    def _routed(
+        self, src_gpu: int, dst_gpu: int, flow_key: int, pxn: bool, nbytes: float, representative: bool
+    ) -> _Route:
         """:meth:`_route` of a flow between two valid, distinct GPUs: the pinned route of a flow seen
         before, else its route, pinned and its load pending (``representative``: the single walk of
         a sprayed flow, not the flow's own routing, so no load)."""
@@ -256,17 +302,18 @@ class Router:
 
     def _pin(self, pair: _Pair, flow_key: int, nbytes: float, representative: bool) -> _Route:
         """Route a flow of ``pair`` not seen before, pin it and add its load to the pending."""
-        route, load = pair.route, pair.load          # not None exactly when the pair's path is fixed
+        route, load = pair.route, pair.load  # not None exactly when the pair's path is fixed
         result: _Route
-        if self._spraying and not representative and pair.leaf_src >= 0:     # a sprayed inter-server flow
+        if self._spraying and not representative and pair.leaf_src >= 0:  # a sprayed inter-server flow
             result = self._sprayed(pair)
-        elif route is not None:                                # inside a server, or both NICs on one switch
+        elif route is not None:  # inside a server, or both NICs on one switch
             result = route
         else:
             result = (self._hashed_path(pair, flow_key, nbytes), None)
         if not representative:
-            self._pending.append(load if load is not None and result is route and nbytes == 1.0
-                                 else (result[0], result[1], nbytes))
+            self._pending.append(
+                load if load is not None and result is route and nbytes == 1.0 else (result[0], result[1], nbytes)
+            )
         pair.pinned[2 * flow_key + representative] = result
         return result
 
@@ -276,8 +323,9 @@ class Router:
         if pair.sprayed is None:
             fabric, fractions = self._spray(pair.leaf_src, pair.leaf_dst)
             out = _readonly(np.asarray(pair.head + fabric + pair.tail, dtype=np.int64))
-            weights = _readonly(np.asarray([1.0] * len(pair.head) + list(fractions) + [1.0] * len(pair.tail),
-                                           dtype=np.float64))
+            weights = _readonly(
+                np.asarray([1.0] * len(pair.head) + list(fractions) + [1.0] * len(pair.tail), dtype=np.float64)
+            )
             pair.sprayed = (out, weights)
         return pair.sprayed
 
@@ -287,8 +335,16 @@ class Router:
         fabric = self._fabric_route(pair.leaf_src, pair.leaf_dst, flow_hash, nbytes)
         return _readonly(np.asarray(pair.head + fabric + pair.tail, dtype=np.int64))
 
-    def _bulk_route(self, src_gpus: IntSequence, dst_gpus: IntSequence, flow_keys: int | np.integer | IntSequence,
-                    pxn: bool | None, *, walk: bool, method: str) -> list[_Route]:
+    def _bulk_route(
+        self,
+        src_gpus: IntSequence,
+        dst_gpus: IntSequence,
+        flow_keys: int | np.integer | IntSequence,
+        pxn: bool | None,
+        *,
+        walk: bool,
+        method: str,
+    ) -> list[_Route]:
         """``_route`` of each flow in turn (``nbytes=1``), same results and side effects in the same
         order: the flows before the first with a bad GPU (checked with numpy) go straight to
         :meth:`_routed`, then ``_route`` raises the loop's error at that flow."""
@@ -296,24 +352,29 @@ class Router:
         dst = self._int_array(dst_gpus, "dst_gpus", method)
         count = src.shape[0]
         if dst.shape[0] != count:
-            raise ValueError(f"Router.{method}: dst_gpus has {dst.shape[0]} entries and src_gpus {count}; "
-                             "expected one destination per source")
+            raise ValueError(
+                f"Router.{method}: dst_gpus has {dst.shape[0]} entries and src_gpus {count}; "
+                "expected one destination per source"
+            )
         if isinstance(flow_keys, (int, np.integer)) and not isinstance(flow_keys, bool):
             keys = [int(flow_keys)] * count
         else:
-            keys = self._int_array(flow_keys, "flow_keys", method).tolist()     # Python ints, as _route makes them
+            keys = self._int_array(flow_keys, "flow_keys", method).tolist()  # Python ints, as _route makes them
             if len(keys) != count:
-                raise ValueError(f"Router.{method}: flow_keys has {len(keys)} entries and src_gpus {count}; "
-                                 "expected one flow key per source, or a single integer")
+                raise ValueError(
+                    f"Router.{method}: flow_keys has {len(keys)} entries and src_gpus {count}; "
+                    "expected one flow key per source, or a single integer"
+                )
         pxn = self.pxn if pxn is None else pxn
         n = self._w.num_gpus
         bad = np.flatnonzero((src < 0) | (src >= n) | (dst < 0) | (dst >= n) | (src == dst))
         limit = int(bad[0]) if bad.size else count
         s_list, d_list = src.tolist(), dst.tolist()
         routed, representative = self._routed, walk and self._spraying
-        routes = [routed(s, d, k, pxn, 1.0, representative)
-                  for s, d, k in zip(s_list[:limit], d_list[:limit], keys[:limit])]
-        if limit < count:                                      # raises the loop's error at that flow
+        routes = [
+            routed(s, d, k, pxn, 1.0, representative) for s, d, k in zip(s_list[:limit], d_list[:limit], keys[:limit])
+        ]
+        if limit < count:  # raises the loop's error at that flow
             self._route(s_list[limit], d_list[limit], keys[limit], pxn, 1.0, walk=walk)
         return routes
 
@@ -322,8 +383,9 @@ class Router:
         array = np.asarray(values)
         if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
             shown = repr(values) if len(repr(values)) <= 60 else repr(values)[:57] + "..."
-            raise ValueError(f"Router.{method}: {name}={shown} is not allowed; expected a sequence or 1-d array "
-                             "of integers")
+            raise ValueError(
+                f"Router.{method}: {name}={shown} is not allowed; expected a sequence or 1-d array of integers"
+            )
         return array
 
     def _pair(self, src_gpu: int, dst_gpu: int, pxn: bool) -> _Pair:
@@ -334,11 +396,13 @@ class Router:
         if s == t:
             links = topo.servers[s].intra_routes[(a, b)]
             self._check_alive(links, f"GPU {a} -> GPU {b} of {topo.servers[s].name}")
-            return _Pair(links, (), -1, -1, 0, _readonly(np.asarray(links, dtype=np.int64)))   # no switch: -1
+            return _Pair(links, (), -1, -1, 0, _readonly(np.asarray(links, dtype=np.int64)))  # no switch: -1
         src_info, dst_info = topo.servers[s], topo.servers[t]
         if not src_info.nics or not dst_info.nics:
-            raise ValueError(f"route: server {src_info.name if not src_info.nics else dst_info.name} has no "
-                             f"NIC, so GPU {a} of {src_info.name} cannot reach GPU {b} of {dst_info.name}")
+            raise ValueError(
+                f"route: server {src_info.name if not src_info.nics else dst_info.name} has no "
+                f"NIC, so GPU {a} of {src_info.name} cannot reach GPU {b} of {dst_info.name}"
+            )
         j_src, j_dst = self._nic_pair(s, a, t, b, pxn)
         nic_src, nic_dst = src_info.nics[j_src], dst_info.nics[j_dst]
         leaf_src, leaf_dst = w.nic_leaf[nic_src], w.nic_leaf[nic_dst]
@@ -373,10 +437,9 @@ class Router:
         nic_leaf, nic_down = self._w.nic_leaf, self._f.nic_down
         rail = dst_info.nic_of_gpu[b]
         first = self.nic_for(s, a, t, b, pxn=pxn)
-        if not self.failed_links and first >= 0 and rail >= 0:      # the common case: the preferred pair works
+        if not self.failed_links and first >= 0 and rail >= 0:  # the common case: the preferred pair works
             send_nic, recv_nic = src_info.nics[first], dst_info.nics[rail]
-            if (send_nic in nic_leaf and recv_nic in nic_down
-                    and self._reaches(nic_leaf[send_nic], nic_leaf[recv_nic])):
+            if send_nic in nic_leaf and recv_nic in nic_down and self._reaches(nic_leaf[send_nic], nic_leaf[recv_nic]):
                 return first, rail
         senders = [first] + ([rail] if 0 <= rail < len(src_info.nics) else [])
         senders = list(dict.fromkeys(senders + [src_info.nic_of_gpu[a]] + list(range(len(src_info.nics)))))
@@ -390,15 +453,18 @@ class Router:
                 if self._reaches(nic_leaf[src_info.nics[js]], nic_leaf[nic]):
                     return js, jd
         failed = " (with failed links)" if self.failed_links else ""
-        raise ValueError(f"route: GPU {a} of {src_info.name} (GPU {src_info.first_gpu + a}) cannot reach GPU {b} of "
-                         f"{dst_info.name} (GPU {dst_info.first_gpu + b}): no NIC of {src_info.name} is connected "
-                         f"through the fabric{failed} to a NIC of {dst_info.name}")
+        raise ValueError(
+            f"route: GPU {a} of {src_info.name} (GPU {src_info.first_gpu + a}) cannot reach GPU {b} of "
+            f"{dst_info.name} (GPU {dst_info.first_gpu + b}): no NIC of {src_info.name} is connected "
+            f"through the fabric{failed} to a NIC of {dst_info.name}"
+        )
 
     def _can_send(self, nic: int, inside: tuple[int, ...]) -> bool:
         if nic not in self._w.nic_leaf:
             return False
-        return not self.failed_links or (self.topology.nic_leaf_link[nic] not in self.failed_links
-                                         and self.failed_links.isdisjoint(inside))
+        return not self.failed_links or (
+            self.topology.nic_leaf_link[nic] not in self.failed_links and self.failed_links.isdisjoint(inside)
+        )
 
     def _can_receive(self, nic: int, inside: tuple[int, ...]) -> bool:
         return nic in self._f.nic_down and self.failed_links.isdisjoint(inside)
@@ -406,12 +472,15 @@ class Router:
     def _check_alive(self, links: tuple[int, ...], what: str) -> None:
         if self.failed_links and not self.failed_links.isdisjoint(links):
             bad = next(link for link in links if link in self.failed_links)
-            raise ValueError(f"route: {what} crosses failed link {self.topology.link_names[bad]!r} (id {bad}); "
-                             "routes inside a server are fixed, so this pair is unreachable")
+            raise ValueError(
+                f"route: {what} crosses failed link {self.topology.link_names[bad]!r} (id {bad}); "
+                "routes inside a server are fixed, so this pair is unreachable"
+            )
 
     # ---- Valiant intermediates ------------------------------------------------------------------
-    def valiant_intermediate(self, src_gpu: int, dst_gpu: int, *, flow_key: int = 0,
-                             pxn: bool | None = None) -> tuple[int, ...]:
+    def valiant_intermediate(
+        self, src_gpu: int, dst_gpu: int, *, flow_key: int = 0, pxn: bool | None = None
+    ) -> tuple[int, ...]:
         """Switches (a dragonfly group's routers, or one top-tier switch) that Valiant routing
         sends this flow through; empty when it has none (same server, same switch, or no
         eligible intermediate). Independent of the router's policy."""
@@ -436,11 +505,12 @@ class Router:
 
     @staticmethod
     def _hashed(flow_hash: int) -> Callable[[list[_Option], int], _Option]:
-        state = _absorb(_GOLDEN64, flow_hash)          # mix64(flow_hash, here) == _absorb(state, here)
+        state = _absorb(_GOLDEN64, flow_hash)  # mix64(flow_hash, here) == _absorb(state, here)
 
         def choose(options: list[_Option], here: int) -> _Option:
             n = len(options)
             return options[_absorb(state, here) % n] if n > 1 else options[0]
+
         return choose
 
     def _next_hops(self, here: int, table: _Table) -> list[_Option]:
@@ -449,14 +519,16 @@ class Router:
         if options is None:
             dist = table.dist
             d = dist[here]
-            cost = self._f.link_cost if table.minimal else {}        # hop counts: each link costs 1
-            options = [(link, v) for link, v in self._f.switch_out.get(here, ())
-                       if dist.get(v, -1) == d - cost.get(link, 1)]
+            cost = self._f.link_cost if table.minimal else {}  # hop counts: each link costs 1
+            options = [
+                (link, v) for link, v in self._f.switch_out.get(here, ()) if dist.get(v, -1) == d - cost.get(link, 1)
+            ]
             table.hops[here] = options
         return options
 
-    def _walk(self, src: int, table: _Table, choose: Callable[[list[_Option], int], _Option]
-              ) -> tuple[tuple[int, ...], int]:
+    def _walk(
+        self, src: int, table: _Table, choose: Callable[[list[_Option], int], _Option]
+    ) -> tuple[tuple[int, ...], int]:
         """Follow ``table``'s costs (hop counts, or hierarchical costs) down to a target from
         ``src`` (which must be in it); returns the links and the target reached."""
         dist = table.dist
@@ -507,8 +579,10 @@ class Router:
         table = self._distances_to((dst_switch,))
         if src_switch not in table.dist:
             failed = " (with failed links)" if self.failed_links else ""
-            raise ValueError(f"route: switch {self.topology.node_name(src_switch)} cannot reach "
-                             f"{self.topology.node_name(dst_switch)}{failed}")
+            raise ValueError(
+                f"route: switch {self.topology.node_name(src_switch)} cannot reach "
+                f"{self.topology.node_name(dst_switch)}{failed}"
+            )
         return self._walk(src_switch, table, self._hashed(flow_hash))[0]
 
     # ---- switch-level paths (in-network reduction) -----------------------------------------------
@@ -542,13 +616,19 @@ class Router:
             leaf = self._w.nic_leaf[nic]
             flow_hash = mix64(self.seed, gpu, node)
             if up:
-                links = (info.gpu_to_nic_routes[(local, j)] + (topo.nic_leaf_link[nic],)
-                         + self._fabric_path(leaf, node, flow_hash))
+                links = (
+                    info.gpu_to_nic_routes[(local, j)]
+                    + (topo.nic_leaf_link[nic],)
+                    + self._fabric_path(leaf, node, flow_hash)
+                )
             else:
                 if nic not in self._f.nic_down:
                     raise ValueError(f"route: every link into NIC {topo.node_name(nic)} of GPU {gpu} has failed")
-                links = (self._fabric_path(node, leaf, flow_hash) + (self._f.nic_down[nic],)
-                         + info.nic_to_gpu_routes[(j, local)])
+                links = (
+                    self._fabric_path(node, leaf, flow_hash)
+                    + (self._f.nic_down[nic],)
+                    + info.nic_to_gpu_routes[(j, local)]
+                )
         else:
             raise ValueError(f"route: {topo.node_name(node)} is neither GPU {gpu}'s NVSwitch nor a fabric switch")
         self._check_alive(links, f"GPU {gpu} {'->' if up else '<-'} {topo.node_name(node)}")

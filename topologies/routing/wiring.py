@@ -38,7 +38,7 @@ import numpy as np
 
 from ..topology import NodeKind, Topology
 
-_Option = tuple[int, int]          # (link id, next switch)
+_Option = tuple[int, int]  # (link id, next switch)
 
 #: Failure sets whose fabric tables are kept per topology (least recently used first out); a bound
 #: on memory for failure sweeps, not a model parameter.
@@ -72,7 +72,7 @@ class Wiring:
         self.gpu_local: list[int] = topology.gpu_local.tolist()
         switches = sorted(n for n, kind in graph.nodes(data="kind") if kind == NodeKind.FABRIC_SWITCH)
         self.switches = switches
-        self.index = {n: i for i, n in enumerate(switches)}          # switch -> compact index
+        self.index = {n: i for i, n in enumerate(switches)}  # switch -> compact index
         self.tier = {n: graph.nodes[n]["tier"] for n in switches if "tier" in graph.nodes[n]}
         group_of = {n: graph.nodes[n].get("group") for n in switches}
         self.group: dict[int, int] = {}
@@ -87,7 +87,7 @@ class Wiring:
         self.top = tuple(n for n in switches if top is None or self.tier.get(n) == top)
         src, dst = topology.link_src, topology.link_dst
         self.switch_ids = switch_ids = np.asarray(switches, dtype=np.int64)
-        self.switch_links = np.flatnonzero(np.isin(src, switch_ids) & np.isin(dst, switch_ids))   # increasing
+        self.switch_links = np.flatnonzero(np.isin(src, switch_ids) & np.isin(dst, switch_ids))  # increasing
         self.switch_src = src[self.switch_links]
         self.switch_dst = dst[self.switch_links]
         self.switch_src_index = np.searchsorted(switch_ids, self.switch_src)
@@ -97,13 +97,15 @@ class Wiring:
             # hierarchical ("minimal") hop costs: 1 inside a group, 1 + B between groups (module docstring)
             between = len(switches) + 1
             group = np.asarray([self.group[n] for n in switches], dtype=np.int64)
-            self.switch_link_cost = np.where(group[self.switch_src_index] == group[self.switch_dst_index],
-                                             1, 1 + between)
+            self.switch_link_cost = np.where(
+                group[self.switch_src_index] == group[self.switch_dst_index], 1, 1 + between
+            )
         # NIC cabling: the switch each NIC's uplink enters, and every link from that switch back to the NIC
         self.nic_leaf = {nic: int(dst[up]) for nic, up in topology.nic_leaf_link.items()}
-        down = sorted(link for nic, leaf in self.nic_leaf.items()
-                      for link in graph.get_edge_data(leaf, nic, default={}))    # edge keys are link ids
-        self.nic_down_links = np.asarray(down, dtype=np.int64)        # increasing link ids
+        down = sorted(
+            link for nic, leaf in self.nic_leaf.items() for link in graph.get_edge_data(leaf, nic, default={})
+        )  # edge keys are link ids
+        self.nic_down_links = np.asarray(down, dtype=np.int64)  # increasing link ids
         self.nic_down_nic = dst[self.nic_down_links]
         self.fabrics: OrderedDict[frozenset[int], _Fabric] = OrderedDict()
         self._ones: dict[int, np.ndarray] = {}
@@ -120,12 +122,20 @@ class Wiring:
     @staticmethod
     def _refs(topology: Topology) -> tuple[object, ...]:
         """The topology's arrays and tables the wiring is derived from (compared by identity)."""
-        return (topology.link_src, topology.link_dst, topology.nic_leaf_link, topology.servers,
-                topology.gpu_server, topology.gpu_local)
+        return (
+            topology.link_src,
+            topology.link_dst,
+            topology.nic_leaf_link,
+            topology.servers,
+            topology.gpu_server,
+            topology.gpu_local,
+        )
 
     def matches(self, topology: Topology) -> bool:
-        return (all(a is b for a, b in zip(self.refs, self._refs(topology)))
-                and self.num_nodes == topology.graph.number_of_nodes())
+        return (
+            all(a is b for a, b in zip(self.refs, self._refs(topology)))
+            and self.num_nodes == topology.graph.number_of_nodes()
+        )
 
     def fabric(self, failed: frozenset[int]) -> _Fabric:
         fabric = self.fabrics.get(failed)
@@ -158,7 +168,7 @@ class _Fabric:
         self.switch_ids = wiring.switch_ids
         self.index = wiring.index
         self.links, self.src, self.dst = links, src, dst
-        self.switch_out = self._adjacency(links, src, dst)       # switch -> [(link, next switch)], increasing link
+        self.switch_out = self._adjacency(links, src, dst)  # switch -> [(link, next switch)], increasing link
         self._switch_back: dict[int, list[_Option]] | None = None
         # links into each switch (compact indices), for the breadth-first searches: CSR by head
         order = np.argsort(self.dst_index, kind="stable")
@@ -177,7 +187,7 @@ class _Fabric:
 
     @staticmethod
     def _adjacency(links: np.ndarray, key: np.ndarray, other: np.ndarray) -> dict[int, list[_Option]]:
-        order = np.argsort(key, kind="stable")                    # keeps increasing link ids per switch
+        order = np.argsort(key, kind="stable")  # keeps increasing link ids per switch
         keys = key[order]
         nodes, starts = np.unique(keys, return_index=True)
         options = list(zip(links[order].tolist(), other[order].tolist()))
@@ -191,7 +201,7 @@ class _Fabric:
         if not np.isin(v * n + u, u * n + v).all():
             return None
         label = np.arange(n)
-        while True:                                              # minimum-label propagation
+        while True:  # minimum-label propagation
             following = label.copy()
             np.minimum.at(following, v, label[u])
             if np.array_equal(following, label):
@@ -211,7 +221,7 @@ class _Fabric:
         while frontier.size:
             first, count = start[frontier], start[frontier + 1] - start[frontier]
             ends = np.cumsum(count)
-            edges = np.repeat(first - ends + count, count) + np.arange(ends[-1])   # every link into the frontier
+            edges = np.repeat(first - ends + count, count) + np.arange(ends[-1])  # every link into the frontier
             fresh = np.zeros(n, dtype=bool)
             fresh[tail[edges]] = True
             fresh &= dist < 0
@@ -225,7 +235,7 @@ class _Fabric:
 
     def costs_to(self, targets: tuple[int, ...]) -> dict[int, int]:
         """Hierarchical cost from every switch that can reach one of ``targets`` (Dijkstra)."""
-        if self._switch_back is None:                          # switch -> [(link, previous switch)]
+        if self._switch_back is None:  # switch -> [(link, previous switch)]
             self._switch_back = self._adjacency(self.links, self.dst, self.src)
         back = self._switch_back
         dist = {t: 0 for t in targets}

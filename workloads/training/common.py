@@ -31,16 +31,34 @@ from ..parallelism import ParallelismSpec
 from ..tasks import CommTask, ComputeTask, Workload
 
 __all__ = (
-    "STREAM_COMPUTE", "STREAM_DP", "STREAM_PARAM", "STREAM_CP", "STREAM_SEND_NEXT", "STREAM_RECV_PREV",
-    "STREAM_SEND_PREV", "STREAM_RECV_NEXT", "STREAM_NAMES", "GRANULARITIES", "GROUP_TAGS", "PARTS",
-    "TrainingWorkload", "gradient_bytes_per_param",
+    "STREAM_COMPUTE",
+    "STREAM_DP",
+    "STREAM_PARAM",
+    "STREAM_CP",
+    "STREAM_SEND_NEXT",
+    "STREAM_RECV_PREV",
+    "STREAM_SEND_PREV",
+    "STREAM_RECV_NEXT",
+    "STREAM_NAMES",
+    "GRANULARITIES",
+    "GROUP_TAGS",
+    "PARTS",
+    "TrainingWorkload",
+    "gradient_bytes_per_param",
 )
 
 STREAM_COMPUTE, STREAM_DP, STREAM_PARAM, STREAM_CP = 0, 1, 2, 3
 STREAM_SEND_NEXT, STREAM_RECV_PREV, STREAM_SEND_PREV, STREAM_RECV_NEXT = 4, 5, 6, 7
-STREAM_NAMES = {STREAM_COMPUTE: "compute", STREAM_DP: "dp", STREAM_PARAM: "zero params", STREAM_CP: "cp ring",
-                STREAM_SEND_NEXT: "pp send next", STREAM_RECV_PREV: "pp recv prev",
-                STREAM_SEND_PREV: "pp send prev", STREAM_RECV_NEXT: "pp recv next"}
+STREAM_NAMES = {
+    STREAM_COMPUTE: "compute",
+    STREAM_DP: "dp",
+    STREAM_PARAM: "zero params",
+    STREAM_CP: "cp ring",
+    STREAM_SEND_NEXT: "pp send next",
+    STREAM_RECV_PREV: "pp recv prev",
+    STREAM_SEND_PREV: "pp send prev",
+    STREAM_RECV_NEXT: "pp recv next",
+}
 GRANULARITIES = ("layer", "chunk")
 GROUP_TAGS = ("tp", "pp", "dp", "cp", "ep")
 PARTS = ("all", "pipeline", "reduction")
@@ -105,10 +123,10 @@ class TrainingWorkload:
 class Program:
     """The task list of one rank's program while it is built."""
 
-    shared: dict                                       # task fields -> the one (frozen) task of those values
+    shared: dict  # task fields -> the one (frozen) task of those values
     tasks: list = field(default_factory=list)
-    pending: list = field(default_factory=list)        # tasks the next compute-stream task waits for
-    computes: list = field(default_factory=list)       # indices of compute tasks, in order
+    pending: list = field(default_factory=list)  # tasks the next compute-stream task waits for
+    computes: list = field(default_factory=list)  # indices of compute tasks, in order
 
     def _take_pending(self) -> tuple[int, ...]:
         after = tuple(sorted(set(self.pending)))

@@ -92,18 +92,25 @@ class StepCompute:
     def __post_init__(self) -> None:
         for name in ("layer_forward_s", "layer_backward_s", "optimizer_s"):
             value = tuple(getattr(self, name))
-            object.__setattr__(self, name, tuple(finite_nonnegative(f"StepCompute.{name}[{i}]", v)
-                                                 for i, v in enumerate(value)))
+            object.__setattr__(
+                self, name, tuple(finite_nonnegative(f"StepCompute.{name}[{i}]", v) for i, v in enumerate(value))
+            )
         if len(self.layer_forward_s) != len(self.layer_backward_s) or not self.layer_forward_s:
-            raise reject("StepCompute.layer_backward_s", f"{len(self.layer_backward_s)} entries",
-                         f"one per layer, as many as layer_forward_s ({len(self.layer_forward_s)}), at least one")
+            raise reject(
+                "StepCompute.layer_backward_s",
+                f"{len(self.layer_backward_s)} entries",
+                f"one per layer, as many as layer_forward_s ({len(self.layer_forward_s)}), at least one",
+            )
         for name in ("embedding_forward_s", "embedding_backward_s", "logits_forward_s", "logits_backward_s"):
             object.__setattr__(self, name, finite_nonnegative(f"StepCompute.{name}", getattr(self, name)))
-        object.__setattr__(self, "overlap_slowdown", finite_nonnegative("StepCompute.overlap_slowdown",
-                                                                        self.overlap_slowdown, "a finite number >= 0"))
+        object.__setattr__(
+            self,
+            "overlap_slowdown",
+            finite_nonnegative("StepCompute.overlap_slowdown", self.overlap_slowdown, "a finite number >= 0"),
+        )
 
     @classmethod
-    def uniform(cls, *, layers: int, forward_s: float, backward_s: float, **kw) -> "StepCompute":
+    def uniform(cls, *, layers: int, forward_s: float, backward_s: float, **kw) -> StepCompute:
         """Every layer takes ``forward_s`` / ``backward_s`` (handy for hand-derived schedules)."""
         if not isinstance(layers, int) or layers < 1:
             raise reject("StepCompute.uniform.layers", layers, "an integer >= 1")
@@ -121,22 +128,27 @@ class StepCompute:
             seconds = self.optimizer_s[work.stage] if self.optimizer_s else 0.0
         elif work.phase == "forward":
             seconds = sum(self.layer_forward_s[layer] for layer in work.layers)
-            seconds += (self.embedding_forward_s if work.embedding else 0.0) \
-                + (self.logits_forward_s if work.logits else 0.0)
+            seconds += (self.embedding_forward_s if work.embedding else 0.0) + (
+                self.logits_forward_s if work.logits else 0.0
+            )
         else:
             seconds = sum(self.layer_backward_s[layer] for layer in work.layers)
             seconds += self.logits_backward_s if work.logits else 0.0
             seconds += self.embedding_backward_s if work.embedding else 0.0
         return seconds * (1.0 + self.overlap_slowdown) if work.beside_comm else seconds
 
-    def check(self, *, layers: int, pp: int, model_name: str = "the model") -> "StepCompute":
+    def check(self, *, layers: int, pp: int, model_name: str = "the model") -> StepCompute:
         """This table if it times a model of ``layers`` layers on ``pp`` stages, else the error naming the field."""
         if len(self.layer_forward_s) != layers:
-            raise reject("compute.layer_forward_s", f"{len(self.layer_forward_s)} entries",
-                         f"one per layer of {model_name} ({layers})")
+            raise reject(
+                "compute.layer_forward_s",
+                f"{len(self.layer_forward_s)} entries",
+                f"one per layer of {model_name} ({layers})",
+            )
         if self.optimizer_s and len(self.optimizer_s) != pp:
-            raise reject("compute.optimizer_s", f"{len(self.optimizer_s)} entries",
-                         f"one per pipeline stage ({pp}) or none")
+            raise reject(
+                "compute.optimizer_s", f"{len(self.optimizer_s)} entries", f"one per pipeline stage ({pp}) or none"
+            )
         return self
 
 

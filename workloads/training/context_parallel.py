@@ -34,12 +34,18 @@ class ContextParallel:
             return ()
         if phase not in self._sizes:
             self._sizes[phase] = b.model.cp_collectives_per_layer(
-                micro_batch=b.spec.micro_batch, seq_len=b.seq, tp=b.spec.tp, cp=b.spec.cp, phase=phase,
-                recompute=b.recompute)
+                micro_batch=b.spec.micro_batch,
+                seq_len=b.seq,
+                tp=b.spec.tp,
+                cp=b.spec.cp,
+                phase=phase,
+                recompute=b.recompute,
+            )
         return self._sizes[phase]
 
-    def emit(self, rp, layers: list[int], phase: str, key, label: str, merge: bool,
-             start_after: tuple[int, ...]) -> None:
+    def emit(
+        self, rp, layers: list[int], phase: str, key, label: str, merge: bool, start_after: tuple[int, ...]
+    ) -> None:
         """The ring steps of ``layers`` (one pass) on stream 3, after ``start_after`` (the task before the pass's
         compute); the next compute-stream task waits for them."""
         b = self.b
@@ -49,6 +55,13 @@ class ContextParallel:
         for size in cp_sizes:
             counts = [size.count * n] if merge else [1] * (size.count * n)
             for j, count in enumerate(counts):
-                ci = b.simple(("cp", key, size.name, j, cp_group), CollectiveKind.SENDRECV, size.nbytes * count,
-                              cp_group, b.act_dtype, "cp", f"cp kv {label}")
+                ci = b.simple(
+                    ("cp", key, size.name, j, cp_group),
+                    CollectiveKind.SENDRECV,
+                    size.nbytes * count,
+                    cp_group,
+                    b.act_dtype,
+                    "cp",
+                    f"cp kv {label}",
+                )
                 rp.prog.pending.append(rp.prog.side(ci, f"cp kv {label}", STREAM_CP, start_after))

@@ -87,8 +87,7 @@ class DataParallel:
     def embedding_unit(self) -> Unit:
         unit = self._units.get("embedding")
         if unit is None:
-            unit = self._units["embedding"] = Unit(dense=self.b.model.embedding_parameters(tp=self.b.spec.tp),
-                                                   expert=0)
+            unit = self._units["embedding"] = Unit(dense=self.b.model.embedding_parameters(tp=self.b.spec.tp), expert=0)
         return unit
 
     def output_unit(self) -> Unit:
@@ -109,7 +108,7 @@ class DataParallel:
         if plan is not None:
             return plan
         b = self.b
-        units = [unit for unit, *_ in b.unit_tasks(v, "backward")]      # in the order their gradients complete
+        units = [unit for unit, *_ in b.unit_tasks(v, "backward")]  # in the order their gradients complete
         out = []
         for part, active in (("dense", dense), ("expert", expert)):
             if not active:
@@ -118,7 +117,7 @@ class DataParallel:
             total = sum(sizes)
             if total == 0:
                 continue
-            if self.zero >= 3:          # one reduce-scatter per unit, when its gradients are complete
+            if self.zero >= 3:  # one reduce-scatter per unit, when its gradients are complete
                 out += [(part, s, k + 1, k) for k, s in enumerate(sizes) if s > 0]
                 continue
             cap = total if b.spec.bucket_bytes is None else max(1, b.spec.bucket_bytes // b.grad_bytes)
@@ -133,16 +132,18 @@ class DataParallel:
         plan = self._buckets[key] = tuple(out)
         return plan
 
-    def bucket_reduction(self, chunk: int, bucket: tuple[str, int, int, int],
-                         group: tuple[int, ...]) -> tuple[int, str]:
+    def bucket_reduction(
+        self, chunk: int, bucket: tuple[str, int, int, int], group: tuple[int, ...]
+    ) -> tuple[int, str]:
         """(collective index, name) of the reduction of ``bucket`` of ``chunk`` in ``group``: built once per
         group (the builder's ``collective`` finds it by key for the other members)."""
         b = self.b
         part, params, _, bid = bucket
         kind = CollectiveKind.ALL_REDUCE if self.zero == 0 else CollectiveKind.REDUCE_SCATTER
         nbytes = padded(kind, params * b.grad_bytes, len(group), b.grad_bytes)
-        label = f"dp bucket {bid}" + (f" chunk{chunk}" if b.spec.vp > 1 else "") \
-            + (" experts" if part == "expert" else "")
+        label = (
+            f"dp bucket {bid}" + (f" chunk{chunk}" if b.spec.vp > 1 else "") + (" experts" if part == "expert" else "")
+        )
         return b.simple(("dp", chunk, part, bid, group), kind, nbytes, group, b.grad_dtype, "dp", label), label
 
     def plan_buckets(self, rp, chunk: int) -> tuple[tuple[str, int, int, int], ...]:
@@ -165,8 +166,15 @@ class DataParallel:
             if params == 0 or len(group) == 1:
                 continue
             nbytes = padded(CollectiveKind.ALL_GATHER, params * b.model.dtype_bytes, len(group), elt(b.act_dtype))
-            gi = b.simple(("zero-ag", key, part, group), CollectiveKind.ALL_GATHER, nbytes, group, b.act_dtype, "dp",
-                          f"zero allgather {part} {label}")
+            gi = b.simple(
+                ("zero-ag", key, part, group),
+                CollectiveKind.ALL_GATHER,
+                nbytes,
+                group,
+                b.act_dtype,
+                "dp",
+                f"zero allgather {part} {label}",
+            )
             task = rp.prog.side(gi, f"zero allgather {label}", STREAM_PARAM, prefetch_after)
             rp.prog.pending.append(task)
 
@@ -197,8 +205,9 @@ class DataParallel:
         if b.model.tied_embeddings and spec.pp > 1 and rp.stage in (0, spec.pp - 1):
             group = (rp.pp_group[0], rp.pp_group[-1])
             nbytes = b.model.last_stage_output_parameters(tp=spec.tp, pp=spec.pp) * b.grad_bytes
-            index = b.simple(("emb", group), CollectiveKind.ALL_REDUCE, nbytes, group, b.grad_dtype, "pp",
-                             "embedding allreduce")
+            index = b.simple(
+                ("emb", group), CollectiveKind.ALL_REDUCE, nbytes, group, b.grad_dtype, "pp", "embedding allreduce"
+            )
             rp.dp_tasks.append(rp.prog.side(index, "embedding allreduce", STREAM_DP, end))
         rp.prog.pending.extend(rp.dp_tasks)
         opt = rp.prog.add_compute(PassWork(phase="optimizer", stage=rp.stage), f"optimizer stage{rp.stage}")
@@ -206,9 +215,17 @@ class DataParallel:
             for chunk in range(spec.vp):
                 for part, params, _, bid in rp.buckets[chunk]:
                     group = rp.grad_group(part)
-                    nbytes = padded(CollectiveKind.ALL_GATHER, params * b.model.dtype_bytes, len(group),
-                                    elt(b.act_dtype))
+                    nbytes = padded(
+                        CollectiveKind.ALL_GATHER, params * b.model.dtype_bytes, len(group), elt(b.act_dtype)
+                    )
                     label = f"zero allgather bucket {bid}" + (f" chunk{chunk}" if spec.vp > 1 else "")
-                    index = b.simple(("zero-post", chunk, part, bid, group), CollectiveKind.ALL_GATHER, nbytes, group,
-                                     b.act_dtype, "dp", label)
+                    index = b.simple(
+                        ("zero-post", chunk, part, bid, group),
+                        CollectiveKind.ALL_GATHER,
+                        nbytes,
+                        group,
+                        b.act_dtype,
+                        "dp",
+                        label,
+                    )
                     rp.prog.side(index, label, STREAM_DP, (opt,))

@@ -24,11 +24,12 @@ __all__ = ("ExpertParallel",)
 
 def _matrix_collective(group: tuple[int, ...], matrix, dtype: str) -> Collective:
     n = len(group)
-    if len({b for row in matrix for b in row}) == 1:         # even: the plain all-to-all of nccl-tests
+    if len({b for row in matrix for b in row}) == 1:  # even: the plain all-to-all of nccl-tests
         return Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=matrix[0][0] * n, group=group, dtype=dtype)
     splits = tuple(tuple(int(b) for b in row) for row in matrix)
-    return Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=max(sum(r) for r in splits), group=group, dtype=dtype,
-                      splits=splits)
+    return Collective(
+        kind=CollectiveKind.ALL_TO_ALL, nbytes=max(sum(r) for r in splits), group=group, dtype=dtype, splits=splits
+    )
 
 
 class ExpertParallel:
@@ -46,8 +47,15 @@ class ExpertParallel:
         key = (layer, phase)
         if key not in self._sizes:
             self._sizes[key] = b.model.ep_collectives_per_layer(
-                layer, micro_batch=b.spec.micro_batch, seq_len=b.seq, tp=b.spec.tp, cp=b.spec.cp, ep=b.spec.ep,
-                phase=phase, recompute=b.recompute)
+                layer,
+                micro_batch=b.spec.micro_batch,
+                seq_len=b.seq,
+                tp=b.spec.tp,
+                cp=b.spec.cp,
+                ep=b.spec.ep,
+                phase=phase,
+                recompute=b.recompute,
+            )
         return self._sizes[key]
 
     def matrix(self, nbytes: int, layer: int, combine: bool) -> tuple[tuple[int, ...], ...]:
@@ -81,11 +89,18 @@ class ExpertParallel:
         if b.spec.ep == 1:
             return
         ep_group = rp.group("ep")
-        sends = [(size.nbytes, layer, j % 2 == 1) for layer in layers for size in self.sizes(layer, phase)
-                 for j in range(size.count)]
+        sends = [
+            (size.nbytes, layer, j % 2 == 1)
+            for layer in layers
+            for size in self.sizes(layer, phase)
+            for j in range(size.count)
+        ]
         batches = ([sends] if sends else []) if merge else [[one] for one in sends]
         for j, batch in enumerate(batches):
-            ei = b.collective(("ep", key, j, ep_group),
-                              lambda batch=batch: _matrix_collective(ep_group, self.matrix_sum(batch), b.act_dtype),
-                              "ep", f"ep alltoall {label}")
+            ei = b.collective(
+                ("ep", key, j, ep_group),
+                lambda batch=batch: _matrix_collective(ep_group, self.matrix_sum(batch), b.act_dtype),
+                "ep",
+                f"ep alltoall {label}",
+            )
             rp.prog.add_comm(ei, "ep alltoall")

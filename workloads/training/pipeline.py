@@ -47,8 +47,9 @@ from .common import STREAM_RECV_NEXT, STREAM_RECV_PREV, STREAM_SEND_NEXT, STREAM
 __all__ = ("pipeline_schedule", "stage_of_chunk", "Pipeline")
 
 
-def pipeline_schedule(schedule: str, *, pp: int, stage: int, microbatches: int,
-                      vp: int = 1) -> tuple[tuple[str, int, int], ...]:
+def pipeline_schedule(
+    schedule: str, *, pp: int, stage: int, microbatches: int, vp: int = 1
+) -> tuple[tuple[str, int, int], ...]:
     """The passes stage ``stage`` runs, in order: ("F" or "B", micro-batch, model chunk).
 
     >>> [f"{p}{m}" for p, m, _ in pipeline_schedule("1f1b", pp=4, stage=1, microbatches=4)]
@@ -109,10 +110,19 @@ class Pipeline:
         # pipeline transfers: s b h D / c, split over t by sequence parallelism or SC21's scatter/gather (then the
         # receiver all-gathers the full tensor in its tensor group)
         self.scatter_gather = spec.tp > 1 and spec.scatter_gather and not spec.sp
-        self.nbytes = model.pp_activation_bytes(micro_batch=spec.micro_batch, seq_len=seq, tp=spec.tp,
-                                                sp=spec.sp, cp=spec.cp, scatter_gather=self.scatter_gather)
-        self.full_bytes = model.pp_activation_bytes(micro_batch=spec.micro_batch, seq_len=seq, tp=spec.tp,
-                                                    cp=spec.cp) if self.scatter_gather else None
+        self.nbytes = model.pp_activation_bytes(
+            micro_batch=spec.micro_batch,
+            seq_len=seq,
+            tp=spec.tp,
+            sp=spec.sp,
+            cp=spec.cp,
+            scatter_gather=self.scatter_gather,
+        )
+        self.full_bytes = (
+            model.pp_activation_bytes(micro_batch=spec.micro_batch, seq_len=seq, tp=spec.tp, cp=spec.cp)
+            if self.scatter_gather
+            else None
+        )
         self._schedules: dict[int, tuple] = {}
 
     def schedule(self, stage: int) -> tuple[tuple[tuple[str, int, int], ...], dict[int, int]]:
@@ -133,15 +143,21 @@ class Pipeline:
         b = self.b
 
         def make():
-            return Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=nbytes, group=(src, dst), dtype=b.act_dtype,
-                              splits=((0, nbytes), (0, 0)))
+            return Collective(
+                kind=CollectiveKind.ALL_TO_ALL,
+                nbytes=nbytes,
+                group=(src, dst),
+                dtype=b.act_dtype,
+                splits=((0, nbytes), (0, 0)),
+            )
+
         return b.collective(key, make, "pp", name, weight=b.spec.tp if self.tensor_rank0_p2p else 1)
 
     @staticmethod
     def peer(rp, virtual_stage: int) -> int:
         """The rank holding ``virtual_stage`` in ``rp``'s pipeline (``rp`` itself for its own virtual stages)."""
         stage, _ = stage_of_chunk(virtual_stage, rp.b.spec.pp)
-        return rp.pp_group[stage]          # pipeline groups list their members stage 0 first
+        return rp.pp_group[stage]  # pipeline groups list their members stage 0 first
 
     def transfers(self, rp) -> bool:
         """Whether ``rp`` moves its pipeline tensors itself (False: tensor rank 0 stands for it)."""
@@ -153,15 +169,27 @@ class Pipeline:
         if self.transfers(rp):
             key = ("pp", direction, mb, v_from, rp.pp_group)
             v_to = v_from + 1 if direction == "act" else v_from - 1
-            index = self.p2p(key, self.peer(rp, v_from), self.peer(rp, v_to), self.nbytes,
-                             f"pp {direction} mb{mb} v{v_from}->v{v_to}")
+            index = self.p2p(
+                key,
+                self.peer(rp, v_from),
+                self.peer(rp, v_to),
+                self.nbytes,
+                f"pp {direction} mb{mb} v{v_from}->v{v_to}",
+            )
             stream = STREAM_RECV_PREV if direction == "act" else STREAM_RECV_NEXT
             task = rp.prog.side(index, f"pp recv {direction} {label}", stream, post)
             rp.prog.pending.append(task)
         if self.scatter_gather:
             tp_group = rp.group("tp")
-            gi = b.simple(("pp-gather", direction, mb, v_from, tp_group), CollectiveKind.ALL_GATHER,
-                          self.full_bytes, tp_group, b.act_dtype, "tp", f"pp allgather {direction} mb{mb}")
+            gi = b.simple(
+                ("pp-gather", direction, mb, v_from, tp_group),
+                CollectiveKind.ALL_GATHER,
+                self.full_bytes,
+                tp_group,
+                b.act_dtype,
+                "tp",
+                f"pp allgather {direction} mb{mb}",
+            )
             rp.prog.add_comm(gi, f"pp allgather {direction} {label}")
 
     def send(self, rp, mb: int, v: int, direction: str, label: str) -> list[int]:

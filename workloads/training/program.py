@@ -67,8 +67,17 @@ class _Node:
 
 
 class _Builder:
-    def __init__(self, model: ModelSpec, spec: ParallelismSpec, *, recompute: str, granularity: str, part: str,
-                 ranks: tuple[int, ...], tensor_rank0_p2p: bool):
+    def __init__(
+        self,
+        model: ModelSpec,
+        spec: ParallelismSpec,
+        *,
+        recompute: str,
+        granularity: str,
+        part: str,
+        ranks: tuple[int, ...],
+        tensor_rank0_p2p: bool,
+    ):
         self.model, self.spec = model, spec
         self.tensor_rank0_p2p = tensor_rank0_p2p and spec.tp > 1
         self.recompute, self.granularity, self.part = recompute, granularity, part
@@ -84,15 +93,15 @@ class _Builder:
         self.grad_bytes = gradient_bytes_per_param(spec.dtype)
         self.grad_dtype = "float16" if self.grad_bytes == 2 else "float32"
         self.V = spec.virtual_stages
-        self.chunks = model.stage_layers(pp=self.V)      # layers of each model chunk (the first ones longer)
+        self.chunks = model.stage_layers(pp=self.V)  # layers of each model chunk (the first ones longer)
         self.m = spec.microbatches
         # groups per kind and every rank's answers per question (see answers), built on first use
         self.groups: dict[str, list[tuple[int, ...]]] = {}
         self._answers: dict[tuple[str, str], list[int | bool]] = {}
         self.shared_tasks: dict = {}
-        self._programs = _Node()             # programs built so far, by their ranks' answers (see program)
-        self._unit_tasks: dict = {}          # per-stage compute tasks, shared by every rank of the stage
-        self._flops: dict = {}               # matrix FLOPs per (phase, layer or "logits"), PassWork.flops
+        self._programs = _Node()  # programs built so far, by their ranks' answers (see program)
+        self._unit_tasks: dict = {}  # per-stage compute tasks, shared by every rank of the stage
+        self._flops: dict = {}  # matrix FLOPs per (phase, layer or "logits"), PassWork.flops
         # the dimensions
         self.pipeline = Pipeline(self)
         self.dp = DataParallel(self)
@@ -112,7 +121,7 @@ class _Builder:
             what, kind = question
             if kind not in self.groups:
                 self.groups[kind] = self.spec.groups(kind)
-                members = np.array(self.groups[kind], dtype=np.int64)      # the groups of a kind have one size
+                members = np.array(self.groups[kind], dtype=np.int64)  # the groups of a kind have one size
                 index, position = np.empty((2, self.spec.world_size), dtype=np.int64)
                 index[members] = np.arange(len(members))[:, None]
                 position[members] = np.arange(members.shape[1])
@@ -141,17 +150,21 @@ class _Builder:
         built = _RankProgram(self, rank)
         program = built.build()
         node = self._programs
-        for question, answer in built.asked.items():          # in the order asked
+        for question, answer in built.asked.items():  # in the order asked
             if node.question not in (None, question):
-                raise RuntimeError(f"training_step: rank {rank} asked {question} where an earlier rank with the "
-                                   f"same answers asked {node.question}; a program must depend on its rank only "
-                                   "through its answers")
+                raise RuntimeError(
+                    f"training_step: rank {rank} asked {question} where an earlier rank with the "
+                    f"same answers asked {node.question}; a program must depend on its rank only "
+                    "through its answers"
+                )
             node.question = question
             node = node.children.setdefault(answer, _Node())
         if node.question is not None or node.program is not None:
             held = "a program" if node.program is not None else f"the question {node.question}"
-            raise RuntimeError(f"training_step: rank {rank}'s answers lead to {held} of an earlier rank with the same "
-                               "answers; a program must depend on its rank only through its answers")
+            raise RuntimeError(
+                f"training_step: rank {rank}'s answers lead to {held} of an earlier rank with the same "
+                "answers; a program must depend on its rank only through its answers"
+            )
         node.program = program
         return program
 
@@ -163,10 +176,17 @@ class _Builder:
             coll = make()
             missing = [r for r in coll.group if r not in self.local]
             if missing:
-                raise ValueError(f"training_step.part: {self.part!r} builds a collective ({name}) with rank "
-                                 f"{missing[0]}, which is not built; expected part='all'")
-            coll = Collective(kind=coll.kind, nbytes=coll.nbytes, group=tuple(self.local[r] for r in coll.group),
-                              dtype=coll.dtype, splits=coll.splits)
+                raise ValueError(
+                    f"training_step.part: {self.part!r} builds a collective ({name}) with rank "
+                    f"{missing[0]}, which is not built; expected part='all'"
+                )
+            coll = Collective(
+                kind=coll.kind,
+                nbytes=coll.nbytes,
+                group=tuple(self.local[r] for r in coll.group),
+                dtype=coll.dtype,
+                splits=coll.splits,
+            )
             index = len(self.collectives)
             self.collectives.append(coll)
             self.kinds.append(kind)
@@ -175,8 +195,9 @@ class _Builder:
             self.keys[key] = index
         return index
 
-    def simple(self, key, kind: CollectiveKind, nbytes: int, group: tuple[int, ...], dtype: str, tag: str,
-               name: str) -> int:
+    def simple(
+        self, key, kind: CollectiveKind, nbytes: int, group: tuple[int, ...], dtype: str, tag: str, name: str
+    ) -> int:
         return self.collective(key, lambda: Collective(kind=kind, nbytes=nbytes, group=group, dtype=dtype), tag, name)
 
     # ---- compute tasks ------------------------------------------------------------------------------
@@ -213,8 +234,15 @@ class _Builder:
             return tasks
         dp = self.dp
         built: list[tuple[Unit, object, PassWork, str, int | None]] = [
-            (dp.layer_unit(l), l, PassWork(phase=phase, layers=(l,), flops=self.flops(phase, (l,), False)),
-             f"layer{l}", l) for l in self.chunk_layers(v)]
+            (
+                dp.layer_unit(l),
+                l,
+                PassWork(phase=phase, layers=(l,), flops=self.flops(phase, (l,), False)),
+                f"layer{l}",
+                l,
+            )
+            for l in self.chunk_layers(v)
+        ]
         if v == 0:
             built.insert(0, (dp.embedding_unit(), "emb", PassWork(phase=phase, embedding=True), "embedding", None))
         if v == self.V - 1:
@@ -264,7 +292,7 @@ class _RankProgram:
 
     def group(self, kind: str) -> tuple[int, ...]:
         """This rank's group of ``kind``, looked up when used: a reduction-only build never needs most kinds."""
-        index = self.ask("group", kind)          # builds the tables of ``kind`` on first use
+        index = self.ask("group", kind)  # builds the tables of ``kind`` on first use
         return self.b.groups[kind][index]
 
     @property
@@ -307,8 +335,12 @@ class _RankProgram:
                 op_end.append(self.prog.last0)
                 # Blocking sends: the next pass waits for them. Interleaved steady state runs a (F, B) pair
                 # back to back and exchanges after it (Megatron), so F's sends block the pass after B.
-                pair = spec.schedule == "interleaved" and phase == "F" and i + 1 < len(self.ops) \
+                pair = (
+                    spec.schedule == "interleaved"
+                    and phase == "F"
+                    and i + 1 < len(self.ops)
                     and self.ops[i + 1][0] == "B"
+                )
                 if pair:
                     deferred = sends
                 else:
@@ -333,8 +365,16 @@ class _RankProgram:
         tasks = b.unit_tasks(v, "forward")
         if b.granularity == "chunk":
             b.dp.gather_params(self, [unit for unit, *_ in tasks], ("F", mb, v), label)
-            self.compute(PassWork(phase="forward", layers=tuple(layers), embedding=first, logits=last,
-                                  flops=b.flops("forward", layers, last)), label)
+            self.compute(
+                PassWork(
+                    phase="forward",
+                    layers=tuple(layers),
+                    embedding=first,
+                    logits=last,
+                    flops=b.flops("forward", layers, last),
+                ),
+                label,
+            )
             self.layer_comm(list(layers), "forward", ("F", mb, v), label)
         else:
             for unit, part, work, name, layer in tasks:
@@ -355,10 +395,15 @@ class _RankProgram:
         overlapped = last and self.overlap and (b.dp.reduces_dense or b.dp.reduces_expert)
         per_layer = b.granularity == "layer" or overlapped or (last and b.dp.zero >= 3)
         tasks = b.unit_tasks(v, "backward")
-        if not per_layer:      # one merged task: no bucket is reduced during it (that takes per-layer tasks)
+        if not per_layer:  # one merged task: no bucket is reduced during it (that takes per-layer tasks)
             b.dp.gather_params(self, [unit for unit, *_ in tasks], ("B", mb, v), label)
-            work = PassWork(phase="backward", layers=tuple(layers), embedding=first_chunk, logits=last_chunk,
-                            flops=b.flops("backward", layers, last_chunk))
+            work = PassWork(
+                phase="backward",
+                layers=tuple(layers),
+                embedding=first_chunk,
+                logits=last_chunk,
+                flops=b.flops("backward", layers, last_chunk),
+            )
             self.compute(work, label, backward_last=last)
             self.layer_comm(layers, "backward", ("B", mb, v), label)
         else:
@@ -387,9 +432,17 @@ class _RankProgram:
 # --------------------------------------------------------------------------------------------------
 
 
-def training_step(model: ModelSpec, parallelism: ParallelismSpec, compute: StepCompute | None = None, *,
-                  recompute: str = "none", granularity: str = "layer", part: str = "all", ranks=None,
-                  tensor_rank0_p2p: bool = False) -> TrainingWorkload:
+def training_step(
+    model: ModelSpec,
+    parallelism: ParallelismSpec,
+    compute: StepCompute | None = None,
+    *,
+    recompute: str = "none",
+    granularity: str = "layer",
+    part: str = "all",
+    ranks=None,
+    tensor_rank0_p2p: bool = False,
+) -> TrainingWorkload:
     """The programs of every rank for one training step (see the module docstring).
 
     ``compute``: the seconds of every compute task's work on one GPU (durations resolved, ready to simulate);
@@ -426,12 +479,27 @@ def training_step(model: ModelSpec, parallelism: ParallelismSpec, compute: StepC
         ranks = tuple(int(r) for r in ranks)
         if not ranks or len(set(ranks)) != len(ranks) or not all(0 <= r < world for r in ranks):
             raise reject("ranks", ranks, f"distinct ranks in 0..{world - 1}, at least one")
-    builder = _Builder(model, parallelism, recompute=recompute, granularity=granularity, part=part,
-                       ranks=ranks, tensor_rank0_p2p=tensor_rank0_p2p)
+    builder = _Builder(
+        model,
+        parallelism,
+        recompute=recompute,
+        granularity=granularity,
+        part=part,
+        ranks=ranks,
+        tensor_rank0_p2p=tensor_rank0_p2p,
+    )
     programs = tuple(map(builder.program, ranks))
     workload = Workload(nranks=len(ranks), collectives=tuple(builder.collectives), programs=programs)
-    training = TrainingWorkload(workload=workload, group_kinds=tuple(builder.kinds),
-                                collective_names=tuple(builder.names), collective_weights=tuple(builder.weights),
-                                parallelism=parallelism, model_name=model.name,
-                                recompute=recompute, granularity=granularity, part=part, ranks=ranks)
+    training = TrainingWorkload(
+        workload=workload,
+        group_kinds=tuple(builder.kinds),
+        collective_names=tuple(builder.names),
+        collective_weights=tuple(builder.weights),
+        parallelism=parallelism,
+        model_name=model.name,
+        recompute=recompute,
+        granularity=granularity,
+        part=part,
+        ranks=ranks,
+    )
     return training if compute is None else resolve(training, compute)

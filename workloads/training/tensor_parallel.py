@@ -46,8 +46,14 @@ class TensorParallel:
             return ()
         if phase not in self._sizes:
             self._sizes[phase] = b.model.tp_collectives_per_layer(
-                micro_batch=b.spec.micro_batch, seq_len=b.seq, tp=b.spec.tp, sp=b.spec.sp, cp=b.spec.cp,
-                phase=phase, recompute=b.recompute)
+                micro_batch=b.spec.micro_batch,
+                seq_len=b.seq,
+                tp=b.spec.tp,
+                sp=b.spec.sp,
+                cp=b.spec.cp,
+                phase=phase,
+                recompute=b.recompute,
+            )
         return self._sizes[phase]
 
     def emit(self, rp, layers: list[int], phase: str, key, label: str, merge: bool) -> None:
@@ -61,12 +67,26 @@ class TensorParallel:
             for size in sizes:
                 merged[size.kind] = merged.get(size.kind, 0) + size.nbytes * size.count * n
             for kind, nbytes in merged.items():
-                ti = b.simple(("tp", key, kind.value, tp_group), kind, nbytes, tp_group, b.act_dtype, "tp",
-                              f"tp {kind.value} {label}")
+                ti = b.simple(
+                    ("tp", key, kind.value, tp_group),
+                    kind,
+                    nbytes,
+                    tp_group,
+                    b.act_dtype,
+                    "tp",
+                    f"tp {kind.value} {label}",
+                )
                 rp.prog.add_comm(ti, f"tp {kind.value.replace('_', '')}")
         else:
             for layer in layers:
                 for j, size in enumerate(_interleave(sizes)):
-                    ti = b.simple(("tp", key, layer, j, tp_group), size.kind, size.nbytes, tp_group, b.act_dtype,
-                                  "tp", f"tp {size.name} layer{layer} {label}")
+                    ti = b.simple(
+                        ("tp", key, layer, j, tp_group),
+                        size.kind,
+                        size.nbytes,
+                        tp_group,
+                        b.act_dtype,
+                        "tp",
+                        f"tp {size.name} layer{layer} {label}",
+                    )
                     rp.prog.add_comm(ti, f"tp {size.kind.value.replace('_', '')}")

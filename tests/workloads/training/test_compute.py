@@ -36,16 +36,18 @@ def test_step_compute_seconds_are_floats_and_zero_has_one_sign():
 
 def test_worked_number_of_a_merged_forward():
     # layers 0-1 with the embedding: 1 + 1 + (0.3 + 0) = 2.3 ms; beside communication x 1.25 = 2.875 ms
-    c = StepCompute(layer_forward_s=(1e-3, 1e-3), layer_backward_s=(2e-3, 2e-3), embedding_forward_s=3e-4,
-                    overlap_slowdown=0.25)
+    c = StepCompute(
+        layer_forward_s=(1e-3, 1e-3), layer_backward_s=(2e-3, 2e-3), embedding_forward_s=3e-4, overlap_slowdown=0.25
+    )
     work = PassWork(phase="forward", layers=(0, 1), embedding=True)
     assert c.duration_s(work) == 1e-3 + 1e-3 + (3e-4 + 0.0) == pytest.approx(2.3e-3, rel=1e-15)
     assert c.duration_s(PassWork(phase="forward", layers=(0, 1), embedding=True, beside_comm=True)) == (
-        (1e-3 + 1e-3 + 3e-4) * 1.25)
+        (1e-3 + 1e-3 + 3e-4) * 1.25
+    )
     # the backward adds the logits before the embedding: (sum + logits) + embedding
     c = StepCompute(layer_forward_s=(1.0,), layer_backward_s=(0.1,), logits_backward_s=0.2, embedding_backward_s=0.3)
     assert c.duration_s(PassWork(phase="backward", layers=(0,), logits=True, embedding=True)) == (0.1 + 0.2) + 0.3
-    assert c.duration_s(PassWork(phase="optimizer", stage=0)) == 0.0            # no optimizer_s: 0 s
+    assert c.duration_s(PassWork(phase="optimizer", stage=0)) == 0.0  # no optimizer_s: 0 s
 
 
 def test_a_workload_is_built_without_hardware_and_resolved_keeping_shared_programs():
@@ -74,6 +76,7 @@ def test_a_workload_is_built_without_hardware_and_resolved_keeping_shared_progra
 def test_fixed_duration_tasks_stay_and_unresolved_work_is_refused_by_simulate():
     from simulator.api import simulate
     from topologies.presets import build_system
+
     with pytest.raises(ValueError, match="ComputeTask.duration_s: None is not allowed"):
         ComputeTask()
     fixed = Workload(nranks=1, collectives=(), programs=((ComputeTask(duration_s=1.5),),))
@@ -84,11 +87,14 @@ def test_fixed_duration_tasks_stay_and_unresolved_work_is_refused_by_simulate():
     assert simulate(build_system("dgx-h100", nodes=1), work.with_durations(lambda w: 2.0)).makespan_s == 2.0
 
 
-@pytest.mark.parametrize("model, layout, recompute", [
-    (gpt(4), dict(tp=2, pp=2, dp=1, global_batch=4), "none"),
-    (gpt(4), dict(pp=2, dp=1, vp=2, schedule="interleaved", global_batch=4), "full"),
-    (moe(4), dict(tp=2, dp=2, ep=2, global_batch=4, sequence_parallel=True), "selective"),
-])
+@pytest.mark.parametrize(
+    "model, layout, recompute",
+    [
+        (gpt(4), dict(tp=2, pp=2, dp=1, global_batch=4), "none"),
+        (gpt(4), dict(pp=2, dp=1, vp=2, schedule="interleaved", global_batch=4), "full"),
+        (moe(4), dict(tp=2, dp=2, ep=2, global_batch=4, sequence_parallel=True), "selective"),
+    ],
+)
 @pytest.mark.parametrize("granularity", ["layer", "chunk"])
 def test_the_work_adds_up_to_the_step_flops(model, layout, recompute, granularity):
     # every rank's matrix FLOPs, summed over the ranks of one data-parallel replica (each runs 1/d of the batch),
@@ -96,7 +102,12 @@ def test_the_work_adds_up_to_the_step_flops(model, layout, recompute, granularit
     # vocabulary (128) and every width divide t, so no padding adds work
     spec = ParallelismSpec(**layout)
     tw = training_step(model, spec, recompute=recompute, granularity=granularity)
-    total = math.fsum(t.work.flops for r, program in enumerate(tw.workload.programs) if spec.coords(r).dp == 0
-                      for t in program if isinstance(t, ComputeTask))
+    total = math.fsum(
+        t.work.flops
+        for r, program in enumerate(tw.workload.programs)
+        if spec.coords(r).dp == 0
+        for t in program
+        if isinstance(t, ComputeTask)
+    )
     expected = model.step_flops(batch=spec.global_batch // spec.dp, recompute=recompute)
     assert total == pytest.approx(expected, rel=1e-12)

@@ -25,7 +25,7 @@ def test_worked_number_llama3_8b_ring_step():
     # Llama-3 8B: s 8192, g d = 8 x 128 = 1024, bf16; c 4, t 1, b 1: one step moves 2 b (s/c) g d D =
     # 2 x 2048 x 1024 x 2 = 8,388,608 B; per layer 3 steps forward and 6 backward, on stream 3
     model = model_preset("llama3-8b")
-    spec = ParallelismSpec(cp=4, dp=1, global_batch=1, dp_overlap=False)      # merged backward too
+    spec = ParallelismSpec(cp=4, dp=1, global_batch=1, dp_overlap=False)  # merged backward too
     tw = training_step(model, spec, granularity="chunk")
     assert model.cp_kv_bytes(micro_batch=1, cp=4) == 8_388_608
     kv = colls(tw, 0, "cp")
@@ -33,4 +33,5 @@ def test_worked_number_llama3_8b_ring_step():
     assert [c.nbytes for _, c in kv] == [3 * 32 * 8_388_608, 6 * 32 * 8_388_608]
     program = tw.workload.programs[0]
     assert {program[j].stream for j, task in enumerate(program) if getattr(task, "index", None) in dict(kv)} == {
-        STREAM_CP}
+        STREAM_CP
+    }

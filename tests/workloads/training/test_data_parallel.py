@@ -55,12 +55,12 @@ def test_zero1_reduce_scatters_then_gathers_parameters():
 
 def test_zero3_gathers_every_layer_each_pass():
     model = gpt()
-    spec = ParallelismSpec(dp=2, fsdp=True, global_batch=4)                # m = 2
+    spec = ParallelismSpec(dp=2, fsdp=True, global_batch=4)  # m = 2
     tw = build(model, spec)
     ag = [c for _, c in colls(tw, 0, "dp", CollectiveKind.ALL_GATHER)]
     rs = [c for _, c in colls(tw, 0, "dp", CollectiveKind.REDUCE_SCATTER)]
-    units = model.layers + 2                                                  # layers, embedding, output + norm
-    assert len(ag) == 2 * units * 2                                          # forward and backward, m = 2
+    units = model.layers + 2  # layers, embedding, output + norm
+    assert len(ag) == 2 * units * 2  # forward and backward, m = 2
     assert len(rs) == units
     assert sum(c.nbytes for c in rs) == model.stage_parameters(0) * 4
     gathers = [t for t in tw.workload.programs[0] if isinstance(t, CommTask) and t.stream == STREAM_PARAM]
@@ -70,6 +70,7 @@ def test_zero3_gathers_every_layer_each_pass():
 def test_worked_number_of_the_module_docstring():
     # GPT-1.7B, d = 32, b 16, B 512 -> m = 1; fp16 gradients 1,652,230,656 x 2 B in 25 MiB buckets
     from workloads.presets import SC21_GPTS
+
     model = SC21_GPTS["gpt-1.7b"]
     spec = ParallelismSpec(dp=32, micro_batch=16, global_batch=512, dtype="fp16")
     tw = build(model, spec)
@@ -94,8 +95,7 @@ def test_reduction_part_by_hand():
         stage = spec.coords(rank).pp
         bucket, embedding, optimizer = program
         c = tw.workload.collectives[bucket.index]
-        assert (c.kind, c.nbytes, c.group) == (CollectiveKind.ALL_REDUCE, expected[stage],
-                                               spec.group_of("dp_cp", rank))
+        assert (c.kind, c.nbytes, c.group) == (CollectiveKind.ALL_REDUCE, expected[stage], spec.group_of("dp_cp", rank))
         e = tw.workload.collectives[embedding.index]
         assert (e.kind, e.nbytes, tw.group_kinds[embedding.index]) == (CollectiveKind.ALL_REDUCE, 32_768, "pp")
         assert e.group == spec.group_of("pp", rank)
@@ -105,7 +105,7 @@ def test_reduction_part_by_hand():
 def test_worked_number_of_the_padding():
     # a reduce-scatter of 1,000,002 B of fp32 over 4 ranks: ceil(1,000,002 / 16) x 16 = 62,501 x 16 = 1,000,016 B
     assert padded(CollectiveKind.REDUCE_SCATTER, 1_000_002, 4, 4) == 1_000_016
-    assert padded(CollectiveKind.ALL_REDUCE, 1_000_002, 4, 4) == 1_000_002         # all-reduces are not padded
+    assert padded(CollectiveKind.ALL_REDUCE, 1_000_002, 4, 4) == 1_000_002  # all-reduces are not padded
 
 
 @pytest.mark.parametrize("zero", [0, 1, 2])

@@ -14,7 +14,7 @@ def test_expert_imbalance_splits():
     a2a = [c for _, c in colls(tw, 0, "ep")]
     # dispatch + combine forward and backward per MoE layer
     assert len(a2a) == 4 * model.layers
-    send = model.ep_alltoall_bytes(micro_batch=1)          # T k h D = 32 x 2 x 64 x 2 = 8192
+    send = model.ep_alltoall_bytes(micro_batch=1)  # T k h D = 32 x 2 x 64 x 2 = 8192
     assert send == 8192
     dispatch, combine = a2a[0], a2a[1]
     # layer 0: member 0 is the busiest; it receives 1.5 x 8192 / 4 = 3072 bytes from every sender

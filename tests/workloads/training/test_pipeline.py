@@ -41,8 +41,24 @@ def test_interleaved_order_by_hand():
     s0 = pipeline_schedule("interleaved", pp=2, stage=0, microbatches=4, vp=2)
     s1 = pipeline_schedule("interleaved", pp=2, stage=1, microbatches=4, vp=2)
     fmt = [f"{p}{mb}c{c}" for p, mb, c in s0]
-    assert fmt == ["F0c0", "F1c0", "F0c1", "F1c1", "F2c0", "B0c1", "F3c0", "B1c1", "F2c1", "B0c0", "F3c1", "B1c0",
-                   "B2c1", "B3c1", "B2c0", "B3c0"]
+    assert fmt == [
+        "F0c0",
+        "F1c0",
+        "F0c1",
+        "F1c1",
+        "F2c0",
+        "B0c1",
+        "F3c0",
+        "B1c1",
+        "F2c1",
+        "B0c0",
+        "F3c1",
+        "B1c0",
+        "B2c1",
+        "B3c1",
+        "B2c0",
+        "B3c0",
+    ]
     assert [f"{p}{mb}c{c}" for p, mb, c in s1][:4] == ["F0c0", "F1c0", "F0c1", "B0c1"]
 
 
@@ -54,7 +70,8 @@ def test_interleaved_runs_every_pass_once_forward_first(pp, vp, k):
         warm = m * vp if m == pp else min((pp - stage - 1) * 2 + (vp - 1) * pp, m * vp)
         assert "".join(p for p, _, _ in ops[:warm]) == "F" * warm
         assert sorted((p, mb, c) for p, mb, c in ops) == sorted(
-            (p, mb, c) for p in "FB" for mb in range(m) for c in range(vp))
+            (p, mb, c) for p in "FB" for mb in range(m) for c in range(vp)
+        )
         position = {op: i for i, op in enumerate(ops)}
         assert all(position[("F", mb, c)] < position[("B", mb, c)] for mb in range(m) for c in range(vp))
 
@@ -68,23 +85,26 @@ def test_bad_schedule_arguments():
         pipeline_schedule("zb", pp=2, stage=0, microbatches=2)
 
 
-@pytest.mark.parametrize("sg, sp, expected, gathers", [(True, False, 2048, True), (False, False, 4096, False),
-                                                        (True, True, 2048, False)])
+@pytest.mark.parametrize(
+    "sg, sp, expected, gathers", [(True, False, 2048, True), (False, False, 4096, False), (True, True, 2048, False)]
+)
 def test_pipeline_transfers(sg, sp, expected, gathers):
     # s b h D = 4096; SC21 scatter/gather or sequence parallelism send 1/t of it
     model = gpt()
     spec = ParallelismSpec(tp=2, pp=2, dp=1, global_batch=3, scatter_gather=sg, sequence_parallel=sp)
     tw = build(model, spec)
-    p2p = [c for i, c in enumerate(tw.workload.collectives)
-           if tw.group_kinds[i] == "pp" and c.kind is CollectiveKind.ALL_TO_ALL]
+    p2p = [
+        c
+        for i, c in enumerate(tw.workload.collectives)
+        if tw.group_kinds[i] == "pp" and c.kind is CollectiveKind.ALL_TO_ALL
+    ]
     # one activation and one gradient per micro-batch and stage boundary, for each of the t tensor ranks
     assert len(p2p) == 2 * 3 * 1 * 2
     for c in p2p:
-        assert c.nbytes == expected and c.splits == ((0, expected), (0, 0))       # one-directional
+        assert c.nbytes == expected and c.splits == ((0, expected), (0, 0))  # one-directional
         a, b = c.group
         assert spec.coords(a).tp == spec.coords(b).tp and abs(spec.coords(a).pp - spec.coords(b).pp) == 1
-    rebuild = [c for i, c in enumerate(tw.workload.collectives)
-               if "pp allgather" in tw.collective_names[i]]
+    rebuild = [c for i, c in enumerate(tw.workload.collectives) if "pp allgather" in tw.collective_names[i]]
     assert (len(rebuild) == 2 * 3 * 1) if gathers else not rebuild
     assert all(c.kind is CollectiveKind.ALL_GATHER and c.nbytes == 4096 for c in rebuild)
 
@@ -97,8 +117,12 @@ def test_uneven_pipeline_stages_hold_every_layer_once():
     compute = StepCompute.uniform(layers=30, forward_s=1e-3, backward_s=2e-3)
     training = training_step(model, spec, compute)
     assert [len(r) for r in model.stage_layers(pp=4)] == [8, 8, 7, 7]
-    fwd = sum(task.duration_s for program in training.workload.programs for task in program
-              if isinstance(task, ComputeTask) and task.name.startswith("fwd"))
+    fwd = sum(
+        task.duration_s
+        for program in training.workload.programs
+        for task in program
+        if isinstance(task, ComputeTask) and task.name.startswith("fwd")
+    )
     # 30 layers x 2 micro-batches x 1 ms (plus no embedding/logits time in a uniform StepCompute)
     assert fwd == pytest.approx(30 * 2 * 1e-3, rel=1e-12)
 
@@ -109,8 +133,11 @@ def test_worked_number_transfer_size():
     for sp, expected in ((False, 16_777_216), (True, 2_097_152)):
         spec = ParallelismSpec(tp=8, pp=2, dp=1, global_batch=1, sequence_parallel=sp, scatter_gather=False)
         tw = training_step(model, spec)
-        p2p = {c.nbytes for i, c in enumerate(tw.workload.collectives)
-               if tw.group_kinds[i] == "pp" and c.kind is CollectiveKind.ALL_TO_ALL}
+        p2p = {
+            c.nbytes
+            for i, c in enumerate(tw.workload.collectives)
+            if tw.group_kinds[i] == "pp" and c.kind is CollectiveKind.ALL_TO_ALL
+        }
         assert p2p == {expected}
 
 

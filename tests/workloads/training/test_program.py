@@ -11,13 +11,26 @@ from tests.workloads.shapes import gpt, moe
 from tests.workloads.training.helpers import build
 from workloads.parallelism import ParallelismSpec
 from workloads.tasks import CommTask, ComputeTask
-from workloads.training import (STREAM_COMPUTE, STREAM_DP, STREAM_RECV_NEXT, STREAM_RECV_PREV, STREAM_SEND_NEXT,
-                                STREAM_SEND_PREV, StepCompute, training_step)
+from workloads.training import (
+    STREAM_COMPUTE,
+    STREAM_DP,
+    STREAM_RECV_NEXT,
+    STREAM_RECV_PREV,
+    STREAM_SEND_NEXT,
+    STREAM_SEND_PREV,
+    StepCompute,
+    training_step,
+)
 
 
-@pytest.mark.parametrize("layout", [dict(tp=2, pp=2, dp=2, global_batch=4),
-                                    dict(tp=2, pp=2, dp=1, vp=2, schedule="interleaved", global_batch=4),
-                                    dict(cp=2, dp=2, zero=2, global_batch=4)])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        dict(tp=2, pp=2, dp=2, global_batch=4),
+        dict(tp=2, pp=2, dp=1, vp=2, schedule="interleaved", global_batch=4),
+        dict(cp=2, dp=2, zero=2, global_batch=4),
+    ],
+)
 def test_chunk_granularity_conserves_bytes_and_compute(layout):
     model = gpt(layers=8)
     spec = ParallelismSpec(**layout)
@@ -25,14 +38,21 @@ def test_chunk_granularity_conserves_bytes_and_compute(layout):
     assert len(coarse.workload.collectives) < len(fine.workload.collectives)
     for rank in range(spec.world_size):
         assert coarse.nbytes_by_kind(rank) == fine.nbytes_by_kind(rank)
-        busy = [math.fsum(t.duration_s for t in w.workload.programs[rank] if isinstance(t, ComputeTask))
-                for w in (fine, coarse)]
+        busy = [
+            math.fsum(t.duration_s for t in w.workload.programs[rank] if isinstance(t, ComputeTask))
+            for w in (fine, coarse)
+        ]
         assert busy[0] == pytest.approx(busy[1], rel=1e-12)
 
 
-@pytest.mark.parametrize("layout", [dict(tp=2, pp=2, dp=2, global_batch=4),
-                                    dict(tp=2, pp=2, dp=2, vp=2, schedule="interleaved", global_batch=4),
-                                    dict(tp=1, cp=2, dp=2, ep=2, sequence_parallel=True)])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        dict(tp=2, pp=2, dp=2, global_batch=4),
+        dict(tp=2, pp=2, dp=2, vp=2, schedule="interleaved", global_batch=4),
+        dict(tp=1, cp=2, dp=2, ep=2, sequence_parallel=True),
+    ],
+)
 def test_every_collective_runs_in_a_group_of_its_kind(layout):
     model = moe() if layout.get("ep", 1) > 1 else gpt()
     spec = ParallelismSpec(**layout)
@@ -51,9 +71,9 @@ def test_every_collective_runs_in_a_group_of_its_kind(layout):
 
 def test_streams_and_overlap_dependencies():
     model = gpt()
-    spec = ParallelismSpec(tp=2, pp=2, dp=2, global_batch=6, bucket_bytes=16 * 1024)     # m = 3
+    spec = ParallelismSpec(tp=2, pp=2, dp=2, global_batch=6, bucket_bytes=16 * 1024)  # m = 3
     tw = build(model, spec)
-    for rank, program in enumerate(tw.workload.programs):
+    for _rank, program in enumerate(tw.workload.programs):
         for task in program:
             if isinstance(task, CommTask):
                 tag = tw.group_kinds[task.index]
@@ -75,7 +95,7 @@ def test_partial_builds():
     pipe = build(model, spec, part="pipeline", ranks=replica)
     assert pipe.workload.nranks == 4 and "dp" not in pipe.group_kinds
     reduction = build(model, spec, part="reduction")
-    assert set(reduction.group_kinds) == {"dp", "pp"}                  # buckets and the embedding all-reduce
+    assert set(reduction.group_kinds) == {"dp", "pp"}  # buckets and the embedding all-reduce
     whole = build(model, spec)
     for rank in range(8):
         assert whole.nbytes_by_kind(rank)["dp"] == reduction.nbytes_by_kind(rank)["dp"]
@@ -101,15 +121,23 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="rank 1, which is not built"):
         build(model, ParallelismSpec(tp=2, dp=1), ranks=(0,))
     with pytest.raises(ValueError, match="tp"):
-        build(model, ParallelismSpec(tp=8, dp=1))                         # 4 heads
+        build(model, ParallelismSpec(tp=8, dp=1))  # 4 heads
 
 
 def test_module_doctests_pass():
     import doctest
-
     import importlib
-    for name in ("common", "compute", "pipeline", "data_parallel", "tensor_parallel", "context_parallel",
-                 "expert_parallel", "program"):
+
+    for name in (
+        "common",
+        "compute",
+        "pipeline",
+        "data_parallel",
+        "tensor_parallel",
+        "context_parallel",
+        "expert_parallel",
+        "program",
+    ):
         assert doctest.testmod(importlib.import_module(f"workloads.training.{name}")).failed == 0
 
 
@@ -117,6 +145,7 @@ def test_worked_number_of_the_module_docstring():
     # GPT-1.7B, t = p = 1, d 32, b 16, B 512 -> m = 1: forward embedding + 24 layers + logits, the same backward,
     # the optimizer: 2 x 26 + 1 = 53 compute tasks
     from workloads.presets import SC21_GPTS
+
     model = SC21_GPTS["gpt-1.7b"]
     spec = ParallelismSpec(dp=32, micro_batch=16, global_batch=512, dtype="fp16")
     program = training_step(model, spec, ranks=tuple(range(32))).workload.programs[0]

@@ -25,11 +25,16 @@ from workloads.training.program import _Builder, _RankProgram
 def varied_times(model: ModelSpec, spec: ParallelismSpec) -> StepCompute:
     """Different seconds per layer and per stage, so that a task shared with the wrong stage shows."""
     n = model.layers
-    return StepCompute(layer_forward_s=tuple(1e-3 * (1 + 0.1 * i) for i in range(n)),
-                       layer_backward_s=tuple(2.1e-3 * (1 + 0.07 * i) for i in range(n)),
-                       embedding_forward_s=3e-4, embedding_backward_s=5e-4, logits_forward_s=7e-4,
-                       logits_backward_s=1.1e-3, optimizer_s=tuple(1e-4 * (j + 1) for j in range(spec.pp)),
-                       overlap_slowdown=0.25)
+    return StepCompute(
+        layer_forward_s=tuple(1e-3 * (1 + 0.1 * i) for i in range(n)),
+        layer_backward_s=tuple(2.1e-3 * (1 + 0.07 * i) for i in range(n)),
+        embedding_forward_s=3e-4,
+        embedding_backward_s=5e-4,
+        logits_forward_s=7e-4,
+        logits_backward_s=1.1e-3,
+        optimizer_s=tuple(1e-4 * (j + 1) for j in range(spec.pp)),
+        overlap_slowdown=0.25,
+    )
 
 
 # (model, layout): dense and MoE; tp, pp, dp, cp, ep; ZeRO 0-3 and FSDP; 1F1B, GPipe, interleaved; buckets on
@@ -45,20 +50,25 @@ LAYOUTS = [
     (gpt(8), dict(pp=4, dp=2, schedule="gpipe", global_batch=6)),
     (gpt(7), dict(pp=3, dp=2, global_batch=6, bucket_bytes=20 * 1024)),
     (llama(5), dict(tp=2, pp=2, cp=2, dp=2, global_batch=4, sequence_parallel=True, bucket_bytes=8 * 1024)),
-    (llama(8), dict(tp=2, pp=2, cp=2, dp=2, vp=2, schedule="interleaved", global_batch=4, zero=1,
-                    order="tp-dp-cp-pp")),
+    (llama(8), dict(tp=2, pp=2, cp=2, dp=2, vp=2, schedule="interleaved", global_batch=4, zero=1, order="tp-dp-cp-pp")),
     (moe(4), dict(dp=4, ep=2, ep_imbalance=0.3, global_batch=8, bucket_bytes=4096)),
     (moe(4), dict(tp=2, pp=2, dp=2, ep=2, sequence_parallel=True, global_batch=4, dp_overlap=False)),
     (moe(4), dict(cp=2, dp=2, ep=4, order="tp-ep-dp-cp-pp", zero=1)),
-    (moe(6, first_dense_layers=1, moe_layer_freq=2, shared_experts=1, expert_ffn_hidden=64),
-     dict(pp=2, vp=3, schedule="interleaved", dp=2, ep=2, global_batch=4, fsdp=True)),
+    (
+        moe(6, first_dense_layers=1, moe_layer_freq=2, shared_experts=1, expert_ffn_hidden=64),
+        dict(pp=2, vp=3, schedule="interleaved", dp=2, ep=2, global_batch=4, fsdp=True),
+    ),
 ]
 OPTIONS = [dict(), dict(granularity="chunk", tensor_rank0_p2p=True), dict(recompute="full", granularity="chunk")]
-CASES = [pytest.param(model, layout, opts, id=f"{i}-{j}")
-         for i, (model, layout) in enumerate(LAYOUTS) for j, opts in enumerate(OPTIONS)]
+CASES = [
+    pytest.param(model, layout, opts, id=f"{i}-{j}")
+    for i, (model, layout) in enumerate(LAYOUTS)
+    for j, opts in enumerate(OPTIONS)
+]
 # training_step's keyword options and their defaults, as _Builder takes them
-STEP_DEFAULTS = {name: p.default for name, p in inspect.signature(training_step).parameters.items()
-                 if p.kind is p.KEYWORD_ONLY}
+STEP_DEFAULTS = {
+    name: p.default for name, p in inspect.signature(training_step).parameters.items() if p.kind is p.KEYWORD_ONLY
+}
 
 
 def parts(spec: ParallelismSpec) -> list[tuple[str, tuple[int, ...]]]:
@@ -77,8 +87,18 @@ def collective_seen_by(tw, index: int, rank: int) -> tuple:
     c = tw.workload.collectives[index]
     me = c.group.index(rank)
     view = None if c.splits is None else (c.splits[me], tuple(row[me] for row in c.splits))
-    return (c.kind, c.nbytes, c.dtype, c.op, c.root, len(c.group), view, tw.group_kinds[index],
-            tw.collective_names[index], tw.collective_weights[index])
+    return (
+        c.kind,
+        c.nbytes,
+        c.dtype,
+        c.op,
+        c.root,
+        len(c.group),
+        view,
+        tw.group_kinds[index],
+        tw.collective_names[index],
+        tw.collective_weights[index],
+    )
 
 
 def up_to_relabelling(tw, rank: int) -> tuple:
@@ -102,9 +122,21 @@ def with_global_ranks(tw, local: int) -> tuple:
         if isinstance(task, CommTask):
             c = tw.workload.collectives[task.index]
             group = tuple(tw.ranks[r] for r in c.group)
-            out.append((task.name, task.stream, task.after, c.kind, c.nbytes, group, c.dtype, c.splits,
-                        tw.group_kinds[task.index], tw.collective_names[task.index],
-                        tw.collective_weights[task.index]))
+            out.append(
+                (
+                    task.name,
+                    task.stream,
+                    task.after,
+                    c.kind,
+                    c.nbytes,
+                    group,
+                    c.dtype,
+                    c.splits,
+                    tw.group_kinds[task.index],
+                    tw.collective_names[task.index],
+                    tw.collective_weights[task.index],
+                )
+            )
         else:
             out.append((task.name, task.stream, task.after, repr(task.duration_s)))
     return tuple(out)
@@ -132,7 +164,8 @@ def test_ranks_of_one_stage_run_one_program_up_to_relabelling(model, layout, opt
         classes: dict[tuple, set] = {}
         for local, rank in enumerate(tw.ranks):
             classes.setdefault(sharing_class(spec, rank, opts.get("tensor_rank0_p2p", False)), set()).add(
-                up_to_relabelling(tw, local))
+                up_to_relabelling(tw, local)
+            )
         assert all(len(programs) == 1 for programs in classes.values()), part
         # and the stages' programs differ (task names carry the stage): nothing leaked from one stage to another
         assert len({key[0] for key in classes}) == spec.pp
@@ -160,7 +193,7 @@ def test_build_order_does_not_matter(model, layout, opts):
 IMBALANCED = next(i for i, (_, layout) in enumerate(LAYOUTS) if layout.get("ep_imbalance"))
 
 
-@pytest.mark.parametrize("model, layout, opts", CASES[:2 * len(OPTIONS)] + [CASES[IMBALANCED * len(OPTIONS)]])
+@pytest.mark.parametrize("model, layout, opts", CASES[: 2 * len(OPTIONS)] + [CASES[IMBALANCED * len(OPTIONS)]])
 def test_building_twice_gives_equal_workloads(model, layout, opts):
     spec = ParallelismSpec(**layout)
     compute = varied_times(model, spec)
@@ -185,7 +218,10 @@ def test_shared_programs_are_the_programs_each_rank_builds_alone(model, layout, 
         assert resolve(tw, compute) == training_step(model, spec, compute, part=part, ranks=ranks, **opts)
         assert tw.workload.collectives == tuple(builder.collectives)
         assert (tw.group_kinds, tw.collective_names, tw.collective_weights) == (
-            tuple(builder.kinds), tuple(builder.names), tuple(builder.weights))
+            tuple(builder.kinds),
+            tuple(builder.names),
+            tuple(builder.weights),
+        )
 
 
 def test_a_wide_reduction_is_one_all_reduce_per_data_parallel_group_and_one_program_object_per_group():
@@ -195,7 +231,7 @@ def test_a_wide_reduction_is_one_all_reduce_per_data_parallel_group_and_one_prog
     model = llama(8)
     spec = ParallelismSpec(tp=2, pp=4, dp=32, global_batch=32, dp_overlap=False, bucket_bytes=None)
     tw = training_step(model, spec, varied_times(model, spec), part="reduction", granularity="chunk")
-    assert len(tw.workload.collectives) == 2 * 4                  # one per data-parallel group (t p of them)
+    assert len(tw.workload.collectives) == 2 * 4  # one per data-parallel group (t p of them)
     objects: dict[int, set] = {}
     for rank, program in enumerate(tw.workload.programs):
         stage = spec.coords(rank).pp
@@ -215,8 +251,15 @@ def test_a_replica_pipeline_is_one_program_object_per_stage_and_tensor_rank_0_or
     model = gpt(4)
     spec = ParallelismSpec(tp=4, pp=4, dp=2, global_batch=8, dp_overlap=False, bucket_bytes=None)
     replica = tuple(r for r in range(spec.world_size) if spec.coords(r).dp == 0)
-    tw = training_step(model, spec, varied_times(model, spec), part="pipeline", ranks=replica,
-                       granularity="chunk", tensor_rank0_p2p=True)
+    tw = training_step(
+        model,
+        spec,
+        varied_times(model, spec),
+        part="pipeline",
+        ranks=replica,
+        granularity="chunk",
+        tensor_rank0_p2p=True,
+    )
     objects: dict[int, set] = {}
     for local, rank in enumerate(replica):
         c = spec.coords(rank)
@@ -230,9 +273,9 @@ def test_buckets_close_at_the_backward_task_that_completes_them():
     definition, re-derived here from the public parameter counts)."""
     model = gpt(7)
     bucket_bytes = 20 * 1024
-    spec = ParallelismSpec(pp=3, dp=2, global_batch=6, bucket_bytes=bucket_bytes)          # layers 3, 2, 2
+    spec = ParallelismSpec(pp=3, dp=2, global_batch=6, bucket_bytes=bucket_bytes)  # layers 3, 2, 2
     tw = training_step(model, spec, varied_times(model, spec))
-    cap = bucket_bytes // 4                                                                  # bf16: fp32 grads
+    cap = bucket_bytes // 4  # bf16: fp32 grads
     for rank in range(spec.world_size):
         stage = spec.coords(rank).pp
         layers = model.stage_layers(pp=3)[stage]
@@ -244,11 +287,17 @@ def test_buckets_close_at_the_backward_task_that_completes_them():
         ends = list(range(cap, running[-1], cap)) + [running[-1]]
         program = tw.workload.programs[rank]
         # the backward tasks of the last micro-batch, one per unit (logits/output, layers, embedding)
-        last_mb = [i for i, t in enumerate(program) if isinstance(t, ComputeTask) and t.stream == STREAM_COMPUTE
-                   and t.name.startswith(f"bwd mb{spec.microbatches - 1} ")]
+        last_mb = [
+            i
+            for i, t in enumerate(program)
+            if isinstance(t, ComputeTask)
+            and t.stream == STREAM_COMPUTE
+            and t.name.startswith(f"bwd mb{spec.microbatches - 1} ")
+        ]
         assert len(last_mb) == len(units)
-        buckets = [t for t in program if isinstance(t, CommTask) and t.stream == STREAM_DP
-                   and tw.group_kinds[t.index] == "dp"]
+        buckets = [
+            t for t in program if isinstance(t, CommTask) and t.stream == STREAM_DP and tw.group_kinds[t.index] == "dp"
+        ]
         assert len(buckets) == len(ends)
         for task, end in zip(buckets, ends):
             done = next(k for k, total in enumerate(running) if total >= end)

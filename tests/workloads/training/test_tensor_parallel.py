@@ -18,7 +18,7 @@ def test_tp_allreduce_four_per_layer_and_microbatch():
     ars = colls(tw, 0, "tp", CollectiveKind.ALL_REDUCE)
     # 2 forward + 2 backward per layer (Megatron f/g), 4 layers, m = 3 micro-batches
     assert len(ars) == 4 * model.layers * 3
-    assert {c.nbytes for _, c in ars} == {4096}                            # s b h D
+    assert {c.nbytes for _, c in ars} == {4096}  # s b h D
     assert all(c.group == (0, 1) for _, c in ars)
     full = build(model, spec, recompute="full")
     # full recomputation repeats the 2 forward all-reduces in the backward: 6 per layer
@@ -43,6 +43,6 @@ def test_worked_number_all_reduce_bytes_per_layer_and_merged_chunk():
     a = 16_777_216
     fine = colls(training_step(model, spec), 0, "tp", CollectiveKind.ALL_REDUCE)
     assert len(fine) == 4 * 4 and {c.nbytes for _, c in fine} == {a}
-    assert sum(c.nbytes for _, c in fine) // 4 == 4 * a == 64 * 2 ** 20
+    assert sum(c.nbytes for _, c in fine) // 4 == 4 * a == 64 * 2**20
     merged = colls(training_step(model, spec, granularity="chunk"), 0, "tp", CollectiveKind.ALL_REDUCE)
-    assert [c.nbytes for _, c in merged] == [4 * 2 * a, 4 * 2 * a] and 4 * 2 * a == 128 * 2 ** 20
+    assert [c.nbytes for _, c in merged] == [4 * 2 * a, 4 * 2 * a] and 4 * 2 * a == 128 * 2**20
