@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simulator.studies.training import StepResult
+    from topologies.routing import RouteCache
+    from topologies.topology import Topology
 
 
 def add_parser(sub) -> None:
@@ -79,17 +85,42 @@ def _perf_step() -> list[str]:
     import gc
     import resource
 
-    from simulator.config import SimConfig
-    from simulator.studies.training import StepOptions, simulate_step
-    from topologies.presets import build_system
     from topologies.routing import RouteCache
-    from workloads.parallelism import ParallelismSpec
-    from workloads.presets import model_preset
 
     lines = []
     start = time.perf_counter()
-    topology = build_system("dgx-h100", nodes=2048, fabric="roce-400g", topology="fat-tree")
+    topology = scale_step_topology()
     built = time.perf_counter()
+    cache = RouteCache()  # the fabric's routing tables: built by the first run, then reused
+    for net, label in (("analytical", "analytical, cold"), ("flow", "flow"), ("analytical", "analytical, warm")):
+        gc.collect()
+        t0 = time.perf_counter()
+        result = scale_step(topology, net, route_cache=cache)
+        wall = time.perf_counter() - t0
+        rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
+        lines.append(
+            f"llama3-405b step on 16384 H100 (roce-400g fat-tree, {label}): {wall:.2f} s wall "
+            f"(+ {built - start:.1f} s building the fabric), peak RSS {rss_gib:.2f} GiB; step "
+            f"{result.step_time_s:.2f} s, {result.tflops_per_gpu:.0f} TFLOP/s per GPU, time in network "
+            f"{result.exposed_comm_s:.2f} s"
+        )
+    return lines
+
+
+def scale_step_topology() -> Topology:
+    """The scale scenario's fabric: 2,048 DGX H100 on a RoCE 400G 3-tier fat-tree."""
+    from topologies.presets import build_system
+
+    return build_system("dgx-h100", nodes=2048, fabric="roce-400g", topology="fat-tree")
+
+
+def scale_step(topology: Topology, network_model: str, *, route_cache: RouteCache | None = None) -> StepResult:
+    """The scale scenario's step on ``topology`` (:func:`scale_step_topology`) with ``network_model``."""
+    from simulator.config import SimConfig
+    from simulator.studies.training import StepOptions, simulate_step
+    from workloads.parallelism import ParallelismSpec
+    from workloads.presets import model_preset
+
     layout = ParallelismSpec(
         tp=8,
         pp=16,
@@ -101,29 +132,12 @@ def _perf_step() -> list[str]:
         dp_overlap=False,
         bucket_bytes=None,
     )
-    cache = RouteCache()  # the fabric's routing tables: built by the first run, then reused
-    for net, label in (("analytical", "analytical, cold"), ("flow", "flow"), ("analytical", "analytical, warm")):
-        gc.collect()
-        t0 = time.perf_counter()
-        result = simulate_step(
-            model_preset("llama3-405b"),
-            layout,
-            system=topology,
-            options=StepOptions(
-                config=SimConfig(network_model=net),
-                granularity="chunk",
-                symmetric_replicas=True,
-                tensor_rank0_p2p=True,
-                steady_state_microbatches=4,
-                route_cache=cache,
-            ),
-        )
-        wall = time.perf_counter() - t0
-        rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
-        lines.append(
-            f"llama3-405b step on 16384 H100 (roce-400g fat-tree, {label}): {wall:.2f} s wall "
-            f"(+ {built - start:.1f} s building the fabric), peak RSS {rss_gib:.2f} GiB; step "
-            f"{result.step_time_s:.2f} s, {result.tflops_per_gpu:.0f} TFLOP/s per GPU, time in network "
-            f"{result.exposed_comm_s:.2f} s"
-        )
-    return lines
+    options = StepOptions(
+        config=SimConfig(network_model=network_model),
+        granularity="chunk",
+        symmetric_replicas=True,
+        tensor_rank0_p2p=True,
+        steady_state_microbatches=4,
+        route_cache=route_cache,
+    )
+    return simulate_step(model_preset("llama3-405b"), layout, system=topology, options=options)

@@ -247,40 +247,10 @@ def _step_figures(result) -> str:
 
 def scale_405b() -> str:
     """`fabricsim perf --step`'s scenario: Llama-3 405B on 16,384 H100 with the symmetric-layout reductions."""
-    from simulator.config import SimConfig
-    from simulator.studies.training import StepOptions, simulate_step
-    from topologies.presets import build_system
-    from workloads.parallelism import ParallelismSpec
-    from workloads.presets import model_preset
+    from simulator.cli.perf import scale_step, scale_step_topology
 
-    topology = build_system("dgx-h100", nodes=2048, fabric="roce-400g", topology="fat-tree")
-    layout = ParallelismSpec(
-        tp=8,
-        pp=16,
-        dp=128,
-        gpus=16384,
-        micro_batch=1,
-        global_batch=2048,
-        seq_len=8192,
-        dp_overlap=False,
-        bucket_bytes=None,
-    )
-    parts = []
-    for net in ("analytical", "flow"):
-        result = simulate_step(
-            model_preset("llama3-405b"),
-            layout,
-            system=topology,
-            options=StepOptions(
-                config=SimConfig(network_model=net),
-                granularity="chunk",
-                symmetric_replicas=True,
-                tensor_rank0_p2p=True,
-                steady_state_microbatches=4,
-            ),
-        )
-        parts.append(f"# {net}\n" + _step_figures(result))
-    return "".join(parts)
+    topology = scale_step_topology()
+    return "".join(f"# {net}\n" + _step_figures(scale_step(topology, net)) for net in ("analytical", "flow"))
 
 
 def sc21_table() -> str:
