@@ -3,6 +3,7 @@ lower (the algorithm) -> route (``flows.Routes`` over the one Router built here)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import MappingProxyType
 
 import numpy as np
@@ -14,7 +15,7 @@ from workloads.collectives import Collective
 from workloads.tasks import Workload
 
 from .collectives import ALGORITHMS, LoweringContext
-from .collectives.tuner import Candidate, candidates, choose
+from .collectives.tuner import Candidate, Choice, candidates, choose
 from .config import SimConfig
 from .engine.closed_form import collective_times
 from .engine.replay import run
@@ -23,6 +24,7 @@ from .flows import Routes
 from .network import build_network
 from .placement import Placement
 from .results import CollectiveRecord, SimResult
+from .schedule import Schedule
 
 
 def simulate(
@@ -53,7 +55,7 @@ def simulate(
     routes = Routes(ctx.router, rank_gpu=placement.rank_gpu, qps_per_connection=ctx.qps_per_connection)
     # equal collectives (a training step repeats each TP all-reduce thousands of times) are chosen
     # and lowered once: Collective is frozen, and choice and schedule depend only on it and ctx
-    planned: dict = {}
+    planned: dict[Collective, tuple[Choice, Schedule]] = {}
     for c in workload.collectives:
         if c not in planned:
             ch = choose(c, ctx, config.collectives)
@@ -66,6 +68,8 @@ def simulate(
         raise ValueError(f"link_events: link {bad[0]} does not exist; the topology has {topology.num_links} links")
     if config.task_ranks is not None and any(r >= workload.nranks for r in config.task_ranks):
         raise ValueError(f"task_ranks: {config.task_ranks!r} names a rank >= {workload.nranks} (the workload's ranks)")
+    times: Iterable[tuple[float, float]]  # per collective (start_s, end_s)
+    recorded: dict[int, np.ndarray]
     if network.context_free and not config.link_events:
         # each collective's time ignores the rest: time each distinct schedule once, then the
         # timeline in closed form (engine.closed_form), with no event replay

@@ -23,6 +23,7 @@ import numbers
 import os
 import re
 from pathlib import Path
+from typing import TypeGuard
 
 __all__ = (
     "MAX_BYTES",
@@ -75,8 +76,9 @@ def reject(field: str, value: object, expected: str) -> ValueError:
     return ValueError(f"{field}: {_shown(value)} is not allowed; expected {expected}")
 
 
-def is_int(value: object) -> bool:
-    """An integer (numpy integers included), not a bool."""
+def is_int(value: object) -> TypeGuard[int]:
+    """An integer (numpy integers included), not a bool. Typed as a guard for ``int``: a numpy integer supports
+    the same comparisons, arithmetic and ``int()``."""
     # the exact-type test answers the common case without the (slow) abstract-base-class check
     return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
@@ -127,7 +129,7 @@ def option(field: str, value: object, kind: type[enum.Enum]) -> enum.Enum:
     raise reject(field, value, f"one of {', '.join(repr(m.value) for m in kind)}")
 
 
-def _real(value: object) -> bool:
+def _real(value: object) -> TypeGuard[float]:
     # the exact-type test answers the common case without the (slow) abstract-base-class check
     return (
         type(value) is float or type(value) is int or (isinstance(value, numbers.Real) and not isinstance(value, bool))
@@ -145,13 +147,13 @@ def finite(
     expected: str | None = None,
 ) -> float:
     """``value`` (a real number, not a bool) as a finite float within the bounds; -0.0 becomes 0.0."""
-    ok = _real(value)
-    if ok:
+    number = math.nan  # not a real number, or an int too large for a float: rejected below as not finite
+    if _real(value):
         try:
             number = float(value)
-        except OverflowError:  # an int too large for a float
-            ok = False
-    ok = ok and math.isfinite(number)
+        except OverflowError:
+            pass
+    ok = math.isfinite(number)
     ok = ok and (low is None or (number > low if low_open else number >= low))
     ok = ok and (high is None or (number < high if high_open else number <= high))
     if not ok:
@@ -229,9 +231,10 @@ def int_tuple(
     items = value.tolist() if hasattr(value, "tolist") and hasattr(value, "ndim") and value.ndim == 1 else value
     if not isinstance(items, (tuple, list, range)):
         raise reject(field, value, expected)
-    if not all(is_int(v) and (low is None or v >= low) for v in items):
+    ints = [v for v in items if is_int(v) and (low is None or v >= low)]
+    if len(ints) != len(items):
         raise reject(field, value, expected)
-    result = tuple(int(v) for v in items)
+    result = tuple(int(v) for v in ints)
     if (nonempty and not result) or (distinct and len(set(result)) != len(result)):
         raise reject(field, value, expected)
     return result

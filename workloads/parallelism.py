@@ -86,7 +86,7 @@ class ParallelismSpec:
 
     tp: int = 1
     pp: int = 1
-    dp: int | None = None
+    dp: int = None  # type: ignore[assignment]  # None: gpus / (tp x cp x pp), filled in by __post_init__
     cp: int = 1
     ep: int = 1
     vp: int = 1  # model chunks (virtual stages) per pipeline rank, interleaved 1F1B
@@ -94,7 +94,7 @@ class ParallelismSpec:
     zero: int = 0  # ZeRO stage 0-3 (3 = parameters sharded too, like FSDP)
     fsdp: bool = False  # PyTorch FSDP FULL_SHARD: ZeRO-3 semantics
     micro_batch: int = 1  # sequences per micro-batch (b)
-    global_batch: int | None = None  # sequences per step (B); None = one micro-batch per replica
+    global_batch: int = None  # type: ignore[assignment]  # sequences per step (B); None: dp x micro_batch
     seq_len: int | None = None  # None = the model's
     schedule: str = "1f1b"
     sequence_parallel: bool = False

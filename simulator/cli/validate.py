@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> str:
-    from simulator.validation.collectives import data_series, format_report, run_validation, select_series
+    from simulator.validation.collectives import Series, data_series, format_report, run_validation, select_series
 
     described = [
         flag
@@ -75,6 +75,7 @@ def run(args) -> str:
         )
     if args.plot is not None:
         output_dir("plot", args.plot)  # before any simulation: an existing file is no directory
+    series: tuple[Series, ...]
     if args.data is not None:
         if not args.data.strip():
             raise reject("data", args.data, "a CSV file (or a shipped table's name)")

@@ -213,7 +213,7 @@ class RingAlgorithm(AlgorithmDefaults):
                 size.append(nbytes[c, :nedges])
                 chan.append(np.full(nedges, c, dtype=np.int64))
 
-        def cat(parts):
+        def cat(parts: list[np.ndarray]) -> np.ndarray:
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
         channel = cat(chan)

@@ -276,9 +276,9 @@ def candidates(
     comm_channels = ring_channels(layout)
     forced = policy.algorithm.lower() if policy.algorithm is not None else None
     # NCCL_ALGO / NCCL_PROTO: what the tuner may take for this function (None: anything)
-    algos, protos = (
-        None if sel is None else sel.names(collective.kind) for sel in (policy.algorithms, policy.protocols)
-    )
+    algo_sel, proto_sel = policy.algorithms, policy.protocols
+    algos = None if algo_sel is None else algo_sel.names(collective.kind)
+    protos = None if proto_sel is None else proto_sel.names(collective.kind)
     enabled = nccl_model.protocols_enabled(intra=layout.intra)
     if protos is not None and "LL128" in protos:
         enabled = nccl_model.PROTOCOLS  # NCCL_PROTO naming LL128 skips NCCL's platform check for it
@@ -294,8 +294,8 @@ def candidates(
             reason, by = f"--algo {forced}", "--algo"
         elif forced is None and not algorithm.auto:
             reason = "not an automatic choice (--algo only)"
-        elif forced is None and algos is not None and algorithm.name not in algos:
-            reason, by = f"{policy.algorithms.variable}={policy.algorithms.text}", policy.algorithms.variable
+        elif forced is None and algo_sel is not None and algos is not None and algorithm.name not in algos:
+            reason, by = f"{algo_sel.variable}={algo_sel.text}", algo_sel.variable
         elif algorithm.name == "collnet" and not policy.collnet and forced is None:
             # off by default (and then holds no SHARP tree)
             reason, by = "NCCL_COLLNET_ENABLE is off", "NCCL_COLLNET_ENABLE"
@@ -326,13 +326,8 @@ def candidates(
                 continue
             protocols = [policy.protocol]
         for protocol in protocols:
-            if protos is not None and protocol not in protos and policy.protocol is None:
-                yield _skipped(
-                    algorithm.name,
-                    f"{policy.protocols.variable}={policy.protocols.text}",
-                    policy.protocols.variable,
-                    protocol,
-                )
+            if proto_sel is not None and protos is not None and protocol not in protos and policy.protocol is None:
+                yield _skipped(algorithm.name, f"{proto_sel.variable}={proto_sel.text}", proto_sel.variable, protocol)
                 continue
             latency, algbw = algorithm.estimate(collective, ctx, protocol=protocol, nchannels=nchannels)
             if algbw <= 0 and policy.protocol is None:
@@ -359,23 +354,25 @@ def candidates(
 
 def choose(collective: Collective, ctx: LoweringContext, policy: CollectivePolicy = CollectivePolicy()) -> Choice:
     """The candidate with the smallest estimate (the first of equal ones), as NCCL's tuner takes it."""
-    best: Candidate | None = None
+    best: Choice | None = None
     for candidate in candidates(collective, ctx, policy):
-        if candidate.skipped is None and (best is None or candidate.predicted_s < best.predicted_s):
-            best = candidate
+        if candidate.skipped is not None:
+            continue
+        protocol, nchannels, predicted = candidate.protocol, candidate.nchannels, candidate.predicted_s
+        assert protocol is not None and nchannels is not None and predicted is not None  # set unless skipped
+        if best is None or predicted < best.predicted_s:
+            best = Choice(algorithm=candidate.algorithm, protocol=protocol, nchannels=nchannels, predicted_s=predicted)
     if best is None:
         if policy.algorithm is not None and collective.kind not in ALGORITHMS[policy.algorithm.lower()].kinds:
             raise ValueError(f"algorithm: {policy.algorithm.lower()!r} cannot run {collective.kind.value}")
         left_out_by = {c.skipped_by for c in candidates(collective, ctx, policy)}
         for sel in (policy.algorithms, policy.protocols):
             if sel is not None and sel.variable in left_out_by:  # it left something out
-                names = sel.names(collective.kind)
+                names = sel.names(collective.kind) or frozenset()  # not None: it left something out
                 raise ValueError(
                     f"{sel.variable}: {sel.text!r} leaves {collective.kind.value} of {collective.nbytes} "
                     f"B only {', '.join(sorted(names)) or 'nothing'}, which cannot run here; expected "
                     "a value that allows an algorithm and protocol this collective can use"
                 )
         raise ValueError(f"no algorithm/protocol can run {collective.kind.value} of {collective.nbytes} B here")
-    return Choice(
-        algorithm=best.algorithm, protocol=best.protocol, nchannels=best.nchannels, predicted_s=best.predicted_s
-    )
+    return best

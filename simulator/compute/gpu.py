@@ -347,7 +347,9 @@ def gemm_op(
     if kind not in OP_KINDS:
         raise ValueError(f"gemm.kind: {kind!r} is not known; expected one of {', '.join(OP_KINDS)}")
     if dtype == "fp8":
-        peak, eff, in_bytes = gpu.dense_fp8_flop_per_s, cm.gemm_efficiency_fp8, 1
+        fp8_peak, fp8_eff = gpu.dense_fp8_flop_per_s, cm.gemm_efficiency_fp8
+        assert fp8_peak is not None and fp8_eff is not None  # _check_dtype rejected fp8 on a GPU without them
+        peak, eff, in_bytes = fp8_peak, fp8_eff, 1
     else:
         peak, eff, in_bytes = gpu.dense_bf16_flop_per_s, cm.gemm_efficiency_bf16, 2
     flops = 2.0 * m * n * k * count

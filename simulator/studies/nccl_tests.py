@@ -99,7 +99,7 @@ def sweep_sizes(
     lo, hi = size_bytes("minbytes", minbytes), size_bytes("maxbytes", maxbytes)
     if lo > hi:
         raise ValueError(f"minbytes: {lo} is larger than maxbytes ({hi}); expected minbytes <= maxbytes")
-    sizes = []
+    sizes: list[int] = []
     if stepbytes is not None:
         step = size_bytes("stepbytes", stepbytes, low=1)
         size = lo
@@ -208,14 +208,14 @@ def run_bench(
             config, launch_overhead_s=config.launch_overhead_s + (gpus_per_process - 1) * HOST_LAUNCH_S_PER_GPU
         )
     if sizes is None:
-        sizes = sweep_sizes(minbytes, maxbytes, stepfactor=stepfactor, stepbytes=stepbytes)
+        byte_counts = sweep_sizes(minbytes, maxbytes, stepfactor=stepfactor, stepbytes=stepbytes)
     else:
         if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__len__"):
             raise reject("sizes", sizes, "a list of byte counts")
-        sizes = [size_bytes("sizes", s) for s in sizes]
-        if not 1 <= len(sizes) <= MAX_SIZES:
-            raise ValueError(f"sizes: {len(sizes)} sizes are not allowed; expected 1 to {MAX_SIZES}")
-    collectives = [collective_for_size(kind, s, nranks=nranks, dtype=dtype, op=op, root=root) for s in sizes]
+        byte_counts = [size_bytes("sizes", s) for s in sizes]
+        if not 1 <= len(byte_counts) <= MAX_SIZES:
+            raise ValueError(f"sizes: {len(byte_counts)} sizes are not allowed; expected 1 to {MAX_SIZES}")
+    collectives = [collective_for_size(kind, s, nranks=nranks, dtype=dtype, op=op, root=root) for s in byte_counts]
     route_cache = RouteCache() if route_cache is None else route_cache
     result = simulate(
         topology, Workload.sequence(collectives, nranks=nranks), placement, config, route_cache=route_cache
@@ -281,10 +281,11 @@ def format_table(rows: list[BenchRow], *, title: str = "") -> str:
                     out.write(f"# {size}    {c.algorithm:<16} {c.protocol or '-':<6}  left out: {c.skipped}\n")
                     continue
                 mark = "*" if (c.algorithm, c.protocol) == (r.algorithm, r.protocol) else " "
+                latency, algbw, predicted = c.latency_s, c.algbw_bytes_per_s, c.predicted_s
+                assert latency is not None and algbw is not None and predicted is not None  # set unless skipped
                 out.write(
                     f"# {size}  {mark} {c.algorithm:<16} {c.protocol:<6} {c.nchannels:>3}  "
-                    f"{c.latency_s * 1e6:>9.2f}  {c.algbw_bytes_per_s / 1e9:>8.2f}  "
-                    f"{c.predicted_s * 1e6:>10.2f}\n"
+                    f"{latency * 1e6:>9.2f}  {algbw / 1e9:>8.2f}  {predicted * 1e6:>10.2f}\n"
                 )
     return out.getvalue()
 

@@ -41,9 +41,7 @@ __all__ = ("check_symmetric_replicas", "replica_ranks", "steady_state_runs", "ex
 
 def check_symmetric_replicas(p: ParallelismSpec, symmetric_replicas: bool) -> None:
     """The error when symmetric replicas are asked for a layout whose replicas interact inside the pipeline."""
-    dp = p.dp
-    assert dp is not None  # ParallelismSpec sets dp on construction
-    if symmetric_replicas and dp > 1 and (p.dp_overlap or p.zero_stage >= 3):
+    if symmetric_replicas and p.dp > 1 and (p.dp_overlap or p.zero_stage >= 3):
         raise ValueError(
             "symmetric_replicas: True is not allowed with dp_overlap=True or ZeRO-3/FSDP, whose "
             "gradient or parameter traffic runs inside the pipeline; expected False"
@@ -52,9 +50,7 @@ def check_symmetric_replicas(p: ParallelismSpec, symmetric_replicas: bool) -> No
 
 def uses_symmetric_replicas(p: ParallelismSpec, symmetric_replicas: bool) -> bool:
     """Whether the step is simulated as one replica's pipeline, then every rank's reduction."""
-    dp = p.dp
-    assert dp is not None  # ParallelismSpec sets dp on construction
-    return symmetric_replicas and dp > 1
+    return symmetric_replicas and p.dp > 1
 
 
 def replica_ranks(p: ParallelismSpec) -> tuple[int, ...]:
@@ -67,14 +63,12 @@ def steady_state_runs(p: ParallelismSpec, k: int | None) -> tuple[int, Paralleli
     None; k is rounded up to a multiple of p for the interleaved schedule."""
     if k is None:
         return None
-    dp = p.dp
-    assert dp is not None  # ParallelismSpec sets dp on construction
     if p.schedule == "interleaved":
         k = ceil_div(k, p.pp) * p.pp
     if p.microbatches <= 2 * k:
         return None
-    few = dataclasses.replace(p, global_batch=k * dp * p.micro_batch)
-    more = dataclasses.replace(p, global_batch=2 * k * dp * p.micro_batch)
+    few = dataclasses.replace(p, global_batch=k * p.dp * p.micro_batch)
+    more = dataclasses.replace(p, global_batch=2 * k * p.dp * p.micro_batch)
     return k, few, more
 
 

@@ -50,6 +50,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TypedDict
 
 import numpy as np
 
@@ -61,7 +62,7 @@ from topologies.topology import Topology
 from workloads.model import ModelSpec, ceil_div
 from workloads.options import Granularity, Recompute
 from workloads.parallelism import ParallelismSpec
-from workloads.tasks import ComputeTask
+from workloads.tasks import ComputeTask, Task
 from workloads.training import (
     StepCompute,
     TrainingWorkload,
@@ -81,6 +82,25 @@ from ..results import SimResult
 from . import reductions
 
 __all__ = ("StepOptions", "StepPhase", "StepResult", "step_compute", "memory_per_gpu", "simulate_step")
+
+
+class _TokenArgs(TypedDict):
+    """The keyword arguments the embedding and logits compute times share (``simulator.compute.gpu``)."""
+
+    micro_batch: int
+    seq_len: int
+    tp: int
+    cp: int
+    compute_model: cmp.GpuComputeModel | None
+
+
+class _StepArgs(TypedDict):
+    """The keyword arguments of ``training_step`` every phase of one step is built with."""
+
+    recompute: str
+    granularity: str
+    tensor_rank0_p2p: bool
+
 
 # --------------------------------------------------------------------------------------------------
 # compute times
@@ -119,7 +139,7 @@ def step_compute(
         recompute=recompute,
         compute_model=compute_model,
     )
-    tkw = dict(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, cp=p.cp, compute_model=compute_model)
+    tkw = _TokenArgs(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, cp=p.cp, compute_model=compute_model)
     shard = p.dp * p.cp if p.zero_stage >= 1 else 1
     optimizer = tuple(
         cmp.optimizer_step(
@@ -298,6 +318,16 @@ def _build_topology(system: str, nodes: int | None, world: int, wiring: str | No
     return build_system(system, nodes=nodes, topology=wiring)
 
 
+def _compute_busy_s(program: tuple[Task, ...]) -> float:
+    """Seconds the compute tasks of ``program`` keep its rank busy (exactly summed)."""
+    durations: list[float] = []
+    for task in program:
+        if isinstance(task, ComputeTask):
+            assert task.duration_s is not None  # a simulated workload is resolved (simulate checks)
+            durations.append(task.duration_s)
+    return math.fsum(durations)
+
+
 def _run_phase(
     topology: Topology,
     training: TrainingWorkload,
@@ -320,13 +350,7 @@ def _run_phase(
 def _phase_metrics(phase: StepPhase) -> tuple[float, int]:
     """(largest per-rank compute busy time, rank that ends last). Ranks share program objects
     (workloads.training builds equal programs once): each distinct program's busy time is summed once."""
-    compute = max(
-        (
-            math.fsum(t.duration_s for t in program if isinstance(t, ComputeTask))
-            for program, _ in phase.training.workload.shared_programs
-        ),
-        default=0.0,
-    )
+    compute = max((_compute_busy_s(program) for program, _ in phase.training.workload.shared_programs), default=0.0)
     return compute, int(np.argmax(phase.timeline.rank_end_s))  # the first of the ranks ending last
 
 
@@ -340,7 +364,7 @@ class _Raw:
     comm_s: float
     breakdowns: dict  # labelling ("group", "collective", "algorithm") -> label -> entry (_merge)
     links: dict  # "tier" / "kind" -> name -> bytes (analysis.link_class_bytes)
-    phases: tuple
+    phases: tuple[StepPhase, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -406,7 +430,9 @@ def _measure(
     """One step's additive measurements. With ``reduction`` (a symmetric-replica step: the reduction phase and
     what it adds to the measurements), one replica's pipeline is simulated and the reduction follows it. The
     programs are built without hardware, then their durations resolved from ``compute``."""
-    kw = dict(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
+    kw = _StepArgs(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
+    phases: tuple[StepPhase, ...]
+    parts: tuple[_PhaseParts, ...]
     if reduction is not None:
         replica = reductions.replica_ranks(p)
         pipe = resolve(training_step(model, p, part="pipeline", ranks=replica, **kw), compute)
@@ -569,8 +595,8 @@ def simulate_step(
         raise reject("placement", placement, f"a Placement of {world} ranks or None")
     route_cache = RouteCache() if o.route_cache is None else o.route_cache
     recompute = o.recompute
-    kw = dict(recompute=recompute, granularity=o.granularity, tensor_rank0_p2p=o.tensor_rank0_p2p)
-    reduction = None
+    kw = _StepArgs(recompute=recompute, granularity=o.granularity, tensor_rank0_p2p=o.tensor_rank0_p2p)
+    reduction: tuple[StepPhase, _PhaseParts] | None = None
     symmetric = reductions.uses_symmetric_replicas(p, o.symmetric_replicas)
     if symmetric:
         # the reduction phase reduces every gradient once, syncs the embedding and runs the optimizer: it does
@@ -580,13 +606,25 @@ def simulate_step(
         training = resolve(training_step(model, p, part="reduction", **kw), compute)
         phase = _run_phase(topology, training, placement, config, 0.0, 1, route_cache)
         reduction = (phase, _phase_parts(phase, topology))
-    kw.update(placement=placement, reduction=reduction, route_cache=route_cache)
+
+    def measure(layout: ParallelismSpec) -> _Raw:
+        return _measure(
+            model,
+            layout,
+            topology,
+            compute,
+            config,
+            placement=placement,
+            reduction=reduction,
+            route_cache=route_cache,
+            **kw,
+        )
+
     m = p.microbatches
     steady = reductions.steady_state_runs(p, o.steady_state_microbatches)
     if steady is not None:
         k, few, more = steady
-        a = _measure(model, few, topology, compute, config, **kw)
-        b = _measure(model, more, topology, compute, config, **kw)
+        a, b = measure(few), measure(more)
         raw = _Raw(
             **{
                 f.name: reductions.extrapolate(getattr(a, f.name), getattr(b, f.name), m=m, k=k)
@@ -596,7 +634,7 @@ def simulate_step(
             phases=b.phases,
         )
     else:
-        raw = _measure(model, p, topology, compute, config, **kw)
+        raw = measure(p)
     notes = reductions.notes(p, symmetric=symmetric, tensor_rank0_p2p=o.tensor_rank0_p2p, steady=steady)
     step, critical = raw.step_s, raw.critical_s
     seq = p.seq(model)

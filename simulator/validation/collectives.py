@@ -26,7 +26,7 @@ import statistics
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Literal, overload
+from typing import Literal, TextIO, overload
 
 from topologies.checks import read_text, readable_file, reject
 from topologies.presets import SYSTEMS
@@ -279,7 +279,7 @@ class Comparison:
         return "middle"
 
 
-def _open_table(file: str | os.PathLike) -> io.TextIOWrapper:
+def _open_table(file: str | os.PathLike) -> TextIO:
     """A shipped table by name (``"a100_sxm4_80gb_1node_8gpu.csv"``) or any CSV file by path.
 
     A ``pathlib.Path`` (any os.PathLike) or a string with a directory part is a path; a bare name

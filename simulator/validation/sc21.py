@@ -289,7 +289,6 @@ def sc21_compute_only_check(
             for j in range(pp)
         )
         iteration_s = (microbatches + (pp - 1) / vp) * stage_s + opt_s
-        assert spec.dp is not None and spec.global_batch is not None  # ParallelismSpec fills them in
         flops = model.step_flops(batch=spec.global_batch, recompute="full")
         out.append(
             Sc21Check(
