@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from topologies.checks import finite_nonnegative, reject
+from topologies.checks import finite_nonnegative, integer, reject
 
 from ..tasks import Workload
 
@@ -112,8 +112,7 @@ class StepCompute:
     @classmethod
     def uniform(cls, *, layers: int, forward_s: float, backward_s: float, **kw) -> StepCompute:
         """Every layer takes ``forward_s`` / ``backward_s`` (handy for hand-derived schedules)."""
-        if not isinstance(layers, int) or layers < 1:
-            raise reject("StepCompute.uniform.layers", layers, "an integer >= 1")
+        layers = integer("StepCompute.uniform.layers", layers, low=1)
         return cls(layer_forward_s=(forward_s,) * layers, layer_backward_s=(backward_s,) * layers, **kw)
 
     def duration_s(self, work: PassWork) -> float:

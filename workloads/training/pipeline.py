@@ -39,7 +39,7 @@ fast network, a bubble of (4 - 1)(1 + 2) = 9 ms; interleaved with v = 2 chunks p
 
 from __future__ import annotations
 
-from topologies.checks import reject
+from topologies.checks import integer, reject
 
 from ..collectives import Collective, CollectiveKind
 from .common import STREAM_RECV_NEXT, STREAM_RECV_PREV, STREAM_SEND_NEXT, STREAM_SEND_PREV
@@ -55,11 +55,10 @@ def pipeline_schedule(
     >>> [f"{p}{m}" for p, m, _ in pipeline_schedule("1f1b", pp=4, stage=1, microbatches=4)]
     ['F0', 'F1', 'F2', 'B0', 'F3', 'B1', 'B2', 'B3']
     """
-    for name, value in (("pp", pp), ("microbatches", microbatches), ("vp", vp)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise reject(name, value, "an integer >= 1")
-    if not isinstance(stage, int) or not 0 <= stage < pp:
-        raise reject("stage", stage, f"an integer in 0..{pp - 1}")
+    pp = integer("pp", pp, low=1)
+    microbatches = integer("microbatches", microbatches, low=1)
+    vp = integer("vp", vp, low=1)
+    stage = integer("stage", stage, low=0, high=pp - 1, expected=f"an integer in 0..{pp - 1}")
     m = microbatches
     if schedule == "gpipe" or (schedule == "1f1b" and vp == 1):
         if vp != 1:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from topologies.checks import reject
+from topologies.checks import flag, reject
 
 from ..collectives import Collective, CollectiveKind
 from ..model import RECOMPUTE, ModelSpec
@@ -465,8 +465,7 @@ def training_step(
         raise reject("granularity", granularity, f"one of {', '.join(map(repr, GRANULARITIES))}")
     if part not in PARTS:
         raise reject("part", part, f"one of {', '.join(map(repr, PARTS))}")
-    if not isinstance(tensor_rank0_p2p, bool):
-        raise reject("tensor_rank0_p2p", tensor_rank0_p2p, "True or False")
+    tensor_rank0_p2p = flag("tensor_rank0_p2p", tensor_rank0_p2p)
     parallelism.check(model)
     if compute is not None:
         compute.check(layers=model.layers, pp=parallelism.pp, model_name=model.name)
