@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from topologies.checks import finite_nonnegative, flag, integer, is_int, option, reject
 
+from .model import ModelSpec
 from .options import Dtype, PipelineSchedule, names
 
 __all__ = ("SCHEDULES", "DTYPES", "GROUP_KINDS", "DEFAULT_ORDER", "DDP_BUCKET_BYTES", "RankCoords", "ParallelismSpec")
@@ -201,11 +202,11 @@ class ParallelismSpec:
     def virtual_stages(self) -> int:
         return self.pp * self.vp
 
-    def seq(self, model) -> int:
+    def seq(self, model: ModelSpec) -> int:
         return model.seq_len if self.seq_len is None else self.seq_len
 
     # ---- checks against a model ------------------------------------------------------------------
-    def check(self, model) -> ParallelismSpec:
+    def check(self, model: ModelSpec) -> ParallelismSpec:
         """Raise ValueError if this layout cannot run ``model`` (a workloads.model.ModelSpec). Returns self."""
         if self.tp > 1 and (model.heads % self.tp or model.kv_heads % self.tp):
             raise _reject(

@@ -74,7 +74,7 @@ class CommTask:
         _check_stream("CommTask", self.stream, self.after)
 
 
-def _check_stream(owner: str, stream, after) -> None:
+def _check_stream(owner: str, stream: object, after: object) -> None:
     if not is_int(stream) or stream < 0:
         raise reject(f"{owner}.stream", stream, "an integer >= 0")
     if not isinstance(after, tuple) or any(not is_int(a) or a < 0 for a in after):
@@ -122,7 +122,7 @@ class Workload:
             self, "shared_programs", tuple((program, _read_only(ranks)) for program, _, ranks in shared.values())
         )
 
-    def _check_program(self, rank: int, program) -> tuple[int, ...]:
+    def _check_program(self, rank: int, program: tuple[Task, ...]) -> tuple[int, ...]:
         """Check the tasks of program ``rank``; returns the indices of its collectives, in program order."""
         joined: dict[int, None] = {}
         for position, task in enumerate(program):

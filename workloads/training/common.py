@@ -23,6 +23,7 @@ Worked number: a reduce-scatter of 1,000,002 B of fp32 gradients over 4 ranks mo
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from ..collectives import DTYPE_BYTES, CollectiveKind
@@ -133,7 +134,7 @@ class Program:
         self.pending.clear()
         return after
 
-    def add_compute(self, work, name: str) -> int:
+    def add_compute(self, work: Hashable, name: str) -> int:
         """A compute task doing ``work`` on the compute stream, after the pending tasks; returns its position."""
         self.tasks.append(self._compute_task(work, name, self._take_pending()))
         self.computes.append(len(self.tasks) - 1)
@@ -151,7 +152,7 @@ class Program:
     # Ranks of one stage repeat the same tasks: equal frozen tasks are built once and shared (tasks compare
     # by value and nothing mutates them). A compute task carries its work (a frozen record, compared by value),
     # not seconds, so equal keys mean equal tasks; their durations, resolved from the work, are then equal too.
-    def _compute_task(self, work, name: str, after: tuple[int, ...]) -> ComputeTask:
+    def _compute_task(self, work: Hashable, name: str, after: tuple[int, ...]) -> ComputeTask:
         key = (ComputeTask, work, name, after)
         task = self.shared.get(key)
         if task is None:

@@ -29,10 +29,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, overload
 
 from topologies.checks import finite_nonnegative, integer, reject
 
 from ..tasks import Workload
+
+if TYPE_CHECKING:
+    from .common import TrainingWorkload
 
 __all__ = ("PassWork", "StepCompute", "resolve")
 
@@ -110,10 +114,32 @@ class StepCompute:
         )
 
     @classmethod
-    def uniform(cls, *, layers: int, forward_s: float, backward_s: float, **kw) -> StepCompute:
-        """Every layer takes ``forward_s`` / ``backward_s`` (handy for hand-derived schedules)."""
+    def uniform(
+        cls,
+        *,
+        layers: int,
+        forward_s: float,
+        backward_s: float,
+        embedding_forward_s: float = 0.0,
+        embedding_backward_s: float = 0.0,
+        logits_forward_s: float = 0.0,
+        logits_backward_s: float = 0.0,
+        optimizer_s: tuple[float, ...] = (),
+        overlap_slowdown: float = 0.0,
+    ) -> StepCompute:
+        """Every layer takes ``forward_s`` / ``backward_s`` (handy for hand-derived schedules); the other fields
+        as given."""
         layers = integer("StepCompute.uniform.layers", layers, low=1)
-        return cls(layer_forward_s=(forward_s,) * layers, layer_backward_s=(backward_s,) * layers, **kw)
+        return cls(
+            layer_forward_s=(forward_s,) * layers,
+            layer_backward_s=(backward_s,) * layers,
+            embedding_forward_s=embedding_forward_s,
+            embedding_backward_s=embedding_backward_s,
+            logits_forward_s=logits_forward_s,
+            logits_backward_s=logits_backward_s,
+            optimizer_s=optimizer_s,
+            overlap_slowdown=overlap_slowdown,
+        )
 
     def duration_s(self, work: PassWork) -> float:
         """Seconds of ``work`` (the sums of the module docstring, in that order).
@@ -151,7 +177,11 @@ class StepCompute:
         return self
 
 
-def resolve(training, compute: StepCompute):
+@overload
+def resolve(training: Workload, compute: StepCompute) -> Workload: ...
+@overload
+def resolve(training: TrainingWorkload, compute: StepCompute) -> TrainingWorkload: ...
+def resolve(training: Workload | TrainingWorkload, compute: StepCompute) -> Workload | TrainingWorkload:
     """``training`` (a TrainingWorkload or a Workload) with every compute task carrying a PassWork given its
     seconds on ``compute``; ranks that shared a program object still share one."""
     if isinstance(training, Workload):

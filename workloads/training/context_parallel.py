@@ -14,8 +14,15 @@ Worked number: s 8192, b 1, c 4, t 1, g d = 8 x 128 = 1024, bf16: one step moves
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
 from ..collectives import CollectiveKind
+from ..model import CommSize
 from .common import STREAM_CP
+
+if TYPE_CHECKING:
+    from .program import _Builder, _RankProgram
 
 __all__ = ("ContextParallel",)
 
@@ -23,11 +30,11 @@ __all__ = ("ContextParallel",)
 class ContextParallel:
     """The context-parallel ring of a build (sizes computed once per phase)."""
 
-    def __init__(self, b) -> None:
+    def __init__(self, b: _Builder) -> None:
         self.b = b
-        self._sizes: dict[str, tuple] = {}
+        self._sizes: dict[str, tuple[CommSize, ...]] = {}
 
-    def sizes(self, phase: str):
+    def sizes(self, phase: str) -> tuple[CommSize, ...]:
         """One layer's ring steps in ``phase`` (``ModelSpec.cp_collectives_per_layer``; empty for c = 1)."""
         b = self.b
         if b.spec.cp == 1:
@@ -44,7 +51,14 @@ class ContextParallel:
         return self._sizes[phase]
 
     def emit(
-        self, rp, layers: list[int], phase: str, key, label: str, merge: bool, start_after: tuple[int, ...]
+        self,
+        rp: _RankProgram,
+        layers: list[int],
+        phase: str,
+        key: Hashable,
+        label: str,
+        merge: bool,
+        start_after: tuple[int, ...],
     ) -> None:
         """The ring steps of ``layers`` (one pass) on stream 3, after ``start_after`` (the task before the pass's
         compute); the next compute-stream task waits for them."""

@@ -32,11 +32,16 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..collectives import CollectiveKind
 from .common import STREAM_DP, STREAM_PARAM, elt, padded
 from .compute import PassWork
+
+if TYPE_CHECKING:
+    from .program import _Builder, _RankProgram
 
 __all__ = ("Unit", "DataParallel")
 
@@ -57,7 +62,7 @@ class DataParallel:
     (buckets are reduced during the backward: DDP overlap or ZeRO-3), ``overlap`` (DDP overlap proper),
     ``buckets`` (per chunk), ``dp_started`` (a bucket reduction was issued) and ``dp_tasks``."""
 
-    def __init__(self, b) -> None:
+    def __init__(self, b: _Builder) -> None:
         self.b = b
         spec, model = b.spec, b.model
         self.zero = spec.zero_stage
@@ -69,8 +74,8 @@ class DataParallel:
         # ZeRO-3 ranks that reduce dense gradients overlap every forward and backward task with communication
         # (StepCompute.overlap_slowdown)
         self.stretched_all = self.zero >= 3 and self.reduces_dense
-        self._units: dict = {}
-        self._buckets: dict = {}
+        self._units: dict[int | str, Unit] = {}  # by layer, "embedding" or "output"
+        self._buckets: dict[tuple[int, bool, bool], tuple[tuple[str, int, int, int], ...]] = {}
 
     # ---- weights ----------------------------------------------------------------------------------
     def layer_unit(self, layer: int) -> Unit:
@@ -146,14 +151,14 @@ class DataParallel:
         )
         return b.simple(("dp", chunk, part, bid, group), kind, nbytes, group, b.grad_dtype, "dp", label), label
 
-    def plan_buckets(self, rp, chunk: int) -> tuple[tuple[str, int, int, int], ...]:
+    def plan_buckets(self, rp: _RankProgram, chunk: int) -> tuple[tuple[str, int, int, int], ...]:
         """Buckets of ``rp``'s chunk: (dense|expert, params, ready after unit count k, bucket id)."""
         if not rp.reduce:
             return ()
         return self.buckets(chunk * self.b.spec.pp + rp.stage, self.reduces_dense, self.reduces_expert)
 
     # ---- during the pipeline ----------------------------------------------------------------------
-    def gather_params(self, rp, units: list[Unit], key, label: str) -> None:
+    def gather_params(self, rp: _RankProgram, units: list[Unit], key: Hashable, label: str) -> None:
         """ZeRO-3 / FSDP: all-gather the parameters of ``units`` before the next compute task (stream 2), issued
         once the task before it has ended (prefetch depth 1)."""
         b = self.b
@@ -178,7 +183,7 @@ class DataParallel:
             task = rp.prog.side(gi, f"zero allgather {label}", STREAM_PARAM, prefetch_after)
             rp.prog.pending.append(task)
 
-    def grads_ready(self, rp, chunk: int, units_done: int, task: int) -> None:
+    def grads_ready(self, rp: _RankProgram, chunk: int, units_done: int, task: int) -> None:
         """The last micro-batch's backward task ``task`` completed ``units_done`` units of ``chunk``: reduce the
         buckets it completes (when buckets are reduced during the backward)."""
         if not rp.reduce_in_backward:
@@ -187,13 +192,15 @@ class DataParallel:
             if bucket[2] == units_done:
                 self.reduce_bucket(rp, chunk, bucket, (task,))
 
-    def reduce_bucket(self, rp, chunk: int, bucket, after: tuple[int, ...]) -> None:
+    def reduce_bucket(
+        self, rp: _RankProgram, chunk: int, bucket: tuple[str, int, int, int], after: tuple[int, ...]
+    ) -> None:
         index, label = self.bucket_reduction(chunk, bucket, rp.grad_group(bucket[0]))
         rp.dp_tasks.append(rp.prog.side(index, label, STREAM_DP, after))
         rp.dp_started = True
 
     # ---- after the pipeline -----------------------------------------------------------------------
-    def finish(self, rp) -> None:
+    def finish(self, rp: _RankProgram) -> None:
         """The reduction part: buckets not reduced yet, the tied-embedding sync, the optimizer step and, with ZeRO
         1/2, the all-gather of the updated parameters."""
         b, spec = self.b, self.b.spec
@@ -203,7 +210,7 @@ class DataParallel:
                 for bucket in rp.buckets[chunk]:
                     self.reduce_bucket(rp, chunk, bucket, end)
         if b.model.tied_embeddings and spec.pp > 1 and rp.stage in (0, spec.pp - 1):
-            group = (rp.pp_group[0], rp.pp_group[-1])
+            group: tuple[int, ...] = (rp.pp_group[0], rp.pp_group[-1])
             nbytes = b.model.last_stage_output_parameters(tp=spec.tp, pp=spec.pp) * b.grad_bytes
             index = b.simple(
                 ("emb", group), CollectiveKind.ALL_REDUCE, nbytes, group, b.grad_dtype, "pp", "embedding allreduce"

@@ -16,13 +16,20 @@ sender, the other three (4,096 - 1,536) / 3 = 853 1/3: 854, 853, 853 elements (1
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
+
 from ..collectives import Collective, CollectiveKind
+from ..model import CommSize
 from .common import elt
+
+if TYPE_CHECKING:
+    from .program import _Builder, _RankProgram
 
 __all__ = ("ExpertParallel",)
 
 
-def _matrix_collective(group: tuple[int, ...], matrix, dtype: str) -> Collective:
+def _matrix_collective(group: tuple[int, ...], matrix: Sequence[Sequence[int]], dtype: str) -> Collective:
     n = len(group)
     if len({b for row in matrix for b in row}) == 1:  # even: the plain all-to-all of nccl-tests
         return Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=matrix[0][0] * n, group=group, dtype=dtype)
@@ -35,11 +42,11 @@ def _matrix_collective(group: tuple[int, ...], matrix, dtype: str) -> Collective
 class ExpertParallel:
     """The expert-parallel all-to-alls of a build (sizes computed once per layer and phase)."""
 
-    def __init__(self, b) -> None:
+    def __init__(self, b: _Builder) -> None:
         self.b = b
-        self._sizes: dict = {}
+        self._sizes: dict[tuple[int, str], tuple[CommSize, ...]] = {}
 
-    def sizes(self, layer: int, phase: str):
+    def sizes(self, layer: int, phase: str) -> tuple[CommSize, ...]:
         """Layer ``layer``'s all-to-alls in ``phase`` (``ModelSpec.ep_collectives_per_layer``; empty for e = 1)."""
         b = self.b
         if b.spec.ep == 1:
@@ -76,13 +83,13 @@ class ExpertParallel:
             return tuple((b,) * n for b in row)
         return (tuple(row),) * n
 
-    def matrix_sum(self, sends) -> list[list[int]]:
+    def matrix_sum(self, sends: Sequence[tuple[int, int, bool]]) -> list[list[int]]:
         """Element-wise sum of :meth:`matrix` over ``sends``, a list of (nbytes, layer, combine)."""
         matrices = [self.matrix(*one) for one in sends]
         n = self.b.spec.ep
         return [[sum(mx[p][q] for mx in matrices) for q in range(n)] for p in range(n)]
 
-    def emit(self, rp, layers: list[int], phase: str, key, label: str, merge: bool) -> None:
+    def emit(self, rp: _RankProgram, layers: list[int], phase: str, key: Hashable, label: str, merge: bool) -> None:
         """One all-to-all per (layer, dispatch or combine), or their sum per chunk pass, on ``rp``'s compute
         stream; the send matrices are built only when the group's first member builds the collective."""
         b = self.b
@@ -97,10 +104,9 @@ class ExpertParallel:
         ]
         batches = ([sends] if sends else []) if merge else [[one] for one in sends]
         for j, batch in enumerate(batches):
-            ei = b.collective(
-                ("ep", key, j, ep_group),
-                lambda batch=batch: _matrix_collective(ep_group, self.matrix_sum(batch), b.act_dtype),
-                "ep",
-                f"ep alltoall {label}",
-            )
+
+            def make(batch: list[tuple[int, int, bool]] = batch) -> Collective:
+                return _matrix_collective(ep_group, self.matrix_sum(batch), b.act_dtype)
+
+            ei = b.collective(("ep", key, j, ep_group), make, "ep", f"ep alltoall {label}")
             rp.prog.add_comm(ei, "ep alltoall")

@@ -39,10 +39,16 @@ fast network, a bubble of (4 - 1)(1 + 2) = 9 ms; interleaved with v = 2 chunks p
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
 from topologies.checks import integer, reject
 
 from ..collectives import Collective, CollectiveKind
 from .common import STREAM_RECV_NEXT, STREAM_RECV_PREV, STREAM_SEND_NEXT, STREAM_SEND_PREV
+
+if TYPE_CHECKING:
+    from .program import _Builder, _RankProgram
 
 __all__ = ("pipeline_schedule", "stage_of_chunk", "Pipeline")
 
@@ -102,7 +108,7 @@ class Pipeline:
     """The pipeline dimension of one build: each stage's schedule (built once per stage) and the transfers a
     rank program (``program._RankProgram``) makes around its passes."""
 
-    def __init__(self, b) -> None:
+    def __init__(self, b: _Builder) -> None:
         self.b = b
         model, spec, seq = b.model, b.spec, b.seq
         self.tensor_rank0_p2p = b.tensor_rank0_p2p
@@ -122,7 +128,7 @@ class Pipeline:
             if self.scatter_gather
             else None
         )
-        self._schedules: dict[int, tuple] = {}
+        self._schedules: dict[int, tuple[tuple[tuple[str, int, int], ...], dict[int, int]]] = {}
 
     def schedule(self, stage: int) -> tuple[tuple[tuple[str, int, int], ...], dict[int, int]]:
         """The passes of ``stage`` (:func:`pipeline_schedule`) and the index of each chunk's last backward."""
@@ -137,11 +143,11 @@ class Pipeline:
             entry = self._schedules[stage] = (ops, last_b)
         return entry
 
-    def p2p(self, key, src: int, dst: int, nbytes: int, name: str) -> int:
+    def p2p(self, key: Hashable, src: int, dst: int, nbytes: int, name: str) -> int:
         """The one-directional transfer of ``nbytes`` from ``src`` to ``dst`` (module docstring)."""
         b = self.b
 
-        def make():
+        def make() -> Collective:
             return Collective(
                 kind=CollectiveKind.ALL_TO_ALL,
                 nbytes=nbytes,
@@ -153,16 +159,16 @@ class Pipeline:
         return b.collective(key, make, "pp", name, weight=b.spec.tp if self.tensor_rank0_p2p else 1)
 
     @staticmethod
-    def peer(rp, virtual_stage: int) -> int:
+    def peer(rp: _RankProgram, virtual_stage: int) -> int:
         """The rank holding ``virtual_stage`` in ``rp``'s pipeline (``rp`` itself for its own virtual stages)."""
         stage, _ = stage_of_chunk(virtual_stage, rp.b.spec.pp)
         return rp.pp_group[stage]  # pipeline groups list their members stage 0 first
 
-    def transfers(self, rp) -> bool:
+    def transfers(self, rp: _RankProgram) -> bool:
         """Whether ``rp`` moves its pipeline tensors itself (False: tensor rank 0 stands for it)."""
-        return not self.tensor_rank0_p2p or rp.ask("first", "tp")
+        return not self.tensor_rank0_p2p or bool(rp.ask("first", "tp"))
 
-    def recv(self, rp, mb: int, v_from: int, direction: str, label: str, post: tuple[int, ...]) -> None:
+    def recv(self, rp: _RankProgram, mb: int, v_from: int, direction: str, label: str, post: tuple[int, ...]) -> None:
         """Receive the activation (forward) or gradient (backward) of ``mb`` from virtual stage v_from."""
         b = self.b
         if self.transfers(rp):
@@ -179,11 +185,13 @@ class Pipeline:
             task = rp.prog.side(index, f"pp recv {direction} {label}", stream, post)
             rp.prog.pending.append(task)
         if self.scatter_gather:
+            full_bytes = self.full_bytes
+            assert full_bytes is not None  # computed with scatter_gather
             tp_group = rp.group("tp")
             gi = b.simple(
                 ("pp-gather", direction, mb, v_from, tp_group),
                 CollectiveKind.ALL_GATHER,
-                self.full_bytes,
+                full_bytes,
                 tp_group,
                 b.act_dtype,
                 "tp",
@@ -191,7 +199,7 @@ class Pipeline:
             )
             rp.prog.add_comm(gi, f"pp allgather {direction} {label}")
 
-    def send(self, rp, mb: int, v: int, direction: str, label: str) -> list[int]:
+    def send(self, rp: _RankProgram, mb: int, v: int, direction: str, label: str) -> list[int]:
         """Send the activation (forward) or gradient (backward) of ``mb`` leaving virtual stage v; returns the
         send tasks (the next pass waits for them: blocking sends)."""
         if not self.transfers(rp):

@@ -35,6 +35,7 @@ then its 127 gradient buckets (``data_parallel``).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,7 +87,7 @@ class _Builder:
         self.kinds: list[str] = []
         self.names: list[str] = []
         self.weights: list[int] = []
-        self.keys: dict = {}
+        self.keys: dict[Hashable, int] = {}
         self.seq = spec.seq(model)
         # activations and weights (parameter all-gathers) share the model's element type
         self.act_dtype = {1: "fp8", 2: ACT_DTYPE[spec.dtype], 4: "float32"}[model.dtype_bytes]
@@ -100,8 +101,9 @@ class _Builder:
         self._answers: dict[tuple[str, str], list[int | bool]] = {}
         self.shared_tasks: dict = {}
         self._programs = _Node()  # programs built so far, by their ranks' answers (see program)
-        self._unit_tasks: dict = {}  # per-stage compute tasks, shared by every rank of the stage
-        self._flops: dict = {}  # matrix FLOPs per (phase, layer or "logits"), PassWork.flops
+        # per-stage compute tasks, shared by every rank of the stage
+        self._unit_tasks: dict[tuple[int, str], tuple[tuple[Unit, object, PassWork, str, int | None], ...]] = {}
+        self._flops: dict[tuple[str, int | str], float] = {}  # matrix FLOPs per (phase, layer or "logits")
         # the dimensions
         self.pipeline = Pipeline(self)
         self.dp = DataParallel(self)
@@ -169,7 +171,7 @@ class _Builder:
         return program
 
     # ---- collectives --------------------------------------------------------------------------------
-    def collective(self, key, make, kind: str, name: str, weight: int = 1) -> int:
+    def collective(self, key: Hashable, make: Callable[[], Collective], kind: str, name: str, weight: int = 1) -> int:
         """The index of the collective of ``key``, made by ``make()`` (in global ranks) the first time."""
         index = self.keys.get(key)
         if index is None:
@@ -196,7 +198,7 @@ class _Builder:
         return index
 
     def simple(
-        self, key, kind: CollectiveKind, nbytes: int, group: tuple[int, ...], dtype: str, tag: str, name: str
+        self, key: Hashable, kind: CollectiveKind, nbytes: int, group: tuple[int, ...], dtype: str, tag: str, name: str
     ) -> int:
         return self.collective(key, lambda: Collective(kind=kind, nbytes=nbytes, group=group, dtype=dtype), tag, name)
 
@@ -204,7 +206,7 @@ class _Builder:
     def chunk_layers(self, v: int) -> range:
         return self.chunks[v]
 
-    def flops(self, phase: str, layers, logits: bool) -> float:
+    def flops(self, phase: str, layers: Iterable[int], logits: bool) -> float:
         """Matrix FLOPs of one micro-batch's ``phase`` pass of ``layers`` (and the logits), on one GPU
         (compute.PassWork.flops), summed in execution order."""
         parts = [self._part_flops(phase, layer) for layer in layers]
@@ -212,7 +214,7 @@ class _Builder:
             parts.insert(0 if phase == "backward" else len(parts), self._part_flops(phase, "logits"))
         return float(sum(parts))
 
-    def _part_flops(self, phase: str, part) -> float:
+    def _part_flops(self, phase: str, part: int | str) -> float:
         key = (phase, part)
         flops = self._flops.get(key)
         if flops is None:
@@ -221,6 +223,7 @@ class _Builder:
             if part == "logits":
                 forward, extra = model.logits_flops(**kw), 0.0
             else:
+                assert isinstance(part, int)  # a layer
                 forward = model.layer_forward_flops(part, ep=spec.ep, **kw).total
                 extra = model.layer_recompute_flops(part, recompute=self.recompute, ep=spec.ep, **kw)
             flops = self._flops[key] = forward if phase == "forward" else 2.0 * forward + extra
@@ -416,7 +419,7 @@ class _RankProgram:
                     b.dp.grads_ready(self, chunk, done, task)
         return b.pipeline.send(self, mb, v, "grad", label) if v > 0 else []
 
-    def layer_comm(self, layers: list[int], phase: str, key, label: str) -> None:
+    def layer_comm(self, layers: list[int], phase: str, key: Hashable, label: str) -> None:
         """The collectives of one pass of ``layers`` after its compute: the context-parallel exchange overlapping
         it (stream 3, issued when the compute began), then tensor and expert parallel ones (stream 0)."""
         b = self.b
@@ -440,7 +443,7 @@ def training_step(
     recompute: str = "none",
     granularity: str = "layer",
     part: str = "all",
-    ranks=None,
+    ranks: Iterable[int] | None = None,
     tensor_rank0_p2p: bool = False,
 ) -> TrainingWorkload:
     """The programs of every rank for one training step (see the module docstring).

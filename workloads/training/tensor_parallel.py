@@ -20,12 +20,21 @@ forward all-reduce of 4 x 2 x 16 MiB = 128 MiB.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
+from ..model import CommSize
+
+if TYPE_CHECKING:
+    from .program import _Builder, _RankProgram
+
 __all__ = ("TensorParallel",)
 
 
-def _interleave(sizes) -> list:
+def _interleave(sizes: tuple[CommSize, ...]) -> list[CommSize]:
     """Per-layer collectives in execution order: one of each kind in turn (AG, RS, AG, RS, ...)."""
-    out, j = [], 0
+    out: list[CommSize] = []
+    j = 0
     while any(j < s.count for s in sizes):
         out += [s for s in sizes if j < s.count]
         j += 1
@@ -35,11 +44,11 @@ def _interleave(sizes) -> list:
 class TensorParallel:
     """The tensor-parallel collectives of a build (sizes computed once per phase)."""
 
-    def __init__(self, b) -> None:
+    def __init__(self, b: _Builder) -> None:
         self.b = b
-        self._sizes: dict[str, tuple] = {}
+        self._sizes: dict[str, tuple[CommSize, ...]] = {}
 
-    def sizes(self, phase: str):
+    def sizes(self, phase: str) -> tuple[CommSize, ...]:
         """One layer's collectives in ``phase`` (``ModelSpec.tp_collectives_per_layer``; empty for t = 1)."""
         b = self.b
         if b.spec.tp == 1:
@@ -56,7 +65,7 @@ class TensorParallel:
             )
         return self._sizes[phase]
 
-    def emit(self, rp, layers: list[int], phase: str, key, label: str, merge: bool) -> None:
+    def emit(self, rp: _RankProgram, layers: list[int], phase: str, key: Hashable, label: str, merge: bool) -> None:
         """The collectives after the compute of ``layers`` (one pass), on ``rp``'s compute stream."""
         b = self.b
         n = len(layers)
