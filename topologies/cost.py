@@ -49,6 +49,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from .checks import choice, instance
 from .devices import SWITCH_PRESETS
 from .topology import LinkTier, NodeKind, Topology
 
@@ -179,17 +180,12 @@ class FabricCost:
 
 
 def _media(field: str, value: str) -> int:
-    if value not in CABLE_MEDIA:
-        raise ValueError(
-            f"cost_summary.{field}: {value!r} is not allowed; expected one of {', '.join(map(repr, CABLE_MEDIA))}"
-        )
-    return CABLE_MEDIA[value]
+    return CABLE_MEDIA[choice(f"cost_summary.{field}", value, tuple(CABLE_MEDIA))]
 
 
 def cost_summary(topology: Topology, *, nic_cables: str = "optical", switch_cables: str = "optical") -> FabricCost:
     """Count the switches, ports, cables and transceivers of ``topology``'s fabric (per tier, total, per GPU)."""
-    if not isinstance(topology, Topology):
-        raise ValueError(f"cost_summary.topology: {topology!r} is not allowed; expected a Topology")
+    instance("cost_summary.topology", topology, Topology, "a Topology")
     per_cable = {"nic": _media("nic_cables", nic_cables), "switch": _media("switch_cables", switch_cables)}
     media = {"nic": nic_cables, "switch": switch_cables}
     graph = topology.graph

@@ -53,7 +53,7 @@ github.com/pytorch/ao/pull/4002).
 from __future__ import annotations
 
 import dataclasses
-import numbers
+import math
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -74,6 +74,7 @@ from topologies.links import (
     ROCE_800G,
     LinkKind,
     LinkSpec,
+    _fraction,
     _int_at_least,
     _nonempty_name,
     _nonnegative_finite,
@@ -81,6 +82,8 @@ from topologies.links import (
     _reject,
 )
 from topologies.units import GiB, gbyte_per_s, ns, tflop_per_s
+
+from .checks import finite, flag, integer, is_int
 
 __all__ = (
     "GpuSpec",
@@ -134,10 +137,6 @@ SWITCH_KINDS: tuple[str, ...] = ("nvswitch", "pcie", "infiniband", "ethernet")
 _IN_NETWORK_REDUCTION_KINDS = ("nvswitch", "infiniband")  # NVLink SHARP (NVLS) and IB SHARP
 
 
-def _is_number_or_none(value: object) -> bool:
-    return value is None or (isinstance(value, numbers.Real) and not isinstance(value, bool))
-
-
 # --------------------------------------------------------------------------------------------------
 # GpuSpec
 # --------------------------------------------------------------------------------------------------
@@ -168,13 +167,11 @@ class GpuSpec:
         if self.arch not in GPU_ARCH_SM_VERSIONS:
             raise _reject(owner, "arch", self.arch, f"one of {', '.join(map(repr, GPU_ARCH_SM_VERSIONS))}")
         allowed_sm = GPU_ARCH_SM_VERSIONS[self.arch]
-        if (
-            not isinstance(self.sm_version, numbers.Integral)
-            or isinstance(self.sm_version, bool)
-            or self.sm_version not in allowed_sm
-        ):
+        if not is_int(self.sm_version) or self.sm_version not in allowed_sm:
             raise _reject(owner, "sm_version", self.sm_version, f"one of {allowed_sm} for arch {self.arch!r}")
-        _int_at_least(owner, "nvlink_count", self.nvlink_count, 0)
+        # integers are stored as Python ints (numpy integers are accepted)
+        object.__setattr__(self, "sm_version", int(self.sm_version))
+        object.__setattr__(self, "nvlink_count", _int_at_least(owner, "nvlink_count", self.nvlink_count, 0))
         if self.nvlink is not None:
             if not isinstance(self.nvlink, LinkSpec) or self.nvlink.kind is not LinkKind.NVLINK:
                 raise _reject(owner, "nvlink", self.nvlink, "None or a LinkSpec of kind NVLINK")
@@ -191,16 +188,19 @@ class GpuSpec:
             "hbm_bandwidth_bytes_per_s",
             _positive_finite(owner, "hbm_bandwidth_bytes_per_s", self.hbm_bandwidth_bytes_per_s),
         )
-        _int_at_least(owner, "memory_bytes", self.memory_bytes, 1)
+        object.__setattr__(self, "memory_bytes", _int_at_least(owner, "memory_bytes", self.memory_bytes, 1))
         object.__setattr__(
             self, "dense_bf16_flop_per_s", _positive_finite(owner, "dense_bf16_flop_per_s", self.dense_bf16_flop_per_s)
         )
-        if not _is_number_or_none(self.dense_fp8_flop_per_s):
-            raise _reject(owner, "dense_fp8_flop_per_s", self.dense_fp8_flop_per_s, "None or a finite number > 0")
         if self.dense_fp8_flop_per_s is not None:
-            object.__setattr__(
-                self, "dense_fp8_flop_per_s", _positive_finite(owner, "dense_fp8_flop_per_s", self.dense_fp8_flop_per_s)
+            fp8 = finite(
+                f"{owner}.dense_fp8_flop_per_s",
+                self.dense_fp8_flop_per_s,
+                low=0.0,
+                low_open=True,
+                expected="None or a finite number > 0",
             )
+            object.__setattr__(self, "dense_fp8_flop_per_s", fp8)
 
     @property
     def nvlink_bandwidth_bytes_per_s(self) -> float:
@@ -228,8 +228,12 @@ class NicSpec:
 
     def __post_init__(self) -> None:
         owner = "NicSpec"
-        if not (isinstance(self.connection_bytes_per_s, (int, float)) and self.connection_bytes_per_s > 0):
-            raise _reject(owner, "connection_bytes_per_s", self.connection_bytes_per_s, "a number > 0 (inf allowed)")
+        rate = self.connection_bytes_per_s
+        if not (isinstance(rate, float) and rate == math.inf):  # inf: only the port limits a connection
+            # checked, not stored: the value is kept as given
+            finite(
+                f"{owner}.connection_bytes_per_s", rate, low=0.0, low_open=True, expected="a number > 0 (inf allowed)"
+            )
         _nonempty_name(owner, "name", self.name)
         if not isinstance(self.port, LinkSpec) or self.port.kind not in (LinkKind.INFINIBAND, LinkKind.ROCE):
             raise _reject(owner, "port", self.port, "a LinkSpec of kind INFINIBAND or ROCE")
@@ -279,11 +283,9 @@ class SwitchSpec:
             self, "port_rate_bytes_per_s", _positive_finite(owner, "port_rate_bytes_per_s", self.port_rate_bytes_per_s)
         )
         object.__setattr__(self, "latency_s", _nonnegative_finite(owner, "latency_s", self.latency_s))
-        if not isinstance(self.sharp, bool):
-            raise _reject(owner, "sharp", self.sharp, "True or False")
-        eff = self.reduction_efficiency
-        if not (isinstance(eff, (int, float)) and 0 < eff <= 1):
-            raise _reject(owner, "reduction_efficiency", eff, "a number in (0, 1]")
+        object.__setattr__(self, "sharp", flag(f"{owner}.sharp", self.sharp))
+        # checked, not stored: the value is kept as given
+        _fraction(owner, "reduction_efficiency", self.reduction_efficiency)
         if self.sharp and self.kind not in _IN_NETWORK_REDUCTION_KINDS:
             raise _reject(
                 owner,
@@ -300,8 +302,9 @@ class SwitchSpec:
             )
         for name in ("sharp_max_trees", "sharp_max_trees_per_port", "sharp_max_jobs"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1):
-                raise _reject(owner, name, value, "None (no limit) or an integer >= 1")
+            if value is not None:
+                limit = integer(f"{owner}.{name}", value, low=1, expected="None (no limit) or an integer >= 1")
+                object.__setattr__(self, name, limit)
 
     @property
     def capacity_bytes_per_s(self) -> float:

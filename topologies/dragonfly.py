@@ -60,6 +60,7 @@ live in ``routing/policies.py``; routers carry node attributes ``group`` and ``r
 
 from __future__ import annotations
 
+from .checks import choice, instance, integer, reject
 from .devices import SwitchSpec
 from .links import LinkSpec
 from .node import ServerSpec, add_server
@@ -69,9 +70,7 @@ ARRANGEMENTS = ("absolute", "relative", "circulant")
 
 
 def _positive_int(field: str, value: object, minimum: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"dragonfly.{field}: {value!r} is not allowed; expected an integer >= {minimum}")
-    return value
+    return integer(f"dragonfly.{field}", value, low=minimum)
 
 
 def global_port_target(arrangement: str, group: int, port: int, groups: int) -> int:
@@ -92,9 +91,7 @@ def global_port_target(arrangement: str, group: int, port: int, groups: int) -> 
     if arrangement == "circulant":
         step = v // 2 + 1
         return (group + step) % groups if v % 2 == 0 else (group - step) % groups
-    raise ValueError(
-        f"dragonfly.arrangement: {arrangement!r} is not allowed; expected one of {', '.join(map(repr, ARRANGEMENTS))}"
-    )
+    raise reject("dragonfly.arrangement", arrangement, f"one of {', '.join(map(repr, ARRANGEMENTS))}")
 
 
 def dragonfly(
@@ -118,25 +115,20 @@ def dragonfly(
     a = _positive_int("routers_per_group", routers_per_group)
     h = _positive_int("global_links_per_router", global_links_per_router)
     g_max = a * h + 1
-    g = g_max if groups is None else groups
-    if not isinstance(g, int) or isinstance(g, bool) or not 2 <= g <= g_max:
-        raise ValueError(
-            f"dragonfly.groups: {g!r} is not allowed; expected an integer in 2..{g_max} "
-            f"(a * h + 1 = {a} * {h} + 1: a group has only {a * h} global ports, one per other group "
-            "at least, so more groups cannot be fully connected)"
-        )
-    if arrangement not in ARRANGEMENTS:
-        raise ValueError(
-            f"dragonfly.arrangement: {arrangement!r} is not allowed; expected one of "
-            f"{', '.join(map(repr, ARRANGEMENTS))}"
-        )
+    g = integer(
+        "dragonfly.groups",
+        g_max if groups is None else groups,
+        low=2,
+        high=g_max,
+        expected=f"an integer in 2..{g_max} (a * h + 1 = {a} * {h} + 1: a group has only {a * h} global ports, "
+        "one per other group at least, so more groups cannot be fully connected)",
+    )
+    choice("dragonfly.arrangement", arrangement, ARRANGEMENTS)
     for field, spec in (("fabric_link", fabric_link), ("global_link", global_link)):
-        if spec is not None and not isinstance(spec, LinkSpec):
-            raise ValueError(f"dragonfly.{field}: {spec!r} is not allowed; expected a LinkSpec")
-    if not isinstance(switch, SwitchSpec):
-        raise ValueError(f"dragonfly.switch: {switch!r} is not allowed; expected a SwitchSpec")
-    if not isinstance(server, ServerSpec):
-        raise ValueError(f"dragonfly.server: {server!r} is not allowed; expected a ServerSpec")
+        if spec is not None:
+            instance(f"dragonfly.{field}", spec, LinkSpec, "a LinkSpec")
+    instance("dragonfly.switch", switch, SwitchSpec, "a SwitchSpec")
+    instance("dragonfly.server", server, ServerSpec, "a ServerSpec")
     k_nics = server.nics
     if k_nics == 0:
         raise ValueError(f"dragonfly.server: {server.name} has no NIC; expected a server with NICs")

@@ -102,8 +102,9 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, TypeGuard
+from typing import Any
 
+from .checks import finite, instance, integer, is_int, reject
 from .devices import SwitchSpec
 from .links import LinkSpec
 from .node import ServerSpec, add_server
@@ -224,10 +225,6 @@ def add_servers(builder: TopologyBuilder, spec: ServerSpec, count: int, *, first
 # ------------------------------------------------------------------------------------------------
 
 
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _check_common(
     fn: str,
     *,
@@ -236,18 +233,11 @@ def _check_common(
     switch: SwitchSpec | None,
     oversubscription: object,
     planes: object = 1,
-) -> None:
-    if not isinstance(server, ServerSpec):
-        raise ValueError(f"{fn}.server: {server!r} is not allowed; expected a ServerSpec")
-    if not _is_int(servers) or servers < 1:
-        raise ValueError(f"{fn}.servers: {servers!r} is not allowed; expected an integer >= 1")
-    if not (
-        isinstance(oversubscription, (int, float))
-        and not isinstance(oversubscription, bool)
-        and math.isfinite(oversubscription)
-        and oversubscription >= 1
-    ):
-        raise ValueError(f"{fn}.oversubscription: {oversubscription!r} is not allowed; expected a number >= 1")
+) -> tuple[int, float, int]:
+    """The checked (servers, oversubscription, planes): numpy numbers become an int, a float and an int."""
+    instance(f"{fn}.server", server, ServerSpec, "a ServerSpec")
+    servers = integer(f"{fn}.servers", servers, low=1)
+    oversubscription = finite(f"{fn}.oversubscription", oversubscription, low=1.0, expected="a number >= 1")
     if servers > 1 and server.nics == 0:
         raise ValueError(
             f"{fn}.server: {server.name} has no NIC, so {servers} servers cannot be joined; "
@@ -255,17 +245,18 @@ def _check_common(
         )
     if servers > 1:
         _check_switch(fn, switch)
-    if not _is_int(planes) or planes < 1 or (server.nics and server.nics % planes):
+    if not is_int(planes) or planes < 1 or (server.nics and server.nics % planes):
         divisors = [p for p in range(1, server.nics + 1) if server.nics % p == 0] or [1]
-        raise ValueError(
-            f"{fn}.planes: {planes!r} is not allowed; expected a divisor of the {server.nics} NICs "
-            f"of a {server.name} ({', '.join(map(str, divisors))})"
+        raise reject(
+            f"{fn}.planes",
+            planes,
+            f"a divisor of the {server.nics} NICs of a {server.name} ({', '.join(map(str, divisors))})",
         )
+    return servers, oversubscription, int(planes)
 
 
 def _check_switch(fn: str, switch: object) -> None:
-    if not isinstance(switch, SwitchSpec):
-        raise ValueError(f"{fn}.switch: {switch!r} is not allowed; expected a SwitchSpec")
+    instance(f"{fn}.switch", switch, SwitchSpec, "a SwitchSpec")
 
 
 def _down_ports(ports: int, oversubscription: float) -> int:
@@ -364,7 +355,9 @@ def leaf_spine(
     """``servers`` copies of ``server`` whose NICs join a 2-tier leaf-spine of ``switch`` (per plane); a
     single server needs neither ``switch`` nor ``fabric_link``."""
     fn = "leaf_spine"
-    _check_common(fn, server=server, servers=servers, switch=switch, oversubscription=oversubscription, planes=planes)
+    servers, oversubscription, planes = _check_common(
+        fn, server=server, servers=servers, switch=switch, oversubscription=oversubscription, planes=planes
+    )
     builder = TopologyBuilder(name or f"{servers}x {server.name}")
     infos = add_servers(builder, server, servers)
     if servers == 1:
@@ -426,7 +419,7 @@ def leaf_spine_max_servers(
 ) -> int:
     """Largest server count :func:`leaf_spine` builds (a spine has one port per leaf of its plane)."""
     _check_switch("leaf_spine", switch)
-    _check_common(
+    _, oversubscription, planes = _check_common(
         "leaf_spine", server=server, servers=1, switch=switch, oversubscription=oversubscription, planes=planes
     )
     if server.nics == 0:
@@ -446,11 +439,9 @@ def leaf_spine_max_servers(
 def _check_k(k: object, switch: SwitchSpec) -> int:
     if k is None:
         k = switch.radix
-    if not _is_int(k) or k < 2 or k % 2 or k > switch.radix:
-        raise ValueError(
-            f"fat_tree.k: {k!r} is not allowed; expected an even integer in 2..{switch.radix} (the {switch.name} radix)"
-        )
-    return k
+    if not is_int(k) or k < 2 or k % 2 or k > switch.radix:
+        raise reject("fat_tree.k", k, f"an even integer in 2..{switch.radix} (the {switch.name} radix)")
+    return int(k)
 
 
 def fat_tree(
@@ -472,7 +463,9 @@ def fat_tree(
     follow the closed forms of the module docstring.
     """
     fn = "fat_tree"
-    _check_common(fn, server=server, servers=servers, switch=switch, oversubscription=oversubscription, planes=planes)
+    servers, oversubscription, planes = _check_common(
+        fn, server=server, servers=servers, switch=switch, oversubscription=oversubscription, planes=planes
+    )
     if servers > 1 or isinstance(switch, SwitchSpec):
         k = _check_k(k, switch)
     builder = TopologyBuilder(name or f"{servers}x {server.name}")

@@ -44,14 +44,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
-import numbers
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeGuard
 
 from topologies.units import gbit_per_s, gbyte_per_s, ns
+
+from .checks import finite, int_at_least, positive_finite, reject
 
 __all__ = (
     "LinkKind",
@@ -92,35 +91,24 @@ class LinkKind(enum.IntEnum):
 
 
 # --------------------------------------------------------------------------------------------------
-# Validation helpers (shared with topologies.devices). Errors name the owner, field, value and rule.
+# Validation helpers (shared with topologies.devices): topologies.checks with the field named owner.field.
 # --------------------------------------------------------------------------------------------------
 
 
 def _reject(owner: str, field: str, value: object, expected: str) -> ValueError:
-    return ValueError(f"{owner}.{field}: {value!r} is not allowed; expected {expected}")
-
-
-def _is_real(value: object) -> TypeGuard[float]:
-    """A real number other than a bool (int, float, numpy scalar...): typed as float for the checks."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return reject(f"{owner}.{field}", value, expected)
 
 
 def _positive_finite(owner: str, field: str, value: object) -> float:
-    if not _is_real(value) or not math.isfinite(value) or value <= 0:
-        raise _reject(owner, field, value, "a finite number > 0")
-    return float(value)
+    return positive_finite(f"{owner}.{field}", value)
 
 
 def _nonnegative_finite(owner: str, field: str, value: object) -> float:
-    if not _is_real(value) or not math.isfinite(value) or value < 0:
-        raise _reject(owner, field, value, "a finite number >= 0")
-    return float(value)
+    return finite(f"{owner}.{field}", value, low=0.0, expected="a finite number >= 0")
 
 
 def _fraction(owner: str, field: str, value: object) -> float:
-    if not _is_real(value) or not math.isfinite(value) or not 0 < value <= 1:
-        raise _reject(owner, field, value, "a number in (0, 1]")
-    return float(value)
+    return finite(f"{owner}.{field}", value, low=0.0, low_open=True, high=1.0, expected="a number in (0, 1]")
 
 
 def _nonempty_name(owner: str, field: str, value: object) -> str:
@@ -130,9 +118,7 @@ def _nonempty_name(owner: str, field: str, value: object) -> str:
 
 
 def _int_at_least(owner: str, field: str, value: object, minimum: int) -> int:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
-        raise _reject(owner, field, value, f"an integer >= {minimum}")
-    return int(value)
+    return int_at_least(f"{owner}.{field}", value, minimum)
 
 
 # --------------------------------------------------------------------------------------------------

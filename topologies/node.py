@@ -37,6 +37,7 @@ import networkx as nx
 
 from . import devices as dev
 from . import links as lk
+from .checks import flag, integer, is_int, reject
 from .devices import GpuSpec, NicSpec, SwitchSpec
 from .links import LinkSpec
 from .topology import LinkTier, NodeKind, ServerInfo, TopologyBuilder, path_links
@@ -64,24 +65,23 @@ class ServerSpec:
 
     def __post_init__(self) -> None:
         def bad(field: str, value: object, allowed: str) -> NoReturn:
-            raise ValueError(f"ServerSpec.{field}: {value!r} is not allowed; expected {allowed}")
+            raise reject(f"ServerSpec.{field}", value, allowed)
 
-        if not isinstance(self.gpus, int) or self.gpus < 1:
-            bad("gpus", self.gpus, "an integer >= 1")
-        if not isinstance(self.nics, int) or self.nics < 0:
-            bad("nics", self.nics, "an integer >= 0")
+        # numpy integers and bools are accepted and stored as Python ints and bools
+        object.__setattr__(self, "gpus", integer("ServerSpec.gpus", self.gpus, low=1))
+        object.__setattr__(self, "nics", integer("ServerSpec.nics", self.nics, low=0))
         if self.nics and self.nic is None:
             bad("nic", self.nic, "a NicSpec when nics > 0")
-        if not isinstance(self.sockets, int) or self.sockets < 1:
-            bad("sockets", self.sockets, "an integer >= 1")
-        if self.pcie_switches < 0 or (self.pcie_switches and self.pcie_switch is None):
-            bad("pcie_switches", self.pcie_switches, ">= 0, with a pcie_switch spec when > 0")
+        object.__setattr__(self, "sockets", integer("ServerSpec.sockets", self.sockets, low=1))
+        pcie_switches = self.pcie_switches
+        if not is_int(pcie_switches) or pcie_switches < 0 or (pcie_switches and self.pcie_switch is None):
+            bad("pcie_switches", self.pcie_switches, "an integer >= 0, with a pcie_switch spec when > 0")
+        object.__setattr__(self, "pcie_switches", int(self.pcie_switches))
         if self.pcie_switches and self.pcie_switches % self.sockets:
             bad("pcie_switches", self.pcie_switches, f"a multiple of sockets ({self.sockets})")
         if self.pcie_switches and (self.gpus % self.pcie_switches or self.nics % self.pcie_switches):
             bad("pcie_switches", self.pcie_switches, f"a divisor of gpus ({self.gpus}) and nics ({self.nics})")
-        if not isinstance(self.gdr, bool):
-            bad("gdr", self.gdr, "True or False")
+        object.__setattr__(self, "gdr", flag("ServerSpec.gdr", self.gdr))
         if self.cpu_vendor not in ("intel", "amd"):
             bad("cpu_vendor", self.cpu_vendor, "'intel' or 'amd'")
         if self.nvswitch is not None and (self.gpu.nvlink is None or self.gpu.nvlink_count == 0):

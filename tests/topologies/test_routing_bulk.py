@@ -308,11 +308,11 @@ def test_a_failed_link_inside_a_server_raises_like_the_loop(fabrics):
     [
         (([0, 1], [2], 0), "dst_gpus has 1 entries and src_gpus 2"),
         (([0, 1], [2, 3], [0, 1, 2]), "flow_keys has 3 entries and src_gpus 2"),
-        (([[0, 1]], [[2, 3]], 0), "src_gpus=[[0, 1]] is not allowed"),
-        (([0.0, 1.0], [2, 3], 0), "src_gpus=[0.0, 1.0] is not allowed"),
-        (([0, 1], [True, False], 0), "dst_gpus=[True, False] is not allowed"),
-        (([0, 1], [2, 3], "0"), "flow_keys='0' is not allowed"),
-        (([0, 1], [2, 3], [0.5, 1]), "flow_keys=[0.5, 1] is not allowed"),
+        (([[0, 1]], [[2, 3]], 0), "src_gpus: [[0, 1]] is not allowed"),
+        (([0.0, 1.0], [2, 3], 0), "src_gpus: [0.0, 1.0] is not allowed"),
+        (([0, 1], [True, False], 0), "dst_gpus: [True, False] is not allowed"),
+        (([0, 1], [2, 3], "0"), "flow_keys: '0' is not allowed"),
+        (([0, 1], [2, 3], [0.5, 1]), "flow_keys: [0.5, 1] is not allowed"),
     ],
 )
 def test_malformed_requests_name_the_field(fabrics, args, field):

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from ..checks import integer, is_int, positive_finite, reject
 from ..topology import Topology
 from .hashing import _GOLDEN64, _absorb, mix64
 from .policies import POLICIES, ROUTING_POLICIES, valiant_route
@@ -108,8 +109,7 @@ class Router:
             raise ValueError(
                 f"routing policy: {policy!r} is not supported; expected one of {', '.join(ROUTING_POLICIES)}"
             )
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise ValueError(f"routing seed: {seed!r} is not allowed; expected an integer")
+        seed = integer("routing seed", seed)
         self.topology = topology
         self.policy = policy
         self.seed = seed
@@ -148,20 +148,12 @@ class Router:
     @staticmethod
     def _check_failed(topology: Topology, failed_links: Iterable[int]) -> frozenset[int]:
         if isinstance(failed_links, (str, bytes)) or not isinstance(failed_links, Iterable):
-            raise ValueError(f"Router.failed_links: {failed_links!r} is not allowed; expected a set of link ids")
-        out = set()
-        for link in failed_links:
-            if (
-                not isinstance(link, (int, np.integer))
-                or isinstance(link, bool)
-                or not 0 <= int(link) < topology.num_links
-            ):
-                raise ValueError(
-                    f"Router.failed_links: {link!r} is not allowed; expected link ids in "
-                    f"0..{topology.num_links - 1} ({topology.name!r} has {topology.num_links} links)"
-                )
-            out.add(int(link))
-        return frozenset(out)
+            raise reject("Router.failed_links", failed_links, "a set of link ids")
+        last = topology.num_links - 1
+        expected = f"link ids in 0..{last} ({topology.name!r} has {topology.num_links} links)"
+        return frozenset(
+            integer("Router.failed_links", link, low=0, high=last, expected=expected) for link in failed_links
+        )
 
     # ---- GPU to GPU ----------------------------------------------------------------------------
     def path(
@@ -270,19 +262,10 @@ class Router:
                     raise ValueError(f"route: {name}={gpu} out of range; the topology has {num_gpus} GPUs")
         if src_gpu == dst_gpu:
             raise ValueError(f"route: source and destination are the same GPU ({src_gpu})")
-        if type(flow_key) is not int:
-            if not isinstance(flow_key, (int, np.integer)) or isinstance(flow_key, bool):
-                raise ValueError(f"route: flow_key={flow_key!r} is not allowed; expected an integer")
-            flow_key = int(flow_key)
+        if type(flow_key) is not int:  # the common case skips the helper
+            flow_key = integer("route: flow_key", flow_key)
         if not (type(nbytes) is float and 0.0 < nbytes < math.inf):  # the common case first
-            if not (
-                isinstance(nbytes, (int, float, np.floating, np.integer))
-                and not isinstance(nbytes, bool)
-                and math.isfinite(nbytes)
-                and nbytes > 0
-            ):
-                raise ValueError(f"route: nbytes={nbytes!r} is not allowed; expected a finite number > 0")
-            nbytes = float(nbytes)
+            nbytes = positive_finite("route: nbytes", nbytes)
         return self._routed(
             src_gpu, dst_gpu, flow_key, self.pxn if pxn is None else pxn, nbytes, walk and self._spraying
         )
@@ -356,7 +339,7 @@ class Router:
                 f"Router.{method}: dst_gpus has {dst.shape[0]} entries and src_gpus {count}; "
                 "expected one destination per source"
             )
-        if isinstance(flow_keys, (int, np.integer)) and not isinstance(flow_keys, bool):
+        if is_int(flow_keys):
             keys = [int(flow_keys)] * count
         else:
             keys = self._int_array(flow_keys, "flow_keys", method).tolist()  # Python ints, as _route makes them
@@ -382,10 +365,7 @@ class Router:
     def _int_array(values: object, name: str, method: str) -> np.ndarray:
         array = np.asarray(values)
         if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
-            shown = repr(values) if len(repr(values)) <= 60 else repr(values)[:57] + "..."
-            raise ValueError(
-                f"Router.{method}: {name}={shown} is not allowed; expected a sequence or 1-d array of integers"
-            )
+            raise reject(f"Router.{method}: {name}", values, "a sequence or 1-d array of integers")
         return array
 
     def _pair(self, src_gpu: int, dst_gpu: int, pxn: bool) -> _Pair:
