@@ -40,7 +40,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from topologies.checks import integer, is_int
+from topologies.checks import integer, is_int, reject
 from topologies.routing import mix64
 from topologies.topology import Topology
 
@@ -70,9 +70,7 @@ def _check_servers(field: str, servers: Sequence[int], topology: Topology) -> tu
     servers = tuple(servers)
     bad = [s for s in servers if not is_int(s) or not 0 <= s < topology.num_servers]
     if bad:
-        raise ValueError(
-            f"{field}: {bad[0]!r} is not allowed; expected distinct server indices from 0 to {topology.num_servers - 1}"
-        )
+        raise reject(field, bad[0], f"distinct server indices from 0 to {topology.num_servers - 1}")
     if len(set(servers)) != len(servers):
         raise ValueError(f"{field}: {servers!r} lists a server twice; expected distinct servers")
     return tuple(int(s) for s in servers)
@@ -183,7 +181,7 @@ class Placement:
         g = _per_server(topology, gpus_per_node)
         jobs = list(jobs) if isinstance(jobs, (list, tuple)) else jobs
         if not isinstance(jobs, list) or not jobs or any(not is_int(n) or n < 1 for n in jobs):
-            raise ValueError(f"jobs: {jobs!r} is not allowed; expected a non-empty list of rank counts >= 1")
+            raise reject("jobs", jobs, "a non-empty list of rank counts >= 1")
         need = [math.ceil(n / g) for n in jobs]
         if sum(need) > topology.num_servers:
             raise ValueError(

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
+from topologies.checks import finite_nonnegative
 from workloads.collectives import DTYPE_BYTES, Collective
 
 
@@ -129,8 +130,9 @@ class Step:
             raise ValueError("Step.nbytes: negative byte count")
         if n and ((self.src == self.dst) & (self.src >= 0)).any():
             raise ValueError("Step: a flow has the same source and destination rank")
-        if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
-            raise ValueError(f"Step.latency_s: {self.latency_s!r} is not allowed; expected a finite number >= 0")
+        latency_s = self.latency_s
+        if not (type(latency_s) is float and 0.0 <= latency_s < math.inf):  # the common case skips the helper
+            finite_nonnegative("Step.latency_s", latency_s, expected="a finite number >= 0")
 
     @property
     def num_flows(self) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
+from topologies.checks import instance
 from workloads.tasks import ComputeTask, Task, Workload
 
 __all__ = ("Timeline", "task_times")
@@ -118,8 +119,7 @@ def task_times(workload: Workload, collective_time_s: ArrayLike | None = None) -
     is walked: work is about 1 us per task of the distinct programs, plus O(ranks + group members) to count
     arrivals and copy rows (Llama-3 405B's reduction phase, 16,384 ranks over 128 programs: ~7 ms). Each
     rank's arrays are read-only rows (views) of one array per quantity."""
-    if not isinstance(workload, Workload):
-        raise ValueError(f"workload: {workload!r} is not allowed; expected a workloads.tasks.Workload")
+    instance("workload", workload, Workload, "a workloads.tasks.Workload")
     ncoll = len(workload.collectives)
     durations = np.zeros(ncoll) if collective_time_s is None else np.asarray(collective_time_s, dtype=np.float64)
     if durations.shape != (ncoll,) or not np.all(np.isfinite(durations)) or np.any(durations < 0):

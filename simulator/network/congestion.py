@@ -118,15 +118,15 @@ are unaffected (a standing queue delays the first byte, not the throughput).
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TypeGuard, overload
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
 
+from topologies.checks import finite, integer, reject
 from topologies.links import LinkKind
 from topologies.topology import NodeKind, Topology
 
@@ -137,12 +137,7 @@ __all__ = ["Ecn", "Dcqcn", "Pfc", "IbCredit", "REFINEMENTS", "CongestionNetwork"
 
 
 def _reject(owner: str, name: str, value: object, expected: str) -> ValueError:
-    return ValueError(f"{owner}.{name}: {value!r} is not allowed; expected {expected}")
-
-
-def _finite_real(value: object) -> TypeGuard[float]:
-    """A finite real number other than a bool (int, float, numpy scalar...): typed as float for the bounds."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    return reject(f"{owner}.{name}", value, expected)
 
 
 def _real(
@@ -156,13 +151,15 @@ def _real(
     high_open: bool = True,
     expected: str,
 ) -> float:
-    if not (
-        _finite_real(value)
-        and (value > low if low_open else value >= low)
-        and (value < high if high_open else value <= high)
-    ):
-        raise _reject(owner, name, value, expected)
-    return float(value)
+    return finite(
+        f"{owner}.{name}",
+        value,
+        low=low,
+        low_open=low_open,
+        high=None if high == math.inf else high,
+        high_open=high_open,
+        expected=expected,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -239,8 +236,7 @@ class Dcqcn:
                 low_open=name != "warmup_s",
                 expected="a finite number > 0" if name != "warmup_s" else "a finite number >= 0",
             )
-        if not isinstance(self.threshold, numbers.Integral) or isinstance(self.threshold, bool) or self.threshold < 1:
-            raise _reject(o, "threshold", self.threshold, "an integer >= 1")
+        integer(f"{o}.threshold", self.threshold, low=1)  # checked; the value is kept as given
         steps = _real(o, "dt_s", self.dt_s, expected="a finite number > 0") / self.cnp_interval_s
         if round(steps) < 1 or abs(steps - round(steps)) > 1e-9 * steps:
             raise _reject(o, "dt_s", self.dt_s, f"a whole multiple of cnp_interval_s ({self.cnp_interval_s!r})")

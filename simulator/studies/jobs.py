@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from topologies.checks import integer, reject
 from topologies.routing import RouteCache
 from topologies.topology import Topology
 from workloads.collectives import Collective
@@ -106,8 +107,7 @@ class Interference:
 
     def collective_slowdowns(self, job: int) -> np.ndarray:
         """Per collective of ``job``: time together / time alone (1.0 where the alone time is 0)."""
-        if not isinstance(job, int) or isinstance(job, bool) or not 0 <= job < len(self.alone):
-            raise ValueError(f"job: {job!r} is not allowed; expected an integer from 0 to {len(self.alone) - 1}")
+        job = integer("job", job, low=0, high=len(self.alone) - 1)
         together, alone = self.together.jobs[job].times_s, self.alone[job].times_s
         return np.array([_ratio(t, a) for t, a in zip(together.tolist(), alone.tolist())], dtype=np.float64)
 
@@ -123,7 +123,7 @@ class Interference:
 
 def _check_jobs(jobs) -> list[Job]:
     if not isinstance(jobs, (list, tuple)) or not jobs:
-        raise ValueError(f"jobs: {jobs!r} is not allowed; expected a non-empty list of (Workload, Placement) pairs")
+        raise reject("jobs", jobs, "a non-empty list of (Workload, Placement) pairs")
     for j, job in enumerate(jobs):
         if (
             not isinstance(job, tuple)
@@ -131,7 +131,7 @@ def _check_jobs(jobs) -> list[Job]:
             or not isinstance(job[0], Workload)
             or not isinstance(job[1], Placement)
         ):
-            raise ValueError(f"jobs[{j}]: {type(job).__name__} is not allowed; expected a (Workload, Placement) pair")
+            raise reject(f"jobs[{j}]", type(job).__name__, "a (Workload, Placement) pair")  # a type: reprs are long
         workload, placement = job
         if placement.nranks != workload.nranks:
             raise ValueError(

@@ -127,7 +127,7 @@ def _log_number(text: str, *, field: str, where: str, positive: bool) -> float:
             f"(a row such as '{_EXAMPLE_ROW}')"
         ) from None
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ValueError(f"{where}: {field}: {text!r} is not allowed; expected a number {'>' if positive else '>='} 0")
+        raise reject(f"{where}: {field}", text, f"a number {'>' if positive else '>='} 0")
     return value
 
 
@@ -302,18 +302,16 @@ class Calibration:
         if not isinstance(data, dict):
             raise ValueError(f"{source}: expected a JSON object written by `fabricsim calibrate --out`")
         if data.get("format") != CALIBRATION_FORMAT or data.get("version") != CALIBRATION_VERSION:
-            raise ValueError(
-                f"{source}: format/version: {data.get('format')!r}/{data.get('version')!r} is not "
-                f"allowed; expected {CALIBRATION_FORMAT!r}/{CALIBRATION_VERSION}"
+            raise reject(
+                f"{source}: format/version",
+                (data.get("format"), data.get("version")),
+                f"({CALIBRATION_FORMAT!r}, {CALIBRATION_VERSION})",
             )
         for key in ("system", "link_scale", "launch_overhead_s"):
             if key not in data:
                 raise ValueError(f"{source}: {key}: missing; expected system, link_scale and launch_overhead_s")
         if not isinstance(data["link_scale"], dict):
-            raise ValueError(
-                f"{source}: link_scale: {data['link_scale']!r} is not allowed; expected an object "
-                'such as {"nvlink": 0.94}'
-            )
+            raise reject(f"{source}: link_scale", data["link_scale"], 'an object such as {"nvlink": 0.94}')
         try:
             return cls(
                 system=data["system"],

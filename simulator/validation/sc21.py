@@ -96,7 +96,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 
-from topologies.checks import is_int, positive_finite
+from topologies.checks import is_int, positive_finite, reject
 from topologies.devices import A100_SXM4_80GB, GpuSpec
 from workloads.model import ModelSpec, ceil_div
 from workloads.parallelism import ParallelismSpec
@@ -196,9 +196,7 @@ def check_sc21_models(models: Iterable[str] | None) -> tuple[str, ...]:
     if models is None:
         return names
     if isinstance(models, str) or not isinstance(models, Iterable):
-        raise ValueError(
-            f"models: {models!r} is not allowed; expected a tuple of Table 1 model names ({', '.join(names)}) or None"
-        )
+        raise reject("models", models, f"a tuple of Table 1 model names ({', '.join(names)}) or None")
     models = tuple(models)
     for m in models:
         if m not in names:
@@ -365,9 +363,7 @@ def _sc21_selection(
     model_set = None if models is None else frozenset(check_sc21_models(models))
     if rows is not None:
         if isinstance(rows, (str, bytes)) or not all(is_int(i) and 1 <= i <= count for i in rows):
-            raise ValueError(
-                f"rows: {rows!r} is not allowed; expected a tuple of Table 1 row numbers in 1..{count} or None"
-            )
+            raise reject("rows", rows, f"a tuple of Table 1 row numbers in 1..{count} or None")
     return model_set, None if rows is None else frozenset(rows)
 
 
@@ -565,7 +561,7 @@ def mean_abs_error(predictions: Iterable[Sc21Prediction]) -> float:
     """Mean of |predicted / measured - 1|."""
     errors = [abs(p.error) for p in predictions]
     if not errors:
-        raise ValueError("predictions: empty is not allowed; expected at least one row")
+        raise reject("predictions", [], "at least one row")
     return math.fsum(errors) / len(errors)
 
 
@@ -582,7 +578,7 @@ def fit_gemm_efficiency(
     """
     fit_models = check_sc21_models(models)
     if not fit_models:
-        raise ValueError("models: () is not allowed; expected at least one Table 1 model name or None")
+        raise reject("models", fit_models, "at least one Table 1 model name or None")
     added = sc21_network_added_s() if network_added_s is None else dict(network_added_s)
     missing = [m for m in fit_models if m not in added]
     if missing:
@@ -638,9 +634,7 @@ def _parse_rows(text: str | None) -> tuple[int, ...] | None:
         except ValueError:
             first, last = 1, 0
         if last < first:
-            raise ValueError(
-                f"rows: {text!r} is not allowed; expected comma-separated row numbers or ascending ranges such as 1-5,7"
-            )
+            raise reject("rows", text, "comma-separated row numbers or ascending ranges such as 1-5,7")
         out.extend(range(first, last + 1))
     return tuple(out)
 

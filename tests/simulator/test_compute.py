@@ -331,7 +331,7 @@ def test_calibration_bad_inputs():
         cal.sc21_network_added_s({"GPT-1.7B": float("nan")})
     with pytest.raises(ValueError, match=r"step_s: 'GPT-9B' is not a Table 1 row"):
         cal.sc21_network_added_s({"GPT-9B": 1.0})
-    with pytest.raises(ValueError, match=r"predictions: empty is not allowed"):
+    with pytest.raises(ValueError, match=r"predictions: \[\] is not allowed; expected at least one row"):
         cal.mean_abs_error([])
 
 

@@ -222,7 +222,7 @@ def test_job_errors_name_the_job(dgx):
         simulate_jobs(dgx, [(work, p0), (work, p0)])
     with pytest.raises(ValueError, match=r"jobs\[1\]: the placement places 16 ranks but the workload has 8"):
         simulate_jobs(dgx, [(work, p0), (work, Placement.contiguous(dgx, nranks=16, first_server=1))])
-    with pytest.raises(ValueError, match=r"jobs\[0\]: list is not allowed; expected a \(Workload, Placement\) pair"):
+    with pytest.raises(ValueError, match=r"jobs\[0\]: 'list' is not allowed; expected a \(Workload, Placement\) pair"):
         simulate_jobs(dgx, [[work, p0]])
     with pytest.raises(ValueError, match="jobs: .* expected a non-empty list"):
         interference(dgx, [])
