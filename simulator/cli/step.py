@@ -54,6 +54,8 @@ STEP_DEFAULTS = {
     "dp": None,
     "format": "table",
     "trace": None,
+    "sharp": False,
+    "calibration": None,
 }
 
 STEP_FORMATS = ("table", "json")
@@ -88,6 +90,8 @@ SETTING_CHECKS = {
     "topology": _text,
     "fabric": _text,
     "trace": _text,
+    "sharp": checks.flag,
+    "calibration": _text,
     **dict.fromkeys(
         (
             "nodes",
@@ -148,6 +152,17 @@ def add_parser(sub) -> None:
         step.add_argument(f"--{name}", type=positive_int(name), help=f"with --model gpt: {what}")
     fabric_options(step, defaults=STEP_DEFAULTS)
     step.add_argument("--routing", choices=ROUTING_POLICIES, help="fabric routing; default ecmp")
+    step.add_argument(
+        "--sharp",
+        action="store_const",
+        const=True,
+        help="allow in-network reduction on SHARP switches (as NCCL_COLLNET_ENABLE=1)",
+    )
+    step.add_argument(
+        "--calibration",
+        metavar="FILE.json",
+        help="apply a calibration written by `fabricsim calibrate --out` (link scale + overhead) to the system",
+    )
     step.add_argument("--seed", type=int, help="seed of ECMP hashing; default 0")
     step.add_argument("--congestion", nargs="+", choices=CONGESTION_NAMES, help="flow-model refinements")
     for name in ("tp", "pp", "dp", "cp", "ep", "vp"):
@@ -248,6 +263,17 @@ def run(args) -> str:
         )
     else:
         model = model_preset(str(s["model"]))
+    calibration = None
+    if s["calibration"] is not None:
+        from simulator.validation.calibration import Calibration
+
+        calibration = Calibration.load(s["calibration"])
+        if "system" in s["given"] and s["system"] != calibration.system:
+            raise ValueError(
+                f"calibration: {s['calibration']} was fitted on system {calibration.system!r}, not "
+                f"{s['system']!r}; expected system {calibration.system} (or none given)"
+            )
+        s["system"] = calibration.system
     topology = build_topology(s)
     if not 4 <= s["bucket_mb"] * 2**20 <= checks.MAX_BYTES:  # a float: 1e308 MiB is inf bytes, not allowed
         raise checks.reject(
@@ -275,18 +301,24 @@ def run(args) -> str:
         bucket_bytes=bucket_bytes,
     )
     # NCCL's environment variables apply to every collective of the step, as they would to the job
-    environment = applied_settings(os.environ)
+    collnet = True if s["sharp"] else None  # --sharp wins over NCCL_COLLNET_ENABLE, as in bench
+    environment = applied_settings(os.environ, collnet=collnet)
     config = SimConfig(
         network_model=s["net_model"],
         routing=s["routing"],
         seed=s["seed"],
         congestion=tuple(s["congestion"]),
-        collectives=CollectivePolicy.from_environment(os.environ),
+        collectives=CollectivePolicy.from_environment(os.environ, collnet=collnet),
     )
+    system = topology
+    if calibration is not None:
+        from simulator.validation.calibration import apply_calibration
+
+        system, config = apply_calibration(topology, config, calibration)
     result = simulate_step(
         model,
         parallelism,
-        system=topology,
+        system=system,
         options=StepOptions(config=config, recompute=s["recompute"], granularity=s["granularity"]),
     )
     trace_note = ""
@@ -302,8 +334,16 @@ def run(args) -> str:
         data = result.as_dict()
         data["parallelism"] = dataclasses.asdict(parallelism) | {"dp": result.parallelism.dp}
         data |= {"nccl_environment": environment} if environment else {}
+        data |= {"sharp": True} if s["sharp"] else {}
+        data |= {"calibration": calibration.to_dict()} if calibration is not None else {}
         return json.dumps(data, indent=1, default=str) + "\n"
-    return format_step(result, topology, nccl_environment=environment) + trace_note
+    text = format_step(result, topology, nccl_environment=environment)
+    if s["sharp"] or calibration is not None:
+        first, rest = text.split("\n", 1)
+        first += "; SHARP allowed" if s["sharp"] else ""
+        first += f"; calibrated ({s['calibration']}: {calibration.describe()})" if calibration is not None else ""
+        text = first + "\n" + rest
+    return text + trace_note
 
 
 def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None = None) -> str:

@@ -321,3 +321,34 @@ def test_nccl_settings_in_the_log_are_replayed():
     clash = logged + "\nthanos:4002:4002 [2] NCCL INFO NCCL_PROTO set by environment to LL"
     with pytest.raises(ValueError, match=r"a100.log line \d+: NCCL_PROTO set to 'LL' here and 'Simple' before"):
         parse_nccl_tests_log(clash, name="a100.log")
+
+
+STEP_ARGV = ["step", "--nodes", "2", "--tp", "8", "--pp", "1", "--global-batch", "16", "--seq-len", "1024",
+             "--granularity", "chunk", "--format", "json"]  # fmt: skip
+
+
+def test_step_with_a_calibration(capsys, tmp_path):
+    # NVLink at half its capacity: the tensor-parallel all-reduces (inside a server, over NVLink) take longer;
+    # the file's system is the default, and its figures are recorded in the output
+    path = tmp_path / "half.json"
+    path.write_text(json.dumps(Calibration(system="dgx-h100", link_scale=(("nvlink", 0.5),)).to_dict()))
+    code, out, err = run(capsys, *STEP_ARGV)
+    plain = json.loads(out)
+    code, out, err = run(capsys, *STEP_ARGV, "--calibration", path)
+    assert code == 0 and err == ""
+    calibrated = json.loads(out)
+    assert calibrated["calibration"]["link_scale"] == {"nvlink": 0.5}
+    tp_plain, tp_half = (d["breakdown"]["group"]["tp"]["time_s"] for d in (plain, calibrated))
+    assert tp_half > 1.5 * tp_plain  # bandwidth-bound all-reduces of a few MiB: close to 2x, latency aside
+    code, out, err = run(capsys, *STEP_ARGV, "--calibration", path, "--system", "dgx-a100")
+    assert code == 2 and "fitted on system 'dgx-h100'" in err and err.count("\n") == 1
+
+
+def test_step_with_sharp_reduces_gradients_in_the_network(capsys):
+    # DGX A100 on Quantum HDR switches: --sharp lets NCCL's tuner pick CollNet for the data-parallel all-reduce
+    argv = [*STEP_ARGV, "--system", "dgx-a100", "--tp", "4", "--dp", "4"]
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and "collnet Simple" not in json.loads(out)["breakdown"]["algorithm"]["dp"]
+    code, out, _ = run(capsys, *argv, "--sharp")
+    data = json.loads(out)
+    assert code == 0 and data["sharp"] is True and "collnet Simple" in data["breakdown"]["algorithm"]["dp"]
