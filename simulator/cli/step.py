@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES, NetworkModel
 from topologies import checks
@@ -54,6 +53,7 @@ STEP_DEFAULTS = {
     "dp": None,
     "format": "table",
     "trace": None,
+    "trace_ranks": None,
     "sharp": False,
     "calibration": None,
 }
@@ -90,6 +90,7 @@ SETTING_CHECKS = {
     "topology": _text,
     "fabric": _text,
     "trace": _text,
+    "trace_ranks": _text,
     "sharp": checks.flag,
     "calibration": _text,
     **dict.fromkeys(
@@ -195,7 +196,17 @@ def add_parser(sub) -> None:
         help="tasks per layer (default) or per model chunk (faster; bytes and compute conserved)",
     )
     step.add_argument("--format", choices=STEP_FORMATS, help="output format; default table")
-    step.add_argument("--trace", metavar="FILE.json", help="also write the step as a Chrome/Perfetto trace")
+    step.add_argument(
+        "--trace",
+        metavar="FILE.json[.gz]",
+        help="also write the step as a Chrome/Perfetto trace (gzipped when the name ends in .gz)",
+    )
+    step.add_argument(
+        "--trace-ranks",
+        metavar="RANKS",
+        help='the ranks in the trace: "replica" (default: data-parallel replica 0, every stage), "all", or '
+        "ranks and ranges such as 0-7,64",
+    )
     step.set_defaults(**dict.fromkeys(STEP_DEFAULTS))  # None: not given, so the scenario file or the default holds
 
 
@@ -244,8 +255,12 @@ def run(args) -> str:
     from workloads.presets import custom_gpt, model_preset
 
     s = _step_settings(args)
+    trace_ranks: tuple[int, ...] | None = ()
     if s["trace"] is not None:
         checks.output_file("trace", s["trace"])  # before the step runs
+    if s["trace_ranks"] is not None:
+        if s["trace"] is None:
+            raise ValueError(f"trace_ranks: {s['trace_ranks']!r} is not allowed without --trace; expected --trace FILE")
     if str(s["model"]).lower() != "gpt":
         extra = [name for name in GPT_ONLY if name in s["given"]]
         if extra:
@@ -275,6 +290,10 @@ def run(args) -> str:
             )
         s["system"] = calibration.system
     topology = build_topology(s)
+    if s["trace_ranks"] is not None:
+        from simulator.studies.trace import parse_ranks
+
+        trace_ranks = parse_ranks(s["trace_ranks"], topology.num_gpus)
     if not 4 <= s["bucket_mb"] * 2**20 <= checks.MAX_BYTES:  # a float: 1e308 MiB is inf bytes, not allowed
         raise checks.reject(
             "bucket_mb",
@@ -323,13 +342,20 @@ def run(args) -> str:
     )
     trace_note = ""
     if s["trace"] is not None:
-        from simulator.studies.trace import chrome_trace
+        from simulator.studies.trace import write_trace
 
         try:
-            Path(s["trace"]).write_text(json.dumps(chrome_trace(result)))
+            written = write_trace(result, s["trace"], ranks=trace_ranks)
         except OSError as exc:
             raise ValueError(f"trace: {s['trace']!r} cannot be written ({exc.strerror})") from None
-        trace_note = f"# trace written to {s['trace']} (open it in https://ui.perfetto.dev or chrome://tracing)\n"
+        if trace_ranks is None:
+            which = "every rank"
+        else:
+            which = f"{len(trace_ranks)} ranks" if trace_ranks else "data-parallel replica 0"
+        trace_note = (
+            f"# trace of {which} ({written} events) written to {s['trace']} "
+            "(open it in https://ui.perfetto.dev or chrome://tracing)\n"
+        )
     if s["format"] == "json":
         data = result.as_dict()
         data["parallelism"] = dataclasses.asdict(parallelism) | {"dp": result.parallelism.dp}

@@ -393,3 +393,25 @@ def test_perf_quick_prints_its_figures(capsys, monkeypatch):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("max-min kernel: maxmin: 20,000 flows x 4,000 links")
     assert "bench all_reduce dgx-h100 --nodes 2 -b 8 -e 8G -f 2: 31 rows in" in out[1]
+
+
+def test_step_trace_holds_one_replica_by_default_and_gzips(capsys, tmp_path):
+    # SMALL_STEP: tp 2 x pp 2 x dp 4 on 16 GPUs; Megatron order puts tp innermost, then dp, then pp, so
+    # data-parallel replica 0 is ranks 0, 1 (stage 0) and 8, 9 (stage 1): rank = tp + 2 dp + 8 pp
+    import gzip
+
+    trace = tmp_path / "step.json.gz"
+    code, out, err = run(capsys, "step", *SMALL_STEP, "--trace", str(trace))
+    assert code == 0, err
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    assert {e["pid"] for e in events} == {0, 1, 8, 9}
+    assert "trace of data-parallel replica 0" in out
+    everything = tmp_path / "all.json"
+    code, out, err = run(capsys, "step", *SMALL_STEP, "--trace", str(everything), "--trace-ranks", "all")
+    assert code == 0 and {e["pid"] for e in json.loads(everything.read_text())["traceEvents"]} == set(range(16))
+    some = tmp_path / "some.json"
+    code, out, err = run(capsys, "step", *SMALL_STEP, "--trace", str(some), "--trace-ranks", "3,5-6")
+    assert code == 0 and {e["pid"] for e in json.loads(some.read_text())["traceEvents"]} == {3, 5, 6}
+    for bad in ("16", "5-4", "x"):
+        code, out, err = run(capsys, "step", *SMALL_STEP, "--trace", str(some), "--trace-ranks", bad)
+        assert code == 2 and err.startswith("fabricsim: error: trace_ranks:") and err.count("\n") == 1
