@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
+from topologies.checks import reject
 from workloads.collectives import Collective
 
 from .config import SimConfig
@@ -57,3 +59,37 @@ class SimResult:
     @property
     def makespan_s(self) -> float:
         return max(self.rank_end_s) if self.rank_end_s else 0.0
+
+    def frame(self, view: str = "collectives") -> Any:
+        """A flat pandas DataFrame, unit-suffixed columns: ``"collectives"`` (one row per collective: kind,
+        nbytes, group size, the algorithm, protocol and channels chosen, start, end, time, latency, the tuner's
+        estimate, algbw and busbw) or ``"links"`` (one row per link: id, name, bytes moved)."""
+        import pandas as pd
+
+        if view == "collectives":
+            return pd.DataFrame(
+                [
+                    {
+                        "index": r.index,
+                        "kind": r.collective.kind.value,
+                        "nbytes": r.collective.nbytes,
+                        "group_size": r.collective.nranks,
+                        "algorithm": r.algorithm,
+                        "protocol": str(r.protocol),
+                        "nchannels": r.nchannels,
+                        "start_s": r.start_s,
+                        "end_s": r.end_s,
+                        "time_s": r.time_s,
+                        "latency_s": r.latency_s,
+                        "predicted_s": r.predicted_s,
+                        "algbw_GBps": r.algbw_bytes_per_s / 1e9,
+                        "busbw_GBps": r.busbw_bytes_per_s / 1e9,
+                    }
+                    for r in self.collectives
+                ]
+            )
+        if view == "links":
+            return pd.DataFrame(
+                {"link": np.arange(len(self.link_names)), "name": self.link_names, "bytes": self.link_bytes}
+            )
+        raise reject("view", view, "'collectives' or 'links'")

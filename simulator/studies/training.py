@@ -50,7 +50,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -257,6 +257,34 @@ class StepResult:
     @property
     def memory_bytes_per_gpu(self) -> float:
         return self.memory["total"]
+
+    def frame(self, view: str = "group") -> Any:
+        """One breakdown as a flat pandas DataFrame, one row per entry, unit-suffixed columns: ``"summary"``
+        (the headline figures, one row), ``"group"`` and ``"collective"`` (count, nbytes, time_s, exposed_s per
+        parallelism group or collective kind), ``"algorithm"`` (the same per group, algorithm and protocol NCCL's
+        tuner chose), ``"link_tier"`` and ``"link_kind"`` (bytes moved), ``"memory"`` (bytes per GPU by part)."""
+        import pandas as pd
+
+        b = self.breakdown
+        if view == "summary":
+            rows = [{k: v for k, v in self.as_dict().items() if not isinstance(v, (dict, list))}]
+        elif view in ("group", "collective"):
+            rows = [{view: name, **entry} for name, entry in b[view].items()]
+        elif view == "algorithm":
+            rows = [
+                {"group": group, "algorithm": choice.split()[0], "protocol": choice.split()[1], **entry}
+                for group, choices in b["algorithm"].items()
+                for choice, entry in choices.items()
+            ]
+        elif view in ("link_tier", "link_kind"):
+            rows = [{view.removeprefix("link_"): name, "bytes": value} for name, value in b[f"{view}_bytes"].items()]
+        elif view == "memory":
+            rows = [{"part": part, "bytes": value} for part, value in self.memory.items()]
+        else:
+            raise reject(
+                "view", view, "one of 'summary', 'group', 'collective', 'algorithm', 'link_tier', 'link_kind', 'memory'"
+            )
+        return pd.DataFrame(rows)
 
     def as_dict(self) -> dict:
         def plain(value):
