@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
 
 from topologies.checks import reject
 from topologies.presets import FABRICS, TOPOLOGIES
@@ -111,3 +113,21 @@ def protocol_name(proto: str | None) -> str | None:
     if proto is None:
         return None
     return {"ll": "LL", "ll128": "LL128", "simple": "Simple"}.get(proto.lower(), proto)
+
+
+@contextlib.contextmanager
+def progress_display(what: str, *, quiet: bool) -> Iterator[Callable[[str], None] | None]:
+    """A one-line display on stderr of the stage a long command is in (``what: stage``), cleared when it ends;
+    None (no display) with ``--quiet`` or when stderr is not a terminal (a pipe, a file, a notebook's capture)."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=None, file=sys.stderr, bar_format="{desc} [{elapsed}]", leave=False) as bar:
+
+        def show(stage: str) -> None:
+            bar.set_description_str(f"{what}: {stage}")
+            bar.update()
+
+        yield show

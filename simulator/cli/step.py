@@ -12,7 +12,15 @@ from workloads.options import Dtype, Granularity, PipelineSchedule, Recompute, n
 from workloads.parallelism import DDP_BUCKET_BYTES
 from workloads.presets import SC21_VOCAB
 
-from .common import DEFAULT_SYSTEM, FABRIC_DEFAULTS, bounded, build_topology, fabric_options, positive_int
+from .common import (
+    DEFAULT_SYSTEM,
+    FABRIC_DEFAULTS,
+    bounded,
+    build_topology,
+    fabric_options,
+    positive_int,
+    progress_display,
+)
 
 # `fabricsim step` with no arguments: a Llama-3 8B-class model on 8 DGX H100 (64 GPUs), TP 2 x PP 2 x DP 16,
 # 256 sequences of 8192 tokens per step (2M tokens), micro-batch 1, bf16, DDP buckets overlapped with backward.
@@ -202,6 +210,9 @@ def add_parser(sub) -> None:
         help="also write the step as a Chrome/Perfetto trace (gzipped when the name ends in .gz)",
     )
     step.add_argument(
+        "--quiet", action="store_true", help="no progress display on stderr (there is none when it is not a terminal)"
+    )
+    step.add_argument(
         "--trace-ranks",
         metavar="RANKS",
         help='the ranks in the trace: "replica" (default: data-parallel replica 0, every stage), "all", or '
@@ -334,12 +345,15 @@ def run(args) -> str:
         from simulator.validation.calibration import apply_calibration
 
         system, config = apply_calibration(topology, config, calibration)
-    result = simulate_step(
-        model,
-        parallelism,
-        system=system,
-        options=StepOptions(config=config, recompute=s["recompute"], granularity=s["granularity"]),
-    )
+    with progress_display("fabricsim step", quiet=bool(args.quiet)) as progress:
+        result = simulate_step(
+            model,
+            parallelism,
+            system=system,
+            options=StepOptions(
+                config=config, recompute=s["recompute"], granularity=s["granularity"], progress=progress
+            ),
+        )
     trace_note = ""
     if s["trace"] is not None:
         from simulator.studies.trace import write_trace

@@ -7,7 +7,7 @@ from pathlib import Path
 from simulator.config import NETWORK_MODEL_NAMES
 from topologies.checks import output_dir, reject
 
-from .common import positive_int, protocol_name
+from .common import positive_int, progress_display, protocol_name
 
 
 def add_parser(sub) -> None:
@@ -46,6 +46,9 @@ def add_parser(sub) -> None:
     )
     validate.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, default="flow", help="network model")
     validate.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
+    validate.add_argument(
+        "--quiet", action="store_true", help="no progress display on stderr (there is none when it is not a terminal)"
+    )
     validate.add_argument(
         "--plot",
         default=None,
@@ -93,7 +96,8 @@ def run(args) -> str:
         )
     else:
         series = select_series(args.series)
-    reports = run_validation(series, net_model=args.net_model)
+    with progress_display("fabricsim validate", quiet=args.quiet) as progress:
+        reports = run_validation(series, net_model=args.net_model, progress=progress)
     out = format_report(reports, format=args.format, net_model=args.net_model)
     if args.plot is not None:
         from simulator.plotting import write_busbw_plots

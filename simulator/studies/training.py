@@ -47,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypedDict
@@ -364,7 +364,12 @@ def _run_phase(
     offset_s: float,
     replicas: int,
     route_cache: RouteCache,
+    progress: Callable[[str], None] | None = None,
+    what: str = "the step",
 ) -> StepPhase:
+    if progress is not None:
+        tasks = sum(len(program) for program in training.workload.programs)
+        progress(f"simulating {what}: {training.workload.nranks} ranks, {tasks} tasks")
     sim = simulate(topology, training.workload, placement, config, route_cache=route_cache)
     # after an event replay the timeline is rebuilt from the collectives' times: it must end with the replay
     if not math.isclose(sim.timeline.makespan_s, sim.makespan_s, rel_tol=1e-9, abs_tol=1e-12):
@@ -454,6 +459,7 @@ def _measure(
     granularity: str,
     tensor_rank0_p2p: bool,
     route_cache: RouteCache,
+    progress: Callable[[str], None] | None = None,
 ) -> _Raw:
     """One step's additive measurements. With ``reduction`` (a symmetric-replica step: the reduction phase and
     what it adds to the measurements), one replica's pipeline is simulated and the reduction follows it. The
@@ -472,6 +478,8 @@ def _measure(
             0.0,
             p.dp,
             route_cache,
+            progress,
+            f"one data-parallel replica's pipeline, {p.microbatches} micro-batches",
         )
         second, second_parts = reduction
         phases = (first, dataclasses.replace(second, offset_s=first.sim.makespan_s))
@@ -479,7 +487,15 @@ def _measure(
     else:
         phases = (
             _run_phase(
-                topology, resolve(training_step(model, p, **kw), compute), placement, config, 0.0, 1, route_cache
+                topology,
+                resolve(training_step(model, p, **kw), compute),
+                placement,
+                config,
+                0.0,
+                1,
+                route_cache,
+                progress,
+                f"the step, {p.microbatches} micro-batches",
             ),
         )
         parts = (_phase_parts(phases[0], topology),)
@@ -527,6 +543,8 @@ class StepOptions:
     ``tensor_rank0_p2p``, ``symmetric_replicas``, ``steady_state_microbatches`` (None or k >= 1).
     ``route_cache`` (``topologies.routing.RouteCache``) holds the routing tables of the topology for every
     ``simulate`` call of the step (default: a fresh one); a sweep on one fabric can pass one to all its steps.
+    ``progress``: called with a short description of each stage as the step reaches it (timing the kernels,
+    simulating a phase with its ranks and tasks), for a progress display; None, silent.
     """
 
     config: SimConfig | None = None
@@ -544,6 +562,7 @@ class StepOptions:
     symmetric_replicas: bool = False
     steady_state_microbatches: int | None = None
     route_cache: RouteCache | None = None
+    progress: Callable[[str], None] | None = None
 
     def __post_init__(self) -> None:
         for name, kind, what in (
@@ -567,6 +586,8 @@ class StepOptions:
         for name in ("nodes", "steady_state_microbatches"):
             if getattr(self, name) is not None:
                 integer(f"StepOptions.{name}", getattr(self, name), low=1, expected="None or an integer >= 1")
+        if self.progress is not None and not callable(self.progress):
+            raise reject("StepOptions.progress", self.progress, "None or a function of one string")
         if self.wiring is not None:
             instance("StepOptions.wiring", self.wiring, str, "None or a wiring name")
 
@@ -607,6 +628,8 @@ def simulate_step(
     gpu = o.gpu or _gpu_of(topology)
     compute = o.compute
     if compute is None:
+        if o.progress is not None:
+            o.progress("timing the kernels")
         compute = step_compute(
             model,
             p,
@@ -632,7 +655,9 @@ def simulate_step(
         # extrapolation (their layouts differ from this one in the global batch only); the step's phases are
         # then the 2k run's pipeline and this reduction, whose StepPhase carries this layout
         training = resolve(training_step(model, p, part="reduction", **kw), compute)
-        phase = _run_phase(topology, training, placement, config, 0.0, 1, route_cache)
+        phase = _run_phase(
+            topology, training, placement, config, 0.0, 1, route_cache, o.progress, "the gradient reduction"
+        )
         reduction = (phase, _phase_parts(phase, topology))
 
     def measure(layout: ParallelismSpec) -> _Raw:
@@ -645,6 +670,7 @@ def simulate_step(
             placement=placement,
             reduction=reduction,
             route_cache=route_cache,
+            progress=o.progress,
             **kw,
         )
 

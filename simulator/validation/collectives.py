@@ -23,6 +23,7 @@ import io
 import json
 import os
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -599,12 +600,21 @@ def data_series(
     )
 
 
-def run_validation(series: tuple[Series, ...] | None = None, *, net_model: str = "flow") -> tuple[SeriesReport, ...]:
-    """Replay each series (all of ``SERIES`` by default) and compare it with its measurement."""
-    return tuple(
-        SeriesReport(series=s, comparisons=tuple(compare(s, net_model=net_model)))
-        for s in (SERIES if series is None else series)
-    )
+def run_validation(
+    series: tuple[Series, ...] | None = None,
+    *,
+    net_model: str = "flow",
+    progress: Callable[[str], None] | None = None,
+) -> tuple[SeriesReport, ...]:
+    """Replay each series (all of ``SERIES`` by default) and compare it with its measurement; ``progress`` (if
+    given) is told which table is being replayed ("3/22 H100 ...")."""
+    chosen = SERIES if series is None else series
+    reports = []
+    for i, s in enumerate(chosen, start=1):
+        if progress is not None:
+            progress(f"{i}/{len(chosen)} {s.name}")
+        reports.append(SeriesReport(series=s, comparisons=tuple(compare(s, net_model=net_model))))
+    return tuple(reports)
 
 
 REPORT_FORMATS = ("table", "csv", "json")

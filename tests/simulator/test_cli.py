@@ -415,3 +415,16 @@ def test_step_trace_holds_one_replica_by_default_and_gzips(capsys, tmp_path):
     for bad in ("16", "5-4", "x"):
         code, out, err = run(capsys, "step", *SMALL_STEP, "--trace", str(some), "--trace-ranks", bad)
         assert code == 2 and err.startswith("fabricsim: error: trace_ranks:") and err.count("\n") == 1
+
+
+def test_long_commands_show_their_stage_on_a_terminal_only(capsys, monkeypatch):
+    # not a terminal (pytest's capture): nothing on stderr; a terminal: the stage, unless --quiet
+    code, out, err = run(capsys, "step", *SMALL_STEP)
+    assert code == 0 and err == ""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    code, out, err = run(capsys, "step", *SMALL_STEP)
+    assert code == 0 and "fabricsim step: timing the kernels" in err and "simulating the step" in err
+    code, out, err = run(capsys, "step", *SMALL_STEP, "--quiet")
+    assert code == 0 and err == ""
+    code, out, err = run(capsys, "validate", "--series", "H100 8 GPU reduce_scatter")
+    assert code == 0 and "fabricsim validate: 1/1 H100 8 GPU reduce_scatter" in err
