@@ -209,6 +209,23 @@ def flag(field: str, value: object) -> bool:
     raise reject(field, value, "True or False")
 
 
+def int_ranges(field: str, text: object, *, low: int = 0, high: int | None = None, expected: str) -> tuple[int, ...]:
+    """Comma-separated integers and ascending ranges, as typed on a command line: "1-5,7" -> (1, 2, 3, 4, 5, 7);
+    each within [low, high]; anything else is the error naming ``field``, ``text`` and ``expected``."""
+    if not isinstance(text, str):
+        raise reject(field, text, expected)
+    out: list[int] = []
+    for part in text.split(","):
+        first, sep, last = part.strip().partition("-")
+        if not (first.isdigit() and (last.isdigit() if sep else True)):
+            raise reject(field, text, expected)
+        lo, hi = int(first), int(last) if sep else int(first)
+        if hi < lo or lo < low or (high is not None and hi > high):
+            raise reject(field, text, expected)
+        out.extend(range(lo, hi + 1))
+    return tuple(out)
+
+
 def int_tuple(
     field: str,
     value: object,

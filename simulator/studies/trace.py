@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from topologies.checks import int_tuple
+from topologies.checks import int_ranges, int_tuple, reject
 from workloads.tasks import CommTask
 from workloads.training import STREAM_NAMES, PassWork
 
@@ -28,31 +28,21 @@ def replica_ranks(step_result) -> tuple[int, ...]:
     return tuple(r for r in range(layout.world_size) if layout.coords(r).dp == 0)
 
 
-def parse_ranks(text: str, world: int) -> tuple[int, ...] | None:
-    """``--trace-ranks``: "all" (None: every rank), "replica" (see :func:`replica_ranks`; returned as ()), or
-    comma-separated ranks and ascending ranges ("0-7,64"), each below ``world``."""
-    text = text.strip()
-    if text == "all":
-        return None
-    if text == "replica":
-        return ()
-    ranks: list[int] = []
+def parse_ranks(text: str, world: int) -> tuple[int, ...] | str | None:
+    """``--trace-ranks``: "all" (None: every rank), "replica" (see :func:`replica_ranks`), or comma-separated
+    ranks and ascending ranges ("0-7,64"), each below ``world``."""
+    if text.strip() in ("all", "replica"):
+        return None if text.strip() == "all" else "replica"
     expected = f'"all", "replica", or ranks and ranges in 0..{world - 1} such as 0-7,64'
-    for part in text.split(","):
-        lo, sep, hi = part.strip().partition("-")
-        if not (lo.isdigit() and (not sep or hi.isdigit())):
-            raise ValueError(f"trace_ranks: {text!r} is not allowed; expected {expected}")
-        first, last = int(lo), int(hi) if sep else int(lo)
-        if last < first or last >= world:
-            raise ValueError(f"trace_ranks: {text!r} is not allowed; expected {expected}")
-        ranks.extend(range(first, last + 1))
-    return tuple(sorted(set(ranks)))
+    return tuple(sorted(set(int_ranges("trace_ranks", text, high=world - 1, expected=expected))))
 
 
-def write_trace(step_result, path: str | Path, *, ranks: Iterable[int] | None = ()) -> int:
-    """Write the step's trace of ``ranks`` (None: all; (): one replica, :func:`replica_ranks`) to ``path``,
-    gzipped when it ends in ``.gz``. Returns the number of events written."""
-    chosen = replica_ranks(step_result) if ranks == () else ranks
+def write_trace(step_result, path: str | Path, *, ranks: Iterable[int] | str | None = "replica") -> int:
+    """Write the step's trace of ``ranks`` (None: all; "replica": one data-parallel replica, :func:`replica_ranks`)
+    to ``path``, gzipped when it ends in ``.gz``. Returns the number of events written."""
+    if isinstance(ranks, str) and ranks != "replica":
+        raise reject("ranks", ranks, '"replica", None (every rank) or ranks')
+    chosen = replica_ranks(step_result) if isinstance(ranks, str) else ranks
     trace = chrome_trace(step_result, ranks=chosen)
     data = json.dumps(trace).encode()
     target = Path(path)

@@ -96,7 +96,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 
-from topologies.checks import is_int, positive_finite, reject
+from topologies.checks import int_ranges, is_int, positive_finite, reject
 from topologies.devices import A100_SXM4_80GB, GpuSpec
 from workloads.model import ModelSpec, ceil_div
 from workloads.parallelism import ParallelismSpec
@@ -623,20 +623,10 @@ def format_fit(fit: Sc21Fit) -> str:
 
 
 def _parse_rows(text: str | None) -> tuple[int, ...] | None:
-    """ "1-5,7" -> (1, 2, 3, 4, 5, 7); None -> None."""
+    """ "1-5,7" -> (1, 2, 3, 4, 5, 7); None -> None (row numbers beyond the table are sc21_check's to reject)."""
     if text is None:
         return None
-    out: list[int] = []
-    for part in text.split(","):
-        lo, sep, hi = part.strip().partition("-")
-        try:
-            first, last = int(lo), int(hi) if sep else int(lo)
-        except ValueError:
-            first, last = 1, 0
-        if last < first:
-            raise reject("rows", text, "comma-separated row numbers or ascending ranges such as 1-5,7")
-        out.extend(range(first, last + 1))
-    return tuple(out)
+    return int_ranges("rows", text, expected="comma-separated row numbers or ascending ranges such as 1-5,7")
 
 
 def _print_fit() -> None:
