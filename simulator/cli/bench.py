@@ -13,6 +13,7 @@ from .common import (
     FABRIC_DEFAULTS,
     build_topology,
     fabric_options,
+    load_calibration,
     positive_int,
     protocol_name,
     stepfactor,
@@ -129,14 +130,7 @@ def run(args) -> str:
         )
     calibration = None
     if args.calibration is not None:
-        from simulator.validation.calibration import Calibration
-
-        calibration = Calibration.load(args.calibration)
-        if args.system is not None and args.system != calibration.system:
-            raise ValueError(
-                f"calibration: {args.calibration} was fitted on system {calibration.system!r}, not "
-                f"{args.system!r}; expected --system {calibration.system} (or no --system)"
-            )
+        calibration = load_calibration(args.calibration, args.system)
         args.system = calibration.system
     args.system = system_name(args.system)
     if args.system not in SYSTEMS:

@@ -7,9 +7,13 @@ import contextlib
 import math
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from topologies.checks import reject
 from topologies.presets import FABRICS, TOPOLOGIES
+
+if TYPE_CHECKING:
+    from simulator.validation.calibration import Calibration
 
 DEFAULT_SYSTEM = "dgx-h100"  # the system preset when none is given
 
@@ -131,3 +135,17 @@ def progress_display(what: str, *, quiet: bool) -> Iterator[Callable[[str], None
             bar.update()
 
         yield show
+
+
+def load_calibration(path: str, system: str | None) -> Calibration:
+    """The calibration file of ``--calibration``; ``system``, the system the command was given (None: none), must
+    be the one it was fitted on (the caller then runs on ``calibration.system``)."""
+    from simulator.validation.calibration import Calibration
+
+    calibration = Calibration.load(path)
+    if system is not None and system != calibration.system:
+        raise ValueError(
+            f"calibration: {path} was fitted on system {calibration.system!r}, not {system!r}; expected --system "
+            f"{calibration.system} (or no --system)"
+        )
+    return calibration

@@ -18,6 +18,7 @@ from .common import (
     bounded,
     build_topology,
     fabric_options,
+    load_calibration,
     positive_int,
     progress_display,
 )
@@ -266,7 +267,7 @@ def run(args) -> str:
     from workloads.presets import custom_gpt, model_preset
 
     s = _step_settings(args)
-    trace_ranks: tuple[int, ...] | None = ()
+    trace_ranks: tuple[int, ...] | str | None = "replica"
     if s["trace"] is not None:
         checks.output_file("trace", s["trace"])  # before the step runs
     if s["trace_ranks"] is not None:
@@ -291,14 +292,7 @@ def run(args) -> str:
         model = model_preset(str(s["model"]))
     calibration = None
     if s["calibration"] is not None:
-        from simulator.validation.calibration import Calibration
-
-        calibration = Calibration.load(s["calibration"])
-        if "system" in s["given"] and s["system"] != calibration.system:
-            raise ValueError(
-                f"calibration: {s['calibration']} was fitted on system {calibration.system!r}, not "
-                f"{s['system']!r}; expected system {calibration.system} (or none given)"
-            )
+        calibration = load_calibration(s["calibration"], s["system"] if "system" in s["given"] else None)
         s["system"] = calibration.system
     topology = build_topology(s)
     if s["trace_ranks"] is not None:
@@ -365,7 +359,7 @@ def run(args) -> str:
         if trace_ranks is None:
             which = "every rank"
         else:
-            which = f"{len(trace_ranks)} ranks" if trace_ranks else "data-parallel replica 0"
+            which = "data-parallel replica 0" if trace_ranks == "replica" else f"{len(trace_ranks)} ranks"
         trace_note = (
             f"# trace of {which} ({written} events) written to {s['trace']} "
             "(open it in https://ui.perfetto.dev or chrome://tracing)\n"
