@@ -48,7 +48,7 @@ each is its own connection at 20 GB/s.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -338,8 +338,5 @@ class Routes:
         )
 
     def on_link_failed(self, link: int) -> None:
-        self.fail_links((link,))
-
-    def fail_links(self, links: Iterable[int]) -> None:
-        self.router = self.router.failing(links)
+        self.router = self.router.failing((link,))
         self._memo.clear()

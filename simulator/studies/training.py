@@ -272,7 +272,7 @@ class StepResult:
             rows = [{view: name, **entry} for name, entry in b[view].items()]
         elif view == "algorithm":
             rows = [
-                {"group": group, "algorithm": choice.split()[0], "protocol": choice.split()[1], **entry}
+                {"group": group, **dict(zip(("algorithm", "protocol"), choice.split())), **entry}
                 for group, choices in b["algorithm"].items()
                 for choice, entry in choices.items()
             ]
