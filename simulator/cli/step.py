@@ -41,6 +41,7 @@ STEP_DEFAULTS = {
     "micro_batch": 1,
     "seq_len": 8192,
     "bucket_mb": DDP_BUCKET_BYTES / 2**20,
+    "overlap_grad_reduce": True,
     "dtype": "bf16",
     "schedule": "1f1b",
     "sequence_parallel": False,
@@ -65,6 +66,7 @@ STEP_DEFAULTS = {
     "trace_ranks": None,
     "sharp": False,
     "calibration": None,
+    "exact": False,
 }
 
 STEP_FORMATS = ("table", "json")
@@ -122,7 +124,9 @@ SETTING_CHECKS = {
     ),
     "oversubscription": lambda f, v: checks.finite(f, v, low=1),
     "zero": lambda f, v: checks.integer(f, v, low=0, high=3),
-    **dict.fromkeys(("fsdp", "sequence_parallel", "rail_optimised", "gdr"), checks.flag),
+    **dict.fromkeys(
+        ("fsdp", "sequence_parallel", "rail_optimised", "gdr", "overlap_grad_reduce", "exact"), checks.flag
+    ),
     "bucket_mb": lambda f, v: checks.positive_finite(f, v),
     "dtype": lambda f, v: checks.option(f, v, Dtype),
     "schedule": lambda f, v: checks.option(f, v, PipelineSchedule),
@@ -194,6 +198,13 @@ def add_parser(sub) -> None:
         type=bounded("bucket-mb", float, 0, strict=True),
         help=f"DDP gradient bucket in MiB; default {STEP_DEFAULTS['bucket_mb']:g}",
     )
+    step.add_argument(
+        "--no-overlap-grad-reduce",
+        dest="overlap_grad_reduce",
+        action="store_const",
+        const=False,
+        help="reduce the gradients after the backward instead of bucket by bucket during it (the default)",
+    )
     step.add_argument("--dtype", choices=names(Dtype), help="training precision; default bf16")
     step.add_argument("--schedule", choices=names(PipelineSchedule), help="pipeline schedule; default 1f1b")
     step.add_argument("--sequence-parallel", action="store_const", const=True, help="Megatron sequence parallelism")
@@ -203,6 +214,12 @@ def add_parser(sub) -> None:
         "--granularity",
         choices=names(Granularity),
         help="tasks per layer (default) or per model chunk (faster; bytes and compute conserved)",
+    )
+    step.add_argument(
+        "--exact",
+        action="store_const",
+        const=True,
+        help="simulate every rank: no reduction, not even the exact ones the step finds (see its notes)",
     )
     step.add_argument("--format", choices=STEP_FORMATS, help="output format; default table")
     step.add_argument(
@@ -323,6 +340,7 @@ def run(args) -> str:
         sequence_parallel=s["sequence_parallel"],
         dtype=s["dtype"],
         bucket_bytes=bucket_bytes,
+        dp_overlap=s["overlap_grad_reduce"],
     )
     # NCCL's environment variables apply to every collective of the step, as they would to the job
     collnet = True if s["sharp"] else None  # --sharp wins over NCCL_COLLNET_ENABLE, as in bench
@@ -345,7 +363,11 @@ def run(args) -> str:
             parallelism,
             system=system,
             options=StepOptions(
-                config=config, recompute=s["recompute"], granularity=s["granularity"], progress=progress
+                config=config,
+                recompute=s["recompute"],
+                granularity=s["granularity"],
+                exact=s["exact"],
+                progress=progress,
             ),
         )
     trace_note = ""

@@ -32,11 +32,38 @@ Worked number: 1F1B on p = 4 stages, f + b = 30 ms per micro-batch and stage, m 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+import numpy as np
+
+from topologies.routing import RouteCache, Router
+from topologies.topology import Topology
 from workloads.model import ceil_div
 from workloads.parallelism import ParallelismSpec
 
-__all__ = ("check_symmetric_replicas", "replica_ranks", "steady_state_runs", "extrapolate", "notes")
+from ..config import SimConfig
+from ..placement import Placement
+
+__all__ = (
+    "Plan",
+    "Verdict",
+    "plan",
+    "check_symmetric_replicas",
+    "replica_ranks",
+    "replica_verdict",
+    "tensor_verdict",
+    "steady_state_runs",
+    "extrapolate",
+    "notes",
+)
+
+#: the largest step ``simulate_step`` simulates in full when a reduction it would need is not exact; past it, the
+#: reduction runs as an approximation named in the result's notes (``StepOptions(exact=True)`` simulates in full)
+FULL_SIMULATION_GPUS = 1024
+
+#: routing policies whose routes do not depend on the load other flows put on the fabric
+_LOAD_FREE_ROUTING = ("ecmp", "minimal", "valiant", "spray")
 
 
 def check_symmetric_replicas(p: ParallelismSpec, symmetric_replicas: bool) -> None:
@@ -48,14 +75,186 @@ def check_symmetric_replicas(p: ParallelismSpec, symmetric_replicas: bool) -> No
         )
 
 
-def uses_symmetric_replicas(p: ParallelismSpec, symmetric_replicas: bool) -> bool:
-    """Whether the step is simulated as one replica's pipeline, then every rank's reduction."""
-    return symmetric_replicas and p.dp > 1
-
-
 def replica_ranks(p: ParallelismSpec) -> tuple[int, ...]:
     """The ranks of one data-parallel replica: those with data-parallel coordinate 0, in increasing order."""
     return tuple(sorted(group[0] for group in p.groups("dp")))
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether a reduction is exact for a step, and why not (``reason``, empty when exact); ``links``: the links
+    only the reduced traffic crosses (tensor rank 0's pipeline transfers), whose bytes count for every unit."""
+
+    exact: bool
+    reason: str = ""
+    links: tuple[int, ...] = ()
+
+
+def _pipeline_pairs(p: ParallelismSpec, ranks: Sequence[int]) -> list[tuple[int, int]]:
+    """The ordered pairs of ``ranks`` (global ranks of one data-parallel replica) that may exchange bytes
+    during the pipeline phase, as indices into ``ranks``: every pair of a tensor or context group, and
+    neighbouring stages of a pipeline group both ways (the interleaved schedule also wraps from the last stage
+    to the first). A superset of what any algorithm sends."""
+    local = {r: i for i, r in enumerate(ranks)}
+    pairs: set[tuple[int, int]] = set()
+    for kind in ("tp", "cp"):
+        for group in p.groups(kind):
+            if group[0] in local:
+                pairs.update((local[a], local[b]) for a in group for b in group if a != b)
+    for group in p.groups("pp"):
+        if group[0] in local:
+            for a, b in _stage_hops(p, group):
+                pairs.update(((local[a], local[b]), (local[b], local[a])))
+    return sorted(pairs)
+
+
+def _stage_hops(p: ParallelismSpec, group: tuple[int, ...]) -> list[tuple[int, int]]:
+    """The neighbouring stages of a pipeline group, first to last (the interleaved schedule also wraps from the
+    last stage to the first)."""
+    hops = list(zip(group, group[1:]))
+    if p.schedule == "interleaved" and len(group) > 2:
+        hops.append((group[-1], group[0]))
+    return hops
+
+
+def _router(topology: Topology, config: SimConfig, route_cache: RouteCache) -> Router:
+    """A router as the step's simulation builds one (policy, seed, failed links), for fixed paths only."""
+    return Router(
+        topology, policy=config.routing, seed=config.seed, failed_links=config.failed_links, cache=route_cache
+    )
+
+
+def _footprints(
+    units: Sequence[Sequence[tuple[int, int]]], router: Router, what: str
+) -> tuple[list[np.ndarray], Verdict]:
+    """The links of each unit's GPU pairs (``units[u]``: (source GPU, destination GPU) in one canonical order,
+    routed with and without PXN) and whether the units are independent and alike: every pair's path fixed
+    (no ECMP choice that could differ between units), no link used by two units, and the same paths up to a
+    renaming of links with equal capacity, latency, per-connection cap and tier (every unit then sees the same
+    fabric). ``what`` names a unit in the reason."""
+    topo = router.topology
+    attributes = np.column_stack(
+        (
+            topo.link_capacity_bytes_per_s,
+            topo.link_latency_s,
+            topo.link_flow_cap_bytes_per_s,
+            topo.link_kind.astype(np.float64),
+            topo.link_tier.astype(np.float64),
+        )
+    )
+    owner: dict[int, int] = {}
+    shapes: list[tuple] = []
+    links_of: list[np.ndarray] = []
+    server = topo.gpu_server
+    for u, pairs in enumerate(units):
+        canonical: dict[int, int] = {}
+        shape = []
+        used = []
+        for a, b in pairs:
+            for pxn in (False, True):
+                path = router.fixed_path(a, b, pxn=pxn)
+                if path is None:
+                    return [], Verdict(
+                        False,
+                        f"traffic between GPUs {a} and {b} has several paths through the fabric (ECMP), so "
+                        f"{what}s can collide unequally",
+                    )
+                for link in path.tolist():
+                    seen = owner.setdefault(link, u)
+                    if seen != u:
+                        return [], Verdict(False, f"{what}s {seen} and {u} share link {topo.link_names[link]!r}")
+                    shape.append(canonical.setdefault(link, len(canonical)))
+                used.append(path)
+                if server[a] == server[b]:
+                    break  # inside a server PXN changes nothing
+        key = tuple(shape), attributes[list(canonical)].tobytes()
+        if shapes and key != shapes[0]:
+            return [], Verdict(False, f"{what} {u} sees a fabric unlike {what} 0's (other links or link speeds)")
+        shapes.append(key)
+        links_of.append(np.unique(np.concatenate(used)) if used else np.zeros(0, dtype=np.int64))
+    return links_of, Verdict(True)
+
+
+def _coupling(config: SimConfig) -> str:
+    """Why flows of separate units could still interact whatever their links (empty when they cannot)."""
+    if config.link_events:
+        return "link events change the fabric during the step"
+    if config.congestion:
+        return f"congestion control ({', '.join(config.congestion)}) couples flows beyond the links they share"
+    if config.routing not in _LOAD_FREE_ROUTING:
+        return f"routing {config.routing!r} chooses paths from the load of every flow"
+    return ""
+
+
+def _inside_pipeline(p: ParallelismSpec) -> str:
+    """Why data-parallel or expert-parallel traffic runs during the pipeline (empty when none does)."""
+    if p.dp > 1 and p.dp_overlap:
+        return "gradients are reduced during the backward (dp_overlap), inside the pipeline"
+    if p.dp > 1 and p.zero_stage >= 3:
+        return "ZeRO-3/FSDP gathers parameters inside the pipeline"
+    if p.ep > 1:
+        return "expert-parallel groups span data-parallel replicas"
+    return ""
+
+
+def replica_verdict(
+    p: ParallelismSpec, topology: Topology, placement: Placement, config: SimConfig, route_cache: RouteCache
+) -> Verdict:
+    """Whether simulating one data-parallel replica's pipeline stands exactly for all of them: replicas never
+    meet before the gradient reduction (no overlapped data-parallel traffic, no ZeRO-3 gathers, no
+    expert-parallel groups across replicas), nothing couples flows beyond shared links, and the replicas'
+    pipeline traffic has fixed, disjoint paths on alike links (:func:`_footprints`)."""
+    why = _inside_pipeline(p) or _coupling(config)
+    if why:
+        return Verdict(False, why)
+    replicas = [tuple(sorted(group[d] for group in p.groups("dp"))) for d in range(p.dp)]
+    pairs = _pipeline_pairs(p, replicas[0])
+    gpu = placement.rank_gpu
+    units = [[(gpu[ranks[a]], gpu[ranks[b]]) for a, b in pairs] for ranks in replicas]
+    return _footprints(units, _router(topology, config, route_cache), "replica")[1]
+
+
+def tensor_verdict(
+    p: ParallelismSpec,
+    topology: Topology,
+    placement: Placement,
+    config: SimConfig,
+    route_cache: RouteCache,
+    *,
+    ranks: Sequence[int] | None = None,
+) -> Verdict:
+    """Whether tensor rank 0's pipeline transfers stand exactly for the t of each stage boundary among
+    ``ranks`` (the simulated ranks; default all): no data- or expert-parallel traffic during the pipeline,
+    nothing coupling flows beyond shared links, and each tensor rank's transfers on fixed paths, disjoint from
+    the other tensor ranks' and from every tensor- and context-parallel pair's paths, on alike links
+    (:func:`_footprints`). (Tensor-parallel collectives re-synchronise the t ranks in every pass.)"""
+    why = _inside_pipeline(p) or _coupling(config)
+    if why:
+        return Verdict(False, why)
+    router = _router(topology, config, route_cache)
+    gpu = placement.rank_gpu
+    ranks = tuple(range(p.world_size)) if ranks is None else tuple(ranks)
+    members = set(ranks)
+    hops_of: list[list[tuple[int, int]]] = [[] for _ in range(p.tp)]
+    for group in p.groups("pp"):
+        if group[0] in members:
+            for a, b in _stage_hops(p, group):
+                hops_of[p.coords(a).tp] += [(gpu[a], gpu[b]), (gpu[b], gpu[a])]
+    links, verdict = _footprints(hops_of, router, "tensor rank")
+    if not verdict.exact:
+        return verdict
+    transfers = set(np.concatenate(links).tolist())
+    for a, b in _pipeline_pairs(p, ranks):
+        if p.coords(ranks[a]).pp == p.coords(ranks[b]).pp:  # tensor- or context-parallel, not a stage hop
+            for pxn in (False, True):
+                path = router.fixed_path(gpu[ranks[a]], gpu[ranks[b]], pxn=pxn)
+                shared = transfers.intersection(path.tolist()) if path is not None else transfers
+                if shared:
+                    link = topology.link_names[min(shared)]
+                    return Verdict(
+                        False, f"pipeline transfers share link {link!r} with tensor- or context-parallel traffic"
+                    )
+    return Verdict(True, links=tuple(links[0].tolist()))
 
 
 def steady_state_runs(p: ParallelismSpec, k: int | None) -> tuple[int, ParallelismSpec, ParallelismSpec] | None:
@@ -91,20 +290,98 @@ def extrapolate(a, b, *, m: int, k: int):
     return lerp(a, b, (m - k) / k)
 
 
-def notes(p: ParallelismSpec, *, symmetric: bool, tensor_rank0_p2p: bool, steady: tuple | None) -> list[str]:
-    """What the result's ``notes`` say about the reductions used, in the order they apply."""
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The reductions a step uses (``symmetric``, ``tensor_rank0_p2p``) and, for each, its verdict."""
+
+    symmetric: bool
+    tensor_rank0_p2p: bool
+    replica: Verdict | None  # None: not applicable (one replica) or not examined
+    tensor: Verdict | None
+
+    @property
+    def scales_transfer_links(self) -> bool:
+        """Whether the links of tensor rank 0's transfers carry only them in the pipeline phase (an exact
+        verdict, with symmetric replicas), so their bytes count t times."""
+        return self.symmetric and self.tensor_rank0_p2p and _exact(self.tensor)
+
+    @property
+    def approximate(self) -> bool:
+        """Whether a reduction in use is not exact."""
+        return (self.symmetric and not _exact(self.replica)) or (self.tensor_rank0_p2p and not _exact(self.tensor))
+
+
+def _exact(verdict: Verdict | None) -> bool:
+    return verdict is not None and verdict.exact
+
+
+def plan(
+    p: ParallelismSpec,
+    topology: Topology,
+    placement: Placement,
+    config: SimConfig,
+    route_cache: RouteCache,
+    *,
+    symmetric_replicas: bool | None,
+    tensor_rank0_p2p: bool | None,
+    exact: bool,
+) -> Plan:
+    """Which reductions the step uses: those forced (True) whatever their verdict; those left to the step
+    (None) where :func:`replica_verdict` / :func:`tensor_verdict` find them exact, and on more than
+    FULL_SIMULATION_GPUS GPUs also where they are not (approximations, named in the notes with the reason),
+    provided no data- or expert-parallel traffic runs inside the pipeline; none with ``exact``."""
+    check_symmetric_replicas(p, bool(symmetric_replicas))
+    replica = tensor = None
+    if p.dp > 1 and symmetric_replicas is not False and not exact:
+        replica = replica_verdict(p, topology, placement, config, route_cache)
+    # past FULL_SIMULATION_GPUS a reduction left to the step is used even where it is not exact (an
+    # approximation the notes name), unless traffic between replicas runs inside the pipeline
+    large = p.world_size > FULL_SIMULATION_GPUS and not _inside_pipeline(p)
+    symmetric = p.dp > 1 and (symmetric_replicas is True or (symmetric_replicas is None and (_exact(replica) or large)))
+    # left to the step, representative transfers need the pipeline in a phase of its own (symmetric replicas),
+    # where the links only they cross carry nothing else, so that those links' bytes count t times
+    if p.tp > 1 and p.pp > 1 and not exact and (tensor_rank0_p2p or (tensor_rank0_p2p is None and symmetric)):
+        tensor = tensor_verdict(p, topology, placement, config, route_cache, ranks=replica_ranks(p))
+    return Plan(
+        symmetric=symmetric,
+        tensor_rank0_p2p=p.tp > 1
+        and p.pp > 1
+        and (tensor_rank0_p2p is True or (tensor_rank0_p2p is None and symmetric and (_exact(tensor) or large))),
+        replica=replica,
+        tensor=tensor,
+    )
+
+
+def notes(p: ParallelismSpec, plan: Plan, *, steady: tuple | None) -> list[str]:
+    """What the result's ``notes`` say about the reductions used, in the order they apply; each says whether it
+    is exact for this step or, if not, why it is an approximation."""
+
+    def how(verdict: Verdict | None) -> str:
+        if _exact(verdict):
+            return "exact"
+        return f"APPROXIMATE: {verdict.reason if verdict else 'forced'}; exact=True (--exact) simulates every rank"
+
     out = []
-    if symmetric:
-        out.append(f"symmetric replicas: pipeline of 1 of {p.dp} data-parallel replicas, then the reduction")
-    if tensor_rank0_p2p and p.tp > 1 and p.pp > 1:
+    if plan.symmetric:
         out.append(
-            f"pipeline transfers simulated for tensor rank 0, standing for all {p.tp} (link bytes of the "
-            "other tensor ranks' transfers not counted)"
+            f"symmetric replicas ({how(plan.replica)}): pipeline of 1 of {p.dp} data-parallel replicas, "
+            "then the reduction"
+        )
+    if plan.tensor_rank0_p2p:
+        counted = (
+            f"the links they cross count {p.tp} times"
+            if plan.scales_transfer_links
+            else "link bytes of the other tensor ranks' transfers not counted"
+        )
+        out.append(
+            f"representative transfers ({how(plan.tensor)}): pipeline transfers simulated for tensor rank 0, "
+            f"standing for all {p.tp} ({counted})"
         )
     if steady is not None:
         k = steady[0]
         out.append(
-            f"steady state: simulated {k} and {2 * k} micro-batches, extrapolated linearly to "
-            f"{p.microbatches}; phases (traces) are those of the {2 * k}-micro-batch run"
+            f"steady state (APPROXIMATE unless the schedule is periodic by then): simulated {k} and {2 * k} "
+            f"micro-batches, extrapolated linearly to {p.microbatches}; phases (traces) are those of the "
+            f"{2 * k}-micro-batch run"
         )
     return out

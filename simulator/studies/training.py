@@ -253,6 +253,7 @@ class StepResult:
     out_of_memory: bool
     phases: tuple[StepPhase, ...] = field(repr=False)
     notes: tuple[str, ...] = ()
+    approximate: bool = False  # a reduction that is not exact for this step was used (the notes say which)
 
     @property
     def memory_bytes_per_gpu(self) -> float:
@@ -312,6 +313,7 @@ class StepResult:
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "out_of_memory": self.out_of_memory,
             "notes": list(self.notes),
+            "approximate": self.approximate,
         }
 
     def to_json(self, **kw) -> str:
@@ -410,7 +412,11 @@ class _PhaseParts:
     links: dict
 
 
-def _phase_parts(phase: StepPhase, topology: Topology) -> _PhaseParts:
+def _phase_parts(
+    phase: StepPhase, topology: Topology, *, transfer_links: tuple[int, ...] = (), tp: int = 1
+) -> _PhaseParts:
+    """What ``phase`` adds to the step; the bytes on ``transfer_links`` (crossed only by tensor rank 0's pipeline
+    transfers, standing for ``tp``) count ``tp`` times."""
     busy, last = _phase_metrics(phase)
     training = phase.training
     workload = training.workload
@@ -429,11 +435,15 @@ def _phase_parts(phase: StepPhase, topology: Topology) -> _PhaseParts:
         workload, phase.timeline, labelings, focus_rank=last, weights=training.collective_weights
     )
     comm = parts.pop("all")
+    link_bytes = phase.sim.link_bytes
+    if transfer_links:
+        link_bytes = link_bytes.copy()
+        link_bytes[list(transfer_links)] *= tp
     return _PhaseParts(
         compute_s=busy,
         comm_s=comm["comm"]["time_s"] if workload.collectives else 0.0,
         breakdowns=parts,
-        links=link_class_bytes(topology, phase.sim.link_bytes),
+        links=link_class_bytes(topology, link_bytes),
     )
 
 
@@ -459,6 +469,7 @@ def _measure(
     granularity: str,
     tensor_rank0_p2p: bool,
     route_cache: RouteCache,
+    transfer_links: tuple[int, ...] = (),
     progress: Callable[[str], None] | None = None,
 ) -> _Raw:
     """One step's additive measurements. With ``reduction`` (a symmetric-replica step: the reduction phase and
@@ -483,7 +494,7 @@ def _measure(
         )
         second, second_parts = reduction
         phases = (first, dataclasses.replace(second, offset_s=first.sim.makespan_s))
-        parts = (_phase_parts(first, topology), second_parts)
+        parts = (_phase_parts(first, topology, transfer_links=transfer_links, tp=p.tp), second_parts)
     else:
         phases = (
             _run_phase(
@@ -540,7 +551,10 @@ class StepOptions:
     on consecutive GPUs, when None). ``nodes``, ``wiring``: the size and wiring of the system when it is given as a
     preset name (enough servers for the layout; a leaf-spine, or a fat tree past its size, when None).
     The reductions (``simulator.studies.reductions``): ``granularity`` ("layer" or "chunk"),
-    ``tensor_rank0_p2p``, ``symmetric_replicas``, ``steady_state_microbatches`` (None or k >= 1).
+    ``tensor_rank0_p2p`` and ``symmetric_replicas`` (None, the default: used where they are exact for this step,
+    ``reductions.plan``; True: used, an approximation where they are not exact, said in the notes; False: not
+    used), ``steady_state_microbatches`` (None or k >= 1; an approximation unless the schedule is periodic by k).
+    ``exact``: no reduction at all, every rank simulated (not with a reduction forced on).
     ``route_cache`` (``topologies.routing.RouteCache``) holds the routing tables of the topology for every
     ``simulate`` call of the step (default: a fresh one); a sweep on one fabric can pass one to all its steps.
     ``progress``: called with a short description of each stage as the step reaches it (timing the kernels,
@@ -558,9 +572,10 @@ class StepOptions:
     nodes: int | None = None
     wiring: str | None = None
     granularity: str = "layer"
-    tensor_rank0_p2p: bool = False
-    symmetric_replicas: bool = False
+    tensor_rank0_p2p: bool | None = None
+    symmetric_replicas: bool | None = None
     steady_state_microbatches: int | None = None
+    exact: bool = False
     route_cache: RouteCache | None = None
     progress: Callable[[str], None] | None = None
 
@@ -578,8 +593,17 @@ class StepOptions:
             finite(
                 "StepOptions.overlap_slowdown", self.overlap_slowdown, low=0, expected="None or a finite number >= 0"
             )
-        for name in ("flash_attention", "tensor_rank0_p2p", "symmetric_replicas"):
+        for name in ("flash_attention", "exact"):
             flag(f"StepOptions.{name}", getattr(self, name))
+        for name in ("tensor_rank0_p2p", "symmetric_replicas"):
+            if getattr(self, name) is not None:
+                flag(f"StepOptions.{name}", getattr(self, name))
+                if self.exact and getattr(self, name):
+                    raise reject(f"StepOptions.{name}", True, "None or False with exact=True (no reduction)")
+        if self.exact and self.steady_state_microbatches is not None:
+            raise reject(
+                "StepOptions.steady_state_microbatches", self.steady_state_microbatches, "None with exact=True"
+            )
         # the names become their enum members (equal to the names as strings)
         object.__setattr__(self, "recompute", option("StepOptions.recompute", self.recompute, Recompute))
         object.__setattr__(self, "granularity", option("StepOptions.granularity", self.granularity, Granularity))
@@ -612,7 +636,7 @@ def simulate_step(
         raise reject("parallelism", parallelism, "a workloads.parallelism.ParallelismSpec")
     p = parallelism.check(model)
     world = p.world_size
-    reductions.check_symmetric_replicas(p, o.symmetric_replicas)
+    reductions.check_symmetric_replicas(p, bool(o.symmetric_replicas))
     config = o.config or SimConfig()
     if isinstance(system, Topology):
         topology = system
@@ -646,10 +670,21 @@ def simulate_step(
         raise reject("placement", placement, f"a Placement of {world} ranks or None")
     route_cache = RouteCache() if o.route_cache is None else o.route_cache
     recompute = o.recompute
-    kw = _StepArgs(recompute=recompute, granularity=o.granularity, tensor_rank0_p2p=o.tensor_rank0_p2p)
+    if o.progress is not None:
+        o.progress("choosing the exact reductions")
+    used = reductions.plan(
+        p,
+        topology,
+        placement,
+        config,
+        route_cache,
+        symmetric_replicas=o.symmetric_replicas,
+        tensor_rank0_p2p=o.tensor_rank0_p2p,
+        exact=o.exact,
+    )
+    kw = _StepArgs(recompute=recompute, granularity=o.granularity, tensor_rank0_p2p=used.tensor_rank0_p2p)
     reduction: tuple[StepPhase, _PhaseParts] | None = None
-    symmetric = reductions.uses_symmetric_replicas(p, o.symmetric_replicas)
-    if symmetric:
+    if used.symmetric:
         # the reduction phase reduces every gradient once, syncs the embedding and runs the optimizer: it does
         # not depend on the batch, so it is simulated once, with this layout, for both runs of the steady-state
         # extrapolation (their layouts differ from this one in the global batch only); the step's phases are
@@ -670,6 +705,7 @@ def simulate_step(
             placement=placement,
             reduction=reduction,
             route_cache=route_cache,
+            transfer_links=used.tensor.links if used.tensor is not None and used.scales_transfer_links else (),
             progress=o.progress,
             **kw,
         )
@@ -689,7 +725,7 @@ def simulate_step(
         )
     else:
         raw = measure(p)
-    notes = reductions.notes(p, symmetric=symmetric, tensor_rank0_p2p=o.tensor_rank0_p2p, steady=steady)
+    notes = reductions.notes(p, used, steady=steady)
     step, critical = raw.step_s, raw.critical_s
     seq = p.seq(model)
     flops = model.step_flops(batch=p.global_batch, seq_len=seq, recompute=recompute)
@@ -724,4 +760,5 @@ def simulate_step(
         out_of_memory=memory["total"] > gpu.memory_bytes,
         phases=raw.phases,
         notes=tuple(notes),
+        approximate=used.approximate or steady is not None,
     )

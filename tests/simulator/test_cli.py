@@ -428,3 +428,18 @@ def test_long_commands_show_their_stage_on_a_terminal_only(capsys, monkeypatch):
     assert code == 0 and err == ""
     code, out, err = run(capsys, "validate", "--series", "H100 8 GPU reduce_scatter")
     assert code == 0 and "fabricsim validate: 1/1 H100 8 GPU reduce_scatter" in err
+
+
+def test_step_finds_its_exact_reductions_and_exact_turns_them_off(capsys):
+    # SMALL_STEP with gradients reduced after the backward: each replica's and tensor rank's stage transfers
+    # stay on their own rail through one leaf (fixed, disjoint paths), so both reductions are exact and the
+    # step time is the full simulation's up to round-off (printed to 4 decimals: the same line)
+    code, auto, err = run(capsys, "step", *SMALL_STEP, "--no-overlap-grad-reduce")
+    assert code == 0, err
+    assert "# note: symmetric replicas (exact)" in auto and "# note: representative transfers (exact)" in auto
+    code, full, err = run(capsys, "step", *SMALL_STEP, "--no-overlap-grad-reduce", "--exact")
+    assert code == 0 and "# note:" not in full
+    line = next(x for x in auto.splitlines() if x.startswith("step time"))
+    assert line in full.splitlines()
+    code, overlapped, err = run(capsys, "step", *SMALL_STEP)  # buckets during the backward: every rank simulated
+    assert code == 0 and "# note:" not in overlapped and overlapped != auto

@@ -1,18 +1,31 @@
-"""simulator.studies.reductions: when each reduction applies, and the extrapolation's worked number."""
+"""simulator.studies.reductions: when each reduction applies and is exact, the automatic path against the full
+simulation, and the extrapolation's worked number."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from simulator.config import LinkEvent, SimConfig
+from simulator.placement import Placement
 from simulator.studies.reductions import (
+    Plan,
+    Verdict,
     check_symmetric_replicas,
     extrapolate,
     notes,
     replica_ranks,
+    replica_verdict,
     steady_state_runs,
-    uses_symmetric_replicas,
+    tensor_verdict,
 )
+from simulator.studies.training import StepOptions, simulate_step
+from topologies.presets import build_system
+from topologies.routing import RouteCache, Router
 from workloads.parallelism import ParallelismSpec
+from workloads.presets import custom_gpt
+from workloads.training import StepCompute
 
 
 def test_worked_number_of_the_extrapolation():
@@ -34,11 +47,126 @@ def test_steady_state_runs_only_past_2k_and_whole_rounds_of_p_when_interleaved()
 def test_symmetric_replicas_need_a_pipeline_free_of_data_parallel_traffic():
     spec = ParallelismSpec(tp=2, pp=2, dp=2, global_batch=4, dp_overlap=False)
     check_symmetric_replicas(spec, True)
-    assert uses_symmetric_replicas(spec, True) and not uses_symmetric_replicas(spec, False)
     # replica 0 is the ranks with data-parallel coordinate 0: t x p = 4 of the 8 (tp innermost, then dp)
     assert replica_ranks(spec) == (0, 1, 4, 5)
     with pytest.raises(ValueError, match="symmetric_replicas: True is not allowed"):
         check_symmetric_replicas(ParallelismSpec(dp=2, global_batch=2), True)  # dp_overlap
     with pytest.raises(ValueError, match="symmetric_replicas: True is not allowed"):
         check_symmetric_replicas(ParallelismSpec(dp=2, global_batch=2, zero=3, dp_overlap=False), True)
-    assert len(notes(spec, symmetric=True, tensor_rank0_p2p=True, steady=None)) == 2
+    forced = Plan(symmetric=True, tensor_rank0_p2p=True, replica=None, tensor=None)
+    assert forced.approximate and len(notes(spec, forced, steady=None)) == 2
+
+
+# --------------------------------------------------------------------------------------------------
+# verdicts: which reductions are exact for a step, and the automatic path against the full simulation
+# --------------------------------------------------------------------------------------------------
+
+
+def _tiny(layers: int = 4):
+    return custom_gpt(layers=layers, hidden=64, heads=4, vocab=128, seq_len=32)
+
+
+def _verdicts(spec, topo, placement=None, config=None):
+    placement = placement or Placement.block(topo, nranks=spec.world_size)
+    config = config or SimConfig()
+    return (
+        replica_verdict(spec, topo, placement, config, RouteCache()),
+        tensor_verdict(spec, topo, placement, config, RouteCache()),
+    )
+
+
+SERIAL = dict(dp_overlap=False, bucket_bytes=None)  # gradients reduced after the pipeline, in one buffer
+
+
+def test_replicas_on_their_own_rails_are_exact_and_overlapped_gradients_are_not():
+    # tp 2 x dp 4 fills a DGX H100 per stage: replica d holds GPUs 2d, 2d + 1 of both servers, and its stage
+    # transfers use rails 2d and 2d + 1, each NIC to NIC through one leaf (a fixed path, no other replica's)
+    topo = build_system("dgx-h100", nodes=2)
+    spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, **SERIAL)
+    replica, tensor = _verdicts(spec, topo)
+    assert replica == Verdict(True) and tensor.exact and tensor.links
+    overlapped = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8)
+    assert "dp_overlap" in _verdicts(overlapped, topo)[0].reason
+    zero3 = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, zero=3, dp_overlap=False)
+    assert "ZeRO-3" in _verdicts(zero3, topo)[0].reason
+    events = SimConfig(link_events=(LinkEvent(time_s=0.1, link=0, scale=0.5),))
+    assert all("link events" in v.reason for v in _verdicts(spec, topo, config=events))
+    ugal = SimConfig(routing="adaptive")
+    assert all("load" in v.reason for v in _verdicts(spec, topo, config=ugal))
+
+
+def test_replicas_whose_transfers_cross_the_spines_are_not_exact():
+    # 64 DGX H100 on a fat tree: servers 0 and 1 share edge switches, server 40 is in another pod, so stage
+    # transfers 0 -> 40 have one path per aggregation switch (ECMP) and two replicas can collide unequally
+    topo = build_system("dgx-h100", nodes=64, topology="fat-tree")
+    spec = ParallelismSpec(pp=2, dp=2, global_batch=4, **SERIAL)  # ranks 0, 1: stage 0; 2, 3: stage 1
+    placement = Placement.custom(topo, [0, 8, 8 * 40, 8 * 41])
+    replica, _ = _verdicts(spec, topo, placement)
+    assert not replica.exact and "several paths" in replica.reason
+
+
+def test_a_failed_nic_link_breaks_the_replicas_likeness():
+    # replica 1's stage-0 GPU (GPU 2) loses its NIC cable: its transfers leave through another NIC, over links
+    # replica 0 does not have (or shares), so one replica no longer stands for the others
+    topo = build_system("dgx-h100", nodes=2)
+    spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, **SERIAL)
+    router = Router(topo)
+    nic_link = int(router.fixed_path(2, 10, pxn=False)[2])  # GPU -> PCIe switch -> NIC -> leaf: the NIC's cable
+    assert "leaf" in topo.link_names[nic_link] or "nic" in topo.link_names[nic_link].lower()
+    replica, _ = _verdicts(spec, topo, config=SimConfig(failed_links=frozenset({nic_link})))
+    assert not replica.exact
+
+
+def _pair(spec, topo, model, config=None, **forced):
+    options = StepOptions(compute=StepCompute.uniform(layers=model.layers, forward_s=1e-3, backward_s=2e-3))
+    options = dataclasses.replace(options, config=config)
+    auto = simulate_step(model, spec, system=topo, options=dataclasses.replace(options, **forced))
+    full = simulate_step(model, spec, system=topo, options=dataclasses.replace(options, exact=True))
+    return auto, full
+
+
+@pytest.mark.parametrize(
+    "system, layers",
+    [
+        (dict(nodes=2), 4),
+        (dict(nodes=4, oversubscription=2.0), 4),  # oversubscribed uplinks, but rail-local stage transfers
+        (dict(nodes=2), 7),  # uneven stages: 4 and 3 layers
+    ],
+)
+def test_the_automatic_path_equals_the_full_simulation_where_it_claims_exactness(system, layers):
+    topo = build_system("dgx-h100", **system)
+    model = _tiny(layers)
+    spec = ParallelismSpec(tp=2, pp=2, dp=4 * topo.num_servers // 2, global_batch=16 * topo.num_servers, **SERIAL)
+    auto, full = _pair(spec, topo, model)
+    assert len(auto.phases) == 2 and len(full.phases) == 1  # one replica's pipeline, then the reduction
+    assert not auto.approximate and all("(exact)" in note for note in auto.notes)
+    # equal up to round-off: the full run advances every replica on one clock (float sums in another order)
+    assert auto.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
+    assert auto.critical_path_s == pytest.approx(full.critical_path_s, rel=1e-12)
+    assert auto.exposed_comm_s == pytest.approx(full.exposed_comm_s, rel=1e-6, abs=1e-12)
+    # tensor rank 0's transfers stand for both tensor ranks': the links only they cross count twice
+    for tier, nbytes in full.breakdown["link_tier_bytes"].items():
+        assert auto.breakdown["link_tier_bytes"][tier] == pytest.approx(nbytes, rel=1e-12)
+    for group, entry in full.breakdown["group"].items():
+        assert (auto.breakdown["group"][group]["count"], auto.breakdown["group"][group]["nbytes"]) == (
+            entry["count"],
+            entry["nbytes"],
+        )
+
+
+def test_a_forced_reduction_on_a_failed_link_is_labelled_approximate():
+    topo = build_system("dgx-h100", nodes=2)
+    model = _tiny(4)
+    spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, **SERIAL)
+    nic_link = int(Router(topo).fixed_path(2, 10, pxn=False)[2])
+    config = SimConfig(failed_links=frozenset({nic_link}))
+    auto, full = _pair(spec, topo, model, config)
+    assert len(auto.phases) == 1 and not auto.approximate  # left to the step: simulated in full
+    assert auto.step_time_s == full.step_time_s
+    forced, _ = _pair(spec, topo, model, config, symmetric_replicas=True)
+    assert forced.approximate and any("APPROXIMATE" in note for note in forced.notes)
+
+
+def test_exact_refuses_a_forced_reduction():
+    with pytest.raises(ValueError, match="StepOptions.symmetric_replicas: True"):
+        StepOptions(exact=True, symmetric_replicas=True)

@@ -135,7 +135,8 @@ def test_exposed_communication_of_a_serial_reduction_is_its_duration(h100x2):
     # one after the other on stream 1, so the time the network adds is exactly the sum of the bucket times.
     model = custom_gpt(layers=2, hidden=512, heads=8, seq_len=256, vocab=1024)
     spec = ParallelismSpec(dp=16, dp_overlap=False, bucket_bytes=2 * 1024 * 1024)
-    r = simulate_step(model, spec, system=h100x2, options=StepOptions(compute=uniform(model, 1e-3, 2e-3)))
+    # every rank simulated, so the step is one phase (one replica's pipeline, then the reduction, would be two)
+    r = simulate_step(model, spec, system=h100x2, options=StepOptions(compute=uniform(model, 1e-3, 2e-3), exact=True))
     (phase,) = r.phases
     buckets = [rec.time_s for rec in phase.sim.collectives]
     assert len(buckets) == math.ceil(model.stage_parameters(0) * 4 / (2 * 1024 * 1024))

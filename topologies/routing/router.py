@@ -183,6 +183,26 @@ class Router:
             weights = self._w.ones(links.shape[0])
         return links, weights
 
+    def fixed_path(self, src_gpu: int, dst_gpu: int, *, pxn: bool | None = None) -> np.ndarray | None:
+        """The links every flow from GPU ``src_gpu`` to GPU ``dst_gpu`` takes whatever its hash and the load (inside
+        one server, or both NICs on one switch), else None (the fabric offers a choice). Assigns no load.
+
+        >>> from topologies.presets import build_system
+        >>> router = Router(build_system("dgx-h100", nodes=64, topology="fat-tree"))
+        >>> router.fixed_path(0, 1).tolist() == router.path(0, 1).tolist(), router.fixed_path(0, 8 * 63) is None
+        (True, True)
+        """
+        for name, gpu in (("src_gpu", src_gpu), ("dst_gpu", dst_gpu)):
+            integer(f"fixed_path: {name}", gpu, low=0, high=self._w.num_gpus - 1)
+        if src_gpu == dst_gpu:
+            raise ValueError(f"fixed_path: source and destination are the same GPU ({src_gpu})")
+        pxn = self.pxn if pxn is None else pxn
+        key = (src_gpu * self._w.num_gpus + dst_gpu) * 2 + (1 if pxn else 0)
+        pair = self._pairs.get(key)
+        if pair is None:
+            pair = self._pairs[key] = self._pair(src_gpu, dst_gpu, pxn)
+        return pair.fixed
+
     def paths(
         self,
         src_gpus: IntSequence,
