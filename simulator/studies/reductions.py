@@ -1,23 +1,36 @@
-"""The four exact reductions that keep huge training-step layouts tractable (``StepOptions``; all off by default).
+"""The four reductions that keep huge training-step layouts tractable (``StepOptions``), and when each is exact.
+
+Two are on request (``granularity="chunk"``, ``steady_state_microbatches``); ``simulate_step`` chooses the other
+two itself (:func:`plan`): where :func:`replica_verdict` / :func:`tensor_verdict` find them exact for the step,
+and past ``FULL_SIMULATION_GPUS`` also where they are not (approximations, named with their reason in the
+result's notes and its ``approximate`` flag). ``exact=True`` turns every reduction off.
+
+**When replicas (tensor ranks) stand exactly for each other.** Nothing couples their flows beyond the links
+they share (no link events, congestion control or load-dependent routing), no data- or expert-parallel traffic
+runs during the pipeline, and every pair of GPUs that may talk in the pipeline (every pair of a tensor or context
+group, neighbouring stages both ways) has a *fixed* path (``Router.fixed_path``: inside a server, or both NICs
+on one switch, so no ECMP hash can make two replicas collide unequally), the paths of different replicas share
+no link, and each replica's paths are the same up to renaming links of equal capacity, latency, per-connection
+cap, kind and tier. Then every replica replays the same timeline in the full simulation, which the reduced one
+reproduces up to round-off: the full run advances all replicas on one clock, so its float sums run in another
+order (tests compare at 1e-9, not bit for bit).
 
 * ``granularity="chunk"`` (task merging): one compute task and one collective per (group, kind) per model-chunk
   pass, whose nbytes is the sum of the per-layer collectives. Bytes and compute time are conserved; what
   changes is that per-collective latencies are paid once per pass instead of once per layer. The backward of
   the last micro-batch keeps per-layer tasks when gradients are reduced during it, so buckets still overlap
   it (``workloads.training.program``).
-* ``tensor_rank0_p2p=True`` (representative transfers): tensor rank 0 alone makes each pipeline transfer,
-  standing for the t identical ones (``TrainingWorkload.collective_weights``). Exact by symmetry when the t
-  pairs use disjoint paths (tensor ranks inside a server, rail-optimised fabric: rank i's transfer uses rail
-  i) and tensor-parallel collectives in every pass re-synchronise the tensor group (they do for t > 1); the
-  other t - 1 transfers' link bytes are then not counted (``workloads.training.pipeline``).
-* ``symmetric_replicas=True`` (requires ``dp_overlap=False`` and ZeRO < 3): data-parallel replicas run the
-  same pipeline independently until the gradient reduction, so the step is simulated as two phases: the
-  pipeline of ONE replica (its t c p ranks on the GPUs they occupy, :func:`replica_ranks`), then the
-  reduction, embedding sync and optimizer of ALL ranks. Exact when replicas do not share network links
-  during the pipeline (rail-optimised non-blocking fabrics with tensor groups inside servers: each GPU's
-  pipeline traffic leaves through its own NIC); counts, bytes and link bytes of the pipeline phase are
-  multiplied by d in the breakdown. The reduction phase does not depend on the batch, so the steady-state
-  extrapolation simulates it once.
+* ``tensor_rank0_p2p`` (representative transfers): tensor rank 0 alone makes each pipeline transfer, standing
+  for the t alike ones (``TrainingWorkload.collective_weights``); tensor-parallel collectives re-synchronise the
+  tensor group in every pass. Left to the step it is used with symmetric replicas only, where the links only
+  tensor rank 0's transfers cross carry nothing else in the pipeline phase, so their bytes count t times
+  (otherwise the other t - 1 transfers' link bytes are not counted; ``workloads.training.pipeline``).
+* ``symmetric_replicas``: data-parallel replicas run the same pipeline independently until the gradient
+  reduction, so the step is simulated as two phases: the pipeline of ONE replica (its t c p ranks on the GPUs
+  they occupy, :func:`replica_ranks`), then the reduction, embedding sync and optimizer of ALL ranks. Counts,
+  bytes and link bytes of the pipeline phase are multiplied by d in the breakdown. The reduction phase does
+  not depend on the batch, so the steady-state extrapolation simulates it once. Not allowed when forced on a
+  layout whose data-parallel traffic runs inside the pipeline (``dp_overlap``, ZeRO-3).
 * ``steady_state_microbatches=k``: a pipeline step is affine in the number of micro-batches once the schedule
   is in steady state (1F1B: (m + p - 1)(f + b)), so the step is simulated with k and 2k micro-batches (k
   rounded up to a multiple of p for the interleaved schedule, :func:`steady_state_runs`) and every additive
@@ -330,7 +343,6 @@ def plan(
     (None) where :func:`replica_verdict` / :func:`tensor_verdict` find them exact, and on more than
     FULL_SIMULATION_GPUS GPUs also where they are not (approximations, named in the notes with the reason),
     provided no data- or expert-parallel traffic runs inside the pipeline; none with ``exact``."""
-    check_symmetric_replicas(p, bool(symmetric_replicas))
     replica = tensor = None
     if p.dp > 1 and symmetric_replicas is not False and not exact:
         replica = replica_verdict(p, topology, placement, config, route_cache)

@@ -167,7 +167,8 @@ def test_symmetric_replicas_and_representative_transfers_match_the_full_step():
     model = tiny(8)
     spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, dp_overlap=False, bucket_bytes=None)
     options = StepOptions(compute=uniform(model, 1e-3, 2e-3), granularity="chunk")
-    full = simulate_step(model, spec, system=topo, options=options)
+    full = simulate_step(model, spec, system=topo, options=dataclasses.replace(options, exact=True))
+    assert len(full.phases) == 1
     reduced = simulate_step(
         model, spec, system=topo, options=dataclasses.replace(options, symmetric_replicas=True, tensor_rank0_p2p=True)
     )
