@@ -348,12 +348,13 @@ def plan(
         replica = replica_verdict(p, topology, placement, config, route_cache)
     # past FULL_SIMULATION_GPUS a reduction left to the step is used even where it is not exact (an
     # approximation the notes name), unless traffic between replicas runs inside the pipeline
-    large = p.world_size > FULL_SIMULATION_GPUS and not _inside_pipeline(p)
+    large = p.world_size > FULL_SIMULATION_GPUS and not _inside_pipeline(p) and not exact
     symmetric = p.dp > 1 and (symmetric_replicas is True or (symmetric_replicas is None and (_exact(replica) or large)))
     # left to the step, representative transfers need the pipeline in a phase of its own (symmetric replicas),
     # where the links only they cross carry nothing else, so that those links' bytes count t times
     if p.tp > 1 and p.pp > 1 and not exact and (tensor_rank0_p2p or (tensor_rank0_p2p is None and symmetric)):
-        tensor = tensor_verdict(p, topology, placement, config, route_cache, ranks=replica_ranks(p))
+        ranks = replica_ranks(p) if symmetric else None  # the ranks simulated with the transfers
+        tensor = tensor_verdict(p, topology, placement, config, route_cache, ranks=ranks)
     return Plan(
         symmetric=symmetric,
         tensor_rank0_p2p=p.tp > 1

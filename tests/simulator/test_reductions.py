@@ -15,6 +15,7 @@ from simulator.studies.reductions import (
     check_symmetric_replicas,
     extrapolate,
     notes,
+    plan,
     replica_ranks,
     replica_verdict,
     steady_state_runs,
@@ -170,3 +171,32 @@ def test_a_forced_reduction_on_a_failed_link_is_labelled_approximate():
 def test_exact_refuses_a_forced_reduction():
     with pytest.raises(ValueError, match="StepOptions.symmetric_replicas: True"):
         StepOptions(exact=True, symmetric_replicas=True)
+
+
+def test_past_the_full_simulation_limit_inexact_reductions_are_used_and_labelled_unless_exact():
+    # 130 DGX H100 (1,040 GPUs > FULL_SIMULATION_GPUS = 1,024), tp 8 x pp 2 x dp 65: stage 0 on servers 0-64,
+    # stage 1 on 65-129, so stage transfers leave their leaves (ECMP): not exact, used as approximations
+    topo = build_system("dgx-h100", nodes=130)
+    spec = ParallelismSpec(tp=8, pp=2, dp=65, global_batch=130, **SERIAL)
+    placement = Placement.block(topo, nranks=spec.world_size)
+
+    def planned(layout=spec, exact=False):
+        return plan(
+            layout,
+            topo,
+            placement,
+            SimConfig(),
+            RouteCache(),
+            symmetric_replicas=None,
+            tensor_rank0_p2p=None,
+            exact=exact,
+        )
+
+    auto = planned()
+    assert auto.symmetric and auto.tensor_rank0_p2p and auto.approximate and "several paths" in auto.replica.reason
+    assert not auto.scales_transfer_links  # not exact: the other tensor ranks' link bytes are not counted
+    assert all("APPROXIMATE" in note for note in notes(spec, auto, steady=None))
+    full = planned(exact=True)
+    assert not (full.symmetric or full.tensor_rank0_p2p or full.approximate)
+    overlapped = dataclasses.replace(spec, dp_overlap=True)  # replicas meet inside the pipeline: in full
+    assert not planned(overlapped).symmetric
