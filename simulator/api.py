@@ -3,12 +3,12 @@ lower (the algorithm) -> route (``flows.Routes`` over the one Router built here)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 
 import numpy as np
 
-from topologies.checks import instance
+from topologies.checks import instance, reject
 from topologies.routing import RouteCache, Router
 from topologies.topology import Topology
 from workloads.collectives import Collective
@@ -124,6 +124,43 @@ def simulate(
         task_times=MappingProxyType(recorded),
         timeline=timeline,
     )
+
+
+def collective_link_bytes(
+    topology: Topology,
+    workload: Workload,
+    counts: Sequence[int],
+    placement: Placement,
+    config: SimConfig | None = None,
+    *,
+    route_cache: RouteCache | None = None,
+) -> np.ndarray:
+    """The wire bytes each link carries when collective i of ``workload`` runs ``counts[i]`` times, chosen,
+    lowered and routed as :func:`simulate` does: link bytes do not depend on when the collectives run (a fluid
+    network loses nothing), so no replay is needed. A training step that simulates one data-parallel replica
+    adds what the collectives it stands for move (``simulator.studies.training``)."""
+    _check_inputs(topology, workload, placement, config)
+    config = config or SimConfig()
+    if len(counts) != len(workload.collectives) or any(not isinstance(n, int) or n < 0 for n in counts):
+        raise reject("counts", counts, f"{len(workload.collectives)} integers >= 0, one per collective")
+    ctx = _context(topology, placement, config, route_cache)
+    routes = Routes(ctx.router, rank_gpu=placement.rank_gpu, qps_per_connection=ctx.qps_per_connection)
+    uses: dict[Collective, int] = {}
+    for c, n in zip(workload.collectives, counts):
+        if n:
+            uses[c] = uses.get(c, 0) + n
+    links: list[np.ndarray] = []
+    moved: list[np.ndarray] = []
+    for c, n in uses.items():
+        choice = choose(c, ctx, config.collectives)
+        schedule = ALGORITHMS[choice.algorithm].lower(c, ctx, protocol=choice.protocol, nchannels=choice.nchannels)
+        for step in schedule.steps:
+            flows = routes.route(step, schedule)
+            links.append(flows.links)
+            moved.append(np.repeat(flows.wire_bytes * n, flows.counts) * flows.link_weights)
+    if not links:
+        return np.zeros(topology.num_links)
+    return np.bincount(np.concatenate(links), weights=np.concatenate(moved), minlength=topology.num_links)
 
 
 def tuner_candidates(

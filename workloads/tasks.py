@@ -19,6 +19,12 @@ independent of the hardware. :meth:`Workload.with_durations` gives each such tas
 lookup (a GPU's compute model, e.g. ``workloads.training.StepCompute.duration_s``) returns for its work;
 the engine runs resolved workloads only (``unresolved`` lists what is missing).
 
+Passive ranks (``passive``): ranks whose part is played by symmetry. Their programs are empty; they take part in
+every collective of their groups without arriving, so such a collective starts when its other members have
+arrived and moves the bytes of every member (a training step simulating one data-parallel replica lists the
+other replicas' members of its data-parallel groups so: ``simulator.studies.reductions``). Every collective
+needs a member that is not passive.
+
 Ranks may share one program object (workloads.training builds equal programs once). ``shared_programs`` lists
 each distinct program object (by identity) with the ranks that run it, in increasing order, in order of
 their first rank, so that consumers work once per distinct program; it is derived from ``programs`` and
@@ -89,6 +95,7 @@ class Workload:
     nranks: int
     collectives: tuple[Collective, ...]
     programs: tuple[tuple[Task, ...], ...]
+    passive: frozenset[int] = frozenset()  # ranks whose part is played by symmetry (module docstring)
     # (program, read-only int64 array of its ranks) per distinct program object: see the module docstring
     shared_programs: tuple[tuple[tuple[Task, ...], np.ndarray], ...] = field(init=False, repr=False, compare=False)
 
@@ -103,6 +110,22 @@ class Workload:
         for i, coll in enumerate(self.collectives):
             if max(coll.group) >= self.nranks:
                 raise ValueError(f"Workload.collectives[{i}]: group rank {max(coll.group)} >= nranks {self.nranks}")
+        if not isinstance(self.passive, frozenset) or any(
+            not is_int(r) or not 0 <= r < self.nranks for r in self.passive
+        ):
+            raise reject("Workload.passive", self.passive, f"a frozenset of ranks in 0..{self.nranks - 1}")
+        if self.passive:
+            busy = [r for r in self.passive if self.programs[r]]
+            if busy:
+                raise ValueError(
+                    f"Workload.programs[{min(busy)}]: rank {min(busy)} is passive; expected an empty program"
+                )
+            idle = [i for i, c in enumerate(self.collectives) if self.passive.issuperset(c.group)]
+            if idle:
+                raise ValueError(
+                    f"Workload.collectives[{idle[0]}]: every member is passive, so it never starts; expected a member "
+                    "that is not passive"
+                )
         # ranks often share one program object (workloads.training builds equal programs once): its tasks are checked
         # once, then every rank's membership of the program's collectives; its ranks are kept (shared_programs)
         shared: dict[int, tuple[tuple[Task, ...], tuple[int, ...], list[int]]] = {}  # id -> program, indices, ranks
@@ -173,7 +196,12 @@ class Workload:
                     resolved.append(task)
                 new = programs[id(program)] = tuple(resolved)
             out.append(new)
-        return Workload(nranks=self.nranks, collectives=self.collectives, programs=tuple(out))
+        return Workload(nranks=self.nranks, collectives=self.collectives, programs=tuple(out), passive=self.passive)
+
+    def arrivals(self, index: int) -> int:
+        """How many members of collective ``index`` arrive at it: its group less the passive ranks."""
+        group = self.collectives[index].group
+        return len(group) - (len(self.passive.intersection(group)) if self.passive else 0)
 
     @classmethod
     def sequence(cls, collectives: list[Collective] | tuple[Collective, ...], *, nranks: int) -> Workload:

@@ -75,7 +75,8 @@ def run(
     """
     env = simpy.Environment()
     fabric = Fabric(env, network)
-    meetings = [_Rendezvous(waiting=c.nranks, done=env.event()) for c in workload.collectives]
+    # a collective starts when its members that arrive have (passive ranks take part without arriving)
+    meetings = [_Rendezvous(waiting=workload.arrivals(i), done=env.event()) for i in range(len(workload.collectives))]
     rank_end = [0.0] * workload.nranks
     recorded = range(workload.nranks) if task_ranks is None else task_ranks
     task_times = {rank: np.full((len(workload.programs[rank]), 2), np.nan) for rank in recorded}

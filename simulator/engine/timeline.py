@@ -178,7 +178,8 @@ def _walk_streams(workload: Workload, durations: list[float]) -> Timeline:
     current = heads[:]  # per stream: the first unfinished task, -1 when done
     previous_end = [0.0] * nstreams  # per stream: end of its last finished task
     distinct = program_of.tolist()
-    need = [len({distinct[r] for r in c.group}) for c in workload.collectives]
+    passive = workload.passive  # they take part without arriving
+    need = [len({distinct[r] for r in c.group if r not in passive}) for c in workload.collectives]
     arrived = [0] * ncoll
     latest = [0.0] * ncoll
     member_stream: list[list[int]] = [[] for _ in range(ncoll)]

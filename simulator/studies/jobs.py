@@ -156,8 +156,10 @@ def merge_jobs(topology: Topology, jobs: Sequence[Job]) -> tuple[Workload, Place
     collectives: list[Collective] = []
     programs: list[tuple[Task, ...]] = []
     rank_gpu: list[int] = []
+    passive: set[int] = set()
     for workload, placement in jobs:
         rank_offset, collective_offset = len(programs), len(collectives)
+        passive.update(r + rank_offset for r in workload.passive)
         collectives.extend(
             dataclasses.replace(c, group=tuple(r + rank_offset for r in c.group)) for c in workload.collectives
         )
@@ -169,7 +171,9 @@ def merge_jobs(topology: Topology, jobs: Sequence[Job]) -> tuple[Workload, Place
             for program in workload.programs
         )
         rank_gpu.extend(placement.rank_gpu)
-    merged = Workload(nranks=len(programs), collectives=tuple(collectives), programs=tuple(programs))
+    merged = Workload(
+        nranks=len(programs), collectives=tuple(collectives), programs=tuple(programs), passive=frozenset(passive)
+    )
     return merged, Placement.custom(topology, rank_gpu)
 
 

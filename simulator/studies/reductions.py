@@ -25,12 +25,23 @@ order (tests compare at 1e-9, not bit for bit).
   tensor group in every pass. Left to the step it is used with symmetric replicas only, where the links only
   tensor rank 0's transfers cross carry nothing else in the pipeline phase, so their bytes count t times
   (otherwise the other t - 1 transfers' link bytes are not counted; ``workloads.training.pipeline``).
-* ``symmetric_replicas``: data-parallel replicas run the same pipeline independently until the gradient
-  reduction, so the step is simulated as two phases: the pipeline of ONE replica (its t c p ranks on the GPUs
-  they occupy, :func:`replica_ranks`), then the reduction, embedding sync and optimizer of ALL ranks. Counts,
-  bytes and link bytes of the pipeline phase are multiplied by d in the breakdown. The reduction phase does
-  not depend on the batch, so the steady-state extrapolation simulates it once. Not allowed when forced on a
-  layout whose data-parallel traffic runs inside the pipeline (``dp_overlap``, ZeRO-3).
+* ``symmetric_replicas``: data-parallel replicas run the same pipeline, so ONE replica (its t c p ranks on the
+  GPUs they occupy, :func:`replica_ranks`) stands for all d. When replicas meet only after the pipeline
+  (``dp_overlap`` off, ZeRO < 3, EP 1) the step is two phases: that replica's pipeline, then the reduction,
+  embedding sync and optimizer of ALL ranks; counts, bytes and link bytes of the pipeline phase count d times,
+  and the reduction phase, which does not depend on the batch, is simulated once for the steady-state
+  extrapolation. Otherwise (overlapped gradient buckets, ZeRO-3/FSDP gathers, expert-parallel groups across
+  replicas) the replica's whole step is one phase whose collectives keep every member: the other replicas'
+  members are passive ranks (``Workload.passive``: no program, they take part without arriving, so a
+  collective starts when the replica's member arrives, as it would with every replica in step) and their
+  flows move. Each collective counts d / (replicas its group spans) times (a data-parallel bucket once, an
+  expert all-to-all spanning e replicas d / e times, a replica's own d times), and the link bytes of those it
+  stands for are added by routing them once more (``api.collective_link_bytes``: bytes do not depend on
+  timing). Exact when, besides the conditions above, the traffic between replicas crosses none of the
+  pipeline's links (its ends inside the servers and on the NIC cables, ``Router.ends``): then every replica
+  meets it alike. Where it does (data-parallel buckets and stage transfers through one GPU's PCIe link), the
+  other replicas' pipeline traffic that would share those links is missing: an approximation (the default
+  ``fabricsim step`` forced so: 3.1979 s against 3.1997 s in full).
 * ``steady_state_microbatches=k``: a pipeline step is affine in the number of micro-batches once the schedule
   is in steady state (1F1B: (m + p - 1)(f + b)), so the step is simulated with k and 2k micro-batches (k
   rounded up to a multiple of p for the interleaved schedule, :func:`steady_state_runs`) and every additive
@@ -62,7 +73,6 @@ __all__ = (
     "Plan",
     "Verdict",
     "plan",
-    "check_symmetric_replicas",
     "replica_ranks",
     "replica_verdict",
     "tensor_verdict",
@@ -77,15 +87,6 @@ FULL_SIMULATION_GPUS = 1024
 
 #: routing policies whose routes do not depend on the load other flows put on the fabric
 _LOAD_FREE_ROUTING = ("ecmp", "minimal", "valiant", "spray")
-
-
-def check_symmetric_replicas(p: ParallelismSpec, symmetric_replicas: bool) -> None:
-    """The error when symmetric replicas are asked for a layout whose replicas interact inside the pipeline."""
-    if symmetric_replicas and p.dp > 1 and (p.dp_overlap or p.zero_stage >= 3):
-        raise ValueError(
-            "symmetric_replicas: True is not allowed with dp_overlap=True or ZeRO-3/FSDP, whose "
-            "gradient or parameter traffic runs inside the pipeline; expected False"
-        )
 
 
 def replica_ranks(p: ParallelismSpec) -> tuple[int, ...]:
@@ -213,18 +214,56 @@ def _inside_pipeline(p: ParallelismSpec) -> str:
 def replica_verdict(
     p: ParallelismSpec, topology: Topology, placement: Placement, config: SimConfig, route_cache: RouteCache
 ) -> Verdict:
-    """Whether simulating one data-parallel replica's pipeline stands exactly for all of them: replicas never
-    meet before the gradient reduction (no overlapped data-parallel traffic, no ZeRO-3 gathers, no
-    expert-parallel groups across replicas), nothing couples flows beyond shared links, and the replicas'
-    pipeline traffic has fixed, disjoint paths on alike links (:func:`_footprints`)."""
-    why = _inside_pipeline(p) or _coupling(config)
+    """Whether simulating one data-parallel replica stands exactly for all of them: nothing couples flows beyond
+    shared links, the replicas' pipeline traffic has fixed, disjoint paths on alike links (:func:`_footprints`),
+    and when traffic between replicas runs inside the pipeline (overlapped gradient reduction, ZeRO-3 gathers,
+    expert-parallel groups; simulated with the other replicas' members passive) it crosses none of those
+    paths' links, so every replica's pipeline meets it alike."""
+    why = _coupling(config)
     if why:
         return Verdict(False, why)
+    inside = _inside_pipeline(p)
+    if inside and config.failed_links:
+        return Verdict(False, f"failed links, and {inside}")
     replicas = [tuple(sorted(group[d] for group in p.groups("dp"))) for d in range(p.dp)]
     pairs = _pipeline_pairs(p, replicas[0])
     gpu = placement.rank_gpu
     units = [[(gpu[ranks[a]], gpu[ranks[b]]) for a, b in pairs] for ranks in replicas]
-    return _footprints(units, _router(topology, config, route_cache), "replica")[1]
+    router = _router(topology, config, route_cache)
+    links, verdict = _footprints(units, router, "replica")
+    if not verdict.exact or not inside:
+        return verdict
+    pipeline = set(np.concatenate(links).tolist()) if links else set()
+    for kind in ("dp_cp",) + (("ep", "edp") if p.ep > 1 else ()):
+        for group in p.groups(kind):
+            shared = pipeline.intersection(_group_ends([gpu[r] for r in group], router))
+            if shared:
+                name = topology.link_names[min(shared)]
+                return Verdict(False, f"{inside}, and that traffic shares link {name!r} with the pipeline's")
+    return verdict
+
+
+def _group_ends(gpus: Sequence[int], router: Router) -> set[int]:
+    """Every link a flow between two of ``gpus`` may cross inside the servers or on a NIC's cable, whatever
+    its hash (``Router.ends``): per member, its sends to one member of each other rail in other servers (the
+    NIC PXN picks is on the destination's rail) and one receive, with and without PXN; whole paths inside a
+    server."""
+    server, local = router.topology.gpu_server, router.topology.gpu_local
+    out: set[int] = set()
+    for a in gpus:
+        peers: dict[int, int] = {}
+        for b in gpus:
+            if b == a:
+                continue
+            if server[b] == server[a]:
+                out.update(router.ends(a, b).tolist())
+            else:
+                peers.setdefault(int(local[b]), b)
+        for b in peers.values():
+            for pxn in (False, True):
+                out.update(router.ends(a, b, pxn=pxn).tolist())
+                out.update(router.ends(b, a, pxn=pxn).tolist())
+    return out
 
 
 def tensor_verdict(
@@ -308,6 +347,7 @@ class Plan:
     """The reductions a step uses (``symmetric``, ``tensor_rank0_p2p``) and, for each, its verdict."""
 
     symmetric: bool
+    passive: bool  # symmetric, in one phase with the other replicas' members of cross-replica groups passive
     tensor_rank0_p2p: bool
     replica: Verdict | None  # None: not applicable (one replica) or not examined
     tensor: Verdict | None
@@ -347,8 +387,8 @@ def plan(
     if p.dp > 1 and symmetric_replicas is not False and not exact:
         replica = replica_verdict(p, topology, placement, config, route_cache)
     # past FULL_SIMULATION_GPUS a reduction left to the step is used even where it is not exact (an
-    # approximation the notes name), unless traffic between replicas runs inside the pipeline
-    large = p.world_size > FULL_SIMULATION_GPUS and not _inside_pipeline(p) and not exact
+    # approximation the notes name)
+    large = p.world_size > FULL_SIMULATION_GPUS and not exact
     symmetric = p.dp > 1 and (symmetric_replicas is True or (symmetric_replicas is None and (_exact(replica) or large)))
     # left to the step, representative transfers need the pipeline in a phase of its own (symmetric replicas),
     # where the links only they cross carry nothing else, so that those links' bytes count t times
@@ -357,6 +397,7 @@ def plan(
         tensor = tensor_verdict(p, topology, placement, config, route_cache, ranks=ranks)
     return Plan(
         symmetric=symmetric,
+        passive=symmetric and bool(_inside_pipeline(p)),
         tensor_rank0_p2p=p.tp > 1
         and p.pp > 1
         and (tensor_rank0_p2p is True or (tensor_rank0_p2p is None and symmetric and (_exact(tensor) or large))),
@@ -375,7 +416,13 @@ def notes(p: ParallelismSpec, plan: Plan, *, steady: tuple | None) -> list[str]:
         return f"APPROXIMATE: {verdict.reason if verdict else 'forced'}; exact=True (--exact) simulates every rank"
 
     out = []
-    if plan.symmetric:
+    if plan.passive:
+        out.append(
+            f"symmetric replicas ({how(plan.replica)}): 1 of {p.dp} data-parallel replicas simulated, the other "
+            "replicas' members of its data- and expert-parallel groups passive (they move their bytes and arrive "
+            "when it does)"
+        )
+    elif plan.symmetric:
         out.append(
             f"symmetric replicas ({how(plan.replica)}): pipeline of 1 of {p.dp} data-parallel replicas, "
             "then the reduction"

@@ -73,7 +73,7 @@ from workloads.training import (
 )
 
 from ..analysis import interval_breakdowns, link_class_bytes
-from ..api import simulate
+from ..api import collective_link_bytes, simulate
 from ..compute import gpu as cmp
 from ..config import SimConfig
 from ..engine.timeline import Timeline, task_times
@@ -413,10 +413,15 @@ class _PhaseParts:
 
 
 def _phase_parts(
-    phase: StepPhase, topology: Topology, *, transfer_links: tuple[int, ...] = (), tp: int = 1
+    phase: StepPhase,
+    topology: Topology,
+    *,
+    transfer_links: tuple[int, ...] = (),
+    tp: int = 1,
+    link_bytes: np.ndarray | None = None,
 ) -> _PhaseParts:
     """What ``phase`` adds to the step; the bytes on ``transfer_links`` (crossed only by tensor rank 0's pipeline
-    transfers, standing for ``tp``) count ``tp`` times."""
+    transfers, standing for ``tp``) count ``tp`` times; ``link_bytes`` replaces the phase's own."""
     busy, last = _phase_metrics(phase)
     training = phase.training
     workload = training.workload
@@ -435,7 +440,8 @@ def _phase_parts(
         workload, phase.timeline, labelings, focus_rank=last, weights=training.collective_weights
     )
     comm = parts.pop("all")
-    link_bytes = phase.sim.link_bytes
+    if link_bytes is None:
+        link_bytes = phase.sim.link_bytes
     if transfer_links:
         link_bytes = link_bytes.copy()
         link_bytes[list(transfer_links)] *= tp
@@ -470,6 +476,7 @@ def _measure(
     tensor_rank0_p2p: bool,
     route_cache: RouteCache,
     transfer_links: tuple[int, ...] = (),
+    passive: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> _Raw:
     """One step's additive measurements. With ``reduction`` (a symmetric-replica step: the reduction phase and
@@ -495,6 +502,37 @@ def _measure(
         second, second_parts = reduction
         phases = (first, dataclasses.replace(second, offset_s=first.sim.makespan_s))
         parts = (_phase_parts(first, topology, transfer_links=transfer_links, tp=p.tp), second_parts)
+    elif passive:
+        # one replica's whole step, the other replicas' members of its data- and expert-parallel groups passive
+        training = resolve(training_step(model, p, ranks=reductions.replica_ranks(p), passive=True, **kw), compute)
+        phase_placement = Placement.custom(topology, [placement.rank_gpu[r] for r in training.ranks])
+        phase = _run_phase(
+            topology,
+            training,
+            phase_placement,
+            config,
+            0.0,
+            1,
+            route_cache,
+            progress,
+            f"one data-parallel replica's step, {p.microbatches} micro-batches",
+        )
+        # each collective stands for those of every replica its group does not reach: d / (replicas it spans)
+        spans: dict[tuple[int, ...], int] = {}
+        stands = []
+        for c in training.workload.collectives:
+            span = spans.get(c.group)
+            if span is None:
+                span = spans[c.group] = len({p.coords(training.ranks[r]).dp for r in c.group})
+            stands.append(p.dp // span)
+        weights = tuple(w * n for w, n in zip(training.collective_weights, stands))
+        phase = dataclasses.replace(phase, training=dataclasses.replace(training, collective_weights=weights))
+        # the bytes the collectives stood for move on their own links (link bytes do not depend on timing)
+        link_bytes = phase.sim.link_bytes + collective_link_bytes(
+            topology, training.workload, [n - 1 for n in stands], phase_placement, config, route_cache=route_cache
+        )
+        phases = (phase,)
+        parts = (_phase_parts(phase, topology, link_bytes=link_bytes),)
     else:
         phases = (
             _run_phase(
@@ -636,7 +674,6 @@ def simulate_step(
         raise reject("parallelism", parallelism, "a workloads.parallelism.ParallelismSpec")
     p = parallelism.check(model)
     world = p.world_size
-    reductions.check_symmetric_replicas(p, bool(o.symmetric_replicas))
     config = o.config or SimConfig()
     if isinstance(system, Topology):
         topology = system
@@ -684,7 +721,7 @@ def simulate_step(
     )
     kw = _StepArgs(recompute=recompute, granularity=o.granularity, tensor_rank0_p2p=used.tensor_rank0_p2p)
     reduction: tuple[StepPhase, _PhaseParts] | None = None
-    if used.symmetric:
+    if used.symmetric and not used.passive:
         # the reduction phase reduces every gradient once, syncs the embedding and runs the optimizer: it does
         # not depend on the batch, so it is simulated once, with this layout, for both runs of the steady-state
         # extrapolation (their layouts differ from this one in the global batch only); the step's phases are
@@ -706,6 +743,7 @@ def simulate_step(
             reduction=reduction,
             route_cache=route_cache,
             transfer_links=used.tensor.links if used.tensor is not None and used.scales_transfer_links else (),
+            passive=used.passive,
             progress=o.progress,
             **kw,
         )

@@ -454,3 +454,31 @@ def test_a_route_cache_shared_between_runs_changes_no_result():
             assert [r.end_s for r in res.collectives] == [r.end_s for r in fresh.collectives]
             assert res.link_bytes.tobytes() == fresh.link_bytes.tobytes()
     assert len(cache) == 1  # one topology: one wiring, reused by every run
+
+
+@pytest.mark.parametrize("network_model", ["flow", "analytical"])
+def test_a_passive_rank_takes_part_without_arriving(network_model):
+    # ranks 0 and 1 compute 1 ms and 2 ms, then all-reduce 64 MiB with ranks 2 and 3. Written out, ranks 2 and 3
+    # compute 1 ms and 2 ms too (the same programs as 0 and 1): the collective starts at 2 ms. Passive, ranks
+    # 2 and 3 have no program and the collective still starts at 2 ms, when ranks 0 and 1 have arrived, and
+    # moves the same bytes: every time and every link's bytes are the same.
+    topo = build_system("dgx-h100", nodes=2)
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=64 << 20, group=(0, 1, 2, 3))
+    program = [(ComputeTask(duration_s=d), CommTask(index=0)) for d in (1e-3, 2e-3)]
+    placement = Placement.custom(topo, [0, 8, 1, 9])
+    config = SimConfig(network_model=network_model)
+    full = simulate(topo, Workload(nranks=4, collectives=(coll,), programs=(*program, *program)), placement, config)
+    passive = Workload(nranks=4, collectives=(coll,), programs=(*program, (), ()), passive=frozenset({2, 3}))
+    reduced = simulate(topo, passive, placement, config)
+    (record,) = reduced.collectives
+    assert record.start_s == 2e-3 and (record.start_s, record.end_s) == (
+        full.collectives[0].start_s,
+        full.collectives[0].end_s,
+    )
+    assert np.array_equal(reduced.link_bytes, full.link_bytes)
+    assert reduced.rank_end_s[:2] == full.rank_end_s[:2]
+    with pytest.raises(ValueError, match="rank 2 is passive"):
+        Workload(nranks=4, collectives=(coll,), programs=(*program, *program), passive=frozenset({2}))
+    lonely = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=8, group=(2, 3))
+    with pytest.raises(ValueError, match="every member is passive"):
+        Workload(nranks=4, collectives=(lonely,), programs=((), (), (), ()), passive=frozenset({2, 3}))

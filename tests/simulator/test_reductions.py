@@ -12,7 +12,6 @@ from simulator.placement import Placement
 from simulator.studies.reductions import (
     Plan,
     Verdict,
-    check_symmetric_replicas,
     extrapolate,
     notes,
     plan,
@@ -45,16 +44,11 @@ def test_steady_state_runs_only_past_2k_and_whole_rounds_of_p_when_interleaved()
     assert steady_state_runs(inter, 3)[0] == 4  # 3 rounded up to p
 
 
-def test_symmetric_replicas_need_a_pipeline_free_of_data_parallel_traffic():
+def test_replica_ranks_and_the_notes_of_forced_reductions():
     spec = ParallelismSpec(tp=2, pp=2, dp=2, global_batch=4, dp_overlap=False)
-    check_symmetric_replicas(spec, True)
     # replica 0 is the ranks with data-parallel coordinate 0: t x p = 4 of the 8 (tp innermost, then dp)
     assert replica_ranks(spec) == (0, 1, 4, 5)
-    with pytest.raises(ValueError, match="symmetric_replicas: True is not allowed"):
-        check_symmetric_replicas(ParallelismSpec(dp=2, global_batch=2), True)  # dp_overlap
-    with pytest.raises(ValueError, match="symmetric_replicas: True is not allowed"):
-        check_symmetric_replicas(ParallelismSpec(dp=2, global_batch=2, zero=3, dp_overlap=False), True)
-    forced = Plan(symmetric=True, tensor_rank0_p2p=True, replica=None, tensor=None)
+    forced = Plan(symmetric=True, passive=False, tensor_rank0_p2p=True, replica=None, tensor=None)
     assert forced.approximate and len(notes(spec, forced, steady=None)) == 2
 
 
@@ -198,5 +192,44 @@ def test_past_the_full_simulation_limit_inexact_reductions_are_used_and_labelled
     assert all("APPROXIMATE" in note for note in notes(spec, auto, steady=None))
     full = planned(exact=True)
     assert not (full.symmetric or full.tensor_rank0_p2p or full.approximate)
-    overlapped = dataclasses.replace(spec, dp_overlap=True)  # replicas meet inside the pipeline: in full
-    assert not planned(overlapped).symmetric
+    # gradients reduced during the backward: one phase, the other replicas' data-parallel members passive
+    overlapped = planned(dataclasses.replace(spec, dp_overlap=True))
+    assert overlapped.symmetric and overlapped.passive and overlapped.approximate
+
+
+def _moe(model):
+    # every layer a mixture of 8 experts, 2 per token
+    return dataclasses.replace(model, experts=8, top_k=2, expert_ffn_hidden=model.ffn_hidden)
+
+
+@pytest.mark.parametrize(
+    "layout, exact",
+    [
+        (dict(tp=8, dp=4), True),  # tensor groups fill a server, no stage transfers: the pipeline stays inside
+        (dict(tp=8, dp=4, zero=3), True),  # FSDP's parameter gathers run between replicas, on the NICs only
+        (dict(tp=2, pp=2, dp=8), False),  # gradient buckets and stage transfers share the GPUs' PCIe links
+        (dict(tp=2, dp=16, ep=4, sequence_parallel=True), False),  # expert all-to-alls span 4 replicas
+    ],
+)
+def test_overlapped_traffic_between_replicas_runs_with_passive_members(layout, exact):
+    # one replica's whole step, the other replicas' members of its data- and expert-parallel groups passive:
+    # where the verdict is exact the step is the full simulation's; forced where it is not, it is labelled so
+    topo = build_system("dgx-h100", nodes=4)
+    model = custom_gpt(layers=4, hidden=128, heads=8, vocab=128, seq_len=32)
+    if "ep" in layout:
+        model = _moe(model)
+    spec = ParallelismSpec(global_batch=2 * layout["dp"], bucket_bytes=4096, **layout)
+    forced = {} if exact else {"symmetric_replicas": True}
+    auto, full = _pair(spec, topo, model, **forced)
+    assert len(auto.phases) == 1 and auto.notes and "passive" in auto.notes[0]
+    assert auto.approximate is not exact
+    if exact:
+        assert auto.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
+        assert auto.exposed_comm_s == pytest.approx(full.exposed_comm_s, rel=1e-6, abs=1e-12)
+    for group, entry in full.breakdown["group"].items():  # counts and bytes hold either way
+        assert (auto.breakdown["group"][group]["count"], auto.breakdown["group"][group]["nbytes"]) == (
+            entry["count"],
+            entry["nbytes"],
+        )
+    for tier, nbytes in full.breakdown["link_tier_bytes"].items():
+        assert auto.breakdown["link_tier_bytes"][tier] == pytest.approx(nbytes, rel=1e-9)

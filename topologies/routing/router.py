@@ -192,16 +192,32 @@ class Router:
         >>> router.fixed_path(0, 1).tolist() == router.path(0, 1).tolist(), router.fixed_path(0, 8 * 63) is None
         (True, True)
         """
+        return self._checked_pair(src_gpu, dst_gpu, pxn, "fixed_path").fixed
+
+    def _checked_pair(self, src_gpu: int, dst_gpu: int, pxn: bool | None, method: str) -> _Pair:
+        """The (memoised) pair of two valid, distinct GPUs, for ``method``'s errors."""
         for name, gpu in (("src_gpu", src_gpu), ("dst_gpu", dst_gpu)):
-            integer(f"fixed_path: {name}", gpu, low=0, high=self._w.num_gpus - 1)
+            integer(f"{method}: {name}", gpu, low=0, high=self._w.num_gpus - 1)
         if src_gpu == dst_gpu:
-            raise ValueError(f"fixed_path: source and destination are the same GPU ({src_gpu})")
+            raise ValueError(f"{method}: source and destination are the same GPU ({src_gpu})")
         pxn = self.pxn if pxn is None else pxn
         key = (src_gpu * self._w.num_gpus + dst_gpu) * 2 + (1 if pxn else 0)
         pair = self._pairs.get(key)
         if pair is None:
             pair = self._pairs[key] = self._pair(src_gpu, dst_gpu, pxn)
-        return pair.fixed
+        return pair
+
+    def ends(self, src_gpu: int, dst_gpu: int, *, pxn: bool | None = None) -> np.ndarray:
+        """The links every flow from GPU ``src_gpu`` to GPU ``dst_gpu`` crosses whatever its hash and the load:
+        inside the servers and the two NICs' cables (the whole path inside one server). Assigns no load.
+
+        >>> from topologies.presets import build_system
+        >>> router = Router(build_system("dgx-h100", nodes=64, topology="fat-tree"))
+        >>> set(router.ends(0, 8 * 63).tolist()) <= set(router.path(0, 8 * 63).tolist())
+        True
+        """
+        pair = self._checked_pair(src_gpu, dst_gpu, pxn, "ends")
+        return np.asarray(pair.head + pair.tail, dtype=np.int64)
 
     def paths(
         self,

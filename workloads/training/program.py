@@ -78,8 +78,12 @@ class _Builder:
         part: str,
         ranks: tuple[int, ...],
         tensor_rank0_p2p: bool,
+        passive: bool = False,
     ):
         self.model, self.spec = model, spec
+        # members of collectives outside ``ranks`` join as passive ranks, numbered after them, when ``passive``
+        self.allow_passive = passive
+        self.passive: list[int] = []
         self.tensor_rank0_p2p = tensor_rank0_p2p and spec.tp > 1
         self.recompute, self.granularity, self.part = recompute, granularity, part
         self.local = {r: i for i, r in enumerate(ranks)}
@@ -177,7 +181,11 @@ class _Builder:
         if index is None:
             coll = make()
             missing = [r for r in coll.group if r not in self.local]
-            if missing:
+            if missing and self.allow_passive:
+                for r in missing:
+                    self.local[r] = len(self.local)
+                    self.passive.append(r)
+            elif missing:
                 raise ValueError(
                     f"training_step.part: {self.part!r} builds a collective ({name}) with rank "
                     f"{missing[0]}, which is not built; expected part='all'"
@@ -445,6 +453,7 @@ def training_step(
     part: str = "all",
     ranks: Iterable[int] | None = None,
     tensor_rank0_p2p: bool = False,
+    passive: bool = False,
 ) -> TrainingWorkload:
     """The programs of every rank for one training step (see the module docstring).
 
@@ -453,8 +462,10 @@ def training_step(
     "all" (the step), "pipeline" (forward/backward passes only, no data-parallel reduction or optimizer) or
     "reduction" (only the data-parallel reduction, embedding sync and optimizer: what follows the pipeline
     when ``dp_overlap`` is False). ``ranks``: build only these global ranks (their collectives must stay among
-    them), renumbered 0..len-1 in the Workload. ``tensor_rank0_p2p``: only tensor rank 0 of each stage moves
-    the pipeline tensors (``pipeline``, representative transfers).
+    them, unless ``passive``), renumbered 0..len-1 in the Workload. ``passive``: the other members of their
+    collectives join as passive ranks (``Workload.passive``: no program, they take part without arriving),
+    numbered after ``ranks`` and listed after them in ``TrainingWorkload.ranks``. ``tensor_rank0_p2p``: only
+    tensor rank 0 of each stage moves the pipeline tensors (``pipeline``, representative transfers).
     """
     if not isinstance(model, ModelSpec):
         raise reject("model", model, "a workloads.model.ModelSpec")
@@ -489,9 +500,15 @@ def training_step(
         part=part,
         ranks=ranks,
         tensor_rank0_p2p=tensor_rank0_p2p,
+        passive=flag("passive", passive),
     )
-    programs = tuple(map(builder.program, ranks))
-    workload = Workload(nranks=len(ranks), collectives=tuple(builder.collectives), programs=programs)
+    programs = tuple(map(builder.program, ranks)) + ((),) * len(builder.passive)
+    workload = Workload(
+        nranks=len(programs),
+        collectives=tuple(builder.collectives),
+        programs=programs,
+        passive=frozenset(range(len(ranks), len(programs))),
+    )
     training = TrainingWorkload(
         workload=workload,
         group_kinds=tuple(builder.kinds),
@@ -502,6 +519,6 @@ def training_step(
         recompute=recompute,
         granularity=granularity,
         part=part,
-        ranks=ranks,
+        ranks=ranks + tuple(builder.passive),
     )
     return training if compute is None else resolve(training, compute)
