@@ -14,7 +14,9 @@ per batch of changes, so a thousand flows starting at the same instant cost one 
 
 A flow is a list of link ids with weights (a chain of ring edges is one flow whose links carry
 weight = edge bytes / chain bytes) and a rate cap; it consumes ``weight x rate`` on each link.
-Per-link bytes moved are accumulated for utilisation and conservation checks.
+Per-link bytes moved (``link_bytes``, for utilisation and conservation checks) are counted when a flow
+ends: its data bytes (or, moved to new paths, those it has sent) times its weights, once per flow rather
+than at every event, which would cost every active flow's links per event.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class FluidNetwork:
         "active": np.bool_,
         "batch": np.int64,
         "ids": np.int64,
+        "data": np.float64,
     }
 
     remaining = _slot_view("remaining")
@@ -83,6 +86,7 @@ class FluidNetwork:
     active = _slot_view("active")
     batch = _slot_view("batch")
     ids = _slot_view("ids")
+    data = _slot_view("data")  # the flow's data bytes (wire bytes, start-up not included)
 
     def __init__(self, capacity_bytes_per_s: np.ndarray):
         self._base_capacity = np.asarray(capacity_bytes_per_s, dtype=np.float64)
@@ -154,6 +158,7 @@ class FluidNetwork:
         fill = np.zeros(n) if fill_bytes is None else np.asarray(fill_bytes, dtype=np.float64)
         new_ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
         slots = self._slots
+        slots["data"][n0 : n0 + n] = wire_bytes
         slots["remaining"][n0 : n0 + n] = np.asarray(wire_bytes, dtype=np.float64) + fill
         slots["fill"][n0 : n0 + n] = fill
         slots["rate"][n0 : n0 + n] = 0.0
@@ -178,9 +183,21 @@ class FluidNetwork:
         and cap; returns their new ids (the old ones end without completing)."""
         slots = np.searchsorted(self.ids, ids)  # ids grow with slot order (compaction keeps it)
         remaining, fill, cap = self.remaining[slots].copy(), self.fill[slots].copy(), self.cap[slots].copy()
+        self._count_bytes(slots, self.data[slots] - (remaining - fill))  # what the old paths carried
         self.active[slots] = False
         self.rate[slots] = 0.0
         return self.add(links, weights, counts, remaining - fill, cap, fill)
+
+    def _count_bytes(self, slots: np.ndarray, nbytes: np.ndarray) -> None:
+        """Add ``nbytes[i]`` x its weights to the links of the flow in slot ``slots[i]``."""
+        ptr = self.flow_ptr
+        entries = entries_of(ptr, slots)
+        counts = ptr[slots + 1] - ptr[slots]
+        self.link_bytes += np.bincount(
+            self.flow_links[entries],
+            weights=np.repeat(nbytes, counts) * self.flow_weights[entries],
+            minlength=self.link_bytes.shape[0],
+        )
 
     def next_completion_s(self) -> float:
         if self._dirty:
@@ -203,20 +220,12 @@ class FluidNetwork:
             return idx
         if dt_s > 0:
             moved = np.minimum(rate[idx] * dt_s, remaining[idx])
-            filled = np.minimum(moved, fill[idx])  # start-up first: no data on the links
-            fill[idx] -= filled
-            ptr = self.flow_ptr
-            entries = entries_of(ptr, idx)
-            counts = ptr[idx + 1] - ptr[idx]
-            self.link_bytes += np.bincount(
-                self.flow_links[entries],
-                weights=np.repeat(moved - filled, counts) * self.flow_weights[entries],
-                minlength=self.link_bytes.shape[0],
-            )
+            fill[idx] -= np.minimum(moved, fill[idx])  # start-up first: no data on the links
             remaining[idx] -= moved
         # finished: at most a nanosecond of transfer left (float round-off on the drain)
         done = idx[remaining[idx] <= rate[idx] * 1e-9 + 1e-9]
         if done.size:
+            self._count_bytes(done, self.data[done])
             remaining[done] = 0.0
             active[done] = False
             rate[done] = 0.0
