@@ -4,8 +4,20 @@ Layering rule: numba is imported only inside this package. Everything else calls
 Python wrappers exported here, which take and return numpy arrays.
 """
 
+from simulator.kernels.components import link_insert, link_rebuild, link_remove, reach
 from simulator.kernels.dcqcn import DCQCN_PARAM_NAMES, dcqcn_rates
 from simulator.kernels.lossless import lossless_throttle, successor_pairs
 from simulator.kernels.maxmin import build_csr, maxmin_rates
 
-__all__ = ["build_csr", "maxmin_rates", "dcqcn_rates", "DCQCN_PARAM_NAMES", "lossless_throttle", "successor_pairs"]
+__all__ = [
+    "build_csr",
+    "maxmin_rates",
+    "link_insert",
+    "link_rebuild",
+    "link_remove",
+    "reach",
+    "dcqcn_rates",
+    "DCQCN_PARAM_NAMES",
+    "lossless_throttle",
+    "successor_pairs",
+]

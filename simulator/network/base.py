@@ -170,6 +170,7 @@ class FluidNetwork:
         self._next_id += n
         self._nbatches += 1
         self._dirty = True
+        self._added(n0, n, m0, total)
         return new_ids
 
     def set_link_scale(self, link: int, scale: float) -> None:
@@ -177,6 +178,7 @@ class FluidNetwork:
         re-rated at the next change (the caller re-paths flows off a failed link first)."""
         self.capacity_bytes_per_s[link] = self._base_capacity[link] * scale
         self._dirty = True
+        self._rescaled(link)
 
     def repath(self, ids: np.ndarray, links: np.ndarray, weights: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Move active flows ``ids`` onto new paths (as in ``add``), keeping their remaining bytes, start-up
@@ -189,15 +191,15 @@ class FluidNetwork:
         return self.add(links, weights, counts, remaining - fill, cap, fill)
 
     def _count_bytes(self, slots: np.ndarray, nbytes: np.ndarray) -> None:
-        """Add ``nbytes[i]`` x its weights to the links of the flow in slot ``slots[i]``."""
+        """Add ``nbytes[i]`` x its weights to the links of the flow in slot ``slots[i]``, which ends."""
         ptr = self.flow_ptr
         entries = entries_of(ptr, slots)
         counts = ptr[slots + 1] - ptr[slots]
-        self.link_bytes += np.bincount(
-            self.flow_links[entries],
-            weights=np.repeat(nbytes, counts) * self.flow_weights[entries],
-            minlength=self.link_bytes.shape[0],
-        )
+        links = self.flow_links[entries]
+        # each link's sum over these flows, then added: O(entries), not O(links)
+        touched, local = np.unique(links, return_inverse=True)
+        self.link_bytes[touched] += np.bincount(local, weights=np.repeat(nbytes, counts) * self.flow_weights[entries])
+        self._ended(entries, links)
 
     def next_completion_s(self) -> float:
         if self._dirty:
@@ -235,6 +237,19 @@ class FluidNetwork:
     def _rerate(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    # what a model that re-rates only what a change reaches (``flow``) keeps track of; nothing by default
+    def _added(self, n0: int, n: int, m0: int, total: int) -> None:
+        """Flows in slots ``n0`` .. ``n0 + n - 1`` (entries ``m0`` .. ``m0 + total - 1``) have started."""
+
+    def _ended(self, entries: np.ndarray, links: np.ndarray) -> None:
+        """The flows owning ``entries`` (on ``links``) have ended or moved to new paths."""
+
+    def _rescaled(self, link: int) -> None:
+        """Link ``link``'s capacity has changed."""
+
+    def _compacted(self) -> None:
+        """Slots and entries have moved (``_compact``)."""
+
     def _compact(self) -> None:
         """Drop finished flows' slots once they are most of the storage."""
         if self.active.shape[0] < self.COMPACT_MIN_SLOTS or self.active.sum() * 2 > self.active.shape[0]:
@@ -249,3 +264,4 @@ class FluidNetwork:
         for buf in self._slots.values():
             buf[:k] = buf[keep]
         self._n, self._m = k, m
+        self._compacted()

@@ -362,6 +362,8 @@ class CongestionNetwork(FlowNetwork):
     ``dcqcn_simulated_s`` and ``dcqcn_settled`` (last DCQCN integration; 0 / True if none ran).
     """
 
+    incremental = False  # re-rates every flow: the refinements couple flows beyond shared links
+
     def __init__(
         self,
         capacity_bytes_per_s: np.ndarray,

@@ -2,8 +2,9 @@
 
 Rates: weighted max-min fairness (progressive filling) over all active flows and all links,
 computed by the numba kernel ``simulator.kernels.maxmin_rates`` whenever flows start or finish
-(once per batch of simultaneous changes). Between changes rates are constant, so a flow's
-completion time is exact for the fluid model.
+(once per batch of simultaneous changes), for the flows those changes reach through shared links
+(``kernels.components``): the rest keep their rates, which a full re-rating would give again.
+Between changes rates are constant, so a flow's completion time is exact for the fluid model.
 
 Captures: bandwidth sharing on every link (NVLink, PCIe, NIC, fabric), ECMP collisions (two
 flows hashed onto one spine link share it), incast at a receiver's downlink, protocol caps.
@@ -17,15 +18,112 @@ finishing at 20 ms + 0.5 GB / 50 GB/s = 30 ms.
 
 from __future__ import annotations
 
-from ..kernels import maxmin_rates
-from .base import FluidNetwork
+import numpy as np
+
+from ..kernels import link_insert, link_rebuild, link_remove, maxmin_rates, reach
+from .base import FluidNetwork, entries_of
 
 
 class FlowNetwork(FluidNetwork):
     name = "flow"
+    incremental = True  # re-rate only the flows a change reaches (False: every flow, every time)
+
+    def __init__(self, capacity_bytes_per_s: np.ndarray):
+        super().__init__(capacity_bytes_per_s)
+        nlinks = self.capacity_bytes_per_s.shape[0]
+        # each link's active entries as a linked list (kernels.components), and the walk's scratch arrays
+        self._link_head = np.full(nlinks, -1, dtype=np.int64)
+        self._entry_next = np.full(64, -1, dtype=np.int64)
+        self._entry_prev = np.full(64, -1, dtype=np.int64)
+        self._entry_flow = np.zeros(64, dtype=np.int64)
+        self._link_stamp = np.zeros(nlinks, dtype=np.int64)
+        self._flow_stamp = np.zeros(16, dtype=np.int64)
+        self._queue = np.empty(nlinks, dtype=np.int64)
+        self._link_local = np.zeros(nlinks, dtype=np.int64)  # a reached link's index among the reached ones
+        self._reached = np.empty(16, dtype=np.int64)
+        self._stamp = 0
+        self._touched: list[np.ndarray] = []  # links changed since the last re-rating
+
+    def _added(self, n0: int, n: int, m0: int, total: int) -> None:
+        if not self.incremental:
+            return
+        if self._entry_next.shape[0] < self._links.shape[0]:  # the entry buffers grew: so do the lists'
+            size = self._links.shape[0]
+            for name in ("_entry_next", "_entry_prev", "_entry_flow"):
+                grown = np.full(size, -1, dtype=np.int64)
+                grown[: self._m - total] = getattr(self, name)[: self._m - total]
+                setattr(self, name, grown)
+        if self._flow_stamp.shape[0] < self._slots["rate"].shape[0]:
+            size = self._slots["rate"].shape[0]
+            stamps = np.zeros(size, dtype=np.int64)
+            stamps[: self._flow_stamp.shape[0]] = self._flow_stamp
+            self._flow_stamp, self._reached = stamps, np.empty(size, dtype=np.int64)
+        ptr = self._ptr
+        self._entry_flow[m0 : m0 + total] = np.repeat(np.arange(n0, n0 + n), np.diff(ptr[n0 : n0 + n + 1]))
+        link_insert(self._link_head, self._entry_next, self._entry_prev, self._links, m0, m0 + total)
+        self._touched.append(self._links[m0 : m0 + total].copy())
+
+    def _ended(self, entries: np.ndarray, links: np.ndarray) -> None:
+        if self.incremental:
+            link_remove(self._link_head, self._entry_next, self._entry_prev, self._links, entries)
+            self._touched.append(links)
+
+    def _rescaled(self, link: int) -> None:
+        if self.incremental:
+            self._touched.append(np.array([link], dtype=np.int64))
+
+    def _compacted(self) -> None:
+        if self.incremental:
+            link_rebuild(
+                self._link_head,
+                self._entry_next,
+                self._entry_prev,
+                self._entry_flow,
+                self.flow_ptr,
+                self.flow_links,
+                self.active,
+            )
 
     def _rerate(self) -> None:
-        self.rate = maxmin_rates(
-            self.flow_ptr, self.flow_links, self.flow_weights, self.active, self.capacity_bytes_per_s, self.cap
+        touched, self._touched = self._touched, []
+        if not (self.incremental and self.rerates and touched):
+            self.rate = maxmin_rates(
+                self.flow_ptr, self.flow_links, self.flow_weights, self.active, self.capacity_bytes_per_s, self.cap
+            )
+            self.rate[~self.active] = 0.0
+            return
+        # only the flows connected to a changed link through links they share can change rate: progressive
+        # filling rates each connected component from its own flows and links, so the others keep theirs.
+        # The reached component is rated alone, its flows in slot order and its links renumbered in id order,
+        # so that every sum and every tie runs as in a re-rating of all flows.
+        self._stamp += 1
+        ptr = self.flow_ptr
+        n, k = reach(
+            self._link_head,
+            self._entry_next,
+            self._entry_flow,
+            ptr,
+            self.flow_links,
+            np.concatenate(touched),
+            self._link_stamp,
+            self._flow_stamp,
+            self._stamp,
+            self._queue,
+            self._reached,
         )
-        self.rate[~self.active] = 0.0
+        if n == 0:
+            return
+        flows = np.sort(self._reached[:n])
+        links = np.sort(self._queue[:k])
+        self._link_local[links] = np.arange(k)
+        entries = entries_of(ptr, flows)
+        sub_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(ptr[flows + 1] - ptr[flows], out=sub_ptr[1:])
+        self.rate[flows] = maxmin_rates(
+            sub_ptr,
+            self._link_local[self.flow_links[entries]],
+            self.flow_weights[entries],
+            np.ones(n, dtype=np.bool_),
+            self.capacity_bytes_per_s[links],
+            self.cap[flows],
+        )
