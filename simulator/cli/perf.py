@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
         "--step",
         action="store_true",
         help="also: one Llama-3 405B step on 16,384 H100 (TP 8, PP 16, DP 128, 8192 tokens) on a "
-        "RoCE 400G fat-tree, flow and analytical network models",
+        "RoCE 400G fat-tree, flow and analytical network models, then the same as `fabricsim step` runs it",
     )
 
 
@@ -104,6 +104,18 @@ def _perf_step() -> list[str]:
             f"{result.step_time_s:.2f} s, {result.tflops_per_gpu:.0f} TFLOP/s per GPU, time in network "
             f"{result.exposed_comm_s:.2f} s"
         )
+    # what `fabricsim step` with this layout and every default gives: the reductions the step chooses itself
+    gc.collect()
+    t0 = time.perf_counter()
+    plain = scale_step(topology, "flow", route_cache=cache, plain=True)
+    wall = time.perf_counter() - t0
+    rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    used = "; ".join(note.split(":")[0] for note in plain.notes) or "none"
+    lines.append(
+        f"llama3-405b step on 16384 H100 (roce-400g fat-tree, flow, every default as `fabricsim step`: overlapped "
+        f"25 MiB buckets, layer tasks): {wall:.2f} s wall, peak RSS {rss_gib:.2f} GiB; step {plain.step_time_s:.2f} s"
+        f"; reductions: {used}" + (" (approximate)" if plain.approximate else "")
+    )
     return lines
 
 
@@ -114,13 +126,21 @@ def scale_step_topology() -> Topology:
     return build_system("dgx-h100", nodes=2048, fabric="roce-400g", topology="fat-tree")
 
 
-def scale_step(topology: Topology, network_model: str, *, route_cache: RouteCache | None = None) -> StepResult:
-    """The scale scenario's step on ``topology`` (:func:`scale_step_topology`) with ``network_model``."""
+def scale_step(
+    topology: Topology, network_model: str, *, route_cache: RouteCache | None = None, plain: bool = False
+) -> StepResult:
+    """The scale scenario's step on ``topology`` (:func:`scale_step_topology`) with ``network_model``; ``plain``:
+    with every default of ``fabricsim step`` (overlapped buckets, per-layer tasks, the reductions the step
+    chooses itself) instead of the reductions forced here."""
     from simulator.config import SimConfig
     from simulator.studies.training import StepOptions, simulate_step
     from workloads.parallelism import ParallelismSpec
     from workloads.presets import model_preset
 
+    if plain:
+        layout = ParallelismSpec(tp=8, pp=16, dp=128, gpus=16384, micro_batch=1, global_batch=2048, seq_len=8192)
+        options = StepOptions(config=SimConfig(network_model=network_model), route_cache=route_cache)
+        return simulate_step(model_preset("llama3-405b"), layout, system=topology, options=options)
     layout = ParallelismSpec(
         tp=8,
         pp=16,

@@ -18,7 +18,7 @@ link 1 flow 1; flow 2 shares no link with them and keeps its rate.
 >>> head, nxt, prv = np.full(3, -1), np.full(4, -1), np.full(4, -1)
 >>> link_insert(head, nxt, prv, links, 0, 4)
 >>> out, queue, seen_l, seen_f = (np.zeros(3, np.int64) for _ in range(4))
->>> n, k = reach(head, nxt, np.array([0, 0, 1, 2]), ptr, links, np.array([0]), seen_l, seen_f, 1, queue, out)
+>>> n, k = reach(head, nxt, np.array([0, 0, 1, 2]), ptr, links, np.array([0]), seen_l, seen_f, 1, queue, out, 9)
 >>> sorted(out[:n].tolist()), sorted(queue[:k].tolist())
 ([0, 1], [0, 1])
 """
@@ -95,10 +95,12 @@ def reach(
     stamp: int,
     queue: np.ndarray,
     out: np.ndarray,
+    limit: int,
 ) -> tuple[int, int]:
     """The active flows connected to a link of ``seeds`` through shared links, written to ``out[:n]`` (in the
     order reached), and their links (with the seeds), written to ``queue[:k]``; returns (n, k). ``queue`` holds
-    at least as many entries as there are links."""
+    at least as many entries as there are links. Once more than ``limit`` (flow, link) entries are walked it
+    stops and returns (-1, -1): the caller re-rates every flow instead, which costs little more."""
     head = tail = 0
     for link in seeds:
         if link_stamp[link] != stamp:
@@ -106,6 +108,7 @@ def reach(
             queue[tail] = link
             tail += 1
     n = 0
+    walked = 0
     while head < tail:
         link = queue[head]
         head += 1
@@ -116,6 +119,9 @@ def reach(
                 flow_stamp[f] = stamp
                 out[n] = f
                 n += 1
+                walked += flow_ptr[f + 1] - flow_ptr[f]
+                if walked > limit:
+                    return -1, -1
                 for k in range(flow_ptr[f], flow_ptr[f + 1]):
                     other = flow_links[k]
                     if link_stamp[other] != stamp:

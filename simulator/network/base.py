@@ -196,9 +196,13 @@ class FluidNetwork:
         entries = entries_of(ptr, slots)
         counts = ptr[slots + 1] - ptr[slots]
         links = self.flow_links[entries]
-        # each link's sum over these flows, then added: O(entries), not O(links)
-        touched, local = np.unique(links, return_inverse=True)
-        self.link_bytes[touched] += np.bincount(local, weights=np.repeat(nbytes, counts) * self.flow_weights[entries])
+        values = np.repeat(nbytes, counts) * self.flow_weights[entries]
+        nlinks = self.link_bytes.shape[0]
+        if 8 * links.shape[0] > nlinks:  # each link's sum over these flows, then added (a zero where none)
+            self.link_bytes += np.bincount(links, weights=values, minlength=nlinks)
+        else:  # the same sums over the links they cross only: O(entries), not O(links)
+            touched, local = np.unique(links, return_inverse=True)
+            self.link_bytes[touched] += np.bincount(local, weights=values)
         self._ended(entries, links)
 
     def next_completion_s(self) -> float:

@@ -174,8 +174,12 @@ def test_shape_mismatch_raises():
         maxmin_rates(np.array([0, 1]), np.array([0]), np.ones(1), np.ones(2, np.bool_), np.ones(1), np.full(2, np.inf))
 
 
-def test_re_rating_what_a_change_reaches_gives_every_rate_of_a_full_re_rating():
-    # two flow networks see the same random starts and ends (12 links, up to 4 links a flow, some capped):
+@pytest.mark.parametrize("nlinks, group, walk_floor", [(12, 12, 4096), (400, 8, 4096), (400, 8, 1)])
+def test_re_rating_what_a_change_reaches_gives_every_rate_of_a_full_re_rating(nlinks, group, walk_floor):
+    # two flow networks see the same random starts and ends (up to 4 links a flow, within one group of links,
+    # some capped; on 12 links in one group a change reaches much of the network, which is rated in place, on
+    # 400 links in groups of 8 one group, rated on its own; with no floor the walks stop early and every flow is
+    # re-rated for a while, as after a change that reaches most of a large network):
     # one re-rates only the flows connected to a changed link (FlowNetwork's default), the other every flow;
     # storage compacts now and then and one link degrades half way.
     # Progressive filling rates each connected component from its own flows and links, so after every change
@@ -183,9 +187,10 @@ def test_re_rating_what_a_change_reaches_gives_every_rate_of_a_full_re_rating():
     from simulator.network import FlowNetwork
 
     rng = np.random.default_rng(7)
-    capacity = rng.uniform(10.0, 100.0, 12)
+    capacity = rng.uniform(10.0, 100.0, nlinks)
     incremental, full = FlowNetwork(capacity), FlowNetwork(capacity)
     full.incremental = False
+    incremental.WALK_FLOOR = walk_floor
     for net in (incremental, full):
         net.COMPACT_MIN_SLOTS = 16  # storage compacts (and the link lists are rebuilt) every few changes
     for i in range(120):
@@ -194,7 +199,9 @@ def test_re_rating_what_a_change_reaches_gives_every_rate_of_a_full_re_rating():
                 net.set_link_scale(3, 0.25)
         n = int(rng.integers(1, 4))
         counts = rng.integers(1, 5, n)
-        links = np.concatenate([rng.choice(12, c, replace=False) for c in counts])
+        links = np.concatenate(
+            [group * rng.integers(nlinks // group) + rng.choice(group, c, replace=False) for c in counts]
+        )
         weights = rng.uniform(0.5, 1.5, links.shape[0])
         wire = rng.uniform(1.0, 50.0, n)
         caps = np.where(rng.random(n) < 0.3, rng.uniform(5.0, 30.0, n), np.inf)
