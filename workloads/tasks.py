@@ -3,7 +3,8 @@
 A :class:`Workload` has ``nranks`` ranks, a table of collectives, and one program per rank: a
 sequence of :class:`ComputeTask` (busy for a duration) and :class:`CommTask` (take part in
 collective ``index`` of the table). A collective starts when every rank of its group has
-reached it (NCCL kernels wait for their peers) and ends for all of them together.
+reached it (NCCL kernels wait for their peers; passive ranks, below, take part without arriving) and ends
+for all of them together.
 
 Streams and dependencies (CUDA streams): every task runs on a ``stream`` of its rank (0 by default,
 e.g. 0 = compute, 1 = data-parallel communication). Tasks of one stream run in program order; a

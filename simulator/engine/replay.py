@@ -6,7 +6,8 @@
 * a LinkEvent (``SimConfig.link_events``) at its time scales the link's capacity; a failure also
   calls ``on_link_failed`` (later routes avoid the link), and the Fabric moves running flows that
   cross it onto their transfer's fresh paths (the same flows, routed again) with the bytes they have left.
-* CommTask -> arrive at the collective's rendezvous; when the group's last rank arrives the
+* CommTask -> arrive at the collective's rendezvous; when the group's last rank arrives (passive ranks,
+  ``Workload.passive``, take part without arriving) the
   collective's schedule runs (the launch overhead, then each step: ``Fabric.transfer`` of its flows,
   which waits the step's latency, below, and then moves them) and every member resumes when it ends.
 

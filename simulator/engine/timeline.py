@@ -5,7 +5,8 @@ given each collective's duration (end - start from a SimResult) every task's tim
 
     ready(task)   = max(end of the previous task of its stream, end of every task in ``after``)
     compute       start = ready, end = start + duration
-    collective i  start = max over its members of ready (the last rank arrives), end = start + T_i
+    collective i  start = max over its members of ready (the last rank arrives; passive ranks,
+                  ``Workload.passive``, take part without arriving), end = start + T_i
 
 A collective task's ``arrival`` is its rank's ready time (its start is the group's); a compute task's
 arrival is its start. (arrival, end) is what the event replay records per task (``SimConfig.task_ranks``).

@@ -1,7 +1,8 @@
 """Numba kernels: the hot loops of fabricsim.
 
 Layering rule: numba is imported only inside this package. Everything else calls the plain
-Python wrappers exported here, which take and return numpy arrays.
+Python wrappers exported here, which take and return numpy arrays; the link-list kernels of
+``components`` (for the flow model's bookkeeping) are compiled functions that update their arrays in place.
 """
 
 from simulator.kernels.components import link_insert, link_rebuild, link_remove, reach

@@ -60,9 +60,10 @@ class FluidNetwork:
 
     Flows are addressed by stable ids (returned by ``add``); storage slots are compacted when
     finished flows dominate, so a long simulation does not grow without bound. Per-flow arrays
-    (``remaining``, ``fill``, ``rate``, ``cap``, ``active``, ``batch``, ``ids``) and the CSR entry
+    (``remaining``, ``fill``, ``rate``, ``cap``, ``active``, ``batch``, ``ids``, ``data``) and the CSR entry
     arrays (``flow_ptr``, ``flow_links``, ``flow_weights``) are views of buffers that grow by
-    doubling, so adding flows costs what is added, not what is stored.
+    doubling, so adding flows costs what is added, not what is stored. ``link_bytes`` holds the bytes of
+    the flows that have ended (or moved): complete once every flow has finished.
     """
 
     name = "fluid"
@@ -184,6 +185,13 @@ class FluidNetwork:
         """Move active flows ``ids`` onto new paths (as in ``add``), keeping their remaining bytes, start-up
         and cap; returns their new ids (the old ones end without completing)."""
         slots = np.searchsorted(self.ids, ids)  # ids grow with slot order (compaction keeps it)
+        if (
+            np.unique(ids).shape[0] != ids.shape[0]
+            or (slots >= self.ids.shape[0]).any()
+            or not (self.ids[np.minimum(slots, self.ids.shape[0] - 1)] == ids).all()
+            or not self.active[slots].all()
+        ):
+            raise ValueError(f"repath: ids {ids.tolist()} are not distinct ids of running flows")
         remaining, fill, cap = self.remaining[slots].copy(), self.fill[slots].copy(), self.cap[slots].copy()
         self._count_bytes(slots, self.data[slots] - (remaining - fill))  # what the old paths carried
         self.active[slots] = False

@@ -362,7 +362,7 @@ class CongestionNetwork(FlowNetwork):
     ``dcqcn_simulated_s`` and ``dcqcn_settled`` (last DCQCN integration; 0 / True if none ran).
     """
 
-    incremental = False  # re-rates every flow: the refinements couple flows beyond shared links
+    incremental = False  # keeps no link lists: its ``_rerate`` rates every flow (the refinements couple flows)
 
     def __init__(
         self,

@@ -64,7 +64,11 @@ class FlowNetwork(FluidNetwork):
             stamps[: self._flow_stamp.shape[0]] = self._flow_stamp
             self._flow_stamp, self._reached = stamps, np.empty(size, dtype=np.int64)
         ptr = self._ptr
-        self._entry_flow[m0 : m0 + total] = np.repeat(np.arange(n0, n0 + n), np.diff(ptr[n0 : n0 + n + 1]))
+        counts = np.diff(ptr[n0 : n0 + n + 1])
+        self._entry_flow[m0 : m0 + total] = np.repeat(np.arange(n0, n0 + n), counts)
+        if not counts.all():  # a flow on no link shares nothing and no walk reaches it: its rate is its cap
+            rate, cap = self._slots["rate"][n0 : n0 + n], self._slots["cap"][n0 : n0 + n]
+            rate[counts == 0] = cap[counts == 0]
         link_insert(self._link_head, self._entry_next, self._entry_prev, self._links, m0, m0 + total)
         self._touched.append(self._links[m0 : m0 + total].copy())
 
@@ -91,9 +95,9 @@ class FlowNetwork(FluidNetwork):
 
     def _rerate(self) -> None:
         touched, self._touched = self._touched, []
-        if self._skip:  # a recent walk found most of the network connected: re-rate every flow for a while
-            self._skip -= 1
-        if not (self.incremental and self.rerates and touched) or self._skip:
+        skip = self._skip > 0  # a recent walk found most of the network connected: re-rate every flow a while
+        self._skip -= skip
+        if not (self.incremental and self.rerates and touched) or skip:
             self.rate = maxmin_rates(
                 self.flow_ptr, self.flow_links, self.flow_weights, self.active, self.capacity_bytes_per_s, self.cap
             )
@@ -120,6 +124,7 @@ class FlowNetwork(FluidNetwork):
             max(self.flow_links.shape[0] // 16, self.WALK_FLOOR),  # past that, every flow is re-rated
         )
         if n == 0:
+            self._giants = 0
             return
         self._giants = self._giants + 1 if n < 0 else 0
         if self._giants >= self.GIANTS_TO_STOP:  # the network stays one component: stop walking (and listing)
