@@ -8,7 +8,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from topologies.checks import instance, reject
+from topologies.checks import instance, is_int, reject
 from topologies.routing import RouteCache, Router
 from topologies.topology import Topology
 from workloads.collectives import Collective
@@ -140,9 +140,12 @@ def collective_link_bytes(
     network loses nothing), so no replay is needed. A training step that simulates one data-parallel replica
     adds what the collectives it stands for move (``simulator.studies.training``)."""
     _check_inputs(topology, workload, placement, config)
+    instance("route_cache", route_cache, (RouteCache, type(None)), "a topologies.routing.RouteCache or None")
     config = config or SimConfig()
-    if len(counts) != len(workload.collectives) or any(not isinstance(n, int) or n < 0 for n in counts):
-        raise reject("counts", counts, f"{len(workload.collectives)} integers >= 0, one per collective")
+    if len(counts) != len(workload.collectives) or any(not is_int(n) or n < 0 for n in counts):
+        raise reject(
+            "counts", f"{len(counts)} values", f"one integer >= 0 per collective ({len(workload.collectives)})"
+        )
     ctx = _context(topology, placement, config, route_cache)
     routes = Routes(ctx.router, rank_gpu=placement.rank_gpu, qps_per_connection=ctx.qps_per_connection)
     uses: dict[Collective, int] = {}

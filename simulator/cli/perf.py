@@ -110,7 +110,7 @@ def _perf_step() -> list[str]:
     plain = scale_step(topology, "flow", route_cache=cache, plain=True)
     wall = time.perf_counter() - t0
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    used = "; ".join(note.split(":")[0] for note in plain.notes) or "none"
+    used = "; ".join(note.split(" (")[0] for note in plain.notes) or "none"
     lines.append(
         f"llama3-405b step on 16384 H100 (roce-400g fat-tree, flow, every default as `fabricsim step`: overlapped "
         f"25 MiB buckets, layer tasks): {wall:.2f} s wall, peak RSS {rss_gib:.2f} GiB; step {plain.step_time_s:.2f} s"

@@ -219,7 +219,8 @@ def add_parser(sub) -> None:
         "--exact",
         action="store_const",
         const=True,
-        help="simulate every rank: no reduction, not even the exact ones the step finds (see its notes)",
+        help="simulate every rank: no replica or tensor-rank reduction, not even the exact ones the step finds "
+        "(see its notes)",
     )
     step.add_argument("--format", choices=STEP_FORMATS, help="output format; default table")
     step.add_argument(

@@ -3,7 +3,8 @@
 Two are on request (``granularity="chunk"``, ``steady_state_microbatches``); ``simulate_step`` chooses the other
 two itself (:func:`plan`): where :func:`replica_verdict` / :func:`tensor_verdict` find them exact for the step,
 and past ``FULL_SIMULATION_GPUS`` also where they are not (approximations, named with their reason in the
-result's notes and its ``approximate`` flag). ``exact=True`` turns every reduction off.
+result's notes and its ``approximate`` flag). ``exact=True`` simulates every rank: no replica or tensor-rank
+reduction, no extrapolation (task merging stays the ``granularity`` the caller chose).
 
 **When replicas (tensor ranks) stand exactly for each other.** Nothing couples their flows beyond the links
 they share (no link events, congestion control or load-dependent routing), no data- or expert-parallel traffic
@@ -76,6 +77,7 @@ __all__ = (
     "replica_ranks",
     "replica_verdict",
     "tensor_verdict",
+    "uneven_experts",
     "steady_state_runs",
     "extrapolate",
     "notes",
@@ -225,6 +227,13 @@ def replica_verdict(
     inside = _inside_pipeline(p)
     if inside and config.failed_links:
         return Verdict(False, f"failed links, and {inside}")
+    if p.ep > 1:
+        # expert groups without a member in replica 0 are stood for, not simulated: their traffic could meet
+        # the simulated one anywhere in the fabric
+        replica0 = set(replica_ranks(p))
+        for kind in ("ep", "edp"):
+            if not all(replica0.intersection(group) for group in p.groups(kind)):
+                return Verdict(False, f"{inside}, and the {kind} groups of other replicas are stood for")
     replicas = [tuple(sorted(group[d] for group in p.groups("dp"))) for d in range(p.dp)]
     pairs = _pipeline_pairs(p, replicas[0])
     gpu = placement.rank_gpu
@@ -241,6 +250,23 @@ def replica_verdict(
                 name = topology.link_names[min(shared)]
                 return Verdict(False, f"{inside}, and that traffic shares link {name!r} with the pipeline's")
     return verdict
+
+
+def uneven_experts(p: ParallelismSpec) -> str:
+    """Why expert-parallel groups keep one replica from standing for the others (empty when they do not): a
+    group whose members are spread unevenly over the replicas it spans, or spans a number of replicas that does
+    not divide d (with context parallelism, when c and e do not divide one another)."""
+    if p.ep == 1:
+        return ""
+    for kind in ("ep", "edp"):
+        for group in p.groups(kind):
+            per: dict[int, int] = {}
+            for r in group:
+                d = p.coords(r).dp
+                per[d] = per.get(d, 0) + 1
+            if len(set(per.values())) > 1 or p.dp % len(per):
+                return f"{kind} group {group[:4]}... spreads unevenly over data-parallel replicas"
+    return ""
 
 
 def _group_ends(gpus: Sequence[int], router: Router) -> set[int]:
@@ -300,7 +326,13 @@ def tensor_verdict(
         if p.coords(ranks[a]).pp == p.coords(ranks[b]).pp:  # tensor- or context-parallel, not a stage hop
             for pxn in (False, True):
                 path = router.fixed_path(gpu[ranks[a]], gpu[ranks[b]], pxn=pxn)
-                shared = transfers.intersection(path.tolist()) if path is not None else transfers
+                if path is None:
+                    return Verdict(
+                        False,
+                        f"traffic between GPUs {gpu[ranks[a]]} and {gpu[ranks[b]]} has several paths through the "
+                        "fabric (ECMP), which the pipeline transfers may meet unequally",
+                    )
+                shared = transfers.intersection(path.tolist())
                 if shared:
                     link = topology.link_names[min(shared)]
                     return Verdict(
@@ -381,8 +413,16 @@ def plan(
 ) -> Plan:
     """Which reductions the step uses: those forced (True) whatever their verdict; those left to the step
     (None) where :func:`replica_verdict` / :func:`tensor_verdict` find them exact, and on more than
-    FULL_SIMULATION_GPUS GPUs also where they are not (approximations, named in the notes with the reason),
-    provided no data- or expert-parallel traffic runs inside the pipeline; none with ``exact``."""
+    FULL_SIMULATION_GPUS GPUs also where they are not (approximations, named in the notes with the reason);
+    none with ``exact``. Symmetric replicas are refused, even forced, where expert groups span replicas
+    unevenly (:func:`uneven_experts`): one replica then stands for no other."""
+    if exact:
+        return Plan(symmetric=False, passive=False, tensor_rank0_p2p=False, replica=None, tensor=None)
+    uneven = uneven_experts(p)
+    if uneven and symmetric_replicas:
+        raise ValueError(f"symmetric_replicas: True is not allowed here: {uneven}; expected None or False")
+    if uneven:
+        symmetric_replicas = False
     replica = tensor = None
     if p.dp > 1 and symmetric_replicas is not False and not exact:
         replica = replica_verdict(p, topology, placement, config, route_cache)

@@ -64,8 +64,8 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
         workload = training.workload
         for local, program in enumerate(workload.programs):
             pid = training.ranks[local]
-            if keep is not None and pid not in keep:
-                continue
+            if (keep is not None and pid not in keep) or local in workload.passive:
+                continue  # a passive rank (a replica reduction's stand-in) ran nothing of its own
             if (pid, -1) not in named:
                 named.add((pid, -1))
                 stage = training.parallelism.coords(pid).pp

@@ -28,9 +28,9 @@ m; interleaved: warm-up + 1 chunk passes), ``ModelSpec.activation_bytes_per_laye
 larger of a dense and a MoE layer); ``out_of_memory`` when that exceeds the GPU.
 
 Run settings are one :class:`StepOptions` (network config, GPU and compute model, recomputation, flash
-attention, placement, the system's size and wiring when ``system`` is a preset name, and the four exact
-reductions for huge layouts: task merging, representative pipeline transfers, symmetric replicas and the
-steady-state extrapolation, ``simulator.studies.reductions``, with their exactness conditions).
+attention, placement, the system's size and wiring when ``system`` is a preset name, and the four
+reductions for huge layouts: task merging and the steady-state extrapolation on request, representative
+pipeline transfers and symmetric replicas chosen by the step where exact, ``simulator.studies.reductions``).
 
 Durations: the step's programs are built without hardware (``workloads.training``: each compute task carries
 its work, a ``PassWork``); ``step_compute`` times that work on the GPU with ``simulator.compute.gpu`` (per
@@ -592,7 +592,8 @@ class StepOptions:
     ``tensor_rank0_p2p`` and ``symmetric_replicas`` (None, the default: used where they are exact for this step,
     ``reductions.plan``; True: used, an approximation where they are not exact, said in the notes; False: not
     used), ``steady_state_microbatches`` (None or k >= 1; an approximation unless the schedule is periodic by k).
-    ``exact``: no reduction at all, every rank simulated (not with a reduction forced on).
+    ``exact``: every rank simulated: no replica or tensor-rank reduction, no steady-state extrapolation (not with
+    one forced on); ``granularity`` stays a separate choice.
     ``route_cache`` (``topologies.routing.RouteCache``) holds the routing tables of the topology for every
     ``simulate`` call of the step (default: a fresh one); a sweep on one fabric can pass one to all its steps.
     ``progress``: called with a short description of each stage as the step reaches it (timing the kernels,

@@ -19,6 +19,7 @@ from simulator.studies.reductions import (
     replica_verdict,
     steady_state_runs,
     tensor_verdict,
+    uneven_experts,
 )
 from simulator.studies.training import StepOptions, simulate_step
 from topologies.presets import build_system
@@ -233,3 +234,23 @@ def test_overlapped_traffic_between_replicas_runs_with_passive_members(layout, e
         )
     for tier, nbytes in full.breakdown["link_tier_bytes"].items():
         assert auto.breakdown["link_tier_bytes"][tier] == pytest.approx(nbytes, rel=1e-9)
+
+
+def test_expert_groups_of_other_replicas_keep_a_replica_from_standing_exactly_for_all():
+    # tp 8 x dp 4 x ep 2 on 4 DGX H100: expert groups pair replicas 0-1 and 2-3. Simulating replica 0 keeps
+    # the groups of replicas 0 and 1 only; those of 2 and 3 are stood for, and their traffic could meet the
+    # simulated one on any fabric link, so the verdict is not exact
+    topo = build_system("dgx-h100", nodes=4)
+    spec = ParallelismSpec(tp=8, dp=4, ep=2, sequence_parallel=True, global_batch=8)
+    placement = Placement.block(topo, nranks=spec.world_size)
+    verdict = replica_verdict(spec, topo, placement, SimConfig(), RouteCache())
+    assert not verdict.exact and "stood for" in verdict.reason
+    # cp 2 x dp 3 x ep 3: expert groups of 3 ranks cover replica 0 and half of replica 1, or the other half and
+    # replica 2: one replica stands for no other, so symmetric replicas are refused even when forced
+    uneven = ParallelismSpec(cp=2, dp=3, ep=3, global_batch=6, seq_len=64)
+    assert uneven_experts(uneven)
+    model = dataclasses.replace(_tiny(4), experts=6, top_k=2, expert_ffn_hidden=256)
+    with pytest.raises(ValueError, match="symmetric_replicas: True is not allowed here"):
+        simulate_step(
+            model, uneven, system=build_system("dgx-h100", nodes=1), options=StepOptions(symmetric_replicas=True)
+        )
