@@ -15,6 +15,7 @@ from .common import (
     fabric_options,
     load_calibration,
     positive_int,
+    progress_display,
     protocol_name,
     stepfactor,
     system_name,
@@ -108,6 +109,9 @@ def add_parser(sub) -> None:
         "any is left out (what NCCL_DEBUG_SUBSYS=TUNING shows)",
     )
     bench.add_argument(
+        "--quiet", action="store_true", help="no progress display on stderr (there is none when it is not a terminal)"
+    )
+    bench.add_argument(
         "--calibration",
         default=None,
         metavar="FILE.json",
@@ -160,22 +164,24 @@ def run(args) -> str:
         from simulator.validation.calibration import apply_calibration
 
         system, config = apply_calibration(system, config, calibration)
-    rows = run_bench(
-        kind,
-        system=system,
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
-        minbytes=args.minbytes,
-        maxbytes=args.maxbytes,
-        stepfactor=args.stepfactor,
-        stepbytes=args.stepbytes,
-        dtype=args.datatype,
-        op=args.op,
-        root=args.root,
-        gpus_per_process=args.ngpus,
-        config=config,
-        explain=args.explain,
-    )
+    with progress_display("fabricsim bench", quiet=bool(args.quiet)) as progress:
+        rows = run_bench(
+            kind,
+            system=system,
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            minbytes=args.minbytes,
+            maxbytes=args.maxbytes,
+            stepfactor=args.stepfactor,
+            stepbytes=args.stepbytes,
+            dtype=args.datatype,
+            op=args.op,
+            root=args.root,
+            gpus_per_process=args.ngpus,
+            config=config,
+            explain=args.explain,
+            progress=progress,
+        )
     gpn = args.gpus_per_node or SYSTEMS[args.system].server().gpus
     title = (
         f"fabricsim bench {kind.value}: {args.system}, {args.nodes} node(s) x {gpn} GPUs, "

@@ -15,6 +15,9 @@ def add_parser(sub) -> None:
     perf = sub.add_parser("perf", help="benchmarks: max-min kernel and a 16-node bench sweep (prints figures)")
     perf.add_argument("--quick", action="store_true", help="smaller instances")
     perf.add_argument(
+        "--quiet", action="store_true", help="no progress display on stderr (there is none when it is not a terminal)"
+    )
+    perf.add_argument(
         "--scale",
         action="store_true",
         help="also: 1 GiB ring all_reduce on 4,096 and 16,384 GPUs (DGX H100, 3-tier fat-tree)",
@@ -28,13 +31,22 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> str:
+    from .common import progress_display
+
+    with progress_display("fabricsim perf", quiet=bool(args.quiet)) as progress:
+        return _run(args, progress or (lambda _stage: None))
+
+
+def _run(args, progress) -> str:
     from simulator.network.perf import bench_maxmin, format_report
     from simulator.studies.nccl_tests import run_bench
 
     lines = []
+    progress("max-min kernel")
     flows, links = (20_000, 4_000) if args.quick else (100_000, 20_000)
     lines.append("max-min kernel: " + format_report(bench_maxmin(nflows=flows, nlinks=links)))
     nodes = 2 if args.quick else 16
+    progress(f"bench all_reduce on {nodes} nodes")
     run_bench("all_reduce", system="dgx-h100", nodes=nodes, minbytes=8, maxbytes="8K")  # warm caches
     start = time.perf_counter()
     rows = run_bench("all_reduce", system="dgx-h100", nodes=nodes, minbytes=8, maxbytes="8G", stepfactor=2)
@@ -49,6 +61,7 @@ def run(args) -> str:
         from topologies.presets import build_system
 
         for servers in (512, 2048):
+            progress(f"ring all_reduce on {8 * servers} GPUs")
             start = time.perf_counter()
             topology = build_system("dgx-h100", nodes=servers, topology="fat-tree")
             built = time.perf_counter()
@@ -67,11 +80,11 @@ def run(args) -> str:
                 f"({row.protocol}, {row.channels} channels)"
             )
     if args.step:
-        lines += _perf_step()
+        lines += _perf_step(progress)
     return "\n".join(lines) + "\n"
 
 
-def _perf_step() -> list[str]:
+def _perf_step(progress) -> list[str]:
     """The scale scenario: Llama-3 405B on 16,384 H100, 2,048 sequences of 8,192 tokens, micro-batch 1
     (16 micro-batches per replica), gradients reduced after the pipeline in one buffer, with
     simulate_step's reductions for symmetric layouts (one replica's pipeline, tensor rank 0's
@@ -93,6 +106,7 @@ def _perf_step() -> list[str]:
     built = time.perf_counter()
     cache = RouteCache()  # the fabric's routing tables: built by the first run, then reused
     for net, label in (("analytical", "analytical, cold"), ("flow", "flow"), ("analytical", "analytical, warm")):
+        progress(f"llama3-405b step on 16384 GPUs ({label})")
         gc.collect()
         t0 = time.perf_counter()
         result = scale_step(topology, net, route_cache=cache)
@@ -105,6 +119,7 @@ def _perf_step() -> list[str]:
             f"{result.exposed_comm_s:.2f} s"
         )
     # what `fabricsim step` with this layout and every default gives: the reductions the step chooses itself
+    progress("llama3-405b step on 16384 GPUs as fabricsim step runs it")
     gc.collect()
     t0 = time.perf_counter()
     plain = scale_step(topology, "flow", route_cache=cache, plain=True)

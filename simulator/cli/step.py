@@ -387,6 +387,11 @@ def run(args) -> str:
             f"# trace of {which} ({written} events) written to {s['trace']} "
             "(open it in https://ui.perfetto.dev or chrome://tracing)\n"
         )
+        if trace_ranks != "replica" and any(note.startswith("symmetric replicas") for note in result.notes):
+            trace_note += (
+                "# the step simulated data-parallel replica 0 for every replica: other ranks hold only the "
+                "collectives they ran (--exact traces every rank's own step)\n"
+            )
     if s["format"] == "json":
         data = result.as_dict()
         data["parallelism"] = dataclasses.asdict(parallelism) | {"dp": result.parallelism.dp}

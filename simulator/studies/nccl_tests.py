@@ -16,7 +16,7 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 
 from topologies.checks import finite, flag, instance, integer, is_int, reject, size_bytes
@@ -165,6 +165,7 @@ def run_bench(
     sizes: Sequence[int | str] | None = None,
     explain: bool = False,
     route_cache: RouteCache | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[BenchRow]:
     """Simulate nccl-tests for ``kind``; ``gpus_per_process`` is nccl-tests' -g (launch mode); ``explain``
     adds to each row the tuner's estimate for every algorithm and protocol (``BenchRow.candidates``).
@@ -172,7 +173,7 @@ def run_bench(
     ``sizes`` (optional) lists the sizes to run, in order, instead of the -b/-e/-f/-i sweep (for
     replaying a measured table whose sizes are not one sweep). Collectives run one after the other in
     lockstep, so each one's time does not depend on the others. ``route_cache``: as ``simulate``'s (one
-    is made for the sweep when None).
+    is made for the sweep when None). ``progress``: called with what the sweep is doing, for a progress display.
     """
     kind = kind if isinstance(kind, CollectiveKind) else CollectiveKind.parse(kind)
     instance("system", system, (str, Topology), "a system preset name (see `fabricsim systems`) or a Topology")
@@ -217,10 +218,14 @@ def run_bench(
             raise ValueError(f"sizes: {len(byte_counts)} sizes are not allowed; expected 1 to {MAX_SIZES}")
     collectives = [collective_for_size(kind, s, nranks=nranks, dtype=dtype, op=op, root=root) for s in byte_counts]
     route_cache = RouteCache() if route_cache is None else route_cache
+    if progress is not None:
+        progress(f"simulating {len(collectives)} sizes of {kind.value} on {nranks} GPUs")
     result = simulate(
         topology, Workload.sequence(collectives, nranks=nranks), placement, config, route_cache=route_cache
     )
     rows = []
+    if explain and progress is not None:
+        progress("the tuner's estimates for every size")
     for record in result.collectives:
         c = record.collective
         time_s = record.time_s

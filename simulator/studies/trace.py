@@ -19,13 +19,14 @@ from topologies.checks import int_ranges, int_tuple, reject
 from workloads.tasks import CommTask
 from workloads.training import STREAM_NAMES, PassWork
 
+from . import reductions
+
 __all__ = ("chrome_trace", "replica_ranks", "parse_ranks", "write_trace")
 
 
 def replica_ranks(step_result) -> tuple[int, ...]:
     """The ranks of data-parallel replica 0: every tensor, context and pipeline rank of one replica."""
-    layout = step_result.parallelism
-    return tuple(r for r in range(layout.world_size) if layout.coords(r).dp == 0)
+    return reductions.replica_ranks(step_result.parallelism)
 
 
 def parse_ranks(text: str, world: int) -> tuple[int, ...] | str | None:

@@ -428,9 +428,13 @@ def test_long_commands_show_their_stage_on_a_terminal_only(capsys, monkeypatch):
     assert code == 0 and err == ""
     code, out, err = run(capsys, "validate", "--series", "H100 8 GPU reduce_scatter")
     assert code == 0 and "fabricsim validate: 1/1 H100 8 GPU reduce_scatter" in err
+    code, out, err = run(capsys, "bench", "all_reduce", "--nodes", "2", "-b", "8", "-e", "1K")
+    assert code == 0 and "fabricsim bench: simulating 8 sizes of all_reduce on 16 GPUs" in err
+    code, out, err = run(capsys, "bench", "all_reduce", "-b", "8", "-e", "1K", "--quiet")
+    assert code == 0 and err == ""
 
 
-def test_step_finds_its_exact_reductions_and_exact_turns_them_off(capsys):
+def test_step_finds_its_exact_reductions_and_exact_turns_them_off(capsys, tmp_path):
     # SMALL_STEP with gradients reduced after the backward: each replica's and tensor rank's stage transfers
     # stay on their own rail through one leaf (fixed, disjoint paths), so both reductions are exact and the
     # step time is the full simulation's up to round-off (printed to 4 decimals: the same line)
@@ -441,5 +445,10 @@ def test_step_finds_its_exact_reductions_and_exact_turns_them_off(capsys):
     assert code == 0 and "# note:" not in full
     line = next(x for x in auto.splitlines() if x.startswith("step time"))
     assert line in full.splitlines()
+    trace = tmp_path / "all.json"  # a trace of every rank says the other replicas were stood for
+    code, out, err = run(
+        capsys, "step", *SMALL_STEP, "--no-overlap-grad-reduce", "--trace", str(trace), "--trace-ranks", "all"
+    )
+    assert code == 0 and "simulated data-parallel replica 0 for every replica" in out
     code, overlapped, err = run(capsys, "step", *SMALL_STEP)  # buckets during the backward: every rank simulated
     assert code == 0 and "# note:" not in overlapped and overlapped != auto
