@@ -218,7 +218,10 @@ def memory_per_gpu(
 class StepPhase:
     """One simulated part of the step: its programs, the simulation, the rebuilt task times (offset by
     ``offset_s`` in the step) and the compute critical path; ``replicas`` = how many identical copies
-    of it the step runs (d for the pipeline phase with symmetric replicas, else 1)."""
+    of it the step runs (d for the pipeline phase with symmetric replicas, else 1). A symmetric-replica step
+    whose replicas meet inside the pipeline is one phase of one replica with the other replicas' group members
+    passive (``Workload.passive``): ``replicas`` 1, what each collective stands for folded into
+    ``training.collective_weights``, and ``sim.link_bytes`` the simulated collectives' bytes only."""
 
     training: TrainingWorkload
     sim: SimResult
@@ -708,7 +711,7 @@ def simulate_step(
         raise reject("placement", placement, f"a Placement of {world} ranks or None")
     route_cache = RouteCache() if o.route_cache is None else o.route_cache
     recompute = o.recompute
-    if o.progress is not None:
+    if o.progress is not None and not o.exact:
         o.progress("choosing the exact reductions")
     used = reductions.plan(
         p,
