@@ -8,7 +8,7 @@ from pathlib import Path
 from simulator.config import NETWORK_MODEL_NAMES
 from topologies.checks import output_file
 
-from .common import positive_int, protocol_name
+from .common import positive_int, progress_display, protocol_name
 
 
 def add_parser(sub) -> None:
@@ -59,6 +59,9 @@ def add_parser(sub) -> None:
     )
     calibrate.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, default="flow", help="network model")
     calibrate.add_argument(
+        "--quiet", action="store_true", help="no progress display on stderr (there is none when it is not a terminal)"
+    )
+    calibrate.add_argument(
         "--out",
         default=None,
         metavar="FILE.json",
@@ -77,19 +80,21 @@ def run(args) -> str:
         log = parse_nccl_tests_log(sys.stdin.read(), name="<stdin>")
     else:
         log = read_nccl_tests_log(args.log)
-    result = calibrate(
-        log,
-        system=args.system,
-        collective=args.collective,
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
-        nranks=args.nranks,
-        gpus_per_process=args.ngpus,
-        algorithm=args.algo,
-        protocol=protocol_name(args.proto),
-        nchannels=args.channels,
-        net_model=args.net_model,
-    )
+    with progress_display("fabricsim calibrate", quiet=bool(args.quiet)) as progress:
+        result = calibrate(
+            log,
+            system=args.system,
+            collective=args.collective,
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            nranks=args.nranks,
+            gpus_per_process=args.ngpus,
+            algorithm=args.algo,
+            protocol=protocol_name(args.proto),
+            nchannels=args.channels,
+            net_model=args.net_model,
+            progress=progress,
+        )
     if args.out is not None:
         try:
             Path(args.out).write_text(json.dumps(result.to_dict(), indent=1) + "\n")

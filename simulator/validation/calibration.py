@@ -468,6 +468,7 @@ def calibrate(
     nchannels: int | None = None,
     net_model: str = "flow",
     name: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> CalibrationResult:
     """Fit the link scale and launch overhead of preset ``system`` to measured nccl-tests rows.
 
@@ -476,7 +477,8 @@ def calibrate(
     ``gpus_per_node`` to nranks / nodes, ``gpus_per_process`` (nccl-tests -g) to the log's nGpus
     (else 1), ``system`` to the preset of the log's device names. The NCCL settings the log reports
     (``NcclTestsLog.environment``) are replayed; ``algorithm``, ``protocol`` and ``nchannels`` force an
-    algorithm, protocol or channel count over them.
+    algorithm, protocol or channel count over them. ``progress``: called before each simulation of the fit
+    (for a progress display).
     """
     log = rows if isinstance(rows, NcclTestsLog) else None
     data = list(rows.rows if isinstance(rows, NcclTestsLog) else rows)
@@ -558,7 +560,14 @@ def calibrate(
         network_model=net_model, collectives=CollectivePolicy.from_environment(environment, **forced)
     )
 
+    evaluations = [0]
+
     def predict(scale: float, overhead_s: float, sizes: Sequence[int]) -> dict[int, BenchRow]:
+        evaluations[0] += 1
+        if progress is not None:
+            progress(
+                f"simulation {evaluations[0]} of the fit (link scale {scale:.3f}, overhead {overhead_s * 1e6:.1f} us)"
+            )
         calibration = Calibration(
             system=system, link_scale=tuple((k.name.lower(), scale) for k in kinds), launch_overhead_s=overhead_s
         )

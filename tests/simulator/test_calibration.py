@@ -352,3 +352,13 @@ def test_step_with_sharp_reduces_gradients_in_the_network(capsys):
     code, out, _ = run(capsys, *argv, "--sharp")
     data = json.loads(out)
     assert code == 0 and data["sharp"] is True and "collnet Simple" in data["breakdown"]["algorithm"]["dp"]
+
+
+def test_calibrate_reports_each_simulation_of_its_fit(a100_log_text, a100_calibration):
+    # the fit simulates the table once as the preset stands (scale 1, no overhead), then once per trial; each
+    # is reported before it runs, and the fit is the command's (the same link scale as `fabricsim calibrate`)
+    stages: list[str] = []
+    result = calibrate(parse_nccl_tests_log(a100_log_text, name="a100"), system="dgx-a100", progress=stages.append)
+    assert stages[0] == "simulation 1 of the fit (link scale 1.000, overhead 0.0 us)"
+    assert len(stages) > 2 and all(s.startswith(f"simulation {i} of the fit") for i, s in enumerate(stages, 1))
+    assert result.to_dict()["link_scale"] == json.loads(a100_calibration[2].read_text())["link_scale"]
