@@ -58,8 +58,7 @@ def simulate(
     planned: dict[Collective, tuple[Choice, Schedule]] = {}
     for c in workload.collectives:
         if c not in planned:
-            ch = choose(c, ctx, config.collectives)
-            planned[c] = (ch, ALGORITHMS[ch.algorithm].lower(c, ctx, protocol=ch.protocol, nchannels=ch.nchannels))
+            planned[c] = _planned(c, ctx, config)
     choices = [planned[c][0] for c in workload.collectives]
     schedules = [planned[c][1] for c in workload.collectives]
     network = build_network(config.network_model, topology, congestion=config.congestion)
@@ -155,8 +154,7 @@ def collective_link_bytes(
     links: list[np.ndarray] = []
     moved: list[np.ndarray] = []
     for c, n in uses.items():
-        choice = choose(c, ctx, config.collectives)
-        schedule = ALGORITHMS[choice.algorithm].lower(c, ctx, protocol=choice.protocol, nchannels=choice.nchannels)
+        _, schedule = _planned(c, ctx, config)
         for step in schedule.steps:
             flows = routes.route(step, schedule)
             links.append(flows.links)
@@ -180,6 +178,12 @@ def tuner_candidates(
     _check_inputs(topology, None, placement, config)
     config = config or SimConfig()
     return list(candidates(collective, _context(topology, placement, config, route_cache), config.collectives))
+
+
+def _planned(c: Collective, ctx: LoweringContext, config: SimConfig) -> tuple[Choice, Schedule]:
+    """What NCCL's tuner chooses for ``c`` and that algorithm's schedule (lowered on ``ctx``)."""
+    choice = choose(c, ctx, config.collectives)
+    return choice, ALGORITHMS[choice.algorithm].lower(c, ctx, protocol=choice.protocol, nchannels=choice.nchannels)
 
 
 def _check_inputs(topology: object, workload: object, placement: object, config: object) -> None:

@@ -147,26 +147,18 @@ def scale_step(
     """The scale scenario's step on ``topology`` (:func:`scale_step_topology`) with ``network_model``; ``plain``:
     with every default of ``fabricsim step`` (overlapped buckets, per-layer tasks, the reductions the step
     chooses itself) instead of the reductions forced here."""
+    import dataclasses
+
     from simulator.config import SimConfig
     from simulator.studies.training import StepOptions, simulate_step
     from workloads.parallelism import ParallelismSpec
     from workloads.presets import model_preset
 
+    layout = ParallelismSpec(tp=8, pp=16, dp=128, gpus=16384, micro_batch=1, global_batch=2048, seq_len=8192)
     if plain:
-        layout = ParallelismSpec(tp=8, pp=16, dp=128, gpus=16384, micro_batch=1, global_batch=2048, seq_len=8192)
         options = StepOptions(config=SimConfig(network_model=network_model), route_cache=route_cache)
         return simulate_step(model_preset("llama3-405b"), layout, system=topology, options=options)
-    layout = ParallelismSpec(
-        tp=8,
-        pp=16,
-        dp=128,
-        gpus=16384,
-        micro_batch=1,
-        global_batch=2048,
-        seq_len=8192,
-        dp_overlap=False,
-        bucket_bytes=None,
-    )
+    layout = dataclasses.replace(layout, dp_overlap=False, bucket_bytes=None)
     options = StepOptions(
         config=SimConfig(network_model=network_model),
         granularity="chunk",

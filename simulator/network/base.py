@@ -185,12 +185,8 @@ class FluidNetwork:
         """Move active flows ``ids`` onto new paths (as in ``add``), keeping their remaining bytes, start-up
         and cap; returns their new ids (the old ones end without completing)."""
         slots = np.searchsorted(self.ids, ids)  # ids grow with slot order (compaction keeps it)
-        if (
-            np.unique(ids).shape[0] != ids.shape[0]
-            or (slots >= self.ids.shape[0]).any()
-            or not (self.ids[np.minimum(slots, self.ids.shape[0] - 1)] == ids).all()
-            or not self.active[slots].all()
-        ):
+        present = (slots < self.ids.shape[0]).all() and (self.ids[slots] == ids).all()
+        if not (present and self.active[slots].all() and np.unique(slots).shape[0] == slots.shape[0]):
             raise ValueError(f"repath: ids {ids.tolist()} are not distinct ids of running flows")
         remaining, fill, cap = self.remaining[slots].copy(), self.fill[slots].copy(), self.cap[slots].copy()
         self._count_bytes(slots, self.data[slots] - (remaining - fill))  # what the old paths carried

@@ -27,7 +27,6 @@ from .base import FluidNetwork, entries_of
 class FlowNetwork(FluidNetwork):
     name = "flow"
     incremental = True  # re-rate only the flows a change reaches (False: every flow, every time)
-    SKIP_AFTER_GIANT = 8  # after a change reaches most of the network, the next re-ratings rate every flow
     WALK_FLOOR = 4096  # a walk stops past max(a sixteenth of the entries, this many): much of the network
     GIANTS_TO_STOP = 4  # walks in a row that stop so: the network stays one component, re-rate every flow
 
@@ -45,7 +44,6 @@ class FlowNetwork(FluidNetwork):
         self._link_local = np.zeros(nlinks, dtype=np.int64)  # a reached link's index among the reached ones
         self._reached = np.empty(16, dtype=np.int64)
         self._stamp = 0
-        self._skip = 0  # re-ratings left that rate every flow without a walk (after one found a giant component)
         self._giants = 0  # walks in a row that found most of the network connected
         self._touched: list[np.ndarray] = []  # links changed since the last re-rating
 
@@ -93,15 +91,17 @@ class FlowNetwork(FluidNetwork):
                 self.active,
             )
 
+    def _rate_in_place(self, flows: np.ndarray) -> None:
+        """New rates for the active flows masked by ``flows`` (the others keep theirs; inactive flows have 0)."""
+        rates = maxmin_rates(
+            self.flow_ptr, self.flow_links, self.flow_weights, flows, self.capacity_bytes_per_s, self.cap
+        )
+        self.rate[flows] = rates[flows]
+
     def _rerate(self) -> None:
         touched, self._touched = self._touched, []
-        skip = self._skip > 0  # a recent walk found most of the network connected: re-rate every flow a while
-        self._skip -= skip
-        if not (self.incremental and self.rerates and touched) or skip:
-            self.rate = maxmin_rates(
-                self.flow_ptr, self.flow_links, self.flow_weights, self.active, self.capacity_bytes_per_s, self.cap
-            )
-            self.rate[~self.active] = 0.0
+        if not (self.incremental and self.rerates and touched):
+            self._rate_in_place(self.active)
             return
         # only the flows connected to a changed link through links they share can change rate: progressive
         # filling rates each connected component from its own flows and links, so the others keep theirs.
@@ -123,22 +123,18 @@ class FlowNetwork(FluidNetwork):
             self._reached,
             max(self.flow_links.shape[0] // 16, self.WALK_FLOOR),  # past that, every flow is re-rated
         )
-        if n == 0:
-            self._giants = 0
-            return
         self._giants = self._giants + 1 if n < 0 else 0
         if self._giants >= self.GIANTS_TO_STOP:  # the network stays one component: stop walking (and listing)
             self.incremental = False
-        elif n < 0:
-            self._skip = self.SKIP_AFTER_GIANT
-        if n < 0 or 8 * k > self._link_head.shape[0]:  # much of the network: rate it in place
-            if n < 0:
-                reached = self.active
-            else:
-                reached = np.zeros(self.active.shape[0], dtype=np.bool_)
-                reached[self._reached[:n]] = True
-            rates = maxmin_rates(ptr, self.flow_links, self.flow_weights, reached, self.capacity_bytes_per_s, self.cap)
-            self.rate[reached] = rates[reached]
+        if n < 0:
+            self._rate_in_place(self.active)
+            return
+        if n == 0:
+            return
+        if 8 * k > self._link_head.shape[0]:  # much of the network: rate it in place, the reached flows masked
+            reached = np.zeros(self.active.shape[0], dtype=np.bool_)
+            reached[self._reached[:n]] = True
+            self._rate_in_place(reached)
             return
         flows = np.sort(self._reached[:n])
         links = np.sort(self._queue[:k])

@@ -91,9 +91,9 @@ FULL_SIMULATION_GPUS = 1024
 _LOAD_FREE_ROUTING = ("ecmp", "minimal", "valiant", "spray")
 
 
-def replica_ranks(p: ParallelismSpec) -> tuple[int, ...]:
-    """The ranks of one data-parallel replica: those with data-parallel coordinate 0, in increasing order."""
-    return tuple(sorted(group[0] for group in p.groups("dp")))
+def replica_ranks(p: ParallelismSpec, d: int = 0) -> tuple[int, ...]:
+    """The ranks of data-parallel replica ``d``: those with data-parallel coordinate d, in increasing order."""
+    return tuple(sorted(group[d] for group in p.groups("dp")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +234,7 @@ def replica_verdict(
         for kind in ("ep", "edp"):
             if not all(replica0.intersection(group) for group in p.groups(kind)):
                 return Verdict(False, f"{inside}, and the {kind} groups of other replicas are stood for")
-    replicas = [tuple(sorted(group[d] for group in p.groups("dp"))) for d in range(p.dp)]
+    replicas = [replica_ranks(p, d) for d in range(p.dp)]
     pairs = _pipeline_pairs(p, replicas[0])
     gpu = placement.rank_gpu
     units = [[(gpu[ranks[a]], gpu[ranks[b]]) for a, b in pairs] for ranks in replicas]
@@ -424,15 +424,15 @@ def plan(
     if uneven:
         symmetric_replicas = False
     replica = tensor = None
-    if p.dp > 1 and symmetric_replicas is not False and not exact:
+    if p.dp > 1 and symmetric_replicas is not False:
         replica = replica_verdict(p, topology, placement, config, route_cache)
     # past FULL_SIMULATION_GPUS a reduction left to the step is used even where it is not exact (an
     # approximation the notes name)
-    large = p.world_size > FULL_SIMULATION_GPUS and not exact
+    large = p.world_size > FULL_SIMULATION_GPUS
     symmetric = p.dp > 1 and (symmetric_replicas is True or (symmetric_replicas is None and (_exact(replica) or large)))
     # left to the step, representative transfers need the pipeline in a phase of its own (symmetric replicas),
     # where the links only they cross carry nothing else, so that those links' bytes count t times
-    if p.tp > 1 and p.pp > 1 and not exact and (tensor_rank0_p2p or (tensor_rank0_p2p is None and symmetric)):
+    if p.tp > 1 and p.pp > 1 and (tensor_rank0_p2p or (tensor_rank0_p2p is None and symmetric)):
         ranks = replica_ranks(p) if symmetric else None  # the ranks simulated with the transfers
         tensor = tensor_verdict(p, topology, placement, config, route_cache, ranks=ranks)
     return Plan(

@@ -36,6 +36,7 @@ its 30 rows falls from 7.5% to 7.0% (bandwidth regime 4.2% -> 0.9%).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -560,14 +561,12 @@ def calibrate(
         network_model=net_model, collectives=CollectivePolicy.from_environment(environment, **forced)
     )
 
-    evaluations = [0]
+    evaluations = itertools.count(1)
 
     def predict(scale: float, overhead_s: float, sizes: Sequence[int]) -> dict[int, BenchRow]:
-        evaluations[0] += 1
+        number = next(evaluations)
         if progress is not None:
-            progress(
-                f"simulation {evaluations[0]} of the fit (link scale {scale:.3f}, overhead {overhead_s * 1e6:.1f} us)"
-            )
+            progress(f"simulation {number} of the fit (link scale {scale:.3f}, overhead {overhead_s * 1e6:.1f} us)")
         calibration = Calibration(
             system=system, link_scale=tuple((k.name.lower(), scale) for k in kinds), launch_overhead_s=overhead_s
         )
