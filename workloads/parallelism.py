@@ -41,7 +41,16 @@ from topologies.checks import finite_nonnegative, flag, integer, is_int, option,
 from .model import ModelSpec
 from .options import Dtype, PipelineSchedule, names
 
-__all__ = ("SCHEDULES", "DTYPES", "GROUP_KINDS", "DEFAULT_ORDER", "DDP_BUCKET_BYTES", "RankCoords", "ParallelismSpec")
+__all__ = (
+    "SCHEDULES",
+    "DTYPES",
+    "GROUP_KINDS",
+    "DEFAULT_ORDER",
+    "DDP_BUCKET_BYTES",
+    "MCORE_BUCKETS",
+    "RankCoords",
+    "ParallelismSpec",
+)
 
 # the largest parallel size, batch or sequence a ParallelismSpec takes (2^24: 16M GPUs, sequences or tokens)
 MAX_COUNT = 1 << 24
@@ -55,6 +64,14 @@ DEFAULT_ORDER = "tp-cp-ep-dp-pp"  # Megatron-Core parallel_state.initialize_mode
 # PyTorch DistributedDataParallel bucket_cap_mb = 25, converted as bucket_cap_mb * 1024 * 1024 bytes
 # (torch/nn/parallel/distributed.py): 25 MiB.
 DDP_BUCKET_BYTES = 25 * 1024 * 1024
+# Megatron-Core's gradient buckets (the default ``bucket_bytes``): DistributedDataParallelConfig.bucket_size
+# None becomes max(40,000,000, 1,000,000 x data-and-context-parallel size) parameters ("larger DP sizes need
+# larger buckets to ensure collectives do not become latency-bound", distributed_data_parallel_config.py and
+# distributed_data_parallel.py); one bucket without overlap_grad_reduce, and one per model chunk after the
+# first (get_model: disable_bucketing=(model_chunk_idx > 0), "overlapped with compute anyway").
+MCORE_BUCKETS = "megatron-core"
+MCORE_BUCKET_MIN_PARAMS = 40_000_000
+MCORE_BUCKET_PARAMS_PER_DP = 1_000_000
 
 _DENSE_DIMS = ("tp", "cp", "dp", "pp")
 
@@ -100,7 +117,8 @@ class ParallelismSpec:
     schedule: str = "1f1b"
     sequence_parallel: bool = False
     scatter_gather: bool = True  # SC21 sec. 4.1: send 1/t of the activation, all-gather over NVLink
-    bucket_bytes: int | None = DDP_BUCKET_BYTES  # None = one bucket of all gradients (Megatron grad buffer)
+    # bytes per gradient bucket; None = one bucket of all gradients; MCORE_BUCKETS = Megatron-Core's default
+    bucket_bytes: int | str | None = MCORE_BUCKETS
     dp_overlap: bool = True  # reduce gradient buckets during the backward (DDP); False = after it
     order: str = DEFAULT_ORDER
     dtype: str = "bf16"
@@ -126,9 +144,9 @@ class ParallelismSpec:
             raise _reject("zero", self.zero, "0 or 3 with fsdp=True (FSDP full sharding is ZeRO stage 3)")
         object.__setattr__(self, "schedule", option("ParallelismSpec.schedule", self.schedule, PipelineSchedule))
         object.__setattr__(self, "dtype", option("ParallelismSpec.dtype", self.dtype, Dtype))
-        if self.bucket_bytes is not None and (not is_int(self.bucket_bytes) or self.bucket_bytes < 4):
-            raise _reject("bucket_bytes", self.bucket_bytes, "None or an integer >= 4")
-        if self.bucket_bytes is not None:
+        if self.bucket_bytes is not None and self.bucket_bytes != MCORE_BUCKETS:
+            if not is_int(self.bucket_bytes) or self.bucket_bytes < 4:
+                raise _reject("bucket_bytes", self.bucket_bytes, f"None, {MCORE_BUCKETS!r} or an integer >= 4")
             object.__setattr__(self, "bucket_bytes", int(self.bucket_bytes))
         finite_nonnegative("ParallelismSpec.ep_imbalance", self.ep_imbalance, "a finite number >= 0")
         self._parse_order(self.order)
@@ -204,6 +222,25 @@ class ParallelismSpec:
 
     def seq(self, model: ModelSpec) -> int:
         return model.seq_len if self.seq_len is None else self.seq_len
+
+    def bucket_elements(self, chunk: int, grad_bytes: int) -> int | None:
+        """Gradient elements per bucket of model chunk ``chunk`` (None: one bucket of all its gradients).
+
+        >>> ParallelismSpec(dp=128).bucket_elements(0, 4)  # max(40e6, 1e6 x 128) parameters
+        128000000
+        >>> spec = ParallelismSpec(dp=8, pp=2, vp=2, schedule="interleaved", global_batch=16)
+        >>> spec.bucket_elements(0, 4), spec.bucket_elements(1, 4)  # max(40e6, 8e6); chunk 1: one bucket
+        (40000000, None)
+        >>> ParallelismSpec(dp=8, bucket_bytes=2**20).bucket_elements(0, 4)  # 1 MiB of fp32 gradients
+        262144
+        """
+        if self.bucket_bytes is None:
+            return None
+        if isinstance(self.bucket_bytes, int):
+            return max(1, self.bucket_bytes // grad_bytes)
+        if not self.dp_overlap or chunk > 0:
+            return None
+        return max(MCORE_BUCKET_MIN_PARAMS, MCORE_BUCKET_PARAMS_PER_DP * self.dp * self.cp)
 
     # ---- checks against a model ------------------------------------------------------------------
     def check(self, model: ModelSpec) -> ParallelismSpec:

@@ -9,7 +9,7 @@ from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES, NetworkModel
 from topologies import checks
 from topologies.routing import ROUTING_POLICIES
 from workloads.options import Dtype, Granularity, PipelineSchedule, Recompute, names
-from workloads.parallelism import DDP_BUCKET_BYTES
+from workloads.parallelism import MCORE_BUCKETS
 from workloads.presets import SC21_VOCAB
 
 from .common import (
@@ -40,7 +40,7 @@ STEP_DEFAULTS = {
     "global_batch": 256,
     "micro_batch": 1,
     "seq_len": 8192,
-    "bucket_mb": DDP_BUCKET_BYTES / 2**20,
+    "bucket_mb": None,  # Megatron-Core's buckets (workloads.parallelism.MCORE_BUCKETS)
     "overlap_grad_reduce": True,
     "dtype": "bf16",
     "schedule": "1f1b",
@@ -196,7 +196,8 @@ def add_parser(sub) -> None:
     step.add_argument(
         "--bucket-mb",
         type=bounded("bucket-mb", float, 0, strict=True),
-        help=f"DDP gradient bucket in MiB; default {STEP_DEFAULTS['bucket_mb']:g}",
+        help="gradient bucket in MiB (PyTorch DDP: 25); default Megatron-Core's, max(40M, 1M x DP x CP) "
+        "parameters, one bucket per model chunk after the first and without overlap",
     )
     step.add_argument(
         "--no-overlap-grad-reduce",
@@ -317,13 +318,15 @@ def run(args) -> str:
         from simulator.studies.trace import parse_ranks
 
         trace_ranks = parse_ranks(s["trace_ranks"], topology.num_gpus)
-    if not 4 <= s["bucket_mb"] * 2**20 <= checks.MAX_BYTES:  # a float: 1e308 MiB is inf bytes, not allowed
-        raise checks.reject(
-            "bucket_mb",
-            s["bucket_mb"],
-            f"a size in MiB from {4 / 2**20:.2g} (4 bytes) to {checks.MAX_BYTES >> 20} (1 PiB)",
-        )
-    bucket_bytes = int(s["bucket_mb"] * 2**20)
+    bucket_bytes: int | str = MCORE_BUCKETS
+    if s["bucket_mb"] is not None:
+        if not 4 <= s["bucket_mb"] * 2**20 <= checks.MAX_BYTES:  # a float: 1e308 MiB is inf bytes, not allowed
+            raise checks.reject(
+                "bucket_mb",
+                s["bucket_mb"],
+                f"a size in MiB from {4 / 2**20:.2g} (4 bytes) to {checks.MAX_BYTES >> 20} (1 PiB)",
+            )
+        bucket_bytes = int(s["bucket_mb"] * 2**20)
     parallelism = ParallelismSpec(
         tp=s["tp"],
         pp=s["pp"],

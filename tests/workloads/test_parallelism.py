@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from tests.workloads.shapes import moe
-from workloads.parallelism import DDP_BUCKET_BYTES, GROUP_KINDS, ParallelismSpec
+from workloads.parallelism import DDP_BUCKET_BYTES, GROUP_KINDS, MCORE_BUCKETS, ParallelismSpec
 from workloads.presets import custom_gpt
 
 LAYOUTS = [
@@ -119,8 +119,9 @@ def test_other_order_moves_the_pipeline_inside():
 
 def test_defaults():
     spec = ParallelismSpec(dp=4)
-    # DDP bucket_cap_mb = 25 -> 25 x 1024 x 1024 bytes; one micro-batch per replica when B is not given
-    assert spec.bucket_bytes == DDP_BUCKET_BYTES == 26_214_400
+    # Megatron-Core's buckets: max(40e6, 1e6 x 4) = 40e6 parameters; one micro-batch per replica when B is not given
+    assert spec.bucket_bytes == MCORE_BUCKETS and spec.bucket_elements(0, 4) == 40_000_000
+    assert DDP_BUCKET_BYTES == 26_214_400  # PyTorch DDP bucket_cap_mb = 25 -> 25 x 1024 x 1024 bytes
     assert (spec.global_batch, spec.microbatches, spec.world_size) == (4, 1, 4)
     assert ParallelismSpec(dp=2, fsdp=True).zero_stage == 3
     assert not ParallelismSpec(dp=2, sequence_parallel=True).sp  # no effect without tp > 1

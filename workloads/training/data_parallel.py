@@ -3,9 +3,11 @@ the tied-embedding sync and the optimizer step. Pure data.
 
 The gradients of a rank's weights (ModelSpec.stage_parameters x gradient bytes; fp16 training reduces fp16
 gradients, bf16 and fp8 training fp32 ones, Megatron's accumulate_allreduce_grads_in_fp32) are cut, in the
-order the backward produces them, into buckets of ``bucket_bytes`` (one bucket per model chunk when None,
-Megatron's contiguous gradient buffer): a bucket holds floor(bucket_bytes / gradient bytes) elements and
-is ready after the backward task whose running total of gradients first reaches its end. With
+order the backward produces them, into buckets (``ParallelismSpec.bucket_elements``: by default Megatron-Core's
+max(40e6, 1e6 x d c) parameters, one bucket per model chunk after the first and without overlap; with
+``bucket_bytes`` floor(bucket_bytes / gradient bytes) elements; None: one per model chunk, Megatron's
+contiguous gradient buffer); a bucket is ready after the backward task whose running total of gradients
+first reaches its end. With
 ``dp_overlap`` a bucket is reduced on stream 1 as soon as the backward of the last micro-batch has produced
 all of it (PyTorch DDP), overlapping the rest of the backward; otherwise all buckets are reduced after the
 pipeline (Megatron-LM 2021, ``allreduce_gradients`` after the schedule).
@@ -24,8 +26,9 @@ rounded up to whole elements per rank (``common.padded``). The optimizer's compu
 (``PassWork(phase="optimizer")``) waits for the reductions.
 
 Worked number: GPT-1.7B (24 layers), t = p = 1, d = 32, fp16: one rank's gradients are 1,652,230,656 x 2 B =
-3,304,461,312 B, cut into 127 buckets of 25 MiB = 26,214,400 B (3,304,461,312 / 26,214,400 = 126.06: the last
-one holds 0.06 of a bucket).
+3,304,461,312 B, cut into 42 of Megatron-Core's buckets of max(40e6, 32e6) = 40e6 parameters (1,652,230,656 /
+40e6 = 41.3), or into 127 buckets of PyTorch DDP's 25 MiB = 26,214,400 B (3,304,461,312 / 26,214,400 = 126.06:
+the last one holds 0.06 of a bucket).
 """
 
 from __future__ import annotations
@@ -125,7 +128,7 @@ class DataParallel:
             if self.zero >= 3:  # one reduce-scatter per unit, when its gradients are complete
                 out += [(part, s, k + 1, k) for k, s in enumerate(sizes) if s > 0]
                 continue
-            cap = total if b.spec.bucket_bytes is None else max(1, b.spec.bucket_bytes // b.grad_bytes)
+            cap = b.spec.bucket_elements(v // b.spec.pp, b.grad_bytes) or total
             cumulative = list(itertools.accumulate(sizes))
             start, bucket = 0, 0
             while start < total:

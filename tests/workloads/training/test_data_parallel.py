@@ -3,6 +3,7 @@ module's worked number."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from tests.workloads.shapes import gpt
 from tests.workloads.training.helpers import build, colls, times
 from workloads.collectives import CollectiveKind
-from workloads.parallelism import ParallelismSpec
+from workloads.parallelism import DDP_BUCKET_BYTES, ParallelismSpec
 from workloads.tasks import CommTask, ComputeTask
 from workloads.training import STREAM_PARAM, training_step
 from workloads.training.common import padded
@@ -68,7 +69,8 @@ def test_zero3_gathers_every_layer_each_pass():
 
 
 def test_worked_number_of_the_module_docstring():
-    # GPT-1.7B, d = 32, b 16, B 512 -> m = 1; fp16 gradients 1,652,230,656 x 2 B in 25 MiB buckets
+    # GPT-1.7B, d = 32, b 16, B 512 -> m = 1; fp16 gradients 1,652,230,656 x 2 B in Megatron-Core's buckets of
+    # max(40e6, 1e6 x 32) = 40e6 parameters, or in PyTorch DDP's 25 MiB ones
     from workloads.presets import SC21_GPTS
 
     model = SC21_GPTS["gpt-1.7b"]
@@ -76,6 +78,10 @@ def test_worked_number_of_the_module_docstring():
     tw = build(model, spec)
     buckets = [c for _, c in colls(tw, 0, "dp")]
     assert sum(c.nbytes for c in buckets) == model.stage_parameters(0) * 2 == 3_304_461_312
+    assert len(buckets) == math.ceil(1_652_230_656 / 40_000_000) == 42
+    assert buckets[0].nbytes == 40_000_000 * 2
+    tw = build(model, dataclasses.replace(spec, bucket_bytes=DDP_BUCKET_BYTES))
+    buckets = [c for _, c in colls(tw, 0, "dp")]
     assert len(buckets) == math.ceil(3_304_461_312 / 26_214_400) == 127
     names = [t.name for t in tw.workload.programs[0] if isinstance(t, ComputeTask)]
     assert sum("layer" in n for n in names) == 48 and sum("embedding" in n for n in names) == 2
