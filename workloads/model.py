@@ -509,24 +509,37 @@ class ModelSpec:
             total -= self.moe_layers * idle
         return total
 
-    def stage_layers(self, *, pp: int = 1) -> tuple[range, ...]:
-        """Layers of each pipeline stage: contiguous, the first ``layers % pp`` stages one layer more."""
+    def stage_layers(self, *, pp: int = 1, split_slots: tuple[int, int] = (0, 0)) -> tuple[range, ...]:
+        """Layers of each pipeline stage: contiguous, the first ``slots % pp`` stages one slot more, where the
+        slots are the layers plus ``split_slots`` = (embedding, loss) slots that count as a layer each on the
+        first and the last stage (Megatron-Core's --account-for-embedding-in-pipeline-split and
+        --account-for-loss-in-pipeline-split), so a stage may hold no transformer layer.
+
+        >>> from workloads.presets import model_preset
+        >>> chunks = model_preset("llama3-405b").stage_layers(pp=16 * 8, split_slots=(1, 1))  # 126 + 2 slots
+        >>> [len(c) for c in chunks[:2]], chunks[1], [len(c) for c in chunks[-2:]]
+        ([0, 1], range(0, 1), [1, 0])
+        """
         pp = int_at_least("pp", pp, 1)
-        if pp > self.layers:
-            raise reject("pp", pp, f"an integer <= layers ({self.layers})")
-        base, extra = divmod(self.layers, pp)
+        first, last = split_slots
+        slots = self.layers + first + last
+        if pp > slots:
+            raise reject("pp", pp, f"an integer <= layers ({self.layers}) + embedding and loss slots ({first + last})")
+        base, extra = divmod(slots, pp)
         stages, start = [], 0
         for stage in range(pp):
-            size = base + (stage < extra)
-            stages.append(range(start, start + size))
-            start += size
+            end = start + base + (stage < extra)  # slots start..end, layer = slot - first
+            stages.append(range(max(0, start - first), min(self.layers, end - first)))
+            start = end
         return tuple(stages)
 
-    def stage_parameters(self, stage: int, *, tp: int = 1, pp: int = 1, ep: int = 1) -> int:
+    def stage_parameters(
+        self, stage: int, *, tp: int = 1, pp: int = 1, ep: int = 1, split_slots: tuple[int, int] = (0, 0)
+    ) -> int:
         """Weights on one GPU of pipeline stage ``stage``: its layers, the embedding on the first stage,
         the final norm and output layer on the last (Megatron; a tied embedding is also kept, as the
         output weight, on the last stage when pp > 1)."""
-        stages = self.stage_layers(pp=pp)
+        stages = self.stage_layers(pp=pp, split_slots=split_slots)
         if not is_int(stage) or not 0 <= stage < len(stages):
             raise reject("stage", stage, f"an integer in 0..{len(stages) - 1}")
         checked_tp, checked_ep = self._check_tp(tp), self._check_ep(ep)  # once, not per layer
@@ -537,21 +550,31 @@ class ModelSpec:
             total += self.final_norm_parameters() + self.last_stage_output_parameters(tp=tp, pp=len(stages))
         return total
 
-    def parameters_per_gpu(self, *, tp: int = 1, pp: int = 1, ep: int = 1) -> int:
+    def parameters_per_gpu(
+        self, *, tp: int = 1, pp: int = 1, ep: int = 1, split_slots: tuple[int, int] = (0, 0)
+    ) -> int:
         """The largest :meth:`stage_parameters` over the stages (the GPU that runs out of memory first)."""
-        return max(self.stage_parameters(j, tp=tp, pp=pp, ep=ep) for j in range(len(self.stage_layers(pp=pp))))
+        return max(self.stage_parameters(j, tp=tp, pp=pp, ep=ep, split_slots=split_slots) for j in range(pp))
 
     def parameter_bytes(self) -> int:
         return self.total_parameters() * self.dtype_bytes
 
     def training_state_bytes(
-        self, *, tp: int = 1, pp: int = 1, ep: int = 1, dp: int = 1, zero_stage: int = 0, grad_bytes: int = 2
+        self,
+        *,
+        tp: int = 1,
+        pp: int = 1,
+        ep: int = 1,
+        dp: int = 1,
+        zero_stage: int = 0,
+        grad_bytes: int = 2,
+        split_slots: tuple[int, int] = (0, 0),
     ) -> TrainingStateBytes:
         """Weights, gradients and Adam state on the most loaded GPU (:func:`zero_state_bytes` of
         :meth:`parameters_per_gpu`). ZeRO shards every local weight over ``dp``; that experts are in
         reality sharded over their own expert-data-parallel group is ignored."""
         return zero_state_bytes(
-            self.parameters_per_gpu(tp=tp, pp=pp, ep=ep),
+            self.parameters_per_gpu(tp=tp, pp=pp, ep=ep, split_slots=split_slots),
             zero_stage=zero_stage,
             dp=dp,
             param_bytes=self.dtype_bytes,

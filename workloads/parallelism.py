@@ -123,6 +123,11 @@ class ParallelismSpec:
     order: str = DEFAULT_ORDER
     dtype: str = "bf16"
     ep_imbalance: float = 0.0  # busiest expert-parallel rank receives (1 + x) x the average tokens
+    # the embedding (loss) counts as a layer when the layers are split over pipeline stages, so the first (last)
+    # stage holds one transformer layer fewer: Megatron-Core --account-for-embedding-in-pipeline-split
+    # (--account-for-loss-in-pipeline-split); with both, Llama 3 405B's 126 layers + 2 fill pp 16 x vp 8 chunks
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
 
     def __post_init__(self) -> None:
         # numpy integers are stored as ints, option names as their enum members (checks.option)
@@ -138,7 +143,14 @@ class ParallelismSpec:
         if not is_int(self.zero) or not 0 <= self.zero <= 3:
             raise _reject("zero", self.zero, "0, 1, 2 or 3")
         object.__setattr__(self, "zero", int(self.zero))
-        for name in ("fsdp", "sequence_parallel", "scatter_gather", "dp_overlap"):
+        for name in (
+            "fsdp",
+            "sequence_parallel",
+            "scatter_gather",
+            "dp_overlap",
+            "account_for_embedding_in_pipeline_split",
+            "account_for_loss_in_pipeline_split",
+        ):
             object.__setattr__(self, name, flag(f"ParallelismSpec.{name}", getattr(self, name)))
         if self.fsdp and self.zero not in (0, 3):
             raise _reject("zero", self.zero, "0 or 3 with fsdp=True (FSDP full sharding is ZeRO stage 3)")
@@ -220,6 +232,15 @@ class ParallelismSpec:
     def virtual_stages(self) -> int:
         return self.pp * self.vp
 
+    @property
+    def split_slots(self) -> tuple[int, int]:
+        """(embedding, loss) slots counted as layers when splitting the layers over the pipeline."""
+        return (int(self.account_for_embedding_in_pipeline_split), int(self.account_for_loss_in_pipeline_split))
+
+    def chunk_layers(self, model: ModelSpec) -> tuple[range, ...]:
+        """Layers of each model chunk (virtual stage), in pipeline order."""
+        return model.stage_layers(pp=self.virtual_stages, split_slots=self.split_slots)
+
     def seq(self, model: ModelSpec) -> int:
         return model.seq_len if self.seq_len is None else self.seq_len
 
@@ -251,13 +272,21 @@ class ParallelismSpec:
             )
         if model.ffn_hidden % self.tp:
             raise _reject("tp", self.tp, f"a divisor of the model's ffn_hidden ({model.ffn_hidden})")
-        if self.pp * self.vp > model.layers:
+        slots = model.layers + sum(self.split_slots)
+        if self.pp * self.vp > slots:
             raise _reject(
                 "pp",
                 self.pp,
                 f"a value with pp x vp = {self.pp} x {self.vp} = {self.pp * self.vp} at "
-                f"most the model's layers ({model.layers}); chunks get layers // (pp vp) "
-                "layers, the first layers % (pp vp) one more",
+                f"most the model's layers ({model.layers})"
+                + (f" and {slots - model.layers} embedding/loss slots" if slots > model.layers else "")
+                + "; chunks get slots // (pp vp) layers, the first slots % (pp vp) one more"
+                + (
+                    ""
+                    if self.split_slots == (1, 1)
+                    else " (--account-for-embedding-in-pipeline-split and "
+                    "--account-for-loss-in-pipeline-split count the embedding and the loss as a layer each)"
+                ),
             )
         s = self.seq(model)
         if s % self.cp:

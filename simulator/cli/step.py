@@ -45,6 +45,8 @@ STEP_DEFAULTS = {
     "dtype": "bf16",
     "schedule": "1f1b",
     "sequence_parallel": False,
+    "account_for_embedding_in_pipeline_split": False,
+    "account_for_loss_in_pipeline_split": False,
     "recompute": "none",
     "net_model": "flow",
     "granularity": "layer",
@@ -125,7 +127,17 @@ SETTING_CHECKS = {
     "oversubscription": lambda f, v: checks.finite(f, v, low=1),
     "zero": lambda f, v: checks.integer(f, v, low=0, high=3),
     **dict.fromkeys(
-        ("fsdp", "sequence_parallel", "rail_optimised", "gdr", "overlap_grad_reduce", "exact"), checks.flag
+        (
+            "fsdp",
+            "sequence_parallel",
+            "rail_optimised",
+            "gdr",
+            "overlap_grad_reduce",
+            "exact",
+            "account_for_embedding_in_pipeline_split",
+            "account_for_loss_in_pipeline_split",
+        ),
+        checks.flag,
     ),
     "bucket_mb": lambda f, v: checks.positive_finite(f, v),
     "dtype": lambda f, v: checks.option(f, v, Dtype),
@@ -209,6 +221,13 @@ def add_parser(sub) -> None:
     step.add_argument("--dtype", choices=names(Dtype), help="training precision; default bf16")
     step.add_argument("--schedule", choices=names(PipelineSchedule), help="pipeline schedule; default 1f1b")
     step.add_argument("--sequence-parallel", action="store_const", const=True, help="Megatron sequence parallelism")
+    for what in ("embedding", "loss"):
+        step.add_argument(
+            f"--account-for-{what}-in-pipeline-split",
+            action="store_const",
+            const=True,
+            help=f"count the {what} as a layer when splitting layers over pipeline stages (Megatron-Core)",
+        )
     step.add_argument("--recompute", choices=names(Recompute), help="activation recomputation")
     step.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, help="network model; default flow")
     step.add_argument(
@@ -342,6 +361,8 @@ def run(args) -> str:
         seq_len=s["seq_len"],
         schedule=s["schedule"],
         sequence_parallel=s["sequence_parallel"],
+        account_for_embedding_in_pipeline_split=s["account_for_embedding_in_pipeline_split"],
+        account_for_loss_in_pipeline_split=s["account_for_loss_in_pipeline_split"],
         dtype=s["dtype"],
         bucket_bytes=bucket_bytes,
         dp_overlap=s["overlap_grad_reduce"],

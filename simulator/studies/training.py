@@ -144,7 +144,7 @@ def step_compute(
     optimizer = tuple(
         cmp.optimizer_step(
             gpu,
-            parameters=model.stage_parameters(j, tp=p.tp, pp=p.pp, ep=p.ep) / shard,
+            parameters=model.stage_parameters(j, tp=p.tp, pp=p.pp, ep=p.ep, split_slots=p.split_slots) / shard,
             param_bytes=model.dtype_bytes,
             compute_model=compute_model,
         ).time_s
@@ -173,9 +173,15 @@ def memory_per_gpu(
     p.check(model)
     grad_bytes = gradient_bytes_per_param(p.dtype)
     state = model.training_state_bytes(
-        tp=p.tp, pp=p.pp, ep=p.ep, dp=p.dp * p.cp, zero_stage=p.zero_stage, grad_bytes=grad_bytes
+        tp=p.tp,
+        pp=p.pp,
+        ep=p.ep,
+        dp=p.dp * p.cp,
+        zero_stage=p.zero_stage,
+        grad_bytes=grad_bytes,
+        split_slots=p.split_slots,
     )
-    chunk_layers = max(map(len, model.stage_layers(pp=p.pp * p.vp)))  # the longest model chunk
+    chunk_layers = max(map(len, p.chunk_layers(model)))  # the longest model chunk
     # the larger of a dense and a MoE layer (all layers of one kind keep the same activations)
     kinds = {model.is_moe_layer(layer): layer for layer in range(model.layers)}
     per_layer = max(

@@ -98,7 +98,7 @@ class _Builder:
         self.grad_bytes = gradient_bytes_per_param(spec.dtype)
         self.grad_dtype = "float16" if self.grad_bytes == 2 else "float32"
         self.V = spec.virtual_stages
-        self.chunks = model.stage_layers(pp=self.V)  # layers of each model chunk (the first ones longer)
+        self.chunks = spec.chunk_layers(model)  # layers of each model chunk (the first ones longer)
         self.m = spec.microbatches
         # groups per kind and every rank's answers per question (see answers), built on first use
         self.groups: dict[str, list[tuple[int, ...]]] = {}

@@ -161,3 +161,25 @@ def test_interleaving_divides_the_bubble_by_v():
     compute = StepCompute.uniform(layers=8, forward_s=0.5e-3, backward_s=1e-3)
     tw = training_step(model, spec, compute, part="pipeline")
     assert task_times(tw.workload).makespan_s == pytest.approx(28.5e-3, rel=1e-12)
+
+
+def test_embedding_and_loss_slots_in_the_pipeline_split():
+    """Megatron-Core's --account-for-embedding/loss-in-pipeline-split: gpt(8), pp 4 x vp 2 = 8 chunks over
+    8 layers + 2 slots = 10 slots, the first 10 % 8 = 2 chunks two slots each. Chunk layers: chunk 0 = the
+    embedding + layer 0, chunk 1 = layers 1-2, chunks 2-6 one layer each (3..7 minus chunk 7's loss slot:
+    chunk 6 = layer 7), chunk 7 = the loss only. Stage s holds chunks s and s + 4: layers 1+1, 2+1, 1+1, 1+0,
+    and with 4 micro-batches of 1 ms forward + 2 ms backward per layer its layer work is layers x 12 ms."""
+    slots = dict(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
+    spec = ParallelismSpec(pp=4, dp=1, vp=2, schedule="interleaved", global_batch=4, **slots)
+    assert [len(c) for c in spec.chunk_layers(gpt(8))] == [1, 2, 1, 1, 1, 1, 1, 0]
+    tw = build(gpt(8), spec)
+    work = []
+    for rank in range(4):
+        tasks = [t for t in tw.workload.programs[rank] if isinstance(t, ComputeTask) and "optim" not in t.name]
+        work.append(round(sum(t.duration_s for t in tasks), 9))
+    assert work == [0.024, 0.036, 0.024, 0.012]
+    # 126 layers fill pp 16 x vp 8 = 128 chunks only with both slots (Llama 3 405B's layout)
+    model = custom_gpt(layers=126, hidden=256, heads=8, seq_len=64)
+    with pytest.raises(ValueError, match="account-for-embedding-in-pipeline-split"):
+        ParallelismSpec(pp=16, dp=1, vp=8, schedule="interleaved", global_batch=16).check(model)
+    ParallelismSpec(pp=16, dp=1, vp=8, schedule="interleaved", global_batch=16, **slots).check(model)
