@@ -10,7 +10,7 @@ import numpy as np
 
 from topologies.checks import instance, is_int, reject
 from topologies.routing import RouteCache, Router
-from topologies.topology import Topology
+from topologies.topology import LinkTier, Topology
 from workloads.collectives import Collective
 from workloads.tasks import Workload
 
@@ -23,7 +23,7 @@ from .engine.timeline import task_times
 from .flows import Routes
 from .network import build_network
 from .placement import Placement
-from .results import CollectiveRecord, SimResult
+from .results import CollectiveRecord, SimResult, TierRates
 from .schedule import Schedule
 
 
@@ -68,6 +68,7 @@ def simulate(
     if config.task_ranks is not None and any(r >= workload.nranks for r in config.task_ranks):
         raise ValueError(f"task_ranks: {config.task_ranks!r} names a rank >= {workload.nranks} (the workload's ranks)")
     times: Iterable[tuple[float, float]]  # per collective (start_s, end_s)
+    tier_rates = None
     recorded: dict[int, np.ndarray]
     if network.context_free and not config.link_events:
         # each collective's time ignores the rest: time each distinct schedule once, then the
@@ -84,7 +85,8 @@ def simulate(
             recorded[rank] = np.column_stack((timeline.arrival_s[rank], timeline.end_s[rank]))
             recorded[rank].setflags(write=False)
     else:
-        times, rank_end, recorded = run(
+        tiers, groups = np.unique(topology.link_tier, return_inverse=True)
+        times, rank_end, recorded, series = run(
             network=network,
             workload=workload,
             schedules=schedules,
@@ -93,8 +95,23 @@ def simulate(
             launch_overhead_s=config.launch_overhead_s,
             task_ranks=config.task_ranks,
             link_events=config.link_events,
+            link_groups=groups if config.tier_rates else None,
         )
         link_bytes, rerates = network.link_bytes.copy(), network.rerates
+        if config.tier_rates:
+            arrays = (
+                np.array([t for t, _ in series], dtype=np.float64),
+                np.array([r for _, r in series], dtype=np.float64).reshape(-1, len(tiers)),
+                np.bincount(groups, weights=topology.link_capacity_bytes_per_s, minlength=len(tiers)),
+            )
+            for array in arrays:
+                array.setflags(write=False)
+            tier_rates = TierRates(
+                tiers=tuple(LinkTier(int(t)).name.lower() for t in tiers),
+                times_s=arrays[0],
+                bytes_per_s=arrays[1],
+                capacity_bytes_per_s=arrays[2],
+            )
         # every task's times rebuilt from the collectives' (the same max-plus recurrence the replay ran)
         timeline = task_times(workload, [end - start for start, end in times])
     records = tuple(
@@ -122,6 +139,7 @@ def simulate(
         network_rerates=rerates,
         task_times=MappingProxyType(recorded),
         timeline=timeline,
+        tier_rates=tier_rates,
     )
 
 

@@ -48,6 +48,8 @@ class SimConfig:
     congestion: tuple[str, ...] = ()  # flow-model refinements: any of "dcqcn", "pfc", "ib-credit"
     task_ranks: tuple[int, ...] | None = ()  # ranks whose per-task start/end times are kept (None: all)
     link_events: tuple[LinkEvent, ...] = ()  # links degraded or failed during the run
+    # record each link tier's throughput over time (SimResult.tier_rates; an event replay only, for traces)
+    tier_rates: bool = False
 
     def __post_init__(self) -> None:
         # every field checked here, at the edge (checks: one message naming the field)
@@ -56,6 +58,7 @@ class SimConfig:
             raise ValueError(f"routing: {self.routing!r} is not known; expected one of {', '.join(ROUTING_POLICIES)}")
         object.__setattr__(self, "seed", integer("seed", self.seed))
         object.__setattr__(self, "pxn", flag("pxn", self.pxn))
+        object.__setattr__(self, "tier_rates", flag("tier_rates", self.tier_rates))
         object.__setattr__(
             self,
             "launch_overhead_s",

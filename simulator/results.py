@@ -42,6 +42,23 @@ class CollectiveRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TierRates:
+    """Bytes/s each link tier carried over a simulation (``SimConfig.tier_rates``): ``bytes_per_s[k]`` from
+    ``times_s[k]`` until the next time (zeros after the last); ``capacity_bytes_per_s`` each tier's links'
+    summed capacity, so ``bytes_per_s / capacity_bytes_per_s`` is the tier's mean utilisation."""
+
+    tiers: tuple[str, ...]
+    times_s: np.ndarray  # (k,)
+    bytes_per_s: np.ndarray  # (k, tiers)
+    capacity_bytes_per_s: np.ndarray  # (tiers,)
+
+    @property
+    def utilisation(self) -> np.ndarray:
+        """(k, tiers): the share of each tier's capacity in use from each time on."""
+        return np.asarray(self.bytes_per_s / self.capacity_bytes_per_s)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SimResult:
     config: SimConfig
     topology_name: str
@@ -55,6 +72,7 @@ class SimResult:
     # rank -> (tasks x 2) read-only array of each task's start (a collective task: its rank's arrival) and end (s),
     # for SimConfig.task_ranks
     task_times: Mapping[int, np.ndarray] = field(default_factory=lambda: MappingProxyType({}))
+    tier_rates: TierRates | None = None  # with SimConfig.tier_rates, after an event replay
 
     @property
     def makespan_s(self) -> float:

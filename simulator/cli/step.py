@@ -376,6 +376,7 @@ def run(args) -> str:
         seed=s["seed"],
         congestion=tuple(s["congestion"]),
         collectives=CollectivePolicy.from_environment(os.environ, collnet=collnet),
+        tier_rates=s["trace"] is not None,  # the trace's link-tier counter tracks
     )
     system = topology
     if calibration is not None:

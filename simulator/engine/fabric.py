@@ -32,9 +32,15 @@ Rebuild = Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 class Fabric:
-    def __init__(self, env: simpy.Environment, network: FluidNetwork):
+    def __init__(self, env: simpy.Environment, network: FluidNetwork, *, link_groups: np.ndarray | None = None):
+        """``link_groups`` (a group index per link, e.g. its tier): record each group's throughput whenever
+        the rates change (``group_series``: (time_s, bytes/s per group) from that time on)."""
         self.env = env
         self.network = network
+        self._recording = link_groups is not None
+        if link_groups is not None:
+            network.record_groups(link_groups)
+        self.group_series: list[tuple[float, np.ndarray]] = []
         self._last_s = 0.0
         self._settle_pending = False
         self._timer_generation = 0
@@ -78,11 +84,18 @@ class Fabric:
         self.env.timeout(latency_s).callbacks.append(lambda _ev: self._start(tid, *payload))
         return done
 
+    @property
+    def last_s(self) -> float:
+        """The time the network was last advanced to (the last flow's end, once the run is over)."""
+        return self._last_s
+
     # ---- internals ---------------------------------------------------------------------------
     def _advance_to_now(self) -> None:
         now = self.env.now
         if now > self._last_s:
             finished = self.network.advance(now - self._last_s)
+            if self._recording:
+                self._record_groups(now - self._last_s)
             self._last_s = now
             self._finish(finished)
 
@@ -151,6 +164,14 @@ class Fabric:
                 self._flows_of.pop(tid, None)
                 self._rebuild.pop(tid, None)
                 self._done_events.pop(tid).succeed()
+
+    def _record_groups(self, dt_s: float) -> None:
+        """Each link group's mean throughput over the ``dt_s`` from ``_last_s`` on (kept when it differs
+        from the last recorded)."""
+        rates = self.network.group_bytes / dt_s
+        series = self.group_series
+        if not series or not np.array_equal(series[-1][1], rates):
+            series.append((self._last_s, rates))
 
     def _request_settle(self) -> None:
         if self._settle_pending:

@@ -62,7 +62,8 @@ def run(
     launch_overhead_s: float = 0.0,
     task_ranks: tuple[int, ...] | None = (),
     link_events: Sequence[LinkEvent] = (),
-) -> tuple[list[tuple[float, float]], list[float], dict[int, np.ndarray]]:
+    link_groups: np.ndarray | None = None,
+) -> tuple[list[tuple[float, float]], list[float], dict[int, np.ndarray], list[tuple[float, np.ndarray]]]:
     """Replay ``workload`` on a fresh SimPy environment whose fabric drives ``network``.
 
     ``schedules[i]`` is collective i's; ``route(step, schedule)`` gives a step's routed flows when the
@@ -72,10 +73,11 @@ def run(
     Returns per-collective (start_s, end_s), per-rank end times, and for the ranks in
     ``task_ranks`` (None: every rank) an array (tasks x 2) of each task's start and end time
     (start = when its stream and dependencies let it begin; a collective task then waits for its
-    group, which is part of its time).
+    group, which is part of its time), and with ``link_groups`` (a group index per link) each group's
+    throughput over time: (time_s, bytes/s per group from then on), ending with zeros when the last flow ends.
     """
     env = simpy.Environment()
-    fabric = Fabric(env, network)
+    fabric = Fabric(env, network, link_groups=link_groups)
     # a collective starts when its members that arrive have (passive ranks take part without arriving)
     meetings = [_Rendezvous(waiting=workload.arrivals(i), done=env.event()) for i in range(len(workload.collectives))]
     rank_end = [0.0] * workload.nranks
@@ -165,4 +167,7 @@ def run(
         )
     for times in task_times.values():
         times.setflags(write=False)
-    return [(m.start_s, m.end_s) for m in meetings], rank_end, task_times
+    series = fabric.group_series
+    if series and series[-1][1].any():
+        series.append((fabric.last_s, np.zeros_like(series[-1][1])))
+    return [(m.start_s, m.end_s) for m in meetings], rank_end, task_times, series

@@ -105,6 +105,8 @@ class FluidNetwork:
         self._nbatches = 0
         self._dirty = False
         self.rerates = 0
+        self._group_of_link: np.ndarray | None = None  # see record_groups
+        self.group_bytes: np.ndarray = np.zeros(0)
 
     @property
     def flow_ptr(self) -> np.ndarray:
@@ -226,12 +228,17 @@ class FluidNetwork:
             self.next_completion_s()
         rate, remaining, fill, active = self.rate, self.remaining, self.fill, self.active
         idx = np.flatnonzero(active)
+        if self._group_of_link is not None:
+            self.group_bytes = np.zeros_like(self.group_bytes)
         if idx.size == 0:
             return idx
         if dt_s > 0:
             moved = np.minimum(rate[idx] * dt_s, remaining[idx])
-            fill[idx] -= np.minimum(moved, fill[idx])  # start-up first: no data on the links
+            filling = np.minimum(moved, fill[idx])
+            fill[idx] -= filling  # start-up first: no data on the links
             remaining[idx] -= moved
+            if self._group_of_link is not None:
+                self._moved_by_group(idx, moved - filling)
         # finished: at most a nanosecond of transfer left (float round-off on the drain)
         done = idx[remaining[idx] <= rate[idx] * 1e-9 + 1e-9]
         if done.size:
@@ -241,6 +248,21 @@ class FluidNetwork:
             rate[done] = 0.0
             self._dirty = True
         return self.ids[done]
+
+    def record_groups(self, group_of_link: np.ndarray) -> None:
+        """From now on, each ``advance`` leaves in ``group_bytes`` the data bytes the links of each group
+        (``group_of_link[l]`` in 0..max) carried during it (start-up fill excluded, as in ``link_bytes``)."""
+        self._group_of_link = group_of_link
+        self.group_bytes = np.zeros(int(group_of_link.max()) + 1 if group_of_link.size else 0)
+
+    def _moved_by_group(self, idx: np.ndarray, data: np.ndarray) -> None:
+        """``group_bytes`` of the data bytes ``data[i]`` that flow ``idx[i]`` moved in one advance."""
+        assert self._group_of_link is not None  # record_groups was called
+        ptr = self.flow_ptr
+        entries = entries_of(ptr, idx)
+        values = np.repeat(data, ptr[idx + 1] - ptr[idx]) * self.flow_weights[entries]
+        groups = self.group_bytes.shape[0]
+        self.group_bytes = np.bincount(self._group_of_link[self.flow_links[entries]], weights=values, minlength=groups)
 
     def _rerate(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

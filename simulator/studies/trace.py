@@ -6,6 +6,13 @@ holds the ranks asked for: by default one data-parallel replica (:func:`replica_
 data-parallel index is 0, i.e. t x c x p of them, every stage of one pipeline, whose timing the other
 replicas repeat on a symmetric fabric), and :func:`write_trace` gzips it when the file name ends in ``.gz``
 (Perfetto and ``chrome://tracing`` open ``.json.gz`` as they are).
+
+Pipeline transfers are named as the send (on the sending rank) and the receive (on the receiving one), each
+naming its peer, with a flow arrow from the send to the receive when both ranks are in the trace. A step
+simulated with ``SimConfig(tier_rates=True)`` (``fabricsim step --trace`` sets it) adds a "link tiers"
+process with one counter track per link tier: the share of the tier's capacity in use, averaged over
+``COUNTER_BINS`` equal bins of each phase (exact means of the simulated traffic; a step that simulated one
+data-parallel replica shows that replica's traffic, with the passive ranks' data-parallel flows).
 """
 
 from __future__ import annotations
@@ -15,13 +22,18 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+
 from topologies.checks import int_ranges, int_tuple, reject
+from workloads.collectives import CollectiveKind
 from workloads.tasks import CommTask
 from workloads.training import STREAM_NAMES, PassWork
 
 from . import reductions
 
-__all__ = ("chrome_trace", "replica_ranks", "parse_ranks", "write_trace")
+__all__ = ("COUNTER_BINS", "chrome_trace", "replica_ranks", "parse_ranks", "write_trace")
+
+COUNTER_BINS = 2000  # counter samples per phase and tier: a step's shape at 0.05% of its length, few events
 
 
 def replica_ranks(step_result) -> tuple[int, ...]:
@@ -60,6 +72,9 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
     keep = None if ranks is None else frozenset(int_tuple("ranks", tuple(ranks)))
     events: list[dict] = []
     named: set[tuple[int, int]] = set()
+    arrows = 0
+    counters: list[dict] = []
+    counter_pid = step_result.parallelism.world_size  # after every rank's process
     for phase in step_result.phases:
         training, timeline, offset = phase.training, phase.timeline, phase.offset_s
         workload = training.workload
@@ -104,6 +119,18 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
                 if isinstance(task, CommTask):
                     coll = workload.collectives[task.index]
                     event["cat"] = training.group_kinds[task.index]
+                    ends = _p2p_ends(coll)
+                    if ends is not None:  # a pipeline transfer: this rank's send or receive
+                        src, dst = (training.ranks[r] for r in ends)
+                        sending = pid == src
+                        event["name"] = f"{task.name} {'to' if sending else 'from'} rank {dst if sending else src}"
+                        if keep is None or (src in keep and dst in keep):
+                            flow = {"cat": "p2p", "name": "pipeline transfer", "id": arrows + task.index}
+                            flow |= {"pid": pid, "tid": task.stream}
+                            if sending:
+                                events.append({"ph": "s", "ts": t0 * 1e6, **flow})
+                            else:  # bound to the receive, which ends when the data has arrived
+                                events.append({"ph": "f", "bp": "e", "ts": (t0 + t1) / 2 * 1e6, **flow})
                     record = phase.sim.collectives[task.index]
                     event["args"] = {
                         "collective": task.index,
@@ -125,4 +152,53 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
                             "beside_comm": work.beside_comm,
                         }
                 events.append(event)
+        arrows += len(workload.collectives)  # flow ids of the next phase follow this phase's
+        counters += _tier_counters(phase, pid=counter_pid)
+    if counters:
+        name = {"name": "link tiers (share of capacity in use)"}
+        events += [{"ph": "M", "name": "process_name", "pid": counter_pid, "tid": 0, "args": name}, *counters]
     return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _p2p_ends(coll) -> tuple[int, int] | None:
+    """(sender, receiver) positions in the workload of a one-directional two-rank transfer, else None."""
+    if coll.kind is not CollectiveKind.ALL_TO_ALL or coll.nranks != 2 or coll.splits is None:
+        return None
+    (_, forward), (backward, _) = coll.splits
+    if forward > 0 and backward == 0:
+        return coll.group[0], coll.group[1]
+    if backward > 0 and forward == 0:
+        return coll.group[1], coll.group[0]
+    return None
+
+
+def _tier_counters(phase, *, pid: int) -> list[dict]:
+    """Counter events of each link tier's utilisation in ``phase`` (COUNTER_BINS bin means; none without
+    ``SimResult.tier_rates``), on process ``pid``."""
+    rates = phase.sim.tier_rates
+    if rates is None or rates.times_s.size < 2:
+        return []
+    times, utilisation = rates.times_s, rates.utilisation
+    if times[0] > 0:  # nothing moved before the first flow
+        times = np.concatenate(([0.0], times))
+        utilisation = np.vstack((np.zeros(utilisation.shape[1]), utilisation))
+    span = float(times[-1])
+    edges = np.linspace(0.0, span, COUNTER_BINS + 1)
+    # the integral of each tier's utilisation at the bin edges (piecewise constant between times), differenced
+    cumulative = np.vstack((np.zeros(utilisation.shape[1]), np.cumsum(utilisation[:-1] * np.diff(times)[:, None], 0)))
+    at = np.searchsorted(times, edges, side="right") - 1
+    integral = cumulative[at] + utilisation[at] * (edges - times[at])[:, None]
+    means = np.diff(integral, axis=0) / np.diff(edges)[:, None]
+    events = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "link tiers (share in use)"}}]
+    offset = phase.offset_s
+    for j, tier in enumerate(rates.tiers):
+        if rates.capacity_bytes_per_s[j] <= 0:
+            continue
+        name = f"{tier} utilisation"
+        for k in range(COUNTER_BINS):
+            value = round(float(means[k, j]), 4)
+            if k and value == round(float(means[k - 1, j]), 4):
+                continue  # a counter holds its value until the next sample
+            events.append({"ph": "C", "name": name, "pid": pid, "ts": (edges[k] + offset) * 1e6, "args": {tier: value}})
+        events.append({"ph": "C", "name": name, "pid": pid, "ts": (span + offset) * 1e6, "args": {tier: 0.0}})
+    return events

@@ -404,14 +404,16 @@ def test_step_trace_holds_one_replica_by_default_and_gzips(capsys, tmp_path):
     code, out, err = run(capsys, "step", *SMALL_STEP, "--trace", str(trace))
     assert code == 0, err
     events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
-    assert {e["pid"] for e in events} == {0, 1, 8, 9}
+    # the ranks' processes, then one more (pid 16, after the ranks) with the link tiers' counter tracks
+    assert {e["pid"] for e in events} == {0, 1, 8, 9, 16}
+    assert {e["pid"] for e in events if e["ph"] == "C"} == {16}
     assert "trace of data-parallel replica 0" in out
     everything = tmp_path / "all.json"
     code, out, err = run(capsys, "step", *SMALL_STEP, "--trace", str(everything), "--trace-ranks", "all")
-    assert code == 0 and {e["pid"] for e in json.loads(everything.read_text())["traceEvents"]} == set(range(16))
+    assert code == 0 and {e["pid"] for e in json.loads(everything.read_text())["traceEvents"]} == set(range(17))
     some = tmp_path / "some.json"
     code, out, err = run(capsys, "step", *SMALL_STEP, "--trace", str(some), "--trace-ranks", "3,5-6")
-    assert code == 0 and {e["pid"] for e in json.loads(some.read_text())["traceEvents"]} == {3, 5, 6}
+    assert code == 0 and {e["pid"] for e in json.loads(some.read_text())["traceEvents"]} == {3, 5, 6, 16}
     for bad in ("16", "5-4", "x"):
         code, out, err = run(capsys, "step", *SMALL_STEP, "--trace", str(some), "--trace-ranks", bad)
         assert code == 2 and err.startswith("fabricsim: error: trace_ranks:") and err.count("\n") == 1

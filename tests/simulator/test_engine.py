@@ -426,7 +426,7 @@ def test_the_engine_replays_routed_arrays_without_a_router():
         return flows
 
     work = Workload.sequence([coll], nranks=2)
-    times, _, _ = run(network=FlowNetwork(np.array([1e9])), workload=work, schedules=[sched], route=route)
+    times, _, _, _ = run(network=FlowNetwork(np.array([1e9])), workload=work, schedules=[sched], route=route)
     assert times == [(0.0, pytest.approx(1.0 + 1e-6, rel=1e-12))]
     assert calls == [(step, sched)]
     with pytest.raises(ValueError, match="on_link_failed"):
