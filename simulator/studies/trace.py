@@ -57,7 +57,7 @@ def write_trace(step_result, path: str | Path, *, ranks: Iterable[int] | str | N
         raise reject("ranks", ranks, '"replica", None (every rank) or ranks')
     chosen = replica_ranks(step_result) if isinstance(ranks, str) else ranks
     trace = chrome_trace(step_result, ranks=chosen)
-    data = json.dumps(trace).encode()
+    data = json.dumps(trace, separators=(",", ":")).encode()
     target = Path(path)
     target.write_bytes(gzip.compress(data, mtime=0) if target.name.endswith(".gz") else data)
     return len(trace["traceEvents"])
@@ -67,8 +67,9 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
     """Chrome trace-event JSON (a dict; ``json.dump`` it) of a ``StepResult``: process = rank, thread =
     stream, one "X" event per task; collectives carry their group kind, bytes, group size and the algorithm,
     protocol and channels NCCL's tuner chose (as NCCL_DEBUG=INFO prints per collective); compute tasks carry
-    their work (``workloads.training.PassWork``: phase, layers, matrix FLOPs, whether it ran beside
-    communication). ``ranks``: only these ranks' events (None: every rank)."""
+    their matrix FLOPs (``workloads.training.PassWork``; the phase, and a single layer, are in the task's name),
+    the ``layers`` of a task of several and ``beside_comm`` when they ran beside communication. Times are microseconds to the nanosecond.
+    ``ranks``: only these ranks' events (None: every rank)."""
     keep = None if ranks is None else frozenset(int_tuple("ranks", tuple(ranks)))
     events: list[dict] = []
     named: set[tuple[int, int]] = set()
@@ -113,8 +114,8 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
                     "name": task.name,
                     "pid": pid,
                     "tid": task.stream,
-                    "ts": t0 * 1e6,
-                    "dur": max(t1 - t0, 0.0) * 1e6,
+                    "ts": _us(t0),
+                    "dur": _us(max(t1 - t0, 0.0)),
                 }
                 if isinstance(task, CommTask):
                     coll = workload.collectives[task.index]
@@ -128,13 +129,12 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
                             flow = {"cat": "p2p", "name": "pipeline transfer", "id": arrows + task.index}
                             flow |= {"pid": pid, "tid": task.stream}
                             if sending:
-                                events.append({"ph": "s", "ts": t0 * 1e6, **flow})
+                                events.append({"ph": "s", "ts": _us(t0), **flow})
                             else:  # bound to the receive, which ends when the data has arrived
-                                events.append({"ph": "f", "bp": "e", "ts": (t0 + t1) / 2 * 1e6, **flow})
+                                events.append({"ph": "f", "bp": "e", "ts": _us((t0 + t1) / 2), **flow})
                     record = phase.sim.collectives[task.index]
                     event["args"] = {
                         "collective": task.index,
-                        "kind": coll.kind.value,
                         "nbytes": coll.nbytes,
                         "group_size": coll.nranks,
                         "algorithm": record.algorithm,
@@ -144,13 +144,12 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
                 else:
                     event["cat"] = "compute"
                     work = task.work
-                    if isinstance(work, PassWork):
-                        event["args"] = {
-                            "phase": work.phase,
-                            "layers": list(work.layers),
-                            "flops": work.flops,
-                            "beside_comm": work.beside_comm,
-                        }
+                    if isinstance(work, PassWork):  # its phase, and a single layer, are in its name
+                        event["args"] = {"flops": int(work.flops)}
+                        if len(work.layers) > 1:
+                            event["args"]["layers"] = list(work.layers)
+                        if work.beside_comm:
+                            event["args"]["beside_comm"] = True
                 events.append(event)
         arrows += len(workload.collectives)  # flow ids of the next phase follow this phase's
         counters += _tier_counters(phase, pid=counter_pid)
@@ -158,6 +157,11 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
         name = {"name": "link tiers (share of capacity in use)"}
         events += [{"ph": "M", "name": "process_name", "pid": counter_pid, "tid": 0, "args": name}, *counters]
     return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _us(seconds: float) -> float:
+    """Seconds as the trace's microseconds, to the nanosecond (shorter JSON; finer than any task)."""
+    return round(float(seconds) * 1e6, 3)
 
 
 def _p2p_ends(coll) -> tuple[int, int] | None:
@@ -199,6 +203,6 @@ def _tier_counters(phase, *, pid: int) -> list[dict]:
             value = round(float(means[k, j]), 4)
             if k and value == round(float(means[k - 1, j]), 4):
                 continue  # a counter holds its value until the next sample
-            events.append({"ph": "C", "name": name, "pid": pid, "ts": (edges[k] + offset) * 1e6, "args": {tier: value}})
-        events.append({"ph": "C", "name": name, "pid": pid, "ts": (span + offset) * 1e6, "args": {tier: 0.0}})
+            events.append({"ph": "C", "name": name, "pid": pid, "ts": _us(edges[k] + offset), "args": {tier: value}})
+        events.append({"ph": "C", "name": name, "pid": pid, "ts": _us(span + offset), "args": {tier: 0.0}})
     return events

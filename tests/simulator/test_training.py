@@ -431,9 +431,9 @@ def test_json_and_trace(h100x2):
     comm = [e for e in events if e["ph"] == "X" and e["cat"] != "compute"]
     # a compute task's event carries its work
     work = [(e["name"], e["args"]) for e in events if e["ph"] == "X" and e["cat"] == "compute"]
-    assert work and all(a["phase"] in ("forward", "backward", "optimizer") for _, a in work)
+    assert work and all(name.split()[0] in ("fwd", "bwd", "optimizer") for name, _ in work)
     # matrix FLOPs in every pass of layers or of the logits; none in the optimizer (nor in a lone embedding task)
-    assert all((a["flops"] > 0) == (bool(a["layers"]) or "logits" in name) for name, a in work)
+    assert all((a["flops"] > 0) == ("layers" in a or "layer" in name or "logits" in name) for name, a in work)
     assert comm and all(
         (e["args"]["algorithm"], e["args"]["protocol"], e["args"]["channels"])
         == (
