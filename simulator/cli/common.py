@@ -15,7 +15,7 @@ from topologies.presets import FABRICS, TOPOLOGIES
 if TYPE_CHECKING:
     from simulator.validation.calibration import Calibration
 
-DEFAULT_SYSTEM = "dgx-h100"  # the system preset when none is given
+from simulator.studies.scenario import DEFAULT_SYSTEM, FABRIC_DEFAULTS, build_topology  # noqa: F401 (for the commands)
 
 
 class UsageError(Exception):
@@ -57,11 +57,6 @@ positive_int = bounded  # positive_int(name): an integer >= 1
 stepfactor = bounded("stepfactor", float, 1, strict=True)
 
 
-# the fabric options' defaults in bench and topo (step's, in STEP_DEFAULTS, differ in nodes); the others default
-# to None or, for the --no-... switches, True
-FABRIC_DEFAULTS = {"nodes": 1, "topology": "leaf-spine", "oversubscription": 1.0, "planes": 1}
-
-
 def fabric_options(p: argparse.ArgumentParser, *, defaults: Mapping) -> None:
     """The options that choose and wire the fabric (bench, topo and step), with the values of ``defaults`` for
     the FABRIC_DEFAULTS keys as their defaults, which their help texts name (step then makes every default
@@ -94,23 +89,6 @@ def fabric_options(p: argparse.ArgumentParser, *, defaults: Mapping) -> None:
         help="GPUDirect RDMA off: network traffic staged through host memory (NCCL 'GDR 0')",
     )
     p.set_defaults(**{name: defaults[name] for name in FABRIC_DEFAULTS})
-
-
-def build_topology(settings: Mapping):
-    """The system the fabric options in ``settings`` (parsed arguments as a dict, or step settings) describe."""
-    from topologies.presets import build_system
-
-    return build_system(
-        settings["system"],
-        nodes=settings["nodes"],
-        topology=settings["topology"],
-        fabric=settings["fabric"],
-        oversubscription=settings["oversubscription"],
-        rail_optimised=settings["rail_optimised"],
-        nics_per_node=settings["nics_per_node"],
-        planes=settings["planes"],
-        gdr=settings["gdr"],
-    )
 
 
 def protocol_name(proto: str | None) -> str | None:

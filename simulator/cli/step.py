@@ -5,151 +5,26 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES, NetworkModel
+from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES
+from simulator.studies.scenario import (
+    STEP_DEFAULTS,
+    STEP_FORMATS,
+    prepare_step,
+    run_step,
+    step_settings,
+)
 from topologies import checks
 from topologies.routing import ROUTING_POLICIES
 from workloads.options import Dtype, Granularity, PipelineSchedule, Recompute, names
-from workloads.parallelism import MCORE_BUCKETS
 from workloads.presets import SC21_VOCAB
 
 from .common import (
-    DEFAULT_SYSTEM,
-    FABRIC_DEFAULTS,
     bounded,
-    build_topology,
     fabric_options,
     load_calibration,
     positive_int,
     progress_display,
 )
-
-# `fabricsim step` with no arguments: a Llama-3 8B-class model on 8 DGX H100 (64 GPUs), TP 2 x PP 2 x DP 16,
-# 256 sequences of 8192 tokens per step (2M tokens), micro-batch 1, bf16, DDP buckets overlapped with backward.
-STEP_DEFAULTS = {
-    "model": "llama3-8b",
-    "system": DEFAULT_SYSTEM,
-    **FABRIC_DEFAULTS,
-    "nodes": 8,
-    "tp": 2,
-    "pp": 2,
-    "cp": 1,
-    "ep": 1,
-    "vp": 1,
-    "zero": 0,
-    "fsdp": False,
-    "global_batch": 256,
-    "micro_batch": 1,
-    "seq_len": 8192,
-    "bucket_mb": None,  # Megatron-Core's buckets (workloads.parallelism.MCORE_BUCKETS)
-    "overlap_grad_reduce": True,
-    "dtype": "bf16",
-    "schedule": "1f1b",
-    "sequence_parallel": False,
-    "account_for_embedding_in_pipeline_split": False,
-    "account_for_loss_in_pipeline_split": False,
-    "recompute": "none",
-    "net_model": "flow",
-    "granularity": "layer",
-    "fabric": None,
-    "rail_optimised": True,
-    "nics_per_node": None,
-    "gdr": True,
-    "routing": "ecmp",
-    "seed": 0,
-    "congestion": (),
-    "layers": None,
-    "hidden": None,
-    "heads": None,
-    "vocab": SC21_VOCAB,
-    "ffn_hidden": None,
-    "dp": None,
-    "format": "table",
-    "trace": None,
-    "trace_ranks": None,
-    "sharp": False,
-    "calibration": None,
-    "exact": False,
-}
-
-STEP_FORMATS = ("table", "json")
-GPT_ONLY = ("layers", "hidden", "heads", "vocab", "ffn_hidden")  # describe --model gpt, and only it
-
-
-def _text(field: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise checks.reject(field, value, "a string")
-    return value
-
-
-def _names(field: str, value: object) -> tuple[str, ...]:
-    expected = f"a list of distinct names from {', '.join(CONGESTION_NAMES)}"
-    if (
-        not isinstance(value, (list, tuple))
-        or any(not isinstance(v, str) or v not in CONGESTION_NAMES for v in value)
-        or len(set(value)) != len(value)
-    ):
-        raise checks.reject(field, value, expected)
-    return tuple(value)
-
-
-def _positive(field: str, value: object) -> int:
-    return checks.integer(field, value, low=1)
-
-
-# the type of every setting a scenario file may give (the command line's are its options' types)
-SETTING_CHECKS = {
-    "model": _text,
-    "system": _text,
-    "topology": _text,
-    "fabric": _text,
-    "trace": _text,
-    "trace_ranks": _text,
-    "sharp": checks.flag,
-    "calibration": _text,
-    **dict.fromkeys(
-        (
-            "nodes",
-            "nics_per_node",
-            "planes",
-            "tp",
-            "pp",
-            "cp",
-            "ep",
-            "vp",
-            "dp",
-            "global_batch",
-            "micro_batch",
-            "seq_len",
-            *GPT_ONLY,
-        ),
-        _positive,
-    ),
-    "oversubscription": lambda f, v: checks.finite(f, v, low=1),
-    "zero": lambda f, v: checks.integer(f, v, low=0, high=3),
-    **dict.fromkeys(
-        (
-            "fsdp",
-            "sequence_parallel",
-            "rail_optimised",
-            "gdr",
-            "overlap_grad_reduce",
-            "exact",
-            "account_for_embedding_in_pipeline_split",
-            "account_for_loss_in_pipeline_split",
-        ),
-        checks.flag,
-    ),
-    "bucket_mb": lambda f, v: checks.positive_finite(f, v),
-    "dtype": lambda f, v: checks.option(f, v, Dtype),
-    "schedule": lambda f, v: checks.option(f, v, PipelineSchedule),
-    "recompute": lambda f, v: checks.option(f, v, Recompute),
-    "granularity": lambda f, v: checks.option(f, v, Granularity),
-    "net_model": lambda f, v: checks.option(f, v, NetworkModel),
-    "routing": lambda f, v: checks.choice(f, v, ROUTING_POLICIES),
-    "seed": checks.integer,
-    "congestion": _names,
-    "format": lambda f, v: checks.choice(f, v, STEP_FORMATS),
-}
 
 
 def add_parser(sub) -> None:
@@ -263,8 +138,7 @@ def add_parser(sub) -> None:
 def _step_settings(args) -> dict:
     """STEP_DEFAULTS, then the scenario file, then the command line; each value checked (SETTING_CHECKS) and
     ``given`` the names set by the file or the command line."""
-    settings = dict(STEP_DEFAULTS)
-    given = set()
+    scenario: dict = {}
     if args.scenario is not None:
         import tomllib
 
@@ -273,19 +147,9 @@ def _step_settings(args) -> dict:
             scenario = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"scenario: {args.scenario} is not valid TOML ({exc})") from None
-        for key, value in scenario.items():
-            name = key.replace("-", "_")
-            if name not in settings:
-                raise ValueError(
-                    f"scenario: {args.scenario}: {key!r} is not a known field; expected one of "
-                    f"{', '.join(k for k in STEP_DEFAULTS)}"
-                )
-            try:
-                settings[name] = SETTING_CHECKS[name](name, value)
-            except ValueError as exc:
-                raise ValueError(f"scenario: {args.scenario}: {exc}") from None
-            given.add(name)
-    for name in settings:
+    settings = step_settings(scenario, source=args.scenario)
+    given = set(settings["given"])
+    for name in STEP_DEFAULTS:
         value = getattr(args, name, None)
         if value is not None:
             settings[name] = tuple(value) if name == "congestion" else value
@@ -298,12 +162,6 @@ def run(args) -> str:
     import dataclasses
     import json
 
-    from simulator.collectives.tuner import CollectivePolicy, applied_settings
-    from simulator.config import SimConfig
-    from simulator.studies.training import StepOptions, simulate_step
-    from workloads.parallelism import ParallelismSpec
-    from workloads.presets import custom_gpt, model_preset
-
     s = _step_settings(args)
     trace_ranks: tuple[int, ...] | str | None = "replica"
     if s["trace"] is not None:
@@ -311,91 +169,23 @@ def run(args) -> str:
     if s["trace_ranks"] is not None:
         if s["trace"] is None:
             raise ValueError(f"trace_ranks: {s['trace_ranks']!r} is not allowed without --trace; expected --trace FILE")
-    if str(s["model"]).lower() != "gpt":
-        extra = [name for name in GPT_ONLY if name in s["given"]]
-        if extra:
-            options = ", ".join(f"--{name.replace('_', '-')}" for name in GPT_ONLY)
-            raise ValueError(
-                f"{extra[0]}: {s[extra[0]]!r} is not allowed with model {s['model']!r}, a preset; "
-                f"expected --model gpt ({options} describe a custom GPT)"
-            )
-    if str(s["model"]).lower() == "gpt":
-        missing = [f"--{k}" for k in ("layers", "hidden", "heads") if s[k] is None]
-        if missing:
-            raise ValueError(f"model: 'gpt' needs {', '.join(missing)}")
-        model = custom_gpt(
-            layers=s["layers"], hidden=s["hidden"], heads=s["heads"], vocab=s["vocab"], ffn_hidden=s["ffn_hidden"]
-        )
-    else:
-        model = model_preset(str(s["model"]))
     calibration = None
     if s["calibration"] is not None:
         calibration = load_calibration(s["calibration"], s["system"] if "system" in s["given"] else None)
         s["system"] = calibration.system
-    topology = build_topology(s)
+    setup = prepare_step(s, environ=os.environ)
+    topology, parallelism, environment = setup.topology, setup.parallelism, setup.environment
     if s["trace_ranks"] is not None:
         from simulator.studies.trace import parse_ranks
 
         trace_ranks = parse_ranks(s["trace_ranks"], topology.num_gpus)
-    bucket_bytes: int | str = MCORE_BUCKETS
-    if s["bucket_mb"] is not None:
-        if not 4 <= s["bucket_mb"] * 2**20 <= checks.MAX_BYTES:  # a float: 1e308 MiB is inf bytes, not allowed
-            raise checks.reject(
-                "bucket_mb",
-                s["bucket_mb"],
-                f"a size in MiB from {4 / 2**20:.2g} (4 bytes) to {checks.MAX_BYTES >> 20} (1 PiB)",
-            )
-        bucket_bytes = int(s["bucket_mb"] * 2**20)
-    parallelism = ParallelismSpec(
-        tp=s["tp"],
-        pp=s["pp"],
-        dp=s["dp"],
-        cp=s["cp"],
-        ep=s["ep"],
-        vp=s["vp"],
-        gpus=topology.num_gpus,
-        zero=s["zero"],
-        fsdp=s["fsdp"],
-        micro_batch=s["micro_batch"],
-        global_batch=s["global_batch"],
-        seq_len=s["seq_len"],
-        schedule=s["schedule"],
-        sequence_parallel=s["sequence_parallel"],
-        account_for_embedding_in_pipeline_split=s["account_for_embedding_in_pipeline_split"],
-        account_for_loss_in_pipeline_split=s["account_for_loss_in_pipeline_split"],
-        dtype=s["dtype"],
-        bucket_bytes=bucket_bytes,
-        dp_overlap=s["overlap_grad_reduce"],
-    )
-    # NCCL's environment variables apply to every collective of the step, as they would to the job
-    collnet = True if s["sharp"] else None  # --sharp wins over NCCL_COLLNET_ENABLE, as in bench
-    environment = applied_settings(os.environ, collnet=collnet)
-    config = SimConfig(
-        network_model=s["net_model"],
-        routing=s["routing"],
-        seed=s["seed"],
-        congestion=tuple(s["congestion"]),
-        collectives=CollectivePolicy.from_environment(os.environ, collnet=collnet),
-        tier_rates=s["trace"] is not None,  # the trace's link-tier counter tracks
-    )
-    system = topology
+    system, config = topology, setup.config
     if calibration is not None:
         from simulator.validation.calibration import apply_calibration
 
         system, config = apply_calibration(topology, config, calibration)
     with progress_display("fabricsim step", quiet=bool(args.quiet)) as progress:
-        result = simulate_step(
-            model,
-            parallelism,
-            system=system,
-            options=StepOptions(
-                config=config,
-                recompute=s["recompute"],
-                granularity=s["granularity"],
-                exact=s["exact"],
-                progress=progress,
-            ),
-        )
+        result = run_step(setup, system=system, config=config, progress=progress)
     trace_note = ""
     if s["trace"] is not None:
         from simulator.studies.trace import write_trace

@@ -68,8 +68,8 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
     stream, one "X" event per task; collectives carry their group kind, bytes, group size and the algorithm,
     protocol and channels NCCL's tuner chose (as NCCL_DEBUG=INFO prints per collective); compute tasks carry
     their matrix FLOPs (``workloads.training.PassWork``; the phase, and a single layer, are in the task's name),
-    the ``layers`` of a task of several and ``beside_comm`` when they ran beside communication. Times are microseconds to the nanosecond.
-    ``ranks``: only these ranks' events (None: every rank)."""
+    the ``layers`` of a task of several and ``beside_comm`` when they ran beside communication. Times are
+    microseconds to the nanosecond. ``ranks``: only these ranks' events (None: every rank)."""
     keep = None if ranks is None else frozenset(int_tuple("ranks", tuple(ranks)))
     events: list[dict] = []
     named: set[tuple[int, int]] = set()

@@ -1,0 +1,327 @@
+"""A training step as a flat mapping of settings: what ``fabricsim step`` takes from its scenario TOML and its
+options, and what a sweep (``studies.sweep``) varies. ``step_settings`` checks a mapping against
+``STEP_DEFAULTS`` (one clear line per bad field), ``prepare_step`` turns the settings into the model, layout,
+system and simulation config, and ``run_step`` simulates it.
+
+The fabric settings (``FABRIC_DEFAULTS``, ``build_topology``) are the ones ``bench`` and ``topo`` share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from simulator.config import CONGESTION_NAMES, NetworkModel, SimConfig
+from topologies import checks
+from topologies.routing import ROUTING_POLICIES
+from topologies.topology import Topology
+from workloads.model import ModelSpec
+from workloads.options import Dtype, Granularity, PipelineSchedule, Recompute
+from workloads.parallelism import MCORE_BUCKETS, ParallelismSpec
+from workloads.presets import SC21_VOCAB
+
+if TYPE_CHECKING:  # the training study and the tuner load on first use: a command line starts without them
+    from .training import StepResult
+
+__all__ = (
+    "DEFAULT_SYSTEM",
+    "FABRIC_DEFAULTS",
+    "STEP_DEFAULTS",
+    "STEP_FORMATS",
+    "GPT_ONLY",
+    "SETTING_CHECKS",
+    "StepSetup",
+    "build_topology",
+    "step_settings",
+    "prepare_step",
+    "run_step",
+)
+
+DEFAULT_SYSTEM = "dgx-h100"  # the system preset when none is given
+# the fabric options' defaults in bench and topo (step's, in STEP_DEFAULTS, differ in nodes); the others default
+# to None or, for the --no-... switches, True
+FABRIC_DEFAULTS = {"nodes": 1, "topology": "leaf-spine", "oversubscription": 1.0, "planes": 1}
+
+
+def build_topology(settings: Mapping) -> Topology:
+    """The system the fabric settings in ``settings`` (parsed arguments as a dict, or step settings) describe."""
+    from topologies.presets import build_system
+
+    return build_system(
+        settings["system"],
+        nodes=settings["nodes"],
+        topology=settings["topology"],
+        fabric=settings["fabric"],
+        oversubscription=settings["oversubscription"],
+        rail_optimised=settings["rail_optimised"],
+        nics_per_node=settings["nics_per_node"],
+        planes=settings["planes"],
+        gdr=settings["gdr"],
+    )
+
+
+# `fabricsim step` with no arguments: a Llama-3 8B-class model on 8 DGX H100 (64 GPUs), TP 2 x PP 2 x DP 16,
+# 256 sequences of 8192 tokens per step (2M tokens), micro-batch 1, bf16, DDP buckets overlapped with backward.
+STEP_DEFAULTS = {
+    "model": "llama3-8b",
+    "system": DEFAULT_SYSTEM,
+    **FABRIC_DEFAULTS,
+    "nodes": 8,
+    "tp": 2,
+    "pp": 2,
+    "cp": 1,
+    "ep": 1,
+    "vp": 1,
+    "zero": 0,
+    "fsdp": False,
+    "global_batch": 256,
+    "micro_batch": 1,
+    "seq_len": 8192,
+    "bucket_mb": None,  # Megatron-Core's buckets (workloads.parallelism.MCORE_BUCKETS)
+    "overlap_grad_reduce": True,
+    "dtype": "bf16",
+    "schedule": "1f1b",
+    "sequence_parallel": False,
+    "account_for_embedding_in_pipeline_split": False,
+    "account_for_loss_in_pipeline_split": False,
+    "recompute": "none",
+    "net_model": "flow",
+    "granularity": "layer",
+    "fabric": None,
+    "rail_optimised": True,
+    "nics_per_node": None,
+    "gdr": True,
+    "routing": "ecmp",
+    "seed": 0,
+    "congestion": (),
+    "layers": None,
+    "hidden": None,
+    "heads": None,
+    "vocab": SC21_VOCAB,
+    "ffn_hidden": None,
+    "dp": None,
+    "format": "table",
+    "trace": None,
+    "trace_ranks": None,
+    "sharp": False,
+    "calibration": None,
+    "exact": False,
+}
+
+STEP_FORMATS = ("table", "json")
+GPT_ONLY = ("layers", "hidden", "heads", "vocab", "ffn_hidden")  # describe --model gpt, and only it
+
+
+def _text(field: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise checks.reject(field, value, "a string")
+    return value
+
+
+def _names(field: str, value: object) -> tuple[str, ...]:
+    expected = f"a list of distinct names from {', '.join(CONGESTION_NAMES)}"
+    if (
+        not isinstance(value, (list, tuple))
+        or any(not isinstance(v, str) or v not in CONGESTION_NAMES for v in value)
+        or len(set(value)) != len(value)
+    ):
+        raise checks.reject(field, value, expected)
+    return tuple(value)
+
+
+def _positive(field: str, value: object) -> int:
+    return checks.integer(field, value, low=1)
+
+
+# the type of every setting a scenario file may give (the command line's are its options' types)
+SETTING_CHECKS = {
+    "model": _text,
+    "system": _text,
+    "topology": _text,
+    "fabric": _text,
+    "trace": _text,
+    "trace_ranks": _text,
+    "sharp": checks.flag,
+    "calibration": _text,
+    **dict.fromkeys(
+        (
+            "nodes",
+            "nics_per_node",
+            "planes",
+            "tp",
+            "pp",
+            "cp",
+            "ep",
+            "vp",
+            "dp",
+            "global_batch",
+            "micro_batch",
+            "seq_len",
+            *GPT_ONLY,
+        ),
+        _positive,
+    ),
+    "oversubscription": lambda f, v: checks.finite(f, v, low=1),
+    "zero": lambda f, v: checks.integer(f, v, low=0, high=3),
+    **dict.fromkeys(
+        (
+            "fsdp",
+            "sequence_parallel",
+            "rail_optimised",
+            "gdr",
+            "overlap_grad_reduce",
+            "exact",
+            "account_for_embedding_in_pipeline_split",
+            "account_for_loss_in_pipeline_split",
+        ),
+        checks.flag,
+    ),
+    "bucket_mb": lambda f, v: checks.positive_finite(f, v),
+    "dtype": lambda f, v: checks.option(f, v, Dtype),
+    "schedule": lambda f, v: checks.option(f, v, PipelineSchedule),
+    "recompute": lambda f, v: checks.option(f, v, Recompute),
+    "granularity": lambda f, v: checks.option(f, v, Granularity),
+    "net_model": lambda f, v: checks.option(f, v, NetworkModel),
+    "routing": lambda f, v: checks.choice(f, v, ROUTING_POLICIES),
+    "seed": checks.integer,
+    "congestion": _names,
+    "format": lambda f, v: checks.choice(f, v, STEP_FORMATS),
+}
+
+
+def step_settings(mapping: Mapping, *, source: str | None = None) -> dict:
+    """STEP_DEFAULTS updated with ``mapping`` (names with - or _), each value checked (SETTING_CHECKS);
+    ``given`` holds the names the mapping set. ``source`` (a file name) starts each error message."""
+    settings = dict(STEP_DEFAULTS)
+    given = set()
+    where = f"scenario: {source}: " if source else ""
+    for key, value in mapping.items():
+        name = str(key).replace("-", "_")
+        if name not in STEP_DEFAULTS:
+            raise ValueError(
+                f"{where or 'scenario: '}{key!r} is not a known field; expected one of {', '.join(STEP_DEFAULTS)}"
+            )
+        try:
+            settings[name] = SETTING_CHECKS[name](name, value)
+        except ValueError as exc:
+            raise ValueError(f"{where}{exc}") from None
+        given.add(name)
+    settings["given"] = frozenset(given)
+    return settings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepSetup:
+    """What a step's settings describe: the model, the layout, the system (``topology``) and the simulation
+    config; ``environment`` the NCCL settings applied (``tuner.applied_settings``)."""
+
+    model: ModelSpec
+    parallelism: ParallelismSpec
+    topology: Topology
+    config: SimConfig
+    environment: dict
+    recompute: str
+    granularity: str
+    exact: bool
+
+
+def prepare_step(s: Mapping, *, environ: Mapping[str, str]) -> StepSetup:
+    """The step that settings ``s`` (:func:`step_settings`) describe, with NCCL's environment variables from
+    ``environ`` applying to every collective, as they would to the job. Raises ValueError, naming the
+    field, on a setting that cannot run."""
+    from simulator.collectives.tuner import CollectivePolicy, applied_settings
+    from workloads.presets import custom_gpt, model_preset
+
+    if str(s["model"]).lower() != "gpt":
+        extra = [name for name in GPT_ONLY if name in s["given"]]
+        if extra:
+            options = ", ".join(f"--{name.replace('_', '-')}" for name in GPT_ONLY)
+            raise ValueError(
+                f"{extra[0]}: {s[extra[0]]!r} is not allowed with model {s['model']!r}, a preset; "
+                f"expected --model gpt ({options} describe a custom GPT)"
+            )
+    if str(s["model"]).lower() == "gpt":
+        missing = [f"--{k}" for k in ("layers", "hidden", "heads") if s[k] is None]
+        if missing:
+            raise ValueError(f"model: 'gpt' needs {', '.join(missing)}")
+        model = custom_gpt(
+            layers=s["layers"], hidden=s["hidden"], heads=s["heads"], vocab=s["vocab"], ffn_hidden=s["ffn_hidden"]
+        )
+    else:
+        model = model_preset(str(s["model"]))
+    topology = build_topology(s)
+    bucket_bytes: int | str = MCORE_BUCKETS
+    if s["bucket_mb"] is not None:
+        if not 4 <= s["bucket_mb"] * 2**20 <= checks.MAX_BYTES:  # a float: 1e308 MiB is inf bytes, not allowed
+            raise checks.reject(
+                "bucket_mb",
+                s["bucket_mb"],
+                f"a size in MiB from {4 / 2**20:.2g} (4 bytes) to {checks.MAX_BYTES >> 20} (1 PiB)",
+            )
+        bucket_bytes = int(s["bucket_mb"] * 2**20)
+    parallelism = ParallelismSpec(
+        tp=s["tp"],
+        pp=s["pp"],
+        dp=s["dp"],
+        cp=s["cp"],
+        ep=s["ep"],
+        vp=s["vp"],
+        gpus=topology.num_gpus,
+        zero=s["zero"],
+        fsdp=s["fsdp"],
+        micro_batch=s["micro_batch"],
+        global_batch=s["global_batch"],
+        seq_len=s["seq_len"],
+        schedule=s["schedule"],
+        sequence_parallel=s["sequence_parallel"],
+        account_for_embedding_in_pipeline_split=s["account_for_embedding_in_pipeline_split"],
+        account_for_loss_in_pipeline_split=s["account_for_loss_in_pipeline_split"],
+        dtype=s["dtype"],
+        bucket_bytes=bucket_bytes,
+        dp_overlap=s["overlap_grad_reduce"],
+    )
+    collnet = True if s["sharp"] else None  # --sharp wins over NCCL_COLLNET_ENABLE, as in bench
+    config = SimConfig(
+        network_model=s["net_model"],
+        routing=s["routing"],
+        seed=s["seed"],
+        congestion=tuple(s["congestion"]),
+        collectives=CollectivePolicy.from_environment(environ, collnet=collnet),
+        tier_rates=s["trace"] is not None,  # the trace's link-tier counter tracks
+    )
+    return StepSetup(
+        model=model,
+        parallelism=parallelism,
+        topology=topology,
+        config=config,
+        environment=applied_settings(environ, collnet=collnet),
+        recompute=s["recompute"],
+        granularity=s["granularity"],
+        exact=s["exact"],
+    )
+
+
+def run_step(
+    setup: StepSetup,
+    *,
+    system: Topology | None = None,
+    config: SimConfig | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> StepResult:
+    """Simulate ``setup``'s step (on ``system`` / with ``config`` instead of its own where given: a
+    calibrated copy)."""
+    from .training import StepOptions, simulate_step
+
+    return simulate_step(
+        setup.model,
+        setup.parallelism,
+        system=setup.topology if system is None else system,
+        options=StepOptions(
+            config=setup.config if config is None else config,
+            recompute=setup.recompute,
+            granularity=setup.granularity,
+            exact=setup.exact,
+            progress=progress,
+        ),
+    )
