@@ -7,6 +7,7 @@
     fabricsim calibrate LOG --system PRESET [--out cal.json]; fabricsim bench ... --calibration cal.json
     fabricsim topo --system dgx-h100 --nodes 512 --topology fat-tree [--draw FILE.png]
     fabricsim perf [--scale]
+    fabricsim sweep grid.toml [--out table.parquet] [--scheduler tcp://host:8786]
 
 Bad input prints one line on stderr (``fabricsim: error: ...``) and exits with status 2.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import bench, calibrate, perf, step, systems, topo, validate
+from . import bench, calibrate, perf, step, sweep, systems, topo, validate
 from .common import Parser, UsageError
 
 # subcommand -> its module (add_parser(sub) declares its options, run(args) returns what it prints)
@@ -28,6 +29,7 @@ COMMANDS = {
     "validate": validate,
     "calibrate": calibrate,
     "perf": perf,
+    "sweep": sweep,
 }
 
 

@@ -1,0 +1,85 @@
+"""``fabricsim sweep``: every scenario of a grid (training steps or collectives) on a Dask cluster, as one table."""
+
+from __future__ import annotations
+
+from topologies.checks import output_file
+
+from .common import positive_int
+
+SWEEP_FORMATS = ("table", "csv", "json")
+# the results the printed table shows per kind (every column goes to --out)
+HEADLINE = {
+    "step": ("step_time_s", "exposed_comm_s", "tokens_per_s", "mfu", "approximate"),
+    "bench": ("time_s", "busbw_GBps", "algorithm", "protocol"),
+}
+
+
+def add_parser(sub) -> None:
+    sweep = sub.add_parser(
+        "sweep", help="simulate every scenario of a grid (TOML) on a Dask cluster; one row per scenario"
+    )
+    sweep.add_argument(
+        "grid",
+        metavar="GRID.toml",
+        help="shared fields at the top level, [grid] lists to cross, optional [[scenarios]] "
+        "(kind = 'step' or 'bench'; see simulator/studies/sweep.py)",
+    )
+    sweep.add_argument(
+        "--out",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="also write the whole table to FILE (.csv or .parquet); may be repeated",
+    )
+    sweep.add_argument("--scheduler", default=None, metavar="ADDRESS", help="a Dask scheduler (tcp://host:8786)")
+    sweep.add_argument(
+        "--workers", type=positive_int("workers"), default=None, help="local worker processes; default every core"
+    )
+    sweep.add_argument("--cache", default=None, metavar="DIR", help="result cache; default ~/.cache/fabricsim/sweep")
+    sweep.add_argument("--no-cache", action="store_true", help="neither read nor write cached results")
+    sweep.add_argument("--format", choices=SWEEP_FORMATS, default="table", help="what to print; default table")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+
+
+def run(args) -> str:
+    import json
+    import sys
+
+    from simulator.studies.sweep import expand, load_grid, sweep
+
+    for path in args.out:
+        if not path.endswith((".csv", ".parquet")):
+            raise ValueError(f"out: {path!r} is not allowed; expected a file name ending in .csv or .parquet")
+        output_file("out", path)
+    if args.scheduler is not None and args.workers is not None:
+        raise ValueError("workers: not allowed with --scheduler (the cluster has its own); expected one of the two")
+    scenarios = expand(load_grid(args.grid))
+    frame = sweep(
+        scenarios,
+        scheduler=args.scheduler,
+        workers=args.workers,
+        cache_dir=args.cache,
+        cache=not args.no_cache,
+        progress=not args.quiet and sys.stderr.isatty(),
+    )
+    for path in args.out:
+        if path.endswith(".csv"):
+            frame.to_csv(path, index=False)
+        else:
+            frame.to_parquet(path, index=False)
+    if args.format == "csv":
+        return frame.to_csv(index=False)
+    if args.format == "json":  # every float to the last digit (repr), a missing value as null
+        records = frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
+        return json.dumps(records, indent=1, default=str) + "\n"
+    varying = [c for c in scenarios[0] if c != "kind" and len({str(s.get(c)) for s in scenarios}) > 1]
+    kinds = [k for k in HEADLINE if (frame.get("kind", "step") == k).any()] if "kind" in frame else ["step"]
+    shown = ["name"] if "name" in frame else []
+    shown += [c for c in varying if c in frame and c not in shown]
+    shown += [c for k in kinds for c in HEADLINE[k] if c in frame]
+    errors = int((frame["status"] == "error").sum())
+    table = frame[shown + (["error"] if errors else [])].to_string(index=False)
+    cached = int(frame["cached"].sum())
+    tail = f"# {len(frame)} scenarios, {cached} read from the cache, {errors} failed"
+    tail += "".join(f"; wrote {path}" for path in args.out)
+    return f"# fabricsim sweep {args.grid}\n{table}\n{tail}\n"
