@@ -51,7 +51,7 @@ from . import checks
 from . import devices as dev
 from . import links as lk
 from .devices import NicSpec, SwitchSpec
-from .dragonfly import dragonfly
+from .dragonfly import ARRANGEMENTS, dragonfly
 from .fat_tree import (
     fat_tree,
     fat_tree_max_servers,
@@ -205,12 +205,48 @@ def _rail_only_options(rail_optimised: object, planes: object) -> None:
         )
 
 
-def _dragonfly_shape(*, server: ServerSpec, switch: SwitchSpec, servers: int | None) -> tuple[int, int, int, int]:
-    """(p, a, h, g) of a balanced dragonfly (Kim et al.: a = 2p = 2h) of ``switch`` routers: the
-    largest p with p + (a - 1) + h <= radix, smaller if needed so that ``servers`` fill whole groups
-    (a group holds a p / K servers of K NICs) of at least 2 groups; ``servers=None``: the largest."""
+def _dragonfly_shape(
+    *,
+    server: ServerSpec,
+    switch: SwitchSpec,
+    servers: int | None,
+    p: int | None = None,
+    a: int | None = None,
+    h: int | None = None,
+) -> tuple[int, int, int, int]:
+    """(p, a, h, g) of a dragonfly of ``switch`` routers. Parameters given are kept and the others follow the
+    balanced rule (Kim et al.: a = 2p = 2h); with none given, the smallest balanced p whose groups (a p / K
+    servers of K NICs each) hold ``servers`` in 2 to a h + 1 whole groups (the most groups, so the most
+    global links: a group of a few large routers, as the largest p gives, leaves 2 groups and one global
+    cable between them); ``servers=None``: the largest shape (the most servers)."""
     nics = server.nics
-    for p in range((switch.radix + 1) // 4, 0, -1):
+    given = {name: v for name, v in (("dragonfly_p", p), ("dragonfly_a", a), ("dragonfly_h", h)) if v is not None}
+    if given:
+        p, a, h = (None if v is None else checks.integer(f"dragonfly_{n}", v, low=1) for n, v in zip("pah", (p, a, h)))
+        p = p or h or max(1, (a or 2) // 2)
+        a, h = a or 2 * p, h or p
+        if p + (a - 1) + h > switch.radix:
+            raise ValueError(
+                f"dragonfly_p/a/h: p={p} a={a} h={h} is not allowed with {switch.name} routers: p + (a - 1) + h = "
+                f"{p + a - 1 + h} ports; expected at most the radix ({switch.radix})"
+            )
+        if (a * p) % nics:
+            raise ValueError(
+                f"dragonfly_p/a/h: p={p} a={a} is not allowed: a group's a x p = {a * p} NIC ports do not make "
+                f"whole servers of {nics} NICs; expected a x p a multiple of {nics}"
+            )
+        per_group = a * p // nics
+        if servers is None:
+            return p, a, h, a * h + 1
+        if servers % per_group or not 2 <= servers // per_group <= a * h + 1:
+            raise ValueError(
+                f"nodes: {servers} is not allowed on a dragonfly with p={p} a={a} h={h}: a group holds "
+                f"{per_group} servers; expected a multiple of {per_group} from {2 * per_group} to "
+                f"{(a * h + 1) * per_group} (2 to a h + 1 = {a * h + 1} groups)"
+            )
+        return p, a, h, servers // per_group
+    shapes = range((switch.radix + 1) // 4, 0, -1) if servers is None else range(1, (switch.radix + 1) // 4 + 1)
+    for p in shapes:
         a, h = 2 * p, p
         if (a * p) % nics:
             continue
@@ -246,9 +282,15 @@ def _build_dragonfly(
     oversubscription: object,
     planes: object,
     name: str | None,
+    dragonfly_p: int | None = None,
+    dragonfly_a: int | None = None,
+    dragonfly_h: int | None = None,
+    dragonfly_arrangement: str = "absolute",
 ) -> Topology:
     _dragonfly_options(rail_optimised, oversubscription, planes)
-    p, a, h, g = _dragonfly_shape(server=server, switch=switch, servers=servers)
+    p, a, h, g = _dragonfly_shape(
+        server=server, switch=switch, servers=servers, p=dragonfly_p, a=dragonfly_a, h=dragonfly_h
+    )
     return dragonfly(
         server=server,
         servers_per_router=p,
@@ -257,15 +299,27 @@ def _build_dragonfly(
         groups=g,
         switch=switch,
         fabric_link=fabric_link,
+        arrangement=dragonfly_arrangement,
         name=name,
     )
 
 
 def _dragonfly_max(
-    *, server: ServerSpec, switch: SwitchSpec, rail_optimised: object, oversubscription: object, planes: object
+    *,
+    server: ServerSpec,
+    switch: SwitchSpec,
+    rail_optimised: object,
+    oversubscription: object,
+    planes: object,
+    dragonfly_p: int | None = None,
+    dragonfly_a: int | None = None,
+    dragonfly_h: int | None = None,
+    dragonfly_arrangement: str = "absolute",
 ) -> int:
     _dragonfly_options(rail_optimised, oversubscription, planes)
-    p, a, _, g = _dragonfly_shape(server=server, switch=switch, servers=None)
+    p, a, _, g = _dragonfly_shape(
+        server=server, switch=switch, servers=None, p=dragonfly_p, a=dragonfly_a, h=dragonfly_h
+    )
     return a * p * g // server.nics
 
 
@@ -294,9 +348,9 @@ TOPOLOGIES = MappingProxyType(
             ),
             TopologyKind(
                 name="dragonfly",
-                description="balanced dragonfly (a = 2p = 2h) of the fabric's switches, "
-                "routers of a group fully connected, one global cable per pair "
-                "of groups at full size",
+                description="dragonfly of the fabric's switches (p, a, h as given, else balanced: a = 2p = 2h, "
+                "the smallest p that holds the servers), routers of a group fully connected, one global cable "
+                "per pair of groups at full size",
                 build=_build_dragonfly,
                 max_servers=_dragonfly_max,
             ),
@@ -344,8 +398,10 @@ class SystemPreset:
         rail_optimised: bool = True,
         nics_per_node: int | None = None,
         planes: int = 1,
+        **shape: object,
     ) -> int:
-        """Largest node count ``build_system(self.name, topology=..., ...)`` accepts with these options."""
+        """Largest node count ``build_system(self.name, topology=..., ...)`` accepts with these options
+        (``shape``: the ``dragonfly_*`` options of a dragonfly)."""
         kind = _lookup("topology", topology, TOPOLOGIES)
         server, switch, _ = _configure(self, fabric=fabric, nics_per_node=nics_per_node)
         if switch is None or server.nics == 0:
@@ -358,7 +414,22 @@ class SystemPreset:
             rail_optimised=rail_optimised,
             oversubscription=oversubscription,
             planes=planes,
+            **shape,
         )
+
+
+def _shape_options(topology: str, p: object, a: object, h: object, arrangement: object) -> dict:
+    """The dragonfly_* options for topology ``topology``'s builder ({} unless a dragonfly); refused elsewhere."""
+    if topology != "dragonfly":
+        given = [(n, v) for n, v in (("dragonfly_p", p), ("dragonfly_a", a), ("dragonfly_h", h)) if v is not None]
+        if arrangement != "absolute":
+            given.append(("dragonfly_arrangement", arrangement))
+        if given:
+            name, value = given[0]
+            raise checks.reject(name, value, f"no value with topology {topology!r} (it shapes a dragonfly)")
+        return {}
+    checks.choice("dragonfly_arrangement", arrangement, ARRANGEMENTS)
+    return {"dragonfly_p": p, "dragonfly_a": a, "dragonfly_h": h, "dragonfly_arrangement": arrangement}
 
 
 SYSTEMS = MappingProxyType(
@@ -458,13 +529,19 @@ def build_system(
     nics_per_node: int | None = None,
     planes: int = 1,
     gdr: bool = True,
+    dragonfly_p: int | None = None,
+    dragonfly_a: int | None = None,
+    dragonfly_h: int | None = None,
+    dragonfly_arrangement: str = "absolute",
 ) -> Topology:
     """Build preset ``name`` with ``nodes`` servers on ``topology`` (a :data:`TOPOLOGIES` name).
 
     ``fabric`` (a :data:`FABRICS` name) replaces the preset's NICs, switch and cables; None keeps
     its own. ``nics_per_node`` replaces its NIC count; ``planes`` splits the NICs over independent
     fabric planes; ``gdr=False`` turns GPUDirect RDMA off (network traffic staged through host
-    memory, NCCL's "GDR 0"). See the module docstring for the rules.
+    memory, NCCL's "GDR 0"). ``dragonfly_p/a/h`` (NIC ports per router, routers per group, global links
+    per router; the others balanced, a = 2p = 2h) and ``dragonfly_arrangement`` (global links:
+    absolute, relative or circulant) shape topology "dragonfly" only. See the module docstring for the rules.
     """
     preset = _lookup("system", name, SYSTEMS)
     nodes = checks.integer("nodes", nodes, low=1)
@@ -474,6 +551,7 @@ def build_system(
     planes = checks.integer("planes", planes, low=1)
     if checks.is_int(nics_per_node):  # a numpy integer as an int; other values: _configure's message
         nics_per_node = int(nics_per_node)
+    shape = _shape_options(topology, dragonfly_p, dragonfly_a, dragonfly_h, dragonfly_arrangement)
     server, switch, link = _configure(preset, fabric=fabric, nics_per_node=nics_per_node)
     gdr = checks.flag("gdr", gdr)
     if not gdr:
@@ -505,6 +583,7 @@ def build_system(
             rail_optimised=rail_optimised,
             nics_per_node=nics_per_node,
             planes=planes,
+            **shape,
         )
         if nodes > most:
             larger = {
@@ -528,4 +607,5 @@ def build_system(
         oversubscription=oversubscription,
         planes=planes,
         name=label,
+        **shape,
     )

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from topologies.checks import reject
+from topologies.dragonfly import ARRANGEMENTS
 from topologies.presets import FABRICS, TOPOLOGIES
 
 if TYPE_CHECKING:
@@ -87,6 +88,17 @@ def fabric_options(p: argparse.ArgumentParser, *, defaults: Mapping) -> None:
         dest="gdr",
         action="store_false",
         help="GPUDirect RDMA off: network traffic staged through host memory (NCCL 'GDR 0')",
+    )
+    for letter, what in (("p", "NIC ports per router"), ("a", "routers per group"), ("h", "global links per router")):
+        p.add_argument(
+            f"--dragonfly-{letter}",
+            type=positive_int(f"dragonfly-{letter}"),
+            help=f"dragonfly {letter}: {what}; default balanced (a = 2p = 2h), the smallest p that holds the nodes",
+        )
+    p.add_argument(
+        "--dragonfly-arrangement",
+        choices=ARRANGEMENTS,
+        help="how a dragonfly's global links pair groups; default absolute",
     )
     p.set_defaults(**{name: defaults[name] for name in FABRIC_DEFAULTS})
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from simulator.config import CONGESTION_NAMES, NetworkModel, SimConfig
 from topologies import checks
+from topologies.dragonfly import ARRANGEMENTS
 from topologies.routing import ROUTING_POLICIES
 from topologies.topology import Topology
 from workloads.model import ModelSpec
@@ -41,7 +42,16 @@ __all__ = (
 DEFAULT_SYSTEM = "dgx-h100"  # the system preset when none is given
 # the fabric options' defaults in bench and topo (step's, in STEP_DEFAULTS, differ in nodes); the others default
 # to None or, for the --no-... switches, True
-FABRIC_DEFAULTS = {"nodes": 1, "topology": "leaf-spine", "oversubscription": 1.0, "planes": 1}
+FABRIC_DEFAULTS = {
+    "nodes": 1,
+    "topology": "leaf-spine",
+    "oversubscription": 1.0,
+    "planes": 1,
+    "dragonfly_p": None,
+    "dragonfly_a": None,
+    "dragonfly_h": None,
+    "dragonfly_arrangement": "absolute",
+}
 
 
 def build_topology(settings: Mapping) -> Topology:
@@ -58,6 +68,10 @@ def build_topology(settings: Mapping) -> Topology:
         nics_per_node=settings["nics_per_node"],
         planes=settings["planes"],
         gdr=settings["gdr"],
+        dragonfly_p=settings["dragonfly_p"],
+        dragonfly_a=settings["dragonfly_a"],
+        dragonfly_h=settings["dragonfly_h"],
+        dragonfly_arrangement=settings["dragonfly_arrangement"],
     )
 
 
@@ -149,6 +163,9 @@ SETTING_CHECKS = {
             "nodes",
             "nics_per_node",
             "planes",
+            "dragonfly_p",
+            "dragonfly_a",
+            "dragonfly_h",
             "tp",
             "pp",
             "cp",
@@ -163,6 +180,7 @@ SETTING_CHECKS = {
         _positive,
     ),
     "oversubscription": lambda f, v: checks.finite(f, v, low=1),
+    "dragonfly_arrangement": lambda f, v: checks.choice(f, v, ARRANGEMENTS),
     "zero": lambda f, v: checks.integer(f, v, low=0, high=3),
     **dict.fromkeys(
         (

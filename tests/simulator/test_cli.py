@@ -454,3 +454,15 @@ def test_step_finds_its_exact_reductions_and_exact_turns_them_off(capsys, tmp_pa
     assert code == 0 and "simulated data-parallel replica 0 for every replica" in out
     code, overlapped, err = run(capsys, "step", *SMALL_STEP)  # buckets during the backward: every rank simulated
     assert code == 0 and "# note:" not in overlapped and overlapped != auto
+
+
+def test_dragonfly_shape_from_the_command_line_and_the_scenario_file(capsys, tmp_path):
+    # 16 DGX H100 (8 NICs): a = 8 given, so p = 4, h = 4 (balanced), 8 x 4 / 8 = 4 servers per group: 4 groups
+    code, out, err = run(capsys, "topo", "--nodes", "16", "--topology", "dragonfly", "--dragonfly-a", "8")
+    assert code == 0 and "dragonfly p=4 a=8 h=4 g=4 (absolute)" in out, err
+    scenario = tmp_path / "step.toml"
+    scenario.write_text('topology = "dragonfly"\nnodes = 16\ndragonfly_a = 8\ndragonfly_arrangement = "relative"\n')
+    code, out, err = run(capsys, "step", str(scenario), "--global-batch", "32", "--seq-len", "1024")
+    assert code == 0 and "dragonfly p=4 a=8 h=4 g=4 (relative)" in out.splitlines()[0], err
+    code, out, err = run(capsys, "topo", "--nodes", "16", "--dragonfly-p", "4")
+    assert code == 2 and err.startswith("fabricsim: error: dragonfly_p: 4 is not allowed; expected no value")

@@ -351,3 +351,42 @@ def test_dragonfly_rejects_options_it_cannot_honour(kwargs, pattern):
 def test_planes_not_dividing_the_nics_is_an_error():
     with pytest.raises(ValueError, match=r"leaf_spine\.planes: 3 is not allowed.*1, 2, 4, 8"):
         build_system("dgx-h100", nodes=2, planes=3)
+
+
+def test_dragonfly_shape_balanced_by_default_or_as_given():
+    # DGX H100 (8 NICs) on RoCE 400G routers. Balanced (a = 2p = 2h), the smallest p whose group of a p / 8
+    # servers holds 512 servers in 2 to a h + 1 groups: p = 2 holds 1 server per group (512 > 9 groups), p = 4
+    # 4 (128 > 33), p = 6 9 (512 % 9 != 0), p = 8 16: 32 groups <= 129
+    auto = build_system("dgx-h100", nodes=512, topology="dragonfly", fabric="roce-400g")
+    assert "dragonfly p=8 a=16 h=8 g=32 (absolute)" in auto.description
+    # p = 16 given: a = 32, h = 16, a group holds 32 x 16 / 8 = 64 servers: 8 groups
+    given = build_system("dgx-h100", nodes=512, topology="dragonfly", fabric="roce-400g", dragonfly_p=16)
+    assert "dragonfly p=16 a=32 h=16 g=8 (absolute)" in given.description
+    # h alone: p = h = 4, a = 8; 4 servers per group, 16 groups; the arrangement as given
+    circulant = build_system(
+        "dgx-h100", nodes=64, topology="dragonfly", dragonfly_h=4, dragonfly_arrangement="circulant"
+    )
+    assert "dragonfly p=4 a=8 h=4 g=16 (circulant)" in circulant.description
+    # the largest with p = 4 given: a h + 1 = 33 groups of 4 servers
+    assert SYSTEMS["dgx-h100"].max_nodes_for("dragonfly", dragonfly_p=4) == 33 * 4
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (
+            {"topology": "fat-tree", "dragonfly_p": 4},
+            r"^dragonfly_p: 4 is not allowed; expected no value with topology",
+        ),
+        ({"topology": "leaf-spine", "dragonfly_arrangement": "relative"}, r"^dragonfly_arrangement: 'relative'"),
+        ({"topology": "dragonfly", "dragonfly_a": 0}, r"^dragonfly_a: 0 is not allowed; expected an integer >= 1$"),
+        ({"topology": "dragonfly", "dragonfly_arrangement": "ring"}, r"^dragonfly_arrangement: 'ring' is not allowed"),
+        # p = 40: a = 80, h = 40, 40 + 79 + 40 = 159 ports on radix-64 Quantum-2 routers
+        ({"topology": "dragonfly", "dragonfly_p": 40}, r"p \+ \(a - 1\) \+ h = 159 ports; expected at most the radix"),
+        # a p = 24: 3 servers per group; 64 is no multiple of 3
+        ({"topology": "dragonfly", "dragonfly_p": 4, "dragonfly_a": 6}, r"^nodes: 64 is not allowed on a dragonfly"),
+    ],
+)
+def test_dragonfly_shape_refused(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        build_system("dgx-h100", nodes=64, **kwargs)
