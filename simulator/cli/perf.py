@@ -23,6 +23,13 @@ def add_parser(sub) -> None:
         help="also: 1 GiB ring all_reduce on 4,096 and 16,384 GPUs (DGX H100, 3-tier fat-tree)",
     )
     perf.add_argument(
+        "--commands",
+        action="store_true",
+        help="also: the `fabricsim step` commands users type at scale (default step, Llama-3 405B on 16,384 H100 "
+        "with 1F1B, interleaved and sequence parallelism, CP 16, DeepSeek-V3-like EP 64 on 2,048 GPUs, 405B on "
+        "98,304 H100), each in its own process: wall time, its own peak RSS, what it reported",
+    )
+    perf.add_argument(
         "--step",
         action="store_true",
         help="also: one Llama-3 405B step on 16,384 H100 (TP 8, PP 16, DP 128, 8192 tokens) on a "
@@ -81,7 +88,82 @@ def _run(args, progress) -> str:
             )
     if args.step:
         lines += _perf_step(progress)
+    if args.commands:
+        lines += _perf_commands(progress)
     return "\n".join(lines) + "\n"
+
+
+_405B = "--model llama3-405b --fabric roce-400g --topology fat-tree --tp 8 --pp 16 --micro-batch 1"
+# (name, `fabricsim step` arguments, seconds it may take before it is stopped)
+COMMANDS = (
+    ("default step", "", 120),
+    ("405B, 16,384 H100, 1F1B", f"{_405B} --nodes 2048 --seq-len 8192 --global-batch 2048", 600),
+    (
+        "405B, 16,384 H100, interleaved vp 8",
+        f"{_405B} --nodes 2048 --seq-len 8192 --global-batch 2048 --schedule interleaved --vp 8 "
+        "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+        600,
+    ),
+    (
+        "405B, 16,384 H100, sequence parallel",
+        f"{_405B} --nodes 2048 --seq-len 8192 --global-batch 2048 --sequence-parallel",
+        600,
+    ),
+    (
+        "405B, 16,384 H100, CP 16 (131,072 tokens)",
+        f"{_405B} --nodes 2048 --cp 16 --seq-len 131072 --global-batch 128",
+        300,
+    ),
+    (
+        "DeepSeek-V3-like, 2,048 H100, EP 64",
+        "--model deepseek-v3-like --nodes 256 --fabric roce-400g --topology fat-tree --tp 1 --ep 64 --pp 16 "
+        "--global-batch 512 --seq-len 4096",
+        600,
+    ),
+    ("405B, 98,304 H100, 1F1B", f"{_405B} --nodes 12288 --seq-len 8192 --global-batch 3072", 900),
+)
+
+
+# the command line in a process of its own, which says its peak resident memory last on stderr (Linux: KiB)
+_MEASURED = (
+    "import resource, sys; from simulator.cli import main; code = main(sys.argv[1:]); "
+    "print('peak RSS KiB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(code)"
+)
+
+
+def _perf_commands(progress) -> list[str]:
+    """Each of COMMANDS as a user types it (``fabricsim step ... --format json``), in a process of its own so
+    that the peak RSS it reports is its own; stopped, and said so, past its time."""
+    import json
+    import subprocess
+    import sys
+
+    lines = []
+    for name, arguments, limit in COMMANDS:
+        progress(f"fabricsim step: {name}")
+        argv = [sys.executable, "-c", _MEASURED, "step", *arguments.split(), "--format", "json", "--quiet"]
+        start = time.perf_counter()
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = child.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            lines.append(f"{name}: stopped after {limit} s (fabricsim step {arguments})")
+            continue
+        wall = time.perf_counter() - start
+        if child.returncode != 0:
+            lines.append(f"{name}: failed ({err.strip().splitlines()[0] if err.strip() else child.returncode})")
+            continue
+        rss = int(err.strip().splitlines()[-1].removeprefix("peak RSS KiB ")) / 2**20
+        result = json.loads(out)
+        used = "; ".join(note.split(" (")[0] for note in result["notes"]) or "none"
+        lines.append(
+            f"{name}: {wall:.1f} s wall, peak RSS {rss:.2f} GiB; step {result['step_time_s']:.3f} s, "
+            f"{result['tflops_per_gpu']:.0f} TFLOP/s per GPU; reductions: {used}"
+            + (" (approximate)" if result["approximate"] else "")
+        )
+    return lines
 
 
 def _perf_step(progress) -> list[str]:
@@ -128,8 +210,8 @@ def _perf_step(progress) -> list[str]:
     used = "; ".join(note.split(" (")[0] for note in plain.notes) or "none"
     lines.append(
         f"llama3-405b step on 16384 H100 (roce-400g fat-tree, flow, every default as `fabricsim step`: overlapped "
-        f"25 MiB buckets, layer tasks): {wall:.2f} s wall, peak RSS {rss_gib:.2f} GiB; step {plain.step_time_s:.2f} s"
-        f"; reductions: {used}" + (" (approximate)" if plain.approximate else "")
+        f"Megatron-Core buckets, layer tasks): {wall:.2f} s wall, peak RSS {rss_gib:.2f} GiB; step "
+        f"{plain.step_time_s:.2f} s; reductions: {used}" + (" (approximate)" if plain.approximate else "")
     )
     return lines
 

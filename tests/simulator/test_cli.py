@@ -466,3 +466,25 @@ def test_dragonfly_shape_from_the_command_line_and_the_scenario_file(capsys, tmp
     assert code == 0 and "dragonfly p=4 a=8 h=4 g=4 (relative)" in out.splitlines()[0], err
     code, out, err = run(capsys, "topo", "--nodes", "16", "--dragonfly-p", "4")
     assert code == 2 and err.startswith("fabricsim: error: dragonfly_p: 4 is not allowed; expected no value")
+
+
+def test_perf_commands_run_each_step_in_its_own_process(capsys, monkeypatch):
+    # stand-in commands: a small step, one refused (its one-line error), one stopped at its time limit
+    def bench_maxmin(*, nflows, nlinks):
+        return {"nflows": nflows, "nlinks": nlinks, "nnz": 5 * nflows, "best_s": 1e-3, "median_s": 2e-3}
+
+    monkeypatch.setattr("simulator.network.perf.bench_maxmin", bench_maxmin)
+    monkeypatch.setattr("simulator.studies.nccl_tests.run_bench", lambda *a, **kw: [])
+    small = " ".join(SMALL_STEP)
+    commands = (("small", small, 300), ("refused", "--nodes 0", 300), ("too slow", small, 0.01))
+    monkeypatch.setattr("simulator.cli.perf.COMMANDS", commands)
+    assert main(["perf", "--quick", "--commands"]) == 0
+    out = capsys.readouterr().out.splitlines()[2:]
+    expected = json.loads(run(capsys, "step", *SMALL_STEP, "--format", "json")[1])
+    assert out[0].startswith("small: ") and "s wall, peak RSS " in out[0]
+    assert f"; step {expected['step_time_s']:.3f} s" in out[0]
+    assert (
+        out[1]
+        == "refused: failed (fabricsim: error: argument --nodes: nodes: '0' is not allowed; expected an integer >= 1)"
+    )
+    assert out[2] == f"too slow: stopped after 0.01 s (fabricsim step {small})"
