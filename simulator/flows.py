@@ -48,6 +48,7 @@ each is its own connection at 20 GB/s.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -72,6 +73,12 @@ class NetworkFlows:
     caps_bytes_per_s: np.ndarray
     latency_s: float  # the step's: its protocol latency (+ its flows' largest path latency)
     fill_bytes: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes its arrays hold."""
+        arrays = (self.links, self.link_weights, self.counts, self.wire_bytes, self.caps_bytes_per_s, self.fill_bytes)
+        return sum(a.nbytes for a in arrays)
 
 
 def network_flows(
@@ -308,11 +315,16 @@ def edge_weighted_path(
     return links, np.ones(links.shape[0])
 
 
+MEMO_BYTES = 256 << 20  # routed steps a simulation keeps (Routes): the 16,384-GPU 405B step routes ~140 MB
+
+
 class Routes:
     """The router of one simulation, turning lowered steps into :class:`NetworkFlows`.
 
     Calling it (``routes(step, schedule)``) is the engine's ``route``: memoised per (schedule, step),
-    since a step's flows depend on nothing else and each flow's route is pinned at its first request.
+    since a step's flows depend on nothing else and each flow's route is pinned at its first request. The
+    memo keeps at most ``MEMO_BYTES`` of routed arrays, the least recently used going first: a step routed
+    again gets the same flows from its pins (a 98,304-GPU step routes ~1 GB of distinct steps).
     :meth:`route` is the same without the memo (for callers that route each step once).
     :meth:`on_link_failed` is the engine's reroute callback: later calls route around the failed link
     (a fresh router, ``Router.failing``: no assigned load, no pins; its wiring tables shared) and
@@ -323,14 +335,24 @@ class Routes:
         self.router = router
         self.rank_gpu = rank_gpu
         self.qps_per_connection = qps_per_connection
-        self._memo: dict[tuple[int, int], tuple[Schedule, NetworkFlows]] = {}  # keeps its schedules alive
+        # (schedule, its routed step, the step's array bytes), least recently used first; keeps its schedules alive
+        self._memo: OrderedDict[tuple[int, int], tuple[Schedule, NetworkFlows, int]] = OrderedDict()
+        self._memo_bytes = 0
 
     def __call__(self, step: Step, schedule: Schedule) -> NetworkFlows:
         key = (id(schedule), id(step))
         hit = self._memo.get(key)
-        if hit is None:
-            hit = self._memo[key] = (schedule, self.route(step, schedule))
-        return hit[1]
+        if hit is not None:
+            self._memo.move_to_end(key)
+            return hit[1]
+        flows = self.route(step, schedule)
+        size = flows.nbytes
+        self._memo[key] = (schedule, flows, size)
+        self._memo_bytes += size
+        while self._memo_bytes > MEMO_BYTES and len(self._memo) > 1:
+            _, (_, _, dropped) = self._memo.popitem(last=False)
+            self._memo_bytes -= dropped
+        return flows
 
     def route(self, step: Step, schedule: Schedule) -> NetworkFlows:
         return network_flows(
@@ -340,3 +362,4 @@ class Routes:
     def on_link_failed(self, link: int) -> None:
         self.router = self.router.failing((link,))
         self._memo.clear()
+        self._memo_bytes = 0

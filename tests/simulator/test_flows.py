@@ -168,3 +168,26 @@ def test_a_failed_link_is_avoided_by_later_routes():
     assert routes.router.failed_links == {fabric[0]}
     # the bytes a link carries move elsewhere, none are lost
     assert float(np.sum(after.wire_bytes)) == float(np.sum(before.wire_bytes))
+
+
+def test_a_step_routed_again_after_leaving_the_memo_gives_the_same_simulation(monkeypatch):
+    # a memo of 1 byte keeps only the last routed step: every other step is routed again from its pins, and the
+    # simulation is the same to the bit (ECMP across a fat-tree: the pins decide the paths)
+    from simulator.studies.training import StepOptions, simulate_step
+    from workloads.parallelism import ParallelismSpec
+    from workloads.presets import custom_gpt
+
+    system = build_system("dgx-h100", nodes=4, topology="fat-tree")
+    model = custom_gpt(layers=4, hidden=1024, heads=16, seq_len=1024, vocab=1024)
+    spec = ParallelismSpec(tp=2, pp=2, dp=8, global_batch=16)
+    calls = []
+    route = Routes.route
+    monkeypatch.setattr(Routes, "route", lambda self, *a: calls.append(1) or route(self, *a))
+    kept = simulate_step(model, spec, system=system, options=StepOptions(exact=True))
+    routed = len(calls)
+    monkeypatch.setattr("simulator.flows.MEMO_BYTES", 1)
+    again = simulate_step(model, spec, system=system, options=StepOptions(exact=True))
+    assert len(calls) - routed > routed  # steps were routed again
+    assert again.step_time_s == kept.step_time_s
+    assert (again.phases[0].sim.link_bytes == kept.phases[0].sim.link_bytes).all()
+    assert [c.end_s for c in again.phases[0].sim.collectives] == [c.end_s for c in kept.phases[0].sim.collectives]
