@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES
+from simulator.studies.nccl_tests import BENCH_COLLECTIVES
 from topologies.presets import SYSTEMS
 from topologies.routing import ROUTING_POLICIES
 from workloads.collectives import CollectiveKind
@@ -20,8 +21,6 @@ from .common import (
     stepfactor,
     system_name,
 )
-
-BENCH_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall")
 
 
 def add_parser(sub) -> None:

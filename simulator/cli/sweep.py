@@ -35,7 +35,9 @@ def add_parser(sub) -> None:
     sweep.add_argument(
         "--workers", type=positive_int("workers"), default=None, help="local worker processes; default every core"
     )
-    sweep.add_argument("--cache", default=None, metavar="DIR", help="result cache; default ~/.cache/fabricsim/sweep")
+    sweep.add_argument(
+        "--cache", default=None, metavar="DIR", help="result cache; default $XDG_CACHE_HOME/fabricsim/sweep (~/.cache)"
+    )
     sweep.add_argument("--no-cache", action="store_true", help="neither read nor write cached results")
     sweep.add_argument("--format", choices=SWEEP_FORMATS, default="table", help="what to print; default table")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
@@ -45,12 +47,16 @@ def run(args) -> str:
     import json
     import sys
 
+    import pandas as pd
+
     from simulator.studies.sweep import expand, load_grid, sweep
 
     for path in args.out:
         if not path.endswith((".csv", ".parquet")):
             raise ValueError(f"out: {path!r} is not allowed; expected a file name ending in .csv or .parquet")
         output_file("out", path)
+    if args.no_cache and args.cache is not None:
+        raise ValueError(f"cache: {args.cache!r} is not allowed with --no-cache; expected one of the two")
     if args.scheduler is not None and args.workers is not None:
         raise ValueError("workers: not allowed with --scheduler (the cluster has its own); expected one of the two")
     scenarios = expand(load_grid(args.grid))
@@ -63,17 +69,23 @@ def run(args) -> str:
         progress=not args.quiet and sys.stderr.isatty(),
     )
     for path in args.out:
-        if path.endswith(".csv"):
-            frame.to_csv(path, index=False)
-        else:
-            frame.to_parquet(path, index=False)
+        try:
+            if path.endswith(".csv"):
+                frame.to_csv(path, index=False)
+            else:  # a column of mixed types (a size as 1024 and as "1K") as text: Parquet takes one type
+                mixed = [c for c in frame if frame[c].dtype == object and frame[c].map(type).nunique() > 1]
+                frame.astype(dict.fromkeys(mixed, str)).to_parquet(path, index=False)
+        except (OSError, TypeError, ValueError) as exc:
+            raise ValueError(f"out: {path!r} cannot be written ({exc})") from None
     if args.format == "csv":
         return frame.to_csv(index=False)
     if args.format == "json":  # every float to the last digit (repr), a missing value as null
         records = frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
         return json.dumps(records, indent=1, default=str) + "\n"
-    varying = [c for c in scenarios[0] if c != "kind" and len({str(s.get(c)) for s in scenarios}) > 1]
-    kinds = [k for k in HEADLINE if (frame.get("kind", "step") == k).any()] if "kind" in frame else ["step"]
+    fields = list(dict.fromkeys(k for s in scenarios for k in s))
+    varying = [c for c in fields if c != "kind" and len({str(s.get(c)) for s in scenarios}) > 1]
+    kind = frame["kind"].fillna("step") if "kind" in frame else pd.Series(["step"] * len(frame))
+    kinds = [k for k in HEADLINE if (kind == k).any()]
     shown = ["name"] if "name" in frame else []
     shown += [c for c in varying if c in frame and c not in shown]
     shown += [c for k in kinds for c in HEADLINE[k] if c in frame]

@@ -68,6 +68,10 @@ MAX_SIZES = 10_000
 HOST_LAUNCH_S_PER_GPU = 2.8e-6
 
 
+# the collectives nccl-tests has a binary for (all_reduce_perf, ...)
+BENCH_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NcclTestsRow:
     """The columns every nccl-tests result row has (out-of-place half)."""

@@ -37,7 +37,16 @@ from typing import Any
 from topologies import checks
 from workloads.collectives import CollectiveKind
 
-from .scenario import FABRIC_DEFAULTS, STEP_DEFAULTS, build_topology, prepare_step, run_step, step_settings
+from .nccl_tests import BENCH_COLLECTIVES
+from .scenario import (
+    FABRIC_DEFAULTS,
+    SETTING_CHECKS,
+    STEP_DEFAULTS,
+    build_topology,
+    prepare_step,
+    run_step,
+    step_settings,
+)
 
 __all__ = ("KINDS", "BENCH_DEFAULTS", "expand", "load_grid", "run_scenario", "scenario_key", "sweep")
 
@@ -81,7 +90,7 @@ def load_grid(path: str | os.PathLike) -> dict:
 def expand(grid: Mapping[str, Any]) -> list[dict]:
     """The scenarios of ``grid``: its top-level fields, crossed with each ``scenarios`` entry (default one
     empty) and with every combination of the ``grid`` table's lists, in that order (the last list varies
-    fastest). A field given twice (top level, a scenario, the grid) keeps the most specific value.
+    fastest). A scenario's field replaces the top level's; a field both a scenario and the grid set is refused.
 
     >>> [s["nodes"] for s in expand({"kind": "bench", "grid": {"nodes": [1, 2], "size": ["1M", "1G"]}})]
     [1, 1, 2, 2]
@@ -99,6 +108,10 @@ def expand(grid: Mapping[str, Any]) -> list[dict]:
     if not isinstance(cases, list) or not cases or any(not isinstance(c, Mapping) for c in cases):
         raise checks.reject("grid.scenarios", cases, "a non-empty list of tables ([[scenarios]])")
     names = list(table)
+    for i, case in enumerate(cases):
+        both = sorted(set(case) & set(names))
+        if both:
+            raise checks.reject(f"grid.scenarios[{i}].{both[0]}", case[both[0]], "no value: the [grid] varies it")
     out = []
     for case in cases:
         for combo in itertools.product(*(table[n] for n in names)):
@@ -126,12 +139,26 @@ def scenario_key(scenario: Mapping[str, Any], fingerprint: str = "") -> str:
 # ---- one scenario -----------------------------------------------------------------------------------------
 def _split(scenario: Mapping[str, Any]) -> tuple[str, dict, dict]:
     """(kind, its settings, the NCCL_* environment) of a scenario."""
-    fields = dict(scenario)
+    from simulator.collectives.tuner import NCCL_ENVIRONMENT
+
+    fields: dict[str, Any] = {}
+    environ: dict[str, str] = {}
+    for key, value in scenario.items():
+        if str(key).startswith("NCCL_"):
+            if key not in NCCL_ENVIRONMENT:
+                raise checks.reject(
+                    key, value, f"no value: not an NCCL setting fabricsim models ({', '.join(NCCL_ENVIRONMENT)})"
+                )
+            environ[key] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+            continue
+        name = str(key).replace("-", "_")
+        if name in fields:
+            raise checks.reject(str(key), value, f"one spelling of {name!r} per scenario")
+        fields[name] = value
     kind = fields.pop("kind", "step")
     if kind not in KINDS:
         raise checks.reject("kind", kind, f"one of {', '.join(KINDS)}")
     fields.pop("name", None)  # a label for the row, not a setting
-    environ = {k: str(fields.pop(k)) for k in list(fields) if k.startswith("NCCL_")}
     return kind, fields, environ
 
 
@@ -139,14 +166,12 @@ def _step_row(fields: dict, environ: dict) -> dict:
     refused = [name for name in STEP_REFUSED if name in fields]
     if refused:
         raise checks.reject(refused[0], fields[refused[0]], "no value in a sweep (a sweep row is a table row)")
-    if "congestion" in fields and isinstance(fields["congestion"], list):
-        fields["congestion"] = tuple(fields["congestion"])
     setup = prepare_step(step_settings(fields), environ=environ)
     r = run_step(setup)
     row: dict[str, Any] = {
         "gpus": r.gpus,
         "topology_description": setup.topology.description or setup.topology.name,
-        "dp": r.parallelism.dp,
+        "dp_size": r.parallelism.dp,
         "step_time_s": r.step_time_s,
         "tokens_per_s": r.tokens_per_s,
         "tflops_per_gpu": r.tflops_per_gpu,
@@ -180,8 +205,14 @@ def _bench_row(fields: dict, environ: dict) -> dict:
         raise ValueError(
             f"scenario: {unknown[0]!r} is not a field of a bench scenario; expected one of {', '.join(BENCH_DEFAULTS)}"
         )
-    s = BENCH_DEFAULTS | fields
-    kind = CollectiveKind.parse(s["collective"])
+    checked = {
+        name: SETTING_CHECKS[name](name, value) if name in SETTING_CHECKS else value for name, value in fields.items()
+    }
+    s = BENCH_DEFAULTS | checked
+    kind = CollectiveKind.parse(s["collective"]) if isinstance(s["collective"], str) else None
+    if kind is None or kind.value not in BENCH_COLLECTIVES:
+        raise checks.reject("collective", s["collective"], f"one of {', '.join(BENCH_COLLECTIVES)}")
+    size = checks.size_bytes("size", s["size"])
     config = SimConfig(
         network_model=s["net_model"],
         seed=s["seed"],
@@ -195,7 +226,7 @@ def _bench_row(fields: dict, environ: dict) -> dict:
         system=topology,
         nodes=s["nodes"],
         gpus_per_node=s["gpus_per_node"],
-        sizes=[s["size"]],
+        sizes=[size],
         dtype=s["datatype"],
         op=s["op"],
         root=s["root"],
@@ -216,15 +247,14 @@ def _bench_row(fields: dict, environ: dict) -> dict:
 
 def run_scenario(scenario: Mapping[str, Any]) -> dict:
     """The result columns of one scenario (``status`` "ok"), or ``status`` "error" and the one-line message
-    of the setting it refused (a ValueError) or of what failed."""
+    of the setting it refused (a ValueError: as deterministic as a result, so cached like one). Any other
+    failure is raised: :func:`sweep` makes it an error row that is not cached."""
     try:
         kind, fields, environ = _split(scenario)
         row = (_step_row if kind == "step" else _bench_row)(fields, environ)
         return {"status": "ok", "error": ""} | row
     except ValueError as exc:
-        return {"status": "error", "error": str(exc)}
-    except Exception as exc:  # noqa: BLE001 - a failed scenario is a row, not a dead sweep
-        return {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+        return {"status": "error", "error": str(exc).splitlines()[0]}
 
 
 # ---- the sweep --------------------------------------------------------------------------------------------
@@ -236,16 +266,24 @@ def default_cache_dir() -> Path:
 
 def _cached(path: Path) -> dict | None:
     try:
-        return json.loads(path.read_text())
+        row = json.loads(path.read_text())
     except (OSError, ValueError):
         return None  # absent, or cut short by an interruption: recomputed
+    return row if isinstance(row, dict) and "status" in row else None
 
 
 def _store(path: Path, row: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(row, default=float))
-    tmp.replace(path)  # whole or absent, never half-written
+    """Write ``row`` to ``path`` whole or not at all (a temporary file of its own, then renamed); a failure
+    to write is a warning: the sweep goes on without caching that row."""
+    import tempfile
+    import warnings
+
+    try:
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as tmp:
+            tmp.write(json.dumps(row, default=float))
+        os.replace(tmp.name, path)
+    except OSError as exc:
+        warnings.warn(f"cache: {str(path)!r} cannot be written ({exc}); the row is not cached", stacklevel=2)
 
 
 def sweep(
@@ -276,7 +314,16 @@ def sweep(
         raise checks.reject("grid", grid, "at least one scenario")
     if workers is not None:
         workers = checks.integer("workers", workers, low=1)
-    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        if client is not None or scheduler is not None:
+            raise checks.reject("workers", workers, "None with a client or a scheduler (the cluster has its own)")
+    if client is not None and scheduler is not None:
+        raise checks.reject("scheduler", scheduler, "None with a client (the client names its scheduler)")
+    folder = checks.output_dir("cache", cache_dir) if cache_dir is not None else default_cache_dir()
+    if cache:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"cache: {str(folder)!r} cannot be created ({exc.strerror})") from None
     fingerprint = _source_fingerprint()
     paths = [folder / f"{scenario_key(s, fingerprint)}.json" for s in scenarios]
     rows: list[dict | None] = [_cached(p) if cache else None for p in paths]
@@ -292,26 +339,25 @@ def sweep(
         bar = tqdm(total=total, initial=done, desc="fabricsim sweep", unit="scenario", file=None)
     report = progress if callable(progress) else None
     if todo:
-        own_cluster = None
-        if client is None:
-            from dask.distributed import Client, LocalCluster
+        own_cluster = own_client = None
+        futures: dict = {}
+        try:
+            from dask.distributed import Client, LocalCluster, as_completed
 
-            if scheduler is not None:
+            if client is None and scheduler is not None:
                 try:
-                    client = Client(scheduler, timeout="5s")
-                except (OSError, TimeoutError) as exc:
-                    raise ValueError(f"scheduler: {scheduler!r} cannot be reached ({exc})") from None
-            else:
+                    client = own_client = Client(scheduler, timeout="5s")
+                except Exception as exc:  # noqa: BLE001 - whatever the address holds, one line
+                    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    raise ValueError(f"scheduler: {scheduler!r} cannot be reached ({message})") from None
+            elif client is None:
                 own_cluster = LocalCluster(
                     n_workers=workers or os.cpu_count() or 1,
                     threads_per_worker=1,
                     processes=True,
                     dashboard_address=":0",  # any free port: never a clash with another cluster
                 )
-                client = Client(own_cluster)
-        try:
-            from dask.distributed import as_completed
-
+                client = own_client = Client(own_cluster)
             futures = {client.submit(run_scenario, scenarios[i], pure=False): i for i in todo}
             for future in as_completed(futures):
                 i = futures[future]
@@ -331,8 +377,10 @@ def sweep(
         finally:
             if bar is not None:
                 bar.close()
-            if own_cluster is not None or scheduler is not None:
-                client.close()
+            if own_client is not None:
+                own_client.close()
+            elif futures:  # the caller's cluster: what this sweep left running stops
+                client.cancel(list(futures))
             if own_cluster is not None:
                 own_cluster.close()
     elif bar is not None:
@@ -340,7 +388,9 @@ def sweep(
     records = []
     for scenario, row in zip(scenarios, rows):
         assert row is not None
-        inputs = {k: (json.dumps(v) if isinstance(v, (list, tuple, dict)) else v) for k, v in scenario.items()}
+        inputs = {
+            k: (json.dumps(v, default=str) if isinstance(v, (list, tuple, dict)) else v) for k, v in scenario.items()
+        }
         results = {k: row[k] for k in _RESULT_COLUMNS if k in row}
         results |= {k: v for k, v in row.items() if k not in _RESULT_COLUMNS}
         records.append(inputs | results)

@@ -37,6 +37,7 @@ def test_expand_crosses_scenarios_with_the_grid():
     assert {s["size"] for s in scenarios[:6]} == {"1M"} and {s["size"] for s in scenarios[6:]} == {"1G"}
     assert expand({"kind": "bench", "size": "1M", "grid": {"size": ["2M"]}}) == [{"kind": "bench", "size": "2M"}]
     for bad, field in (
+        ({"grid": {"nodes": [1, 2]}, "scenarios": [{"nodes": 4}]}, r"grid.scenarios\[0\].nodes: 4 is not allowed"),
         ({"grid": {"nodes": 4}}, "grid.nodes"),
         ({"grid": {"nodes": []}}, "grid.nodes"),
         ({"scenarios": []}, "grid.scenarios"),
@@ -93,7 +94,15 @@ def test_a_step_row_is_the_steps_result():
         ({"kind": "bench", "layers": 4}, "'layers' is not a field of a bench scenario"),
         ({"kind": "train"}, "kind: 'train' is not allowed"),
         (SMALL_STEP | {"trace": "x.json"}, "trace: 'x.json' is not allowed; expected no value in a sweep"),
-        (SMALL_STEP | {"tp": 3}, "tp"),
+        # 16 GPUs cannot hold tp 3 x pp 2
+        (SMALL_STEP | {"tp": 3}, "ParallelismSpec.gpus: 16 is not allowed; expected a multiple of tp x cp x pp"),
+        (SMALL_STEP | {"trace-ranks": "0-7"}, "trace_ranks: '0-7' is not allowed; expected no value in a sweep"),
+        ({"kind": "bench", "sharp": "no"}, "sharp: 'no' is not allowed; expected True or False"),
+        ({"kind": "bench", "congestion": "dcqcn"}, "congestion: 'dcqcn' is not allowed; expected a list"),
+        ({"kind": "bench", "size": "abc"}, "size: 'abc' is not allowed; expected a byte count"),
+        ({"kind": "bench", "collective": "foo"}, "collective: 'foo' is not known"),
+        ({"kind": "bench", "NCCL_ALOG": "Ring"}, "NCCL_ALOG: 'Ring' is not allowed; expected no value: not an NCCL"),
+        ({"kind": "bench", "global-batch": 4, "global_batch": 4}, "expected one spelling of 'global_batch'"),
         ({"kind": "step", "model": "nope"}, "model preset: 'nope' is not known"),
     ],
 )
@@ -139,7 +148,7 @@ def test_an_interrupted_sweep_resumes_from_its_cache(cluster, tmp_path):
         sweep(grid, client=cluster, cache_dir=tmp_path, progress=stop)
     assert stop.calls[-1] == (60, 200)
     stored = {p.name for p in tmp_path.glob("*.json")}
-    assert len(stored) >= 60  # every result that arrived is kept; none half-written
+    assert len(stored) == 60  # every result that arrived is kept, written whole
     assert not list(tmp_path.glob("*.tmp"))
     counted = []
     table = sweep(grid, client=cluster, cache_dir=tmp_path, progress=lambda done, total: counted.append(done))
@@ -173,6 +182,10 @@ def test_the_sweep_command_prints_and_writes_the_table(capsys, tmp_path):
     assert [r["cached"] for r in rows] == [True] * 4 and rows[0]["busbw_GBps"] == written["busbw_GBps"][0]
     assert main(["sweep", str(grid), "--out", str(tmp_path / "t.txt")]) == 2
     assert "out: " in capsys.readouterr().err
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert main(["sweep", str(grid), "--cache", str(blocked)]) == 2
+    assert capsys.readouterr().err.startswith(f"fabricsim: error: cache: {str(blocked)!r} is not allowed")
     assert main(["sweep", str(grid), "--scheduler", "tcp://127.0.0.1:9", "--no-cache"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fabricsim: error: scheduler: 'tcp://127.0.0.1:9' cannot be reached") and err.count("\n") == 1
