@@ -85,7 +85,7 @@ def simulate(
             recorded[rank] = np.column_stack((timeline.arrival_s[rank], timeline.end_s[rank]))
             recorded[rank].setflags(write=False)
     else:
-        tiers, groups = np.unique(topology.link_tier, return_inverse=True)
+        tiers, groups = np.unique(topology.link_tier, return_inverse=True) if config.tier_rates else (None, None)
         times, rank_end, recorded, series = run(
             network=network,
             workload=workload,
@@ -98,7 +98,7 @@ def simulate(
             link_groups=groups if config.tier_rates else None,
         )
         link_bytes, rerates = network.link_bytes.copy(), network.rerates
-        if config.tier_rates:
+        if tiers is not None and groups is not None:
             arrays = (
                 np.array([t for t, _ in series], dtype=np.float64),
                 np.array([r for _, r in series], dtype=np.float64).reshape(-1, len(tiers)),

@@ -398,11 +398,14 @@ class SystemPreset:
         rail_optimised: bool = True,
         nics_per_node: int | None = None,
         planes: int = 1,
-        **shape: object,
+        dragonfly_p: int | None = None,
+        dragonfly_a: int | None = None,
+        dragonfly_h: int | None = None,
+        dragonfly_arrangement: str = "absolute",
     ) -> int:
-        """Largest node count ``build_system(self.name, topology=..., ...)`` accepts with these options
-        (``shape``: the ``dragonfly_*`` options of a dragonfly)."""
+        """Largest node count ``build_system(self.name, topology=..., ...)`` accepts with these options."""
         kind = _lookup("topology", topology, TOPOLOGIES)
+        shape = _shape_options(topology, dragonfly_p, dragonfly_a, dragonfly_h, dragonfly_arrangement)
         server, switch, _ = _configure(self, fabric=fabric, nics_per_node=nics_per_node)
         if switch is None or server.nics == 0:
             return 1
@@ -418,15 +421,19 @@ class SystemPreset:
         )
 
 
-def _shape_options(topology: str, p: object, a: object, h: object, arrangement: object) -> dict:
-    """The dragonfly_* options for topology ``topology``'s builder ({} unless a dragonfly); refused elsewhere."""
-    if topology != "dragonfly":
+def _shape_options(
+    topology: str, p: object, a: object, h: object, arrangement: object, *, nodes: int | None = None
+) -> dict:
+    """The dragonfly_* options for topology ``topology``'s builder ({} unless a dragonfly of more than one server,
+    ``nodes``); refused elsewhere."""
+    if topology != "dragonfly" or nodes == 1:
         given = [(n, v) for n, v in (("dragonfly_p", p), ("dragonfly_a", a), ("dragonfly_h", h)) if v is not None]
         if arrangement != "absolute":
             given.append(("dragonfly_arrangement", arrangement))
         if given:
             name, value = given[0]
-            raise checks.reject(name, value, f"no value with topology {topology!r} (it shapes a dragonfly)")
+            where = f"topology {topology!r}" if topology != "dragonfly" else "one server (no fabric)"
+            raise checks.reject(name, value, f"no value with {where} (it shapes a dragonfly)")
         return {}
     checks.choice("dragonfly_arrangement", arrangement, ARRANGEMENTS)
     return {"dragonfly_p": p, "dragonfly_a": a, "dragonfly_h": h, "dragonfly_arrangement": arrangement}
@@ -551,7 +558,7 @@ def build_system(
     planes = checks.integer("planes", planes, low=1)
     if checks.is_int(nics_per_node):  # a numpy integer as an int; other values: _configure's message
         nics_per_node = int(nics_per_node)
-    shape = _shape_options(topology, dragonfly_p, dragonfly_a, dragonfly_h, dragonfly_arrangement)
+    shape = _shape_options(topology, dragonfly_p, dragonfly_a, dragonfly_h, dragonfly_arrangement, nodes=nodes)
     server, switch, link = _configure(preset, fabric=fabric, nics_per_node=nics_per_node)
     gdr = checks.flag("gdr", gdr)
     if not gdr:

@@ -152,10 +152,13 @@ def _perf_commands(progress) -> list[str]:
             lines.append(f"{name}: stopped after {limit} s (fabricsim step {arguments})")
             continue
         wall = time.perf_counter() - start
-        if child.returncode != 0:
-            lines.append(f"{name}: failed ({err.strip().splitlines()[0] if err.strip() else child.returncode})")
+        said = [line for line in err.splitlines() if line.strip()]
+        marks = [line for line in said if line.startswith("peak RSS KiB ")]
+        if child.returncode != 0 or not marks:
+            others = [line for line in said if not line.startswith("peak RSS KiB ")]
+            lines.append(f"{name}: failed ({others[-1] if others else child.returncode})")
             continue
-        rss = int(err.strip().splitlines()[-1].removeprefix("peak RSS KiB ")) / 2**20
+        rss = int(marks[-1].removeprefix("peak RSS KiB ")) / 2**20
         result = json.loads(out)
         used = "; ".join(note.split(" (")[0] for note in result["notes"]) or "none"
         lines.append(

@@ -12,7 +12,8 @@ naming its peer, with a flow arrow from the send to the receive when both ranks 
 simulated with ``SimConfig(tier_rates=True)`` (``fabricsim step --trace`` sets it) adds a "link tiers"
 process with one counter track per link tier: the share of the tier's capacity in use, averaged over
 ``COUNTER_BINS`` equal bins of each phase (exact means of the simulated traffic; a step that simulated one
-data-parallel replica shows that replica's traffic, with the passive ranks' data-parallel flows).
+data-parallel replica shows that replica's traffic, with the passive ranks' data-parallel flows, and says so
+in the process's name).
 """
 
 from __future__ import annotations
@@ -115,12 +116,12 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
                     "pid": pid,
                     "tid": task.stream,
                     "ts": _us(t0),
-                    "dur": _us(max(t1 - t0, 0.0)),
+                    "dur": round(max(_us(t1) - _us(t0), 0.0), 3),  # ends where the next task on the stream starts
                 }
                 if isinstance(task, CommTask):
                     coll = workload.collectives[task.index]
                     event["cat"] = training.group_kinds[task.index]
-                    ends = _p2p_ends(coll)
+                    ends = _p2p_ends(coll) if event["cat"] == "pp" else None
                     if ends is not None:  # a pipeline transfer: this rank's send or receive
                         src, dst = (training.ranks[r] for r in ends)
                         sending = pid == src
@@ -135,6 +136,7 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
                     record = phase.sim.collectives[task.index]
                     event["args"] = {
                         "collective": task.index,
+                        **({} if _names_its_kind(task.name, coll) else {"kind": coll.kind.value}),
                         "nbytes": coll.nbytes,
                         "group_size": coll.nranks,
                         "algorithm": record.algorithm,
@@ -154,7 +156,9 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
         arrows += len(workload.collectives)  # flow ids of the next phase follow this phase's
         counters += _tier_counters(phase, pid=counter_pid)
     if counters:
-        name = {"name": "link tiers (share of capacity in use)"}
+        reduced = any(phase.replicas > 1 or phase.training.workload.passive for phase in step_result.phases)
+        # a step that simulated one replica shows that replica's traffic (and its passive ranks'), not the fabric's
+        name = {"name": "link tiers (share of capacity in use" + (" by the simulated ranks)" if reduced else ")")}
         events += [{"ph": "M", "name": "process_name", "pid": counter_pid, "tid": 0, "args": name}, *counters]
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
@@ -162,6 +166,12 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
 def _us(seconds: float) -> float:
     """Seconds as the trace's microseconds, to the nanosecond (shorter JSON; finer than any task)."""
     return round(float(seconds) * 1e6, 3)
+
+
+def _names_its_kind(name: str, coll) -> bool:
+    """Whether a task's name says its collective's kind ("tp allreduce" does, "dp bucket 3" does not)."""
+    squeezed = name.lower().replace(" ", "").replace("_", "").replace("-", "")
+    return coll.kind.value.replace("_", "") in squeezed or (coll.kind.value == "alltoall" and "pp" in squeezed)
 
 
 def _p2p_ends(coll) -> tuple[int, int] | None:
@@ -193,7 +203,7 @@ def _tier_counters(phase, *, pid: int) -> list[dict]:
     at = np.searchsorted(times, edges, side="right") - 1
     integral = cumulative[at] + utilisation[at] * (edges - times[at])[:, None]
     means = np.diff(integral, axis=0) / np.diff(edges)[:, None]
-    events = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "link tiers (share in use)"}}]
+    events: list[dict] = []
     offset = phase.offset_s
     for j, tier in enumerate(rates.tiers):
         if rates.capacity_bytes_per_s[j] <= 0:
