@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the training study and the tuner load on first use: a comma
 __all__ = (
     "DEFAULT_SYSTEM",
     "FABRIC_DEFAULTS",
+    "NETWORK_DEFAULTS",
     "STEP_DEFAULTS",
     "STEP_FORMATS",
     "GPT_ONLY",
@@ -75,6 +76,19 @@ def build_topology(settings: Mapping) -> Topology:
     )
 
 
+# the network settings a step and a single collective (studies.sweep's bench scenarios) share, beyond the fabric's
+NETWORK_DEFAULTS = {
+    "fabric": None,
+    "rail_optimised": True,
+    "nics_per_node": None,
+    "gdr": True,
+    "routing": "ecmp",
+    "seed": 0,
+    "net_model": "flow",
+    "congestion": (),
+    "sharp": False,
+}
+
 # `fabricsim step` with no arguments: a Llama-3 8B-class model on 8 DGX H100 (64 GPUs), TP 2 x PP 2 x DP 16,
 # 256 sequences of 8192 tokens per step (2M tokens), micro-batch 1, bf16, DDP buckets overlapped with backward.
 STEP_DEFAULTS = {
@@ -100,15 +114,8 @@ STEP_DEFAULTS = {
     "account_for_embedding_in_pipeline_split": False,
     "account_for_loss_in_pipeline_split": False,
     "recompute": "none",
-    "net_model": "flow",
     "granularity": "layer",
-    "fabric": None,
-    "rail_optimised": True,
-    "nics_per_node": None,
-    "gdr": True,
-    "routing": "ecmp",
-    "seed": 0,
-    "congestion": (),
+    **NETWORK_DEFAULTS,
     "layers": None,
     "hidden": None,
     "heads": None,
@@ -118,7 +125,6 @@ STEP_DEFAULTS = {
     "format": "table",
     "trace": None,
     "trace_ranks": None,
-    "sharp": False,
     "calibration": None,
     "exact": False,
 }

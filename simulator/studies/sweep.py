@@ -40,6 +40,7 @@ from workloads.collectives import CollectiveKind
 from .nccl_tests import BENCH_COLLECTIVES
 from .scenario import (
     FABRIC_DEFAULTS,
+    NETWORK_DEFAULTS,
     SETTING_CHECKS,
     STEP_DEFAULTS,
     build_topology,
@@ -63,15 +64,7 @@ BENCH_DEFAULTS: dict[str, Any] = {
     "gpus_per_node": None,
     "system": STEP_DEFAULTS["system"],
     **FABRIC_DEFAULTS,
-    "fabric": None,
-    "rail_optimised": True,
-    "nics_per_node": None,
-    "gdr": True,
-    "routing": "ecmp",
-    "seed": 0,
-    "net_model": "flow",
-    "congestion": (),
-    "sharp": False,
+    **NETWORK_DEFAULTS,
 }
 _RESULT_COLUMNS = ("status", "error", "cached")
 
