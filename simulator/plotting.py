@@ -19,7 +19,7 @@ import io
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # matplotlib is imported lazily, where a figure is drawn
     from matplotlib.figure import Figure
@@ -120,6 +120,42 @@ def busbw_figure(comparisons: Sequence, *, title: str) -> Figure:
     fig.tight_layout()
     if not one_size_each and len(ax.get_xticks()) > 14:  # every other power of two keeps labels readable
         ax.xaxis.set_major_locator(LogLocator(base=4, numticks=40))
+    return fig
+
+
+def comparison_figure(comparison: Any) -> Figure:
+    """A ``studies.compare.Comparison`` side by side: one panel per workload, the designs along x; a collective
+    as its bus bandwidth (GB/s), a step as compute and bubble (blue) under its time in the network (red), s."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    workloads = comparison.workloads
+    fig = Figure(figsize=(5.2 * len(workloads), 4.4))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(workloads), squeeze=False)[0]
+    designs = list(comparison.designs)
+    x = list(range(len(designs)))
+    table = comparison.table
+    for ax, workload in zip(axes, workloads):
+        rows = table[table["workload"] == workload].set_index("design").loc[designs]
+        ok = rows["status"] == "ok"
+        if rows["kind"].iloc[0] == "bench":
+            ax.bar(x, rows["busbw_GBps"].where(ok, 0.0), 0.6, color="tab:green", label="bus bandwidth")
+            ax.set_ylabel("bus bandwidth (GB/s)")
+        else:
+            exposed = rows["exposed_comm_s"].where(ok, 0.0)
+            hidden = rows["step_time_s"].where(ok, 0.0) - exposed
+            ax.bar(x, hidden, 0.6, color="tab:blue", label="compute and bubble")
+            ax.bar(x, exposed, 0.6, bottom=hidden, color="tab:red", label="time in network (exposed)")
+            ax.set_ylabel("step time (s)")
+        for i, good in enumerate(ok):
+            if not good:
+                ax.text(i, 0, "failed", ha="center", va="bottom", color="tab:red", fontsize=8)
+        ax.set_title(workload)
+        ax.set_xticks(x, [d.replace(", ", "\n") for d in designs], fontsize=8)
+        ax.set_xlabel("design")
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
     return fig
 
 

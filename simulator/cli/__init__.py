@@ -8,6 +8,7 @@
     fabricsim topo --system dgx-h100 --nodes 512 --topology fat-tree [--draw FILE.png]
     fabricsim perf [--scale]
     fabricsim sweep grid.toml [--out table.parquet] [--scheduler tcp://host:8786]
+    fabricsim compare [designs.toml] [--report report.png] [--out table.csv]
 
 Bad input prints one line on stderr (``fabricsim: error: ...``) and exits with status 2.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import bench, calibrate, perf, step, sweep, systems, topo, validate
+from . import bench, calibrate, compare, perf, step, sweep, systems, topo, validate
 from .common import Parser, UsageError
 
 # subcommand -> its module (add_parser(sub) declares its options, run(args) returns what it prints)
@@ -30,6 +31,7 @@ COMMANDS = {
     "calibrate": calibrate,
     "perf": perf,
     "sweep": sweep,
+    "compare": compare,
 }
 
 

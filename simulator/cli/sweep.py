@@ -43,6 +43,23 @@ def add_parser(sub) -> None:
     sweep.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
 
 
+def write_table(frame, path: str, *, check_only: bool = False) -> None:
+    """Write ``frame`` to ``path`` (.csv or .parquet; ``check_only``: only check the name, before any work)."""
+    if not path.endswith((".csv", ".parquet")):
+        raise ValueError(f"out: {path!r} is not allowed; expected a file name ending in .csv or .parquet")
+    output_file("out", path)
+    if check_only:
+        return
+    try:
+        if path.endswith(".csv"):
+            frame.to_csv(path, index=False)
+        else:  # a column of mixed types (a size as 1024 and as "1K") as text: Parquet takes one type
+            mixed = [c for c in frame if frame[c].dtype == object and frame[c].map(type).nunique() > 1]
+            frame.astype(dict.fromkeys(mixed, str)).to_parquet(path, index=False)
+    except (OSError, TypeError, ValueError) as exc:
+        raise ValueError(f"out: {path!r} cannot be written ({exc})") from None
+
+
 def run(args) -> str:
     import json
     import sys
@@ -52,9 +69,7 @@ def run(args) -> str:
     from simulator.studies.sweep import expand, load_grid, sweep
 
     for path in args.out:
-        if not path.endswith((".csv", ".parquet")):
-            raise ValueError(f"out: {path!r} is not allowed; expected a file name ending in .csv or .parquet")
-        output_file("out", path)
+        write_table(None, path, check_only=True)
     if args.no_cache and args.cache is not None:
         raise ValueError(f"cache: {args.cache!r} is not allowed with --no-cache; expected one of the two")
     if args.scheduler is not None and args.workers is not None:
@@ -69,14 +84,7 @@ def run(args) -> str:
         progress=not args.quiet and sys.stderr.isatty(),
     )
     for path in args.out:
-        try:
-            if path.endswith(".csv"):
-                frame.to_csv(path, index=False)
-            else:  # a column of mixed types (a size as 1024 and as "1K") as text: Parquet takes one type
-                mixed = [c for c in frame if frame[c].dtype == object and frame[c].map(type).nunique() > 1]
-                frame.astype(dict.fromkeys(mixed, str)).to_parquet(path, index=False)
-        except (OSError, TypeError, ValueError) as exc:
-            raise ValueError(f"out: {path!r} cannot be written ({exc})") from None
+        write_table(frame, path)
     if args.format == "csv":
         return frame.to_csv(index=False)
     if args.format == "json":  # every float to the last digit (repr), a missing value as null

@@ -1,0 +1,102 @@
+"""simulator.studies.compare and ``fabricsim compare``: designs x workloads as one sweep, each row what the
+study gives for that scenario, the hardware of each design, and the sentence that says why it ties or differs."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.cli import main
+from simulator.studies.compare import DEFAULT_DESIGNS, compare, explain, load_designs
+from simulator.studies.sweep import run_scenario
+from topologies.cost import cost_summary
+from topologies.presets import build_system
+
+# Two servers: rail-optimised leaves (every GPU's traffic stays on its rail's leaf) against top-of-rack leaves at
+# 2:1 (cross-server traffic climbs to the spines through half the uplinks). The step's groups stay inside a
+# server but for its data-parallel ring.
+SPEC = {
+    "system": "dgx-h100",
+    "nodes": 2,
+    "designs": {
+        "rail-optimised": {},
+        "same again": {},
+        "top-of-rack 2:1": {"rail_optimised": False, "oversubscription": 2.0},
+    },
+    "workloads": {
+        "all_reduce 64 MiB": {"kind": "bench", "collective": "all_reduce", "size": "64M"},
+        "step": {"kind": "step", "model": "llama3-8b", "tp": 8, "global_batch": 4, "seq_len": 1024},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def comparison():
+    return compare(SPEC, workers=1, cache=False)
+
+
+def test_rows_are_the_scenarios_results(comparison):
+    table = comparison.table
+    assert len(table) == 3 * 2 and (table["status"] == "ok").all()
+    row = table[(table["workload"] == "all_reduce 64 MiB") & (table["design"] == "top-of-rack 2:1")].iloc[0]
+    fresh = run_scenario(
+        {"kind": "bench", "collective": "all_reduce", "size": "64M", "nodes": 2, "rail_optimised": False}
+        | {"oversubscription": 2.0}
+    )
+    assert (row["time_s"], row["busbw_GBps"]) == (fresh["time_s"], fresh["busbw_GBps"])
+    summary = comparison.summary()
+    assert list(summary.index) == list(SPEC["designs"])
+    assert summary.loc["same again"].equals(summary.loc["rail-optimised"])
+
+
+def test_hardware_is_each_designs_cost_summary(comparison):
+    tor = cost_summary(build_system("dgx-h100", nodes=2, rail_optimised=False, oversubscription=2.0))
+    assert comparison.hardware.loc["top-of-rack 2:1", "switches"] == tor.switches
+    assert comparison.hardware.loc["top-of-rack 2:1", "transceivers per GPU"] == tor.transceivers_per_gpu
+
+
+def test_explain_says_why_designs_tie_or_differ(comparison):
+    bench = dict(zip(comparison.designs, explain(comparison, "all_reduce 64 MiB")))
+    assert bench["same again"].startswith("same again: ") and "(+0.0%)" in bench["same again"]
+    tor = comparison.summary().loc["top-of-rack 2:1", "all_reduce 64 MiB: busbw GB/s"]
+    base = comparison.summary().loc["rail-optimised", "all_reduce 64 MiB: busbw GB/s"]
+    assert f"({tor / base - 1:+.1%})" in bench["top-of-rack 2:1"]
+    step = dict(zip(comparison.designs, explain(comparison, "step")))
+    # the same design: a tie, and no byte climbs above the rail-optimised leaves
+    assert "a tie. No byte climbs above the leaves" in step["same again"]
+    assert "GB of its traffic climbs above the leaves" in step["rail-optimised"]
+    assert comparison.format().startswith("# fabricsim compare: 3 designs x 2 workloads")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"designs": {}}, "designs: {} is not allowed; expected a table of named tables"),
+        ({"designs": {"a": {"tp": 2}}}, "designs.a.tp: 2 is not allowed; expected a fabric field"),
+        ({"baseline": "nope"}, "baseline: 'nope' is not allowed; expected one of the designs"),
+        ({"workloads": {"w": 3}}, "workloads: {'w': 3} is not allowed"),
+    ],
+)
+def test_a_comparison_that_cannot_run_is_refused_before_any_work(change, message):
+    with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)").replace("{", r"\{")):
+        compare(SPEC | change, workers=1, cache=False)
+
+
+def test_the_shipped_comparison_loads():
+    spec = load_designs(DEFAULT_DESIGNS)
+    assert spec["nodes"] * 8 == 4096 and spec["baseline"] in spec["designs"] and len(spec["workloads"]) == 3
+
+
+def test_the_compare_command_prints_and_writes(capsys, tmp_path):
+    designs = tmp_path / "designs.toml"
+    designs.write_text(
+        'system = "dgx-h100"\nnodes = 2\n[designs.rail]\n[designs.tor]\nrail_optimised = false\n'
+        'oversubscription = 2.0\n[workloads.ar]\nkind = "bench"\ncollective = "all_reduce"\nsize = "8M"\n'
+    )
+    report, table = tmp_path / "r.png", tmp_path / "t.csv"
+    argv = ["compare", str(designs), "--workers", "1", "--no-cache", "--report", str(report), "--out", str(table)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# fabricsim compare: 2 designs x 1 workloads") and "ar:\n  rail: " in out
+    assert report.read_bytes().startswith(b"\x89PNG") and table.read_text().startswith("name,")
+    assert main(["compare", str(designs), "--report", str(tmp_path / "r.svg")]) == 2
+    assert "report: " in capsys.readouterr().err
