@@ -129,3 +129,24 @@ def test_reductions_after_the_pipeline_wait_for_the_last_compute_and_the_optimiz
     gathers = [t for t in program if t.name.startswith("zero allgather")]
     assert (len(gathers) == len(buckets)) if zero else not gathers
     assert all(t.after == (optimizer,) for t in gathers)
+
+
+def test_megatron_core_buckets_per_chunk_overlap_and_context():
+    """Megatron-Core's default buckets: d x c = 32 x 2 = 64, so max(40e6, 1e6 x 64) = 64e6 parameters per bucket
+    (fp16: 128e6 bytes), for the first model chunk only; a later chunk (interleaved v 2) is one bucket, and
+    without overlap every chunk is one bucket. GPT-1.7B's first chunk (6 of its 24 layers and the embedding,
+    pp 2 x vp 2) holds more than 64e6 weights, so it is cut in several."""
+    from workloads.presets import SC21_GPTS
+
+    model = SC21_GPTS["gpt-1.7b"]
+    spec = ParallelismSpec(dp=32, cp=2, pp=2, vp=2, schedule="interleaved", global_batch=128, dtype="fp16")
+    assert spec.bucket_elements(0, 2) == 64_000_000 and spec.bucket_elements(1, 2) is None
+    tw = build(model, spec)
+    buckets = [(tw.collective_names[i], c) for i, c in colls(tw, 0, "dp")]
+    chunk0 = [c for name, c in buckets if "chunk0" in name]
+    chunk1 = [c for name, c in buckets if "chunk1" in name]
+    assert len(chunk0) >= 2 and len(chunk1) == 1
+    assert all(c.nbytes == 64_000_000 * 2 for c in chunk0[:-1]) and chunk0[-1].nbytes <= 64_000_000 * 2
+    assert all(len(c.group) == 64 for c in chunk0 + chunk1)  # data x context parallel ranks
+    flat = build(model, dataclasses.replace(spec, dp_overlap=False))
+    assert len(colls(flat, 0, "dp")) == 2  # one bucket per model chunk

@@ -183,3 +183,15 @@ def test_embedding_and_loss_slots_in_the_pipeline_split():
     with pytest.raises(ValueError, match="account-for-embedding-in-pipeline-split"):
         ParallelismSpec(pp=16, dp=1, vp=8, schedule="interleaved", global_batch=16).check(model)
     ParallelismSpec(pp=16, dp=1, vp=8, schedule="interleaved", global_batch=16, **slots).check(model)
+
+
+def test_one_slot_for_the_embedding_or_the_loss():
+    # 6 layers + 1 slot = 7 over 4 stages: 2, 2, 2, 1 slots. Embedding slot first: layers 1, 2, 2, 1; loss slot
+    # last: 2, 2, 2 and a last stage with the loss alone
+    model = gpt(6)
+    assert [len(r) for r in model.stage_layers(pp=4, split_slots=(1, 0))] == [1, 2, 2, 1]
+    assert [len(r) for r in model.stage_layers(pp=4, split_slots=(0, 1))] == [2, 2, 2, 0]
+    # the first stage holds one layer fewer, so fewer weights; the stages still hold every layer once
+    plain, slotted = model.stage_parameters(0, pp=4), model.stage_parameters(0, pp=4, split_slots=(1, 0))
+    assert plain - slotted == model.stage_parameters(1, pp=4, split_slots=(1, 0)) // 2
+    assert [r.start for r in model.stage_layers(pp=4, split_slots=(1, 0))] == [0, 1, 3, 5]
