@@ -97,12 +97,19 @@ def _scenarios(spec: Mapping[str, Any]) -> tuple[list[dict], tuple[str, ...], tu
             raise checks.reject(name, value, f"a table of named tables ([{name}.NAME]), at least one")
     assert isinstance(designs, Mapping) and isinstance(workloads, Mapping)
     fabric = set(FABRIC_DEFAULTS) | set(NETWORK_DEFAULTS) | {"system"}
-    for design, fields in designs.items():
-        other = sorted(set(fields) - fabric)
-        if other:
-            raise checks.reject(
-                f"designs.{design}.{other[0]}", fields[other[0]], f"a fabric field: {', '.join(sorted(fabric))}"
-            )
+    for table, named in (("designs", designs), ("workloads", workloads)):
+        for name, fields in named.items():
+            if "|" in name:
+                raise checks.reject(f"{table}.{name}", name, "a name without '|' (it joins workload and design)")
+            keys = {str(k).replace("-", "_"): k for k in fields}
+            wrong = sorted(set(keys) - fabric) if table == "designs" else sorted(set(keys) & fabric)
+            if wrong:
+                key = keys[wrong[0]]
+                if table == "designs":
+                    expected = f"a fabric field: {', '.join(sorted(fabric))}"
+                else:
+                    expected = "no fabric field (the designs set them; the shared fields set system and nodes)"
+                raise checks.reject(f"{table}.{name}.{key}", fields[key], expected)
     baseline = spec.get("baseline", next(iter(designs)))
     if baseline not in designs:
         raise checks.reject("baseline", baseline, f"one of the designs: {', '.join(designs)}")
