@@ -132,16 +132,14 @@ def compare(spec: Mapping[str, Any] | str | os.PathLike | None = None, **sweep_o
     if spec is None or isinstance(spec, (str, os.PathLike)):
         spec = load_designs(DEFAULT_DESIGNS if spec is None else spec)
     scenarios, designs, workloads, baseline = _scenarios(spec)
-    table = sweep(scenarios, **sweep_options)
-    parts = table["name"].str.split(" | ", n=1, regex=False)
-    table["workload"], table["design"] = parts.str[0], parts.str[1]
-    tiers = [c for c in ("fabric_1_bytes", "fabric_2_bytes", "fabric_3_bytes") if c in table]
-    table["above_leaves_GB"] = table[tiers].sum(axis=1) / 1e9 if tiers else 0.0
-    hardware = []
+    hardware = []  # each design built first: one that cannot be built is refused before anything runs
     shared = {k: v for k, v in spec.items() if k not in ("designs", "workloads", "baseline")}
     for design in designs:
-        settings = STEP_DEFAULTS | {"nodes": FABRIC_DEFAULTS["nodes"]} | shared | dict(spec["designs"][design])
-        topology = build_topology(settings)
+        fields = {str(k).replace("-", "_"): v for k, v in (shared | dict(spec["designs"][design])).items()}
+        try:
+            topology = build_topology(STEP_DEFAULTS | {"nodes": FABRIC_DEFAULTS["nodes"]} | fields)
+        except ValueError as exc:
+            raise ValueError(f"designs.{design}: {exc}") from None
         cost = cost_summary(topology)
         hardware.append(
             {
@@ -153,6 +151,11 @@ def compare(spec: Mapping[str, Any] | str | os.PathLike | None = None, **sweep_o
                 "wiring": topology.description,
             }
         )
+    table = sweep(scenarios, **sweep_options)
+    parts = table["name"].str.split(" | ", n=1, regex=False)
+    table["workload"], table["design"] = parts.str[0], parts.str[1]
+    tiers = [c for c in ("fabric_1_bytes", "fabric_2_bytes", "fabric_3_bytes") if c in table]
+    table["above_leaves_GB"] = table[tiers].sum(axis=1) / 1e9 if tiers else 0.0
     return Comparison(
         designs=designs,
         workloads=workloads,

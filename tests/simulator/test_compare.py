@@ -81,6 +81,7 @@ def test_explain_says_why_designs_tie_or_differ(comparison):
             "workloads.w.topology: 'fat-tree' is not allowed; expected no",
         ),
         ({"designs": {"a | b": {}}}, "designs.a | b: 'a | b' is not allowed; expected a name without"),
+        ({"designs": {"a": {"topology": "ring"}}}, "designs.a: topology: 'ring' is not"),
     ],
 )
 def test_a_comparison_that_cannot_run_is_refused_before_any_work(change, message):
