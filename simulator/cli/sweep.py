@@ -24,23 +24,49 @@ def add_parser(sub) -> None:
         help="shared fields at the top level, [grid] lists to cross, optional [[scenarios]] "
         "(kind = 'step' or 'bench'; see simulator/studies/sweep.py)",
     )
-    sweep.add_argument(
+    run_options(sweep)
+    sweep.add_argument("--format", choices=SWEEP_FORMATS, default="table", help="what to print; default table")
+
+
+def run_options(parser) -> None:
+    """The options of a command that runs a sweep (sweep, compare): where to write its rows, the cluster, the
+    cache, the progress bar."""
+    parser.add_argument(
         "--out",
         action="append",
         default=[],
         metavar="FILE",
-        help="also write the whole table to FILE (.csv or .parquet); may be repeated",
+        help="also write every row to FILE (.csv or .parquet); may be repeated",
     )
-    sweep.add_argument("--scheduler", default=None, metavar="ADDRESS", help="a Dask scheduler (tcp://host:8786)")
-    sweep.add_argument(
+    parser.add_argument("--scheduler", default=None, metavar="ADDRESS", help="a Dask scheduler (tcp://host:8786)")
+    parser.add_argument(
         "--workers", type=positive_int("workers"), default=None, help="local worker processes; default every core"
     )
-    sweep.add_argument(
+    parser.add_argument(
         "--cache", default=None, metavar="DIR", help="result cache; default $XDG_CACHE_HOME/fabricsim/sweep (~/.cache)"
     )
-    sweep.add_argument("--no-cache", action="store_true", help="neither read nor write cached results")
-    sweep.add_argument("--format", choices=SWEEP_FORMATS, default="table", help="what to print; default table")
-    sweep.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--no-cache", action="store_true", help="neither read nor write cached results")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+
+
+def sweep_options(args) -> dict:
+    """``studies.sweep.sweep``'s keyword arguments from :func:`run_options`'s, checked (with the --out names)
+    before any work."""
+    import sys
+
+    for path in args.out:
+        write_table(None, path, check_only=True)
+    if args.no_cache and args.cache is not None:
+        raise ValueError(f"cache: {args.cache!r} is not allowed with --no-cache; expected one of the two")
+    if args.scheduler is not None and args.workers is not None:
+        raise ValueError("workers: not allowed with --scheduler (the cluster has its own); expected one of the two")
+    return {
+        "scheduler": args.scheduler,
+        "workers": args.workers,
+        "cache_dir": args.cache,
+        "cache": not args.no_cache,
+        "progress": not args.quiet and sys.stderr.isatty(),
+    }
 
 
 def write_table(frame, path: str, *, check_only: bool = False) -> None:
@@ -62,27 +88,14 @@ def write_table(frame, path: str, *, check_only: bool = False) -> None:
 
 def run(args) -> str:
     import json
-    import sys
 
     import pandas as pd
 
     from simulator.studies.sweep import expand, load_grid, sweep
 
-    for path in args.out:
-        write_table(None, path, check_only=True)
-    if args.no_cache and args.cache is not None:
-        raise ValueError(f"cache: {args.cache!r} is not allowed with --no-cache; expected one of the two")
-    if args.scheduler is not None and args.workers is not None:
-        raise ValueError("workers: not allowed with --scheduler (the cluster has its own); expected one of the two")
+    options = sweep_options(args)
     scenarios = expand(load_grid(args.grid))
-    frame = sweep(
-        scenarios,
-        scheduler=args.scheduler,
-        workers=args.workers,
-        cache_dir=args.cache,
-        cache=not args.no_cache,
-        progress=not args.quiet and sys.stderr.isatty(),
-    )
+    frame = sweep(scenarios, **options)
     for path in args.out:
         write_table(frame, path)
     if args.format == "csv":
