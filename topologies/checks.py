@@ -237,23 +237,30 @@ def int_tuple(
 ) -> tuple[int, ...]:
     """A tuple, list, range or numpy array of integers (numpy integers included) as a tuple of ints, each
     >= ``low``; ``distinct`` and ``nonempty`` where asked."""
-    if expected is None:
-        expected = (
+
+    def refused() -> ValueError:
+        wanted = expected or (
             "a tuple of "
             + ("distinct " if distinct else "")
             + "integers"
             + (f" >= {low}" if low is not None else "")
             + (", at least one" if nonempty else "")
         )
-    items = value.tolist() if hasattr(value, "tolist") and hasattr(value, "ndim") and value.ndim == 1 else value
-    if not isinstance(items, (tuple, list, range)):
-        raise reject(field, value, expected)
-    ints = [v for v in items if is_int(v) and (low is None or v >= low)]
-    if len(ints) != len(items):
-        raise reject(field, value, expected)
-    result = tuple(int(v) for v in ints)
+        return reject(field, value, wanted)
+
+    result: tuple[int, ...]
+    if type(value) is tuple and all(type(v) is int for v in value) and (low is None or not value or min(value) >= low):
+        result = value  # already a tuple of ints in range (the common case: collectives built by the program)
+    else:
+        items = value.tolist() if hasattr(value, "tolist") and hasattr(value, "ndim") and value.ndim == 1 else value
+        if not isinstance(items, (tuple, list, range)):
+            raise refused()
+        ints = [v for v in items if is_int(v) and (low is None or v >= low)]
+        if len(ints) != len(items):
+            raise refused()
+        result = tuple(int(v) for v in ints)
     if (nonempty and not result) or (distinct and len(set(result)) != len(result)):
-        raise reject(field, value, expected)
+        raise refused()
     return result
 
 
