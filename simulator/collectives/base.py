@@ -30,7 +30,7 @@ import numpy as np
 from topologies.devices import GPU_PRESETS
 from topologies.links import NCCL_NVLINK_BYTES_PER_S, LinkKind
 from topologies.routing import Router
-from topologies.topology import Topology
+from topologies.topology import LinkTier, Topology
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..flows import connection_caps, edge_path
@@ -124,12 +124,15 @@ class LoweringContext:
     def nccl_capacity(self) -> np.ndarray:
         """Link capacities as NCCL's tuner sees them: an NVLink link between a GPU and its switch
         at NCCL's per-link figure for the GPU's generation (``topologies.links.NCCL_NVLINK_BYTES_PER_S``)
-        times its link count, every other link as modelled (only B200's NVLink5 departs: modelled
-        37.9 GB/s per link, NCCL's 40.1)."""
+        times its link count (only B200's NVLink5 departs: modelled 37.9 GB/s per link, NCCL's 40.1); the
+        links between fabric switches unlimited, since NCCL's topology ends at the NIC (its inter-node
+        bandwidth is the NIC's: it knows neither oversubscription, nor a dragonfly's global links, nor which
+        spine ECMP picks); every other link as modelled."""
 
         def build() -> np.ndarray:
             topo = self.topology
             capacity = topo.link_capacity_bytes_per_s.copy()
+            capacity[topo.link_tier >= int(LinkTier.FABRIC_1)] = np.inf
             nvlink = np.flatnonzero(topo.link_kind == int(LinkKind.NVLINK))
             src, dst = topo.link_src[nvlink], topo.link_dst[nvlink]
             gpu_end = np.where(np.isin(src, topo.gpu_nodes), src, dst)  # the GPU end of each NVLink link
