@@ -186,10 +186,7 @@ def explain(comparison: Comparison, workload: str) -> list[str]:
                 base["algorithm"],
                 base["protocol"],
             ):
-                text += (
-                    f" (not {base['algorithm']} {base['protocol']}: fabricsim's tuner rates each algorithm on this "
-                    "fabric's own paths, where NCCL's sees only the NICs)"
-                )
+                text += f" (the baseline's: {base['algorithm']} {base['protocol']})"
             out.append(f"{design}: {text}")
             continue
         change = r["step_time_s"] / base["step_time_s"] - 1
