@@ -539,3 +539,21 @@ def test_uneven_alltoall_estimate_matches_the_simulation():
     (record,) = simulate(topo, Workload.sequence([coll], nranks=n)).collectives
     assert record.algorithm == "direct"
     assert record.predicted_s == pytest.approx(record.end_s - record.start_s, rel=1e-6)
+
+
+def test_the_tuner_sees_the_nics_not_the_fabric_behind_them():
+    # NCCL's topology ends at the NIC: the same servers on a non-blocking and on a 4:1 top-of-rack fabric get
+    # the same algorithm, protocol and channels at every size (only the simulated time differs)
+    sizes = [1 << k for k in range(16, 31, 2)]
+    rows = {
+        over: run_bench(
+            "all_reduce",
+            system=build_system("dgx-h100", nodes=8, rail_optimised=False, oversubscription=over),
+            nodes=8,
+            sizes=sizes,
+        )
+        for over in (1.0, 4.0)
+    }
+    choices = {over: [(r.algorithm, r.protocol, r.channels) for r in rs] for over, rs in rows.items()}
+    assert choices[1.0] == choices[4.0]
+    assert any(slow.time_us > fast.time_us for slow, fast in zip(rows[4.0], rows[1.0]))
