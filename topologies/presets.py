@@ -220,8 +220,7 @@ def _dragonfly_shape(
     global links: a group of a few large routers, as the largest p gives, leaves 2 groups and one global
     cable between them); ``servers=None``: the largest shape (the most servers)."""
     nics = server.nics
-    given = {name: v for name, v in (("dragonfly_p", p), ("dragonfly_a", a), ("dragonfly_h", h)) if v is not None}
-    if given:
+    if (p, a, h) != (None, None, None):
         p, a, h = (None if v is None else checks.integer(f"dragonfly_{n}", v, low=1) for n, v in zip("pah", (p, a, h)))
         p = p or h or max(1, (a or 2) // 2)
         a, h = a or 2 * p, h or p

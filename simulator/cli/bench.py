@@ -6,13 +6,12 @@ import os
 
 from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES
 from simulator.studies.nccl_tests import BENCH_COLLECTIVES
+from simulator.studies.scenario import FABRIC_DEFAULTS, build_topology, network_config
 from topologies.presets import SYSTEMS
 from topologies.routing import ROUTING_POLICIES
 from workloads.collectives import CollectiveKind
 
 from .common import (
-    FABRIC_DEFAULTS,
-    build_topology,
     fabric_options,
     load_calibration,
     positive_int,
@@ -119,8 +118,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> str:
-    from simulator.collectives.tuner import CollectivePolicy, applied_settings, describe_settings
-    from simulator.config import SimConfig
+    from simulator.collectives.tuner import applied_settings, describe_settings
     from simulator.studies.nccl_tests import format_csv, format_json, format_table, run_bench
 
     try:
@@ -143,21 +141,13 @@ def run(args) -> str:
         raise ValueError(
             "explain: not available with --format csv (its columns are nccl-tests'); expected --format table or json"
         )
-    overrides = dict(
+    policy = dict(
         algorithm=args.algo,
         protocol=protocol_name(args.proto),
         nchannels=args.channels,
         qps_per_connection=args.qps_per_connection,
-        collnet=True if args.sharp else None,
     )
-    policy = CollectivePolicy.from_environment(os.environ, **overrides)
-    config = SimConfig(
-        network_model=args.net_model,
-        seed=args.seed,
-        routing=args.routing,
-        collectives=policy,
-        congestion=tuple(args.congestion),
-    )
+    config = network_config(vars(args), os.environ, **policy)
     system = build_topology(vars(args))
     if calibration is not None:
         from simulator.validation.calibration import apply_calibration
@@ -190,7 +180,7 @@ def run(args) -> str:
         title += f"; {system.description}; routing {args.routing}"
     if calibration is not None:
         title += f"; calibrated ({args.calibration}: {calibration.describe()})"
-    environment = applied_settings(os.environ, **overrides)
+    environment = applied_settings(os.environ, **policy, collnet=True if args.sharp else None)
     if environment:
         title += "; " + describe_settings(environment)
     if args.format == "csv":

@@ -16,7 +16,7 @@ from topologies.presets import FABRICS, TOPOLOGIES
 if TYPE_CHECKING:
     from simulator.validation.calibration import Calibration
 
-from simulator.studies.scenario import DEFAULT_SYSTEM, FABRIC_DEFAULTS, build_topology  # noqa: F401 (for the commands)
+from simulator.studies.scenario import DEFAULT_SYSTEM, FABRIC_DEFAULTS
 
 
 class UsageError(Exception):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from simulator.studies.scenario import FABRIC_DEFAULTS, build_topology
 from topologies.checks import output_file
 
-from .common import FABRIC_DEFAULTS, build_topology, fabric_options, system_name
+from .common import fabric_options, system_name
 
 
 def add_parser(sub) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simulator.config import CONGESTION_NAMES, NetworkModel, SimConfig
 from topologies import checks
@@ -35,6 +35,7 @@ __all__ = (
     "SETTING_CHECKS",
     "StepSetup",
     "build_topology",
+    "network_config",
     "step_settings",
     "prepare_step",
     "run_step",
@@ -254,7 +255,7 @@ def prepare_step(s: Mapping, *, environ: Mapping[str, str]) -> StepSetup:
     """The step that settings ``s`` (:func:`step_settings`) describe, with NCCL's environment variables from
     ``environ`` applying to every collective, as they would to the job. Raises ValueError, naming the
     field, on a setting that cannot run."""
-    from simulator.collectives.tuner import CollectivePolicy, applied_settings
+    from simulator.collectives.tuner import applied_settings
     from workloads.presets import custom_gpt, model_preset
 
     if str(s["model"]).lower() != "gpt":
@@ -305,24 +306,37 @@ def prepare_step(s: Mapping, *, environ: Mapping[str, str]) -> StepSetup:
         bucket_bytes=bucket_bytes,
         dp_overlap=s["overlap_grad_reduce"],
     )
-    collnet = True if s["sharp"] else None  # --sharp wins over NCCL_COLLNET_ENABLE, as in bench
-    config = SimConfig(
-        network_model=s["net_model"],
-        routing=s["routing"],
-        seed=s["seed"],
-        congestion=tuple(s["congestion"]),
-        collectives=CollectivePolicy.from_environment(environ, collnet=collnet),
-        tier_rates=s["trace"] is not None,  # the trace's link-tier counter tracks
-    )
+    # the trace's link-tier counter tracks need the tiers' rates recorded
+    config = network_config(s, environ, tier_rates=s["trace"] is not None)
     return StepSetup(
         model=model,
         parallelism=parallelism,
         topology=topology,
         config=config,
-        environment=applied_settings(environ, collnet=collnet),
+        environment=applied_settings(environ, collnet=True if s["sharp"] else None),
         recompute=s["recompute"],
         granularity=s["granularity"],
         exact=s["exact"],
+    )
+
+
+def network_config(
+    settings: Mapping, environ: Mapping[str, str], *, tier_rates: bool = False, **policy: Any
+) -> SimConfig:
+    """The simulation config that the network settings (NETWORK_DEFAULTS' names) describe, with NCCL's
+    environment variables from ``environ`` and the collective options ``policy`` (algorithm, protocol,
+    nchannels, qps_per_connection: ``CollectivePolicy.from_environment``'s), which win over them, as
+    ``sharp`` wins over NCCL_COLLNET_ENABLE."""
+    from simulator.collectives.tuner import CollectivePolicy
+
+    collnet = True if settings["sharp"] else None
+    return SimConfig(
+        network_model=settings["net_model"],
+        routing=settings["routing"],
+        seed=settings["seed"],
+        congestion=tuple(settings["congestion"]),
+        collectives=CollectivePolicy.from_environment(environ, collnet=collnet, **policy),
+        tier_rates=tier_rates,
     )
 
 

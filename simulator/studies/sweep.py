@@ -44,6 +44,7 @@ from .scenario import (
     SETTING_CHECKS,
     STEP_DEFAULTS,
     build_topology,
+    network_config,
     prepare_step,
     run_step,
     step_settings,
@@ -188,9 +189,6 @@ def _step_row(fields: dict, environ: dict) -> dict:
 
 
 def _bench_row(fields: dict, environ: dict) -> dict:
-    from simulator.collectives.tuner import CollectivePolicy
-    from simulator.config import SimConfig
-
     from .nccl_tests import run_bench
 
     unknown = [name for name in fields if name not in BENCH_DEFAULTS]
@@ -206,13 +204,7 @@ def _bench_row(fields: dict, environ: dict) -> dict:
     if kind is None or kind.value not in BENCH_COLLECTIVES:
         raise checks.reject("collective", s["collective"], f"one of {', '.join(BENCH_COLLECTIVES)}")
     size = checks.size_bytes("size", s["size"])
-    config = SimConfig(
-        network_model=s["net_model"],
-        seed=s["seed"],
-        routing=s["routing"],
-        congestion=tuple(s["congestion"]),
-        collectives=CollectivePolicy.from_environment(environ, collnet=True if s["sharp"] else None),
-    )
+    config = network_config(s, environ)
     topology = build_topology(s)
     (row,) = run_bench(
         kind,

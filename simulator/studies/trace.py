@@ -136,7 +136,8 @@ def chrome_trace(step_result, *, ranks: Iterable[int] | None = None) -> dict:
                     record = phase.sim.collectives[task.index]
                     event["args"] = {
                         "collective": task.index,
-                        **({} if _names_its_kind(task.name, coll) else {"kind": coll.kind.value}),
+                        # a pipeline transfer's name says send or receive; others may not say their kind
+                        **({} if ends is not None or _names_its_kind(task.name, coll) else {"kind": coll.kind.value}),
                         "nbytes": coll.nbytes,
                         "group_size": coll.nranks,
                         "algorithm": record.algorithm,
@@ -170,8 +171,7 @@ def _us(seconds: float) -> float:
 
 def _names_its_kind(name: str, coll) -> bool:
     """Whether a task's name says its collective's kind ("tp allreduce" does, "dp bucket 3" does not)."""
-    squeezed = name.lower().replace(" ", "").replace("_", "").replace("-", "")
-    return coll.kind.value.replace("_", "") in squeezed or (coll.kind.value == "alltoall" and "pp" in squeezed)
+    return coll.kind.value.replace("_", "") in name.lower().replace(" ", "").replace("_", "").replace("-", "")
 
 
 def _p2p_ends(coll) -> tuple[int, int] | None:
