@@ -196,13 +196,17 @@ class FluidNetwork:
         self.rate[slots] = 0.0
         return self.add(links, weights, counts, remaining - fill, cap, fill)
 
-    def _count_bytes(self, slots: np.ndarray, nbytes: np.ndarray) -> None:
-        """Add ``nbytes[i]`` x its weights to the links of the flow in slot ``slots[i]``, which ends."""
+    def _link_shares(self, slots: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(entries, links, bytes on each) when the flow in slot ``slots[i]`` moves ``nbytes[i]``: its bytes
+        times each entry's weight."""
         ptr = self.flow_ptr
         entries = entries_of(ptr, slots)
-        counts = ptr[slots + 1] - ptr[slots]
-        links = self.flow_links[entries]
-        values = np.repeat(nbytes, counts) * self.flow_weights[entries]
+        values = np.repeat(nbytes, ptr[slots + 1] - ptr[slots]) * self.flow_weights[entries]
+        return entries, self.flow_links[entries], values
+
+    def _count_bytes(self, slots: np.ndarray, nbytes: np.ndarray) -> None:
+        """Add ``nbytes[i]`` x its weights to the links of the flow in slot ``slots[i]``, which ends."""
+        entries, links, values = self._link_shares(slots, nbytes)
         nlinks = self.link_bytes.shape[0]
         if 8 * links.shape[0] > nlinks:  # each link's sum over these flows, then added (a zero where none)
             self.link_bytes += np.bincount(links, weights=values, minlength=nlinks)
@@ -258,11 +262,9 @@ class FluidNetwork:
     def _moved_by_group(self, idx: np.ndarray, data: np.ndarray) -> None:
         """``group_bytes`` of the data bytes ``data[i]`` that flow ``idx[i]`` moved in one advance."""
         assert self._group_of_link is not None  # record_groups was called
-        ptr = self.flow_ptr
-        entries = entries_of(ptr, idx)
-        values = np.repeat(data, ptr[idx + 1] - ptr[idx]) * self.flow_weights[entries]
+        _, links, values = self._link_shares(idx, data)
         groups = self.group_bytes.shape[0]
-        self.group_bytes = np.bincount(self._group_of_link[self.flow_links[entries]], weights=values, minlength=groups)
+        self.group_bytes = np.bincount(self._group_of_link[links], weights=values, minlength=groups)
 
     def _rerate(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
