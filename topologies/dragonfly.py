@@ -62,8 +62,9 @@ from __future__ import annotations
 
 from .checks import choice, instance, integer, reject
 from .devices import SwitchSpec
+from .fat_tree import add_servers
 from .links import LinkSpec
-from .node import ServerSpec, add_server
+from .node import ServerSpec
 from .topology import LinkTier, NodeKind, Topology, TopologyBuilder
 
 ARRANGEMENTS = ("absolute", "relative", "circulant")
@@ -149,7 +150,7 @@ def dragonfly(
     copies = a * h // (g - 1)  # global cables per pair of groups
 
     builder = TopologyBuilder(name or f"dragonfly(p={p}, a={a}, h={h}, g={g}) of {server.name}")
-    infos = [add_server(builder, server, s) for s in range(g * per_group)]
+    infos = add_servers(builder, server, g * per_group)
     routers = [
         [
             builder.add_node(
