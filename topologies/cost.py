@@ -91,6 +91,8 @@ class LinkTierCost:
     media: str  # "optical" | "copper"
     cables: int
     transceivers: int
+    rate_gbps: int | None = None  # the switch ports' line rate (Gb/s), None when the switch is not a preset
+    nic_ends: int = 0  # cable ends plugged into a NIC (the others are in switch ports)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,6 +104,8 @@ class FabricCost:
     nics: int  # NICs cabled to a fabric switch
     switch_tiers: tuple[SwitchTierCost, ...]
     link_tiers: tuple[LinkTierCost, ...]
+    switch_models: tuple[tuple[str, int], ...] = ()  # (switch preset name, switches), "?" when unknown
+    nic_models: tuple[tuple[str, int], ...] = ()  # (NIC preset name, NICs on the fabric), "?" when unknown
 
     @property
     def switches(self) -> int:
@@ -168,10 +172,11 @@ class FabricCost:
             f"{avail(self.switch_ports_available):>12}"
             f"{share(self.switch_ports_used, self.switch_ports_available):>10}"
         )
-        lines.append(f"{'link tier':<16}{'media':>10}{'cables':>12}{'optics':>12}")
+        lines.append(f"{'link tier':<16}{'media':>10}{'Gb/s':>8}{'cables':>12}{'optics':>12}")
         for lt in self.link_tiers:
-            lines.append(f"{lt.tier:<16}{lt.media:>10}{lt.cables:>12}{lt.transceivers:>12}")
-        lines.append(f"{'total':<16}{'':>10}{self.cables:>12}{self.transceivers:>12}")
+            rate = "?" if lt.rate_gbps is None else str(lt.rate_gbps)
+            lines.append(f"{lt.tier:<16}{lt.media:>10}{rate:>8}{lt.cables:>12}{lt.transceivers:>12}")
+        lines.append(f"{'total':<16}{'':>18}{self.cables:>12}{self.transceivers:>12}")
         lines.append(
             f"per GPU: {self.switch_ports_per_gpu:.3f} switch ports used, {self.switches_per_gpu:.4f} "
             f"switches, {self.cables_per_gpu:.3f} cables, {self.transceivers_per_gpu:.3f} transceivers"
@@ -204,24 +209,33 @@ def cost_summary(topology: Topology, *, nic_cables: str = "optical", switch_cabl
         a, b = min(u, v), max(u, v)
         cables[(a, b, tier)] = max(cables[(a, b, tier)], count)
 
+    def rate(switch: int) -> int | None:
+        spec = SWITCH_PRESETS.get(graph.nodes[switch].get("switch"))
+        return None if spec is None else round(spec.port_rate_bytes_per_s * 8 / 1e9)
+
     ports: Counter = Counter()
-    link_tiers: Counter = Counter()  # (link tier, "nic" | "switch") -> cables
-    nics = set()
+    link_tiers: Counter = Counter()  # (link tier, "nic" | "switch", port rate) -> cables
+    nics: set[int] = set()
+    nic_models: Counter = Counter()  # NIC preset name -> NICs
     for (a, b, tier), count in cables.items():
         for end in (a, b):
             if end in is_switch:
                 ports[end] += count
-            elif kinds[end] == NodeKind.NIC:
+            elif kinds[end] == NodeKind.NIC and end not in nics:
                 nics.add(end)
-        link_tiers[(tier, "switch" if a in is_switch and b in is_switch else "nic")] += count
+                nic_models[graph.nodes[end].get("nic", "?")] += 1
+        ends = "switch" if a in is_switch and b in is_switch else "nic"
+        link_tiers[(tier, ends, rate(a if a in is_switch else b))] += count
 
     by_tier: dict[int, list] = {}
+    switch_models: Counter = Counter()
     for s in switches:
         attrs = graph.nodes[s]
         tier = attrs.get("tier", 0)
         radix = attrs.get("radix")
         if radix is None and attrs.get("switch") in SWITCH_PRESETS:
             radix = SWITCH_PRESETS[attrs["switch"]].radix
+        switch_models[attrs.get("switch") if attrs.get("switch") in SWITCH_PRESETS else "?"] += 1
         entry = by_tier.setdefault(int(tier), [0, 0, 0])
         entry[0] += 1
         entry[1] += ports[s]
@@ -237,8 +251,15 @@ def cost_summary(topology: Topology, *, nic_cables: str = "optical", switch_cabl
         ),
         link_tiers=tuple(
             LinkTierCost(
-                tier=LinkTier(t).name.lower(), media=media[end], cables=count, transceivers=count * per_cable[end]
+                tier=LinkTier(t).name.lower(),
+                media=media[end],
+                cables=count,
+                transceivers=count * per_cable[end],
+                rate_gbps=gbps,
+                nic_ends=count if end == "nic" else 0,
             )
-            for (t, end), count in sorted(link_tiers.items())
+            for (t, end, gbps), count in sorted(link_tiers.items(), key=lambda item: (item[0][0], item[0][1]))
         ),
+        switch_models=tuple(sorted(switch_models.items())),
+        nic_models=tuple(sorted(nic_models.items())),
     )

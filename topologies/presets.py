@@ -64,7 +64,17 @@ from .links import LinkSpec
 from .node import ServerSpec, dgx_a100, dgx_h100, hgx_b200, hgx_h200, pcie_rtx4090
 from .topology import Topology
 
-__all__ = ("FabricPreset", "FABRICS", "TopologyKind", "TOPOLOGIES", "SystemPreset", "SYSTEMS", "build_system")
+__all__ = (
+    "FabricPreset",
+    "FABRICS",
+    "TopologyKind",
+    "TOPOLOGIES",
+    "SystemPreset",
+    "SYSTEMS",
+    "build_system",
+    "system_switch",
+    "dragonfly_shape",
+)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -522,6 +532,35 @@ def _configure(
     if fabric_preset is not None and server.nics:
         server = dataclasses.replace(server, nic=_nic_in_server(fabric_preset.nic, server))
     return server, switch, link
+
+
+def system_switch(name: str, *, fabric: str | None = None, nics_per_node: int | None = None) -> SwitchSpec | None:
+    """The fabric switch system ``name`` is built with (its preset's, or ``fabric``'s); None without a fabric."""
+    return _configure(_lookup("system", name, SYSTEMS), fabric=fabric, nics_per_node=nics_per_node)[1]
+
+
+def dragonfly_shape(
+    name: str,
+    *,
+    nodes: int,
+    fabric: str | None = None,
+    nics_per_node: int | None = None,
+    dragonfly_p: int | None = None,
+    dragonfly_a: int | None = None,
+    dragonfly_h: int | None = None,
+) -> tuple[int, int, int, int]:
+    """(p, a, h, g) of the dragonfly ``build_system(name, nodes=nodes, topology="dragonfly", ...)`` builds."""
+    server, switch, _ = _configure(_lookup("system", name, SYSTEMS), fabric=fabric, nics_per_node=nics_per_node)
+    if switch is None:
+        raise ValueError(f"system: {name!r} has no fabric switch; expected a system with one (or pass fabric=)")
+    return _dragonfly_shape(
+        server=server,
+        switch=switch,
+        servers=checks.integer("nodes", nodes, low=1),
+        p=dragonfly_p,
+        a=dragonfly_a,
+        h=dragonfly_h,
+    )
 
 
 def build_system(

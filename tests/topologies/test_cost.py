@@ -21,7 +21,12 @@ def _tier(cost: FabricCost, tier: int):
 
 
 def _links(cost: FabricCost) -> dict[str, tuple[str, int, int]]:
-    return {t.tier: (t.media, t.cables, t.transceivers) for t in cost.link_tiers}
+    """(media, cables, transceivers) per link tier, over its rows of every port rate."""
+    out: dict[str, tuple[str, int, int]] = {}
+    for t in cost.link_tiers:
+        _, cables, optics = out.get(t.tier, (t.media, 0, 0))
+        out[t.tier] = (t.media, cables + t.cables, optics + t.transceivers)
+    return out
 
 
 def test_module_doctests_pass():
@@ -170,7 +175,8 @@ def test_format_lists_every_tier_and_the_per_gpu_figures(fabric):
         )
     for t in cost.link_tiers:
         assert any(
-            line.split()[:4] == [t.tier, t.media, str(t.cables), str(t.transceivers)] for line in text.splitlines()
+            line.split()[:5] == [t.tier, t.media, str(t.rate_gbps or "?"), str(t.cables), str(t.transceivers)]
+            for line in text.splitlines()
         )
     assert f"{cost.switch_ports_per_gpu:.3f} switch ports used" in text
     assert f"{cost.transceivers_per_gpu:.3f} transceivers" in text

@@ -1,0 +1,233 @@
+"""Designs at equal cost or power: a design family sized to what a reference design costs or draws.
+
+:func:`match` takes a reference design (fabric settings, as ``fabricsim topo`` takes them) and a family, and
+returns the family's most capable design that costs (or draws) no more than the reference, priced from
+``topologies.pricing``. Each family has one knob, searched over every design it can build:
+
+* ``fat-tree`` (3 tiers), ``leaf-spine`` (2 tiers), ``rail-only``, and ``multi-plane`` (a fat-tree split into
+  the reference's planes, or 2): the oversubscription of the leaves, over every split of a leaf's ports into
+  d down and r - d up (d = r/2 ... r - 1, so R = d / (r - d) from 1:1 up); the least oversubscribed design
+  within the budget is the most capable.
+* ``dragonfly``: the global links per router h (1 up to the ports left after p terminals and a - 1 local
+  links), at the reference's p and a if it is a dragonfly, else the balanced shape for the nodes
+  (``presets.dragonfly_shape``); the most global links within the budget.
+
+Cost and power fall as oversubscription grows and rise with h, so the knob is bisected: about log2(r / 2)
+designs are built (5 for radix 64). The result lists every design built with its figures, so a user sees
+the neighbours on either side of the budget.
+
+Worked case (tests): 4 DGX H100 on a rail-optimised Quantum-2 leaf-spine cost $565,088 (pricing module
+docstring); the same leaf-spine at 3:1 (48 down, 16 up per leaf) has the same 8 leaves but 16 x 8 = 128 leaf
+ports for 32 NICs... (see ``tests/simulator/test_sizing.py`` for the hand-derived figures).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from topologies import checks
+
+from .scenario import FABRIC_DEFAULTS, NETWORK_DEFAULTS, build_topology
+
+__all__ = ("FAMILIES", "Sizing", "match", "price_design")
+
+FAMILIES = ("fat-tree", "leaf-spine", "rail-only", "multi-plane", "dragonfly")
+MEASURES = ("cost", "power")
+
+
+def _settings(design: Mapping[str, Any]) -> dict[str, Any]:
+    """A design's full fabric settings: the defaults with ``design``'s fields (dashes as underscores)."""
+    fields = {str(k).replace("-", "_"): v for k, v in design.items()}
+    if "system" not in fields:
+        raise checks.reject("system", None, "a system preset name (fabricsim systems)")
+    return dict(FABRIC_DEFAULTS) | dict(NETWORK_DEFAULTS) | fields
+
+
+def price_design(design: Mapping[str, Any], prices=None, *, nic_cables: str = "optical"):
+    """(topology, FabricCost, FabricPrice) of the design the fabric settings ``design`` describe."""
+    from topologies.cost import cost_summary
+    from topologies.pricing import fabric_price
+
+    topology = build_topology(_settings(design))
+    cost = cost_summary(topology, nic_cables=nic_cables)
+    return topology, cost, fabric_price(cost, prices)
+
+
+def _value(price, by: str) -> float:
+    missing = price.unpriced if by == "cost" else price.unpowered
+    if missing:
+        flag = "--prices FILE.toml" if by == "cost" else "--prices FILE.toml (a watts figure)"
+        raise ValueError(
+            f"match_{by}: {price.name} has parts without a {'price' if by == 'cost' else 'power figure'} "
+            f"({', '.join(missing)}); expected every part in the price book (give them with {flag})"
+        )
+    return price.capex_usd if by == "cost" else price.power_w
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sizing:
+    """A family's design at the reference's cost (or power): ``settings`` to build it (the reference's with
+    the family's fields), its ``price``, the ``target`` it was sized to, and every design tried."""
+
+    family: str
+    by: str  # "cost" | "power"
+    target: float  # USD or W
+    reference: Any  # FabricPrice of the reference design
+    settings: dict[str, Any]
+    description: str  # the chosen design's wiring (Topology.description)
+    price: Any  # FabricPrice of the chosen design
+    knob: str  # the field that was sized
+    tried: tuple[tuple[tuple[Any, ...], float], ...]  # (values of the ``shown`` fields, USD or W) per design built
+    shown: tuple[str, ...]  # the fields that tell the designs tried apart
+
+    @property
+    def value(self) -> float:
+        return self.price.capex_usd if self.by == "cost" else self.price.power_w
+
+    def format(self) -> str:
+        unit = "USD" if self.by == "cost" else "kW"
+
+        def shown(v: float) -> str:
+            return f"{v:,.0f} USD" if self.by == "cost" else f"{v / 1e3:,.1f} kW"
+
+        chosen = tuple(self.settings[k] for k in self.shown)
+        lines = [
+            f"# {self.family} at the {self.by} of {self.reference.name} ({shown(self.target)}): "
+            + ", ".join(f"{k} = {self.settings[k]:g}" for k in self.shown)
+            + f", {shown(self.value)} ({self.value / self.target:.1%} of it)",
+            f"# {self.description}",
+            "".join(f"{k:>18}" for k in self.shown) + f"{unit:>16}{'share':>9}",
+        ]
+        for values, value in self.tried:
+            mark = "  <- chosen" if values == chosen else ""
+            amount = f"{value:,.0f}" if self.by == "cost" else f"{value / 1e3:,.1f}"
+            lines.append("".join(f"{v:>18.4g}" for v in values) + f"{amount:>16}{value / self.target:>9.1%}{mark}")
+        return "\n".join(lines)
+
+
+def _lines(family: str, design: Mapping[str, Any]) -> tuple[str, list[tuple[dict[str, Any], list[Any]]]]:
+    """(knob, lines) for a design with the fields ``design``: each line is the family's fixed fields
+    and the knob's values, from the most capable design to the least (cost and power fall along a line)."""
+    from topologies.presets import dragonfly_shape, system_switch
+
+    switch = system_switch(design["system"], fabric=design["fabric"], nics_per_node=design["nics_per_node"])
+    if switch is None:
+        raise checks.reject("system", design["system"], "a system with a fabric switch (or pass fabric)")
+    if family == "dragonfly":
+        fixed = {"topology": "dragonfly", "oversubscription": 1.0, "planes": 1}
+        if design["topology"] == "dragonfly" and design["dragonfly_p"] is not None:
+            p, a, _, _ = dragonfly_shape(
+                design["system"],
+                nodes=design["nodes"],
+                fabric=design["fabric"],
+                nics_per_node=design["nics_per_node"],
+                dragonfly_p=design["dragonfly_p"],
+                dragonfly_a=design["dragonfly_a"],
+            )
+            shapes = [(p, a)]
+        else:  # every balanced shape (a = 2p) whose routers have ports left for global links
+            shapes = [(p, 2 * p) for p in range(1, (switch.radix + 1) // 4 + 1)]
+        lines = [
+            (fixed | {"dragonfly_p": p, "dragonfly_a": a}, list(range(switch.radix - p - (a - 1), 0, -1)))
+            for p, a in shapes
+        ]
+        return "dragonfly_h", [(f, v) for f, v in lines if v]
+    radix = switch.radix
+    planes = 1
+    if family == "multi-plane":
+        planes = design["planes"] if design["planes"] > 1 else 2
+    fixed = {
+        "topology": "fat-tree" if family == "multi-plane" else family,
+        "planes": planes,
+        "dragonfly_p": None,
+        "dragonfly_a": None,
+        "dragonfly_h": None,
+    }
+    return "oversubscription", [(fixed, [d / (radix - d) for d in range(radix // 2, radix)])]
+
+
+def _capability(settings: Mapping[str, Any]) -> float:
+    """How much traffic a design's upper tiers take per NIC, to choose between lines: global links per
+    terminal (h / p) for a dragonfly, 1 / oversubscription otherwise."""
+    if settings["topology"] == "dragonfly":
+        return settings["dragonfly_h"] / settings["dragonfly_p"]
+    return 1.0 / settings["oversubscription"]
+
+
+def match(
+    reference: Mapping[str, Any],
+    family: str,
+    *,
+    design: Mapping[str, Any] | None = None,
+    by: str = "cost",
+    prices=None,
+    nic_cables: str = "optical",
+) -> Sizing:
+    """The ``family`` design (a :data:`FAMILIES` name) that costs (``by="cost"``) or draws (``"power"``) the
+    most without exceeding the ``reference`` design (fabric settings: system, nodes, topology, ...); see the
+    module docstring for each family's knob. ``design``: the sized design's own fields (its system, nodes,
+    fabric, rail-optimisation, routing, and a dragonfly's p and a), the family's knob aside; default the
+    reference's. ``prices``: a ``topologies.pricing.PriceBook`` (default: shipped)."""
+    family = checks.choice("match.family", family, FAMILIES)
+    by = checks.choice("match.by", by, MEASURES)
+    _, _, reference_price = price_design(_settings(reference), prices, nic_cables=nic_cables)
+    settings = _settings(reference if design is None else design)
+    target = _value(reference_price, by)
+    knob, lines = _lines(family, settings)
+    tried: dict[tuple, float] = {}  # (line, index) -> USD or W; inf where the family cannot build it
+
+    def value_at(fixed: dict[str, Any], values: list[Any], line: int, i: int) -> float:
+        if (line, i) not in tried:
+            try:
+                _, _, price = price_design(settings | fixed | {knob: values[i]}, prices, nic_cables=nic_cables)
+            except ValueError:
+                tried[(line, i)] = math.inf  # a shape the family cannot build for these nodes
+            else:
+                tried[(line, i)] = _value(price, by)
+        return tried[(line, i)]
+
+    best: tuple[float, float, dict[str, Any]] | None = None  # (capability, -value, settings)
+    for line, (fixed, values) in enumerate(lines):
+        # values run from the most to the least capable design and cost falls along them: bisect for the
+        # first one within the budget
+        lo, hi = 0, len(values) - 1
+        if value_at(fixed, values, line, hi) > target:
+            continue
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if value_at(fixed, values, line, mid) <= target:
+                hi = mid
+            else:
+                lo = mid + 1
+        found = settings | fixed | {knob: values[lo]}
+        candidate = (_capability(found), -tried[(line, lo)], found)
+        if best is None or candidate[:2] > best[:2]:
+            best = candidate
+    if best is None:
+        least = min(tried.values())
+        raise ValueError(
+            f"match_{by}: no {family} design for {settings['nodes']} nodes of {settings['system']} is within the "
+            f"{by} of {reference_price.name} ({target:,.0f}); the least it can be built for is {least:,.0f}"
+        )
+    chosen = best[2]
+    topology, _, price = price_design(chosen, prices, nic_cables=nic_cables)
+    shown = ("dragonfly_p", "dragonfly_a", knob) if family == "dragonfly" else (knob,)
+    return Sizing(
+        family=family,
+        by=by,
+        target=target,
+        reference=reference_price,
+        settings=chosen,
+        description=topology.description,
+        price=price,
+        knob=knob,
+        tried=tuple(
+            (tuple(({**lines[line][0], knob: lines[line][1][i]})[k] for k in shown), value)
+            for (line, i), value in sorted(tried.items())
+            if value != math.inf
+        ),
+        shown=shown,
+    )
