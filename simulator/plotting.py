@@ -125,16 +125,20 @@ def busbw_figure(comparisons: Sequence, *, title: str) -> Figure:
 
 def comparison_figure(comparison: Any) -> Figure:
     """A ``studies.compare.Comparison`` side by side: one panel per workload, the designs along x; a collective
-    as its bus bandwidth (GB/s), a step as compute and bubble (blue) under its time in the network (red), s."""
+    as its bus bandwidth (GB/s), a step as compute and bubble (blue) under its time in the network (red), s;
+    then what each design costs (capex, million USD) and draws (kW)."""
+    import textwrap
+
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     workloads = comparison.workloads
-    fig = Figure(figsize=(5.2 * len(workloads), 4.4))
+    fig = Figure(figsize=(5.2 * (len(workloads) + 1), 4.6))
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(workloads), squeeze=False)[0]
+    axes = fig.subplots(1, len(workloads) + 1, squeeze=False)[0]
     designs = list(comparison.designs)
     x = list(range(len(designs)))
+    labels = [textwrap.fill(d, 14) for d in designs]
     table = comparison.table
     for ax, workload in zip(axes, workloads):
         rows = table[table["workload"] == workload].set_index("design").loc[designs]
@@ -152,9 +156,21 @@ def comparison_figure(comparison: Any) -> Figure:
             if not good:
                 ax.text(i, 0, "failed", ha="center", va="bottom", color="tab:red", fontsize=8)
         ax.set_title(workload)
-        ax.set_xticks(x, [d.replace(", ", "\n") for d in designs], fontsize=8)
+        ax.set_xticks(x, labels, fontsize=8)
         ax.set_xlabel("design")
         ax.legend(fontsize=8, loc="lower right")
+    hardware = comparison.hardware.loc[designs]
+    ax = axes[-1]
+    ax.bar([i - 0.2 for i in x], hardware["capex USD"] / 1e6, 0.4, color="tab:gray", label="capex (million USD)")
+    ax.set_ylabel("capex (million USD)")
+    power = ax.twinx()
+    power.bar([i + 0.2 for i in x], hardware["power kW"], 0.4, color="tab:orange", label="power (kW)")
+    power.set_ylabel("power (kW)")
+    ax.set_title("fabric: switches, NICs, optics, cables")
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_xlabel("design")
+    handles = ax.get_legend_handles_labels()[0] + power.get_legend_handles_labels()[0]
+    power.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="lower right", framealpha=1.0)
     fig.tight_layout()
     return fig
 

@@ -9,7 +9,9 @@ of ``fabricsim step``). ``baseline`` names the design the others are measured ag
 
 Why a design ties or differs, for a workload (:func:`explain`):
 
-* a collective: its bus bandwidth against the baseline's, and NCCL's choice when it differs;
+* a collective: its bus bandwidth against the baseline's, NCCL's choice when it differs, and its busiest link
+  (which tier: NIC cable, leaf uplink, a dragonfly's local or global link) with the share of the collective's
+  time it is busy;
 * a step within 0.2 % of the baseline, with no byte above the leaves: every group stayed under one leaf per
   rail (tensor groups inside a server, the others relayed to the rail NIC by PXN), so the upper tiers that
   tell the designs apart carry nothing;
@@ -18,8 +20,15 @@ Why a design ties or differs, for a workload (:func:`explain`):
 * otherwise: the change of time in the network and the group whose exposed time moves most, with the bytes
   above the leaves on both designs.
 
-What a design costs is given as hardware counts (switches, switch ports, cables and optical transceivers per
-GPU); prices and power are not part of fabricsim yet.
+What a design is made of and what it costs: hardware counts (switches, switch ports, cables and optical
+transceivers per GPU), capex and power from ``topologies.pricing`` (a top-level ``prices = "FILE.toml"``
+replaces the shipped figures), and per workload the capex per unit of throughput (USD per GB/s of bus
+bandwidth, USD per token/s of a step).
+
+A design can be sized to another's cost or power: ``match_cost = "OTHER"`` (or ``match_power``) in its table
+sizes its family (its topology; a fat-tree with ``planes`` > 1 is the multi-plane family) with
+``studies.sizing.match``: the most capable design of the family within OTHER's capex, e.g. the least
+oversubscribed fat-tree, or the dragonfly with the most global links.
 """
 
 from __future__ import annotations
@@ -32,7 +41,8 @@ from typing import Any
 
 from topologies import checks
 
-from .scenario import FABRIC_DEFAULTS, NETWORK_DEFAULTS, STEP_DEFAULTS, build_topology
+from .scenario import FABRIC_DEFAULTS, NETWORK_DEFAULTS, STEP_DEFAULTS
+from .sizing import match, price_design
 from .sweep import load_grid, sweep
 
 __all__ = ("DEFAULT_DESIGNS", "Comparison", "compare", "explain", "load_designs")
@@ -40,6 +50,8 @@ __all__ = ("DEFAULT_DESIGNS", "Comparison", "compare", "explain", "load_designs"
 DEFAULT_DESIGNS = Path(__file__).with_name("designs") / "h100-4096.toml"
 TIE = 0.002  # a step within 0.2 % of the baseline's time ties with it
 GROUPS = ("tp", "cp", "ep", "pp", "dp")
+MATCH_FIELDS = ("match_cost", "match_power")
+SPEC_FIELDS = ("designs", "workloads", "baseline", "prices")  # a comparison's own fields, not a scenario's
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +64,7 @@ class Comparison:
     baseline: str
     table: Any  # pandas DataFrame
     hardware: Any  # pandas DataFrame, index: design
+    sized: Mapping[str, str]  # design -> how it was sized to another's cost or power (match_cost / match_power)
 
     def summary(self) -> Any:
         """One row per design: each collective's busbw and NCCL's choice, each step's time and time in network."""
@@ -60,12 +73,15 @@ class Comparison:
         columns: dict[str, Any] = {}
         for workload in self.workloads:
             rows = self.table[self.table["workload"] == workload].set_index("design")
+            capex = self.hardware["capex USD"].reindex(rows.index)
             if rows["kind"].iloc[0] == "bench":
                 columns[f"{workload}: busbw GB/s"] = rows["busbw_GBps"]
                 columns[f"{workload}: algorithm"] = rows["algorithm"] + " " + rows["protocol"]
+                columns[f"{workload}: USD per GB/s"] = capex / rows["busbw_GBps"]
             else:
                 columns[f"{workload}: step s"] = rows["step_time_s"]
                 columns[f"{workload}: in network s"] = rows["exposed_comm_s"]
+                columns[f"{workload}: USD per token/s"] = capex / rows["tokens_per_s"]
         return pd.DataFrame(columns).loc[list(self.designs)]
 
     def format(self) -> str:
@@ -76,7 +92,14 @@ class Comparison:
             hardware = self.hardware.drop(columns="wiring").round(3).to_string()
             summary = self.summary().round(4).to_string()
         lines = [f"# fabricsim compare: {len(self.designs)} designs x {len(self.workloads)} workloads", "", hardware]
-        lines += ["", summary, ""]
+        lines += [f"{design}: {how}" for design, how in self.sized.items()]
+        lines += [
+            "capex and power: switches, NICs, optics and cables (no racks, installation or cooling); figures and "
+            "their sources in topologies/prices.toml",
+            "",
+            summary,
+            "",
+        ]
         for workload in self.workloads:
             lines.append(f"{workload}:")
             lines += [f"  {line}" for line in explain(self, workload)]
@@ -90,7 +113,7 @@ def load_designs(path: str | os.PathLike) -> dict:
 
 def _scenarios(spec: Mapping[str, Any]) -> tuple[list[dict], tuple[str, ...], tuple[str, ...], str]:
     """(scenarios, designs, workloads, baseline) of a comparison spec."""
-    shared = {k: v for k, v in spec.items() if k not in ("designs", "workloads", "baseline")}
+    shared = {k: v for k, v in spec.items() if k not in SPEC_FIELDS}
     designs, workloads = spec.get("designs"), spec.get("workloads")
     for name, value in (("designs", designs), ("workloads", workloads)):
         if not isinstance(value, Mapping) or not value or any(not isinstance(v, Mapping) for v in value.values()):
@@ -102,11 +125,11 @@ def _scenarios(spec: Mapping[str, Any]) -> tuple[list[dict], tuple[str, ...], tu
             if "|" in name:
                 raise checks.reject(f"{table}.{name}", name, "a name without '|' (it joins workload and design)")
             keys = {str(k).replace("-", "_"): k for k in fields}
-            wrong = sorted(set(keys) - fabric) if table == "designs" else sorted(set(keys) & fabric)
+            wrong = sorted(set(keys) - fabric - set(MATCH_FIELDS)) if table == "designs" else sorted(set(keys) & fabric)
             if wrong:
                 key = keys[wrong[0]]
                 if table == "designs":
-                    expected = f"a fabric field: {', '.join(sorted(fabric))}"
+                    expected = f"a fabric field ({', '.join(sorted(fabric))}) or {' or '.join(MATCH_FIELDS)}"
                 else:
                     expected = "no fabric field (the designs set them; the shared fields set system and nodes)"
                 raise checks.reject(f"{table}.{name}.{key}", fields[key], expected)
@@ -114,7 +137,10 @@ def _scenarios(spec: Mapping[str, Any]) -> tuple[list[dict], tuple[str, ...], tu
     if baseline not in designs:
         raise checks.reject("baseline", baseline, f"one of the designs: {', '.join(designs)}")
     scenarios = [
-        {"name": f"{workload} | {design}"} | shared | dict(fields) | dict(work)
+        {"name": f"{workload} | {design}"}
+        | shared
+        | {k: v for k, v in fields.items() if str(k).replace("-", "_") not in MATCH_FIELDS}
+        | dict(work)
         for workload, work in workloads.items()
         for design, fields in designs.items()
     ]
@@ -127,20 +153,23 @@ def compare(spec: Mapping[str, Any] | str | os.PathLike | None = None, **sweep_o
     that fails is an error row; a design whose every scenario failed is still listed, with its errors."""
     import pandas as pd
 
-    from topologies.cost import cost_summary
+    from topologies.pricing import load_prices
 
     if spec is None or isinstance(spec, (str, os.PathLike)):
-        spec = load_designs(DEFAULT_DESIGNS if spec is None else spec)
+        path = Path(DEFAULT_DESIGNS if spec is None else spec)
+        spec = load_designs(path)
+        if isinstance(spec.get("prices"), str):  # a price file named in a comparison file is found beside it
+            spec["prices"] = str(path.parent / spec["prices"])
+    _scenarios(spec)  # checked before any design is sized or built
+    prices = load_prices(spec.get("prices"))
+    spec, sized = _sized(spec, prices)
     scenarios, designs, workloads, baseline = _scenarios(spec)
     hardware = []  # each design built first: one that cannot be built is refused before anything runs
-    shared = {k: v for k, v in spec.items() if k not in ("designs", "workloads", "baseline")}
     for design in designs:
-        fields = {str(k).replace("-", "_"): v for k, v in (shared | dict(spec["designs"][design])).items()}
         try:
-            topology = build_topology(STEP_DEFAULTS | {"nodes": FABRIC_DEFAULTS["nodes"]} | fields)
+            topology, cost, price = price_design(_fields(spec, design), prices)
         except ValueError as exc:
             raise ValueError(f"designs.{design}: {exc}") from None
-        cost = cost_summary(topology)
         hardware.append(
             {
                 "design": design,
@@ -148,6 +177,11 @@ def compare(spec: Mapping[str, Any] | str | os.PathLike | None = None, **sweep_o
                 "switch ports per GPU": cost.switch_ports_per_gpu,
                 "cables per GPU": cost.cables_per_gpu,
                 "transceivers per GPU": cost.transceivers_per_gpu,
+                "capex USD": price.capex_usd,
+                "capex per GPU USD": price.capex_per_gpu_usd,
+                "power kW": price.power_w / 1e3,
+                "power per GPU W": price.power_per_gpu_w,
+                "unpriced": ", ".join(price.unpriced),
                 "wiring": topology.description,
             }
         )
@@ -162,7 +196,70 @@ def compare(spec: Mapping[str, Any] | str | os.PathLike | None = None, **sweep_o
         baseline=baseline,
         table=table,
         hardware=pd.DataFrame(hardware).set_index("design"),
+        sized=sized,
     )
+
+
+def _fields(spec: Mapping[str, Any], design: str) -> dict[str, Any]:
+    """A design's fabric settings: the step defaults, the spec's shared fields, then the design's own."""
+    shared = {k: v for k, v in spec.items() if k not in SPEC_FIELDS}
+    own = {str(k).replace("-", "_"): v for k, v in (shared | dict(spec["designs"][design])).items()}
+    return STEP_DEFAULTS | {"nodes": FABRIC_DEFAULTS["nodes"]} | {k: v for k, v in own.items() if k not in MATCH_FIELDS}
+
+
+def _family(fields: Mapping[str, Any]) -> str:
+    """The sizing family (``sizing.FAMILIES``) of a design's fields."""
+    if fields["topology"] == "fat-tree" and fields["planes"] > 1:
+        return "multi-plane"
+    return str(fields["topology"])
+
+
+def _sized(spec: Mapping[str, Any], prices) -> tuple[dict, dict[str, str]]:
+    """``spec`` with each design that names ``match_cost`` / ``match_power`` sized to that design, and a line
+    per sized design saying how."""
+    designs = dict(spec["designs"])
+    sized: dict[str, str] = {}
+    for design, table in spec["designs"].items():
+        given = {str(k).replace("-", "_"): v for k, v in table.items()}
+        asked = [m for m in MATCH_FIELDS if m in given]
+        if not asked:
+            continue
+        where = f"designs.{design}.{asked[0]}"
+        if len(asked) > 1:
+            raise checks.reject(where, given[asked[0]], f"one of {' or '.join(MATCH_FIELDS)}, not both")
+        other = given[asked[0]]
+        if other not in designs or other == design:
+            raise checks.reject(where, other, f"another design: {', '.join(d for d in designs if d != design)}")
+        if any(m in {str(k).replace("-", "_") for k in spec["designs"][other]} for m in MATCH_FIELDS):
+            raise checks.reject(where, other, "a design that is not itself sized to another")
+        fields = _fields(spec, design)
+        try:
+            sizing = match(
+                _fields(spec, other), _family(fields), design=fields, by=asked[0][len("match_") :], prices=prices
+            )
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        chosen = {k: sizing.settings[k] for k in sizing.shown}
+        if sizing.family == "dragonfly":
+            chosen |= {"topology": "dragonfly"}
+        designs[design] = {k: v for k, v in table.items() if str(k).replace("-", "_") not in MATCH_FIELDS} | chosen
+        shown = ", ".join(f"{k} {v:g}" for k, v in chosen.items() if k != "topology")
+        sized[design] = (
+            f"sized to the {sizing.by} of {other!r}: {shown} "
+            f"({sizing.value / sizing.target:.1%} of its {'capex' if sizing.by == 'cost' else 'power'})"
+        )
+    return dict(spec) | {"designs": designs}, sized
+
+
+def _tier_words(row: Mapping[str, Any]) -> str:
+    """What a link tier is in a design's wiring (a dragonfly's fabric tiers are local and global links)."""
+    tier = row["busiest_link_tier"]
+    if "dragonfly" in str(row.get("topology_description", "")):
+        words = {"fabric_1": "a local link inside a group", "fabric_2": "a global link between groups"}
+    else:
+        words = {"fabric_1": "a leaf uplink", "fabric_2": "an aggregation-core link"}
+    words |= {"nic": "a NIC cable", "nvlink": "an NVLink", "pcie": "a PCIe link"}
+    return words.get(tier, f"a {tier} link")
 
 
 def explain(comparison: Comparison, workload: str) -> list[str]:
@@ -187,6 +284,11 @@ def explain(comparison: Comparison, workload: str) -> list[str]:
                 base["protocol"],
             ):
                 text += f" (the baseline's: {base['algorithm']} {base['protocol']})"
+            if isinstance(r.get("busiest_link"), str):
+                text += (
+                    f"; its busiest link is {_tier_words(r)} ({r['busiest_link']}), busy "
+                    f"{r['busiest_link_share']:.0%} of the collective's time"
+                )
             out.append(f"{design}: {text}")
             continue
         change = r["step_time_s"] / base["step_time_s"] - 1
@@ -220,5 +322,7 @@ def explain(comparison: Comparison, workload: str) -> list[str]:
                     "overlap, so theirs do not add up to the step's)"
                 )
             text += f", with {r['above_leaves_GB']:.0f} GB above the leaves against {base['above_leaves_GB']:.0f} GB"
+        if r.get("approximate"):
+            text += " [APPROXIMATE: a reduction that does not hold exactly here; the notes column says which]"
         out.append(f"{design}: {text}")
     return out

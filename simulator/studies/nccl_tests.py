@@ -16,13 +16,16 @@ import csv
 import io
 import json
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
 
 from topologies.checks import finite, flag, instance, integer, is_int, reject, size_bytes
 from topologies.presets import build_system
 from topologies.routing import RouteCache
-from topologies.topology import Topology
+from topologies.topology import LinkTier, Topology
 from workloads.collectives import DTYPE_BYTES, REDUCE_OPS, Collective, CollectiveKind
 from workloads.tasks import Workload
 
@@ -94,6 +97,10 @@ class BenchRow(NcclTestsRow):
     protocol: str
     channels: int
     candidates: tuple[Candidate, ...] = ()  # with ``explain``: what the tuner weighed (tuner.candidates)
+    # with ``links`` (one size): bytes per link tier, and the busiest link (name, tier, share of its capacity
+    # over the collective's time)
+    tier_bytes: Mapping[str, float] = field(default_factory=dict)
+    busiest_link: tuple[str, str, float] | None = None
 
 
 def sweep_sizes(
@@ -170,6 +177,7 @@ def run_bench(
     explain: bool = False,
     route_cache: RouteCache | None = None,
     progress: Callable[[str], None] | None = None,
+    links: bool = False,
 ) -> list[BenchRow]:
     """Simulate nccl-tests for ``kind``; ``gpus_per_process`` is nccl-tests' -g (launch mode); ``explain``
     adds to each row the tuner's estimate for every algorithm and protocol (``BenchRow.candidates``).
@@ -178,6 +186,8 @@ def run_bench(
     replaying a measured table whose sizes are not one sweep). Collectives run one after the other in
     lockstep, so each one's time does not depend on the others. ``route_cache``: as ``simulate``'s (one
     is made for the sweep when None). ``progress``: called with what the sweep is doing, for a progress display.
+    ``links`` (one size only): each row also says how many bytes each link tier carried and which link was the
+    busiest (``BenchRow.tier_bytes``, ``busiest_link``).
     """
     kind = kind if isinstance(kind, CollectiveKind) else CollectiveKind.parse(kind)
     instance("system", system, (str, Topology), "a system preset name (see `fabricsim systems`) or a Topology")
@@ -227,6 +237,11 @@ def run_bench(
     result = simulate(
         topology, Workload.sequence(collectives, nranks=nranks), placement, config, route_cache=route_cache
     )
+    link_report: dict[str, Any] = {}
+    if flag("links", links):
+        if len(collectives) != 1:
+            raise ValueError(f"links: True is not allowed with {len(collectives)} sizes; expected one size")
+        link_report = _link_report(topology, result.link_bytes, result.collectives[0].time_s)
     rows = []
     if explain and progress is not None:
         progress("the tuner's estimates for every size")
@@ -249,9 +264,21 @@ def run_bench(
                 candidates=tuple(tuner_candidates(topology, c, placement, config, route_cache=route_cache))
                 if explain
                 else (),
+                **link_report,
             )
         )
     return rows
+
+
+def _link_report(topology: Topology, link_bytes: np.ndarray, time_s: float) -> dict[str, Any]:
+    """Bytes per link tier and the busiest link (name, tier, bytes / (capacity x time)) of one collective."""
+    from simulator.analysis import link_class_bytes
+
+    tiers = link_class_bytes(topology, link_bytes)["tier"]
+    share = np.asarray(link_bytes, dtype=np.float64) / (topology.link_capacity_bytes_per_s * time_s)
+    busiest = int(np.argmax(share))
+    tier = LinkTier(int(topology.link_tier[busiest])).name.lower()
+    return {"tier_bytes": tiers, "busiest_link": (topology.link_names[busiest], tier, float(share[busiest]))}
 
 
 def format_table(rows: list[BenchRow], *, title: str = "") -> str:
@@ -328,6 +355,8 @@ def format_json(rows: list[BenchRow], **meta) -> str:
 
     def row(r: BenchRow) -> dict:
         data = asdict(r)
+        if r.busiest_link is None:  # no link report asked for
+            del data["tier_bytes"], data["busiest_link"]
         if not r.candidates:
             del data["candidates"]
             return data

@@ -216,7 +216,10 @@ def _bench_row(fields: dict, environ: dict) -> dict:
         op=s["op"],
         root=s["root"],
         config=config,
+        links=True,
     )
+    assert row.busiest_link is not None  # links=True
+    busiest, busiest_tier, busiest_share = row.busiest_link
     return {
         "gpus": (s["gpus_per_node"] or len(topology.servers[0].gpus)) * topology.num_servers,
         "topology_description": topology.description or topology.name,
@@ -227,6 +230,10 @@ def _bench_row(fields: dict, environ: dict) -> dict:
         "algorithm": row.algorithm,
         "protocol": row.protocol,
         "channels": row.channels,
+        **{f"{tier}_bytes": nbytes for tier, nbytes in row.tier_bytes.items()},
+        "busiest_link": busiest,
+        "busiest_link_tier": busiest_tier,
+        "busiest_link_share": busiest_share,
     }
 
 

@@ -4,6 +4,7 @@ study gives for that scenario, the hardware of each design, and the sentence tha
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +63,8 @@ def test_explain_says_why_designs_tie_or_differ(comparison):
     tor = comparison.summary().loc["top-of-rack 2:1", "all_reduce 64 MiB: busbw GB/s"]
     base = comparison.summary().loc["rail-optimised", "all_reduce 64 MiB: busbw GB/s"]
     assert f"({tor / base - 1:+.1%})" in bench["top-of-rack 2:1"]
+    # NVLS trees on 2 servers: the NVLink into the NVSwitch bounds both designs alike (hence the tie)
+    assert all("its busiest link is an NVLink (s0." in bench[d] for d in ("rail-optimised", "top-of-rack 2:1"))
     step = dict(zip(comparison.designs, explain(comparison, "step")))
     # the same design: a tie, and no byte climbs above the rail-optimised leaves
     assert "a tie. No byte climbs above the leaves" in step["same again"]
@@ -82,6 +85,18 @@ def test_explain_says_why_designs_tie_or_differ(comparison):
         ),
         ({"designs": {"a | b": {}}}, "designs.a | b: 'a | b' is not allowed; expected a name without"),
         ({"designs": {"a": {"topology": "ring"}}}, "designs.a: topology: 'ring' is not"),
+        (
+            {"designs": {"a": {}, "b": {"match_cost": "c"}}},
+            "designs.b.match_cost: 'c' is not allowed; expected another design: a",
+        ),
+        (
+            {"designs": {"a": {"match_power": "b"}, "b": {"match_cost": "a"}}},
+            "designs.a.match_power: 'b' is not allowed; expected a design that is not itself sized",
+        ),
+        (
+            {"designs": {"a": {}, "b": {"match_cost": "a", "match_power": "a"}}},
+            "designs.b.match_cost: 'a' is not allowed; expected one of match_cost or match_power, not both",
+        ),
     ],
 )
 def test_a_comparison_that_cannot_run_is_refused_before_any_work(change, message):
@@ -89,9 +104,30 @@ def test_a_comparison_that_cannot_run_is_refused_before_any_work(change, message
         compare(SPEC | change, workers=1, cache=False)
 
 
+def test_hardware_has_capex_and_power_and_a_design_sized_to_anothers_cost():
+    # 4 DGX H100: the leaf-spine at 2:1 costs 472,608 USD (tests/simulator/test_sizing.py derives it); sized to
+    # it, a leaf-spine takes the least oversubscription with 2 uplinks per leaf of 4 NICs, R = 43/21
+    spec = {
+        "system": "dgx-h100",
+        "nodes": 4,
+        "designs": {"2:1": {"oversubscription": 2.0}, "at its cost": {"match_cost": "2:1"}},
+        "workloads": {"ar": {"kind": "bench", "collective": "all_reduce", "size": "8M"}},
+    }
+    result = compare(spec, workers=1, cache=False)
+    assert list(result.hardware["capex USD"]) == [472_608.0, 472_608.0]
+    assert result.sized == {"at its cost": "sized to the cost of '2:1': oversubscription 2.04762 (100.0% of its capex)"}
+    row = result.table[result.table["design"] == "at its cost"].iloc[0]
+    assert row["oversubscription"] == 43 / 21
+    summary = result.summary()
+    assert summary.loc["2:1", "ar: USD per GB/s"] == 472_608.0 / summary.loc["2:1", "ar: busbw GB/s"]
+    assert "at its cost: sized to the cost of '2:1'" in result.format()
+
+
 def test_the_shipped_comparison_loads():
     spec = load_designs(DEFAULT_DESIGNS)
     assert spec["nodes"] * 8 == 4096 and spec["baseline"] in spec["designs"] and len(spec["workloads"]) == 3
+    assert spec["designs"]["fat-tree at the dragonfly's cost"]["match_cost"] == "dragonfly, UGAL"
+    assert load_designs(Path(__file__).parents[2] / "examples" / "designs.toml") == spec
 
 
 def test_the_compare_command_prints_and_writes(capsys, tmp_path):
