@@ -15,6 +15,9 @@ def add_parser(sub) -> None:
         "validate",
         help="compare predictions with the shipped measured nccl-tests tables "
         "(or your own): |t_pred/t_meas - 1| per table and regime",
+        description="Replay measured nccl-tests tables and print the median and p90 of |t_pred / t_meas - 1| per "
+        "table and size regime: latency (< 64 KiB), mid (64 KiB to 64 MiB), bandwidth (>= 64 MiB) and all sizes, "
+        "then all tables pooled.",
     )
     validate.add_argument(
         "--series",

@@ -1,4 +1,4 @@
-"""`fabricsim validate`: the error table per series, its formats, --series, --data, --plot."""
+"""`fabricsim validate`: the error table per series and size regime, its formats, --series, --data, --plot."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from simulator.cli import main
 from simulator.validation.collectives import (
     SERIES,
     TABLE_COLUMNS,
+    Comparison,
     compare,
     data_series,
     read_table,
@@ -26,7 +27,7 @@ from simulator.validation.collectives import (
 
 A100_TABLE = "a100_sxm4_80gb_1node_8gpu.csv"
 A100_MPIRUN = "A100 8 GPU all_reduce, mpirun -np 8"
-REGIMES = ("latency", "bandwidth", "all")
+REGIMES = ("latency", "mid", "bandwidth", "all")
 
 
 def run(capsys, *argv):
@@ -81,7 +82,7 @@ def test_table_has_one_line_per_series_and_a_pooled_line(table, reports):
     for line, name in zip(body, names):
         assert line.startswith(name)
         fields = line[len(name) :].split()
-        assert len(fields) == 9  # n, median, p90 for latency, bandwidth, all sizes
+        assert len(fields) == 12  # n, median, p90 for latency, mid, bandwidth, all sizes
         summary = (
             summarise([c for r in reports.values() for c in r.comparisons])
             if name == "all tables"
@@ -137,6 +138,95 @@ def test_series_filter_and_json(capsys, reports):
         assert table["bandwidth"]["median"] == pytest.approx(expected["bandwidth"]["median"])
         assert table["latency"]["n"] == expected["latency"]["n"]
     assert data["latency_max_bytes"] == 64 * 1024 and data["bandwidth_min_bytes"] == 64 * 1024 * 1024
+
+
+def _comparison(size_bytes: int, t_pred_us: float) -> Comparison:
+    """A hand-made compared row measured at 100 us (its error is t_pred / 100 - 1)."""
+    return Comparison(
+        series="hand-made",
+        collective="all_reduce",
+        gpu="A100",
+        nranks=8,
+        nnodes=1,
+        size_bytes=size_bytes,
+        t_meas_us=100.0,
+        t_pred_us=t_pred_us,
+        busbw_meas_GBps=1.0,
+        busbw_pred_GBps=1.0,
+        algorithm="ring",
+        protocol="Simple",
+        source="hand-made",
+    )
+
+
+def test_regimes_split_at_64_kib_and_64_mib():
+    assert REGIMES == tuple(name for name, _ in validation.REGIMES)
+    # sizes on both sides of each boundary; errors t_pred / 100 us - 1
+    rows = [
+        _comparison(1024, 110.0),  # latency, +10%
+        _comparison(64 * 1024 - 1, 80.0),  # latency, -20%
+        _comparison(64 * 1024, 130.0),  # mid, +30%
+        _comparison(1 << 20, 95.0),  # mid, -5%
+        _comparison(64 * 1024 * 1024 - 1, 60.0),  # mid, -40%
+        _comparison(64 * 1024 * 1024, 102.0),  # bandwidth, +2%
+        _comparison(1 << 30, 99.0),  # bandwidth, -1%
+    ]
+    assert [c.regime for c in rows] == ["latency"] * 2 + ["mid"] * 3 + ["bandwidth"] * 2
+    summary = summarise(rows)
+    assert list(summary) == list(REGIMES)
+    # p90 is the sorted |error| at index round(0.9 (n - 1)):
+    # latency |e| 0.10, 0.20: median 0.15, p90 index round(0.9) = 1 -> 0.20
+    # mid 0.05, 0.30, 0.40: median 0.30, p90 index round(1.8) = 2 -> 0.40
+    # bandwidth 0.01, 0.02: median 0.015, p90 index 1 -> 0.02
+    # all 0.01, 0.02, 0.05, 0.10, 0.20, 0.30, 0.40: median 0.10, p90 index round(5.4) = 5 -> 0.30
+    expected = {
+        "latency": (2, 0.15, 0.20),
+        "mid": (3, 0.30, 0.40),
+        "bandwidth": (2, 0.015, 0.02),
+        "all": (7, 0.10, 0.30),
+    }
+    for regime, (n, median, p90) in expected.items():
+        assert summary[regime]["n"] == n
+        assert summary[regime]["median"] == pytest.approx(median) and summary[regime]["p90"] == pytest.approx(p90)
+    empty = summarise(rows[:2])["mid"]
+    assert empty["n"] == 0 and math.isnan(empty["median"]) and math.isnan(empty["p90"])
+
+
+# a hand-made A100 table: one all_reduce row on each side of 64 KiB and of 64 MiB (float all_reduce sizes are
+# multiples of 4 bytes, so 64 KiB - 4 and 64 MiB - 4 are the sizes just below the boundaries nccl-tests runs)
+TINY_SIZES_US = ((64 * 1024 - 4, 30.0), (64 * 1024, 31.0), (64 * 1024 * 1024 - 4, 450.0), (64 * 1024 * 1024, 460.0))
+
+
+@pytest.fixture(scope="module")
+def tiny_table(tmp_path_factory) -> Path:
+    rows = [
+        {
+            "collective": "all_reduce",
+            "nranks": "8",
+            "nnodes": "1",
+            "gpu": "A100-SXM4-80GB",
+            "interconnect": "NVLink",
+            "size_bytes": str(size),
+            "time_us": str(time_us),
+            "algbw_GBps": "",
+            "busbw_GBps": "",
+            "source": "hand-made",
+            "notes": "",
+        }
+        for size, time_us in TINY_SIZES_US
+    ]
+    return _write_table(tmp_path_factory.mktemp("tiny") / "tiny.csv", rows)
+
+
+def test_json_summary_has_every_regime(capsys, tiny_table):
+    code, out, _ = run(capsys, "validate", "--data", tiny_table, "--format", "json")
+    assert code == 0
+    data = json.loads(out)
+    (table,) = data["tables"]
+    assert set(table) == {"name", "file", "settings", *REGIMES}
+    assert set(data["all_tables"]) == set(REGIMES)
+    assert [table[r]["n"] for r in REGIMES] == [1, 2, 1, 4]
+    assert all(set(table[r]) == {"n", "median", "p90"} for r in REGIMES)
 
 
 def _write_table(path: Path, rows: list[dict[str, str]], columns=TABLE_COLUMNS) -> Path:
