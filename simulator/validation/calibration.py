@@ -646,6 +646,7 @@ def calibrate(
                         busbw_pred_GBps=p.busbw_GBps,
                         algorithm=p.algorithm,
                         protocol=p.protocol,
+                        channels=p.channels,
                         source=f"{name} line {r.line}",
                     )
                 )

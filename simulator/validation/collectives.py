@@ -12,9 +12,11 @@ it: t = size / (busbw / busbw_factor)).
 ``run_validation()`` replays every series (``select_series("A100")`` picks some) and
 ``format_report`` prints median and p90 of |error| per series and regime (``REGIMES``: latency
 < 64 KiB, mid 64 KiB to 64 MiB, bandwidth >= 64 MiB, all sizes) as a table, CSV or JSON: ``fabricsim
-validate``. Your own table, in the shipped tables' columns (``TABLE_COLUMNS``), goes through
-``data_series(path, system=..., ...)``: ``fabricsim validate --data FILE.csv``; its rows are checked and
-errors name the file, line and field.
+validate``. ``rows_frame`` (a pandas DataFrame) and ``format_rows`` (CSV or JSON) give every compared
+row: measured and predicted time and busbw, the algorithm, protocol and channels of the prediction,
+and the signed error (``fabricsim validate --rows FILE``). Your own table, in the shipped tables'
+columns (``TABLE_COLUMNS``), goes through ``data_series(path, system=..., ...)``: ``fabricsim validate
+--data FILE.csv``; its rows are checked and errors name the file, line and field.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Literal, TextIO, overload
+from typing import Any, Literal, TextIO, overload
 
 from topologies.checks import read_text, readable_file, reject
 from topologies.presets import SYSTEMS
@@ -273,6 +275,7 @@ class Comparison:
     busbw_pred_GBps: float
     algorithm: str  # the prediction's choice (NCCL's, or what the measurement forced)
     protocol: str
+    channels: int
     source: str
 
     @property
@@ -526,6 +529,7 @@ def compare(series: Series, *, net_model: str = "flow") -> list[Comparison]:
                     busbw_pred_GBps=pred.busbw_GBps,
                     algorithm=pred.algorithm,
                     protocol=pred.protocol,
+                    channels=pred.channels,
                     source=row["source"],
                 )
             )
@@ -710,3 +714,80 @@ def format_report(reports: tuple[SeriesReport, ...], *, format: str = "table", n
             )
         )
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+# one row per compared measurement: the table and the measurement, what the model predicted and chose, the error
+ROW_COLUMNS = (
+    "table",  # the series' name (a table of yours: its file name)
+    "collective",
+    "gpu",  # the table's gpu column
+    "system",  # the system preset the prediction ran on
+    "nranks",
+    "nnodes",
+    "size_bytes",
+    "regime",  # latency, mid or bandwidth (REGIMES)
+    "t_meas_us",
+    "busbw_meas_GBps",
+    "t_pred_us",
+    "busbw_pred_GBps",
+    "algorithm",  # the prediction's algorithm, protocol and channel count
+    "protocol",
+    "channels",
+    "error",  # t_pred / t_meas - 1, signed: negative when the model is too fast
+    "error_pct",  # the same in percent
+    "source",  # the row's source column
+)
+ROW_FORMATS = ("csv", "json")
+
+
+def comparison_rows(reports: tuple[SeriesReport, ...]) -> list[dict[str, str | int | float]]:
+    """Every compared row of ``reports``, in order, as a dict of ``ROW_COLUMNS``."""
+    return [
+        {
+            "table": r.series.name,
+            "collective": c.collective,
+            "gpu": c.gpu,
+            "system": r.series.system or system_for_gpu(c.gpu),
+            "nranks": c.nranks,
+            "nnodes": c.nnodes,
+            "size_bytes": c.size_bytes,
+            "regime": c.regime,
+            "t_meas_us": c.t_meas_us,
+            "busbw_meas_GBps": c.busbw_meas_GBps,
+            "t_pred_us": c.t_pred_us,
+            "busbw_pred_GBps": c.busbw_pred_GBps,
+            "algorithm": c.algorithm,
+            "protocol": c.protocol,
+            "channels": c.channels,
+            "error": c.error,
+            "error_pct": 100.0 * c.error,
+            "source": c.source,
+        }
+        for r in reports
+        for c in r.comparisons
+    ]
+
+
+def rows_frame(reports: tuple[SeriesReport, ...]) -> Any:
+    """Every compared row of ``reports`` as a pandas DataFrame, one column per ``ROW_COLUMNS`` entry:
+
+    ``rows_frame(run_validation()).groupby(["table", "regime"])["error"].median()`` is the signed median error per
+    table and regime; ``rows_frame(run_validation((data_series("mine.csv"),)))`` the same for a table of yours."""
+    import pandas as pd
+
+    return pd.DataFrame(comparison_rows(reports), columns=list(ROW_COLUMNS))
+
+
+def format_rows(reports: tuple[SeriesReport, ...], *, format: str = "csv") -> str:
+    """``comparison_rows`` as CSV (a header of ``ROW_COLUMNS``, then one line per row) or JSON (a list of objects);
+    floats to the last digit."""
+    if format not in ROW_FORMATS:
+        raise ValueError(f"format: {format!r} is not known; expected one of {', '.join(ROW_FORMATS)}")
+    rows = comparison_rows(reports)
+    if format == "json":
+        return json.dumps(rows, indent=1) + "\n"
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(ROW_COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
