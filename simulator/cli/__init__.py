@@ -3,7 +3,7 @@
     fabricsim step [scenario.toml] [--model llama3-8b --nodes 8 --tp 2 --pp 2 ...] [--trace step.json]
     fabricsim bench all_reduce --system dgx-h100 --nodes 2 -b 8 -e 8G -f 2
     fabricsim systems
-    fabricsim validate [--series SUBSTRING] [--data FILE.csv --system PRESET] [--plot DIR] [--format csv]
+    fabricsim validate [--series SUBSTRING] [--data FILE.csv --system PRESET] [--rows FILE] [--plot DIR] [--format csv]
     fabricsim calibrate LOG --system PRESET [--out cal.json]; fabricsim bench ... --calibration cal.json
     fabricsim topo --system dgx-h100 --nodes 512 --topology fat-tree [--draw FILE.png]
     fabricsim perf [--scale]

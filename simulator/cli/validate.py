@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator.config import NETWORK_MODEL_NAMES
-from topologies.checks import output_dir, reject
+from topologies.checks import output_dir, output_file, reject
 
 from .common import positive_int, progress_display, protocol_name
 
@@ -15,6 +15,9 @@ def add_parser(sub) -> None:
         "validate",
         help="compare predictions with the shipped measured nccl-tests tables "
         "(or your own): |t_pred/t_meas - 1| per table and regime",
+        description="Replay measured nccl-tests tables and print the median and p90 of |t_pred / t_meas - 1| per "
+        "table and size regime: latency (< 64 KiB), mid (64 KiB to 64 MiB), bandwidth (>= 64 MiB) and all sizes, "
+        "then all tables pooled. --rows FILE also writes every compared row.",
     )
     validate.add_argument(
         "--series",
@@ -50,11 +53,40 @@ def add_parser(sub) -> None:
         "--quiet", action="store_true", help="no progress display on stderr (there is none when it is not a terminal)"
     )
     validate.add_argument(
+        "--rows",
+        default=None,
+        metavar="FILE",
+        help="also write every compared row (.csv, .json or .parquet): table, collective, gpu, system, nranks, "
+        "nnodes, size_bytes, regime, measured and predicted time (us) and busbw (GB/s), the predicted algorithm, "
+        "protocol and channels, and the signed error t_pred / t_meas - 1 (error, error_pct)",
+    )
+    validate.add_argument(
         "--plot",
         default=None,
         metavar="DIR",
         help="also write one PNG per series (predicted vs measured busbw against size) into DIR",
     )
+
+
+ROW_FILE_SUFFIXES = (".csv", ".json", ".parquet")
+
+
+def write_rows(reports, path: str) -> int:
+    """Write every compared row of ``reports`` to ``path`` (its suffix, one of ``ROW_FILE_SUFFIXES``, gives the
+    format); the number of rows written."""
+    from simulator.validation.collectives import format_rows, rows_frame
+
+    try:
+        if path.endswith(".parquet"):
+            frame = rows_frame(reports)
+            frame.to_parquet(path, index=False)
+            return len(frame)
+        text = format_rows(reports, format="json" if path.endswith(".json") else "csv")
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise ValueError(f"rows: {path!r} cannot be written ({exc.strerror}); expected a writable file") from None
+    return sum(len(r.comparisons) for r in reports)
 
 
 def run(args) -> str:
@@ -78,6 +110,10 @@ def run(args) -> str:
         )
     if args.plot is not None:
         output_dir("plot", args.plot)  # before any simulation: an existing file is no directory
+    if args.rows is not None:  # before any simulation too
+        if not args.rows.endswith(ROW_FILE_SUFFIXES):
+            raise reject("rows", args.rows, f"a file name ending in {', '.join(ROW_FILE_SUFFIXES)}")
+        output_file("rows", args.rows)
     series: tuple[Series, ...]
     if args.data is not None:
         if not args.data.strip():
@@ -99,6 +135,10 @@ def run(args) -> str:
     with progress_display("fabricsim validate", quiet=args.quiet) as progress:
         reports = run_validation(series, net_model=args.net_model, progress=progress)
     out = format_report(reports, format=args.format, net_model=args.net_model)
+    if args.rows is not None:
+        count = write_rows(reports, args.rows)
+        if args.format == "table":
+            out += f"# wrote {count} rows to {args.rows}\n"
     if args.plot is not None:
         from simulator.plotting import write_busbw_plots
 

@@ -56,9 +56,9 @@ from ..collectives.tuner import NCCL_ENVIRONMENT, CollectivePolicy, applied_sett
 from ..config import SimConfig
 from ..studies.nccl_tests import NCCL_TESTS_TYPES, BenchRow, NcclTestsRow, collective_for_size, run_bench
 from .collectives import (
-    BANDWIDTH_REGIME_MIN_BYTES,
     GPU_SYSTEMS,
     LATENCY_REGIME_MAX_BYTES,
+    REGIMES,
     Comparison,
     summarise,
     system_for_gpu,
@@ -646,6 +646,7 @@ def calibrate(
                         busbw_pred_GBps=p.busbw_GBps,
                         algorithm=p.algorithm,
                         protocol=p.protocol,
+                        channels=p.channels,
                         source=f"{name} line {r.line}",
                     )
                 )
@@ -713,11 +714,9 @@ def format_result(result: CalibrationResult, *, out: str | None = None) -> str:
     lines.append(
         f"{'|t_pred / t_meas - 1|':<24}{'n':>5}{'median before':>16}{'after':>9}{'p90 before':>14}{'after':>9}"
     )
-    for regime, label in (
-        ("latency", f"latency (< {LATENCY_REGIME_MAX_BYTES >> 10} KiB)"),
-        ("bandwidth", f"bandwidth (>= {BANDWIDTH_REGIME_MIN_BYTES >> 20} MiB)"),
-        ("all", "all sizes"),
-    ):
+    labels = dict(REGIMES)
+    for regime in ("latency", "bandwidth", "all"):
+        label = labels[regime]
         b, a = before[regime], after[regime]
         lines.append(
             f"{label:<24}{b['n']:>5}{pct(b['median']):>16}{pct(a['median']):>9}{pct(b['p90']):>14}{pct(a['p90']):>9}"

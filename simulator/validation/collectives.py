@@ -10,10 +10,13 @@ Error of a row: ``t_pred / t_meas - 1`` (tables that give only busbw have t_meas
 it: t = size / (busbw / busbw_factor)).
 
 ``run_validation()`` replays every series (``select_series("A100")`` picks some) and
-``format_report`` prints median and p90 of |error| per series and regime (latency < 64 KiB,
-bandwidth >= 64 MiB, all) as a table, CSV or JSON: ``fabricsim validate``. Your own table, in the
-shipped tables' columns (``TABLE_COLUMNS``), goes through ``data_series(path, system=..., ...)``:
-``fabricsim validate --data FILE.csv``; its rows are checked and errors name the file, line and field.
+``format_report`` prints median and p90 of |error| per series and regime (``REGIMES``: latency
+< 64 KiB, mid 64 KiB to 64 MiB, bandwidth >= 64 MiB, all sizes) as a table, CSV or JSON: ``fabricsim
+validate``. ``rows_frame`` (a pandas DataFrame) and ``format_rows`` (CSV or JSON) give every compared
+row: measured and predicted time and busbw, the algorithm, protocol and channels of the prediction,
+and the signed error (``fabricsim validate --rows FILE``). Your own table, in the shipped tables'
+columns (``TABLE_COLUMNS``), goes through ``data_series(path, system=..., ...)``: ``fabricsim validate
+--data FILE.csv``; its rows are checked and errors name the file, line and field.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Literal, TextIO, overload
+from typing import Any, Literal, TextIO, overload
 
 from topologies.checks import read_text, readable_file, reject
 from topologies.presets import SYSTEMS
@@ -39,6 +42,13 @@ from ..studies.nccl_tests import collective_for_size, run_bench
 
 LATENCY_REGIME_MAX_BYTES = 64 * 1024  # < 64 KiB
 BANDWIDTH_REGIME_MIN_BYTES = 64 * 1024 * 1024  # >= 64 MiB
+# the size regimes of a report, each with its label: the three a row falls in (``regime``), then every row
+REGIMES = (
+    ("latency", f"latency (< {LATENCY_REGIME_MAX_BYTES >> 10} KiB)"),
+    ("mid", f"mid ({LATENCY_REGIME_MAX_BYTES >> 10} KiB - {BANDWIDTH_REGIME_MIN_BYTES >> 20} MiB)"),
+    ("bandwidth", f"bandwidth (>= {BANDWIDTH_REGIME_MIN_BYTES >> 20} MiB)"),
+    ("all", "all sizes"),
+)
 # the columns of every table (shipped or yours); time_us may be empty when busbw_GBps is given
 TABLE_COLUMNS = (
     "collective",
@@ -263,21 +273,32 @@ class Comparison:
     t_pred_us: float
     busbw_meas_GBps: float
     busbw_pred_GBps: float
-    algorithm: str
+    algorithm: str  # the prediction's choice (NCCL's, or what the measurement forced)
     protocol: str
+    channels: int
     source: str
 
     @property
     def error(self) -> float:
+        """Signed: negative when the model is too fast."""
         return self.t_pred_us / self.t_meas_us - 1.0
 
     @property
     def regime(self) -> str:
-        if self.size_bytes < LATENCY_REGIME_MAX_BYTES:
-            return "latency"
-        if self.size_bytes >= BANDWIDTH_REGIME_MIN_BYTES:
-            return "bandwidth"
-        return "middle"
+        return regime(self.size_bytes)
+
+
+def regime(size_bytes: int) -> str:
+    """The size regime of a message: "latency" below 64 KiB, "bandwidth" from 64 MiB, "mid" between.
+
+    >>> [regime(s) for s in (65535, 65536, 64 * 2**20 - 1, 64 * 2**20)]
+    ['latency', 'mid', 'mid', 'bandwidth']
+    """
+    if size_bytes < LATENCY_REGIME_MAX_BYTES:
+        return "latency"
+    if size_bytes >= BANDWIDTH_REGIME_MIN_BYTES:
+        return "bandwidth"
+    return "mid"
 
 
 def _open_table(file: str | os.PathLike) -> TextIO:
@@ -508,6 +529,7 @@ def compare(series: Series, *, net_model: str = "flow") -> list[Comparison]:
                     busbw_pred_GBps=pred.busbw_GBps,
                     algorithm=pred.algorithm,
                     protocol=pred.protocol,
+                    channels=pred.channels,
                     source=row["source"],
                 )
             )
@@ -515,7 +537,8 @@ def compare(series: Series, *, net_model: str = "flow") -> list[Comparison]:
 
 
 def summarise(comparisons: list[Comparison]) -> dict[str, dict[str, float]]:
-    """median and p90 of |error| per regime (latency, bandwidth, all)."""
+    """Row count ``n``, median and p90 of |error| per regime (``REGIMES``: latency, mid, bandwidth, all); p90 is
+    the sorted value at index round(0.9 (n - 1)). No row: n 0, median and p90 NaN."""
 
     def stats(values: list[float]) -> dict[str, float]:
         if not values:
@@ -527,11 +550,8 @@ def summarise(comparisons: list[Comparison]) -> dict[str, dict[str, float]]:
             "p90": ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))],
         }
 
-    errors = [abs(c.error) for c in comparisons]
     return {
-        "latency": stats([abs(c.error) for c in comparisons if c.regime == "latency"]),
-        "bandwidth": stats([abs(c.error) for c in comparisons if c.regime == "bandwidth"]),
-        "all": stats(errors),
+        name: stats([abs(c.error) for c in comparisons if name == "all" or c.regime == name]) for name, _ in REGIMES
     }
 
 
@@ -618,11 +638,6 @@ def run_validation(
 
 
 REPORT_FORMATS = ("table", "csv", "json")
-_REGIMES = (
-    ("latency", f"latency (< {LATENCY_REGIME_MAX_BYTES >> 10} KiB)"),
-    ("bandwidth", f"bandwidth (>= {BANDWIDTH_REGIME_MIN_BYTES >> 20} MiB)"),
-    ("all", "all sizes"),
-)
 ALL_TABLES = "all tables"
 
 
@@ -632,7 +647,8 @@ def _report_rows(reports: tuple[SeriesReport, ...]) -> list[tuple[str, dict[str,
 
 
 def format_report(reports: tuple[SeriesReport, ...], *, format: str = "table", net_model: str = "flow") -> str:
-    """Per series ("table"): rows, median and p90 of |t_pred / t_meas - 1| per regime, then all tables pooled."""
+    """Per series ("table"): rows, median and p90 of |t_pred / t_meas - 1| per regime (latency, mid, bandwidth,
+    all sizes), then all tables pooled."""
     if format not in REPORT_FORMATS:
         raise ValueError(f"format: {format!r} is not known; expected one of {', '.join(REPORT_FORMATS)}")
     rows = _report_rows(reports)
@@ -654,11 +670,11 @@ def format_report(reports: tuple[SeriesReport, ...], *, format: str = "table", n
                             "name": name,
                             "file": str(by_name[name].file),
                             "settings": by_name[name].settings,
-                            **{regime: clean(summary[regime]) for regime, _ in _REGIMES},
+                            **{regime: clean(summary[regime]) for regime, _ in REGIMES},
                         }
                         for name, summary in rows[:-1]
                     ],
-                    ALL_TABLES.replace(" ", "_"): {regime: clean(rows[-1][1][regime]) for regime, _ in _REGIMES},
+                    ALL_TABLES.replace(" ", "_"): {regime: clean(rows[-1][1][regime]) for regime, _ in REGIMES},
                 },
                 indent=1,
             )
@@ -667,10 +683,10 @@ def format_report(reports: tuple[SeriesReport, ...], *, format: str = "table", n
     if format == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(["table"] + [f"{regime}_{stat}" for regime, _ in _REGIMES for stat in ("n", "median", "p90")])
+        writer.writerow(["table"] + [f"{regime}_{stat}" for regime, _ in REGIMES for stat in ("n", "median", "p90")])
         for name, summary in rows:
             cells: list[str | float] = [name]
-            for regime, _ in _REGIMES:
+            for regime, _ in REGIMES:
                 s = summary[regime]
                 cells += [s["n"]] + ["" if s[k] != s[k] else f"{s[k]:.6g}" for k in ("median", "p90")]
             writer.writerow(cells)
@@ -683,8 +699,8 @@ def format_report(reports: tuple[SeriesReport, ...], *, format: str = "table", n
     group = 5 + 8 + 8
     lines = [
         f"# fabricsim validate: |t_pred / t_meas - 1| against measured nccl-tests tables (network model {net_model})",
-        f"{'':{width}}" + "".join(f"  {label:^{group}}" for _, label in _REGIMES),
-        f"{'table':{width}}" + f"  {'n':>5}{'median':>8}{'p90':>8}" * len(_REGIMES),
+        f"{'':{width}}" + "".join(f"  {label:^{group}}" for _, label in REGIMES),
+        f"{'table':{width}}" + f"  {'n':>5}{'median':>8}{'p90':>8}" * len(REGIMES),
     ]
     rule = "-" * len(lines[-1])
     lines.append(rule)
@@ -694,7 +710,84 @@ def format_report(reports: tuple[SeriesReport, ...], *, format: str = "table", n
         lines.append(
             f"{name:{width}}"
             + "".join(
-                f"  {summary[r]['n']:>5}{pct(summary[r]['median']):>8}{pct(summary[r]['p90']):>8}" for r, _ in _REGIMES
+                f"  {summary[r]['n']:>5}{pct(summary[r]['median']):>8}{pct(summary[r]['p90']):>8}" for r, _ in REGIMES
             )
         )
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+# one row per compared measurement: the table and the measurement, what the model predicted and chose, the error
+ROW_COLUMNS = (
+    "table",  # the series' name (a table of yours: its file name)
+    "collective",
+    "gpu",  # the table's gpu column
+    "system",  # the system preset the prediction ran on
+    "nranks",
+    "nnodes",
+    "size_bytes",
+    "regime",  # latency, mid or bandwidth (REGIMES)
+    "t_meas_us",
+    "busbw_meas_GBps",
+    "t_pred_us",
+    "busbw_pred_GBps",
+    "algorithm",  # the prediction's algorithm, protocol and channel count
+    "protocol",
+    "channels",
+    "error",  # t_pred / t_meas - 1, signed: negative when the model is too fast
+    "error_pct",  # the same in percent
+    "source",  # the row's source column
+)
+ROW_FORMATS = ("csv", "json")
+
+
+def comparison_rows(reports: tuple[SeriesReport, ...]) -> list[dict[str, str | int | float]]:
+    """Every compared row of ``reports``, in order, as a dict of ``ROW_COLUMNS``."""
+    return [
+        {
+            "table": r.series.name,
+            "collective": c.collective,
+            "gpu": c.gpu,
+            "system": r.series.system or system_for_gpu(c.gpu),
+            "nranks": c.nranks,
+            "nnodes": c.nnodes,
+            "size_bytes": c.size_bytes,
+            "regime": c.regime,
+            "t_meas_us": c.t_meas_us,
+            "busbw_meas_GBps": c.busbw_meas_GBps,
+            "t_pred_us": c.t_pred_us,
+            "busbw_pred_GBps": c.busbw_pred_GBps,
+            "algorithm": c.algorithm,
+            "protocol": c.protocol,
+            "channels": c.channels,
+            "error": c.error,
+            "error_pct": 100.0 * c.error,
+            "source": c.source,
+        }
+        for r in reports
+        for c in r.comparisons
+    ]
+
+
+def rows_frame(reports: tuple[SeriesReport, ...]) -> Any:
+    """Every compared row of ``reports`` as a pandas DataFrame, one column per ``ROW_COLUMNS`` entry:
+
+    ``rows_frame(run_validation()).groupby(["table", "regime"])["error"].median()`` is the signed median error per
+    table and regime; ``rows_frame(run_validation((data_series("mine.csv"),)))`` the same for a table of yours."""
+    import pandas as pd
+
+    return pd.DataFrame(comparison_rows(reports), columns=list(ROW_COLUMNS))
+
+
+def format_rows(reports: tuple[SeriesReport, ...], *, format: str = "csv") -> str:
+    """``comparison_rows`` as CSV (a header of ``ROW_COLUMNS``, then one line per row) or JSON (a list of objects);
+    floats to the last digit."""
+    if format not in ROW_FORMATS:
+        raise ValueError(f"format: {format!r} is not known; expected one of {', '.join(ROW_FORMATS)}")
+    rows = comparison_rows(reports)
+    if format == "json":
+        return json.dumps(rows, indent=1) + "\n"
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(ROW_COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()

@@ -1,4 +1,5 @@
-"""`fabricsim validate`: the error table per series, its formats, --series, --data, --plot."""
+"""`fabricsim validate`: the error table per series and size regime, its formats, --series, --data, --rows,
+--plot."""
 
 from __future__ import annotations
 
@@ -7,18 +8,24 @@ import csv
 import io
 import json
 import math
+import statistics
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import simulator.validation.collectives as validation
 from simulator.cli import main
 from simulator.validation.collectives import (
+    ROW_COLUMNS,
     SERIES,
     TABLE_COLUMNS,
+    Comparison,
     compare,
     data_series,
+    format_rows,
     read_table,
+    rows_frame,
     run_validation,
     select_series,
     summarise,
@@ -26,7 +33,7 @@ from simulator.validation.collectives import (
 
 A100_TABLE = "a100_sxm4_80gb_1node_8gpu.csv"
 A100_MPIRUN = "A100 8 GPU all_reduce, mpirun -np 8"
-REGIMES = ("latency", "bandwidth", "all")
+REGIMES = ("latency", "mid", "bandwidth", "all")
 
 
 def run(capsys, *argv):
@@ -81,7 +88,7 @@ def test_table_has_one_line_per_series_and_a_pooled_line(table, reports):
     for line, name in zip(body, names):
         assert line.startswith(name)
         fields = line[len(name) :].split()
-        assert len(fields) == 9  # n, median, p90 for latency, bandwidth, all sizes
+        assert len(fields) == 12  # n, median, p90 for latency, mid, bandwidth, all sizes
         summary = (
             summarise([c for r in reports.values() for c in r.comparisons])
             if name == "all tables"
@@ -137,6 +144,179 @@ def test_series_filter_and_json(capsys, reports):
         assert table["bandwidth"]["median"] == pytest.approx(expected["bandwidth"]["median"])
         assert table["latency"]["n"] == expected["latency"]["n"]
     assert data["latency_max_bytes"] == 64 * 1024 and data["bandwidth_min_bytes"] == 64 * 1024 * 1024
+
+
+def _comparison(size_bytes: int, t_pred_us: float) -> Comparison:
+    """A hand-made compared row measured at 100 us (its error is t_pred / 100 - 1)."""
+    return Comparison(
+        series="hand-made",
+        collective="all_reduce",
+        gpu="A100",
+        nranks=8,
+        nnodes=1,
+        size_bytes=size_bytes,
+        t_meas_us=100.0,
+        t_pred_us=t_pred_us,
+        busbw_meas_GBps=1.0,
+        busbw_pred_GBps=1.0,
+        algorithm="ring",
+        protocol="Simple",
+        channels=8,
+        source="hand-made",
+    )
+
+
+def test_regimes_split_at_64_kib_and_64_mib():
+    assert REGIMES == tuple(name for name, _ in validation.REGIMES)
+    # sizes on both sides of each boundary; errors t_pred / 100 us - 1
+    rows = [
+        _comparison(1024, 110.0),  # latency, +10%
+        _comparison(64 * 1024 - 1, 80.0),  # latency, -20%
+        _comparison(64 * 1024, 130.0),  # mid, +30%
+        _comparison(1 << 20, 95.0),  # mid, -5%
+        _comparison(64 * 1024 * 1024 - 1, 60.0),  # mid, -40%
+        _comparison(64 * 1024 * 1024, 102.0),  # bandwidth, +2%
+        _comparison(1 << 30, 99.0),  # bandwidth, -1%
+    ]
+    assert [c.regime for c in rows] == ["latency"] * 2 + ["mid"] * 3 + ["bandwidth"] * 2
+    summary = summarise(rows)
+    assert list(summary) == list(REGIMES)
+    # p90 is the sorted |error| at index round(0.9 (n - 1)):
+    # latency |e| 0.10, 0.20: median 0.15, p90 index round(0.9) = 1 -> 0.20
+    # mid 0.05, 0.30, 0.40: median 0.30, p90 index round(1.8) = 2 -> 0.40
+    # bandwidth 0.01, 0.02: median 0.015, p90 index 1 -> 0.02
+    # all 0.01, 0.02, 0.05, 0.10, 0.20, 0.30, 0.40: median 0.10, p90 index round(5.4) = 5 -> 0.30
+    expected = {
+        "latency": (2, 0.15, 0.20),
+        "mid": (3, 0.30, 0.40),
+        "bandwidth": (2, 0.015, 0.02),
+        "all": (7, 0.10, 0.30),
+    }
+    for regime, (n, median, p90) in expected.items():
+        assert summary[regime]["n"] == n
+        assert summary[regime]["median"] == pytest.approx(median) and summary[regime]["p90"] == pytest.approx(p90)
+    empty = summarise(rows[:2])["mid"]
+    assert empty["n"] == 0 and math.isnan(empty["median"]) and math.isnan(empty["p90"])
+
+
+# a hand-made A100 table: one all_reduce row on each side of 64 KiB and of 64 MiB (float all_reduce sizes are
+# multiples of 4 bytes, so 64 KiB - 4 and 64 MiB - 4 are the sizes just below the boundaries nccl-tests runs)
+TINY_SIZES_US = ((64 * 1024 - 4, 30.0), (64 * 1024, 31.0), (64 * 1024 * 1024 - 4, 450.0), (64 * 1024 * 1024, 460.0))
+
+
+@pytest.fixture(scope="module")
+def tiny_table(tmp_path_factory) -> Path:
+    rows = [
+        {
+            "collective": "all_reduce",
+            "nranks": "8",
+            "nnodes": "1",
+            "gpu": "A100-SXM4-80GB",
+            "interconnect": "NVLink",
+            "size_bytes": str(size),
+            "time_us": str(time_us),
+            "algbw_GBps": "",
+            "busbw_GBps": "",
+            "source": "hand-made",
+            "notes": "",
+        }
+        for size, time_us in TINY_SIZES_US
+    ]
+    return _write_table(tmp_path_factory.mktemp("tiny") / "tiny.csv", rows)
+
+
+def test_tiny_table_rows_and_regimes(capsys, tmp_path, tiny_table):
+    code, out, err = run(capsys, "validate", "--data", tiny_table, "--format", "csv", "--rows", tmp_path / "rows.csv")
+    assert code == 0 and err == ""
+    summary, pooled = list(csv.DictReader(io.StringIO(out)))
+    assert (summary["table"], pooled["table"]) == ("tiny.csv", "all tables")
+    assert list(summary.values())[1:] == list(pooled.values())[1:]  # one table: pooled is that table
+    assert [summary[f"{r}_n"] for r in REGIMES] == ["1", "2", "1", "4"]
+    with (tmp_path / "rows.csv").open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        assert tuple(reader.fieldnames or ()) == ROW_COLUMNS
+        rows = list(reader)
+    assert [(int(r["size_bytes"]), float(r["t_meas_us"])) for r in rows] == list(TINY_SIZES_US)
+    assert [r["regime"] for r in rows] == ["latency", "mid", "mid", "bandwidth"]
+    for r in rows:
+        assert (r["table"], r["collective"], r["gpu"], r["system"]) == (
+            "tiny.csv",
+            "all_reduce",
+            "A100-SXM4-80GB",
+            "dgx-a100",
+        )
+        assert (int(r["nranks"]), int(r["nnodes"])) == (8, 1) and r["source"] == "hand-made"
+        size, t_meas, t_pred = int(r["size_bytes"]), float(r["t_meas_us"]), float(r["t_pred_us"])
+        # busbw = size / t x 2 (n - 1) / n, all_reduce on 8 ranks: x 7/4
+        assert float(r["busbw_meas_GBps"]) == pytest.approx(size / t_meas * 1e-3 * 7 / 4)
+        assert float(r["busbw_pred_GBps"]) == pytest.approx(size / t_pred * 1e-3 * 7 / 4)
+        assert float(r["error"]) == t_pred / t_meas - 1
+        assert float(r["error_pct"]) == pytest.approx(100 * float(r["error"]))
+        assert r["algorithm"] in ("ring", "tree") and r["protocol"] in ("LL", "LL128", "Simple")
+        assert int(r["channels"]) >= 1
+    # the summary's mid median is the median (here the mean) of the two mid rows' |error|
+    mid = sorted(abs(float(r["error"])) for r in rows if r["regime"] == "mid")
+    assert float(summary["mid_median"]) == pytest.approx((mid[0] + mid[1]) / 2, rel=1e-5)
+    assert float(summary["mid_p90"]) == pytest.approx(mid[1], rel=1e-5)  # index round(0.9 x 1) = 1
+    # the same rows as JSON (records of the same columns, the same numbers) and as Parquet
+    code, out, _ = run(capsys, "validate", "--data", tiny_table, "--rows", tmp_path / "rows.json")
+    assert code == 0 and out.endswith(f"# wrote 4 rows to {tmp_path / 'rows.json'}\n")
+    records = json.loads((tmp_path / "rows.json").read_text())
+    assert [list(r) for r in records] == [list(ROW_COLUMNS)] * 4
+    assert [str(r[k]) for r in records for k in ROW_COLUMNS] == [r[k] for r in rows for k in ROW_COLUMNS]
+    code, _, _ = run(capsys, "validate", "--data", tiny_table, "--format", "json", "--rows", tmp_path / "rows.parquet")
+    assert code == 0
+    frame = pd.read_parquet(tmp_path / "rows.parquet")
+    assert list(frame.columns) == list(ROW_COLUMNS) and frame["error"].tolist() == [r["error"] for r in records]
+    # from Python: the same rows of the same table as a DataFrame
+    python = rows_frame(run_validation((data_series(tiny_table),)))
+    assert python.astype(str).values.tolist() == [[r[k] for k in ROW_COLUMNS] for r in rows]
+    assert python["size_bytes"].dtype.kind == python["channels"].dtype.kind == "i"
+
+
+def test_row_formats():
+    with pytest.raises(ValueError, match="format: 'xml' is not known; expected one of csv, json"):
+        format_rows((), format="xml")
+    assert format_rows(()) == ",".join(ROW_COLUMNS) + "\n" and format_rows((), format="json") == "[]\n"
+    assert list(rows_frame(())) == list(ROW_COLUMNS)
+
+
+def test_json_summary_has_every_regime(capsys, tiny_table):
+    code, out, _ = run(capsys, "validate", "--data", tiny_table, "--format", "json")
+    assert code == 0
+    data = json.loads(out)
+    (table,) = data["tables"]
+    assert set(table) == {"name", "file", "settings", *REGIMES}
+    assert set(data["all_tables"]) == set(REGIMES)
+    assert [table[r]["n"] for r in REGIMES] == [1, 2, 1, 4]
+    assert all(set(table[r]) == {"n", "median", "p90"} for r in REGIMES)
+
+
+def _stats(errors: list[float]) -> tuple[int, float, float]:
+    """n, median and p90 (sorted |error| at index round(0.9 (n - 1))) recomputed from signed errors."""
+    values = sorted(abs(e) for e in errors)
+    if not values:
+        return 0, math.nan, math.nan
+    return len(values), statistics.median(values), values[round(0.9 * (len(values) - 1))]
+
+
+def test_summaries_are_the_per_row_table_recomputed(capsys, tmp_path, reports):
+    code, out, err = run(capsys, "validate", "--format", "csv", "--rows", tmp_path / "rows.csv")
+    assert code == 0 and err == ""
+    summary = {row["table"]: row for row in csv.DictReader(io.StringIO(out))}
+    rows = pd.read_csv(tmp_path / "rows.csv")
+    frame = rows_frame(tuple(reports.values()))
+    assert len(rows) == len(frame) == sum(len(r.comparisons) for r in reports.values())
+    assert rows["error"].tolist() == frame["error"].tolist()  # the CSV keeps every digit
+    assert list(rows["table"].unique()) == [s.name for s in SERIES]
+    for table in [s.name for s in SERIES] + ["all tables"]:
+        chosen = rows if table == "all tables" else rows[rows["table"] == table]
+        for regime in REGIMES:
+            in_regime = chosen if regime == "all" else chosen[chosen["regime"] == regime]
+            n, median, p90 = _stats(in_regime["error"].tolist())
+            assert int(summary[table][f"{regime}_n"]) == n
+            for stat, value in (("median", median), ("p90", p90)):
+                assert summary[table][f"{regime}_{stat}"] == ("" if math.isnan(value) else f"{value:.6g}")
 
 
 def _write_table(path: Path, rows: list[dict[str, str]], columns=TABLE_COLUMNS) -> Path:
@@ -248,6 +428,12 @@ def test_bad_data_file_is_one_line_naming_file_line_and_field(capsys, tmp_path, 
         (["validate", "--series", "no such series"], "series"),
         (["validate", "--format", "xml"], "format"),
         (["validate", "--channels", "0"], "channels"),
+        (
+            ["validate", "--rows", "rows.txt"],
+            "rows: 'rows.txt' is not allowed; expected a file name ending in .csv, .json, .parquet",
+        ),
+        (["validate", "--rows", "no/such/dir/rows.csv"], "rows: 'no/such/dir/rows.csv' is not allowed"),
+        (["validate", "--rows", "."], "rows: '.' is not allowed"),
     ],
 )
 def test_bad_validate_options_are_one_line(capsys, argv, needle):
