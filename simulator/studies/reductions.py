@@ -1,10 +1,11 @@
-"""The four reductions that keep huge training-step layouts tractable (``StepOptions``), and when each is exact.
+"""The five reductions that keep huge training-step layouts tractable (``StepOptions``), and when each is exact.
 
 Two are on request (``granularity="chunk"``, ``steady_state_microbatches``); ``simulate_step`` chooses the other
-two itself (:func:`plan`): where :func:`replica_verdict` / :func:`tensor_verdict` find them exact for the step,
-and past ``FULL_SIMULATION_GPUS`` also where they are not (approximations, named with their reason in the
-result's notes and its ``approximate`` flag). ``exact=True`` simulates every rank: no replica or tensor-rank
-reduction, no extrapolation (task merging stays the ``granularity`` the caller chose).
+three itself (:func:`plan`): where :func:`replica_verdict` / :func:`context_verdict` / :func:`tensor_verdict`
+find them exact for the step, and past ``FULL_SIMULATION_GPUS`` also where they are not (approximations, named
+with their reason in the result's notes and its ``approximate`` flag). ``exact=True`` simulates every rank: no
+replica, context-rank or tensor-rank reduction, no extrapolation (task merging stays the ``granularity`` the
+caller chose).
 
 **When replicas (tensor ranks) stand exactly for each other.** Nothing couples their flows beyond the links
 they share (no link events, congestion control or load-dependent routing), no data- or expert-parallel traffic
@@ -21,11 +22,16 @@ order (tests compare at 1e-9, not bit for bit).
   changes is that per-collective latencies are paid once per pass instead of once per layer. The backward of
   the last micro-batch keeps per-layer tasks when gradients are reduced during it, so buckets still overlap
   it (``workloads.training.program``).
-* ``tensor_rank0_p2p`` (representative transfers): tensor rank 0 alone makes each pipeline transfer, standing
-  for the t alike ones (``TrainingWorkload.collective_weights``); tensor-parallel collectives re-synchronise the
-  tensor group in every pass. Left to the step it is used with symmetric replicas only, where the links only
-  tensor rank 0's transfers cross carry nothing else in the pipeline phase, so their bytes count t times
-  (otherwise the other t - 1 transfers' link bytes are not counted; ``workloads.training.pipeline``).
+* ``tensor_rank0_p2p`` (representative transfers): tensor rank 0 alone makes each pipeline transfer and runs
+  each context-parallel ring step, standing for the t alike ones (``TrainingWorkload.collective_weights``);
+  tensor-parallel collectives re-synchronise the tensor group in every layer. Exact when each tensor rank's
+  transfers and rings have fixed paths, disjoint from the other tensor ranks' and from tensor-parallel traffic,
+  on alike links, with no data-parallel traffic inside the pipeline. Left to the step it is used with symmetric
+  replicas or context ranks only: with the two-phase replica step the links only tensor rank 0's transfers
+  cross carry nothing else in the pipeline phase, so their bytes count t times; in one phase with passive
+  members its transfers and rings are routed t - 1 more times (``api.collective_link_bytes``); where it is not
+  exact the other t - 1 transfers' link bytes are not counted (``workloads.training.pipeline``,
+  ``workloads.training.context_parallel``).
 * ``symmetric_replicas``: data-parallel replicas run the same pipeline, so ONE replica (its t c p ranks on the
   GPUs they occupy, :func:`replica_ranks`) stands for all d. When replicas meet only after the pipeline
   (``dp_overlap`` off, ZeRO < 3, EP 1) the step is two phases: that replica's pipeline, then the reduction,
@@ -43,6 +49,18 @@ order (tests compare at 1e-9, not bit for bit).
   meets it alike. Where it does (data-parallel buckets and stage transfers through one GPU's PCIe link), the
   other replicas' pipeline traffic that would share those links is missing: an approximation (the default
   ``fabricsim step`` forced so: 3.1979 s against 3.1997 s in full).
+* ``symmetric_context`` (context ranks): the c context ranks of a stage run the same program, so context rank 0
+  (of each simulated replica) stands for all c: the other members of its context rings are passive (they move
+  their ring steps and arrive when it does, as they would in step), its tensor-parallel collectives and pipeline
+  transfers count c times, the data-parallel buckets (over d x c ranks) keep every member, passive where not
+  simulated. With symmetric replicas the step simulates t p ranks instead of t c p. Exact when, besides nothing
+  coupling flows beyond shared links, each context rank's own traffic (tensor-parallel pairs, stage transfers)
+  has fixed paths, disjoint from the other context ranks' and alike, and none of those links carries a ring
+  (every pair of a context group, fixed paths) or gradient buckets that run inside the pipeline: then the rings
+  and buckets meet every context rank's traffic alike, and the traffic dropped with the other context ranks
+  meets nothing simulated. Typical exact case: tensor groups on NVLink and rings across servers on the rails,
+  no stage transfer through the NICs the rings use; a ring and a stage transfer through one GPU's NIC (the usual
+  Megatron layout with t = 8) is an approximation. Not with expert parallelism (its groups span context ranks).
 * ``steady_state_microbatches=k``: a pipeline step is affine in the number of micro-batches once the schedule
   is in steady state (1F1B: (m + p - 1)(f + b)), so the step is simulated with k and 2k micro-batches (k
   rounded up to a multiple of p for the interleaved schedule, :func:`steady_state_runs`) and every additive
