@@ -1,10 +1,11 @@
-"""The four reductions that keep huge training-step layouts tractable (``StepOptions``), and when each is exact.
+"""The five reductions that keep huge training-step layouts tractable (``StepOptions``), and when each is exact.
 
 Two are on request (``granularity="chunk"``, ``steady_state_microbatches``); ``simulate_step`` chooses the other
-two itself (:func:`plan`): where :func:`replica_verdict` / :func:`tensor_verdict` find them exact for the step,
-and past ``FULL_SIMULATION_GPUS`` also where they are not (approximations, named with their reason in the
-result's notes and its ``approximate`` flag). ``exact=True`` simulates every rank: no replica or tensor-rank
-reduction, no extrapolation (task merging stays the ``granularity`` the caller chose).
+three itself (:func:`plan`): where :func:`replica_verdict` / :func:`context_verdict` / :func:`tensor_verdict`
+find them exact for the step, and past ``FULL_SIMULATION_GPUS`` also where they are not (approximations, named
+with their reason in the result's notes and its ``approximate`` flag). ``exact=True`` simulates every rank: no
+replica, context-rank or tensor-rank reduction, no extrapolation (task merging stays the ``granularity`` the
+caller chose).
 
 **When replicas (tensor ranks) stand exactly for each other.** Nothing couples their flows beyond the links
 they share (no link events, congestion control or load-dependent routing), no data- or expert-parallel traffic
@@ -21,11 +22,16 @@ order (tests compare at 1e-9, not bit for bit).
   changes is that per-collective latencies are paid once per pass instead of once per layer. The backward of
   the last micro-batch keeps per-layer tasks when gradients are reduced during it, so buckets still overlap
   it (``workloads.training.program``).
-* ``tensor_rank0_p2p`` (representative transfers): tensor rank 0 alone makes each pipeline transfer, standing
-  for the t alike ones (``TrainingWorkload.collective_weights``); tensor-parallel collectives re-synchronise the
-  tensor group in every pass. Left to the step it is used with symmetric replicas only, where the links only
-  tensor rank 0's transfers cross carry nothing else in the pipeline phase, so their bytes count t times
-  (otherwise the other t - 1 transfers' link bytes are not counted; ``workloads.training.pipeline``).
+* ``tensor_rank0_p2p`` (representative transfers): tensor rank 0 alone makes each pipeline transfer and runs
+  each context-parallel ring step, standing for the t alike ones (``TrainingWorkload.collective_weights``);
+  tensor-parallel collectives re-synchronise the tensor group in every layer. Exact when each tensor rank's
+  transfers and rings have fixed paths, disjoint from the other tensor ranks' and from tensor-parallel traffic,
+  on alike links, with no data-parallel traffic inside the pipeline. Left to the step it is used with symmetric
+  replicas or context ranks only: with the two-phase replica step the links only tensor rank 0's transfers
+  cross carry nothing else in the pipeline phase, so their bytes count t times; in one phase with passive
+  members its transfers and rings are routed t - 1 more times (``api.collective_link_bytes``); where it is not
+  exact the other t - 1 transfers' link bytes are not counted (``workloads.training.pipeline``,
+  ``workloads.training.context_parallel``).
 * ``symmetric_replicas``: data-parallel replicas run the same pipeline, so ONE replica (its t c p ranks on the
   GPUs they occupy, :func:`replica_ranks`) stands for all d. When replicas meet only after the pipeline
   (``dp_overlap`` off, ZeRO < 3, EP 1) the step is two phases: that replica's pipeline, then the reduction,
@@ -43,6 +49,18 @@ order (tests compare at 1e-9, not bit for bit).
   meets it alike. Where it does (data-parallel buckets and stage transfers through one GPU's PCIe link), the
   other replicas' pipeline traffic that would share those links is missing: an approximation (the default
   ``fabricsim step`` forced so: 3.1979 s against 3.1997 s in full).
+* ``symmetric_context`` (context ranks): the c context ranks of a stage run the same program, so context rank 0
+  (of each simulated replica) stands for all c: the other members of its context rings are passive (they move
+  their ring steps and arrive when it does, as they would in step), its tensor-parallel collectives and pipeline
+  transfers count c times, the data-parallel buckets (over d x c ranks) keep every member, passive where not
+  simulated. With symmetric replicas the step simulates t p ranks instead of t c p. Exact when, besides nothing
+  coupling flows beyond shared links, each context rank's own traffic (tensor-parallel pairs, stage transfers)
+  has fixed paths, disjoint from the other context ranks' and alike, and none of those links carries a ring
+  (every pair of a context group, fixed paths) or gradient buckets that run inside the pipeline: then the rings
+  and buckets meet every context rank's traffic alike, and the traffic dropped with the other context ranks
+  meets nothing simulated. Typical exact case: tensor groups on NVLink and rings across servers on the rails,
+  no stage transfer through the NICs the rings use; a ring and a stage transfer through one GPU's NIC (the usual
+  Megatron layout with t = 8) is an approximation. Not with expert parallelism (its groups span context ranks).
 * ``steady_state_microbatches=k``: a pipeline step is affine in the number of micro-batches once the schedule
   is in steady state (1F1B: (m + p - 1)(f + b)), so the step is simulated with k and 2k micro-batches (k
   rounded up to a multiple of p for the interleaved schedule, :func:`steady_state_runs`) and every additive
@@ -75,6 +93,8 @@ __all__ = (
     "Verdict",
     "plan",
     "replica_ranks",
+    "simulated_ranks",
+    "context_verdict",
     "replica_verdict",
     "tensor_verdict",
     "uneven_experts",
@@ -91,9 +111,21 @@ FULL_SIMULATION_GPUS = 1024
 _LOAD_FREE_ROUTING = ("ecmp", "minimal", "valiant", "spray")
 
 
-def replica_ranks(p: ParallelismSpec, d: int = 0) -> tuple[int, ...]:
-    """The ranks of data-parallel replica ``d``: those with data-parallel coordinate d, in increasing order."""
-    return tuple(sorted(group[d] for group in p.groups("dp")))
+def replica_ranks(p: ParallelismSpec, d: int = 0, *, context: bool = False) -> tuple[int, ...]:
+    """The ranks of data-parallel replica ``d``: those with data-parallel coordinate d, in increasing order;
+    with ``context``, only its context rank 0 (context coordinate 0)."""
+    ranks = sorted(group[d] for group in p.groups("dp"))
+    return tuple(r for r in ranks if p.coords(r).cp == 0) if context else tuple(ranks)
+
+
+def simulated_ranks(p: ParallelismSpec, *, symmetric: bool, context: bool) -> tuple[int, ...] | None:
+    """The ranks a step simulates with programs (None: all): data-parallel replica 0 with ``symmetric``, and of
+    those only context rank 0 with ``context`` (the other members of their groups join as passive ranks)."""
+    if symmetric:
+        return replica_ranks(p, context=context)
+    if context:
+        return tuple(r for r in range(p.world_size) if p.coords(r).cp == 0)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,21 +139,28 @@ class Verdict:
 
 
 def _pipeline_pairs(p: ParallelismSpec, ranks: Sequence[int]) -> list[tuple[int, int]]:
-    """The ordered pairs of ``ranks`` (global ranks of one data-parallel replica) that may exchange bytes
+    """The ordered pairs of ``ranks`` (global ranks, e.g. one data-parallel replica) that may exchange bytes
     during the pipeline phase, as indices into ``ranks``: every pair of a tensor or context group, and
     neighbouring stages of a pipeline group both ways (the interleaved schedule also wraps from the last stage
-    to the first). A superset of what any algorithm sends."""
+    to the first), both ends in ``ranks``. A superset of what any algorithm sends."""
     local = {r: i for i, r in enumerate(ranks)}
     pairs: set[tuple[int, int]] = set()
     for kind in ("tp", "cp"):
         for group in p.groups(kind):
-            if group[0] in local:
-                pairs.update((local[a], local[b]) for a in group for b in group if a != b)
+            inside = [r for r in group if r in local]
+            pairs.update((local[a], local[b]) for a in inside for b in inside if a != b)
     for group in p.groups("pp"):
-        if group[0] in local:
-            for a, b in _stage_hops(p, group):
+        for a, b in _stage_hops(p, group):
+            if a in local and b in local:
                 pairs.update(((local[a], local[b]), (local[b], local[a])))
     return sorted(pairs)
+
+
+def _context_pairs(p: ParallelismSpec, ranks: Sequence[int]) -> list[tuple[int, int]]:
+    """The ordered pairs (global ranks) of every context group with a member in ``ranks``: what their rings
+    may send, whether or not all members are simulated."""
+    members = set(ranks)
+    return [(a, b) for group in p.groups("cp") if members.intersection(group) for a in group for b in group if a != b]
 
 
 def _stage_hops(p: ParallelismSpec, group: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -292,6 +331,21 @@ def _group_ends(gpus: Sequence[int], router: Router) -> set[int]:
     return out
 
 
+def _fixed_paths(pairs: Sequence[tuple[int, int]], router: Router, why: str) -> tuple[set[int], Verdict]:
+    """The links of the fixed paths of GPU ``pairs`` (with and without PXN), or a verdict saying which pair has
+    several (ECMP); ``why`` ends that reason."""
+    out: set[int] = set()
+    for a, b in pairs:
+        for pxn in (False, True):
+            path = router.fixed_path(a, b, pxn=pxn)
+            if path is None:
+                return out, Verdict(
+                    False, f"traffic between GPUs {a} and {b} has several paths through the fabric (ECMP), {why}"
+                )
+            out.update(path.tolist())
+    return out, Verdict(True)
+
+
 def tensor_verdict(
     p: ParallelismSpec,
     topology: Topology,
@@ -301,11 +355,12 @@ def tensor_verdict(
     *,
     ranks: Sequence[int] | None = None,
 ) -> Verdict:
-    """Whether tensor rank 0's pipeline transfers stand exactly for the t of each stage boundary among
-    ``ranks`` (the simulated ranks; default all): no data- or expert-parallel traffic during the pipeline,
-    nothing coupling flows beyond shared links, and each tensor rank's transfers on fixed paths, disjoint from
-    the other tensor ranks' and from every tensor- and context-parallel pair's paths, on alike links
-    (:func:`_footprints`). (Tensor-parallel collectives re-synchronise the t ranks in every pass.)"""
+    """Whether tensor rank 0's pipeline transfers and context-parallel rings stand exactly for the t of each
+    stage boundary and context group among ``ranks`` (the simulated ranks; default all; a ring counts with
+    all its members): no data- or expert-parallel traffic during the pipeline, nothing coupling flows beyond
+    shared links, and each tensor rank's transfers and rings on fixed paths, disjoint from the other tensor
+    ranks' and from every tensor-parallel pair's paths, on alike links (:func:`_footprints`).
+    (Tensor-parallel collectives re-synchronise the t ranks in every pass.)"""
     why = _inside_pipeline(p) or _coupling(config)
     if why:
         return Verdict(False, why)
@@ -315,30 +370,83 @@ def tensor_verdict(
     members = set(ranks)
     hops_of: list[list[tuple[int, int]]] = [[] for _ in range(p.tp)]
     for group in p.groups("pp"):
-        if group[0] in members:
-            for a, b in _stage_hops(p, group):
+        for a, b in _stage_hops(p, group):
+            if a in members and b in members:
                 hops_of[p.coords(a).tp] += [(gpu[a], gpu[b]), (gpu[b], gpu[a])]
+    for a, b in _context_pairs(p, ranks):
+        hops_of[p.coords(a).tp].append((gpu[a], gpu[b]))
     links, verdict = _footprints(hops_of, router, "tensor rank")
     if not verdict.exact:
         return verdict
     transfers = set(np.concatenate(links).tolist())
     for a, b in _pipeline_pairs(p, ranks):
-        if p.coords(ranks[a]).pp == p.coords(ranks[b]).pp:  # tensor- or context-parallel, not a stage hop
-            for pxn in (False, True):
-                path = router.fixed_path(gpu[ranks[a]], gpu[ranks[b]], pxn=pxn)
-                if path is None:
-                    return Verdict(
-                        False,
-                        f"traffic between GPUs {gpu[ranks[a]]} and {gpu[ranks[b]]} has several paths through the "
-                        "fabric (ECMP), which the pipeline transfers may meet unequally",
-                    )
-                shared = transfers.intersection(path.tolist())
-                if shared:
-                    link = topology.link_names[min(shared)]
-                    return Verdict(
-                        False, f"pipeline transfers share link {link!r} with tensor- or context-parallel traffic"
-                    )
+        ra, rb = ranks[a], ranks[b]
+        if p.coords(ra).pp == p.coords(rb).pp and p.coords(ra).cp == p.coords(rb).cp:  # tensor-parallel
+            used, verdict = _fixed_paths(
+                [(gpu[ra], gpu[rb])], router, "which the pipeline transfers and rings may meet unequally"
+            )
+            if not verdict.exact:
+                return verdict
+            shared = transfers.intersection(used)
+            if shared:
+                link = topology.link_names[min(shared)]
+                return Verdict(
+                    False, f"pipeline transfers or context rings share link {link!r} with tensor-parallel traffic"
+                )
     return Verdict(True, links=tuple(links[0].tolist()))
+
+
+def context_verdict(
+    p: ParallelismSpec,
+    topology: Topology,
+    placement: Placement,
+    config: SimConfig,
+    route_cache: RouteCache,
+    *,
+    ranks: Sequence[int] | None = None,
+) -> Verdict:
+    """Whether context rank 0 stands exactly for the c context ranks of ``ranks`` (default all; data-parallel
+    replica 0 with symmetric replicas), the other members of its rings passive: nothing couples flows beyond
+    shared links, each context rank's own traffic (tensor-parallel pairs, stage transfers) has fixed paths,
+    disjoint from the other context ranks' and alike (:func:`_footprints`), and none of those links carries the
+    rings (every pair of a context group, fixed paths) or, when they run inside the pipeline, the gradient
+    buckets and parameter gathers between them (``Router.ends``). Then every context rank's traffic meets the
+    rings and buckets alike, and dropping the others' own traffic changes nothing the simulated one meets."""
+    why = _coupling(config)
+    if why:
+        return Verdict(False, why)
+    if p.ep > 1:
+        return Verdict(False, "expert-parallel groups span context ranks")
+    router = _router(topology, config, route_cache)
+    gpu = placement.rank_gpu
+    ranks = tuple(range(p.world_size)) if ranks is None else tuple(ranks)
+    units = []
+    for j in range(p.cp):
+        unit = tuple(r for r in ranks if p.coords(r).cp == j)
+        units.append([(gpu[unit[a]], gpu[unit[b]]) for a, b in _pipeline_pairs(p, unit)])
+    links, verdict = _footprints(units, router, "context rank")
+    if not verdict.exact:
+        return verdict
+    own = set(np.concatenate(links).tolist()) if links else set()
+    ring, verdict = _fixed_paths(
+        [(gpu[a], gpu[b]) for a, b in _context_pairs(p, ranks)], router, "which context ranks may meet unequally"
+    )
+    if not verdict.exact:
+        return verdict
+    shared = own.intersection(ring)
+    if shared:
+        name = topology.link_names[min(shared)]
+        return Verdict(False, f"context rings share link {name!r} with the context ranks' own traffic")
+    inside = _inside_pipeline(p)
+    if inside:
+        members = set(ranks)
+        for group in p.groups("dp_cp"):
+            if members.intersection(group):
+                shared = own.intersection(_group_ends([gpu[r] for r in group], router))
+                if shared:
+                    name = topology.link_names[min(shared)]
+                    return Verdict(False, f"{inside}, and that traffic shares link {name!r} with a context rank's")
+    return Verdict(True)
 
 
 def steady_state_runs(p: ParallelismSpec, k: int | None) -> tuple[int, ParallelismSpec, ParallelismSpec] | None:
@@ -376,24 +484,30 @@ def extrapolate(a, b, *, m: int, k: int):
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """The reductions a step uses (``symmetric``, ``tensor_rank0_p2p``) and, for each, its verdict."""
+    """The reductions a step uses (``symmetric``, ``context``, ``tensor_rank0_p2p``) and, for each, its verdict."""
 
     symmetric: bool
-    passive: bool  # symmetric, in one phase with the other replicas' members of cross-replica groups passive
+    passive: bool  # one phase, the members of cross-replica (or context-parallel) groups not simulated passive
     tensor_rank0_p2p: bool
     replica: Verdict | None  # None: not applicable (one replica) or not examined
     tensor: Verdict | None
+    context: bool = False  # context rank 0 stands for the c context ranks, the others passive in its rings
+    context_verdict: Verdict | None = None
 
     @property
     def scales_transfer_links(self) -> bool:
-        """Whether the links of tensor rank 0's transfers carry only them in the pipeline phase (an exact
-        verdict, with symmetric replicas), so their bytes count t times."""
-        return self.symmetric and self.tensor_rank0_p2p and _exact(self.tensor)
+        """Whether tensor rank 0's transfers and rings stand exactly for the t alike ones (an exact verdict, with
+        symmetric replicas or context ranks), so their link bytes count t times."""
+        return (self.symmetric or self.context) and self.tensor_rank0_p2p and _exact(self.tensor)
 
     @property
     def approximate(self) -> bool:
         """Whether a reduction in use is not exact."""
-        return (self.symmetric and not _exact(self.replica)) or (self.tensor_rank0_p2p and not _exact(self.tensor))
+        return (
+            (self.symmetric and not _exact(self.replica))
+            or (self.tensor_rank0_p2p and not _exact(self.tensor))
+            or (self.context and not _exact(self.context_verdict))
+        )
 
 
 def _exact(verdict: Verdict | None) -> bool:
@@ -410,12 +524,14 @@ def plan(
     symmetric_replicas: bool | None,
     tensor_rank0_p2p: bool | None,
     exact: bool,
+    symmetric_context: bool | None = None,
 ) -> Plan:
     """Which reductions the step uses: those forced (True) whatever their verdict; those left to the step
-    (None) where :func:`replica_verdict` / :func:`tensor_verdict` find them exact, and on more than
-    FULL_SIMULATION_GPUS GPUs also where they are not (approximations, named in the notes with the reason);
-    none with ``exact``. Symmetric replicas are refused, even forced, where expert groups span replicas
-    unevenly (:func:`uneven_experts`): one replica then stands for no other."""
+    (None) where :func:`replica_verdict` / :func:`context_verdict` / :func:`tensor_verdict` find them exact, and
+    on more than FULL_SIMULATION_GPUS GPUs also where they are not (approximations, named in the notes with the
+    reason); none with ``exact``. Symmetric replicas are refused, even forced, where expert groups span replicas
+    unevenly (:func:`uneven_experts`): one replica then stands for no other; context ranks where expert
+    parallelism is used."""
     if exact:
         return Plan(symmetric=False, passive=False, tensor_rank0_p2p=False, replica=None, tensor=None)
     uneven = uneven_experts(p)
@@ -423,26 +539,42 @@ def plan(
         raise ValueError(f"symmetric_replicas: True is not allowed here: {uneven}; expected None or False")
     if uneven:
         symmetric_replicas = False
-    replica = tensor = None
+    if p.ep > 1 and symmetric_context:
+        raise ValueError(
+            "symmetric_context: True is not allowed here: expert-parallel groups span context ranks; "
+            "expected None or False"
+        )
+    replica = tensor = cverdict = None
     if p.dp > 1 and symmetric_replicas is not False:
         replica = replica_verdict(p, topology, placement, config, route_cache)
     # past FULL_SIMULATION_GPUS a reduction left to the step is used even where it is not exact (an
     # approximation the notes name)
     large = p.world_size > FULL_SIMULATION_GPUS
     symmetric = p.dp > 1 and (symmetric_replicas is True or (symmetric_replicas is None and (_exact(replica) or large)))
-    # left to the step, representative transfers need the pipeline in a phase of its own (symmetric replicas),
-    # where the links only they cross carry nothing else, so that those links' bytes count t times
-    if p.tp > 1 and p.pp > 1 and (tensor_rank0_p2p or (tensor_rank0_p2p is None and symmetric)):
-        ranks = replica_ranks(p) if symmetric else None  # the ranks simulated with the transfers
+    if p.cp > 1 and p.ep == 1 and symmetric_context is not False:
+        base = replica_ranks(p) if symmetric else None
+        cverdict = context_verdict(p, topology, placement, config, route_cache, ranks=base)
+    context = (
+        p.cp > 1
+        and p.ep == 1
+        and (symmetric_context is True or (symmetric_context is None and (_exact(cverdict) or large)))
+    )
+    # left to the step, representative transfers need a reduced step (symmetric replicas or context ranks): their
+    # link bytes then count t times where the verdict is exact
+    carries = p.tp > 1 and (p.pp > 1 or p.cp > 1)  # tensor rank 0 has transfers or rings to stand for
+    if carries and (tensor_rank0_p2p or (tensor_rank0_p2p is None and (symmetric or context))):
+        ranks = simulated_ranks(p, symmetric=symmetric, context=context)  # the ranks simulated with the transfers
         tensor = tensor_verdict(p, topology, placement, config, route_cache, ranks=ranks)
+    reduced = symmetric or context
     return Plan(
         symmetric=symmetric,
-        passive=symmetric and bool(_inside_pipeline(p)),
-        tensor_rank0_p2p=p.tp > 1
-        and p.pp > 1
-        and (tensor_rank0_p2p is True or (tensor_rank0_p2p is None and symmetric and (_exact(tensor) or large))),
+        passive=context or (symmetric and bool(_inside_pipeline(p))),
+        tensor_rank0_p2p=carries
+        and (tensor_rank0_p2p is True or (tensor_rank0_p2p is None and reduced and (_exact(tensor) or large))),
         replica=replica,
         tensor=tensor,
+        context=context,
+        context_verdict=cverdict,
     )
 
 
@@ -456,7 +588,7 @@ def notes(p: ParallelismSpec, plan: Plan, *, steady: tuple | None) -> list[str]:
         return f"APPROXIMATE: {verdict.reason if verdict else 'forced'}; exact=True (--exact) simulates every rank"
 
     out = []
-    if plan.passive:
+    if plan.passive and plan.symmetric:
         out.append(
             f"symmetric replicas ({how(plan.replica)}): 1 of {p.dp} data-parallel replicas simulated, the other "
             "replicas' members of its data- and expert-parallel groups passive (they move their bytes and arrive "
@@ -467,6 +599,12 @@ def notes(p: ParallelismSpec, plan: Plan, *, steady: tuple | None) -> list[str]:
             f"symmetric replicas ({how(plan.replica)}): pipeline of 1 of {p.dp} data-parallel replicas, "
             "then the reduction"
         )
+    if plan.context:
+        out.append(
+            f"context ranks ({how(plan.context_verdict)}): context rank 0 of {p.cp} simulated, the other members "
+            "of its context rings passive (they move their ring steps and arrive when it does); its tensor-parallel "
+            "collectives and pipeline transfers stand for theirs"
+        )
     if plan.tensor_rank0_p2p:
         counted = (
             f"the links they cross count {p.tp} times"
@@ -474,8 +612,9 @@ def notes(p: ParallelismSpec, plan: Plan, *, steady: tuple | None) -> list[str]:
             else "link bytes of the other tensor ranks' transfers not counted"
         )
         out.append(
-            f"representative transfers ({how(plan.tensor)}): pipeline transfers simulated for tensor rank 0, "
-            f"standing for all {p.tp} ({counted})"
+            f"representative transfers ({how(plan.tensor)}): pipeline transfers"
+            + (" and context rings" if p.cp > 1 else "")
+            + f" simulated for tensor rank 0, standing for all {p.tp} ({counted})"
         )
     if steady is not None:
         k = steady[0]

@@ -28,9 +28,10 @@ m; interleaved: warm-up + 1 chunk passes), ``ModelSpec.activation_bytes_per_laye
 larger of a dense and a MoE layer); ``out_of_memory`` when that exceeds the GPU.
 
 Run settings are one :class:`StepOptions` (network config, GPU and compute model, recomputation, flash
-attention, placement, the system's size and wiring when ``system`` is a preset name, and the four
+attention, placement, the system's size and wiring when ``system`` is a preset name, and the five
 reductions for huge layouts: task merging and the steady-state extrapolation on request, representative
-pipeline transfers and symmetric replicas chosen by the step where exact, ``simulator.studies.reductions``).
+pipeline transfers, symmetric replicas and context ranks chosen by the step where exact,
+``simulator.studies.reductions``).
 
 Durations: the step's programs are built without hardware (``workloads.training``: each compute task carries
 its work, a ``PassWork``); ``step_compute`` times that work on the GPU with ``simulator.compute.gpu`` (per
@@ -486,6 +487,9 @@ def _measure(
     route_cache: RouteCache,
     transfer_links: tuple[int, ...] = (),
     passive: bool = False,
+    symmetric: bool = False,
+    context: bool = False,
+    scales_transfers: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> _Raw:
     """One step's additive measurements. With ``reduction`` (a symmetric-replica step: the reduction phase and
@@ -512,9 +516,13 @@ def _measure(
         phases = (first, dataclasses.replace(second, offset_s=first.sim.makespan_s))
         parts = (_phase_parts(first, topology, transfer_links=transfer_links, tp=p.tp), second_parts)
     elif passive:
-        # one replica's whole step, the other replicas' members of its data- and expert-parallel groups passive
-        training = resolve(training_step(model, p, ranks=reductions.replica_ranks(p), passive=True, **kw), compute)
+        # one replica's whole step (or every replica's, or their context rank 0 only), the other members of its
+        # data-parallel, expert-parallel and context-parallel groups passive
+        ranks = reductions.simulated_ranks(p, symmetric=symmetric, context=context)
+        training = resolve(training_step(model, p, ranks=ranks, passive=True, **kw), compute)
         phase_placement = Placement.custom(topology, [placement.rank_gpu[r] for r in training.ranks])
+        what = "one data-parallel replica's step" if symmetric else "the step"
+        what = f"context rank 0 of {what}" if context else what
         phase = _run_phase(
             topology,
             training,
@@ -524,21 +532,30 @@ def _measure(
             1,
             route_cache,
             progress,
-            f"one data-parallel replica's step, {p.microbatches} micro-batches",
+            f"{what}, {p.microbatches} micro-batches",
         )
-        # each collective stands for those of every replica its group does not reach: d / (replicas it spans)
+        # each collective stands for those of every unit (data-parallel replica, context rank) its group does not
+        # reach: units / (units it spans)
+        units = (p.dp if symmetric else 1) * (p.cp if context else 1)
         spans: dict[tuple[int, ...], int] = {}
         stands = []
         for c in training.workload.collectives:
             span = spans.get(c.group)
             if span is None:
-                span = spans[c.group] = len({p.coords(training.ranks[r]).dp for r in c.group})
-            stands.append(p.dp // span)
+                coords = [p.coords(training.ranks[r]) for r in c.group]
+                span = spans[c.group] = len({(x.dp if symmetric else 0, x.cp if context else 0) for x in coords})
+            stands.append(units // span)
         weights = tuple(w * n for w, n in zip(training.collective_weights, stands))
         phase = dataclasses.replace(phase, training=dataclasses.replace(training, collective_weights=weights))
-        # the bytes the collectives stood for move on their own links (link bytes do not depend on timing)
+        # the bytes the collectives stood for move on their own links (link bytes do not depend on timing); those
+        # of tensor rank 0's transfers and rings count for every tensor rank where they stand exactly for them
+        counts = (
+            [w * n - 1 for w, n in zip(training.collective_weights, stands)]
+            if scales_transfers
+            else [n - 1 for n in stands]
+        )
         link_bytes = phase.sim.link_bytes + collective_link_bytes(
-            topology, training.workload, [n - 1 for n in stands], phase_placement, config, route_cache=route_cache
+            topology, training.workload, counts, phase_placement, config, route_cache=route_cache
         )
         phases = (phase,)
         parts = (_phase_parts(phase, topology, link_bytes=link_bytes),)
@@ -598,7 +615,8 @@ class StepOptions:
     on consecutive GPUs, when None). ``nodes``, ``wiring``: the size and wiring of the system when it is given as a
     preset name (enough servers for the layout; a leaf-spine, or a fat tree past its size, when None).
     The reductions (``simulator.studies.reductions``): ``granularity`` ("layer" or "chunk"),
-    ``tensor_rank0_p2p`` and ``symmetric_replicas`` (None, the default: used where they are exact for this step,
+    ``tensor_rank0_p2p``, ``symmetric_replicas`` and ``symmetric_context`` (context rank 0 standing for the c
+    context ranks; None, the default: used where they are exact for this step,
     ``reductions.plan``; True: used, an approximation where they are not exact, said in the notes; False: not
     used), ``steady_state_microbatches`` (None or k >= 1; an approximation unless the schedule is periodic by k).
     ``exact``: every rank simulated: no replica or tensor-rank reduction, no steady-state extrapolation (not with
@@ -622,6 +640,7 @@ class StepOptions:
     granularity: str = "layer"
     tensor_rank0_p2p: bool | None = None
     symmetric_replicas: bool | None = None
+    symmetric_context: bool | None = None
     steady_state_microbatches: int | None = None
     exact: bool = False
     route_cache: RouteCache | None = None
@@ -643,7 +662,7 @@ class StepOptions:
             )
         for name in ("flash_attention", "exact"):
             flag(f"StepOptions.{name}", getattr(self, name))
-        for name in ("tensor_rank0_p2p", "symmetric_replicas"):
+        for name in ("tensor_rank0_p2p", "symmetric_replicas", "symmetric_context"):
             if getattr(self, name) is not None:
                 flag(f"StepOptions.{name}", getattr(self, name))
                 if self.exact and getattr(self, name):
@@ -728,6 +747,7 @@ def simulate_step(
         symmetric_replicas=o.symmetric_replicas,
         tensor_rank0_p2p=o.tensor_rank0_p2p,
         exact=o.exact,
+        symmetric_context=o.symmetric_context,
     )
     kw = _StepArgs(recompute=recompute, granularity=o.granularity, tensor_rank0_p2p=used.tensor_rank0_p2p)
     reduction: tuple[StepPhase, _PhaseParts] | None = None
@@ -754,6 +774,9 @@ def simulate_step(
             route_cache=route_cache,
             transfer_links=used.tensor.links if used.tensor is not None and used.scales_transfer_links else (),
             passive=used.passive,
+            symmetric=used.symmetric,
+            context=used.context,
+            scales_transfers=used.scales_transfer_links,
             progress=o.progress,
             **kw,
         )

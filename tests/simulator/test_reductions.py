@@ -254,3 +254,103 @@ def test_expert_groups_of_other_replicas_keep_a_replica_from_standing_exactly_fo
         simulate_step(
             model, uneven, system=build_system("dgx-h100", nodes=1), options=StepOptions(symmetric_replicas=True)
         )
+
+
+# --------------------------------------------------------------------------------------------------
+# context ranks: context rank 0 stands for the c context ranks, the other members of its rings passive
+# --------------------------------------------------------------------------------------------------
+
+
+def _cp_model():
+    # 8 heads for t = 8; seq_len 64 over c = 2: 32 tokens a context rank
+    return custom_gpt(layers=4, hidden=128, heads=8, vocab=128, seq_len=64)
+
+
+def _assert_same_step(auto, full):
+    # equal up to round-off: the full run advances every rank on one clock (float sums in another order)
+    assert auto.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
+    assert auto.critical_path_s == pytest.approx(full.critical_path_s, rel=1e-12)
+    assert auto.exposed_comm_s == pytest.approx(full.exposed_comm_s, rel=1e-9, abs=1e-12)
+    assert auto.breakdown["group"].keys() == full.breakdown["group"].keys()
+    for group, entry in full.breakdown["group"].items():
+        mine = auto.breakdown["group"][group]
+        assert (mine["count"], mine["nbytes"]) == (entry["count"], entry["nbytes"])
+        assert mine["time_s"] == pytest.approx(entry["time_s"], rel=1e-9, abs=1e-12)
+        assert mine["exposed_s"] == pytest.approx(entry["exposed_s"], rel=1e-9, abs=1e-12)
+    for tier, nbytes in full.breakdown["link_tier_bytes"].items():
+        assert auto.breakdown["link_tier_bytes"][tier] == pytest.approx(nbytes, rel=1e-12)
+
+
+def test_context_ranks_across_servers_stand_exactly_for_each_other():
+    # tp 8 x cp 2 x dp 2 on 4 DGX H100 (order tp-cp-dp: server 2d + j holds context rank j of replica d): each
+    # ring pairs GPU k of two servers through rail k's leaf (a fixed path on the NICs), the tensor groups stay
+    # on NVLink, so context rank 0 of replica 0 (8 ranks) stands for the 32 with its rings' other members
+    # passive, and tensor rank 0's ring for the 8 of its server
+    topo = build_system("dgx-h100", nodes=4)
+    spec = ParallelismSpec(tp=8, cp=2, dp=2, global_batch=8, **SERIAL)
+    placement = Placement.block(topo, nranks=spec.world_size)
+    used = plan(
+        spec, topo, placement, SimConfig(), RouteCache(), symmetric_replicas=None, tensor_rank0_p2p=None, exact=False
+    )
+    assert used.symmetric and used.context and used.passive and used.tensor_rank0_p2p and not used.approximate
+    auto, full = _pair(spec, topo, _cp_model())
+    assert len(auto.phases) == 1 and len(auto.phases[0].training.workload.programs[0]) > 0
+    assert [note.split(" (")[0] for note in auto.notes] == [
+        "symmetric replicas",
+        "context ranks",
+        "representative transfers",
+    ]
+    assert all("(exact)" in note for note in auto.notes) and not auto.approximate
+    # 8 programs (context rank 0 of replica 0) of the 32 ranks; the other members of its groups passive
+    workload = auto.phases[0].training.workload
+    assert workload.nranks - len(workload.passive) == 8
+    _assert_same_step(auto, full)
+
+
+def test_context_ranks_on_their_own_servers_with_stages_inside_them():
+    # tp 2 x cp 2 x pp 2 x dp 2, placed so that context rank j of every stage and replica sits on server j:
+    # rank (t, c, d, p) on GPU 8c + 4d + 2p + t. Rings cross the rails (GPU g of server 0 to GPU g of server 1),
+    # stage transfers and tensor groups stay on NVLink: context ranks and replicas stand exactly for each other;
+    # tensor ranks do not (stage transfers share the GPUs' NVLink ports with tensor-parallel traffic)
+    topo = build_system("dgx-h100", nodes=2)
+    spec = ParallelismSpec(tp=2, cp=2, pp=2, dp=2, global_batch=8, **SERIAL)
+    gpus = []
+    for r in range(spec.world_size):
+        x = spec.coords(r)
+        gpus.append(8 * x.cp + 4 * x.dp + 2 * x.pp + x.tp)
+    placement = Placement.custom(topo, gpus)
+    used = plan(
+        spec, topo, placement, SimConfig(), RouteCache(), symmetric_replicas=None, tensor_rank0_p2p=None, exact=False
+    )
+    assert used.symmetric and used.context and used.context_verdict.exact and not used.tensor_rank0_p2p
+    assert "tensor-parallel traffic" in used.tensor.reason
+    model = _cp_model()
+    options = StepOptions(
+        compute=StepCompute.uniform(layers=model.layers, forward_s=1e-3, backward_s=2e-3), placement=placement
+    )
+    auto = simulate_step(model, spec, system=topo, options=options)
+    full = simulate_step(model, spec, system=topo, options=dataclasses.replace(options, exact=True))
+    assert not auto.approximate and len(auto.notes) == 2
+    _assert_same_step(auto, full)
+
+
+def test_context_rings_through_the_ports_of_tensor_groups_are_not_exact():
+    # tp 2 x cp 2 x pp 2 x dp 2 in Megatron order on 2 DGX H100: a ring pairs GPUs 0 and 2 over NVLink, whose
+    # ports GPU 0's tensor group (GPUs 0, 1) uses too: context rank 1's tensor traffic, dropped by the
+    # reduction, would meet the ring. Left to the step on 16 GPUs, it is not used; forced, it is labelled
+    topo = build_system("dgx-h100", nodes=2)
+    spec = ParallelismSpec(tp=2, cp=2, pp=2, dp=2, global_batch=8, **SERIAL)
+    placement = Placement.block(topo, nranks=spec.world_size)
+    verdict = plan(
+        spec, topo, placement, SimConfig(), RouteCache(), symmetric_replicas=None, tensor_rank0_p2p=None, exact=False
+    ).context_verdict
+    assert not verdict.exact and "context rings share link" in verdict.reason
+    auto, full = _pair(spec, topo, _cp_model())
+    assert not any(note.startswith("context ranks") for note in auto.notes)
+    forced, _ = _pair(spec, topo, _cp_model(), symmetric_context=True)
+    assert forced.approximate and any(note.startswith("context ranks (APPROXIMATE") for note in forced.notes)
+    for group, entry in full.breakdown["group"].items():  # counts and bytes hold either way
+        assert (forced.breakdown["group"][group]["count"], forced.breakdown["group"][group]["nbytes"]) == (
+            entry["count"],
+            entry["nbytes"],
+        )

@@ -65,7 +65,10 @@ class ContextParallel:
         b = self.b
         n = len(layers)
         cp_sizes = self.sizes(phase)
-        cp_group = rp.group("cp") if cp_sizes else ()
+        if not cp_sizes or (b.tensor_rank0_p2p and not rp.ask("first", "tp")):
+            return  # no ring, or tensor rank 0's stands for this one
+        cp_group = rp.group("cp")
+        weight = b.spec.tp if b.tensor_rank0_p2p else 1
         for size in cp_sizes:
             counts = [size.count * n] if merge else [1] * (size.count * n)
             for j, count in enumerate(counts):
@@ -77,5 +80,6 @@ class ContextParallel:
                     b.act_dtype,
                     "cp",
                     f"cp kv {label}",
+                    weight,
                 )
                 rp.prog.pending.append(rp.prog.side(ci, f"cp kv {label}", STREAM_CP, start_after))

@@ -25,7 +25,7 @@ built once: the other ranks cost one look-up per question. Example, Llama-3 405B
 p 16, d 128, one gradient buffer reduced after the pipeline): the "reduction" part is 16,384 programs of
 2 tasks over 128 all-reduces (one per data-parallel group) and 16 distinct optimizer tasks; the members
 of a data-parallel group ask only their stage and that group, so 128 programs are built. In one replica's
-pipeline with representative transfers (c = e = 1), tensor ranks 1..t-1 of a stage share one program.
+pipeline with representative transfers (e = 1), tensor ranks 1..t-1 of a tensor group share one program.
 
 Worked number: GPT-1.7B (24 layers), t = p = 1, d = 32, b = 16, B = 512 -> m = 1; each rank runs 24
 forward and 24 backward layer tasks, 2 embedding and 2 logits tasks and the optimizer: 53 compute tasks,
@@ -206,9 +206,19 @@ class _Builder:
         return index
 
     def simple(
-        self, key: Hashable, kind: CollectiveKind, nbytes: int, group: tuple[int, ...], dtype: str, tag: str, name: str
+        self,
+        key: Hashable,
+        kind: CollectiveKind,
+        nbytes: int,
+        group: tuple[int, ...],
+        dtype: str,
+        tag: str,
+        name: str,
+        weight: int = 1,
     ) -> int:
-        return self.collective(key, lambda: Collective(kind=kind, nbytes=nbytes, group=group, dtype=dtype), tag, name)
+        return self.collective(
+            key, lambda: Collective(kind=kind, nbytes=nbytes, group=group, dtype=dtype), tag, name, weight
+        )
 
     # ---- compute tasks ------------------------------------------------------------------------------
     def chunk_layers(self, v: int) -> range:
@@ -465,7 +475,8 @@ def training_step(
     them, unless ``passive``), renumbered 0..len-1 in the Workload. ``passive``: the other members of their
     collectives join as passive ranks (``Workload.passive``: no program, they take part without arriving),
     numbered after ``ranks`` and listed after them in ``TrainingWorkload.ranks``. ``tensor_rank0_p2p``: only
-    tensor rank 0 of each stage moves the pipeline tensors (``pipeline``, representative transfers).
+    tensor rank 0 of each stage moves the pipeline tensors and runs the context-parallel ring (``pipeline``,
+    ``context_parallel``: representative transfers).
     """
     if not isinstance(model, ModelSpec):
         raise reject("model", model, "a workloads.model.ModelSpec")
