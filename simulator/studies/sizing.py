@@ -9,16 +9,18 @@ returns the family's most capable design that costs (or draws) no more than the 
   d down and r - d up (d = r/2 ... r - 1, so R = d / (r - d) from 1:1 up); the least oversubscribed design
   within the budget is the most capable.
 * ``dragonfly``: the global links per router h (1 up to the ports left after p terminals and a - 1 local
-  links), at the reference's p and a if it is a dragonfly, else the balanced shape for the nodes
-  (``presets.dragonfly_shape``); the most global links within the budget.
+  links), for the design's own p and a if it gives them, else for every balanced shape (a = 2p) that holds the
+  nodes in whole groups; the design with the most global links per terminal (h / p) within the budget wins,
+  the cheaper one on a tie.
 
-Cost and power fall as oversubscription grows and rise with h, so the knob is bisected: about log2(r / 2)
-designs are built (5 for radix 64). The result lists every design built with its figures, so a user sees
-the neighbours on either side of the budget.
+Cost and power fall as oversubscription grows and rise with h, so each knob is bisected: about log2(r / 2)
+designs are built per line (5 for radix 64). The result lists every design built with its figures, so a user
+sees the neighbours on either side of the budget.
 
-Worked case (tests): 4 DGX H100 on a rail-optimised Quantum-2 leaf-spine cost $565,088 (pricing module
-docstring); the same leaf-spine at 3:1 (48 down, 16 up per leaf) has the same 8 leaves but 16 x 8 = 128 leaf
-ports for 32 NICs... (see ``tests/simulator/test_sizing.py`` for the hand-derived figures).
+Worked case (``tests/simulator/test_sizing.py``): 4 DGX H100 on a rail-optimised Quantum-2 leaf-spine at 2:1
+have 8 leaves of 4 NICs with ceil(4 / 2) = 2 uplinks each and 2 spines, 48 optical cables: 10 x 36,000 +
+32 x 1,599 + 96 ends x 640 = 472,608 USD. A leaf-spine sized to that is the first split of 64 ports with
+ceil(4 / R) = 2, d = 43 (R = 43/21 = 2.048; d = 42 gives R = 1.91 and 3 uplinks, 518,848 USD).
 """
 
 from __future__ import annotations
