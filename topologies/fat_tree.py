@@ -100,8 +100,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
-from types import MappingProxyType
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .checks import finite, instance, integer, is_int, reject
@@ -124,6 +123,28 @@ __all__ = (
 # ------------------------------------------------------------------------------------------------
 # Servers: build one, stamp out the rest
 # ------------------------------------------------------------------------------------------------
+
+
+class ShiftedRoutes(Mapping[tuple[int, int], tuple[int, ...]]):
+    """A route table of a stamped server: the template's, every link id shifted by ``offset`` (a copy's links
+    are the template's, added in the same order), computed as read, so 100k servers share one table."""
+
+    __slots__ = ("_table", "_offset")
+
+    def __init__(self, table: dict[tuple[int, int], tuple[int, ...]], offset: int) -> None:
+        self._table, self._offset = table, offset
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[int, ...]:
+        return tuple(link + self._offset for link in self._table[key])
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __repr__(self) -> str:
+        return f"ShiftedRoutes({dict(self)!r})"
 
 
 class _RecordingBuilder(TopologyBuilder):
@@ -181,6 +202,10 @@ def add_servers(builder: TopologyBuilder, spec: ServerSpec, count: int, *, first
     )
     if not stampable:  # a server layout this stamping does not understand: build each one for real
         return [add_server(builder, spec, first_index + s) for s in range(count)]
+    # the template's route tables, shared by every copy (a copy shifts their link ids as it reads them)
+    shared = {
+        id(table): dict(table) for table in (info0.intra_routes, info0.gpu_to_nic_routes, info0.nic_to_gpu_routes)
+    }
     infos = []
     for s in range(first_index, first_index + count):
         prefix = f"s{s}."
@@ -193,15 +218,15 @@ def add_servers(builder: TopologyBuilder, spec: ServerSpec, count: int, *, first
             else:
                 node = builder.add_node(kind, new_name, server=s, latency_s=latency_s, **attrs)
             node_map.append(node)
-        link_map: dict[int, int] = {}
-        for u, v, link_spec, tier, duplex, flow_cap, ids in template.link_log:
-            new_ids = builder.add_link(
+        first_link = builder.num_links
+        for u, v, link_spec, tier, duplex, flow_cap, _ in template.link_log:
+            builder.add_link(
                 node_map[u], node_map[v], link_spec, tier=tier, duplex=duplex, flow_cap_bytes_per_s=flow_cap
             )
-            link_map.update(zip(ids, new_ids))
 
         def routes(table: Mapping[tuple[int, int], tuple[int, ...]]) -> Mapping[tuple[int, int], tuple[int, ...]]:
-            return MappingProxyType({key: tuple(link_map[l] for l in links) for key, links in table.items()})
+            # the copy's links are the template's, in the same order, from first_link on
+            return ShiftedRoutes(shared[id(table)], first_link)
 
         info = dataclasses.replace(
             info0,

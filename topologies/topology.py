@@ -227,6 +227,11 @@ class TopologyBuilder:
         self.nic_leaf_link: dict[int, int] = {}
 
     @property
+    def num_links(self) -> int:
+        """Directed links added so far (the next link's id)."""
+        return len(self._src)
+
+    @property
     def num_gpus(self) -> int:
         return len(self._gpus)
 
