@@ -17,6 +17,8 @@ Why a design ties or differs, for a workload (:func:`explain`):
   tell the designs apart carry nothing;
 * a step within 0.2 % with traffic above the leaves: that traffic is hidden behind compute (no group's
   exposed time changes);
+* a step within 0.2 % simulated with a reduction that does not hold exactly on that design (its ``approximate``
+  flag): a tie as simulated only, since the replicas it stands for would contend on the upper tiers;
 * otherwise: the change of time in the network and the group whose exposed time moves most, with the bytes
   above the leaves on both designs.
 
@@ -300,6 +302,12 @@ def explain(comparison: Comparison, workload: str) -> list[str]:
                 ": a tie. No byte climbs above the leaves: every group stays under one leaf per rail (tensor groups "
                 "inside a server, the others relayed to the rail NIC by PXN), so the upper tiers that tell the "
                 "designs apart carry nothing"
+            )
+        elif abs(change) < TIE and r.get("approximate"):
+            text += (
+                f": a tie as simulated, with {r['above_leaves_GB']:.0f} GB above the leaves against "
+                f"{base['above_leaves_GB']:.0f} GB; the step was reduced (one data-parallel replica for all), so "
+                "contention between replicas on the upper tiers is not seen: run it with exact = true to tell"
             )
         elif abs(change) < TIE:
             text += (
