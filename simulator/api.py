@@ -231,4 +231,6 @@ def _context(
         router=router,
         rank_gpu=placement.rank_gpu,
         qps_per_connection=config.collectives.qps_per_connection,
+        net_proxy=config.net_proxy,
+        proxy_step_us=config.proxy_step_us,
     )

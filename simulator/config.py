@@ -48,6 +48,11 @@ class SimConfig:
     congestion: tuple[str, ...] = ()  # flow-model refinements: any of "dcqcn", "pfc", "ib-credit"
     task_ranks: tuple[int, ...] | None = ()  # ranks whose per-task start/end times are kept (None: all)
     link_events: tuple[LinkEvent, ...] = ()  # links degraded or failed during the run
+    # NCCL's network proxy: one host thread per GPU serves its network connections step by step, a floor on
+    # each collective step (collectives/nccl_model.py); False leaves it out (ablation). proxy_step_us: the
+    # host cost of one step on one connection, Intel host, LL/LL128 (None: nccl_model.PROXY_STEP_US_INTEL)
+    net_proxy: bool = True
+    proxy_step_us: float | None = None
     # record each link tier's throughput over time (SimResult.tier_rates; an event replay only, for traces)
     tier_rates: bool = False
 
@@ -59,6 +64,13 @@ class SimConfig:
         object.__setattr__(self, "seed", integer("seed", self.seed))
         object.__setattr__(self, "pxn", flag("pxn", self.pxn))
         object.__setattr__(self, "tier_rates", flag("tier_rates", self.tier_rates))
+        object.__setattr__(self, "net_proxy", flag("net_proxy", self.net_proxy))
+        if self.proxy_step_us is not None:
+            object.__setattr__(
+                self,
+                "proxy_step_us",
+                finite("proxy_step_us", self.proxy_step_us, low=0, high=1000, expected="None or 0 <= us <= 1000"),
+            )
         object.__setattr__(
             self,
             "launch_overhead_s",

@@ -24,6 +24,10 @@ moving data. Its optional ``rate_cap_bytes_per_s`` caps independent flows' rates
 GPU-side channel moving them is the limit (a point-to-point channel, one CTA), in payload bytes
 per second (before ``wire_scale`` and ``wire_factor``); it is not allowed on chained flows.
 
+Its ``proxy_s`` is the work of the busiest NCCL network proxy thread (one per GPU, serving its
+network connections one step at a time): that thread works while the data moves, so the step lasts
+``latency_s`` plus the longer of its transfer and ``proxy_s`` (0: no network proxy work modelled).
+
 ``wire_factor`` converts payload to bytes on the wire for the protocol (LL sends 8-byte lines
 holding 4 data bytes: 2.0; LL128 sends 128-byte lines holding 120: 128/120; Simple: 1.0).
 ``chain_rate_cap_bytes_per_s`` caps each chain's (or independent flow's) rate where the protocol's
@@ -76,6 +80,7 @@ class Step:
     wire_scale: np.ndarray | None = None  # per-flow extra wire bytes per payload byte (None: all 1)
     fill_bytes: np.ndarray | None = None  # per-flow pipeline start-up, payload bytes (None: none)
     rate_cap_bytes_per_s: np.ndarray | None = None  # per-flow payload rate cap, independent flows only (None: none)
+    proxy_s: float = 0.0  # busiest network proxy thread's work: the step lasts at least latency_s + proxy_s
 
     @classmethod
     def of(
@@ -92,6 +97,7 @@ class Step:
         wire_scale: ArrayLike | None = None,
         fill_bytes: ArrayLike | None = None,
         rate_cap_bytes_per_s: ArrayLike | None = None,
+        proxy_s: float = 0.0,
     ) -> Step:
         n = len(src)
         channel = np.zeros(n, dtype=np.int64) if channel is None else channel
@@ -108,6 +114,7 @@ class Step:
             wire_scale=None if wire_scale is None else _frozen_float_array(wire_scale),
             fill_bytes=None if fill_bytes is None else _frozen_float_array(fill_bytes),
             rate_cap_bytes_per_s=None if rate_cap_bytes_per_s is None else _frozen_float_array(rate_cap_bytes_per_s),
+            proxy_s=float(proxy_s),
         )
         step.check()
         return step
@@ -133,6 +140,9 @@ class Step:
         latency_s = self.latency_s
         if not (type(latency_s) is float and 0.0 <= latency_s < math.inf):  # the common case skips the helper
             finite_nonnegative("Step.latency_s", latency_s, expected="a finite number >= 0")
+        proxy_s = self.proxy_s
+        if not (type(proxy_s) is float and 0.0 <= proxy_s < math.inf):
+            finite_nonnegative("Step.proxy_s", proxy_s, expected="a finite number >= 0")
 
     @property
     def num_flows(self) -> int:

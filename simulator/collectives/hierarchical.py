@@ -88,6 +88,7 @@ class Hierarchical(AlgorithmDefaults):
                     channel=np.concatenate([p.channel for p in parts]),
                     chain=np.concatenate([p.chain + o for p, o in zip(parts, offsets)]),
                     latency_s=max(p.latency_s for p in parts),
+                    proxy_s=max(p.proxy_s for p in parts),
                     label="hierarchical",
                     fill_bytes=np.concatenate(
                         [np.zeros(p.num_flows) if p.fill_bytes is None else p.fill_bytes for p in parts]

@@ -303,6 +303,104 @@ def ring_latency_s(
     return latency * 1e-6
 
 
+# ---- the network transport's proxy (src/transport/net.cc, src/proxy.cc, src/enqueue.cc) ----------------
+# Across servers a GPU does not talk to the NIC itself: one proxy thread per GPU (proxy.cc,
+# ncclProxyProgress -> progressOps) walks every active network connection of that GPU in turn and,
+# for each step of a connection's NCCL_STEPS = 8 slot FIFO (device.h), does the host-side work:
+# the sender's sendProxyProgress waits for the GPU to finish the step, posts it (ncclNet isend) and
+# tests its completion; the receiver's recvProxyProgress posts the buffer (irecv), tests it, issues a
+# GPU Direct flush for Simple (iflush, an RDMA read) and then releases the step to the GPU. One step
+# is one chunk (tree) or one slice (ring) of calcCollChunking (enqueue.cc). The thread is serial, so
+# a collective cannot end before the busiest proxy has served steps x its connections; it works
+# while the data moves, so this is a floor on the step (Step.proxy_s), not a latency added to it.
+# NCCL's own model carries the one-connection case: netOverhead, 1 us per step on Intel/other x86,
+# 2 us on AMD, x3 for Simple (tuning.cc, getNetOverhead), the floor of each multi-node ring step.
+
+#: host-side cost of one network step on one connection, Intel host, LL and LL128 (us). Fitted once
+#: over every shipped multi-node nccl-tests table (python -m simulator.validation.proxy_fit); the
+#: AMD figure and Simple's x3 keep NCCL's netOverhead ratios.
+PROXY_STEP_US_INTEL = 1.25
+
+# Per-protocol buffers of one connection (init.cc DEFAULT_*_BUFFSIZE): LL 8 lines x 512 threads x
+# NCCL_STEPS x 16 B = 512 KiB; LL128 120 elements x 640 threads x NCCL_STEPS x 8 B = 4,915,200 B;
+# Simple 4 MiB. One step is buffer / NCCL_STEPS; its payload is half of it for LL, 15/16 for LL128.
+NCCL_STEPS = 8
+BUFFER_BYTES = MappingProxyType({"LL": 8 * 512 * 8 * 16, "LL128": 120 * 640 * 8 * 8, "Simple": 4 * 1024 * 1024})
+# ncclProtoGrainSize (device.h): chunks are rounded down to it.
+GRAIN_BYTES = MappingProxyType({"LL": 16, "LL128": 32 * 8 // 16 * 15 * 8, "Simple": 512})
+# Ring Simple: a chunk is ALLREDUCE/ALLGATHER/REDUCESCATTER_CHUNKSTEPS = 4 steps, sent in slices of
+# SLICESTEPS = 2 (collectives.h): 2 network sends a chunk; broadcast and reduce 1 step, 1 send.
+RING_SIMPLE_CHUNK_STEPS = 4
+RING_SIMPLE_SLICE_STEPS = 2
+
+
+def proxy_step_s(*, protocol: str, cpu_vendor: str, step_us: float | None = None) -> float:
+    """Proxy time of one network step on one connection (seconds): ``step_us`` (None: the Intel
+    default, ``PROXY_STEP_US_INTEL``) scaled as NCCL scales netOverhead, x2 on AMD hosts, x3 for Simple.
+
+    >>> round(proxy_step_s(protocol="Simple", cpu_vendor="amd", step_us=1.0) * 1e6, 6)
+    6.0
+    """
+    base = PROXY_STEP_US_INTEL if step_us is None else step_us
+    vendor = NET_OVERHEAD_US.get(cpu_vendor, 1.0) / NET_OVERHEAD_US["intel"]
+    return base * vendor * (3.0 if protocol == "Simple" else 1.0) * 1e-6
+
+
+def step_payload_bytes(protocol: str) -> int:
+    """Payload of one FIFO step (enqueue.cc calcCollChunking): LL 32 KiB, LL128 576,000 B, Simple 512 KiB."""
+    step = BUFFER_BYTES[protocol] // NCCL_STEPS
+    if protocol == "LL":
+        return step // 2
+    if protocol == "LL128":
+        return step // 16 * 15
+    return step
+
+
+def tree_chunk_bytes(*, protocol: str, nbytes: int, nchannels: int, nnodes: int, ppn: int) -> int:
+    """Chunk of a tree all_reduce (enqueue.cc calcCollChunking): one step; for LL128 halved while the
+    per-channel chunk count is below (1 + log2i(nNodes) + 0.1 ppn) x 64 / ppn (down to 128 KiB) and
+    x 16 / ppn (down to 32 KiB); rounded down to the protocol grain.
+
+    Worked number: 2 servers of 8 H100, 1 MiB on 32 tree channels: 576,000 -> 72,000 -> 18,000 B
+    (2.8 x 64 / 8 = 22.4 and 2.8 x 16 / 8 = 5.6 chunks a channel wanted), grain 1,920: 17,280 B.
+
+    >>> tree_chunk_bytes(protocol="LL128", nbytes=1 << 20, nchannels=32, nnodes=2, ppn=8)
+    17280
+    """
+    chunk = step_payload_bytes(protocol)
+    if protocol == "LL128":
+        nsteps = 1 + log2i(nnodes) + 0.1 * ppn
+        per_channel = max(nchannels, 1)
+        while nbytes // (per_channel * chunk) < nsteps * 64 / ppn and chunk > 131072:
+            chunk //= 2
+        while nbytes // (per_channel * chunk) < nsteps * 16 / ppn and chunk > 32768:
+            chunk //= 2
+    return chunk // GRAIN_BYTES[protocol] * GRAIN_BYTES[protocol]
+
+
+def ring_proxy_steps(*, kind_value: str, protocol: str, nbytes: int, nchannels: int, nranks: int) -> int:
+    """Network steps one ring connection posts for a collective (enqueue.cc: nstepsPerLoop x nLoops x
+    chunkSteps, one send per slice): per loop 2(n-1) steps for all_reduce, n-1 for all_gather and
+    reduce_scatter, 1 for broadcast and reduce; a loop moves channels x chunks-per-loop x chunk bytes.
+
+    >>> ring_proxy_steps(kind_value="all_gather", protocol="LL128", nbytes=2 << 20, nchannels=16, nranks=16)
+    15
+    """
+    if kind_value == "all_reduce":
+        per_loop, chunks = 2 * (nranks - 1), nranks
+    elif kind_value in ("broadcast", "reduce"):
+        per_loop, chunks = 1, 1
+    else:
+        per_loop, chunks = nranks - 1, nranks
+    slices = 1
+    chunk = step_payload_bytes(protocol)
+    if protocol == "Simple" and kind_value not in ("broadcast", "reduce"):
+        chunk *= RING_SIMPLE_CHUNK_STEPS
+        slices = RING_SIMPLE_CHUNK_STEPS // RING_SIMPLE_SLICE_STEPS
+    loops = max(1, -(-nbytes // (max(nchannels, 1) * chunks * chunk)))
+    return per_loop * loops * slices
+
+
 def ll_max_bw_bytes_per_s(*, arch: str, cpu_vendor: str, nnodes: int) -> float:
     row = arch if nnodes == 1 else cpu_vendor
     column = 0 if nnodes == 1 else (1 if nnodes == 2 else 2)

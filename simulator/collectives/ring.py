@@ -33,7 +33,14 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 from ..rates import equal_share_rates
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import AlgorithmDefaults, LoweringContext, lower_launched, piece_layout, protocol_schedule
+from .base import (
+    AlgorithmDefaults,
+    LoweringContext,
+    lower_launched,
+    piece_layout,
+    protocol_schedule,
+    proxy_busy_s,
+)
 
 
 class RingAlgorithm(AlgorithmDefaults):
@@ -150,6 +157,31 @@ class RingAlgorithm(AlgorithmDefaults):
         fill = np.minimum(nccl_model.SIMPLE_SLICE_BYTES, per_channel / steps)
         return fill
 
+    @staticmethod
+    def _proxy_s(
+        collective: Collective, ctx: LoweringContext, src: np.ndarray, dst: np.ndarray, protocol: str, nchannels: int
+    ) -> float:
+        """Work of the busiest network proxy (``base.proxy_busy_s``): every inter-server ring edge is a
+        connection posting ``nccl_model.ring_proxy_steps`` steps."""
+        if not ctx.net_proxy or ctx.layout(collective.group).nnodes < 2:
+            return 0.0
+        steps = nccl_model.ring_proxy_steps(
+            kind_value=collective.kind.value,
+            protocol=protocol,
+            nbytes=collective.nbytes,
+            nchannels=nchannels,
+            nranks=collective.nranks,
+        )
+        return proxy_busy_s(
+            ctx,
+            src,
+            dst,
+            np.full(src.shape[0], steps),
+            protocol=protocol,
+            cpu_vendor=ctx.layout(collective.group).cpu_vendor,
+            latency_covers="connection",
+        )
+
     def _rooted_order(self, collective: Collective, ring: tuple[int, ...]) -> tuple[int, ...]:
         root = collective.group[collective.root]
         i = ring.index(root)
@@ -238,6 +270,7 @@ class RingAlgorithm(AlgorithmDefaults):
             latency_s=latency,
             label=f"ring {collective.kind.value}",
             fill_bytes=self._fill(collective, nbytes, nedges, protocol)[channel] if n > 1 else None,
+            proxy_s=self._proxy_s(collective, ctx, cat(src), cat(dst), protocol, nchannels),
         )
         return protocol_schedule(
             collective,

@@ -28,7 +28,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import AlgorithmDefaults, LoweringContext, lower_launched, split_evenly
+from .base import AlgorithmDefaults, LoweringContext, lower_launched, proxy_busy_s, split_evenly
 from .nvls_tree import double_binary_tree, levels
 
 
@@ -101,6 +101,30 @@ class TreeAlgorithm(AlgorithmDefaults):
         hops = (layout.ppn - 1) * intra + nccl_model.log2i(layout.nnodes) * inter
         return (nccl_model.BASE_LATENCY_US["tree"][protocol] + 2 * hops) * 1e-6
 
+    def _proxy_s(
+        self,
+        collective: Collective,
+        ctx: LoweringContext,
+        src: np.ndarray,
+        dst: np.ndarray,
+        nbytes: np.ndarray,
+        protocol: str,
+        nchannels: int,
+    ) -> float:
+        """Work of the busiest network proxy (``base.proxy_busy_s``): every inter-server tree edge is a
+        connection posting one step per chunk of its chain (``nccl_model.tree_chunk_bytes``, NCCL's
+        channels being the 2 x ``nchannels`` (tree, channel) chains)."""
+        layout = ctx.layout(collective.group)
+        if not ctx.net_proxy or layout.nnodes < 2:
+            return 0.0
+        chunk = nccl_model.tree_chunk_bytes(
+            protocol=protocol, nbytes=collective.nbytes, nchannels=2 * nchannels, nnodes=layout.nnodes, ppn=layout.ppn
+        )
+        steps = np.maximum(1, -(-nbytes // max(chunk, 1)))
+        return proxy_busy_s(
+            ctx, src, dst, steps, protocol=protocol, cpu_vendor=layout.cpu_vendor, latency_covers="step"
+        )
+
     def _chain_cap(self, ctx: LoweringContext, collective: Collective, protocol: str, nchannels: int) -> float:
         """Payload-rate ceiling of one (tree, channel) chain from NCCL's per-channel tree limits.
 
@@ -141,6 +165,7 @@ class TreeAlgorithm(AlgorithmDefaults):
                 collective, ctx, protocol, hop_extra_us=ctx.layout(collective.group).hop_extra_us
             ),
             label="tree all_reduce",
+            proxy_s=self._proxy_s(collective, ctx, src, dst, count * elt, protocol, nchannels),
         )
         return Schedule(
             collective=collective,

@@ -63,6 +63,7 @@ def collective_times(
             flows = route(step, schedule)
             total += flows.latency_s
             if flows.counts.size == 0:  # no flow carries bytes
+                total += step.proxy_s
                 continue
             links, weights, counts, wire = flows.links, flows.link_weights, flows.counts, flows.wire_bytes
             rates = network.batch_rates(links, weights, counts, flows.caps_bytes_per_s)
@@ -71,7 +72,7 @@ def collective_times(
                 raise RuntimeError(
                     f"closed-form replay: a flow of {schedule.algorithm} has zero rate; the network cannot finish it"
                 )
-            total += float(np.max((wire + flows.fill_bytes) / rates))
+            total += max(float(np.max((wire + flows.fill_bytes) / rates)), step.proxy_s)
             moved_links.append(links)
             moved_bytes.append(np.repeat(wire * uses[key], counts) * weights)
         timed[key] = total

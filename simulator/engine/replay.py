@@ -112,6 +112,7 @@ def run(
             yield env.timeout(launch_overhead_s)
         for step in schedule.steps:
             flows = route(step, schedule)
+            begin_s = env.now
             yield fabric.transfer(
                 flows.links,
                 flows.link_weights,
@@ -122,6 +123,10 @@ def run(
                 fill_bytes=flows.fill_bytes,
                 rebuild=partial(rerouted, step, schedule) if link_events else None,
             )
+            # the busiest network proxy thread still serving the step's last chunks (Step.proxy_s)
+            wait_s = begin_s + flows.latency_s + step.proxy_s - env.now
+            if step.proxy_s > 0 and wait_s > 0:
+                yield env.timeout(wait_s)
         meeting.end_s = env.now
         meeting.done.succeed()
 

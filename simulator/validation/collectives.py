@@ -466,8 +466,11 @@ def measured_time_us(row: dict[str, str], factor: float) -> float:
     return int(row["size_bytes"]) / (algbw * 1e9) * 1e6
 
 
-def compare(series: Series, *, net_model: str = "flow") -> list[Comparison]:
-    """Simulate every row of ``series`` with the measurement's settings."""
+def compare(
+    series: Series, *, net_model: str = "flow", net_proxy: bool = True, proxy_step_us: float | None = None
+) -> list[Comparison]:
+    """Simulate every row of ``series`` with the measurement's settings (``net_proxy``, ``proxy_step_us``:
+    SimConfig's network proxy model, for its ablation and its fit)."""
     groups: dict[tuple, list[dict[str, str]]] = {}
     first_line: dict[tuple, int] = {}
     for line, row in _rows(series):
@@ -477,6 +480,8 @@ def compare(series: Series, *, net_model: str = "flow") -> list[Comparison]:
     out = []
     config = SimConfig(
         network_model=net_model,
+        net_proxy=net_proxy,
+        proxy_step_us=proxy_step_us,
         collectives=CollectivePolicy(
             algorithm=series.algorithm,
             protocol=series.protocol,
@@ -625,6 +630,8 @@ def run_validation(
     *,
     net_model: str = "flow",
     progress: Callable[[str], None] | None = None,
+    net_proxy: bool = True,
+    proxy_step_us: float | None = None,
 ) -> tuple[SeriesReport, ...]:
     """Replay each series (all of ``SERIES`` by default) and compare it with its measurement; ``progress`` (if
     given) is told which table is being replayed ("3/22 H100 ...")."""
@@ -633,7 +640,8 @@ def run_validation(
     for i, s in enumerate(chosen, start=1):
         if progress is not None:
             progress(f"{i}/{len(chosen)} {s.name}")
-        reports.append(SeriesReport(series=s, comparisons=tuple(compare(s, net_model=net_model))))
+        comparisons = compare(s, net_model=net_model, net_proxy=net_proxy, proxy_step_us=proxy_step_us)
+        reports.append(SeriesReport(series=s, comparisons=tuple(comparisons)))
     return tuple(reports)
 
 

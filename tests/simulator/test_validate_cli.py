@@ -50,10 +50,11 @@ def simulate_each_series_once():
     original = validation.compare
     cache = {}
 
-    def compare_once(series, *, net_model="flow"):
-        if (series, net_model) not in cache:
-            cache[series, net_model] = original(series, net_model=net_model)
-        return list(cache[series, net_model])
+    def compare_once(series, *, net_model="flow", **options):
+        key = (series, net_model, tuple(sorted(options.items())))
+        if key not in cache:
+            cache[key] = original(series, net_model=net_model, **options)
+        return list(cache[key])
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(validation, "compare", compare_once)
