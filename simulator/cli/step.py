@@ -202,6 +202,11 @@ def run(args) -> str:
             f"# trace of {which} ({written} events) written to {s['trace']} "
             "(open it in https://ui.perfetto.dev or chrome://tracing)\n"
         )
+        if s["net_model"] != "flow":
+            trace_note += (
+                f"# no link-tier counters in the trace: the {s['net_model']} network model keeps no timeline of "
+                "link rates (--net-model flow does)\n"
+            )
         if trace_ranks != "replica" and any(note.startswith("symmetric replicas") for note in result.notes):
             trace_note += (
                 "# the step simulated data-parallel replica 0 for every replica: other ranks hold only the "

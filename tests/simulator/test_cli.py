@@ -417,6 +417,10 @@ def test_step_trace_holds_one_replica_by_default_and_gzips(capsys, tmp_path):
     for bad in ("16", "5-4", "x"):
         code, out, err = run(capsys, "step", *SMALL_STEP, "--trace", str(some), "--trace-ranks", bad)
         assert code == 2 and err.startswith("fabricsim: error: trace_ranks:") and err.count("\n") == 1
+    # the analytical model keeps no timeline of link rates: no counter track, and the output says so
+    code, out, err = run(capsys, "step", *SMALL_STEP, "--trace", str(some), "--net-model", "analytical")
+    assert code == 0 and not any(e["ph"] == "C" for e in json.loads(some.read_text())["traceEvents"])
+    assert "# no link-tier counters in the trace: the analytical network model" in out
 
 
 def test_long_commands_show_their_stage_on_a_terminal_only(capsys, monkeypatch):
