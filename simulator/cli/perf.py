@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ def add_parser(sub) -> None:
         action="store_true",
         help="also: the `fabricsim step` commands users type at scale (default step, Llama-3 405B on 16,384 H100 "
         "with 1F1B, interleaved and sequence parallelism, CP 16, DeepSeek-V3-like EP 64 on 2,048 GPUs, 405B on "
-        "98,304 H100), each in its own process: wall time, its own peak RSS, what it reported",
+        "98,304 H100, a Llama-3 70B trace on 256 and 16,384 H100), each in its own process: wall time, its own "
+        "peak RSS, what it reported, the trace's size",
     )
     perf.add_argument(
         "--step",
@@ -121,6 +123,18 @@ COMMANDS = (
         600,
     ),
     ("405B, 98,304 H100, 1F1B", f"{_405B} --nodes 12288 --seq-len 8192 --global-batch 3072", 900),
+    # a step's Perfetto trace ({trace}: a file in a temporary folder, whose size is reported)
+    (
+        "70B trace, 256 H100",
+        "--model llama3-70b --nodes 32 --tp 8 --pp 4 --seq-len 8192 --global-batch 256 --trace {trace}",
+        600,
+    ),
+    (
+        "70B trace, 16,384 H100",
+        "--model llama3-70b --nodes 2048 --topology fat-tree --tp 8 --pp 4 --seq-len 8192 --global-batch 2048 "
+        "--trace {trace}",
+        600,
+    ),
 )
 
 
@@ -137,10 +151,14 @@ def _perf_commands(progress) -> list[str]:
     import json
     import subprocess
     import sys
+    import tempfile
 
     lines = []
+    folder = tempfile.TemporaryDirectory(prefix="fabricsim-perf-")
+    trace = Path(folder.name) / "trace.json"
     for name, arguments, limit in COMMANDS:
         progress(f"fabricsim step: {name}")
+        arguments = arguments.replace("{trace}", str(trace))
         argv = [sys.executable, "-c", _MEASURED, "step", *arguments.split(), "--format", "json", "--quiet"]
         start = time.perf_counter()
         child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -165,7 +183,9 @@ def _perf_commands(progress) -> list[str]:
             f"{name}: {wall:.1f} s wall, peak RSS {rss:.2f} GiB; step {result['step_time_s']:.3f} s, "
             f"{result['tflops_per_gpu']:.0f} TFLOP/s per GPU; reductions: {used}"
             + (" (approximate)" if result["approximate"] else "")
+            + (f"; trace {trace.stat().st_size / 1e6:.1f} MB" if str(trace) in arguments else "")
         )
+    folder.cleanup()
     return lines
 
 

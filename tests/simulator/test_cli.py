@@ -480,13 +480,19 @@ def test_perf_commands_run_each_step_in_its_own_process(capsys, monkeypatch):
     monkeypatch.setattr("simulator.network.perf.bench_maxmin", bench_maxmin)
     monkeypatch.setattr("simulator.studies.nccl_tests.run_bench", lambda *a, **kw: [])
     small = " ".join(SMALL_STEP)
-    commands = (("small", small, 300), ("refused", "--nodes 0", 300), ("too slow", small, 0.01))
+    commands = (
+        ("small", small, 300),
+        ("refused", "--nodes 0", 300),
+        ("too slow", small, 0.01),
+        ("traced", f"{small} --trace {{trace}}", 300),
+    )
     monkeypatch.setattr("simulator.cli.perf.COMMANDS", commands)
     assert main(["perf", "--quick", "--commands"]) == 0
     out = capsys.readouterr().out.splitlines()[2:]
     expected = json.loads(run(capsys, "step", *SMALL_STEP, "--format", "json")[1])
     assert out[0].startswith("small: ") and "s wall, peak RSS " in out[0]
     assert f"; step {expected['step_time_s']:.3f} s" in out[0]
+    assert out[3].startswith("traced: ") and out[3].endswith(" MB") and "; trace " in out[3]
     assert (
         out[1]
         == "refused: failed (fabricsim: error: argument --nodes: nodes: '0' is not allowed; expected an integer >= 1)"
