@@ -61,6 +61,12 @@ def add_parser(sub) -> None:
         "protocol and channels, and the signed error t_pred / t_meas - 1 (error, error_pct)",
     )
     validate.add_argument(
+        "--cross",
+        action="store_true",
+        help="instead: fit again each constant that was fitted on the shipped tables, leaving one table out at a "
+        "time (held-out errors, and the constants whose value moves between folds); about two minutes",
+    )
+    validate.add_argument(
         "--plot",
         default=None,
         metavar="DIR",
@@ -89,8 +95,34 @@ def write_rows(reports, path: str) -> int:
     return sum(len(r.comparisons) for r in reports)
 
 
+def _cross(args) -> str:
+    import json
+
+    from simulator.validation.collectives import select_series
+    from simulator.validation.cross import cross_validate, format_cross
+
+    given = [flag for flag, value in (("--data", args.data), ("--rows", args.rows), ("--plot", args.plot)) if value]
+    if given or args.net_model != "flow":
+        flag = given[0] if given else "--net-model"
+        raise ValueError(
+            f"cross: {flag} is not allowed with --cross, which refits on the shipped tables with the flow model; "
+            "expected --cross with --series and --format only"
+        )
+    if args.format == "csv":
+        raise ValueError("format: 'csv' is not allowed with --cross; expected table or json")
+    series = select_series(args.series)
+    with progress_display("fabricsim validate --cross", quiet=bool(args.quiet)) as progress:
+        reports = cross_validate(series=series, progress=progress)
+    if args.format == "json":
+        return json.dumps([r.as_dict() for r in reports], indent=1, allow_nan=False) + "\n"
+    return format_cross(reports)
+
+
 def run(args) -> str:
     from simulator.validation.collectives import Series, data_series, format_report, run_validation, select_series
+
+    if args.cross:
+        return _cross(args)
 
     described = [
         flag

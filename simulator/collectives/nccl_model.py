@@ -317,7 +317,7 @@ def ring_latency_s(
 # 2 us on AMD, x3 for Simple (tuning.cc, getNetOverhead), the floor of each multi-node ring step.
 
 #: host-side cost of one network step on one connection, Intel host, LL and LL128 (us). Fitted once
-#: over every shipped multi-node nccl-tests table (python -m simulator.validation.proxy_fit); the
+#: over every shipped multi-node nccl-tests table (fabricsim validate --cross); the
 #: AMD figure and Simple's x3 keep NCCL's netOverhead ratios.
 PROXY_STEP_US_INTEL = 1.25
 
