@@ -133,7 +133,7 @@ def comparison_figure(comparison: Any) -> Figure:
     from matplotlib.figure import Figure
 
     workloads = comparison.workloads
-    fig = Figure(figsize=(5.2 * (len(workloads) + 1), 4.6))
+    fig = Figure(figsize=(5.2 * (len(workloads) + 1), 5.4))
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(workloads) + 1, squeeze=False)[0]
     designs = list(comparison.designs)
@@ -158,7 +158,7 @@ def comparison_figure(comparison: Any) -> Figure:
         ax.set_title(workload)
         ax.set_xticks(x, labels, fontsize=8)
         ax.set_xlabel("design")
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
     hardware = comparison.hardware.loc[designs]
     ax = axes[-1]
     ax.bar([i - 0.2 for i in x], hardware["capex USD"] / 1e6, 0.4, color="tab:gray", label="capex (million USD)")
@@ -170,7 +170,8 @@ def comparison_figure(comparison: Any) -> Figure:
     ax.set_xticks(x, labels, fontsize=8)
     ax.set_xlabel("design")
     handles = ax.get_legend_handles_labels()[0] + power.get_legend_handles_labels()[0]
-    power.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="lower right", framealpha=1.0)
+    labels = [h.get_label() for h in handles]
+    ax.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
     fig.tight_layout()
     return fig
 
