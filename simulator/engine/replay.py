@@ -130,14 +130,23 @@ def run(
         meeting.end_s = env.now
         meeting.done.succeed()
 
-    def stream_process(rank: int, positions: list[int], done: list[simpy.Event]) -> _Process:
+    def stream_process(
+        rank: int, positions: list[int], finished: list[bool], awaited: dict[int, simpy.Event]
+    ) -> _Process:
         program = workload.programs[rank]
         times = task_times.get(rank)
         for position in positions:
             task = program[position]
-            waits = [done[a] for a in task.after if not done[a].triggered]
-            if waits:
-                yield waits[0] if len(waits) == 1 else env.all_of(waits)
+            if task.after:
+                waits = []
+                for a in task.after:
+                    if not finished[a]:
+                        event = awaited.get(a)
+                        if event is None:
+                            event = awaited[a] = env.event()
+                        waits.append(event)
+                if waits:
+                    yield waits[0] if len(waits) == 1 else env.all_of(waits)
             if times is not None:
                 times[position, 0] = env.now
             if isinstance(task, ComputeTask):
@@ -149,19 +158,26 @@ def run(
                 if meeting.waiting == 0:
                     env.process(execute(task.index))
                 yield meeting.done
-            done[position].succeed()
+            finished[position] = True
+            waited = awaited.pop(position, None)
+            if waited is not None:
+                waited.succeed()
             if times is not None:
                 times[position, 1] = env.now
             rank_end[rank] = max(rank_end[rank], env.now)
 
     for rank in range(workload.nranks):
         program = workload.programs[rank]
-        done = [env.event() for _ in program]
+        # a task's end is an event only once another stream waits for it: one that nobody awaits would be
+        # scheduled and processed for nothing (events are ordered by (time, priority, id), so leaving them out
+        # keeps the order of every other)
+        finished = [False] * len(program)
+        awaited: dict[int, simpy.Event] = {}
         streams: dict[int, list[int]] = {}
         for position, task in enumerate(program):
             streams.setdefault(task.stream, []).append(position)
         for stream in sorted(streams):
-            env.process(stream_process(rank, streams[stream], done))
+            env.process(stream_process(rank, streams[stream], finished, awaited))
     env.run()
     unfinished = [i for i, m in enumerate(meetings) if not m.done.triggered]
     if unfinished:
