@@ -16,6 +16,7 @@ Bad input prints one line on stderr (``fabricsim: error: ...``) and exits with s
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 
 from . import bench, calibrate, compare, perf, step, sweep, systems, topo, validate
@@ -43,7 +44,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The cyclic garbage collector's thresholds while a command runs. A step builds a few 10^5 objects that live
+# until it ends (tasks, collectives, per-collective SimPy events) and allocates millions that die young; with
+# Python's default thresholds (700, 10, 10) the collector walks the long-lived ones again and again, which was
+# a quarter of the default step's time. Collecting after 50,000 net allocations instead of 700 keeps the few
+# cycles a command makes from piling up while sparing it most of the walks.
+GC_THRESHOLDS = (50_000, 20, 20)
+
+
 def main(argv: list[str] | None = None) -> int:
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        return _main(argv)
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
