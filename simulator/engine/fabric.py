@@ -112,11 +112,10 @@ class Fabric:
         self._advance_to_now()
         if tid in self._rebuild and not self.network.capacity_bytes_per_s[links].all():
             links, weights, counts = self._rebuild[tid]()  # a link failed while this transfer waited its latency
-        ids = self.network.add(links, weights, counts, wire_bytes, caps, fill)
+        ids = self.network.add(links, weights, counts, wire_bytes, caps, fill).tolist()
         self._outstanding[tid] = len(ids)
-        self._flows_of[tid] = ids.tolist()
-        for fid in ids.tolist():
-            self._flow_transfer[fid] = tid
+        self._flows_of[tid] = ids
+        self._flow_transfer.update(dict.fromkeys(ids, tid))
         self._request_settle()
 
     # ---- link events -------------------------------------------------------------------------

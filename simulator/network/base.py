@@ -233,7 +233,7 @@ class FluidNetwork:
         moving = self.active & (rate > 0)
         if not moving.any():
             return np.inf
-        return float(np.min(self.remaining[moving] / rate[moving]))
+        return float((self.remaining[moving] / rate[moving]).min())
 
     def advance(self, dt_s: float) -> np.ndarray:
         """Drain ``dt_s`` seconds at current rates; return the ids of flows that finished."""
@@ -294,7 +294,7 @@ class FluidNetwork:
 
     def _compact(self) -> None:
         """Drop finished flows' slots once they are most of the storage."""
-        if self.active.shape[0] < self.COMPACT_MIN_SLOTS or self.active.sum() * 2 > self.active.shape[0]:
+        if self._n < self.COMPACT_MIN_SLOTS or self.active.sum() * 2 > self._n:
             return
         keep = np.flatnonzero(self.active)
         entries = entries_of(self.flow_ptr, keep)
