@@ -155,11 +155,14 @@ class Fabric:
         self._request_settle()
 
     def _finish(self, finished: np.ndarray) -> None:
+        flow_transfer, outstanding = self._flow_transfer, self._outstanding
         for fid in finished.tolist():
-            tid = self._flow_transfer.pop(fid)
-            self._outstanding[tid] -= 1
-            if self._outstanding[tid] == 0:
-                del self._outstanding[tid]
+            tid = flow_transfer.pop(fid)
+            left = outstanding[tid] - 1
+            if left:
+                outstanding[tid] = left
+            else:
+                del outstanding[tid]
                 self._flows_of.pop(tid, None)
                 self._rebuild.pop(tid, None)
                 self._done_events.pop(tid).succeed()
