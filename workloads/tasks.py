@@ -150,7 +150,7 @@ class Workload:
         """Check the tasks of program ``rank``; returns the indices of its collectives, in program order."""
         joined: dict[int, None] = {}
         for position, task in enumerate(program):
-            if any(a >= position for a in task.after):
+            if task.after and max(task.after) >= position:
                 raise ValueError(
                     f"Workload.programs[{rank}][{position}].after: {task.after} names a task that is "
                     f"not earlier in the program; expected indices < {position}"

@@ -112,11 +112,10 @@ class Fabric:
         self._advance_to_now()
         if tid in self._rebuild and not self.network.capacity_bytes_per_s[links].all():
             links, weights, counts = self._rebuild[tid]()  # a link failed while this transfer waited its latency
-        ids = self.network.add(links, weights, counts, wire_bytes, caps, fill)
+        ids = self.network.add(links, weights, counts, wire_bytes, caps, fill).tolist()
         self._outstanding[tid] = len(ids)
-        self._flows_of[tid] = ids.tolist()
-        for fid in ids.tolist():
-            self._flow_transfer[fid] = tid
+        self._flows_of[tid] = ids
+        self._flow_transfer.update(dict.fromkeys(ids, tid))
         self._request_settle()
 
     # ---- link events -------------------------------------------------------------------------
@@ -156,11 +155,14 @@ class Fabric:
         self._request_settle()
 
     def _finish(self, finished: np.ndarray) -> None:
+        flow_transfer, outstanding = self._flow_transfer, self._outstanding
         for fid in finished.tolist():
-            tid = self._flow_transfer.pop(fid)
-            self._outstanding[tid] -= 1
-            if self._outstanding[tid] == 0:
-                del self._outstanding[tid]
+            tid = flow_transfer.pop(fid)
+            left = outstanding[tid] - 1
+            if left:
+                outstanding[tid] = left
+            else:
+                del outstanding[tid]
                 self._flows_of.pop(tid, None)
                 self._rebuild.pop(tid, None)
                 self._done_events.pop(tid).succeed()

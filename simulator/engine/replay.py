@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import simpy
+from simpy.events import URGENT
 
 from workloads.tasks import CommTask, ComputeTask, Workload
 
@@ -50,6 +51,72 @@ class _Rendezvous:
     done: simpy.Event
     start_s: float = 0.0
     end_s: float = 0.0
+
+
+class _Collectives:
+    """Runs each collective once its group has arrived: the launch overhead, then each step's transfer, each step
+    started by the end of the one before. Callbacks on the events it waits for, not a SimPy process: they run when
+    a process would resume, without the process's start-up and its end event, which nobody awaits."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        fabric: Fabric,
+        meetings: list[_Rendezvous],
+        schedules: list[Schedule],
+        route: Route,
+        launch_overhead_s: float,
+        rerouted: Callable[[Step, Schedule], tuple[np.ndarray, np.ndarray, np.ndarray]] | None,
+    ):
+        self.env, self.fabric, self.meetings, self.schedules = env, fabric, meetings, schedules
+        self.route, self.launch_overhead_s, self.rerouted = route, launch_overhead_s, rerouted
+
+    def start(self, index: int) -> None:
+        """Collective ``index`` starts once the events already due now have run, as a new SimPy process would:
+        an urgent event at the current time."""
+        event = simpy.Event(self.env)
+        event._ok = True
+        event._value = None
+        event.callbacks.append(partial(self._execute, index))
+        self.env.schedule(event, priority=URGENT)
+
+    def _execute(self, index: int, _started: simpy.Event) -> None:
+        self.meetings[index].start_s = self.env.now
+        if self.launch_overhead_s > 0:
+            self.env.timeout(self.launch_overhead_s).callbacks.append(partial(self._step, index, 0))
+        else:
+            self._step(index, 0)
+
+    def _step(self, index: int, k: int, _previous: simpy.Event | None = None) -> None:
+        """Step ``k`` of collective ``index``'s schedule transfers its flows; its end runs step ``k + 1``."""
+        schedule = self.schedules[index]
+        if k == len(schedule.steps):
+            meeting = self.meetings[index]
+            meeting.end_s = self.env.now
+            meeting.done.succeed()
+            return
+        step = schedule.steps[k]
+        flows = self.route(step, schedule)
+        self.fabric.transfer(
+            flows.links,
+            flows.link_weights,
+            flows.counts,
+            flows.wire_bytes,
+            flows.caps_bytes_per_s,
+            flows.latency_s,
+            fill_bytes=flows.fill_bytes,
+            rebuild=None if self.rerouted is None else partial(self.rerouted, step, schedule),
+        ).callbacks.append(partial(self._transferred, index, k, self.env.now, flows.latency_s))
+
+    def _transferred(self, index: int, k: int, begin_s: float, latency_s: float, _transfer: simpy.Event) -> None:
+        """Step ``k``'s flows have arrived; the busiest network proxy thread may still be serving its last chunks
+        (Step.proxy_s): step ``k + 1`` runs when it is done."""
+        proxy_s = self.schedules[index].steps[k].proxy_s
+        wait_s = begin_s + latency_s + proxy_s - self.env.now
+        if proxy_s > 0 and wait_s > 0:
+            self.env.timeout(wait_s).callbacks.append(partial(self._step, index, k + 1))
+        else:
+            self._step(index, k + 1)
 
 
 def run(
@@ -103,41 +170,27 @@ def run(
 
     for event in sorted(link_events, key=lambda e: (e.time_s, e.link)):
         env.process(link_event(event))
+    collectives = _Collectives(
+        env, fabric, meetings, schedules, route, launch_overhead_s, rerouted if link_events else None
+    )
 
-    def execute(index: int) -> _Process:
-        meeting = meetings[index]
-        meeting.start_s = env.now
-        schedule = schedules[index]
-        if launch_overhead_s > 0:
-            yield env.timeout(launch_overhead_s)
-        for step in schedule.steps:
-            flows = route(step, schedule)
-            begin_s = env.now
-            yield fabric.transfer(
-                flows.links,
-                flows.link_weights,
-                flows.counts,
-                flows.wire_bytes,
-                flows.caps_bytes_per_s,
-                flows.latency_s,
-                fill_bytes=flows.fill_bytes,
-                rebuild=partial(rerouted, step, schedule) if link_events else None,
-            )
-            # the busiest network proxy thread still serving the step's last chunks (Step.proxy_s)
-            wait_s = begin_s + flows.latency_s + step.proxy_s - env.now
-            if step.proxy_s > 0 and wait_s > 0:
-                yield env.timeout(wait_s)
-        meeting.end_s = env.now
-        meeting.done.succeed()
-
-    def stream_process(rank: int, positions: list[int], done: list[simpy.Event]) -> _Process:
+    def stream_process(
+        rank: int, positions: list[int], finished: list[bool], awaited: dict[int, simpy.Event]
+    ) -> _Process:
         program = workload.programs[rank]
         times = task_times.get(rank)
         for position in positions:
             task = program[position]
-            waits = [done[a] for a in task.after if not done[a].triggered]
-            if waits:
-                yield waits[0] if len(waits) == 1 else env.all_of(waits)
+            if task.after:
+                waits = []
+                for a in task.after:
+                    if not finished[a]:
+                        event = awaited.get(a)
+                        if event is None:
+                            event = awaited[a] = env.event()
+                        waits.append(event)
+                if waits:
+                    yield waits[0] if len(waits) == 1 else env.all_of(waits)
             if times is not None:
                 times[position, 0] = env.now
             if isinstance(task, ComputeTask):
@@ -147,21 +200,28 @@ def run(
                 meeting = meetings[task.index]
                 meeting.waiting -= 1
                 if meeting.waiting == 0:
-                    env.process(execute(task.index))
+                    collectives.start(task.index)
                 yield meeting.done
-            done[position].succeed()
+            finished[position] = True
+            waited = awaited.pop(position, None)
+            if waited is not None:
+                waited.succeed()
             if times is not None:
                 times[position, 1] = env.now
             rank_end[rank] = max(rank_end[rank], env.now)
 
     for rank in range(workload.nranks):
         program = workload.programs[rank]
-        done = [env.event() for _ in program]
+        # a task's end is an event only once another stream waits for it: one that nobody awaits would be
+        # scheduled and processed for nothing (events are ordered by (time, priority, id), so leaving them out
+        # keeps the order of every other)
+        finished = [False] * len(program)
+        awaited: dict[int, simpy.Event] = {}
         streams: dict[int, list[int]] = {}
         for position, task in enumerate(program):
             streams.setdefault(task.stream, []).append(position)
         for stream in sorted(streams):
-            env.process(stream_process(rank, streams[stream], done))
+            env.process(stream_process(rank, streams[stream], finished, awaited))
     env.run()
     unfinished = [i for i, m in enumerate(meetings) if not m.done.triggered]
     if unfinished:

@@ -150,20 +150,29 @@ class FluidNetwork:
         """Flows start now: flow i crosses the ``counts[i]`` consecutive entries of ``links`` with the
         ``weights`` of those entries. ``fill_bytes`` (optional, per flow) is pipeline start-up: drained at
         the flow's rate before its data, but not data (not counted in ``link_bytes``)."""
+        # (a few thousand flows at most per call, a call per transfer: array methods and slices, which cost
+        # less per call than numpy's module functions)
         self._compact()
-        n = len(counts)
+        counts = np.asarray(counts)
+        n = counts.shape[0]
         total = len(links)
         n0, m0 = self._n, self._m
         self._reserve(n0 + n, m0 + total)
-        self._ptr[n0 + 1 : n0 + n + 1] = m0 + np.cumsum(counts)
+        ends = self._ptr[n0 + 1 : n0 + n + 1]
+        counts.cumsum(out=ends)
+        ends += m0
         self._links[m0 : m0 + total] = links
         self._weights[m0 : m0 + total] = weights
-        fill = np.zeros(n) if fill_bytes is None else np.asarray(fill_bytes, dtype=np.float64)
         new_ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
         slots = self._slots
         slots["data"][n0 : n0 + n] = wire_bytes
-        slots["remaining"][n0 : n0 + n] = np.asarray(wire_bytes, dtype=np.float64) + fill
-        slots["fill"][n0 : n0 + n] = fill
+        remaining, fill = slots["remaining"][n0 : n0 + n], slots["fill"][n0 : n0 + n]
+        if fill_bytes is None:
+            remaining[:] = wire_bytes
+            fill[:] = 0.0
+        else:
+            fill[:] = fill_bytes
+            np.add(np.asarray(wire_bytes, dtype=np.float64), fill, out=remaining)
         slots["rate"][n0 : n0 + n] = 0.0
         slots["cap"][n0 : n0 + n] = caps_bytes_per_s
         slots["active"][n0 : n0 + n] = True
@@ -173,7 +182,7 @@ class FluidNetwork:
         self._next_id += n
         self._nbatches += 1
         self._dirty = True
-        self._added(n0, n, m0, total)
+        self._added(n0, counts, m0, total)
         return new_ids
 
     def set_link_scale(self, link: int, scale: float) -> None:
@@ -224,7 +233,7 @@ class FluidNetwork:
         moving = self.active & (rate > 0)
         if not moving.any():
             return np.inf
-        return float(np.min(self.remaining[moving] / rate[moving]))
+        return float((self.remaining[moving] / rate[moving]).min())
 
     def advance(self, dt_s: float) -> np.ndarray:
         """Drain ``dt_s`` seconds at current rates; return the ids of flows that finished."""
@@ -270,8 +279,9 @@ class FluidNetwork:
         raise NotImplementedError
 
     # what a model that re-rates only what a change reaches (``flow``) keeps track of; nothing by default
-    def _added(self, n0: int, n: int, m0: int, total: int) -> None:
-        """Flows in slots ``n0`` .. ``n0 + n - 1`` (entries ``m0`` .. ``m0 + total - 1``) have started."""
+    def _added(self, n0: int, counts: np.ndarray, m0: int, total: int) -> None:
+        """Flows in slots ``n0`` .. ``n0 + len(counts) - 1`` (entries ``m0`` .. ``m0 + total - 1``, ``counts[i]``
+        of them flow ``n0 + i``'s) have started."""
 
     def _ended(self, entries: np.ndarray, links: np.ndarray) -> None:
         """The flows owning ``entries`` (on ``links``) have ended or moved to new paths."""
@@ -284,7 +294,7 @@ class FluidNetwork:
 
     def _compact(self) -> None:
         """Drop finished flows' slots once they are most of the storage."""
-        if self.active.shape[0] < self.COMPACT_MIN_SLOTS or self.active.sum() * 2 > self.active.shape[0]:
+        if self._n < self.COMPACT_MIN_SLOTS or self.active.sum() * 2 > self._n:
             return
         keep = np.flatnonzero(self.active)
         entries = entries_of(self.flow_ptr, keep)

@@ -47,9 +47,10 @@ class FlowNetwork(FluidNetwork):
         self._giants = 0  # walks in a row that found most of the network connected
         self._touched: list[np.ndarray] = []  # links changed since the last re-rating
 
-    def _added(self, n0: int, n: int, m0: int, total: int) -> None:
+    def _added(self, n0: int, counts: np.ndarray, m0: int, total: int) -> None:
         if not self.incremental:
             return
+        n = counts.shape[0]
         if self._entry_next.shape[0] < self._links.shape[0]:  # the entry buffers grew: so do the lists'
             size = self._links.shape[0]
             for name in ("_entry_next", "_entry_prev", "_entry_flow"):
@@ -61,10 +62,8 @@ class FlowNetwork(FluidNetwork):
             stamps = np.zeros(size, dtype=np.int64)
             stamps[: self._flow_stamp.shape[0]] = self._flow_stamp
             self._flow_stamp, self._reached = stamps, np.empty(size, dtype=np.int64)
-        ptr = self._ptr
-        counts = np.diff(ptr[n0 : n0 + n + 1])
-        self._entry_flow[m0 : m0 + total] = np.repeat(np.arange(n0, n0 + n), counts)
-        if not counts.all():  # a flow on no link shares nothing and no walk reaches it: its rate is its cap
+        self._entry_flow[m0 : m0 + total] = np.arange(n0, n0 + n).repeat(counts)
+        if np.count_nonzero(counts) < n:  # a flow on no link shares nothing and no walk reaches it: its rate is its cap
             rate, cap = self._slots["rate"][n0 : n0 + n], self._slots["cap"][n0 : n0 + n]
             rate[counts == 0] = cap[counts == 0]
         link_insert(self._link_head, self._entry_next, self._entry_prev, self._links, m0, m0 + total)

@@ -92,6 +92,7 @@ class _Builder:
         self.names: list[str] = []
         self.weights: list[int] = []
         self.keys: dict[Hashable, int] = {}
+        self._simple: dict[tuple, Collective] = {}  # see _simple_collective
         self.seq = spec.seq(model)
         # activations and weights (parameter all-gathers) share the model's element type
         self.act_dtype = {1: "fp8", 2: ACT_DTYPE[spec.dtype], 4: "float32"}[model.dtype_bytes]
@@ -190,13 +191,9 @@ class _Builder:
                     f"training_step.part: {self.part!r} builds a collective ({name}) with rank "
                     f"{missing[0]}, which is not built; expected part='all'"
                 )
-            coll = Collective(
-                kind=coll.kind,
-                nbytes=coll.nbytes,
-                group=tuple(self.local[r] for r in coll.group),
-                dtype=coll.dtype,
-                splits=coll.splits,
-            )
+            group = tuple(self.local[r] for r in coll.group)
+            if group != coll.group:  # in the workload's ranks (the same when every rank is built)
+                coll = Collective(kind=coll.kind, nbytes=coll.nbytes, group=group, dtype=coll.dtype, splits=coll.splits)
             index = len(self.collectives)
             self.collectives.append(coll)
             self.kinds.append(kind)
@@ -216,9 +213,16 @@ class _Builder:
         name: str,
         weight: int = 1,
     ) -> int:
-        return self.collective(
-            key, lambda: Collective(kind=kind, nbytes=nbytes, group=group, dtype=dtype), tag, name, weight
-        )
+        return self.collective(key, lambda: self._simple_collective(kind, nbytes, group, dtype), tag, name, weight)
+
+    def _simple_collective(self, kind: CollectiveKind, nbytes: int, group: tuple[int, ...], dtype: str) -> Collective:
+        """One Collective object per distinct (kind, bytes, group, dtype), built and checked once: a tensor-parallel
+        all-reduce repeats per layer and micro-batch, each time under a key of its own."""
+        spec = (kind, nbytes, group, dtype)
+        coll = self._simple.get(spec)
+        if coll is None:
+            coll = self._simple[spec] = Collective(kind=kind, nbytes=nbytes, group=group, dtype=dtype)
+        return coll
 
     # ---- compute tasks ------------------------------------------------------------------------------
     def chunk_layers(self, v: int) -> range:

@@ -47,6 +47,7 @@ class TensorParallel:
     def __init__(self, b: _Builder) -> None:
         self.b = b
         self._sizes: dict[str, tuple[CommSize, ...]] = {}
+        self._layer: dict[str, tuple[tuple[CommSize, str], ...]] = {}  # see layer_collectives
 
     def sizes(self, phase: str) -> tuple[CommSize, ...]:
         """One layer's collectives in ``phase`` (``ModelSpec.tp_collectives_per_layer``; empty for t = 1)."""
@@ -64,6 +65,15 @@ class TensorParallel:
                 recompute=b.recompute,
             )
         return self._sizes[phase]
+
+    def layer_collectives(self, phase: str) -> tuple[tuple[CommSize, str], ...]:
+        """One layer's collectives in ``phase`` in execution order (:func:`_interleave`), each with the name of its
+        task (computed once per phase)."""
+        if phase not in self._layer:
+            self._layer[phase] = tuple(
+                (size, f"tp {size.kind.value.replace('_', '')}") for size in _interleave(self.sizes(phase))
+            )
+        return self._layer[phase]
 
     def emit(self, rp: _RankProgram, layers: list[int], phase: str, key: Hashable, label: str, merge: bool) -> None:
         """The collectives after the compute of ``layers`` (one pass), on ``rp``'s compute stream."""
@@ -88,7 +98,7 @@ class TensorParallel:
                 rp.prog.add_comm(ti, f"tp {kind.value.replace('_', '')}")
         else:
             for layer in layers:
-                for j, size in enumerate(_interleave(sizes)):
+                for j, (size, task_name) in enumerate(self.layer_collectives(phase)):
                     ti = b.simple(
                         ("tp", key, layer, j, tp_group),
                         size.kind,
@@ -98,4 +108,4 @@ class TensorParallel:
                         "tp",
                         f"tp {size.name} layer{layer} {label}",
                     )
-                    rp.prog.add_comm(ti, f"tp {size.kind.value.replace('_', '')}")
+                    rp.prog.add_comm(ti, task_name)
