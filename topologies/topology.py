@@ -8,7 +8,9 @@ Two views of the same data:
 
 * ``graph``: a networkx ``MultiDiGraph`` for people (inspection, drawing, networkx algorithms).
   Nodes are integer ids with attributes ``kind``, ``name``, ``server``; edges carry ``key`` =
-  link id and the link's attributes.
+  link id and the link's attributes (an :class:`EdgeData`: read-only, ``link`` = its id, the rest shared by
+  every link of the same spec, tier and latency, so that 100k-GPU graphs stay small; ``.copy()`` gives a
+  plain dict).
 * flat numpy arrays for the engine (``link_src``, ``link_dst``, ``link_capacity_bytes_per_s``,
   ``link_latency_s``, ``link_kind``, ``link_tier``), indexed by link id, read-only.
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import collections
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -205,6 +207,33 @@ class Topology:
         return f"{self.name}: {self.num_servers} servers, {self.num_gpus} GPUs, {self.num_links} links ({parts})"
 
 
+class EdgeData(Mapping[str, Any]):
+    """A link's attributes on its graph edge: ``link`` (its id) and the attributes it shares with every link of
+    the same spec, kind, tier, capacity and latency (one dict for them all). Read-only; ``copy()`` gives a
+    plain dict (networkx's ``G.copy()`` calls it, so a copied graph has its own, mutable attributes)."""
+
+    __slots__ = ("_link", "_shared")
+
+    def __init__(self, link: int, shared: Mapping[str, Any]) -> None:
+        self._link, self._shared = link, shared
+
+    def __getitem__(self, key: str) -> Any:
+        return self._link if key == "link" else self._shared[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield "link"
+        yield from self._shared
+
+    def __len__(self) -> int:
+        return 1 + len(self._shared)
+
+    def copy(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
 class TopologyBuilder:
     """Mutable helper that collects devices and links, then freezes them into a Topology."""
 
@@ -219,6 +248,7 @@ class TopologyBuilder:
         self._kind: list[int] = []
         self._tier: list[int] = []
         self._names: list[str] = []
+        self._edge_attributes: dict[tuple, dict[str, Any]] = {}  # one attribute dict per kind of link
         self._node_latency: dict[int, float] = {}
         self._gpus: list[int] = []
         self._gpu_server: list[int] = []
@@ -281,17 +311,19 @@ class TopologyBuilder:
         self._kind.append(int(spec.kind))
         self._tier.append(int(tier))
         self._names.append(name)
-        self.graph.add_edge(
-            u,
-            v,
-            key=link,
-            link=link,
-            spec=spec.name,
-            kind=LinkKind(spec.kind).name.lower(),
-            tier=LinkTier(tier).name.lower(),
-            capacity_bytes_per_s=spec.bandwidth_bytes_per_s,
-            latency_s=latency,
-        )
+        shape = (spec.name, int(spec.kind), int(tier), self._cap[-1], latency)
+        shared = self._edge_attributes.get(shape)
+        if shared is None:
+            shared = self._edge_attributes[shape] = {
+                "spec": spec.name,
+                "kind": LinkKind(spec.kind).name.lower(),
+                "tier": LinkTier(tier).name.lower(),
+                "capacity_bytes_per_s": self._cap[-1],
+                "latency_s": latency,
+            }
+        self.graph.add_edge(u, v, key=link)
+        # networkx keeps one key dict per (u, v) for both directions of its adjacency: replace the edge's data there
+        self.graph._succ[u][v][link] = EdgeData(link, shared)
         return link
 
     def build(self, *, description: str = "") -> Topology:

@@ -175,6 +175,13 @@ def test_graph_has_one_edge_per_link_with_matching_attributes(two_dgx):
         assert data["kind"] == LinkKind(int(topo.link_kind[key])).name.lower()
         assert topo.link_names[key] == f"{topo.node_name(u)}->{topo.node_name(v)}"
     assert sorted(seen) == list(range(topo.num_links))
+    # read-only, one shared dict per kind of link; a copied graph has its own plain dicts
+    u, v, key = next(iter(g.edges(keys=True)))
+    with pytest.raises(TypeError):
+        g.edges[u, v, key]["capacity_bytes_per_s"] = 0.0  # type: ignore[index]
+    copied = g.copy()
+    copied.edges[u, v, key]["note"] = "mine"
+    assert "note" not in g.edges[u, v, key] and copied.edges[u, v, key]["link"] == key
 
 
 def test_every_link_has_its_reverse_with_the_same_capacity(two_dgx):
