@@ -178,7 +178,7 @@ def test_graph_has_one_edge_per_link_with_matching_attributes(two_dgx):
     # read-only, one shared dict per kind of link; a copied graph has its own plain dicts
     u, v, key = next(iter(g.edges(keys=True)))
     with pytest.raises(TypeError):
-        g.edges[u, v, key]["capacity_bytes_per_s"] = 0.0  # type: ignore[index]
+        g.edges[u, v, key]["capacity_bytes_per_s"] = 0.0
     copied = g.copy()
     copied.edges[u, v, key]["note"] = "mine"
     assert "note" not in g.edges[u, v, key] and copied.edges[u, v, key]["link"] == key
