@@ -8,19 +8,21 @@ Every kernel takes the longer of its arithmetic and its memory traffic::
 
 * **GEMM** (m x k)(k x n), ``count`` independent products (NVIDIA, "Matrix Multiplication
   Background User's Guide", ch. 3: tile and wave quantisation). The output is cut into tiles of
-  T_m x T_n; each SM computes one tile at a time at eff_max x peak / SMs, so::
+  T_m x T_n; each SM computes one tile at a time at eff_max x f_s x peak / SMs, so::
 
       tiles  = ceil(m / T_m) ceil(n / T_n) count          waves = ceil(tiles / SMs)
-      t_math = waves x 2 T_m T_n k / (eff_max x peak / SMs)
-      efficiency = eff_max x [m n / (ceil(m/T_m) T_m ceil(n/T_n) T_n)] x [tiles / (waves SMs)]
+      t_math = waves x 2 T_m T_n k / (eff_max x f_s x peak / SMs)
+      efficiency = eff_max x f_s x [m n / (ceil(m/T_m) T_m ceil(n/T_n) T_n)] x [tiles / (waves SMs)]
 
-  a huge aligned GEMM approaches eff_max x peak; a GEMM of a few tiles leaves SMs idle; time never
+  where f_s (``sustained_fraction``) is the share of a single-GPU benchmark's throughput that a
+  tensor-core kernel keeps when every GPU of the server computes at once (clocks fall under the power
+  limit); a huge aligned GEMM approaches eff_max x f_s x peak; a GEMM of a few tiles leaves SMs idle; time never
   falls when m, n or k grows. Bytes: (m k + k n) x input size + m n x output size, per product.
 * **Elementwise, normalisation, softmax, permutation, optimizer**: memory-bound, bytes read + written.
 * **FlashAttention** (fused, never writes the s x s scores): executes 4 b s_q s_k a d / t FLOPs forward,
   of which the causal mask lets it skip all but (n+1)/(2n) for n = ceil(s/128) key blocks, and 2.5x that
   backward (5 matmuls to the forward's 2; Dao 2023 sec. 4.1); it runs at the FlashAttention efficiency
-  of the GPU. Without flash attention (Megatron SC21) the scores are two batched GEMMs around a fused
+  of the GPU times f_s. Without flash attention (Megatron SC21) the scores are two batched GEMMs around a fused
   scale-mask-softmax and a dropout, each reading and writing b a s^2 elements.
 
 ``dtype="fp8"`` runs the linear-layer GEMMs at ``dense_fp8_flop_per_s`` with 1-byte operands and the
@@ -33,6 +35,17 @@ Parameters per GPU (set once here, used for every scenario)
   100 iterations, torch 2.6-2.7): BF16 A100 SXM 271.2/312 = 0.869, H100 SXM 794.5/989 = 0.803 ("H200 is
   the same"), B200 1745/2250 = 0.776; FP8 H100 1402.6/1979 = 0.709, H200 1453.4/1979 = 0.734, B200
   3432.5/4500 = 0.763.
+* sustained_fraction f_s: matmul throughput sustained while all 8 GPUs of a server run (MSMF, "the
+  power-saturated, sustained rate that matches real training throughput") over the single-GPU MAMF, both
+  from S. Bekman, ml-engineering, compute/accelerator/benchmarks/README.md: H200 MSMF 699-703 over MAMF
+  ~828 TFLOP/s (clocks ~1405-1527 MHz under load) = 701/828 = 0.847; B200 MSMF 1426-1456 over MAMF
+  1733-1757 = 1441/1745 = 0.826. H100 SXM: ESTIMATE 0.847, the H200's ratio (same GH100 die, same 700 W
+  SXM limit; no H100 MSMF is published); the same README's example, one 4096^3 shape, shows a milder
+  781 -> 743 TFLOP/s (1980 -> 1792 MHz, 0.951), so 0.847 is the all-shapes power-saturated figure, not a
+  bound. (The datasheet's 989 TFLOP/s is at 1830 MHz, FA-3 paper appendix C.1; reported clocks are
+  samples, so the measured throughput ratios are used rather than clock ratios.) ASSUMED to hold for FP8
+  GEMMs and attention too (tensor-core bound under the same power limit). A100: 1 (none published; the
+  SC21-fitted eff_max already stands for sustained 2021 training).
   **A100 exception, fitted once**: the shipped A100 uses eff_max = 0.70 (``A100_SC21_GEMM_EFFICIENCY``,
   218 TFLOP/s), the one parameter fitted on Megatron SC21 Table 1 (``simulator.validation.sc21``:
   mean |predicted/measured - 1| of TFLOP/s per GPU over the ten rows, golden-section search, optimum
@@ -61,13 +74,13 @@ Parameters per GPU (set once here, used for every scenario)
   on 8x H100 NDR nodes (nccl-tests issue 309, see topologies/devices.py): H100 0.138, A100 0.174. HBM
   contention by the communication kernel is ignored (ASSUMPTION: copies are small next to compute).
 
-What is ignored: kernel launch gaps and CPU overheads, clocks below the boost clock under power
-limits beyond what eff_max measured, fp32 gradient accumulation traffic of weight-gradient GEMMs,
+What is ignored: kernel launch gaps and CPU overheads, clock differences between kernels (f_s is
+one matmul-derived figure per GPU model), fp32 gradient accumulation traffic of weight-gradient GEMMs,
 L2-cache reuse between kernels, imbalance between experts, FlashAttention's lower efficiency at short
 sequences.
 
 Worked number: a 8192^3 bf16 GEMM on an H100 SXM has 32 x 64 = 2048 tiles = 15.5 -> 16 waves of 132,
-so efficiency 0.803 x 2048/2112 = 0.779 and time 2 x 8192^3 / (0.779 x 989e12) = 1.43 ms.
+so efficiency 0.803 x 0.847 x 2048/2112 = 0.660 and time 2 x 8192^3 / (0.660 x 989e12) = 1.69 ms.
 
 Check against SC21 Table 1 (``sc21_compute_only_check``, ``python -m simulator.validation.sc21 compute``): the
 compute-only throughput of each configuration (eq. 3 FLOPs over one iteration's kernels, full
@@ -154,6 +167,7 @@ class GpuComputeModel:
     memory_efficiency: float
     flash_fwd_efficiency: float
     flash_bwd_efficiency: float
+    sustained_fraction: float = 1.0
     tile_m: int = 256
     tile_n: int = 128
 
@@ -164,13 +178,23 @@ class GpuComputeModel:
         for name in ("sm_count", "tile_m", "tile_n"):
             value = getattr(self, name)
             integer(f"{owner}.{name}", value, low=1)
-        for name in ("gemm_efficiency_bf16", "memory_efficiency", "flash_fwd_efficiency", "flash_bwd_efficiency"):
+        for name in (
+            "gemm_efficiency_bf16",
+            "memory_efficiency",
+            "flash_fwd_efficiency",
+            "flash_bwd_efficiency",
+            "sustained_fraction",
+        ):
             _fraction(owner, name, getattr(self, name))
         _fraction(owner, "gemm_efficiency_fp8", self.gemm_efficiency_fp8, allow_none=True)
 
 
 _FA_BWD_OVER_FWD = 0.63 / 0.73  # FlashAttention-2 backward/forward efficiency, assumed for FA-3 and FA-4
 _HOPPER_MEMORY = 3614.60 / 4000.0  # GH200 96 GB HBM3: coalesced read 3614.60 GB/s of 4.0 TB/s
+# Matmul throughput sustained with all 8 GPUs of a server busy (MSMF) over the single-GPU best-shape rate
+# (MAMF), same benchmark (Bekman, ml-engineering, compute/accelerator/benchmarks/README.md):
+_H200_SUSTAINED = 701.0 / 828.0  # H200: MSMF 699-703 (midpoint) over MAMF ~828 TFLOP/s, at ~1405-1527 MHz
+_B200_SUSTAINED = 1441.0 / 1745.0  # B200: MSMF 1426-1456 over MAMF 1733-1757 TFLOP/s (midpoints)
 
 A100_SC21_GEMM_EFFICIENCY = 0.70
 """A100 fp16/bf16 GEMM eff_max fitted once on Megatron SC21 Table 1 (``simulator.validation.sc21``)."""
@@ -197,6 +221,8 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             memory_efficiency=_HOPPER_MEMORY,
             flash_fwd_efficiency=740 / 989,
             flash_bwd_efficiency=740 / 989 * _FA_BWD_OVER_FWD,
+            # ESTIMATE: the H200's ratio (same GH100 die and 700 W SXM power limit; no published H100 MSMF)
+            sustained_fraction=_H200_SUSTAINED,
         ),
         "h200_sxm": GpuComputeModel(
             name="h200_sxm",
@@ -206,6 +232,7 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             memory_efficiency=_HOPPER_MEMORY,
             flash_fwd_efficiency=740 / 989,
             flash_bwd_efficiency=740 / 989 * _FA_BWD_OVER_FWD,
+            sustained_fraction=_H200_SUSTAINED,
         ),
         "b200": GpuComputeModel(
             name="b200",
@@ -215,6 +242,7 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             memory_efficiency=7.140 / 8.0,
             flash_fwd_efficiency=1613 / 2250,
             flash_bwd_efficiency=1613 / 2250 * _FA_BWD_OVER_FWD,
+            sustained_fraction=_B200_SUSTAINED,
         ),
     }
 )
@@ -318,7 +346,7 @@ def _memory_time_s(nbytes: float, gpu: GpuSpec, cm: GpuComputeModel) -> float:
 def _gemm_math_time_s(m: float, n: float, k: float, count: int, peak: float, eff: float, cm: GpuComputeModel) -> float:
     tiles = math.ceil(m / cm.tile_m) * math.ceil(n / cm.tile_n) * count
     waves = math.ceil(tiles / cm.sm_count)
-    return waves * 2.0 * cm.tile_m * cm.tile_n * k / (eff * peak / cm.sm_count)
+    return waves * 2.0 * cm.tile_m * cm.tile_n * k / (eff * cm.sustained_fraction * peak / cm.sm_count)
 
 
 def gemm_op(
@@ -338,7 +366,7 @@ def gemm_op(
 
     >>> from topologies.devices import H100_SXM5_80GB
     >>> round(gemm_op(H100_SXM5_80GB, m=8192, n=8192, k=8192).time_s * 1e3, 2)
-    1.43
+    1.69
     """
     cm = compute_model_for(gpu, compute_model)
     _check_dtype(dtype, gpu, cm)
@@ -489,7 +517,7 @@ def _backward_times(op: _Op, ctx: _Ctx) -> list[OpTime]:
 
 
 def _flash_time(name: str, flops: float, nbytes: float, eff: float, ctx: _Ctx) -> OpTime:
-    t_math = flops / (ctx.gpu.dense_bf16_flop_per_s * eff)
+    t_math = flops / (ctx.gpu.dense_bf16_flop_per_s * eff * ctx.cm.sustained_fraction)
     t_mem = _memory_time_s(nbytes, ctx.gpu, ctx.cm)
     return OpTime(
         name=name,
