@@ -8,19 +8,21 @@ Every kernel takes the longer of its arithmetic and its memory traffic::
 
 * **GEMM** (m x k)(k x n), ``count`` independent products (NVIDIA, "Matrix Multiplication
   Background User's Guide", ch. 3: tile and wave quantisation). The output is cut into tiles of
-  T_m x T_n; each SM computes one tile at a time at eff_max x peak / SMs, so::
+  T_m x T_n; each SM computes one tile at a time at eff_max x f_s x peak / SMs, so::
 
       tiles  = ceil(m / T_m) ceil(n / T_n) count          waves = ceil(tiles / SMs)
-      t_math = waves x 2 T_m T_n k / (eff_max x peak / SMs)
-      efficiency = eff_max x [m n / (ceil(m/T_m) T_m ceil(n/T_n) T_n)] x [tiles / (waves SMs)]
+      t_math = waves x 2 T_m T_n k / (eff_max x f_s x peak / SMs)
+      efficiency = eff_max x f_s x [m n / (ceil(m/T_m) T_m ceil(n/T_n) T_n)] x [tiles / (waves SMs)]
 
-  a huge aligned GEMM approaches eff_max x peak; a GEMM of a few tiles leaves SMs idle; time never
+  where f_s (``sustained_fraction``) is the share of a single-GPU benchmark's throughput that a
+  tensor-core kernel keeps when every GPU of the server computes at once (clocks fall under the power
+  limit); a huge aligned GEMM approaches eff_max x f_s x peak; a GEMM of a few tiles leaves SMs idle; time never
   falls when m, n or k grows. Bytes: (m k + k n) x input size + m n x output size, per product.
 * **Elementwise, normalisation, softmax, permutation, optimizer**: memory-bound, bytes read + written.
 * **FlashAttention** (fused, never writes the s x s scores): executes 4 b s_q s_k a d / t FLOPs forward,
   of which the causal mask lets it skip all but (n+1)/(2n) for n = ceil(s/128) key blocks, and 2.5x that
   backward (5 matmuls to the forward's 2; Dao 2023 sec. 4.1); it runs at the FlashAttention efficiency
-  of the GPU. Without flash attention (Megatron SC21) the scores are two batched GEMMs around a fused
+  of the GPU times f_s. Without flash attention (Megatron SC21) the scores are two batched GEMMs around a fused
   scale-mask-softmax and a dropout, each reading and writing b a s^2 elements.
 
 ``dtype="fp8"`` runs the linear-layer GEMMs at ``dense_fp8_flop_per_s`` with 1-byte operands and the
@@ -33,6 +35,17 @@ Parameters per GPU (set once here, used for every scenario)
   100 iterations, torch 2.6-2.7): BF16 A100 SXM 271.2/312 = 0.869, H100 SXM 794.5/989 = 0.803 ("H200 is
   the same"), B200 1745/2250 = 0.776; FP8 H100 1402.6/1979 = 0.709, H200 1453.4/1979 = 0.734, B200
   3432.5/4500 = 0.763.
+* sustained_fraction f_s: matmul throughput sustained while all 8 GPUs of a server run (MSMF, "the
+  power-saturated, sustained rate that matches real training throughput") over the single-GPU MAMF, both
+  from S. Bekman, ml-engineering, compute/accelerator/benchmarks/README.md: H200 MSMF 699-703 over MAMF
+  ~828 TFLOP/s (clocks ~1405-1527 MHz under load) = 701/828 = 0.847; B200 MSMF 1426-1456 over MAMF
+  1733-1757 = 1441/1745 = 0.826. H100 SXM: ESTIMATE 0.847, the H200's ratio (same GH100 die, same 700 W
+  SXM limit; no H100 MSMF is published); the same README's example, one 4096^3 shape, shows a milder
+  781 -> 743 TFLOP/s (1980 -> 1792 MHz, 0.951), so 0.847 is the all-shapes power-saturated figure, not a
+  bound. (The datasheet's 989 TFLOP/s is at 1830 MHz, FA-3 paper appendix C.1; reported clocks are
+  samples, so the measured throughput ratios are used rather than clock ratios.) ASSUMED to hold for FP8
+  GEMMs and attention too (tensor-core bound under the same power limit). A100: 1 (none published; the
+  SC21-fitted eff_max already stands for sustained 2021 training).
   **A100 exception, fitted once**: the shipped A100 uses eff_max = 0.70 (``A100_SC21_GEMM_EFFICIENCY``,
   218 TFLOP/s), the one parameter fitted on Megatron SC21 Table 1 (``simulator.validation.sc21``:
   mean |predicted/measured - 1| of TFLOP/s per GPU over the ten rows, golden-section search, optimum
@@ -51,23 +64,36 @@ Parameters per GPU (set once here, used for every scenario)
   (pc2/GPUInspector.jl, A100-SXM4-40GB, same GA100 memory system as the 80 GB part); Hopper 3614.6/4000
   GB/s = 0.904 (OpenCL-Benchmark coalesced read on a GH200 96 GB HBM3, mredenti/PowerCapping);
   Blackwell 7.140/8.0 TB/s = 0.893 (measured STREAM triad on GB300, KernelAgent-Oink SM10x benchmarks).
-* FlashAttention efficiency (forward, backward): A100 FlashAttention-2 "up to 73% ... forward, up to
-  63% ... backward" (Dao 2023, abstract); H100/H200 FlashAttention-3 740 TFLOP/s = 75% forward (Shah et
-  al. 2024); B200 FlashAttention-4 1613 TFLOP/s = 71.7% forward (Zadouri et al. 2026). For FA-3/FA-4 the
-  backward is ASSUMED to keep FA-2's backward/forward ratio 63/73. These are best-case (long sequence)
-  figures.
+* FlashAttention efficiency (forward, backward) at a reference shape, then (``flash_shape``) scaled by
+  FlashAttention-3's measured throughput at the kernel's shape over that at the reference (head dimension
+  128, no mask, sequence 16k). FA-3 on H100 SXM5 (Shah et al. 2024, arXiv 2407.08608; TFLOP/s of the 989
+  at 1830 MHz; 16k tokens per batch): forward over sequence 512 -> 16k, head dimension 64 333 -> 497,
+  128 467 -> 648 (causal 292 -> 616), 256 482 -> 756 (causal 286 -> 642); backward, 128, no mask, 316,
+  424, 501, 542, 559, 561 at 512 ... 16k. Interpolated linearly in log(sequence) between the points
+  (only the ends are published for the forward, so mid lengths are read low by up to the curves'
+  concavity) and in log(head dimension), held flat outside. ASSUMED, nothing published: head dimension 64
+  with the mask loses what 128 loses; the backward changes with head dimension and mask as the forward
+  does at the same length. The sequence of a kernel is s/c (context parallelism: c ring steps of s/c
+  keys); with Megatron's load-balanced causal split 1/c of the FLOPs runs masked, the rest unmasked.
+  H100/H200: 648/989 forward, 561/989 backward (FA-3 itself). B200: FlashAttention-4 1613 TFLOP/s = 71.7%
+  forward (Zadouri et al. 2026), ASSUMED to be at the reference shape and to follow FA-3's shape; backward
+  ASSUMED 561/648 of it. A100: FlashAttention-2 "up to 73% ... forward, up to 63% ... backward" (Dao
+  2023, abstract), kept flat (best case; no shape).
 * ``overlap_slowdown``: when a NCCL kernel runs beside compute it holds one SM per channel; with C
   channels of S SMs compute slows by S/(S - C) - 1 = C/(S - C). C = 16 is NCCL's default channel count
   on 8x H100 NDR nodes (nccl-tests issue 309, see topologies/devices.py): H100 0.138, A100 0.174. HBM
   contention by the communication kernel is ignored (ASSUMPTION: copies are small next to compute).
 
-What is ignored: kernel launch gaps and CPU overheads, clocks below the boost clock under power
-limits beyond what eff_max measured, fp32 gradient accumulation traffic of weight-gradient GEMMs,
-L2-cache reuse between kernels, imbalance between experts, FlashAttention's lower efficiency at short
-sequences.
+What is ignored: kernel launch gaps and CPU overheads (left out for want of a sourced figure for these
+training stacks: launches cost microseconds each and CUDA graphs remove most of them, against kernels of
+0.1-10 ms in the layouts validated), clock differences between kernels (f_s is
+one matmul-derived figure per GPU model), fp32 gradient accumulation traffic of weight-gradient GEMMs,
+L2-cache reuse between kernels, imbalance between experts, FlashAttention's batch and head count (the
+FA-3 figures hold 16k tokens per batch; more heads fill SMs better at short sequences), the A100's
+FlashAttention-2 shape.
 
 Worked number: a 8192^3 bf16 GEMM on an H100 SXM has 32 x 64 = 2048 tiles = 15.5 -> 16 waves of 132,
-so efficiency 0.803 x 2048/2112 = 0.779 and time 2 x 8192^3 / (0.779 x 989e12) = 1.43 ms.
+so efficiency 0.803 x 0.847 x 2048/2112 = 0.660 and time 2 x 8192^3 / (0.660 x 989e12) = 1.69 ms.
 
 Check against SC21 Table 1 (``sc21_compute_only_check``, ``python -m simulator.validation.sc21 compute``): the
 compute-only throughput of each configuration (eq. 3 FLOPs over one iteration's kernels, full
@@ -101,6 +127,7 @@ __all__ = (
     "ComputeBreakdown",
     "gemm_op",
     "gemm_efficiency",
+    "flash_efficiency",
     "memory_op",
     "layer_forward",
     "layer_backward",
@@ -154,6 +181,8 @@ class GpuComputeModel:
     memory_efficiency: float
     flash_fwd_efficiency: float
     flash_bwd_efficiency: float
+    sustained_fraction: float = 1.0
+    flash_shape: bool = False
     tile_m: int = 256
     tile_n: int = 128
 
@@ -164,13 +193,94 @@ class GpuComputeModel:
         for name in ("sm_count", "tile_m", "tile_n"):
             value = getattr(self, name)
             integer(f"{owner}.{name}", value, low=1)
-        for name in ("gemm_efficiency_bf16", "memory_efficiency", "flash_fwd_efficiency", "flash_bwd_efficiency"):
+        for name in (
+            "gemm_efficiency_bf16",
+            "memory_efficiency",
+            "flash_fwd_efficiency",
+            "flash_bwd_efficiency",
+            "sustained_fraction",
+        ):
             _fraction(owner, name, getattr(self, name))
         _fraction(owner, "gemm_efficiency_fp8", self.gemm_efficiency_fp8, allow_none=True)
+        flag(f"{owner}.flash_shape", self.flash_shape)
 
 
-_FA_BWD_OVER_FWD = 0.63 / 0.73  # FlashAttention-2 backward/forward efficiency, assumed for FA-3 and FA-4
 _HOPPER_MEMORY = 3614.60 / 4000.0  # GH200 96 GB HBM3: coalesced read 3614.60 GB/s of 4.0 TB/s
+# Matmul throughput sustained with all 8 GPUs of a server busy (MSMF) over the single-GPU best-shape rate
+# (MAMF), same benchmark (Bekman, ml-engineering, compute/accelerator/benchmarks/README.md):
+_H200_SUSTAINED = 701.0 / 828.0  # H200: MSMF 699-703 (midpoint) over MAMF ~828 TFLOP/s, at ~1405-1527 MHz
+_B200_SUSTAINED = 1441.0 / 1745.0  # B200: MSMF 1426-1456 over MAMF 1733-1757 TFLOP/s (midpoints)
+
+# FlashAttention-3 on H100 SXM5 (Shah et al. 2024, arXiv 2407.08608, figs. 5-6; TFLOP/s against the 989 of
+# 1830 MHz, appendix C.1; batch x sequence = 16k tokens, hidden 2048): forward at sequence 512 and 16k, by
+# head dimension, without and with the causal mask; backward, head dimension 128, no mask, 512 ... 16k.
+_FA3_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+_FA3_FWD: Mapping[tuple[int, bool], tuple[float, float]] = types.MappingProxyType(
+    {
+        (64, False): (333.0, 497.0),
+        (128, False): (467.0, 648.0),
+        (128, True): (292.0, 616.0),
+        (256, False): (482.0, 756.0),
+        (256, True): (286.0, 642.0),
+    }
+)
+_FA3_BWD_128 = (316.0, 424.0, 501.0, 542.0, 559.0, 561.0)
+
+
+def _log_interp(x: float, xs: tuple[float, ...], ys: tuple[float, ...]) -> float:
+    """Piecewise-linear in log(x) through (xs, ys), held flat outside [xs[0], xs[-1]]."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = next(j for j in range(1, len(xs)) if x <= xs[j])
+    w = math.log(x / xs[i - 1]) / math.log(xs[i] / xs[i - 1])
+    return ys[i - 1] + w * (ys[i] - ys[i - 1])
+
+
+def _fa3_fwd_at_head_dim(seq_len: float, head_dim: int, causal: bool) -> float:
+    ends = (_FA3_SEQ[0], _FA3_SEQ[-1])
+    if (head_dim, causal) in _FA3_FWD:
+        return _log_interp(seq_len, ends, _FA3_FWD[head_dim, causal])
+    # head dimension 64 with the mask is not published: ASSUMED to lose what 128 loses to the mask
+    plain = _log_interp(seq_len, ends, _FA3_FWD[head_dim, False])
+    return plain * _log_interp(seq_len, ends, _FA3_FWD[128, True]) / _log_interp(seq_len, ends, _FA3_FWD[128, False])
+
+
+def _fa3_tflops(seq_len: float, head_dim: float, causal: bool, backward: bool) -> float:
+    """FlashAttention-3's H100 throughput at one kernel shape: the published points, interpolated in
+    log(sequence) and log(head dimension), held flat outside 512-16k and 64-256."""
+    dims = (64.0, 128.0, 256.0)
+    fwd = _log_interp(head_dim, dims, tuple(_fa3_fwd_at_head_dim(seq_len, int(d), causal) for d in dims))
+    if not backward:
+        return fwd
+    # backward published for head dimension 128 without the mask only: ASSUMED to change with the head
+    # dimension and the mask as the forward does at the same sequence length
+    return _log_interp(seq_len, _FA3_SEQ, _FA3_BWD_128) * fwd / _fa3_fwd_at_head_dim(seq_len, 128, False)
+
+
+def flash_efficiency(
+    compute_model: GpuComputeModel, *, seq_len: float, head_dim: float, causal: bool, backward: bool
+) -> float:
+    """Fraction of the BF16 peak one FlashAttention kernel reaches on a single GPU (before
+    ``sustained_fraction``): the GPU's reference efficiency (head dimension 128, no mask, 16k sequence) times
+    FlashAttention-3's throughput at this shape over its throughput at the reference, capped at 1; without
+    ``flash_shape`` the reference figure itself.
+
+    >>> cm = COMPUTE_MODELS["h100_sxm5_80gb"]
+    >>> round(flash_efficiency(cm, seq_len=16384, head_dim=128, causal=False, backward=False) * 989)
+    648
+    >>> round(flash_efficiency(cm, seq_len=2048, head_dim=128, causal=False, backward=True) * 989)
+    501
+    """
+    ref = compute_model.flash_bwd_efficiency if backward else compute_model.flash_fwd_efficiency
+    if not compute_model.flash_shape:
+        return ref
+    positive_finite("flash_efficiency.seq_len", seq_len)
+    positive_finite("flash_efficiency.head_dim", head_dim)
+    shape = _fa3_tflops(seq_len, head_dim, causal, backward) / _fa3_tflops(_FA3_SEQ[-1], 128, False, backward)
+    return min(1.0, ref * shape)
+
 
 A100_SC21_GEMM_EFFICIENCY = 0.70
 """A100 fp16/bf16 GEMM eff_max fitted once on Megatron SC21 Table 1 (``simulator.validation.sc21``)."""
@@ -195,8 +305,11 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             gemm_efficiency_bf16=794.5 / 989,
             gemm_efficiency_fp8=1402.6 / 1979,
             memory_efficiency=_HOPPER_MEMORY,
-            flash_fwd_efficiency=740 / 989,
-            flash_bwd_efficiency=740 / 989 * _FA_BWD_OVER_FWD,
+            flash_fwd_efficiency=648 / 989,  # FA-3, head dimension 128, no mask, 16k
+            flash_bwd_efficiency=561 / 989,
+            flash_shape=True,
+            # ESTIMATE: the H200's ratio (same GH100 die and 700 W SXM power limit; no published H100 MSMF)
+            sustained_fraction=_H200_SUSTAINED,
         ),
         "h200_sxm": GpuComputeModel(
             name="h200_sxm",
@@ -204,8 +317,10 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             gemm_efficiency_bf16=794.5 / 989,
             gemm_efficiency_fp8=1453.4 / 1979,
             memory_efficiency=_HOPPER_MEMORY,
-            flash_fwd_efficiency=740 / 989,
-            flash_bwd_efficiency=740 / 989 * _FA_BWD_OVER_FWD,
+            flash_fwd_efficiency=648 / 989,  # FA-3, head dimension 128, no mask, 16k
+            flash_bwd_efficiency=561 / 989,
+            flash_shape=True,
+            sustained_fraction=_H200_SUSTAINED,
         ),
         "b200": GpuComputeModel(
             name="b200",
@@ -213,8 +328,11 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             gemm_efficiency_bf16=1745 / 2250,
             gemm_efficiency_fp8=3432.5 / 4500,
             memory_efficiency=7.140 / 8.0,
+            # FA-4's best forward, ASSUMED at FA-3's reference shape; backward ASSUMED at FA-3's 561/648 of it
             flash_fwd_efficiency=1613 / 2250,
-            flash_bwd_efficiency=1613 / 2250 * _FA_BWD_OVER_FWD,
+            flash_bwd_efficiency=1613 / 2250 * 561 / 648,
+            flash_shape=True,
+            sustained_fraction=_B200_SUSTAINED,
         ),
     }
 )
@@ -318,7 +436,7 @@ def _memory_time_s(nbytes: float, gpu: GpuSpec, cm: GpuComputeModel) -> float:
 def _gemm_math_time_s(m: float, n: float, k: float, count: int, peak: float, eff: float, cm: GpuComputeModel) -> float:
     tiles = math.ceil(m / cm.tile_m) * math.ceil(n / cm.tile_n) * count
     waves = math.ceil(tiles / cm.sm_count)
-    return waves * 2.0 * cm.tile_m * cm.tile_n * k / (eff * peak / cm.sm_count)
+    return waves * 2.0 * cm.tile_m * cm.tile_n * k / (eff * cm.sustained_fraction * peak / cm.sm_count)
 
 
 def gemm_op(
@@ -338,7 +456,7 @@ def gemm_op(
 
     >>> from topologies.devices import H100_SXM5_80GB
     >>> round(gemm_op(H100_SXM5_80GB, m=8192, n=8192, k=8192).time_s * 1e3, 2)
-    1.43
+    1.69
     """
     cm = compute_model_for(gpu, compute_model)
     _check_dtype(dtype, gpu, cm)
@@ -419,6 +537,9 @@ class _Op:
     flash_flops: float = 0.0
     flash_fwd_nbytes: float = 0.0
     flash_bwd_nbytes: float = 0.0
+    flash_seq_len: float = 0.0  # keys (and local queries) of one kernel call
+    flash_head_dim: int = 0
+    flash_causal_share: float = 1.0  # of the FLOPs, the share in kernels with the causal mask
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -439,7 +560,7 @@ def _forward_times(op: _Op, ctx: _Ctx, prefix: str = "") -> list[OpTime]:
             )
         ]
     if op.flash_flops:
-        return [_flash_time(name, op.flash_flops, op.flash_fwd_nbytes, ctx.cm.flash_fwd_efficiency, ctx)]
+        return [_flash_time(name, op, op.flash_flops, op.flash_fwd_nbytes, ctx, backward=False)]
     return [memory_op(ctx.gpu, nbytes=op.fwd_nbytes, name=name, kind=op.kind, compute_model=ctx.cm)]
 
 
@@ -477,10 +598,11 @@ def _backward_times(op: _Op, ctx: _Ctx) -> list[OpTime]:
         return [
             _flash_time(
                 f"{op.name}.bwd",
+                op,
                 FLASH_BWD_FLOP_RATIO * op.flash_flops,
                 op.flash_bwd_nbytes,
-                ctx.cm.flash_bwd_efficiency,
                 ctx,
+                backward=True,
             )
         ]
     if op.bwd_nbytes == 0:
@@ -488,8 +610,15 @@ def _backward_times(op: _Op, ctx: _Ctx) -> list[OpTime]:
     return [memory_op(ctx.gpu, nbytes=op.bwd_nbytes, name=f"{op.name}.bwd", kind=op.kind, compute_model=ctx.cm)]
 
 
-def _flash_time(name: str, flops: float, nbytes: float, eff: float, ctx: _Ctx) -> OpTime:
-    t_math = flops / (ctx.gpu.dense_bf16_flop_per_s * eff)
+def _flash_time(name: str, op: _Op, flops: float, nbytes: float, ctx: _Ctx, *, backward: bool) -> OpTime:
+    def efficiency(causal: bool) -> float:
+        return flash_efficiency(
+            ctx.cm, seq_len=op.flash_seq_len, head_dim=op.flash_head_dim, causal=causal, backward=backward
+        )
+
+    share = op.flash_causal_share
+    per_flop = share / efficiency(True) + ((1 - share) / efficiency(False) if share < 1 else 0.0)
+    t_math = flops * per_flop / (ctx.gpu.dense_bf16_flop_per_s * ctx.cm.sustained_fraction)
     t_mem = _memory_time_s(nbytes, ctx.gpu, ctx.cm)
     return OpTime(
         name=name,
@@ -573,6 +702,11 @@ def _layer_ops(
                 flash_flops=flops,
                 flash_fwd_nbytes=2 * q + 2 * kv + lse,
                 flash_bwd_nbytes=4 * q + 4 * kv + lse,
+                # context parallelism runs c ring steps of s/c keys against the s/c local queries; with
+                # Megatron's load balancing one of them (1/c of the FLOPs) carries the causal mask
+                flash_seq_len=s / cp,
+                flash_head_dim=d,
+                flash_causal_share=1.0 / cp,
             )
         )
     else:

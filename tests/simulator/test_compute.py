@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import math
 from importlib import resources
 
@@ -20,6 +21,7 @@ from simulator.compute.gpu import (
     default_overlap_slowdown,
     embedding_backward,
     embedding_forward,
+    flash_efficiency,
     gemm_efficiency,
     gemm_op,
     layer_backward,
@@ -161,8 +163,9 @@ def test_huge_aligned_gemm_reaches_eff_max():
 
 
 def test_h100_8192_cube_by_hand():
-    # 32 x 64 = 2048 tiles -> ceil(2048/132) = 16 waves: efficiency 0.803 x 2048 / 2112
-    eff = 794.5 / 989 * 2048 / (16 * 132)
+    # 32 x 64 = 2048 tiles -> ceil(2048/132) = 16 waves: efficiency 0.803 x 0.847 x 2048 / 2112, where
+    # 0.847 = 701/828 is the sustained (all 8 GPUs busy) over single-GPU matmul throughput of the H200 (MSMF/MAMF)
+    eff = 794.5 / 989 * (701 / 828) * 2048 / (16 * 132)
     op = gemm_op(H100_SXM5_80GB, m=8192, n=8192, k=8192)
     assert op.bound == "compute"
     assert op.time_s == pytest.approx(2 * 8192**3 / (989e12 * eff), rel=1e-12)
@@ -191,14 +194,49 @@ def test_small_elementwise_op_is_memory_bound_at_measured_bandwidth():
 
 def test_flash_attention_time_by_hand():
     # Llama 3 8B, b 1, s 8192, 32 heads of 128: 4 b a s^2 d FLOPs x causal (64 + 1)/(2 x 64) of 128-blocks,
-    # at FlashAttention-3's 740 TFLOP/s
+    # at FlashAttention-3's causal head-dimension-128 forward at 8192, read in log(sequence) between 292 (512)
+    # and 616 TFLOP/s (16k): 292 + (616 - 292) x log(16)/log(32), times the sustained fraction 701/828
     model = MODELS["llama3-8b"]
     fwd = {op.name: op for op in layer_forward(model, H100_SXM5_80GB, micro_batch=1).ops}["flash_attention"]
     flops = 4 * 32 * 8192 * 8192 * 128 * 65 / 128
+    causal_fwd = 292 + (616 - 292) * 4 / 5
     assert fwd.flops == pytest.approx(flops, rel=1e-12)
-    assert fwd.time_s == pytest.approx(flops / 740e12, rel=1e-12)
+    assert fwd.time_s == pytest.approx(flops / (causal_fwd * 1e12 * 701 / 828), rel=1e-12)
+    # backward: the unmasked 559 TFLOP/s at 8192 times the forward's masked/unmasked ratio at 8192
+    # (unmasked 467 + (648 - 467) x 4/5), 2.5 x the forward FLOPs
+    causal_bwd = 559 * causal_fwd / (467 + (648 - 467) * 4 / 5)
     bwd = {op.name: op for op in layer_backward(model, H100_SXM5_80GB, micro_batch=1).ops}["flash_attention.bwd"]
-    assert bwd.time_s == pytest.approx(2.5 * flops / (740e12 * 0.63 / 0.73), rel=1e-12)
+    assert bwd.time_s == pytest.approx(2.5 * flops / (causal_bwd * 1e12 * 701 / 828), rel=1e-12)
+
+
+def test_flash_efficiency_follows_fa3_and_context_parallel_split():
+    cm = COMPUTE_MODELS["h100_sxm5_80gb"]
+    eff = functools.partial(flash_efficiency, cm, head_dim=128)
+    # the published points come back: forward 467 / 648 at 512 / 16k unmasked, backward 316 ... 561
+    assert eff(seq_len=512, causal=False, backward=False) * 989 == pytest.approx(467, rel=1e-12)
+    assert eff(seq_len=16384, causal=True, backward=False) * 989 == pytest.approx(616, rel=1e-12)
+    for seq, tflops in zip((512, 1024, 2048, 4096, 8192, 16384), (316, 424, 501, 542, 559, 561), strict=True):
+        assert eff(seq_len=seq, causal=False, backward=True) * 989 == pytest.approx(tflops, rel=1e-12)
+    # never above the longest sequence's figure, rising with the sequence, lower with the mask
+    seqs = (256, 512, 1000, 3000, 8192, 16384, 65536)
+    for backward in (False, True):
+        for causal in (False, True):
+            values = [eff(seq_len=s, causal=causal, backward=backward) for s in seqs]
+            assert values == sorted(values)
+        assert eff(seq_len=4096, causal=True, backward=backward) < eff(seq_len=4096, causal=False, backward=backward)
+    # head dimension 256 beats 128 beats 64 unmasked (756 > 648 > 497 at 16k)
+    by_dim = [flash_efficiency(cm, seq_len=16384, head_dim=d, causal=False, backward=False) for d in (64, 128, 256)]
+    assert by_dim == sorted(by_dim) and by_dim[0] * 989 == pytest.approx(497, rel=1e-12)
+    # the A100 keeps FlashAttention-2's flat best case
+    a100 = COMPUTE_MODELS["a100_sxm4_80gb"]
+    assert flash_efficiency(a100, seq_len=512, head_dim=64, causal=True, backward=True) == 0.63
+    # context parallelism 2 on Llama 3 8B: kernels of 4096 keys, half the FLOPs masked, half not
+    model = MODELS["llama3-8b"]
+    op = {o.name: o for o in layer_forward(model, H100_SXM5_80GB, micro_batch=1, cp=2).ops}["flash_attention"]
+    per_flop = 0.5 / eff(seq_len=4096, causal=True, backward=False) + 0.5 / eff(
+        seq_len=4096, causal=False, backward=False
+    )
+    assert op.time_s == pytest.approx(op.flops * per_flop / (989e12 * 701 / 828), rel=1e-12)
 
 
 def test_embedding_logits_and_optimizer_by_hand():
