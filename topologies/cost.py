@@ -1,7 +1,8 @@
 """What a fabric is made of: switches, ports, cables and optics per tier, and per GPU.
 
-``cost_summary(topology)`` counts hardware so that designs can be compared at equal cost (switch
-ports per GPU, transceivers per GPU) rather than priced: prices change monthly, counts do not.
+``cost_summary(topology)`` counts hardware so that designs can be compared (switch ports per GPU,
+transceivers per GPU), with what ``pricing.fabric_price`` needs to price and power it: the switch and NIC
+models, and each cable tier's port rate and NIC ends.
 
 What is counted (only fabric switches, ``NodeKind.FABRIC_SWITCH``, and the links touching them;
 NVLink, PCIe and host links are inside the servers and not counted):
@@ -24,8 +25,8 @@ NVLink, PCIe and host links are inside the servers and not counted):
   A twin-port module (e.g. an 800G OSFP carrying two 400G ports on a Quantum-2 switch) serves two
   cable ends: count modules as half the switch-side figure in that case; this module counts ends.
 
-Ignored: NIC cards themselves (they are in the server count), management and storage networks,
-patch panels, cable lengths, power and cooling.
+Ignored: management and storage networks, patch panels, cable lengths and cooling (``pricing`` prices
+and powers the NICs, switches, optics and cables counted here).
 
 Per GPU: ``switch_ports_per_gpu = ports used / GPUs``. A non-blocking 2-tier fabric spends 3 switch
 ports per NIC port (leaf down, leaf up, spine), a 3-tier one 5 (edge down and up, aggregation down

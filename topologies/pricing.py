@@ -39,10 +39,12 @@ from typing import Any
 
 from . import checks
 from .cost import FabricCost
+from .devices import NIC_PRESETS, SWITCH_PRESETS
 
 __all__ = ("DEFAULT_PRICES", "PriceBook", "PriceLine", "FabricPrice", "load_prices", "fabric_price")
 
 DEFAULT_PRICES = Path(__file__).with_name("prices.toml")
+KINDS = ("vendor", "reseller", "analyst", "estimate")  # what a shipped source says it is, before its colon
 
 # the figures each section's entries may give (each with an optional "<figure>_source")
 _FIGURES = {
@@ -74,8 +76,13 @@ def _parse(data: Mapping[str, Any], origin: str) -> dict[str, dict[str, dict[str
             raise checks.reject(f"prices.{section}", table, "a table of parts ([section.NAME])")
         for key, fields in table.items():
             where = f"prices.{section}.{key}"
-            if section in ("optic", "copper") and not str(key).isdigit():
-                raise checks.reject(where, key, "a port line rate in Gb/s, e.g. [optic.400]")
+            key = str(key)
+            if section in ("optic", "copper"):
+                if not (key.isascii() and key.isdigit()) or key != str(int(key)):
+                    raise checks.reject(where, key, "a port line rate in Gb/s, e.g. [optic.400]")
+            else:
+                presets = SWITCH_PRESETS if section == "switch" else NIC_PRESETS
+                checks.choice(where, key, tuple(presets))
             if not isinstance(fields, Mapping):
                 raise checks.reject(where, fields, "a table of figures")
             allowed = set(_FIGURES[section]) | {f"{f}_source" for f in _FIGURES[section]}
@@ -90,7 +97,7 @@ def _parse(data: Mapping[str, Any], origin: str) -> dict[str, dict[str, dict[str
                     if not isinstance(source, str) or not source.strip():
                         raise checks.reject(f"{where}.{figure}_source", source, "a non-empty string")
                     entry[figure] = (float(value), source)
-            out.setdefault(section, {})[str(key)] = entry
+            out.setdefault(section, {})[key] = entry
     return out
 
 
@@ -207,8 +214,8 @@ class FabricPrice:
             lines.append(f"not priced (left out of the total; give them with --prices): {', '.join(self.unpriced)}")
         if self.unpowered:
             lines.append(f"no power figure (left out of the total): {', '.join(self.unpowered)}")
-        kinds = sorted({s.split(":", 1)[0] for s in self.sources()})
-        lines.append(f"figures: {', '.join(kinds)} (topologies/prices.toml names each source)")
+        kinds = sorted({s.split(":", 1)[0] if s.split(":", 1)[0] in KINDS else "user" for s in self.sources()})
+        lines.append(f"figures: {', '.join(kinds)} (each with its source in the price book; fabric_price().lines)")
         return "\n".join(lines)
 
 

@@ -148,45 +148,49 @@ _MEASURED = (
 def _perf_commands(progress) -> list[str]:
     """Each of COMMANDS as a user types it (``fabricsim step ... --format json``), in a process of its own so
     that the peak RSS it reports is its own; stopped, and said so, past its time."""
+    import tempfile
+
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="fabricsim-perf-") as folder:
+        for name, arguments, limit in COMMANDS:
+            progress(f"fabricsim step: {name}")
+            lines.append(_perf_command(name, arguments, limit, Path(folder) / "trace.json"))
+    return lines
+
+
+def _perf_command(name: str, arguments: str, limit: float, trace: Path) -> str:
+    """One of COMMANDS (``{trace}`` in its arguments: ``trace``) run and measured in a process of its own."""
     import json
     import subprocess
     import sys
-    import tempfile
 
-    lines = []
-    folder = tempfile.TemporaryDirectory(prefix="fabricsim-perf-")
-    trace = Path(folder.name) / "trace.json"
-    for name, arguments, limit in COMMANDS:
-        progress(f"fabricsim step: {name}")
-        arguments = arguments.replace("{trace}", str(trace))
-        argv = [sys.executable, "-c", _MEASURED, "step", *arguments.split(), "--format", "json", "--quiet"]
-        start = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            out, err = child.communicate(timeout=limit)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.communicate()
-            lines.append(f"{name}: stopped after {limit} s (fabricsim step {arguments})")
-            continue
-        wall = time.perf_counter() - start
-        said = [line for line in err.splitlines() if line.strip()]
-        marks = [line for line in said if line.startswith("peak RSS KiB ")]
-        if child.returncode != 0 or not marks:
-            others = [line for line in said if not line.startswith("peak RSS KiB ")]
-            lines.append(f"{name}: failed ({others[-1] if others else child.returncode})")
-            continue
-        rss = int(marks[-1].removeprefix("peak RSS KiB ")) / 2**20
-        result = json.loads(out)
-        used = "; ".join(note.split(" (")[0] for note in result["notes"]) or "none"
-        lines.append(
-            f"{name}: {wall:.1f} s wall, peak RSS {rss:.2f} GiB; step {result['step_time_s']:.3f} s, "
-            f"{result['tflops_per_gpu']:.0f} TFLOP/s per GPU; reductions: {used}"
-            + (" (approximate)" if result["approximate"] else "")
-            + (f"; trace {trace.stat().st_size / 1e6:.1f} MB" if str(trace) in arguments else "")
-        )
-    folder.cleanup()
-    return lines
+    traced = "{trace}" in arguments
+    argv = [sys.executable, "-c", _MEASURED, "step"]
+    argv += [str(trace) if word == "{trace}" else word for word in arguments.split()]
+    argv += ["--format", "json", "--quiet"]
+    start = time.perf_counter()
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = child.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        return f"{name}: stopped after {limit} s (fabricsim step {arguments})"
+    wall = time.perf_counter() - start
+    said = [line for line in err.splitlines() if line.strip()]
+    marks = [line for line in said if line.startswith("peak RSS KiB ")]
+    if child.returncode != 0 or not marks:
+        others = [line for line in said if not line.startswith("peak RSS KiB ")]
+        return f"{name}: failed ({others[-1] if others else child.returncode})"
+    rss = int(marks[-1].removeprefix("peak RSS KiB ")) / 2**20
+    result = json.loads(out)
+    used = "; ".join(note.split(" (")[0] for note in result["notes"]) or "none"
+    return (
+        f"{name}: {wall:.1f} s wall, peak RSS {rss:.2f} GiB; step {result['step_time_s']:.3f} s, "
+        f"{result['tflops_per_gpu']:.0f} TFLOP/s per GPU; reductions: {used}"
+        + (" (approximate)" if result["approximate"] else "")
+        + (f"; trace {trace.stat().st_size / 1e6:.1f} MB" if traced else "")
+    )
 
 
 def _perf_step(progress) -> list[str]:

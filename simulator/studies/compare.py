@@ -35,6 +35,7 @@ oversubscribed fat-tree, or the dragonfly with the most global links.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from typing import Any
 
 from topologies import checks
 
-from .scenario import FABRIC_DEFAULTS, NETWORK_DEFAULTS, STEP_DEFAULTS
+from .scenario import FABRIC_DEFAULTS, NETWORK_DEFAULTS, STEP_DEFAULTS, build_topology
 from .sizing import match, price_design
 from .sweep import load_grid, sweep
 
@@ -69,7 +70,8 @@ class Comparison:
     sized: Mapping[str, str]  # design -> how it was sized to another's cost or power (match_cost / match_power)
 
     def summary(self) -> Any:
-        """One row per design: each collective's busbw and NCCL's choice, each step's time and time in network."""
+        """One row per design: each collective's busbw, NCCL's choice and capex per GB/s of busbw, each step's time,
+        time in network and capex per token/s (NaN where a part has no price)."""
         import pandas as pd
 
         columns: dict[str, Any] = {}
@@ -121,6 +123,11 @@ def _scenarios(spec: Mapping[str, Any]) -> tuple[list[dict], tuple[str, ...], tu
         if not isinstance(value, Mapping) or not value or any(not isinstance(v, Mapping) for v in value.values()):
             raise checks.reject(name, value, f"a table of named tables ([{name}.NAME]), at least one")
     assert isinstance(designs, Mapping) and isinstance(workloads, Mapping)
+    for name in MATCH_FIELDS:
+        if name in _normal(shared):
+            raise checks.reject(
+                name, _normal(shared)[name], f"no value at the top level (a design's own {name} names another)"
+            )
     fabric = set(FABRIC_DEFAULTS) | set(NETWORK_DEFAULTS) | {"system"}
     for table, named in (("designs", designs), ("workloads", workloads)):
         for name, fields in named.items():
@@ -141,7 +148,7 @@ def _scenarios(spec: Mapping[str, Any]) -> tuple[list[dict], tuple[str, ...], tu
     scenarios = [
         {"name": f"{workload} | {design}"}
         | shared
-        | {k: v for k, v in fields.items() if str(k).replace("-", "_") not in MATCH_FIELDS}
+        | {k: v for k, v in _normal(fields).items() if k not in MATCH_FIELDS}
         | dict(work)
         for workload, work in workloads.items()
         for design, fields in designs.items()
@@ -179,11 +186,13 @@ def compare(spec: Mapping[str, Any] | str | os.PathLike | None = None, **sweep_o
                 "switch ports per GPU": cost.switch_ports_per_gpu,
                 "cables per GPU": cost.cables_per_gpu,
                 "transceivers per GPU": cost.transceivers_per_gpu,
-                "capex USD": price.capex_usd,
-                "capex per GPU USD": price.capex_per_gpu_usd,
-                "power kW": price.power_w / 1e3,
-                "power per GPU W": price.power_per_gpu_w,
+                # a total missing a part is no total: NaN, and the parts named
+                "capex USD": math.nan if price.unpriced else price.capex_usd,
+                "capex per GPU USD": math.nan if price.unpriced else price.capex_per_gpu_usd,
+                "power kW": math.nan if price.unpowered else price.power_w / 1e3,
+                "power per GPU W": math.nan if price.unpowered else price.power_per_gpu_w,
                 "unpriced": ", ".join(price.unpriced),
+                "unpowered": ", ".join(price.unpowered),
                 "wiring": topology.description,
             }
         )
@@ -202,17 +211,26 @@ def compare(spec: Mapping[str, Any] | str | os.PathLike | None = None, **sweep_o
     )
 
 
+def _normal(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Fields with their names as settings spell them (dashes as underscores)."""
+    return {str(k).replace("-", "_"): v for k, v in fields.items()}
+
+
 def _fields(spec: Mapping[str, Any], design: str) -> dict[str, Any]:
     """A design's fabric settings: the step defaults, the spec's shared fields, then the design's own."""
     shared = {k: v for k, v in spec.items() if k not in SPEC_FIELDS}
-    own = {str(k).replace("-", "_"): v for k, v in (shared | dict(spec["designs"][design])).items()}
+    own = _normal(shared | dict(spec["designs"][design]))
     return STEP_DEFAULTS | {"nodes": FABRIC_DEFAULTS["nodes"]} | {k: v for k, v in own.items() if k not in MATCH_FIELDS}
 
 
-def _family(fields: Mapping[str, Any]) -> str:
-    """The sizing family (``sizing.FAMILIES``) of a design's fields."""
-    if fields["topology"] == "fat-tree" and fields["planes"] > 1:
+def _family(where: str, fields: Mapping[str, Any]) -> str:
+    """The sizing family (``sizing.FAMILIES``) of a design's fields: its topology, a fat-tree on several planes
+    being the multi-plane family (other topologies have one plane)."""
+    planes = checks.integer(f"{where}.planes", fields["planes"], low=1)
+    if fields["topology"] == "fat-tree" and planes > 1:
         return "multi-plane"
+    if planes > 1:
+        raise checks.reject(f"{where}.planes", planes, f"1 for a {fields['topology']} sized to another design")
     return str(fields["topology"])
 
 
@@ -222,30 +240,34 @@ def _sized(spec: Mapping[str, Any], prices) -> tuple[dict, dict[str, str]]:
     designs = dict(spec["designs"])
     sized: dict[str, str] = {}
     for design, table in spec["designs"].items():
-        given = {str(k).replace("-", "_"): v for k, v in table.items()}
+        given = _normal(table)
         asked = [m for m in MATCH_FIELDS if m in given]
         if not asked:
             continue
         where = f"designs.{design}.{asked[0]}"
         if len(asked) > 1:
             raise checks.reject(where, given[asked[0]], f"one of {' or '.join(MATCH_FIELDS)}, not both")
-        other = given[asked[0]]
-        if other not in designs or other == design:
-            raise checks.reject(where, other, f"another design: {', '.join(d for d in designs if d != design)}")
-        if any(m in {str(k).replace("-", "_") for k in spec["designs"][other]} for m in MATCH_FIELDS):
-            raise checks.reject(where, other, "a design that is not itself sized to another")
+        others = tuple(d for d in designs if d != design and not set(MATCH_FIELDS) & set(_normal(designs[d])))
+        other = checks.choice(where, given[asked[0]], others)  # another design, not itself sized to another
         fields = _fields(spec, design)
         try:
+            build_topology(_fields(spec, other))
+        except ValueError as exc:
+            raise ValueError(f"designs.{other}: {exc}") from None
+        family = _family(f"designs.{design}", fields)
+        try:
             sizing = match(
-                _fields(spec, other), _family(fields), design=fields, by=asked[0][len("match_") :], prices=prices
+                _fields(spec, other),
+                family,
+                design=fields,
+                by=asked[0][len("match_") :],
+                prices=prices,
             )
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
-        chosen = {k: sizing.settings[k] for k in sizing.shown}
-        if sizing.family == "dragonfly":
-            chosen |= {"topology": "dragonfly"}
-        designs[design] = {k: v for k, v in table.items() if str(k).replace("-", "_") not in MATCH_FIELDS} | chosen
-        shown = ", ".join(f"{k} {v:g}" for k, v in chosen.items() if k != "topology")
+        own = {k: v for k, v in _normal(table).items() if k not in MATCH_FIELDS and k not in sizing.fields}
+        designs[design] = own | sizing.fields
+        shown = ", ".join(f"{k} {sizing.settings[k]:g}" for k in sizing.shown)
         sized[design] = (
             f"sized to the {sizing.by} of {other!r}: {shown} "
             f"({sizing.value / sizing.target:.1%} of its {'capex' if sizing.by == 'cost' else 'power'})"
@@ -267,8 +289,6 @@ def _tier_words(row: Mapping[str, Any]) -> str:
 def explain(comparison: Comparison, workload: str) -> list[str]:
     """One sentence per design: its result for ``workload`` against the baseline's and the mechanism behind the
     difference or the tie (module docstring)."""
-    import math
-
     rows = comparison.table[comparison.table["workload"] == workload].set_index("design")
     base = rows.loc[comparison.baseline]
     out = []
@@ -286,7 +306,7 @@ def explain(comparison: Comparison, workload: str) -> list[str]:
                 base["protocol"],
             ):
                 text += f" (the baseline's: {base['algorithm']} {base['protocol']})"
-            if isinstance(r.get("busiest_link"), str):
+            if isinstance(r.get("busiest_link"), str) and r["busiest_link"]:  # empty when nothing moved
                 text += (
                     f"; its busiest link is {_tier_words(r)} ({r['busiest_link']}), busy "
                     f"{r['busiest_link_share']:.0%} of the collective's time"

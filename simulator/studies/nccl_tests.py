@@ -231,6 +231,8 @@ def run_bench(
         if not 1 <= len(byte_counts) <= MAX_SIZES:
             raise ValueError(f"sizes: {len(byte_counts)} sizes are not allowed; expected 1 to {MAX_SIZES}")
     collectives = [collective_for_size(kind, s, nranks=nranks, dtype=dtype, op=op, root=root) for s in byte_counts]
+    if flag("links", links) and len(collectives) != 1:
+        raise ValueError(f"links: True is not allowed with {len(collectives)} sizes; expected one size")
     route_cache = RouteCache() if route_cache is None else route_cache
     if progress is not None:
         progress(f"simulating {len(collectives)} sizes of {kind.value} on {nranks} GPUs")
@@ -238,9 +240,7 @@ def run_bench(
         topology, Workload.sequence(collectives, nranks=nranks), placement, config, route_cache=route_cache
     )
     link_report: dict[str, Any] = {}
-    if flag("links", links):
-        if len(collectives) != 1:
-            raise ValueError(f"links: True is not allowed with {len(collectives)} sizes; expected one size")
+    if links:
         link_report = _link_report(topology, result.link_bytes, result.collectives[0].time_s)
     rows = []
     if explain and progress is not None:
@@ -275,7 +275,10 @@ def _link_report(topology: Topology, link_bytes: np.ndarray, time_s: float) -> d
     from simulator.analysis import link_class_bytes
 
     tiers = link_class_bytes(topology, link_bytes)["tier"]
-    share = np.asarray(link_bytes, dtype=np.float64) / (topology.link_capacity_bytes_per_s * time_s)
+    moved = np.asarray(link_bytes, dtype=np.float64)
+    if time_s <= 0 or not moved.any():  # nothing moved (one rank, no bytes): no busiest link
+        return {"tier_bytes": tiers, "busiest_link": None}
+    share = moved / (topology.link_capacity_bytes_per_s * time_s)
     busiest = int(np.argmax(share))
     tier = LinkTier(int(topology.link_tier[busiest])).name.lower()
     return {"tier_bytes": tiers, "busiest_link": (topology.link_names[busiest], tier, float(share[busiest]))}

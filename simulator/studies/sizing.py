@@ -10,12 +10,14 @@ returns the family's most capable design that costs (or draws) no more than the 
   within the budget is the most capable.
 * ``dragonfly``: the global links per router h (1 up to the ports left after p terminals and a - 1 local
   links), for the design's own p and a if it gives them, else for every balanced shape (a = 2p) that holds the
-  nodes in whole groups; the design with the most global links per terminal (h / p) within the budget wins,
-  the cheaper one on a tie.
+  nodes in whole groups. A group's a h global ports are cabled floor(a h / (g - 1)) times to each of its g - 1
+  peers, the rest idle: the design with the most cabled global links per terminal within the budget wins (the
+  cheaper on a tie), at the fewest h that cables them.
 
-Cost and power fall as oversubscription grows and rise with h, so each knob is bisected: about log2(r / 2)
-designs are built per line (5 for radix 64). The result lists every design built with its figures, so a user
-sees the neighbours on either side of the budget.
+Cost and power fall as oversubscription grows and rise with h, so each knob is bisected (about log2(r / 2)
+designs built per line, 5 for radix 64), after skipping the least capable values a family cannot build (a
+dragonfly whose few global links cannot join its groups). The result lists every design built with its
+figures, so a user sees the neighbours on either side of the budget.
 
 Worked case (``tests/simulator/test_sizing.py``): 4 DGX H100 on a rail-optimised Quantum-2 leaf-spine at 2:1
 have 8 leaves of 4 NICs with ceil(4 / 2) = 2 uplinks each and 2 spines, 48 optical cables: 10 x 36,000 +
@@ -37,6 +39,8 @@ from .scenario import FABRIC_DEFAULTS, NETWORK_DEFAULTS, build_topology
 __all__ = ("FAMILIES", "Sizing", "match", "price_design")
 
 FAMILIES = ("fat-tree", "leaf-spine", "rail-only", "multi-plane", "dragonfly")
+# the fields a family sets (the rest of a design, e.g. its routing, fabric or rail optimisation, stays its own)
+FAMILY_FIELDS = ("topology", "oversubscription", "planes", "dragonfly_p", "dragonfly_a", "dragonfly_h")
 MEASURES = ("cost", "power")
 
 
@@ -82,6 +86,7 @@ class Sizing:
     description: str  # the chosen design's wiring (Topology.description)
     price: Any  # FabricPrice of the chosen design
     knob: str  # the field that was sized
+    fields: dict[str, Any]  # the family's fields of the chosen design (topology, planes, its shape, the knob)
     tried: tuple[tuple[tuple[Any, ...], float], ...]  # (values of the ``shown`` fields, USD or W) per design built
     shown: tuple[str, ...]  # the fields that tell the designs tried apart
 
@@ -152,11 +157,27 @@ def _lines(family: str, design: Mapping[str, Any]) -> tuple[str, list[tuple[dict
 
 
 def _capability(settings: Mapping[str, Any]) -> float:
-    """How much traffic a design's upper tiers take per NIC, to choose between lines: global links per
-    terminal (h / p) for a dragonfly, 1 / oversubscription otherwise."""
-    if settings["topology"] == "dragonfly":
-        return settings["dragonfly_h"] / settings["dragonfly_p"]
-    return 1.0 / settings["oversubscription"]
+    """How much traffic a design's upper tiers take per NIC, to choose between lines: for a dragonfly the
+    global cables per terminal (a group's a h global ports are cabled floor(a h / (g - 1)) times to each of
+    its g - 1 peers; the rest stay idle), 1 / oversubscription otherwise."""
+    if settings["topology"] != "dragonfly":
+        return 1.0 / settings["oversubscription"]
+    p, a, h, g = _shape(settings)
+    return (a * h // (g - 1)) * (g - 1) / (a * p)
+
+
+def _shape(settings: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    from topologies.presets import dragonfly_shape
+
+    return dragonfly_shape(
+        settings["system"],
+        nodes=settings["nodes"],
+        fabric=settings["fabric"],
+        nics_per_node=settings["nics_per_node"],
+        dragonfly_p=settings["dragonfly_p"],
+        dragonfly_a=settings["dragonfly_a"],
+        dragonfly_h=settings["dragonfly_h"],
+    )
 
 
 def match(
@@ -178,25 +199,35 @@ def match(
     _, _, reference_price = price_design(_settings(reference), prices, nic_cables=nic_cables)
     settings = _settings(reference if design is None else design)
     target = _value(reference_price, by)
+    if target <= 0:
+        raise ValueError(
+            f"match_{by}: {reference_price.name} has no fabric to size against ({by} 0); expected a design "
+            "with fabric switches (more than one node)"
+        )
     knob, lines = _lines(family, settings)
     tried: dict[tuple, float] = {}  # (line, index) -> USD or W; inf where the family cannot build it
+    refusals: list[str] = []  # why designs could not be built, the first kept for the message
 
     def value_at(fixed: dict[str, Any], values: list[Any], line: int, i: int) -> float:
         if (line, i) not in tried:
             try:
                 _, _, price = price_design(settings | fixed | {knob: values[i]}, prices, nic_cables=nic_cables)
-            except ValueError:
-                tried[(line, i)] = math.inf  # a shape the family cannot build for these nodes
+            except ValueError as exc:
+                tried[(line, i)] = math.inf  # a design the family cannot build for these nodes
+                refusals.append(str(exc))
             else:
                 tried[(line, i)] = _value(price, by)
         return tried[(line, i)]
 
     best: tuple[float, float, dict[str, Any]] | None = None  # (capability, -value, settings)
     for line, (fixed, values) in enumerate(lines):
-        # values run from the most to the least capable design and cost falls along them: bisect for the
-        # first one within the budget
+        # values run from the most to the least capable design and cost falls along them; the least capable
+        # may not be buildable (a dragonfly with too few global links for its groups): skip those, then bisect
+        # for the first design within the budget
         lo, hi = 0, len(values) - 1
-        if value_at(fixed, values, line, hi) > target:
+        while hi >= 0 and value_at(fixed, values, line, hi) == math.inf:
+            hi -= 1
+        if hi < 0 or tried[(line, hi)] > target:
             continue
         while lo < hi:
             mid = (lo + hi) // 2
@@ -205,14 +236,20 @@ def match(
             else:
                 lo = mid + 1
         found = settings | fixed | {knob: values[lo]}
+        if family == "dragonfly":  # the fewest global links per router that cable as many global links
+            p, a, h, g = _shape(found)
+            found[knob] = -(-(a * h // (g - 1)) * (g - 1) // a)
         candidate = (_capability(found), -tried[(line, lo)], found)
         if best is None or candidate[:2] > best[:2]:
             best = candidate
     if best is None:
-        least = min(tried.values())
+        where = f"no {family} design for {settings['nodes']} nodes of {settings['system']}"
+        built = [v for v in tried.values() if v != math.inf]
+        if not built:
+            raise ValueError(f"match_{by}: {where} can be built: {refusals[0] if refusals else 'no candidate'}")
         raise ValueError(
-            f"match_{by}: no {family} design for {settings['nodes']} nodes of {settings['system']} is within the "
-            f"{by} of {reference_price.name} ({target:,.0f}); the least it can be built for is {least:,.0f}"
+            f"match_{by}: {where} is within the {by} of {reference_price.name} ({target:,.0f}); the least it can be "
+            f"built for is {min(built):,.0f}"
         )
     chosen = best[2]
     topology, _, price = price_design(chosen, prices, nic_cables=nic_cables)
@@ -226,10 +263,26 @@ def match(
         description=topology.description,
         price=price,
         knob=knob,
-        tried=tuple(
-            (tuple(({**lines[line][0], knob: lines[line][1][i]})[k] for k in shown), value)
-            for (line, i), value in sorted(tried.items())
-            if value != math.inf
-        ),
+        fields={k: chosen[k] for k in FAMILY_FIELDS},
+        tried=_tried_rows(tried, lines, knob, shown, chosen, _value(price, by)),
         shown=shown,
     )
+
+
+def _tried_rows(
+    tried: Mapping[tuple, float],
+    lines: list[tuple[dict[str, Any], list[Any]]],
+    knob: str,
+    shown: tuple[str, ...],
+    chosen: Mapping[str, Any],
+    chosen_value: float,
+) -> tuple[tuple[tuple[Any, ...], float], ...]:
+    """Every design built (the chosen one included), as (values of the ``shown`` fields, USD or W), line by
+    line from the most capable design of each."""
+    rows: dict[tuple[Any, ...], float] = {}
+    for (line, i), value in sorted(tried.items()):
+        if value != math.inf:
+            rows[tuple(({**lines[line][0], knob: lines[line][1][i]})[k] for k in shown)] = value
+    rows[tuple(chosen[k] for k in shown)] = chosen_value
+    sign = -1 if knob == "dragonfly_h" else 1  # the knob's last value is the most capable first: most h, least R
+    return tuple(sorted(rows.items(), key=lambda item: (item[0][:-1], sign * item[0][-1])))

@@ -218,8 +218,7 @@ def _bench_row(fields: dict, environ: dict) -> dict:
         config=config,
         links=True,
     )
-    assert row.busiest_link is not None  # links=True
-    busiest, busiest_tier, busiest_share = row.busiest_link
+    busiest, busiest_tier, busiest_share = row.busiest_link or ("", "", 0.0)  # none when nothing moved
     return {
         "gpus": (s["gpus_per_node"] or len(topology.servers[0].gpus)) * topology.num_servers,
         "topology_description": topology.description or topology.name,

@@ -12,7 +12,9 @@ value (the constant set for the run, then restored) and reports
 * whether the constant *moves*: its leave-one-out values spread over more than ``MOVES`` of the pooled value
   (then one table decides it, and the output names it).
 
-A grid search rather than a solver: each evaluation is a replay of every table (a few seconds), the
+The rows are chosen at each grid value (the NVLS rows are those the model runs as NVLS there; the tuner's
+choice does not see either constant, so the row set is the same across the grid), and the tables listed are
+those with rows at the grid's first value. A grid search rather than a solver: each evaluation is a replay of every table (a few seconds), the
 objective is a median (piecewise constant), and the grid says at which resolution the data pins the value.
 
 Fitted elsewhere, with their own checks: the A100 GEMM efficiency (``validation/sc21.py``: Megatron SC21

@@ -87,15 +87,25 @@ def test_explain_says_why_designs_tie_or_differ(comparison):
         ({"designs": {"a": {"topology": "ring"}}}, "designs.a: topology: 'ring' is not"),
         (
             {"designs": {"a": {}, "b": {"match_cost": "c"}}},
-            "designs.b.match_cost: 'c' is not allowed; expected another design: a",
+            "designs.b.match_cost: 'c' is not allowed; expected one of 'a'",
         ),
         (
-            {"designs": {"a": {"match_power": "b"}, "b": {"match_cost": "a"}}},
-            "designs.a.match_power: 'b' is not allowed; expected a design that is not itself sized",
+            {"designs": {"a": {"match_power": "b"}, "b": {"match_cost": "a"}, "c": {}}},
+            "designs.a.match_power: 'b' is not allowed; expected one of 'c'",
         ),
         (
             {"designs": {"a": {}, "b": {"match_cost": "a", "match_power": "a"}}},
             "designs.b.match_cost: 'a' is not allowed; expected one of match_cost or match_power, not both",
+        ),
+        ({"designs": {"a": {}, "b": {"match_cost": ["a"]}}}, "designs.b.match_cost: ['a'] is not allowed"),
+        ({"match_cost": "a"}, "match_cost: 'a' is not allowed; expected no value at the top level"),
+        (
+            {"designs": {"a": {}, "b": {"match_cost": "a", "topology": "rail-only", "planes": 2}}},
+            "designs.b.planes: 2 is not allowed; expected 1 for a rail-only sized to another design",
+        ),
+        (
+            {"designs": {"a": {"topology": "ring"}, "b": {"match_cost": "a"}}},
+            "designs.a: topology: 'ring' is not",
         ),
     ],
 )

@@ -46,9 +46,9 @@ def test_leaf_spine_at_the_power_of_its_2_to_1_self():
     assert sizing.price.capex_usd == _leaf_spine_usd(2)
 
 
-def test_a_budget_above_the_non_blocking_design_buys_it():
-    # the 1:1 leaf-spine (4 uplinks per leaf, 565,088 USD) is the most capable; a rail-only reference of the
-    # same servers (8 rail leaves + 4 spines, no more) is within it: R = 1
+def test_a_budget_of_the_non_blocking_design_buys_it():
+    # the 1:1 leaf-spine (4 uplinks per leaf, 565,088 USD) is the family's most capable design; sized to its own
+    # cost, the search ends at R = 1
     sizing = match(FOUR_DGX, "leaf-spine")
     assert sizing.settings["oversubscription"] == 1.0
     assert sizing.value == _leaf_spine_usd(4) == 565_088
@@ -70,6 +70,31 @@ def test_dragonfly_at_the_cost_of_a_fat_tree_by_hand():
     assert dragonfly_shape("dgx-h100", nodes=128, dragonfly_p=16) == (16, 32, 16, 2)
     assert sizing.value == 64 * SWITCH_USD + 1024 * NIC_USD + 2 * (1024 + 992 + 32) * END_USD == fat_tree
     assert dict(sizing.tried)[(16, 32, 2)] == fat_tree + 2 * 32 * END_USD
+
+
+def test_a_dragonfly_line_whose_fewest_global_links_cannot_join_its_groups_is_still_searched():
+    # 64 DGX H100 on the default dragonfly p=4 a=8 h=4: 16 groups, so a router needs a h >= g - 1 = 15 global
+    # ports per group (h >= 2) to reach every other group; h = 1 cannot be built, yet the line is searched. The
+    # reference's own wiring cables floor(8 x 4 / 15) = 2 links per pair of groups, as h = 5 does (floor(40 / 15)),
+    # so the line's design at the reference's cost is h = 5 and the search finds one at least as capable.
+    reference = {"system": "dgx-h100", "nodes": 64, "topology": "dragonfly"}
+    assert dragonfly_shape("dgx-h100", nodes=64) == (4, 8, 4, 16)
+    sizing = match(reference, "dragonfly")
+    tried = dict(sizing.tried)
+    assert tried[(4, 8, 5)] == sizing.target and (4, 8, 1) not in tried
+    p, a, h = (sizing.settings[k] for k in ("dragonfly_p", "dragonfly_a", "dragonfly_h"))
+    _, _, _, g = dragonfly_shape("dgx-h100", nodes=64, dragonfly_p=p, dragonfly_a=a, dragonfly_h=h)
+    # global cables per terminal: the reference 2 x 15 / (8 x 4); the chosen its own
+    assert (a * h // (g - 1)) * (g - 1) / (a * p) >= 2 * 15 / (8 * 4)
+    assert sizing.value <= sizing.target
+
+
+def test_a_reference_without_a_fabric_or_a_family_that_cannot_be_built_is_refused():
+    with pytest.raises(ValueError, match=r"^match_cost: dgx-h100 has no fabric to size against \(cost 0\)"):
+        match({"system": "dgx-h100", "nodes": 1}, "leaf-spine")
+    # the family's own refusal, not an infinite price
+    with pytest.raises(ValueError, match=r"^match_cost: no dragonfly design .* can be built: rail_optimised: False"):
+        match({"system": "dgx-h100", "nodes": 16, "rail_optimised": False}, "dragonfly")
 
 
 def test_a_reference_with_unpriced_parts_is_refused():
