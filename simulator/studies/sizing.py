@@ -86,7 +86,7 @@ class Sizing:
     description: str  # the chosen design's wiring (Topology.description)
     price: Any  # FabricPrice of the chosen design
     knob: str  # the field that was sized
-    fields: dict[str, Any]  # the family's fields of the chosen design (topology, planes, its shape, the knob)
+    fields: dict[str, Any]  # the family's fields of the chosen design that have a value (topology, planes, shape, knob)
     tried: tuple[tuple[tuple[Any, ...], float], ...]  # (values of the ``shown`` fields, USD or W) per design built
     shown: tuple[str, ...]  # the fields that tell the designs tried apart
 
@@ -263,7 +263,7 @@ def match(
         description=topology.description,
         price=price,
         knob=knob,
-        fields={k: chosen[k] for k in FAMILY_FIELDS},
+        fields={k: chosen[k] for k in FAMILY_FIELDS if chosen[k] is not None},
         tried=_tried_rows(tried, lines, knob, shown, chosen, _value(price, by)),
         shown=shown,
     )

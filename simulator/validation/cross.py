@@ -14,8 +14,9 @@ value (the constant set for the run, then restored) and reports
 
 The rows are chosen at each grid value (the NVLS rows are those the model runs as NVLS there; the tuner's
 choice does not see either constant, so the row set is the same across the grid), and the tables listed are
-those with rows at the grid's first value. A grid search rather than a solver: each evaluation is a replay of every table (a few seconds), the
-objective is a median (piecewise constant), and the grid says at which resolution the data pins the value.
+those with rows at the grid's first value. A grid search rather than a solver: each evaluation is a replay
+of every table (a few seconds), the objective is a median (piecewise constant), and the grid says at which
+resolution the data pins the value.
 
 Fitted elsewhere, with their own checks: the A100 GEMM efficiency (``validation/sc21.py``: Megatron SC21
 Table 1, odd and even rows held out in turn). Not cross-validated, said so in the report: the host launch

@@ -124,6 +124,7 @@ def test_hardware_has_capex_and_power_and_a_design_sized_to_anothers_cost():
         "workloads": {"ar": {"kind": "bench", "collective": "all_reduce", "size": "8M"}},
     }
     result = compare(spec, workers=1, cache=False)
+    assert (result.table["status"] == "ok").all()
     assert list(result.hardware["capex USD"]) == [472_608.0, 472_608.0]
     assert result.sized == {"at its cost": "sized to the cost of '2:1': oversubscription 2.04762 (100.0% of its capex)"}
     row = result.table[result.table["design"] == "at its cost"].iloc[0]
