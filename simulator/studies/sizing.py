@@ -118,7 +118,7 @@ class Sizing:
 def _lines(family: str, design: Mapping[str, Any]) -> tuple[str, list[tuple[dict[str, Any], list[Any]]]]:
     """(knob, lines) for a design with the fields ``design``: each line is the family's fixed fields
     and the knob's values, from the most capable design to the least (cost and power fall along a line)."""
-    from topologies.presets import dragonfly_shape, system_switch
+    from topologies.presets import system_switch
 
     switch = system_switch(design["system"], fabric=design["fabric"], nics_per_node=design["nics_per_node"])
     if switch is None:
@@ -126,14 +126,7 @@ def _lines(family: str, design: Mapping[str, Any]) -> tuple[str, list[tuple[dict
     if family == "dragonfly":
         fixed = {"topology": "dragonfly", "oversubscription": 1.0, "planes": 1}
         if design["topology"] == "dragonfly" and design["dragonfly_p"] is not None:
-            p, a, _, _ = dragonfly_shape(
-                design["system"],
-                nodes=design["nodes"],
-                fabric=design["fabric"],
-                nics_per_node=design["nics_per_node"],
-                dragonfly_p=design["dragonfly_p"],
-                dragonfly_a=design["dragonfly_a"],
-            )
+            p, a, _, _ = _shape({**design, "dragonfly_h": None})
             shapes = [(p, a)]
         else:  # every balanced shape (a = 2p) whose routers have ports left for global links
             shapes = [(p, 2 * p) for p in range(1, (switch.radix + 1) // 4 + 1)]
