@@ -43,12 +43,13 @@ from dataclasses import dataclass
 from importlib import resources
 
 from topologies.checks import positive_finite, reject
-from workloads.model import ModelSpec, ceil_div
+from workloads.model import ModelSpec
 from workloads.parallelism import ParallelismSpec
 from workloads.presets import MODELS
 
 from ..compute import gpu as cmp
 from ..studies.training import StepOptions, simulate_step
+from .sc21 import steady_microbatches
 
 __all__ = (
     "DGXC_TABLE",
@@ -70,9 +71,6 @@ DGXC_MODELS = {
     "GPT3-175B": "gpt3-175b",
 }
 """Recipe model name -> ``workloads.presets`` name."""
-
-STEADY_MICROBATCHES = 16  # k of the steady-state extrapolation, as simulator.validation.sc21
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DgxcCase:
@@ -224,8 +222,7 @@ def dgxc_check(
             continue
         seen.add((case.source, case.model, case.proxy))
         model, spec = dgxc_layout(case)
-        k = ceil_div(STEADY_MICROBATCHES, spec.pp) * spec.pp
-        steady = k if spec.microbatches >= 4 * k else None
+        steady = steady_microbatches(spec)
         began = time.perf_counter()
         result = simulate_step(
             model,

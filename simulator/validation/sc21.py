@@ -357,6 +357,13 @@ class Sc21Row:
 SC21_STEADY_MICROBATCHES = 16  # k for the steady-state extrapolation (rounded up to a multiple of p)
 
 
+def steady_microbatches(spec: ParallelismSpec) -> int | None:
+    """k for ``StepOptions(steady_state_microbatches=k)`` when a validation row is long enough to extrapolate
+    (m >= 4k, k = 16 rounded up to a multiple of p), else None: the row is simulated in full."""
+    k = ceil_div(SC21_STEADY_MICROBATCHES, spec.pp) * spec.pp
+    return k if spec.microbatches >= 4 * k else None
+
+
 def _sc21_selection(
     models: tuple[str, ...] | None, rows: tuple[int, ...] | None, count: int
 ) -> tuple[frozenset[str] | None, frozenset[int] | None]:
@@ -398,8 +405,7 @@ def sc21_check(
         model, spec = sc21_layout(row)
         if max_gpus is not None and spec.world_size > max_gpus:
             continue
-        k = ceil_div(SC21_STEADY_MICROBATCHES, spec.pp) * spec.pp
-        steady = k if extrapolate and spec.microbatches >= 4 * k else None
+        steady = steady_microbatches(spec) if extrapolate else None
         began = time.perf_counter()
         result = simulate_step(
             model,
