@@ -42,6 +42,8 @@ def test_llama_8b_on_one_server_within_ten_percent():
     rows = dgxc_check(models=("Llama 3.1 8B",), max_gpus=8)
     assert [r.case.version for r in rows] == ["v24.11.1", "v25.04.01"]
     for r in rows:
+        # the bound: the two releases measure the same layout 12.91 and 12.27 s apart (5.2 %), and the model
+        # sits between them (-5.6 % and -0.7 %): 10 % is that spread with room for the later release's gain
         assert abs(r.error) <= 0.10
         # NVIDIA's MFU moves inversely with the step time; the simulator's own MFU counts the same FLOPs
         assert r.predicted_mfu * r.predicted_step_s == pytest.approx(r.case.measured_mfu * r.case.measured_step_s)
