@@ -72,6 +72,7 @@ DGXC_MODELS = {
 }
 """Recipe model name -> ``workloads.presets`` name."""
 
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DgxcCase:
     """One measured layout: the recipe's parallelism and its step time and MFU."""
