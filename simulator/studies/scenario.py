@@ -53,15 +53,17 @@ FABRIC_DEFAULTS = {
     "dragonfly_a": None,
     "dragonfly_h": None,
     "dragonfly_arrangement": "absolute",
+    "gpu": None,  # the GPU preset of a --system FILE that does not name it (nvidia-smi topo -m)
 }
 
 
 def build_topology(settings: Mapping) -> Topology:
     """The system the fabric settings in ``settings`` (parsed arguments as a dict, or step settings) describe."""
+    from topologies.io import resolve_system
     from topologies.presets import build_system
 
     return build_system(
-        settings["system"],
+        resolve_system(settings["system"], gpu=settings.get("gpu"), fabric=settings["fabric"]),
         nodes=settings["nodes"],
         topology=settings["topology"],
         fabric=settings["fabric"],
@@ -159,6 +161,7 @@ def _positive(field: str, value: object) -> int:
 SETTING_CHECKS = {
     "model": _text,
     "system": _text,
+    "gpu": _text,
     "topology": _text,
     "fabric": _text,
     "trace": _text,
