@@ -219,7 +219,7 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m") -> TopoM
     missing = [d for d in devices if d not in rows]
     if missing:
         raise ValueError(f"{source}: no row for {missing[0]}; expected one row per column of the header")
-    legend = dict(re.findall(r"^(NIC\d+):\s*(\S+)\s*$", text, flags=re.MULTILINE))
+    legend = dict(re.findall(r"^[ \t]*(NIC\d+):[ \t]*(\S+)[ \t]*$", text, flags=re.MULTILINE))
     cells: list[tuple[str, ...]] = []
     for i, d in enumerate(devices):
         row = tuple("SYS" if c == "SOC" else c for c in rows[d][: len(devices)])  # SOC: SYS in old drivers
@@ -468,17 +468,17 @@ def server_from_nccl_xml(text: str, *, gpu: object = None, source: str = "NCCL t
     found_nics: list[tuple[ET.Element, ET.Element, ET.Element, int]] = []
 
     def walk(node: ET.Element, top: ET.Element, socket: int) -> None:
+        if str(node.get("class", "")).startswith("0x03") and node.find("gpu") is None:
+            raise ValueError(
+                f"{source}: pci {node.get('busid')} is a GPU (class {node.get('class')}) without a <gpu> element; "
+                "expected a dump written by NCCL_TOPO_DUMP_FILE (its <gpu> gives the NVLinks)"
+            )
         for child in node:
             if child.tag == "gpu":
                 found_gpus.append((child, node, top, socket))
             elif child.tag == "nic":
                 found_nics.extend((net, node, top, socket) for net in child.findall("net"))
             elif child.tag == "pci":
-                if str(child.get("class", "")).startswith("0x03") and child.find("gpu") is None:
-                    raise ValueError(
-                        f"{source}: pci {child.get('busid')} is a GPU (class {child.get('class')}) without a <gpu> "
-                        "element; expected a dump written by NCCL_TOPO_DUMP_FILE (its <gpu> gives the NVLinks)"
-                    )
                 walk(child, top, socket)
 
     hosts_seen: list[tuple[str, LinkSpec]] = []
@@ -490,7 +490,10 @@ def server_from_nccl_xml(text: str, *, gpu: object = None, source: str = "NCCL t
             walk(pci, pci, socket)
     if not found_gpus:
         raise ValueError(f"{source}: no <gpu> element; expected an NCCL topology dump with the server's GPUs")
-    found_gpus.sort(key=lambda f: _int(f[0].get("dev"), 0) if isinstance(_int(f[0].get("dev"), 0), int) else 0)
+    devs = [checks.integer(f"{source}: gpu dev", _int(g.get("dev")), low=0) for g, *_ in found_gpus]
+    if len(set(devs)) != len(devs):
+        raise checks.reject(f"{source}: gpu dev", devs, "distinct CUDA device indices")
+    found_gpus = [f for _, f in sorted(zip(devs, found_gpus), key=lambda pair: pair[0])]
 
     sms = {_int(g.get("sm")) for g, *_ in found_gpus}
     if len(sms) != 1 or not isinstance(next(iter(sms)), int):
