@@ -205,12 +205,12 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m") -> TopoM
         raise ValueError(f"{source}: line {header_at + 1}: a device column appears twice; expected distinct names")
     rows: dict[str, list[str]] = {}
     for n, line in enumerate(lines[header_at + 1 :], start=header_at + 2):
-        cells = [c for c in _split(line)]
-        if not cells or cells[0] not in devices:
+        fields = _split(line)
+        if not fields or fields[0] not in devices:
             if line.startswith("Legend"):
                 break
             continue
-        name, rest = cells[0], cells[1:]
+        name, rest = fields[0], fields[1:]
         if len(rest) < len(devices):
             raise ValueError(
                 f"{source}: line {n}: row {name} has {len(rest)} cells; expected {len(devices)} (one per column)"
@@ -308,8 +308,8 @@ def server_from_topo_matrix(
     socket_key: dict[int, object] = {}
     numa = [a.strip() for a in m.numa_affinity]
     if numa and all(re.fullmatch(r"\d+", a) for a in numa):
-        for g, a in zip(gpus, numa):
-            socket_key[g] = ("numa", int(a))
+        for g, node in zip(gpus, numa):
+            socket_key[g] = ("numa", int(node))
     else:
         local = _Groups(members)
         for k, a in enumerate(members):
@@ -345,7 +345,7 @@ def server_from_topo_matrix(
                 f"fabric: None is not allowed for {source}: its {len(compute)} NICs need a model and {template.name}, "
                 f"the preset of gpu {spec.name}, has none; expected --fabric NAME, one of {', '.join(FABRICS)}"
             )
-        nic = checks.choice("fabric", fabric, tuple(FABRICS)) and FABRICS[fabric].nic
+        nic = FABRICS[checks.choice("fabric", fabric, tuple(FABRICS))].nic
     return _system(
         source=source,
         description=described,
@@ -483,9 +483,9 @@ def server_from_nccl_xml(text: str, *, gpu: object = None, source: str = "NCCL t
 
     hosts_seen: list[tuple[str, LinkSpec]] = []
     for socket, cpu in enumerate(cpus):
-        host = _socket_link(cpu, source)
-        if host is not None:
-            hosts_seen.append(host)
+        cpu_host = _socket_link(cpu, source)
+        if cpu_host is not None:
+            hosts_seen.append(cpu_host)
         for pci in cpu.findall("pci"):
             walk(pci, pci, socket)
     if not found_gpus:
