@@ -18,6 +18,7 @@ DATA = Path(__file__).parent / "data"
 H100 = DATA / "dgx_h100_topo.txt"
 A100 = DATA / "dgx_a100_topo.txt"
 RTX = DATA / "pcie_rtx4090_topo.txt"
+VM = DATA / "lambda_4xh100_vm_topo.txt"
 XML = DATA / "a100_roce_nccl_topo.xml"
 
 
@@ -65,6 +66,17 @@ def test_dgx_a100_nps4_gives_four_sockets():
     # NUMA nodes 3, 1, 7, 5 each hold one PCIe switch of 2 GPUs + 2 NICs; NIC8/9 are SYS to every GPU
     assert (spec.gpus, spec.nics, spec.pcie_switches, spec.sockets) == (8, 8, 4, 4)
     assert spec.gpu.nvlink_count == 12 and spec.nvswitch == dev.NVSWITCH_GEN2 and spec.cpu_vendor == "amd"
+
+
+def test_cloud_vm_with_four_gpus_and_a_nic_behind_the_host_bridge():
+    system = import_system(VM, gpu="h100")
+    spec = system.server()
+    # NV18 between all 4 GPUs: NVSwitch; the one NIC is PHB to every GPU (no PIX/PXB): a compute NIC on a root port
+    # of the one NUMA node (0), as are the GPUs (no PIX/PXB partner): no PCIe switch, the even root-port spread
+    assert (spec.gpus, spec.nics, spec.pcie_switches, spec.sockets, spec.layout) == (4, 1, 0, 1, None)
+    assert spec.nvswitch == dev.NVSWITCH_GEN3 and spec.nic == dev.CONNECTX7_NDR
+    topo = build_system(system, nodes=2)
+    assert topo.servers[0].nic_of_gpu == (0, 0, 0, 0)  # every GPU sends through the one NIC
 
 
 def test_pcie_box_with_a_nic_behind_the_host_bridge():
