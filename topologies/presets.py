@@ -558,13 +558,15 @@ def _configure(
     return server, switch, link
 
 
-def system_switch(name: str, *, fabric: str | None = None, nics_per_node: int | None = None) -> SwitchSpec | None:
+def system_switch(
+    name: str | SystemPreset | ServerSpec, *, fabric: str | None = None, nics_per_node: int | None = None
+) -> SwitchSpec | None:
     """The fabric switch system ``name`` is built with (its preset's, or ``fabric``'s); None without a fabric."""
     return _configure(as_system(name), fabric=fabric, nics_per_node=nics_per_node)[1]
 
 
 def dragonfly_shape(
-    name: str,
+    name: str | SystemPreset | ServerSpec,
     *,
     nodes: int,
     fabric: str | None = None,

@@ -35,6 +35,7 @@ __all__ = (
     "SETTING_CHECKS",
     "StepSetup",
     "build_topology",
+    "system_of",
     "network_config",
     "step_settings",
     "prepare_step",
@@ -57,13 +58,21 @@ FABRIC_DEFAULTS = {
 }
 
 
+def system_of(settings: Mapping) -> Any:
+    """The system ``settings["system"]`` names, as ``build_system`` takes it: a preset name, or the server of a
+    file (``nvidia-smi topo -m`` output, an NCCL topology XML) with ``settings["gpu"]`` naming its GPU
+    (``topologies.io.resolve_system``)."""
+    from topologies.io import resolve_system
+
+    return resolve_system(settings["system"], gpu=settings.get("gpu"), fabric=settings["fabric"])
+
+
 def build_topology(settings: Mapping) -> Topology:
     """The system the fabric settings in ``settings`` (parsed arguments as a dict, or step settings) describe."""
-    from topologies.io import resolve_system
     from topologies.presets import build_system
 
     return build_system(
-        resolve_system(settings["system"], gpu=settings.get("gpu"), fabric=settings["fabric"]),
+        system_of(settings),
         nodes=settings["nodes"],
         topology=settings["topology"],
         fabric=settings["fabric"],
