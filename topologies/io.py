@@ -741,6 +741,13 @@ def import_system(path: object, *, gpu: object = None, fabric: str | None = None
     )
 
 
+def _is_file(value: str | Path) -> bool:
+    try:
+        return Path(value).is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte: no file of that name
+        return False
+
+
 def resolve_system(value: object, *, gpu: object = None, fabric: str | None = None) -> str | SystemPreset:
     """``value`` as ``build_system`` takes it: a preset name as is (``gpu`` must then be None: a preset names
     its GPU), an existing file imported (:func:`import_system`), anything else the error naming both kinds."""
@@ -748,7 +755,7 @@ def resolve_system(value: object, *, gpu: object = None, fabric: str | None = No
         if gpu is not None:
             raise checks.reject("gpu", gpu, f"no value with system preset {value!r} (it names its GPU)")
         return value
-    if isinstance(value, (str, Path)) and Path(value).is_file():
+    if isinstance(value, (str, Path)) and _is_file(value):
         return import_system(value, gpu=gpu, fabric=fabric)
     raise ValueError(
         f"system: {value!r} is not a preset; expected one of {', '.join(SYSTEMS)}, or an existing file "

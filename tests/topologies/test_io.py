@@ -209,8 +209,9 @@ def test_bad_nccl_xml(text, gpu, message):
 def test_resolve_system_refuses_gpu_with_a_preset_and_unknown_names():
     with pytest.raises(ValueError, match=r"^gpu: 'h100' is not allowed; expected no value with system preset"):
         resolve_system("dgx-h100", gpu="h100")
-    with pytest.raises(ValueError, match=r"^system: 'dgx-h1000' is not a preset; expected one of dgx-a100"):
-        resolve_system("dgx-h1000")
+    for name in ("dgx-h1000", "a" * 5000, "x\0y"):  # the last two: no file name the OS accepts
+        with pytest.raises(ValueError, match=r"^system: '.*' is not a preset; expected one of dgx-a100"):
+            resolve_system(name)
 
 
 @pytest.mark.parametrize(
