@@ -104,6 +104,7 @@ __all__ = (
     "import_system",
     "resolve_system",
     "gpu_preset",
+    "is_file",
 )
 
 _NEAR = ("PIX", "PXB")  # share a PCIe switch
@@ -741,7 +742,8 @@ def import_system(path: object, *, gpu: object = None, fabric: str | None = None
     )
 
 
-def _is_file(value: str | Path) -> bool:
+def is_file(value: str | Path) -> bool:
+    """Whether ``value`` names an existing regular file (a name the OS refuses, too long or with a NUL, names none)."""
     try:
         return Path(value).is_file()
     except (OSError, ValueError):  # a name too long for the file system, a NUL byte: no file of that name
@@ -755,7 +757,7 @@ def resolve_system(value: object, *, gpu: object = None, fabric: str | None = No
         if gpu is not None:
             raise checks.reject("gpu", gpu, f"no value with system preset {value!r} (it names its GPU)")
         return value
-    if isinstance(value, (str, Path)) and _is_file(value):
+    if isinstance(value, (str, Path)) and is_file(value):
         return import_system(value, gpu=gpu, fabric=fabric)
     raise ValueError(
         f"system: {value!r} is not a preset; expected one of {', '.join(SYSTEMS)}, or an existing file "

@@ -63,3 +63,14 @@ def test_missing_gpu_is_one_line(capsys):
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1
     assert err.startswith("fabricsim: error: gpu: None is not allowed for ") and "expected --gpu NAME" in err
+
+
+def test_sweep_cache_key_follows_the_system_file(tmp_path):
+    from simulator.studies.sweep import scenario_key
+
+    path = tmp_path / "topo.txt"
+    path.write_text((DATA / "dgx_h100_topo.txt").read_text())
+    scenario = {"kind": "bench", "system": str(path), "gpu": "h100"}
+    before = scenario_key(scenario)
+    path.write_text((DATA / "dgx_h100_topo.txt").read_text().replace("NIC0\tPXB", "NIC0\tNODE", 1))
+    assert scenario_key(scenario) != before  # an edited file is another scenario
