@@ -1,4 +1,5 @@
-"""Importers: the user's own server, from ``nvidia-smi topo -m`` text or NCCL's topology XML.
+"""Importers: the user's own server, from ``nvidia-smi topo -m`` text or NCCL's topology XML; a custom fabric
+technology from a TOML/JSON table (:func:`custom_fabric`, at the end of this module).
 
 ``import_system(path, gpu=None)`` reads either file and returns a :class:`~topologies.presets.SystemPreset`
 that ``build_system`` (and ``fabricsim bench|step|topo --system FILE``) takes wherever it takes a preset name;
@@ -82,7 +83,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import re
+import tomllib
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -94,7 +97,7 @@ from . import links as lk
 from .devices import GpuSpec, NicSpec, SwitchSpec
 from .links import LinkKind, LinkSpec
 from .node import PcieLayout, ServerSpec, even_layout
-from .presets import FABRICS, SYSTEMS, SystemPreset
+from .presets import FABRICS, SYSTEMS, FabricPreset, SystemPreset, as_fabric
 
 __all__ = (
     "TopoMatrix",
@@ -105,6 +108,8 @@ __all__ = (
     "resolve_system",
     "gpu_preset",
     "is_file",
+    "custom_fabric",
+    "resolve_fabric",
 )
 
 _NEAR = ("PIX", "PXB")  # share a PCIe switch
@@ -263,7 +268,7 @@ class _Groups:
 
 
 def server_from_topo_matrix(
-    matrix: TopoMatrix, *, gpu: object, fabric: str | None = None, source: str = "nvidia-smi topo -m"
+    matrix: TopoMatrix, *, gpu: object, fabric: object = None, source: str = "nvidia-smi topo -m"
 ) -> SystemPreset:
     """The system ``matrix`` (:func:`parse_topo_matrix`) describes, with GPU preset ``gpu`` (the file names
     none); ``fabric`` (a FABRICS name) gives the NIC model when the GPU's system preset has none (a PCIe box);
@@ -346,7 +351,7 @@ def server_from_topo_matrix(
                 f"fabric: None is not allowed for {source}: its {len(compute)} NICs need a model and {template.name}, "
                 f"the preset of gpu {spec.name}, has none; expected --fabric NAME, one of {', '.join(FABRICS)}"
             )
-        nic = FABRICS[checks.choice("fabric", fabric, tuple(FABRICS))].nic
+        nic = as_fabric(resolve_fabric(fabric)).nic
     return _system(
         source=source,
         description=described,
@@ -725,7 +730,7 @@ def _fabric(nic: NicSpec | None, template: SystemPreset) -> tuple[LinkSpec | Non
 # ------------------------------------------------------------------------------------------------
 
 
-def import_system(path: object, *, gpu: object = None, fabric: str | None = None) -> SystemPreset:
+def import_system(path: object, *, gpu: object = None, fabric: object = None) -> SystemPreset:
     """The system an ``nvidia-smi topo -m`` text file or an NCCL topology XML file at ``path`` describes (told
     apart by content); ``gpu`` names the GPU preset where the file does not, ``fabric`` the NIC model where
     neither the file nor the GPU's preset does."""
@@ -750,7 +755,7 @@ def is_file(value: str | Path) -> bool:
         return False
 
 
-def resolve_system(value: object, *, gpu: object = None, fabric: str | None = None) -> str | SystemPreset:
+def resolve_system(value: object, *, gpu: object = None, fabric: object = None) -> str | SystemPreset:
     """``value`` as ``build_system`` takes it: a preset name as is (``gpu`` must then be None: a preset names
     its GPU), an existing file imported (:func:`import_system`), anything else the error naming both kinds."""
     if isinstance(value, str) and value in SYSTEMS:
@@ -762,4 +767,121 @@ def resolve_system(value: object, *, gpu: object = None, fabric: str | None = No
     raise ValueError(
         f"system: {value!r} is not a preset; expected one of {', '.join(SYSTEMS)}, or an existing file "
         "(nvidia-smi topo -m output, an NCCL topology XML dump)"
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# A custom fabric technology (TOML/JSON)
+# ------------------------------------------------------------------------------------------------
+
+FABRIC_FIELDS = ("name", "link", "switch", "nic", "radix", "switch_latency_us")
+_PORT_KINDS = {LinkKind.INFINIBAND: "infiniband", LinkKind.ROCE: "ethernet"}
+
+
+def custom_fabric(mapping: object, *, source: str = "fabric") -> FabricPreset:
+    """The fabric technology a table describes, for wiring no ``FABRICS`` entry covers; the tiers, cabling and
+    oversubscription stay the settings they are (``topology``, ``rail_optimised``, ``oversubscription``,
+    ``planes``). Fields:
+
+    * ``link``: the cable and port, a ``links.LINK_PRESETS`` name of kind InfiniBand or RoCE;
+    * ``switch``: a ``devices.SWITCH_PRESETS`` name of the same family (infiniband, ethernet); ports faster than
+      the link are split into link-rate ports of the same switching capacity (a 400G Tomahawk 4 as 128 x 200G);
+    * ``nic``: a ``devices.NIC_PRESETS`` name whose port is the link (default: the first such preset);
+    * ``radix``: the switch's port count at the link rate (default the switch's), e.g. a smaller chassis;
+    * ``switch_latency_us``: the switch's port-to-port latency (default the switch's);
+    * ``name``: what the label shows (default ``custom``).
+
+    A switch that equals a preset once split (Tomahawk 4 at 200G is ``tomahawk_4_200g``) is that preset; one with
+    its own radix or latency is named ``<switch>_custom``: ``fabricsim topo`` counts its ports but the price book
+    (``topologies/prices.toml``, keyed by preset) has no figure for it, and its port rate shows as ``?``.
+
+    >>> fabric = custom_fabric({"link": "roce_200g", "switch": "spectrum_4", "radix": 64})
+    >>> fabric.switch.radix, fabric.switch.port_rate_bytes_per_s * 8 / 1e9, fabric.nic.name
+    (64, 200.0, 'connectx6dx_200g')
+    >>> custom_fabric({"link": "roce_200g", "switch": "tomahawk_4"}).switch.name
+    'tomahawk_4_200g'
+
+    """
+    if not isinstance(mapping, Mapping):
+        raise checks.reject(source, mapping, f"a table of {', '.join(FABRIC_FIELDS)}")
+    unknown = sorted(str(k) for k in mapping if k not in FABRIC_FIELDS)
+    if unknown:
+        raise checks.reject(
+            f"{source}.{unknown[0]}", mapping[unknown[0]], f"no such field; one of {', '.join(FABRIC_FIELDS)}"
+        )
+    ports = {n: link for n, link in lk.LINK_PRESETS.items() if link.kind in _PORT_KINDS}
+    link_name = mapping.get("link")
+    link = ports.get(link_name) if isinstance(link_name, str) else None
+    if link is None:
+        raise checks.reject(f"{source}.link", mapping.get("link"), f"one of {', '.join(ports)}")
+    family = _PORT_KINDS[link.kind]
+    switches = {n: sw for n, sw in dev.SWITCH_PRESETS.items() if sw.kind == family}
+    switch_name = mapping.get("switch")
+    switch = switches.get(switch_name) if isinstance(switch_name, str) else None
+    if switch is None:
+        raise checks.reject(
+            f"{source}.switch", mapping.get("switch"), f"one of {', '.join(switches)} ({family}, as the link)"
+        )
+    ratio = switch.port_rate_bytes_per_s / link.line_rate_bytes_per_s
+    if ratio < 1 or ratio != round(ratio):
+        raise checks.reject(
+            f"{source}.switch", switch.name, f"a switch whose ports run at a whole multiple of {link.name}'s rate"
+        )
+    if ratio > 1:
+        switch = dev._split_ports(switch, link, f"{switch.name}_{link.name}")
+    nics = {n: nic for n, nic in dev.NIC_PRESETS.items() if nic.port == link}
+    name = mapping.get("nic", next(iter(nics), None))
+    nic = nics.get(name) if isinstance(name, str) else None
+    if nic is None:
+        raise checks.reject(f"{source}.nic", name, f"a NIC preset with a {link.name} port: {', '.join(nics) or 'none'}")
+    radix, latency_s = switch.radix, switch.latency_s
+    if "radix" in mapping:
+        radix = checks.integer(f"{source}.radix", mapping["radix"], low=2)
+    if "switch_latency_us" in mapping:
+        latency_s = (
+            checks.finite_nonnegative(
+                f"{source}.switch_latency_us",
+                mapping["switch_latency_us"],
+                expected="a finite number of microseconds >= 0",
+            )
+            * 1e-6
+        )
+    if (radix, latency_s) != (switch.radix, switch.latency_s):
+        switch = dataclasses.replace(switch, name=f"{switch.name}_custom", radix=radix, latency_s=latency_s)
+    # a switch equal to a preset but for its name is that preset: the cost tables and the price book know it
+    switch = next((sw for sw in dev.SWITCH_PRESETS.values() if sw == dataclasses.replace(switch, name=sw.name)), switch)
+    label = mapping.get("name", "custom")
+    if not isinstance(label, str) or not label.strip():
+        raise checks.reject(f"{source}.name", label, "a non-empty string")
+    return FabricPreset(
+        name=label,
+        description=f"{link.name} cables, {switch.name} ({switch.radix} ports), {nic.name}",
+        link=link,
+        switch=switch,
+        nic=nic,
+    )
+
+
+def resolve_fabric(value: object) -> str | FabricPreset | None:
+    """``value`` as ``build_system``'s ``fabric=`` takes it: None, a ``FABRICS`` name or a FabricPreset as they
+    are; a table (:func:`custom_fabric`); the name of a TOML or JSON file holding such a table (at its top level
+    or as its ``[fabric]`` table)."""
+    if value is None or isinstance(value, FabricPreset) or (isinstance(value, str) and value in FABRICS):
+        return value
+    if isinstance(value, Mapping):
+        return custom_fabric(value)
+    if isinstance(value, (str, Path)) and is_file(value):
+        text = checks.read_text("fabric", value)
+        try:
+            data = json.loads(text) if str(value).endswith(".json") else tomllib.loads(text)
+        except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ValueError(
+                f"fabric: {str(value)!r} is not valid {'JSON' if str(value).endswith('.json') else 'TOML'} "
+                f"({exc}); expected a table of {', '.join(FABRIC_FIELDS)}"
+            ) from None
+        table = data.get("fabric", data) if isinstance(data, dict) and isinstance(data.get("fabric"), dict) else data
+        return custom_fabric(table, source=f"fabric: {value}")
+    raise ValueError(
+        f"fabric: {value!r} is not a preset; expected one of {', '.join(FABRICS)}, a table of "
+        f"{', '.join(FABRIC_FIELDS)}, or a TOML/JSON file holding one"
     )

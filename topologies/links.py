@@ -424,6 +424,7 @@ LINK_PRESETS: Mapping[str, LinkSpec] = types.MappingProxyType(
             ROCE_200G,
             ROCE_400G,
             ROCE_800G,
+            QPI_INTEL_BDW,
             UPI_INTEL,
             UPI_INTEL_SPR,
             UPI_INTEL_EMR,

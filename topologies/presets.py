@@ -13,7 +13,8 @@ Three choices can be changed independently of the server preset:
   and a capacity function ``max_servers(*, server, switch, rail_optimised, oversubscription,
   planes)`` (or None when the builder reports its own limits); registering another wiring is
   adding one entry.
-* ``fabric``: a name in :data:`FABRICS`, a (link, switch, NIC) technology triple. The server's NICs
+* ``fabric``: a name in :data:`FABRICS`, a (link, switch, NIC) technology triple, or a
+  :class:`FabricPreset` (``topologies.io.custom_fabric`` builds one from a table). The server's NICs
   are replaced by the fabric's NIC (``dataclasses.replace`` on the ServerSpec). A NIC's host link
   trains at the slower PCIe generation of the NIC and the server's PCIe switch/root ports (PCIe
   link training negotiates the highest rate both ends support), so a ConnectX-8 (Gen6) in a Gen5
@@ -74,6 +75,7 @@ __all__ = (
     "SYSTEMS",
     "build_system",
     "as_system",
+    "as_fabric",
     "system_switch",
     "dragonfly_shape",
 )
@@ -404,7 +406,7 @@ class SystemPreset:
         self,
         topology: str = "leaf-spine",
         *,
-        fabric: str | None = None,
+        fabric: str | FabricPreset | None = None,
         oversubscription: float = 1.0,
         rail_optimised: bool = True,
         nics_per_node: int | None = None,
@@ -494,6 +496,12 @@ SYSTEMS = MappingProxyType(
 )
 
 
+def as_fabric(value: object) -> FabricPreset:
+    """The fabric ``value`` names: a :data:`FABRICS` name, or a :class:`FabricPreset` (a custom fabric,
+    ``topologies.io.custom_fabric``)."""
+    return value if isinstance(value, FabricPreset) else _lookup("fabric", value, FABRICS)
+
+
 def as_system(value: object) -> SystemPreset:
     """The system ``value`` names: a :data:`SYSTEMS` name, a :class:`SystemPreset` (an imported server with its
     fabric, ``topologies.io.import_system``) or a bare :class:`ServerSpec` (no fabric of its own: pass
@@ -520,12 +528,12 @@ def _nic_in_server(nic: NicSpec, server: ServerSpec) -> NicSpec:
 
 
 def _configure(
-    preset: SystemPreset, *, fabric: str | None, nics_per_node: int | None
+    preset: SystemPreset, *, fabric: str | FabricPreset | None, nics_per_node: int | None
 ) -> tuple[ServerSpec, SwitchSpec | None, LinkSpec | None]:
     """The server, switch and cable of ``preset`` with a fabric and a NIC count applied."""
     server, switch, link = preset.server(), preset.switch, preset.fabric_link
     nic = server.nic
-    fabric_preset = None if fabric is None else _lookup("fabric", fabric, FABRICS)
+    fabric_preset = None if fabric is None else as_fabric(fabric)
     if fabric_preset is not None:
         link, switch, nic = fabric_preset.link, fabric_preset.switch, fabric_preset.nic
     if nics_per_node is not None and server.layout is not None and nics_per_node != server.nics:
@@ -559,7 +567,7 @@ def _configure(
 
 
 def system_switch(
-    name: str | SystemPreset | ServerSpec, *, fabric: str | None = None, nics_per_node: int | None = None
+    name: str | SystemPreset | ServerSpec, *, fabric: str | FabricPreset | None = None, nics_per_node: int | None = None
 ) -> SwitchSpec | None:
     """The fabric switch system ``name`` is built with (its preset's, or ``fabric``'s); None without a fabric."""
     return _configure(as_system(name), fabric=fabric, nics_per_node=nics_per_node)[1]
@@ -569,7 +577,7 @@ def dragonfly_shape(
     name: str | SystemPreset | ServerSpec,
     *,
     nodes: int,
-    fabric: str | None = None,
+    fabric: str | FabricPreset | None = None,
     nics_per_node: int | None = None,
     dragonfly_p: int | None = None,
     dragonfly_a: int | None = None,
@@ -594,7 +602,7 @@ def build_system(
     *,
     nodes: int = 1,
     topology: str = "leaf-spine",
-    fabric: str | None = None,
+    fabric: str | FabricPreset | None = None,
     oversubscription: float = 1.0,
     rail_optimised: bool = True,
     nics_per_node: int | None = None,
@@ -634,7 +642,7 @@ def build_system(
     label = " ".join(
         [name if nodes == 1 else f"{name} x{nodes}"]
         + ([topology] if topology != "leaf-spine" and nodes > 1 else [])
-        + ([fabric] if fabric is not None else [])
+        + ([as_fabric(fabric).name] if fabric is not None else [])
         + ([f"{nics_per_node} NICs"] if nics_per_node is not None else [])
         + ([f"{planes} planes"] if planes != 1 else [])
         + (["no GDR"] if not gdr else [])

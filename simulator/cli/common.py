@@ -73,7 +73,11 @@ def fabric_options(p: argparse.ArgumentParser, *, defaults: Mapping) -> None:
     )
     p.add_argument("--nodes", type=positive_int("nodes"), help=f"servers; default {defaults['nodes']}")
     p.add_argument("--topology", help=f"wiring: {', '.join(TOPOLOGIES)}; default {defaults['topology']}")
-    p.add_argument("--fabric", help=f"fabric technology: {', '.join(FABRICS)}; default the preset's own")
+    p.add_argument(
+        "--fabric",
+        help=f"fabric technology: {', '.join(FABRICS)}, or a TOML/JSON file describing a custom one (link, switch, "
+        "nic, radix, switch_latency_us); default the preset's own",
+    )
     p.add_argument(
         "--oversubscription",
         type=bounded("oversubscription", float),

@@ -36,6 +36,7 @@ __all__ = (
     "StepSetup",
     "build_topology",
     "system_of",
+    "fabric_of",
     "network_config",
     "step_settings",
     "prepare_step",
@@ -64,7 +65,15 @@ def system_of(settings: Mapping) -> Any:
     (``topologies.io.resolve_system``)."""
     from topologies.io import resolve_system
 
-    return resolve_system(settings["system"], gpu=settings.get("gpu"), fabric=settings["fabric"])
+    return resolve_system(settings["system"], gpu=settings.get("gpu"), fabric=fabric_of(settings))
+
+
+def fabric_of(settings: Mapping) -> Any:
+    """The fabric ``settings["fabric"]`` names, as ``build_system`` takes it: None, a FABRICS name, or a custom
+    fabric from a table or a TOML/JSON file (``topologies.io.resolve_fabric``)."""
+    from topologies.io import resolve_fabric
+
+    return resolve_fabric(settings["fabric"])
 
 
 def build_topology(settings: Mapping) -> Topology:
@@ -75,7 +84,7 @@ def build_topology(settings: Mapping) -> Topology:
         system_of(settings),
         nodes=settings["nodes"],
         topology=settings["topology"],
-        fabric=settings["fabric"],
+        fabric=fabric_of(settings),
         oversubscription=settings["oversubscription"],
         rail_optimised=settings["rail_optimised"],
         nics_per_node=settings["nics_per_node"],
@@ -151,6 +160,14 @@ def _text(field: str, value: object) -> str:
     return value
 
 
+def _fabric_table(value: Mapping) -> dict:
+    """A custom fabric table (``[fabric]`` in a scenario or design file), checked now and kept as a plain dict."""
+    from topologies.io import custom_fabric
+
+    custom_fabric(value)
+    return dict(value)
+
+
 def _names(field: str, value: object) -> tuple[str, ...]:
     expected = f"a list of distinct names from {', '.join(CONGESTION_NAMES)}"
     if (
@@ -172,7 +189,7 @@ SETTING_CHECKS = {
     "system": _text,
     "gpu": _text,
     "topology": _text,
-    "fabric": _text,
+    "fabric": lambda f, v: _fabric_table(v) if isinstance(v, Mapping) else _text(f, v),
     "trace": _text,
     "trace_ranks": _text,
     "sharp": checks.flag,

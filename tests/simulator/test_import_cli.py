@@ -74,3 +74,23 @@ def test_sweep_cache_key_follows_the_system_file(tmp_path):
     before = scenario_key(scenario)
     path.write_text((DATA / "dgx_h100_topo.txt").read_text().replace("NIC0\tPXB", "NIC0\tNODE", 1))
     assert scenario_key(scenario) != before  # an edited file is another scenario
+
+
+def test_custom_fabric_file_benches_as_the_preset_it_matches(capsys, tmp_path):
+    # roce_200g cables on a Tomahawk 4 split into 128 x 200G ports: the roce-200g preset's technology, so the same
+    # numbers (only the switch's name differs, which the csv does not show)
+    path = tmp_path / "fabric.toml"
+    path.write_text('link = "roce_200g"\nswitch = "tomahawk_4"\n')
+    options = ("bench", "all_reduce", "-b", "64M", "-e", "64M", "--nodes", "4", "--format", "csv")
+    assert run(capsys, *options, "--fabric", path) == run(capsys, *options, "--fabric", "roce-200g")
+
+
+def test_step_scenario_with_a_fabric_table(capsys, tmp_path):
+    path = tmp_path / "scenario.toml"
+    path.write_text(
+        "nodes = 2\ntp = 8\npp = 1\nglobal_batch = 16\noversubscription = 2.0\n"
+        '[fabric]\nname = "eth-r32"\nlink = "roce_400g"\nswitch = "spectrum_4"\nradix = 32\n'
+    )
+    out = run(capsys, "step", path, "--format", "json")
+    assert json.loads(out)["topology"] == "dgx-h100 x2 eth-r32"
+    assert "leaf-spine of spectrum_4_roce_400g_custom" in run(capsys, "step", path).splitlines()[0]

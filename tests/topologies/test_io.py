@@ -10,7 +10,15 @@ import pytest
 
 from topologies import devices as dev
 from topologies import links as lk
-from topologies.io import gpu_preset, import_system, parse_topo_matrix, resolve_system, server_from_nccl_xml
+from topologies.io import (
+    custom_fabric,
+    gpu_preset,
+    import_system,
+    parse_topo_matrix,
+    resolve_fabric,
+    resolve_system,
+    server_from_nccl_xml,
+)
 from topologies.node import PcieLayout, ServerSpec, dgx_h100
 from topologies.presets import FABRICS, SYSTEMS, build_system
 
@@ -250,3 +258,42 @@ def test_every_template_gpu_imports():
     for name, preset in SYSTEMS.items():
         server = preset.server()
         assert gpu_preset(server.gpu.name) is server.gpu, name
+
+
+def test_custom_fabric_matching_a_preset_is_that_preset():
+    # a 400G Tomahawk 4 (64 ports) split into 200G ports is the roce-200g preset's switch: 64 x 400 / 200 = 128
+    fabric = custom_fabric({"link": "roce_200g", "switch": "tomahawk_4"})
+    preset = FABRICS["roce-200g"]
+    assert (fabric.link, fabric.switch, fabric.nic) == tuple(preset)
+
+
+def test_custom_fabric_radix_and_latency(tmp_path):
+    path = tmp_path / "fabric.json"
+    path.write_text(
+        '{"name": "small", "link": "ib_ndr", "switch": "quantum2_ndr", "radix": 32, "switch_latency_us": 0.3}'
+    )
+    fabric = resolve_fabric(str(path))
+    assert fabric.name == "small" and fabric.switch.radix == 32 and fabric.switch.latency_s == pytest.approx(0.3e-6)
+    # a leaf-spine of radix-32 switches: 32 leaves of 16 down ports, 16 spines: 32 x 16 / 8 NICs = 64 DGX H100
+    assert SYSTEMS["dgx-h100"].max_nodes_for("leaf-spine", fabric=fabric) == 64
+    assert resolve_fabric("ib-ndr") == "ib-ndr" and resolve_fabric(None) is None
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (
+            {"link": "roce_400g", "switch": "spectrum_4", "ports": 3},
+            r"fabric.ports: 3 is not allowed; expected no such",
+        ),
+        ({"link": "nvlink4", "switch": "spectrum_4"}, r"fabric.link: 'nvlink4' is not allowed; expected one of ib_hdr"),
+        ({"link": "ib_ndr", "switch": "spectrum_4"}, r"fabric.switch: 'spectrum_4' is not allowed; expected one of q"),
+        ({"link": "roce_400g", "switch": "tomahawk_4_100g"}, r"expected a switch whose ports run at a whole multiple"),
+        ({"link": "roce_400g", "switch": "tomahawk_4", "nic": "connectx7_ndr"}, r"fabric.nic: 'connectx7_ndr' is not"),
+        ({"link": "roce_400g", "switch": "tomahawk_4", "radix": 1}, r"fabric.radix: 1 is not allowed; expected an int"),
+        ("roce-900g", r"^fabric: 'roce-900g' is not a preset; expected one of ib-hdr"),
+    ],
+)
+def test_bad_custom_fabric(table, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_fabric(table)
