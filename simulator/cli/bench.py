@@ -7,7 +7,6 @@ import os
 from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES
 from simulator.studies.nccl_tests import BENCH_COLLECTIVES
 from simulator.studies.scenario import FABRIC_DEFAULTS, build_topology, network_config
-from topologies.presets import SYSTEMS
 from topologies.routing import ROUTING_POLICIES
 from workloads.collectives import CollectiveKind
 
@@ -134,8 +133,6 @@ def run(args) -> str:
         calibration = load_calibration(args.calibration, args.system)
         args.system = calibration.system
     args.system = system_name(args.system)
-    if args.system not in SYSTEMS:
-        raise ValueError(f"system: {args.system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
     # NCCL's environment variables (tuner.NCCL_ENVIRONMENT) apply as they would to nccl-tests; options win
     if args.explain and args.format == "csv":
         raise ValueError(
@@ -171,7 +168,7 @@ def run(args) -> str:
             explain=args.explain,
             progress=progress,
         )
-    gpn = args.gpus_per_node or SYSTEMS[args.system].server().gpus
+    gpn = args.gpus_per_node or len(system.servers[0].gpus)
     title = (
         f"fabricsim bench {kind.value}: {args.system}, {args.nodes} node(s) x {gpn} GPUs, "
         f"network model {args.net_model}"
