@@ -8,7 +8,7 @@ from pathlib import Path
 from simulator.config import NETWORK_MODEL_NAMES
 from topologies.checks import output_file
 
-from .common import positive_int, progress_display, protocol_name
+from .common import nccl_version_option, positive_int, progress_display, protocol_name
 
 
 def add_parser(sub) -> None:
@@ -58,6 +58,7 @@ def add_parser(sub) -> None:
         "--channels", type=positive_int("channels"), default=None, help="the channel count it forced"
     )
     calibrate.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, default="flow", help="network model")
+    nccl_version_option(calibrate)
     calibrate.add_argument(
         "--quiet", action="store_true", help="no progress display on stderr (there is none when it is not a terminal)"
     )
@@ -93,6 +94,7 @@ def run(args) -> str:
             protocol=protocol_name(args.proto),
             nchannels=args.channels,
             net_model=args.net_model,
+            nccl_version=args.nccl_version,
             progress=progress,
         )
     if args.out is not None:

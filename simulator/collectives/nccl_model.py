@@ -445,6 +445,100 @@ def protocol_cap_bytes_per_s(*, protocol: str, arch: str, cpu_vendor: str, nnode
     return float("inf")
 
 
-def protocols_enabled(*, intra: str) -> tuple[str, ...]:
-    """LL128 is on by default only over NVLink-class paths (NCCL enables it per topology)."""
-    return PROTOCOLS if intra == "nvlink" else ("LL", "Simple")
+# ---- what NCCL enables by default, per NCCL version (src/graph/tuning.cc, ncclTopoTuneModel) ----------------
+#: NCCL minor versions whose default enablement is modelled (2.18 .. 2.30); a version is "2.MINOR", or a
+#: release "2.MINOR.PATCH" (the patch does not change what is enabled: checked on the tags 2.18.1/2.18.3, see
+#: NCCL_LL128_NVB_MINOR)
+NCCL_VERSIONS = tuple(f"2.{minor}" for minor in range(18, 31))
+#: the default: the latest modelled, the release whose constants this module carries (2.30.7). For the shipped
+#: presets every version from 2.25 enables the same (LL128 on Ampere, Hopper and Blackwell over NVLink, off on
+#: PCIe boxes; PAT from 2.23), which covers the tables that state theirs (2.26.2, 2.27.7)
+DEFAULT_NCCL_VERSION = "2.30"
+# LL128's compute-capability check (the "switch (minCompCap)" of the LL128 block): 2.18-2.24 enable it on
+# sm70, sm80 and sm90 only; 2.25 adds sm100 and sm120 (Blackwell); from 2.27 any sm >= 70 (Ada, sm86)
+LL128_SM_VERSIONS = ((25, (70, 80, 90, 100, 120)), (18, (70, 80, 90)))  # (first minor, compute capabilities)
+LL128_ANY_SM_MINOR = 27
+#: the first release where Blackwell (sm100) runs at all (its kernels are built from 2.25; makefiles/common.mk)
+BLACKWELL_MINOR = 25
+#: PAT (all_gather/reduce_scatter with one GPU per node, ncclPatEnable) exists from 2.23
+PAT_MINOR = 23
+# GPU-to-NIC path types in NCCL's order (src/graph/topo.h PATH_*: PIX < PXB < PXN < PHB < SYS); LL128 across
+# nodes needs the inter-node path <= PXB, or <= PXN on sm90+ (every modelled version)
+NIC_PATHS = ("pix", "pxb", "pxn", "phb", "sys")
+
+
+# NVLS runs all_gather and reduce_scatter from 2.19 (2.18's tuning.cc: Ring only for them)
+NVLS_ALLGATHER_MINOR = 19
+
+
+def algorithm_missing(algorithm: str, kind_value: str, minor: int) -> str | None:
+    """Why NCCL ``2.minor`` has no ``algorithm`` for ``kind_value`` ("all_gather", ...), None when it has one:
+    PAT from 2.23 (ncclPatEnable), NVLS for all_gather/reduce_scatter from 2.19 (ncclTopoTuneModel's list of
+    the algorithms each function may use)."""
+    if algorithm == "pat" and minor < PAT_MINOR:
+        return f"NCCL 2.{minor} has no PAT (from 2.{PAT_MINOR})"
+    if algorithm == "nvls" and kind_value in ("all_gather", "reduce_scatter") and minor < NVLS_ALLGATHER_MINOR:
+        return f"NCCL 2.{minor} runs {kind_value} with Ring only (NVLS from 2.{NVLS_ALLGATHER_MINOR})"
+    return None
+
+
+def nccl_minor(version: object, *, field: str = "nccl_version") -> int:
+    """The minor number of an NCCL version "2.MINOR" or "2.MINOR.PATCH" (a trailing "-1" package revision or
+    "+cuda12.8" is ignored), checked against ``NCCL_VERSIONS``.
+
+    >>> nccl_minor("2.26.2+cuda12.8"), nccl_minor("2.30")
+    (26, 30)
+    """
+    text = str(version).strip() if isinstance(version, str) else None
+    head = text.split("+")[0].split("-")[0] if text else ""
+    parts = head.split(".")
+    if len(parts) in (2, 3) and parts[0] == "2" and all(p.isdigit() for p in parts[1:]):
+        minor = int(parts[1])
+        if f"2.{minor}" in NCCL_VERSIONS:
+            return minor
+    raise ValueError(
+        f"{field}: {version!r} is not a modelled NCCL version; expected 2.MINOR or 2.MINOR.PATCH with MINOR "
+        f"from {NCCL_VERSIONS[0][2:]} to {NCCL_VERSIONS[-1][2:]} (e.g. {DEFAULT_NCCL_VERSION})"
+    )
+
+
+def ll128_disabled(*, minor: int, sm_version: int, intra: str, nnodes: int, nic_path: str) -> str | None:
+    """Why NCCL ``2.minor`` keeps LL128 off by default here (None: it is on), as ncclTopoTuneModel decides it
+    (src/graph/tuning.cc, the "pEnable == 2 && p == NCCL_PROTO_LL128" block, 2.18.3 to 2.30.7):
+
+    * the intra-node path must be NVLink (``typeIntra <= PATH_NVB``): off on PCIe-only servers;
+    * across servers the GPU-to-NIC path must be <= PXB, or <= PXN on sm90+ (``typeInter``; one server: PIX);
+    * the compute capability: 70, 80, 90 up to 2.24; also 100 and 120 from 2.25; any >= 70 from 2.27.
+
+    Not modelled: mixed GPU generations (``minCompCap == maxCompCap``), the CUDA 11.8 sm90 two-rank ring
+    exception, NCCL_LL128_C2C (Grace C2C links), and 2.18.1's ``typeIntra <= PATH_NVL``.
+
+    >>> ll128_disabled(minor=24, sm_version=100, intra="nvlink", nnodes=1, nic_path="pix")
+    'NCCL 2.24 enables LL128 on sm70, sm80 and sm90 only (this GPU: sm100)'
+    """
+    if intra != "nvlink":
+        return "NCCL enables LL128 only over NVLink (this server's GPUs talk over PCIe)"
+    if nnodes > 1:
+        limit = "pxn" if sm_version >= 90 else "pxb"
+        if NIC_PATHS.index(nic_path) > NIC_PATHS.index(limit):
+            return (
+                f"NCCL enables LL128 across servers only when the GPU-NIC path is {limit.upper()} or closer "
+                f"(here {nic_path.upper()})"
+            )
+    if minor >= LL128_ANY_SM_MINOR:
+        return None if sm_version >= 70 else f"NCCL enables LL128 from sm70 (this GPU: sm{sm_version})"
+    allowed = next(sms for first, sms in LL128_SM_VERSIONS if minor >= first)
+    if sm_version not in allowed:
+        listed = ", ".join(f"sm{s}" for s in allowed[:-1]) + f" and sm{allowed[-1]}"
+        return f"NCCL 2.{minor} enables LL128 on {listed} only (this GPU: sm{sm_version})"
+    return None
+
+
+def protocols_enabled(
+    *, intra: str, minor: int | None = None, sm_version: int = 0, nnodes: int = 1, nic_path: str = "pix"
+) -> tuple[str, ...]:
+    """The protocols NCCL ``2.minor`` (None: ``DEFAULT_NCCL_VERSION``) enables by default: LL and Simple
+    always, LL128 where ``ll128_disabled`` finds nothing against it."""
+    minor = nccl_minor(DEFAULT_NCCL_VERSION) if minor is None else minor
+    off = ll128_disabled(minor=minor, sm_version=sm_version, intra=intra, nnodes=nnodes, nic_path=nic_path)
+    return PROTOCOLS if off is None else ("LL", "Simple")

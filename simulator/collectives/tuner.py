@@ -164,6 +164,9 @@ class CollectivePolicy:
     qps_per_connection: int = 1  # NCCL_IB_QPS_PER_CONNECTION
     min_channels: int = 1  # NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS
     max_channels: int = MAX_CHANNELS  # NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS
+    # the NCCL release whose default enablement (LL128, PAT, NVLS for all_gather/reduce_scatter) the tuner
+    # follows: "2.MINOR" (a "2.MINOR.PATCH" is kept as its minor); nccl_model.NCCL_VERSIONS
+    nccl_version: str = nccl_model.DEFAULT_NCCL_VERSION
 
     def __post_init__(self) -> None:
         # every field checked here, at the edge (checks: one message naming the field); numpy integers become
@@ -187,6 +190,12 @@ class CollectivePolicy:
             raise ValueError(f"min_channels: {self.min_channels} is above max_channels ({self.max_channels})")
         if self.nchannels is not None:
             object.__setattr__(self, "nchannels", integer("channels", self.nchannels, low=1, high=MAX_CHANNELS))
+        object.__setattr__(self, "nccl_version", f"2.{nccl_model.nccl_minor(self.nccl_version)}")
+
+    @property
+    def nccl_minor(self) -> int:
+        """The minor number of ``nccl_version`` (26 for "2.26")."""
+        return int(self.nccl_version.split(".")[1])
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str], **overrides) -> CollectivePolicy:
@@ -279,7 +288,15 @@ def candidates(
     algo_sel, proto_sel = policy.algorithms, policy.protocols
     algos = None if algo_sel is None else algo_sel.names(collective.kind)
     protos = None if proto_sel is None else proto_sel.names(collective.kind)
-    enabled = nccl_model.protocols_enabled(intra=layout.intra)
+    minor = policy.nccl_minor
+    if layout.arch == "blackwell" and minor < nccl_model.BLACKWELL_MINOR:
+        raise ValueError(
+            f"nccl_version: {policy.nccl_version!r} cannot run Blackwell GPUs (NCCL builds sm100 kernels from "
+            f"2.{nccl_model.BLACKWELL_MINOR}); expected 2.{nccl_model.BLACKWELL_MINOR} or later"
+        )
+    enabled = nccl_model.protocols_enabled(
+        intra=layout.intra, minor=minor, sm_version=layout.sm_version, nnodes=layout.nnodes, nic_path=layout.nic_path
+    )
     if protos is not None and "LL128" in protos:
         enabled = nccl_model.PROTOCOLS  # NCCL_PROTO naming LL128 skips NCCL's platform check for it
     if policy.protocol is not None and policy.protocol not in enabled:
@@ -299,6 +316,10 @@ def candidates(
         elif algorithm.name == "collnet" and not policy.collnet and forced is None:
             # off by default (and then holds no SHARP tree)
             reason, by = "NCCL_COLLNET_ENABLE is off", "NCCL_COLLNET_ENABLE"
+        elif (missing := nccl_model.algorithm_missing(algorithm.name, collective.kind.value, minor)) is not None:
+            reason, by = missing, "--nccl-version"
+            if forced is not None:
+                raise ValueError(f"algorithm {algorithm.name}: {missing}")
         else:
             reason = algorithm.supported(collective, ctx)
             if reason is None and algorithm.name.startswith("nvls") and not policy.nvls:

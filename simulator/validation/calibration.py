@@ -468,6 +468,7 @@ def calibrate(
     protocol: str | None = None,
     nchannels: int | None = None,
     net_model: str = "flow",
+    nccl_version: str | None = None,
     name: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> CalibrationResult:
@@ -476,7 +477,8 @@ def calibrate(
     ``rows`` is a parsed log (its collective, rank count, hosts, devices and -g fill the arguments
     left None) or a list of ``LogRow``. ``nodes`` defaults to the log's distinct hosts (else 1),
     ``gpus_per_node`` to nranks / nodes, ``gpus_per_process`` (nccl-tests -g) to the log's nGpus
-    (else 1), ``system`` to the preset of the log's device names. The NCCL settings the log reports
+    (else 1), ``system`` to the preset of the log's device names; ``nccl_version`` (None: the default) is
+    the NCCL release whose enablement the tuner follows. The NCCL settings the log reports
     (``NcclTestsLog.environment``) are replayed; ``algorithm``, ``protocol`` and ``nchannels`` force an
     algorithm, protocol or channel count over them. ``progress``: called before each simulation of the fit
     (for a progress display).
@@ -558,7 +560,8 @@ def calibrate(
     forced = dict(algorithm=algorithm, protocol=protocol, nchannels=nchannels)
     environment = applied_settings(dict(log.environment) if log else {}, **forced)
     base_config = SimConfig(
-        network_model=net_model, collectives=CollectivePolicy.from_environment(environment, **forced)
+        network_model=net_model,
+        collectives=CollectivePolicy.from_environment(environment, **forced, nccl_version=nccl_version),
     )
 
     evaluations = itertools.count(1)

@@ -90,6 +90,7 @@ class Series:
     protocol: str | None = None  # forced protocol (NCCL_PROTO), None: NCCL's choice
     nvls: bool = True  # NCCL_NVLS_ENABLE
     qps_per_connection: int = 1  # NCCL_IB_QPS_PER_CONNECTION
+    nccl_version: str | None = None  # the NCCL release whose enablement the tuner follows (None: the default)
 
 
 SERIES = (
@@ -488,6 +489,7 @@ def compare(
             nchannels=series.nchannels,
             nvls=series.nvls,
             qps_per_connection=series.qps_per_connection,
+            **({"nccl_version": series.nccl_version} if series.nccl_version is not None else {}),
         ),
     )
     for (collective, nranks, nnodes, gpu), rows in groups.items():
