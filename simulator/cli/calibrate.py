@@ -17,8 +17,8 @@ def add_parser(sub) -> None:
     )
     calibrate.add_argument(
         "log",
-        help="saved stdout of one nccl-tests run (e.g. all_reduce_perf -b 8 -e 8G -f 2); "
-        "- reads it from standard input",
+        help="saved stdout of one nccl-tests run (e.g. all_reduce_perf -b 8 -e 8G -f 2), or the JSON NCCL's "
+        "profiler plugin inspector writes (told apart by content; median time per size); - reads standard input",
     )
     calibrate.add_argument(
         "--system", default=None, help="system preset measured (default: from the log's device names)"
@@ -73,14 +73,16 @@ def add_parser(sub) -> None:
 def run(args) -> str:
     import json
 
-    from simulator.validation.calibration import calibrate, format_result, parse_nccl_tests_log, read_nccl_tests_log
+    from simulator.validation.calibration import calibrate, format_result, parse_measurements, read_measurements
 
     if args.out is not None:
         output_file("out", args.out)  # before the fit runs
+    # an inspector trace may hold several communicators: the options pick one
+    pick = dict(collective=args.collective, nranks=args.nranks, nodes=args.nodes)
     if args.log == "-":
-        log = parse_nccl_tests_log(sys.stdin.read(), name="<stdin>")
+        log = parse_measurements(sys.stdin.read(), name="<stdin>", **pick)
     else:
-        log = read_nccl_tests_log(args.log)
+        log = read_measurements(args.log, **pick)
     with progress_display("fabricsim calibrate", quiet=bool(args.quiet)) as progress:
         result = calibrate(
             log,

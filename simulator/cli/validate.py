@@ -28,9 +28,11 @@ def add_parser(sub) -> None:
     validate.add_argument(
         "--data",
         default=None,
-        metavar="FILE.csv",
-        help="validate your own table instead (columns as the shipped ones: collective,nranks,"
-        "nnodes,gpu,interconnect,size_bytes,time_us,algbw_GBps,busbw_GBps,source,notes)",
+        metavar="FILE",
+        help="validate your own table instead (CSV, columns as the shipped ones: collective,nranks,"
+        "nnodes,gpu,interconnect,size_bytes,time_us,algbw_GBps,busbw_GBps,source,notes), or the JSON NCCL's "
+        "profiler plugin inspector writes (told apart by content; median time per collective, size and "
+        "communicator shape; needs --system)",
     )
     validate.add_argument(
         "--system", default=None, help="with --data: the system preset (default: from the gpu column)"
@@ -123,7 +125,14 @@ def run(args) -> str:
     import dataclasses
 
     from simulator.collectives.tuner import CollectivePolicy
-    from simulator.validation.collectives import Series, data_series, format_report, run_validation, select_series
+    from simulator.validation.collectives import (
+        Series,
+        data_series,
+        format_report,
+        recorded_choice,
+        run_validation,
+        select_series,
+    )
 
     if args.cross:
         return _cross(args)
@@ -174,6 +183,9 @@ def run(args) -> str:
     with progress_display("fabricsim validate", quiet=args.quiet) as progress:
         reports = run_validation(series, net_model=args.net_model, progress=progress)
     out = format_report(reports, format=args.format, net_model=args.net_model)
+    choice = recorded_choice(reports)
+    if choice is not None and args.format == "table":
+        out += choice + "\n"
     if args.rows is not None:
         count = write_rows(reports, args.rows)
         if args.format == "table":
