@@ -21,11 +21,37 @@ tuner plugins, and launch overhead of the test harness (nccl-tests' -g mode; a l
 Constants: NCCL 2.30.7 (github.com/NVIDIA/nccl src/graph/tuning.cc, ncclTunerConstantsDefaults),
 unchanged for Ring LL/LL128/Simple since 2.18. Worked number: 8x H100 one node, ring LL
 all_reduce: L = 6.6 + 14 x 0.6 = 15.0 us (measured small all_reduce on DGX H100: 13-18 us).
+
+**What NCCL enables, per release** (``NCCL_VERSIONS`` 2.18 to 2.30; the tuner's ``--nccl-version``). Read from
+tuning.cc, ncclTopoTuneModel, at tags v2.18.3-1, v2.19.3-1, v2.21.5-1, v2.23.4-1, v2.24.3-1, v2.25.1-1,
+v2.26.2-1, v2.27.3-1, v2.27.7-1 and v2.30.7-1:
+
+* LL128 (the "pEnable == 2 && p == NCCL_PROTO_LL128" block, ``ll128_disabled``): only when the intra-node graph
+  is NVLink (typeIntra <= PATH_NVB), across servers only when the GPU-NIC path (typeInter) is PXB or closer, PXN
+  or closer on sm90+, and by compute capability: "switch (minCompCap)" with cases 70, 80, 90 in 2.18-2.24, plus
+  100 and 120 from 2.25, replaced in 2.27 by "!(minCompCap < 70 ...)" (any sm >= 70: Ada sm89, sm86 too).
+  The GPU-NIC path is the topology's (``GroupLayout.nic_path``: every preset puts a NIC under each GPU's PCIe
+  switch, PIX). A100 (sm80), H100/H200 (sm90) and B200 (sm100, 2.25 on) over NVLink get LL128 in every release
+  that runs them; RTX 4090 (PCIe) never.
+* Tree runs all_reduce only, on one server too, in every modelled release; NVLSTree needs two servers (2.18 on:
+  "nNodes == 1 ... NVLS_TREE = 0"); NVLS runs all_gather/reduce_scatter from 2.19 (2.18 lists Ring only for them,
+  ``algorithm_missing``); PAT exists from 2.23 (ncclPatEnable: Simple, one GPU per node); Blackwell runs from 2.25
+  (the first makefiles/common.mk with sm_100).
+* The estimate: Tree Simple's latency was 0 + 4/6/14 us (NVLink/PCIe/network per hop) in 2.18, 0 + 28 us on every
+  link in 2.19-2.22 (Tree Simple all but off below tens of MiB), 8.4 + 4/4/14 from 2.23; before 2.23 a
+  one-GPU-per-node ring's network steps cost Ring's NET latency, from 2.23 Tree's (``estimate_latency_delta_s``).
+  Only NCCL's estimate, hence the choice, changes: the simulated time does not depend on the release.
+
+Not modelled: the other constants that drift between releases stay 2.30.7's for every release (the ring LL factor
+1/4 and Hopper's llMaxBw row 87.7/22.5/19.0 in 2.18-2.20; Blackwell's per-channel ceilings, twice Hopper's in
+2.25-2.27, ring LL128 73.4 GB/s on one server up to 2.28, 34.5 in 2.29.2, 40.0 from 2.29.7; 2.18's 2 x nNodes ring
+network steps), mixed GPU generations, CUDA 11.8's sm90 two-rank exception and NCCL_LL128_C2C.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from types import MappingProxyType
 
 from topologies.checks import Option
@@ -469,6 +495,44 @@ NIC_PATHS = ("pix", "pxb", "pxn", "phb", "sys")
 
 # NVLS runs all_gather and reduce_scatter from 2.19 (2.18's tuning.cc: Ring only for them)
 NVLS_ALLGATHER_MINOR = 19
+
+
+# Tree Simple's latency constants per release (baseLat[Tree][Simple], hwLat[NVLINK/PCI/NET][Tree][Simple], us):
+# 2.18 0 + (4, 6, 14); 2.19 to 2.22 0 + 28 on every link (Tree Simple all but off below tens of MiB); from 2.23
+# 8.4 + (4, 4, 14), this module's table. Only NCCL's estimate (the choice) uses another release's figures.
+TREE_SIMPLE_LATENCY_US = (
+    (23, (8.4, MappingProxyType({"nvlink": 4.0, "pcie": 4.0, "net": 14.0}))),
+    (19, (0.0, MappingProxyType({"nvlink": 28.0, "pcie": 28.0, "net": 28.0}))),
+    (18, (0.0, MappingProxyType({"nvlink": 4.0, "pcie": 6.0, "net": 14.0}))),
+)
+#: from 2.23 every algorithm's network latency with one GPU per node is Tree's (``interLat = ppn == 1 ? ...``)
+PPN1_TREE_NET_LATENCY_MINOR = 23
+
+
+def estimate_latency_delta_s(
+    *, algorithm: str, kind_value: str, protocol: str, minor: int, nnodes: int, ppn: int, intra: str, nranks: int
+) -> float:
+    """What NCCL ``2.minor``'s latency estimate adds to this module's (2.30's) for a collective, in seconds:
+    Tree Simple's constants (``TREE_SIMPLE_LATENCY_US``), and before 2.23 a one-GPU-per-node ring's network
+    steps at Ring's NET latency instead of Tree's. The choice uses it; the simulated time does not.
+
+    >>> round(estimate_latency_delta_s(algorithm="tree", kind_value="all_reduce", protocol="Simple", minor=21,
+    ...     nnodes=2, ppn=8, intra="nvlink", nranks=16) * 1e6, 6)  # 0 + 2 (7 x 28 + 1 x 28) - (8.4 + 2 (7 x 4 + 14))
+    355.6
+    """
+    delta_us = 0.0
+    if algorithm == "tree" and protocol == "Simple":
+        base, hw = next(c for first, c in TREE_SIMPLE_LATENCY_US if minor >= first)
+        now_base, now_hw = TREE_SIMPLE_LATENCY_US[0][1]
+
+        def latency(b: float, h: Mapping[str, float]) -> float:
+            return b + 2 * ((ppn - 1) * h[intra] + log2i(nnodes) * h["net"])
+
+        delta_us = latency(base, hw) - latency(now_base, now_hw)
+    elif algorithm == "ring" and ppn == 1 and nnodes > 1 and minor < PPN1_TREE_NET_LATENCY_MINOR:
+        _, ninter = ring_steps(kind_value, nranks, nnodes)
+        delta_us = ninter * (HW_LATENCY_US["net"]["ring"][protocol] - HW_LATENCY_US["net"]["tree"][protocol])
+    return delta_us * 1e-6
 
 
 def algorithm_missing(algorithm: str, kind_value: str, minor: int) -> str | None:

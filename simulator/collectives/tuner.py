@@ -9,7 +9,7 @@ restrict the tuner's choice for the five collectives it tunes (broadcast, reduce
 reduce_scatter, all_reduce) and do not touch point-to-point traffic (sendrecv, alltoall), whose
 protocol NCCL picks by size; a function left with nothing that can run is an error, as in NCCL since
 2.24. An NCCL_PROTO that leaves LL128 allowed turns it on even where NCCL keeps it off by default (no
-NVLink), as NCCL does. Lenient where NCCL is strict: spaces around names are ignored, and "collnet"
+NVLink, an older release), as NCCL does. Lenient where NCCL is strict: spaces around names are ignored, and "collnet"
 (the name before 2.15) means CollNetDirect. ``--algo``/``--proto`` force one algorithm or protocol
 for any collective and win over the environment: an option given replaces the variables it overrides
 (``OVERRIDES``), which are then not read at all.
@@ -19,6 +19,12 @@ takes the smallest (src/graph/tuning.cc, src/enqueue.cc). The tuner does the sam
 algorithm's ``estimate`` (NCCL's latencies; bandwidth from the topology's links, shared equally
 by the collective's own flows). A forced choice (``--algo``, ``--proto``, ``--channels``) that cannot
 run is an error naming the value.
+
+Release: ``CollectivePolicy.nccl_version`` (``--nccl-version``; default ``nccl_model.DEFAULT_NCCL_VERSION``,
+2.30, the release of the constants) chooses what NCCL enables by default (LL128 per compute capability, path and
+release; PAT from 2.23; NVLS all_gather/reduce_scatter from 2.19; Blackwell from 2.25) and that release's Tree
+Simple latency in the estimate (nccl_model's docstring). An algorithm a release lacks is skipped "by
+--nccl-version", or an error when forced.
 
 Channel count: NCCL's topology search gives about two ring channels per NIC on DGX/HGX-class
 servers (16 with 8 NICs) and 2 on PCIe-only boxes; that is the default here (an approximation
@@ -351,6 +357,17 @@ def candidates(
                 yield _skipped(algorithm.name, f"{proto_sel.variable}={proto_sel.text}", proto_sel.variable, protocol)
                 continue
             latency, algbw = algorithm.estimate(collective, ctx, protocol=protocol, nchannels=nchannels)
+            if minor != nccl_model.nccl_minor(nccl_model.DEFAULT_NCCL_VERSION):  # the release's own estimate
+                latency += nccl_model.estimate_latency_delta_s(
+                    algorithm=algorithm.name,
+                    kind_value=collective.kind.value,
+                    protocol=protocol,
+                    minor=minor,
+                    nnodes=layout.nnodes,
+                    ppn=layout.ppn,
+                    intra=layout.intra,
+                    nranks=collective.nranks,
+                )
             if algbw <= 0 and policy.protocol is None:
                 yield Candidate(
                     algorithm=algorithm.name,
