@@ -6,7 +6,10 @@ to it; ``apply_calibration(topology, config, calibration)`` applies them to any 
 ``fabricsim calibrate LOG --out cal.json`` and ``fabricsim bench ... --calibration cal.json`` do the
 same from the shell. A log taken with NCCL_DEBUG=INFO also says which NCCL settings the run had
 ("NCCL INFO NCCL_ALGO set by environment to Ring"); those of ``tuner.NCCL_ENVIRONMENT`` are replayed
-as the measurement ran (options given to ``calibrate`` win).
+as the measurement ran (options given to ``calibrate`` win). The JSON NCCL's profiler plugin inspector writes
+(``validation/inspector.py``: a training job's own collectives, median kernel time per size) is read as well,
+told apart by content (``parse_measurements``, ``read_measurements``); one communicator shape at a time
+(``inspector_log``: --collective, --nranks, --nodes pick it).
 
 The two parameters, each fitted by least squares on e_i = ln(t_pred,i / t_meas,i):
 
