@@ -114,3 +114,40 @@ def test_nccl_version_on_the_command_line(capsys):
     assert code == 0 and "NCCL 2.22's enablement" in out and " pat " not in out and " ring " in out
     code, out, _ = run(capsys, *argv)
     assert code == 0 and " pat " in out
+
+
+def test_the_release_latency_moves_the_estimate_only():
+    ctx = context(system="dgx-h100", nodes=2)
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=1 << 20, group=tuple(range(16)))
+
+    def tree_simple(version):
+        found = candidates(coll, ctx, CollectivePolicy(nccl_version=version))
+        return next(c for c in found if c.algorithm == "tree" and c.protocol == "Simple")
+
+    # 2.21: 0 + 2 (7 x 28 + log2i(2) x 28) = 448 us; 2.30: 8.4 + 2 (7 x 4.0 + 1 x 14) = 92.4 us
+    assert tree_simple("2.21").latency_s - tree_simple("2.30").latency_s == pytest.approx(355.6e-6, rel=1e-12)
+    # 2.18: 0 + 2 (7 x 4 + 14) = 84 us, 8.4 us less than 2.30
+    assert tree_simple("2.18").latency_s - tree_simple("2.30").latency_s == pytest.approx(-8.4e-6, rel=1e-9)
+    # the default release's estimate is the tree's own: 8.4 + 2 (7 x 4.0 + 1 x 14) = 92.4 us
+    assert tree_simple(nccl_model.DEFAULT_NCCL_VERSION).latency_s == pytest.approx(92.4e-6, rel=1e-12)
+
+
+def test_one_gpu_per_node_ring_network_latency_before_2_23():
+    # ring all_reduce on 4 servers x 1 GPU: 2 (4 - 1) = 6 network steps; LL NET latency Ring 2.7 vs Tree 5.0 us
+    delta = nccl_model.estimate_latency_delta_s(
+        algorithm="ring", kind_value="all_reduce", protocol="LL", minor=22, nnodes=4, ppn=1, intra="nvlink", nranks=4
+    )
+    assert delta == pytest.approx(6 * (2.7 - 5.0) * 1e-6, rel=1e-12)
+    assert (
+        nccl_model.estimate_latency_delta_s(
+            algorithm="ring",
+            kind_value="all_reduce",
+            protocol="LL",
+            minor=23,
+            nnodes=4,
+            ppn=1,
+            intra="nvlink",
+            nranks=4,
+        )
+        == 0.0
+    )
