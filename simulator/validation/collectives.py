@@ -649,7 +649,7 @@ def data_series(
     the given settings (None: NCCL's own choice; system None: from each row's ``gpu`` column)."""
     if system is not None and system not in SYSTEMS:
         raise ValueError(f"system: {system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
-    if system is None and Path(path).is_file() and is_inspector_json(read_text("data", Path(path))):
+    if system is None and Path(path).is_file() and is_inspector_json(read_text("table", Path(path))):
         raise ValueError(
             f"system: not given and {path} is NCCL inspector JSON, which names no GPU; expected a preset "
             f"(--system), one of {', '.join(SYSTEMS)}"
