@@ -30,7 +30,7 @@ import numpy as np
 from topologies.devices import GPU_PRESETS
 from topologies.links import NCCL_NVLINK_BYTES_PER_S, LinkKind
 from topologies.routing import Router
-from topologies.topology import LinkTier, NodeKind, Topology
+from topologies.topology import LinkTier, NodeKind, ServerInfo, Topology
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..flows import connection_caps, edge_path
@@ -132,7 +132,7 @@ class LoweringContext:
             ),
         )
 
-    def _nic_path(self, info, local: int) -> str:
+    def _nic_path(self, info: ServerInfo, local: int) -> str:
         """NCCL's path type from local GPU ``local`` to its closest NIC (nccl_model.NIC_PATHS): PIX through one
         PCIe switch, PXB through several, PHB through the CPU, SYS across sockets; PXN when that is farther than
         PXB but the server has NVLink and the NIC a GPU under its own switch (NCCL then goes through that GPU)."""

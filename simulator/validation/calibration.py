@@ -268,7 +268,7 @@ def inspector_log(
         and (nodes is None or s[2] == nodes)
     ]
 
-    def listed(items) -> str:
+    def listed(items: Sequence[tuple[str, int, int]]) -> str:
         return "; ".join(f"{c} on {n} ranks, {m} node(s)" for c, n, m in items)
 
     if len(shapes) != 1:
@@ -323,14 +323,16 @@ def parse_measurements(
     return parse_nccl_tests_log(text, name=name)
 
 
-def read_measurements(path: str | os.PathLike, **pick) -> NcclTestsLog:
+def read_measurements(
+    path: str | os.PathLike, *, collective: str | None = None, nranks: int | None = None, nodes: int | None = None
+) -> NcclTestsLog:
     """``parse_measurements`` of a saved file (nccl-tests stdout or inspector JSON)."""
     path = readable_file("log", path) if not str(path).strip() else Path(path)
     if not path.is_file():
         raise ValueError(
             f"log {str(path)!r}: no such file; expected the saved stdout of an nccl-tests run or NCCL inspector JSON"
         )
-    return parse_measurements(read_text("log", path), name=str(path), **pick)
+    return parse_measurements(read_text("log", path), name=str(path), collective=collective, nranks=nranks, nodes=nodes)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from topologies.checks import read_text, readable_file, reject
 from topologies.presets import SYSTEMS
 from workloads.collectives import CollectiveKind
 
-from ..collectives.nccl_model import launched_channels
+from ..collectives.nccl_model import DEFAULT_NCCL_VERSION, launched_channels
 from ..collectives.tuner import CollectivePolicy
 from ..config import SimConfig
 from ..studies.nccl_tests import collective_for_size, run_bench
@@ -524,7 +524,7 @@ def compare(
             nchannels=series.nchannels,
             nvls=series.nvls,
             qps_per_connection=series.qps_per_connection,
-            **({"nccl_version": series.nccl_version} if series.nccl_version is not None else {}),
+            nccl_version=series.nccl_version or DEFAULT_NCCL_VERSION,
         ),
     )
     for (collective, nranks, nnodes, gpu), rows in groups.items():
