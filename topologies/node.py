@@ -313,6 +313,7 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
         gpu_to_nic_routes=MappingProxyType(to_nic),
         nic_to_gpu_routes=MappingProxyType(from_nic),
         gpu_arch=spec.gpu.arch,
+        gpu_sm_version=spec.gpu.sm_version,
         cpu_vendor=spec.cpu_vendor,
         nvls_efficiency=(
             spec.nvswitch.reduction_efficiency if spec.nvswitch is not None and spec.nvswitch.sharp else 0.0

@@ -13,6 +13,7 @@ from workloads.collectives import CollectiveKind
 from .common import (
     fabric_options,
     load_calibration,
+    nccl_version_option,
     positive_int,
     progress_display,
     protocol_name,
@@ -97,6 +98,7 @@ def add_parser(sub) -> None:
     )
     bench.add_argument("--proto", default=None, help="force the protocol: LL, LL128, Simple (wins over NCCL_PROTO)")
     bench.add_argument("--channels", type=positive_int("channels"), default=None, help="force the channel count")
+    nccl_version_option(bench)
     bench.add_argument("--seed", type=int, default=0, help="seed of ECMP hashing and Valiant choices; default 0")
     bench.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
     bench.add_argument(
@@ -117,6 +119,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> str:
+    from simulator.collectives.nccl_model import DEFAULT_NCCL_VERSION
     from simulator.collectives.tuner import applied_settings, describe_settings
     from simulator.studies.nccl_tests import format_csv, format_json, format_table, run_bench
 
@@ -177,6 +180,8 @@ def run(args) -> str:
         title += f"; {system.description}; routing {args.routing}"
     if calibration is not None:
         title += f"; calibrated ({args.calibration}: {calibration.describe()})"
+    if args.nccl_version is not None:
+        title += f"; NCCL {config.collectives.nccl_version}'s enablement (constants of {DEFAULT_NCCL_VERSION}.7)"
     environment = applied_settings(os.environ, **policy, collnet=True if args.sharp else None)
     if environment:
         title += "; " + describe_settings(environment)

@@ -115,6 +115,19 @@ def fabric_options(p: argparse.ArgumentParser, *, defaults: Mapping) -> None:
     p.set_defaults(**{name: defaults[name] for name in FABRIC_DEFAULTS})
 
 
+def nccl_version_option(p: argparse.ArgumentParser, *, default: str | None = None) -> None:
+    """``--nccl-version``: the NCCL release whose default enablement the tuner follows."""
+    from simulator.collectives.nccl_model import DEFAULT_NCCL_VERSION, NCCL_VERSIONS
+
+    p.add_argument(
+        "--nccl-version",
+        default=default,
+        metavar="2.MINOR",
+        help=f"the NCCL release whose tuner enables LL128, PAT and NVLS as modelled ({NCCL_VERSIONS[0]} to "
+        f"{NCCL_VERSIONS[-1]}, a patch release such as 2.26.2 is its minor); default {DEFAULT_NCCL_VERSION}",
+    )
+
+
 def protocol_name(proto: str | None) -> str | None:
     if proto is None:
         return None

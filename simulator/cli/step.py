@@ -22,6 +22,7 @@ from .common import (
     bounded,
     fabric_options,
     load_calibration,
+    nccl_version_option,
     positive_int,
     progress_display,
 )
@@ -65,6 +66,7 @@ def add_parser(sub) -> None:
         help="apply a calibration written by `fabricsim calibrate --out` (link scale + overhead) to the system",
     )
     step.add_argument("--seed", type=int, help="seed of ECMP hashing; default 0")
+    nccl_version_option(step)
     step.add_argument("--congestion", nargs="+", choices=CONGESTION_NAMES, help="flow-model refinements")
     for name in ("tp", "pp", "dp", "cp", "ep", "vp"):
         step.add_argument(

@@ -108,6 +108,7 @@ NETWORK_DEFAULTS = {
     "net_model": "flow",
     "congestion": (),
     "sharp": False,
+    "nccl_version": None,  # the NCCL release whose default enablement the tuner follows (None: the latest modelled)
 }
 
 # `fabricsim step` with no arguments: a Llama-3 8B-class model on 8 DGX H100 (64 GPUs), TP 2 x PP 2 x DP 16,
@@ -194,6 +195,7 @@ SETTING_CHECKS = {
     "trace_ranks": _text,
     "sharp": checks.flag,
     "calibration": _text,
+    "nccl_version": _text,
     **dict.fromkeys(
         (
             "nodes",
@@ -355,10 +357,11 @@ def network_config(
     """The simulation config that the network settings (NETWORK_DEFAULTS' names) describe, with NCCL's
     environment variables from ``environ`` and the collective options ``policy`` (algorithm, protocol,
     nchannels, qps_per_connection: ``CollectivePolicy.from_environment``'s), which win over them, as
-    ``sharp`` wins over NCCL_COLLNET_ENABLE."""
+    ``sharp`` wins over NCCL_COLLNET_ENABLE; ``nccl_version`` (None: the default) the NCCL release modelled."""
     from simulator.collectives.tuner import CollectivePolicy
 
     collnet = True if settings["sharp"] else None
+    policy = {"nccl_version": settings.get("nccl_version"), **policy}
     return SimConfig(
         network_model=settings["net_model"],
         routing=settings["routing"],
