@@ -70,6 +70,41 @@ order (tests compare at 1e-9, not bit for bit).
 
 Worked number: 1F1B on p = 4 stages, f + b = 30 ms per micro-batch and stage, m = 9, k = 2: T(2) = (2 + 3) 30 =
 150 ms, T(4) = (4 + 3) 30 = 210 ms, so T(9) = 150 + (9 - 2)(210 - 150)/2 = 360 ms = (9 + 3) 30 ms, exactly.
+
+**The bound of an approximate reduction** (replicas, context ranks or tensor ranks used where not exact;
+``StepResult.step_time_low_s`` / ``step_time_high_s``, ``exposed_comm_low_s`` / ``exposed_comm_high_s`` = the step's
+minus its critical path; a note). The reduced run lacks the *missing traffic*: the pipeline traffic (every pair
+of :func:`_pipeline_pairs`) of the ranks it stands for. A *unit* is what one simulated rank set stands for (a
+replica, a context rank, a tensor rank's transfers), and each missing GPU pair x has a *representative*, the
+simulated pair i with its unit's coordinates 0 (:func:`_pair_units`).
+
+* Low: the reduced run (missing traffic only adds contention). With the two-phase replica step, whose barrier
+  between pipeline and reduction can make it longer than the full step, the pipeline alone plus the earliest
+  compute-only end of a rank's reduction phase.
+* High: the reduced run, in one phase (the other replicas' members passive, so each stage's reduction overlaps the
+  pipeline's tail as in the full step), on a *bounding fabric* (:func:`bounding_fabric`). C(x): the links pair x
+  may cross (a stage transfer under ECMP: the path of each of its network connections as the step hashes it;
+  anything else: every fewest-hop path, with and without PXN). With n(l) the missing pairs whose C holds link l
+  and n_u(l) the pairs of units other than u (on a switch-to-switch link, every pair but x):
+  capacity'(l) = min(c(l) / (1 + n(l)), min over simulated pairs i with l in C(i) of R(i)), R(i) = min over the
+  pairs x that i stands for of min over l in C(x) of c(l) / (1 + n_u(l)); and each simulated pair's network
+  links gain latency until its fastest path is as slow as the slowest path of a pair it stands for. In max-min
+  sharing a flow gets at least c(l) / (flows on l) of its bottleneck link l, so every flow of the full step is
+  at least as fast as its representative on the bounding fabric, and a step is monotone in its transfers'
+  durations: the full step is no longer than the high run.
+* Holds when: nothing couples flows beyond shared links (no link events or congestion control; no bound
+  otherwise, the note says why), routing is ``ecmp`` or ``spray`` (fewest-hop paths, enumerated; ``minimal``,
+  ``valiant``, ``ugal``, ``adaptive``: no bound), each missing GPU pair puts no more flows on a shared link than
+  its representative does (true for stage transfers, one network connection a pair; a ring with several
+  channels through a link it shares with a simulated flow may exceed it), and adding flows does not speed up
+  another (max-min sharing can, in corner cases; NCCL's tuner choosing another algorithm on the slower fabric
+  too). Not covered: the steady-state extrapolation (its own approximation).
+* Cost: the bounding fabric (a route per GPU pair of the pipeline; 11 s for the 16,384-GPU 405B layout's 145,408
+  pairs) and one more reduced run. Checked against the full simulation on small layouts (forced reductions: an
+  ECMP fat tree, oversubscribed, uneven stages, a failed and a slower NIC cable, a dragonfly with longer paths for
+  some replicas; ``tests/simulator/test_reductions.py``). Worked number: on the default step's layout on a
+  dragonfly of 8 DGX H100 (tp 2, pp 2, dp 16, overlapped buckets), replicas forced: 3.8804 s reduced, 3.9325 s in
+  full, bound [3.8804, 4.6642] s (time in network 0.4335 reduced, 0.4857 in full, bound [0.4335, 1.2173] s).
 """
 
 from __future__ import annotations
