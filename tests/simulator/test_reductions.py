@@ -463,3 +463,25 @@ def test_no_bound_where_flows_couple_beyond_their_links_or_paths_are_not_enumera
     for path in (Router(topo).path(a, b) for a in replica for b in replica if a != b):
         assert fabric.link_capacity_bytes_per_s[path].min() == topo.link_capacity_bytes_per_s[path].min()
         assert fabric.link_latency_s[path].sum() == topo.link_latency_s[path].sum()
+
+
+def test_the_bound_reaches_every_output_of_a_step():
+    # the failed-NIC step with replicas forced: its bound in the table, the JSON (as_dict), the summary frame, and
+    # through a pickle (a process pool returns results so)
+    import pickle
+
+    from simulator.cli.step import format_step
+
+    topo = build_system("dgx-h100", nodes=2)
+    spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, **SERIAL)
+    nic_link = int(Router(topo).fixed_path(2, 10, pxn=False)[2])
+    forced, _ = _pair(spec, topo, _tiny(4), SimConfig(failed_links=frozenset({nic_link})), symmetric_replicas=True)
+    low, high = forced.step_time_low_s, forced.step_time_high_s
+    assert f"step time in [{low:.4f}, {high:.4f}] s" in format_step(forced, topo)
+    data = forced.as_dict()
+    assert (data["step_time_low_s"], data["step_time_high_s"]) == (low, high)
+    assert data["exposed_comm_high_s"] == forced.exposed_comm_high_s == max(high - forced.critical_path_s, 0.0)
+    row = forced.frame("summary").iloc[0]
+    assert (row["step_time_low_s"], row["exposed_comm_low_s"]) == (low, forced.exposed_comm_low_s)
+    back = pickle.loads(pickle.dumps(forced))
+    assert (back.step_time_low_s, back.step_time_high_s, back.notes) == (low, high, forced.notes)
