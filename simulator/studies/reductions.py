@@ -94,7 +94,8 @@ simulated pair i with its unit's coordinates 0 (:func:`_pair_units`).
   durations: the full step is no longer than the high run.
 * Holds when: nothing couples flows beyond shared links (no link events or congestion control; no bound
   otherwise, the note says why), routing is ``ecmp`` or ``spray`` (fewest-hop paths, enumerated; ``minimal``,
-  ``valiant``, ``ugal``, ``adaptive``: no bound), each missing GPU pair puts no more flows on a shared link than
+  ``valiant``, ``ugal``, ``adaptive``: no bound), every expert group has a simulated member (else no bound: the
+  all-to-alls of the groups stood for are not counted), each missing GPU pair puts no more flows on a shared link than
   its representative does (true for stage transfers, one network connection a pair; a ring with several
   channels through a link it shares with a simulated flow may exceed it), and adding flows does not speed up
   another (max-min sharing can, in corner cases; NCCL's tuner choosing another algorithm on the slower fabric
@@ -730,6 +731,11 @@ def bounding_fabric(
         return None, why
     if config.routing not in ("ecmp", "spray"):
         return None, f"routing {config.routing!r}: its possible paths are not enumerated for a bound"
+    if plan.symmetric and p.ep > 1:
+        simulated = set(replica_ranks(p))
+        for kind in ("ep", "edp"):
+            if not all(simulated.intersection(group) for group in p.groups(kind)):
+                return None, f"the {kind} groups of other replicas are stood for, their all-to-alls not bounded"
     router = Router(topology, policy="spray", seed=config.seed, failed_links=config.failed_links, cache=route_cache)
     gpu = np.asarray(placement.rank_gpu, dtype=np.int64)
     pairs, unit, rep, hop = _pair_units(p, plan)

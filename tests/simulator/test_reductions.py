@@ -242,6 +242,8 @@ def test_overlapped_traffic_between_replicas_runs_with_passive_members(layout, e
     if exact:
         assert auto.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
         assert auto.exposed_comm_s == pytest.approx(full.exposed_comm_s, rel=1e-6, abs=1e-12)
+    elif "ep" in layout:  # the expert groups of replicas 4-15 are stood for: their all-to-alls go unbounded
+        assert auto.step_time_low_s is None and "ep groups of other replicas are stood for" in auto.notes[-1]
     else:
         _assert_bounded(auto, full)
     for group, entry in full.breakdown["group"].items():  # counts and bytes hold either way
