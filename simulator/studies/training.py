@@ -31,7 +31,9 @@ Run settings are one :class:`StepOptions` (network config, GPU and compute model
 attention, placement, the system's size and wiring when ``system`` is a preset name, and the five
 reductions for huge layouts: task merging and the steady-state extrapolation on request, representative
 pipeline transfers, symmetric replicas and context ranks chosen by the step where exact,
-``simulator.studies.reductions``).
+``simulator.studies.reductions``). Where one in use is not exact, the result also bounds the step time and the
+time in network (``step_time_low_s`` ... ``exposed_comm_high_s``, and a note): the reduced run and one more on a
+fabric where it is no faster than any rank it stands for (``reductions.bounding_fabric``).
 
 Durations: the step's programs are built without hardware (``workloads.training``: each compute task carries
 its work, a ``PassWork``); ``step_compute`` times that work on the GPU with ``simulator.compute.gpu`` (per
