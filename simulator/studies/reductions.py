@@ -100,7 +100,7 @@ simulated pair i with its unit's coordinates 0 (:func:`_pair_units`).
   channels through a link it shares with a simulated flow may exceed it), and adding flows does not speed up
   another (max-min sharing can, in corner cases; NCCL's tuner choosing another algorithm on the slower fabric
   too). Not covered: the steady-state extrapolation (its own approximation).
-* Cost: the bounding fabric (a route per GPU pair of the pipeline; 11 s for the 16,384-GPU 405B layout's 145,408
+* Cost: the bounding fabric (a route per GPU pair of the pipeline; 3.4 s for the 16,384-GPU 405B layout's 145,408
   pairs) and one more reduced run. Checked against the full simulation on small layouts (forced reductions: an
   ECMP fat tree, oversubscribed, uneven stages, a failed and a slower NIC cable, a dragonfly with longer paths for
   some replicas; ``tests/simulator/test_reductions.py``). Worked number: on the default step's layout on a
@@ -665,8 +665,9 @@ def _pair_paths(
     span = np.full(n, -1, dtype=np.int64)
     high, low = np.zeros(n), np.full(n, np.inf)
     inside = topo.gpu_server[src] == topo.gpu_server[dst]
-    at = np.flatnonzero(inside)
-    for i, path in zip(at.tolist(), router.paths(src[at], dst[at], flow_keys=0)):
+    server, local = topo.gpu_server, topo.gpu_local
+    for i in np.flatnonzero(inside).tolist():  # the server's fixed route (Router's, without its per-pair state)
+        path = np.asarray(topo.servers[server[src[i]]].intra_routes[int(local[src[i]]), int(local[dst[i]])])
         ends[i] = path
         high[i] = low[i] = float(latency[path].sum())
     at = np.flatnonzero(~inside)
