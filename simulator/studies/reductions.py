@@ -733,9 +733,9 @@ def bounding_fabric(
     if config.routing not in ("ecmp", "spray"):
         return None, f"routing {config.routing!r}: its possible paths are not enumerated for a bound"
     if plan.symmetric and p.ep > 1:
-        simulated = set(replica_ranks(p))
+        replica0 = set(replica_ranks(p))
         for kind in ("ep", "edp"):
-            if not all(simulated.intersection(group) for group in p.groups(kind)):
+            if not all(replica0.intersection(group) for group in p.groups(kind)):
                 return None, f"the {kind} groups of other replicas are stood for, their all-to-alls not bounded"
     router = Router(topology, policy="spray", seed=config.seed, failed_links=config.failed_links, cache=route_cache)
     gpu = np.asarray(placement.rank_gpu, dtype=np.int64)
