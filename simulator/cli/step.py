@@ -258,6 +258,14 @@ def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None 
         f"time in network      {result.exposed_comm_s:12.4f} s  {pct(result.exposed_comm_s)}  "
         "(exposed communication on the critical path)",
         f"communication        {result.comm_s:12.4f} s  (all collectives, overlapped or not)",
+        *(
+            [
+                f"bound (approximate)  step time in [{result.step_time_low_s:.4f}, {result.step_time_high_s:.4f}] s, "
+                f"time in network in [{result.exposed_comm_low_s:.4f}, {result.exposed_comm_high_s:.4f}] s"
+            ]
+            if result.step_time_low_s is not None
+            else []
+        ),
         f"memory per GPU       {result.memory_bytes_per_gpu / gib:12.1f} GiB of "
         f"{result.memory_capacity_bytes / gib:.0f} GiB" + ("  OUT OF MEMORY" if result.out_of_memory else ""),
         "",

@@ -186,6 +186,10 @@ def _step_row(fields: dict, environ: dict) -> dict:
         "memory_bytes_per_gpu": r.memory_bytes_per_gpu,
         "out_of_memory": r.out_of_memory,
         "approximate": r.approximate,
+        "step_time_low_s": r.step_time_low_s,
+        "step_time_high_s": r.step_time_high_s,
+        "exposed_comm_low_s": r.exposed_comm_low_s,
+        "exposed_comm_high_s": r.exposed_comm_high_s,
     }
     for group, entry in r.breakdown["group"].items():
         row[f"{group}_time_s"] = entry["time_s"]
