@@ -101,47 +101,20 @@ SC21_GPTS: Mapping[str, ModelSpec] = types.MappingProxyType(
 """The ten GPT shapes of Megatron SC21 Table 1, by name."""
 
 
-def _llama3(name: str, *, layers: int, hidden: int, heads: int, ffn_hidden: int) -> ModelSpec:
-    return ModelSpec(
-        name=name,
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=8,
-        ffn_hidden=ffn_hidden,
-        vocab=128256,
-        seq_len=8192,
-        gated_mlp=True,
-        tied_embeddings=False,
-        position_embedding="rope",
-        norm="rmsnorm",
-        bias=False,
-        dropout=False,
-    )
-
-
-def _nemotron4(name: str, *, layers: int, hidden: int, heads: int, ffn_hidden: int) -> ModelSpec:
-    return ModelSpec(
-        name=name,
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=8,
-        ffn_hidden=ffn_hidden,
-        vocab=256000,
-        seq_len=4096,
-        gated_mlp=False,
-        tied_embeddings=False,
-        position_embedding="rope",
-        norm="layernorm",
-        bias=False,
-        dropout=False,
-    )
-
-
-def _mixtral(
-    name: str, *, layers: int, hidden: int, heads: int, ffn_hidden: int, vocab: int, seq_len: int
+def _rope_decoder(
+    name: str,
+    shape: tuple[int, int, int, int],
+    *,
+    vocab: int,
+    seq_len: int,
+    gated_mlp: bool = True,
+    norm: str = "rmsnorm",
+    experts: int = 0,
+    top_k: int = 0,
 ) -> ModelSpec:
+    """The shape Llama 3, Nemotron-4 and Mixtral share: 8 KV heads, RoPE, no biases, no dropout, untied;
+    ``shape`` is (layers, hidden, heads, ffn_hidden)."""
+    layers, hidden, heads, ffn_hidden = shape
     return ModelSpec(
         name=name,
         layers=layers,
@@ -151,16 +124,31 @@ def _mixtral(
         ffn_hidden=ffn_hidden,
         vocab=vocab,
         seq_len=seq_len,
-        gated_mlp=True,
+        gated_mlp=gated_mlp,
         tied_embeddings=False,
         position_embedding="rope",
-        norm="rmsnorm",
+        norm=norm,
         bias=False,
         dropout=False,
-        experts=8,
-        top_k=2,
-        expert_ffn_hidden=ffn_hidden,
+        experts=experts,
+        top_k=top_k,
+        expert_ffn_hidden=ffn_hidden if experts else None,
     )
+
+
+def _llama3(name: str, *, layers: int, hidden: int, heads: int, ffn_hidden: int) -> ModelSpec:
+    return _rope_decoder(name, (layers, hidden, heads, ffn_hidden), vocab=128256, seq_len=8192)
+
+
+def _nemotron4(name: str, *, layers: int, hidden: int, heads: int, ffn_hidden: int) -> ModelSpec:
+    shape = (layers, hidden, heads, ffn_hidden)
+    return _rope_decoder(name, shape, vocab=256000, seq_len=4096, gated_mlp=False, norm="layernorm")
+
+
+def _mixtral(
+    name: str, *, layers: int, hidden: int, heads: int, ffn_hidden: int, vocab: int, seq_len: int
+) -> ModelSpec:
+    return _rope_decoder(name, (layers, hidden, heads, ffn_hidden), vocab=vocab, seq_len=seq_len, experts=8, top_k=2)
 
 
 MODELS: Mapping[str, ModelSpec] = types.MappingProxyType(
