@@ -282,6 +282,19 @@ def test_embedding_logits_and_optimizer_by_hand():
     assert sharded.by_name()["fp8_weight_cast"] == pytest.approx(hbm_s(H100_SXM5_80GB, 4e9), rel=1e-12)
 
 
+def test_a_launch_gap_is_paid_once_per_kernel():
+    # every GPU ships 0 s (no sourced figure); a gap set by the user lengthens each kernel by exactly that much
+    assert all(cm.launch_gap_s == 0.0 for cm in COMPUTE_MODELS.values())
+    gapped = dataclasses.replace(COMPUTE_MODELS["h100_sxm5_80gb"], launch_gap_s=5e-6)
+    model = MODELS["llama3-8b"]
+    plain = layer_backward(model, H100_SXM5_80GB, micro_batch=1, recompute="full")
+    slow = layer_backward(model, H100_SXM5_80GB, micro_batch=1, recompute="full", compute_model=gapped)
+    assert len(slow.ops) == len(plain.ops)
+    assert slow.time_s - plain.time_s == pytest.approx(5e-6 * len(plain.ops), rel=1e-9)
+    with pytest.raises(ValueError, match=r"GpuComputeModel.launch_gap_s: -1e-06 is not allowed; expected 0 <= s < 1"):
+        dataclasses.replace(gapped, launch_gap_s=-1e-6)
+
+
 def test_overlap_slowdown_from_sms_taken_by_nccl():
     # 16 channel CTAs hold 16 SMs: H100 132 -> 16/116, A100 108 -> 16/92
     assert default_overlap_slowdown(H100_SXM5_80GB) == pytest.approx(16 / 116)
