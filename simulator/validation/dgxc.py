@@ -336,7 +336,8 @@ def _line(r: DgxcRow) -> str:
     c = r.case
     name = c.model.replace("Llama 3.1 ", "Llama-") + (" (proxy)" if c.proxy else "")
     return (
-        f"{c.version:<10}{name:<16}{c.precision:<5}{c.gpus:>6}{c.tp:>3}{c.pp:>3}{c.cp:>3}{c.dp:>4}{c.vp:>4}{c.global_batch:>6}"
+        f"{c.version:<10}{name:<16}{c.precision:<5}"
+        f"{c.gpus:>6}{c.tp:>3}{c.pp:>3}{c.cp:>3}{c.dp:>4}{c.vp:>4}{c.global_batch:>6}"
         f"{c.measured_step_s:>9.2f}{r.predicted_step_s:>9.2f}{r.error:>+8.1%}{c.measured_mfu:>10.1%}"
         f"{r.predicted_mfu:>10.1%}{r.simulator_mfu:>9.1%}{r.exposed_comm_s:>11.2f}"
     )
