@@ -104,8 +104,8 @@ simulated pair i with its unit's coordinates 0 (:func:`_pair_units`).
   pairs) and one more reduced run. Checked against the full simulation on small layouts (forced reductions: an
   ECMP fat tree, oversubscribed, uneven stages, a failed and a slower NIC cable, a dragonfly with longer paths for
   some replicas; ``tests/simulator/test_reductions.py``). Worked number: on the default step's layout on a
-  dragonfly of 8 DGX H100 (tp 2, pp 2, dp 16, overlapped buckets), replicas forced: 3.8804 s reduced, 3.9325 s in
-  full, bound [3.8804, 4.6642] s (time in network 0.4335 reduced, 0.4857 in full, bound [0.4335, 1.2173] s).
+  dragonfly of 8 DGX H100 (tp 2, pp 2, dp 16, overlapped buckets), replicas forced: 3.8857 s reduced, 3.9378 s in
+  full, bound [3.8857, 4.6695] s (time in network 0.4335 reduced, 0.4857 in full, bound [0.4335, 1.2173] s).
 """
 
 from __future__ import annotations
