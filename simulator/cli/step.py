@@ -249,8 +249,12 @@ def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None 
         f"{p.global_batch} x {p.seq_len} tokens, micro-batch {p.micro_batch}, {p.dtype}, ZeRO {p.zero_stage}",
         f"step time            {step:12.4f} s",
         f"tokens/s             {result.tokens_per_s:12.0f}",
-        f"TFLOP/s per GPU      {result.tflops_per_gpu:12.1f}",
-        f"MFU                  {result.mfu:12.3f}",
+        f"TFLOP/s/GPU model    {result.tflops_per_gpu:12.1f}  (Megatron-LM's formula: causal attention halved, "
+        "no recomputation)",
+        f"TFLOP/s/GPU executed {result.executed_tflops_per_gpu:12.1f}  (the kernels' FLOPs: masked blocks skipped, "
+        "recomputation counted)",
+        f"MFU model            {result.mfu:12.3f}",
+        f"MFU executed         {result.executed_mfu:12.3f}",
         f"compute              {result.compute_s:12.4f} s  {pct(result.compute_s)}",
         f"pipeline bubble      {result.bubble_s:12.4f} s  {pct(result.bubble_s)}",
         f"time in network      {result.exposed_comm_s:12.4f} s  {pct(result.exposed_comm_s)}  "

@@ -8,14 +8,20 @@ Megatron order (``Placement.block``: consecutive ranks fill a server, so a tenso
 shares NVLink), runs ``simulate()`` (its SimResult holds every task's times, ``simulator.analysis.task_times``) and
 computes the compute critical path (the same recurrence with every collective taking 0 s).
 
-Throughput (SC21 conventions):
+Throughput, under two named FLOP counts (F / (step_time x GPUs) per GPU; MFU = that / the GPU's dense bf16
+peak, fp8 peak with dtype fp8):
 
-* ``tokens_per_s = B s / step_time``;
-* ``tflops_per_gpu = F / (step_time x GPUs)`` with F = ``ModelSpec.step_flops(recompute=...)``, the
-  FLOPs the GPUs execute including recomputation; for a GPT with full recomputation this is SC21's
-  eq. 3, 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), the number behind Table 1's TFLOP/s column;
-* ``mfu = F_model / (step_time x GPUs x peak)`` with F_model without recomputation (6 N tokens
-  for a dense model plus attention) and the GPU's dense bf16 (fp8 with dtype fp8) peak.
+* model FLOPs, ``tflops_per_gpu`` and ``mfu``: F = ``ModelSpec.megatron_flops``, Megatron-LM's
+  ``num_floating_point_operations``, the count Megatron-LM logs and NeMo / DGX Cloud report MFU with:
+  GEMMs only, causal attention at half its scores, no recomputation (``workloads.model`` states each term);
+* executed FLOPs, ``executed_tflops_per_gpu`` and ``executed_mfu``: F = :func:`executed_flops`, the FLOPs of
+  the kernels the compute model times: causal attention's skipped blocks not counted, recomputation and flash
+  attention's backward recomputation counted. A kernel never runs above peak and the step lasts at least the
+  busiest GPU's kernels, so ``executed_mfu <= 1`` (a property test); with ``StepOptions(compute=...)``
+  replacing the kernel times that holds only if those times do.
+
+SC21 Table 1's TFLOP/s (eq. 3: full attention, x 4 with full recomputation) is ``ModelSpec.step_flops``;
+``simulator.validation.sc21`` computes it from the step time.
 
 Time breakdown: ``critical_path_s`` (the step on an infinitely fast network), ``exposed_comm_s =
 step_time_s - critical_path_s``, ``compute_s``, ``bubble_s``, ``comm_s`` and per group / collective
@@ -82,7 +88,15 @@ from ..placement import Placement
 from ..results import SimResult
 from . import reductions
 
-__all__ = ("StepOptions", "StepPhase", "StepResult", "step_compute", "memory_per_gpu", "simulate_step")
+__all__ = (
+    "StepOptions",
+    "StepPhase",
+    "StepResult",
+    "step_compute",
+    "executed_flops",
+    "memory_per_gpu",
+    "simulate_step",
+)
 
 
 class _TokenArgs(TypedDict):
@@ -164,6 +178,52 @@ def step_compute(
         optimizer_s=optimizer,
         overlap_slowdown=slowdown,
     )
+
+
+def executed_flops(
+    model: ModelSpec,
+    parallelism: ParallelismSpec,
+    gpu: GpuSpec,
+    *,
+    recompute: str = "none",
+    flash_attention: bool = True,
+    compute_model: cmp.GpuComputeModel | None = None,
+) -> float:
+    """FLOPs the step's kernels execute, all GPUs together: the FLOPs of the kernels ``step_compute`` times
+    (``ComputeBreakdown.flops`` of every layer's forward and backward with its recomputation, the embedding and
+    the logits), per micro-batch on one GPU, x m micro-batches x the t c d GPUs of each stage. Flash attention's
+    causal mask skips all but (n+1)/(2n) of the score blocks, its backward executes 2.5 x its forward; the
+    optimizer executes none (memory-bound)."""
+    p = parallelism
+    p.check(model)
+    dtype = _compute_dtype(p)
+    kw: dict[str, Any] = dict(
+        micro_batch=p.micro_batch,
+        seq_len=p.seq(model),
+        tp=p.tp,
+        sp=p.sp,
+        cp=p.cp,
+        ep=p.ep,
+        dtype=dtype,
+        flash_attention=flash_attention,
+        compute_model=compute_model,
+    )
+    per_kind: dict[bool, float] = {}  # all dense (all MoE) layers run the same kernels
+    layers = 0.0
+    for layer in range(model.layers):
+        kind = model.is_moe_layer(layer)
+        if kind not in per_kind:
+            forward = cmp.layer_forward(model, gpu, layer=layer, **kw).flops
+            per_kind[kind] = forward + cmp.layer_backward(model, gpu, layer=layer, recompute=recompute, **kw).flops
+        layers += per_kind[kind]
+    tkw = _TokenArgs(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, cp=p.cp, compute_model=compute_model)
+    ends = (
+        cmp.embedding_forward(model, gpu, **tkw).flops
+        + cmp.embedding_backward(model, gpu, **tkw).flops
+        + cmp.logits_forward(model, gpu, sp=p.sp, dtype=dtype, **tkw).flops
+        + cmp.logits_backward(model, gpu, sp=p.sp, dtype=dtype, **tkw).flops
+    )
+    return (layers + ends) * p.microbatches * (p.world_size // p.pp)
 
 
 def memory_per_gpu(
@@ -250,8 +310,10 @@ class StepResult:
     gpus: int
     step_time_s: float
     tokens_per_s: float
-    tflops_per_gpu: float
-    mfu: float
+    tflops_per_gpu: float  # model FLOPs (Megatron-LM's formula) per GPU and second, / 1e12
+    mfu: float  # model FLOPs / (step time x GPUs x peak)
+    executed_tflops_per_gpu: float  # the kernels' executed FLOPs per GPU and second, / 1e12
+    executed_mfu: float  # executed FLOPs / (step time x GPUs x peak), <= 1
     compute_s: float
     comm_s: float
     exposed_comm_s: float
@@ -312,6 +374,8 @@ class StepResult:
             "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu,
             "mfu": self.mfu,
+            "executed_tflops_per_gpu": self.executed_tflops_per_gpu,
+            "executed_mfu": self.executed_mfu,
             "compute_s": self.compute_s,
             "comm_s": self.comm_s,
             "exposed_comm_s": self.exposed_comm_s,
@@ -799,8 +863,10 @@ def simulate_step(
     notes = reductions.notes(p, used, steady=steady)
     step, critical = raw.step_s, raw.critical_s
     seq = p.seq(model)
-    flops = model.step_flops(batch=p.global_batch, seq_len=seq, recompute=recompute)
-    model_flops = model.step_flops(batch=p.global_batch, seq_len=seq, recompute="none")
+    model_flops = model.megatron_flops(batch=p.global_batch, seq_len=seq, tp=p.tp)
+    executed = executed_flops(
+        model, p, gpu, recompute=recompute, flash_attention=o.flash_attention, compute_model=o.compute_model
+    )
     peak = gpu.dense_fp8_flop_per_s if p.dtype == "fp8" and gpu.dense_fp8_flop_per_s else gpu.dense_bf16_flop_per_s
     memory = memory_per_gpu(model, p, recompute=recompute, flash_attention=o.flash_attention)
     # algorithm: group -> "algorithm protocol" -> entry, groups in the order of "group", the most bytes first
@@ -818,8 +884,10 @@ def simulate_step(
         gpus=world,
         step_time_s=step,
         tokens_per_s=p.global_batch * seq / step if step > 0 else 0.0,
-        tflops_per_gpu=flops / (step * world) / 1e12 if step > 0 else 0.0,
+        tflops_per_gpu=model_flops / (step * world) / 1e12 if step > 0 else 0.0,
         mfu=model_flops / (step * world * peak) if step > 0 else 0.0,
+        executed_tflops_per_gpu=executed / (step * world) / 1e12 if step > 0 else 0.0,
+        executed_mfu=executed / (step * world * peak) if step > 0 else 0.0,
         compute_s=raw.compute_s,
         comm_s=raw.comm_s,
         exposed_comm_s=max(step - critical, 0.0),
