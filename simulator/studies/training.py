@@ -23,6 +23,17 @@ peak, fp8 peak with dtype fp8):
 SC21 Table 1's TFLOP/s (eq. 3: full attention, x 4 with full recomputation) is ``ModelSpec.step_flops``;
 ``simulator.validation.sc21`` computes it from the step time.
 
+Reading the result: ``FIGURES`` defines every figure of the output in one sentence (``fabricsim step --help``
+and the README print them). Time in network split by group (``breakdown["exposed"]``, ``frame("exposed")``):
+each group's ``exposed_s`` on the rank that ends last, then "overlap of groups" (U - sum of the groups, U the
+time any collective is in flight there while its compute is idle) and "via other ranks" (exposed_comm_s - U:
+other ranks' delays that reach it through the pipeline, less its communication inside its bubble), so the parts
+add up to ``exposed_comm_s``. Per link tier: bytes, ``busy_s`` = bytes / the tier's summed link capacity (the
+mean link's time at line rate) and ``utilisation`` = busy_s / step time. ``warnings``: out of memory, a pipeline
+with fewer micro-batches than stages or a bubble of at least ``BUBBLE_WARNING_SHARE`` of the step (with the
+1F1B share (p - 1) / (v m + p - 1) beside the measured one), an approximate reduction used, and (from
+``scenario.run_step``) options or NCCL variables given that change nothing; every output format carries them.
+
 Time breakdown: ``critical_path_s`` (the step on an infinitely fast network), ``exposed_comm_s =
 step_time_s - critical_path_s``, ``compute_s``, ``bubble_s``, ``comm_s`` and per group / collective
 kind / algorithm and protocol NCCL's tuner chose in each group (``breakdown["algorithm"]["tp"]["nvls
@@ -97,6 +108,65 @@ __all__ = (
     "memory_per_gpu",
     "simulate_step",
 )
+
+
+# the pipeline warning's threshold: a bubble of a quarter of the step or more (a reporting choice, not a model
+# parameter)
+BUBBLE_WARNING_SHARE = 0.25
+# the named remainders of the time-in-network split by group (breakdown["exposed"])
+OVERLAP_OF_GROUPS = "overlap of groups"
+VIA_OTHER_RANKS = "via other ranks"
+# what each figure of a step's output means, defined once: `fabricsim step --help` and the README print these
+FIGURES = (
+    ("step time", "the simulated step, from the first task to the end of the rank that ends last"),
+    ("compute", "the busiest GPU's kernel time: the sum of its compute tasks"),
+    (
+        "pipeline bubble",
+        "the critical path less compute: the time the pipeline's dependencies leave the busiest GPU idle even on "
+        "an infinitely fast network",
+    ),
+    (
+        "time in network",
+        "step time less the step on an infinitely fast network (every collective taking 0 s), so step time = "
+        "compute + pipeline bubble + time in network; it counts every rank's network delays that reach the "
+        "critical path, so it can exceed communication",
+    ),
+    (
+        "communication",
+        "the busiest GPU's time with at least one collective in flight, hidden behind compute or not",
+    ),
+    (
+        "TFLOP/s/GPU and MFU, model",
+        "Megatron-LM's num_floating_point_operations per GPU and second (MFU: over the GPU's dense peak): "
+        "GEMMs only, causal attention at half its scores, no recomputation; the count published throughputs use",
+    ),
+    (
+        "TFLOP/s/GPU and MFU, executed",
+        "the FLOPs the timed kernels execute: causal attention's skipped blocks not counted, recomputation "
+        "counted; its MFU never exceeds 1",
+    ),
+    ("count, GB moved", "collectives and their buffers (nccl-tests size), all ranks together"),
+    ("in flight s", "the busiest rank's time with a collective of the group (or algorithm) in flight"),
+    (
+        "exposed s",
+        "on the rank that ends last, the time a collective of the group is in flight while its compute is idle; "
+        "with the two rows below the groups add up to time in network",
+    ),
+    (OVERLAP_OF_GROUPS, "less the time counted under several groups at once"),
+    (
+        VIA_OTHER_RANKS,
+        "the rest of time in network: other ranks' delays reaching the last rank through the pipeline, less the "
+        "last rank's communication that fell in its pipeline bubble (negative when that is larger)",
+    ),
+    ("TB moved", "bytes over all links of the tier"),
+    (
+        "busy s",
+        "the tier's bytes over its links' summed capacity: the time its mean link carries data at line rate",
+    ),
+    ("utilisation", "busy s over step time: the mean share of the tier's capacity in use"),
+)
+# StepResult.frame's views
+STEP_VIEWS = ("summary", "group", "collective", "algorithm", "exposed", "link_tier", "link_kind", "memory", "notes")
 
 
 class _TokenArgs(TypedDict):
@@ -325,6 +395,7 @@ class StepResult:
     out_of_memory: bool
     phases: tuple[StepPhase, ...] = field(repr=False)
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # out of memory, an under-filled pipeline, an approximation used, options ignored
     approximate: bool = False  # a reduction that is not exact for this step was used (the notes say which)
 
     @property
@@ -335,7 +406,10 @@ class StepResult:
         """One breakdown as a flat pandas DataFrame, one row per entry, unit-suffixed columns: ``"summary"``
         (the headline figures, one row), ``"group"`` and ``"collective"`` (count, nbytes, time_s, exposed_s per
         parallelism group or collective kind), ``"algorithm"`` (the same per group, algorithm and protocol NCCL's
-        tuner chose), ``"link_tier"`` and ``"link_kind"`` (bytes moved), ``"memory"`` (bytes per GPU by part)."""
+        tuner chose), ``"exposed"`` (time in network split by group, with the overlap of groups and the part via
+        other ranks: it adds up to ``exposed_comm_s``), ``"link_tier"`` (bytes moved, busy_s, utilisation) and
+        ``"link_kind"`` (bytes moved), ``"memory"`` (bytes per GPU by part), ``"notes"`` (kind "warning" or
+        "note", text)."""
         import pandas as pd
 
         b = self.breakdown
@@ -349,14 +423,27 @@ class StepResult:
                 for group, choices in b["algorithm"].items()
                 for choice, entry in choices.items()
             ]
-        elif view in ("link_tier", "link_kind"):
-            rows = [{view.removeprefix("link_"): name, "bytes": value} for name, value in b[f"{view}_bytes"].items()]
+        elif view == "exposed":
+            rows = [{"part": name, "exposed_s": value} for name, value in b["exposed"].items()]
+        elif view == "link_tier":
+            rows = [
+                {
+                    "tier": name,
+                    "bytes": value,
+                    "busy_s": b["link_tier_busy_s"][name],
+                    "utilisation": b["link_tier_utilisation"][name],
+                }
+                for name, value in b["link_tier_bytes"].items()
+            ]
+        elif view == "link_kind":
+            rows = [{"kind": name, "bytes": value} for name, value in b["link_kind_bytes"].items()]
         elif view == "memory":
             rows = [{"part": part, "bytes": value} for part, value in self.memory.items()]
+        elif view == "notes":
+            rows = [{"kind": "warning", "text": text} for text in self.warnings]
+            rows += [{"kind": "note", "text": text} for text in self.notes]
         else:
-            raise reject(
-                "view", view, "one of 'summary', 'group', 'collective', 'algorithm', 'link_tier', 'link_kind', 'memory'"
-            )
+            raise reject("view", view, f"one of {', '.join(map(repr, STEP_VIEWS))}")
         return pd.DataFrame(rows)
 
     def as_dict(self) -> dict:
@@ -387,6 +474,7 @@ class StepResult:
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "out_of_memory": self.out_of_memory,
             "notes": list(self.notes),
+            "warnings": list(self.warnings),
             "approximate": self.approximate,
         }
 
@@ -471,6 +559,7 @@ class _Raw:
     critical_s: float
     compute_s: float
     comm_s: float
+    exposed_union_s: float  # on each phase's last rank: any collective in flight while its compute is idle
     breakdowns: dict  # labelling ("group", "collective", "algorithm") -> label -> entry (_merge)
     links: dict  # "tier" / "kind" -> name -> bytes (analysis.link_class_bytes)
     phases: tuple[StepPhase, ...]
@@ -482,6 +571,7 @@ class _PhaseParts:
 
     compute_s: float
     comm_s: float
+    exposed_union_s: float
     breakdowns: dict
     links: dict
 
@@ -522,6 +612,7 @@ def _phase_parts(
     return _PhaseParts(
         compute_s=busy,
         comm_s=comm["comm"]["time_s"] if workload.collectives else 0.0,
+        exposed_union_s=comm["comm"]["exposed_s"] if workload.collectives else 0.0,
         breakdowns=parts,
         links=link_class_bytes(topology, link_bytes),
     )
@@ -643,6 +734,7 @@ def _measure(
         critical_s=math.fsum(ph.critical_path_s for ph in phases),
         compute_s=0.0,
         comm_s=0.0,
+        exposed_union_s=0.0,
         breakdowns={},
         links={},
         phases=phases,
@@ -650,6 +742,7 @@ def _measure(
     for ph, part in zip(phases, parts):
         raw.compute_s += part.compute_s
         raw.comm_s += part.comm_s
+        raw.exposed_union_s += part.exposed_union_s
         for name, entries in part.breakdowns.items():
             _merge(raw.breakdowns.setdefault(name, {}), entries, ph.replicas)
         for name, values in part.links.items():
@@ -869,14 +962,39 @@ def simulate_step(
     )
     peak = gpu.dense_fp8_flop_per_s if p.dtype == "fp8" and gpu.dense_fp8_flop_per_s else gpu.dense_bf16_flop_per_s
     memory = memory_per_gpu(model, p, recompute=recompute, flash_attention=o.flash_attention)
+    exposed = max(step - critical, 0.0)
+    bubble = max(critical - raw.compute_s, 0.0)
+    # time in network split by group on the last rank, with the two named remainders that make it add up
+    groups = {group: entry["exposed_s"] for group, entry in raw.breakdowns["group"].items()}
+    split = groups | {
+        OVERLAP_OF_GROUPS: raw.exposed_union_s - math.fsum(groups.values()),
+        VIA_OTHER_RANKS: exposed - raw.exposed_union_s,
+    }
+    # each tier's links' summed capacity: the same per-tier sum as the bytes, of the capacities
+    capacity = link_class_bytes(topology, topology.link_capacity_bytes_per_s)["tier"]
+    busy = {tier: nbytes / capacity[tier] for tier, nbytes in raw.links["tier"].items()}
     # algorithm: group -> "algorithm protocol" -> entry, groups in the order of "group", the most bytes first
     algorithm: dict = {group: {} for group in raw.breakdowns["group"]}
     for (group, choice), entry in sorted(raw.breakdowns["algorithm"].items(), key=lambda e: (-e[1]["nbytes"], e[0][1])):
         algorithm[group][choice] = entry
     breakdown = _frozen(
         raw.breakdowns
-        | {"algorithm": algorithm, "link_tier_bytes": raw.links["tier"], "link_kind_bytes": raw.links["kind"]}
+        | {
+            "algorithm": algorithm,
+            "exposed": split,
+            "link_tier_bytes": raw.links["tier"],
+            "link_tier_busy_s": busy,
+            "link_tier_utilisation": {tier: b / step if step > 0 else 0.0 for tier, b in busy.items()},
+            "link_kind_bytes": raw.links["kind"],
+        }
     )
+    warnings = _warnings(p, memory, float(gpu.memory_bytes), step_s=step, bubble_s=bubble)
+    if used.approximate or steady is not None:
+        warnings.append(
+            "approximate result: "
+            + "; ".join(note.split(" (")[0] for note in notes if "APPROXIMATE" in note or note.startswith("steady"))
+            + " (the notes say why; --exact / StepOptions(exact=True) simulates every rank)"
+        )
     return StepResult(
         model=model.name,
         parallelism=p,
@@ -890,8 +1008,8 @@ def simulate_step(
         executed_mfu=executed / (step * world * peak) if step > 0 else 0.0,
         compute_s=raw.compute_s,
         comm_s=raw.comm_s,
-        exposed_comm_s=max(step - critical, 0.0),
-        bubble_s=max(critical - raw.compute_s, 0.0),
+        exposed_comm_s=exposed,
+        bubble_s=bubble,
         critical_path_s=critical,
         breakdown=breakdown,
         memory=MappingProxyType(memory),
@@ -899,5 +1017,33 @@ def simulate_step(
         out_of_memory=memory["total"] > gpu.memory_bytes,
         phases=raw.phases,
         notes=tuple(notes),
+        warnings=tuple(warnings),
         approximate=used.approximate or steady is not None,
     )
+
+
+def _warnings(
+    p: ParallelismSpec, memory: Mapping[str, float], capacity_bytes: float, *, step_s: float, bubble_s: float
+) -> list[str]:
+    """What a user must not miss: out of memory; a pipeline under-filled (fewer micro-batches than stages, or a
+    bubble of at least ``BUBBLE_WARNING_SHARE`` of the step)."""
+    out = []
+    gib = float(1 << 30)
+    if memory["total"] > capacity_bytes:
+        parts = ", ".join(
+            f"{name} {memory[name] / gib:.1f}" for name in ("parameters", "gradients", "optimizer", "activations")
+        )
+        out.append(
+            f"out of memory: {memory['total'] / gib:.1f} GiB per GPU ({parts}) of {capacity_bytes / gib:.0f} GiB; "
+            "more tp, pp or ZeRO, recomputation or a smaller micro-batch would fit it"
+        )
+    share = bubble_s / step_s if step_s > 0 else 0.0
+    m = p.microbatches
+    if p.pp > 1 and (m < p.pp or share >= BUBBLE_WARNING_SHARE):
+        ideal = (p.pp - 1) / (p.vp * m + p.pp - 1)
+        out.append(
+            f"under-filled pipeline: {m} micro-batch{'es' if m > 1 else ''} for {p.pp} stages, the bubble is "
+            f"{share:.0%} of the step ((p - 1) / (v m + p - 1) = {ideal:.0%} with equal stages); a larger global "
+            "batch, a smaller micro-batch or fewer data-parallel replicas give more micro-batches"
+        )
+    return out
