@@ -130,7 +130,7 @@ STEP_DEFAULTS = {
     "exact": False,
 }
 
-STEP_FORMATS = ("table", "json")
+STEP_FORMATS = ("table", "json", "csv")
 GPT_ONLY = ("layers", "hidden", "heads", "vocab", "ffn_hidden")  # describe --model gpt, and only it
 
 

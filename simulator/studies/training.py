@@ -442,6 +442,7 @@ class StepResult:
         elif view == "notes":
             rows = [{"kind": "warning", "text": text} for text in self.warnings]
             rows += [{"kind": "note", "text": text} for text in self.notes]
+            return pd.DataFrame(rows, columns=["kind", "text"])  # the columns even without a row
         else:
             raise reject("view", view, f"one of {', '.join(map(repr, STEP_VIEWS))}")
         return pd.DataFrame(rows)
