@@ -332,13 +332,16 @@ def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None 
 
 
 def format_step_csv(result) -> str:
-    """The step as one long CSV table, ``section,name,field,value``: the headline figures (section "summary"),
-    each group, the time-in-network split, each tier, memory, then every warning and note (field "text")."""
+    """The step as one long CSV table, ``section,name,field,value``: the headline figures (section "summary"), the
+    layout ("parallelism"), each group, the time-in-network split, each tier, memory, then every warning and note
+    (field "text")."""
     import csv
     import io
 
     rows: list[tuple] = [("section", "name", "field", "value")]
-    rows += [("summary", "", k, v) for k, v in result.as_dict().items() if not isinstance(v, (dict, list))]
+    data = result.as_dict()
+    rows += [("summary", "", k, v) for k, v in data.items() if not isinstance(v, (dict, list))]
+    rows += [("parallelism", "", k, v) for k, v in data["parallelism"].items()]
     for name, entry in result.breakdown["group"].items():
         rows += [("group", name, field, entry[field]) for field in ("count", "nbytes", "time_s")]
     rows += [("exposed", name, "exposed_s", value) for name, value in result.breakdown["exposed"].items()]
