@@ -22,6 +22,7 @@ from .common import (
     bounded,
     fabric_options,
     load_calibration,
+    nccl_version_option,
     positive_int,
     progress_display,
 )
@@ -89,6 +90,7 @@ def add_parser(sub) -> None:
         help="apply a calibration written by `fabricsim calibrate --out` (link scale + overhead) to the system",
     )
     step.add_argument("--seed", type=int, help="seed of ECMP hashing; default 0")
+    nccl_version_option(step)
     step.add_argument("--congestion", nargs="+", choices=CONGESTION_NAMES, help="flow-model refinements")
     for name in ("tp", "pp", "dp", "cp", "ep", "vp"):
         step.add_argument(
@@ -295,6 +297,14 @@ def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None 
             "; less than time in network: several ranks' delays add up along the pipeline)"
             if result.exposed_comm_s > result.comm_s * (1 + 1e-9)  # beyond round-off
             else ")"
+        ),
+        *(
+            [
+                f"bound (approximate)  step time in [{result.step_time_low_s:.4f}, {result.step_time_high_s:.4f}] s, "
+                f"time in network in [{result.exposed_comm_low_s:.4f}, {result.exposed_comm_high_s:.4f}] s"
+            ]
+            if result.step_time_low_s is not None
+            else []
         ),
         f"memory per GPU       {result.memory_bytes_per_gpu / gib:12.1f} GiB of "
         f"{result.memory_capacity_bytes / gib:.0f} GiB" + ("  OUT OF MEMORY" if result.out_of_memory else ""),

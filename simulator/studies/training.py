@@ -48,7 +48,9 @@ Run settings are one :class:`StepOptions` (network config, GPU and compute model
 attention, placement, the system's size and wiring when ``system`` is a preset name, and the five
 reductions for huge layouts: task merging and the steady-state extrapolation on request, representative
 pipeline transfers, symmetric replicas and context ranks chosen by the step where exact,
-``simulator.studies.reductions``).
+``simulator.studies.reductions``). Where one in use is not exact, the result also bounds the step time and the
+time in network (``step_time_low_s`` ... ``exposed_comm_high_s``, and a note): the reduced run and one more on a
+fabric where it is no faster than any rank it stands for (``reductions.bounding_fabric``).
 
 Durations: the step's programs are built without hardware (``workloads.training``: each compute task carries
 its work, a ``PassWork``); ``step_compute`` times that work on the GPU with ``simulator.compute.gpu`` (per
@@ -397,6 +399,12 @@ class StepResult:
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()  # out of memory, an under-filled pipeline, an approximation used, options ignored
     approximate: bool = False  # a reduction that is not exact for this step was used (the notes say which)
+    # the bound of an approximate replica, context-rank or tensor-rank reduction (None: exact, or no bound; the
+    # notes say why): step time and time in network low (the reduced run) and high (reductions.bounding_fabric)
+    step_time_low_s: float | None = None
+    step_time_high_s: float | None = None
+    exposed_comm_low_s: float | None = None
+    exposed_comm_high_s: float | None = None
 
     @property
     def memory_bytes_per_gpu(self) -> float:
@@ -477,6 +485,10 @@ class StepResult:
             "notes": list(self.notes),
             "warnings": list(self.warnings),
             "approximate": self.approximate,
+            "step_time_low_s": self.step_time_low_s,
+            "step_time_high_s": self.step_time_high_s,
+            "exposed_comm_low_s": self.exposed_comm_low_s,
+            "exposed_comm_high_s": self.exposed_comm_high_s,
         }
 
     def to_json(self, **kw) -> str:
@@ -920,18 +932,18 @@ def simulate_step(
         )
         reduction = (phase, _phase_parts(phase, topology))
 
-    def measure(layout: ParallelismSpec) -> _Raw:
+    def measure(layout: ParallelismSpec, fabric: Topology, one_phase: bool) -> _Raw:
         return _measure(
             model,
             layout,
-            topology,
+            fabric,
             compute,
             config,
             placement=placement,
-            reduction=reduction,
+            reduction=None if one_phase else reduction,
             route_cache=route_cache,
             transfer_links=used.tensor.links if used.tensor is not None and used.scales_transfer_links else (),
-            passive=used.passive,
+            passive=used.passive or one_phase,
             symmetric=used.symmetric,
             context=used.context,
             scales_transfers=used.scales_transfer_links,
@@ -941,10 +953,13 @@ def simulate_step(
 
     m = p.microbatches
     steady = reductions.steady_state_runs(p, o.steady_state_microbatches)
-    if steady is not None:
+
+    def run(fabric: Topology, one_phase: bool = False) -> _Raw:
+        if steady is None:
+            return measure(p, fabric, one_phase)
         k, few, more = steady
-        a, b = measure(few), measure(more)
-        raw = _Raw(
+        a, b = measure(few, fabric, one_phase), measure(more, fabric, one_phase)
+        return _Raw(
             **{
                 f.name: reductions.extrapolate(getattr(a, f.name), getattr(b, f.name), m=m, k=k)
                 for f in dataclasses.fields(_Raw)
@@ -952,10 +967,28 @@ def simulate_step(
             },
             phases=b.phases,
         )
-    else:
-        raw = measure(p)
+
+    raw = run(topology)
     notes = reductions.notes(p, used, steady=steady)
     step, critical = raw.step_s, raw.critical_s
+    low = high = None
+    if used.approximate:
+        # the bound of the approximation (reductions.bounding_fabric): low, the reduced run; high, the same run in one
+        # phase (the reduction overlapping the pipeline's tail as in the full step) on a fabric where it is no
+        # faster than any unit of the full step
+        fabric, why = reductions.bounding_fabric(p, topology, placement, config, route_cache, used)
+        if fabric is not None:
+            if o.progress is not None:
+                o.progress("bounding the approximation: the reduced run on links shared by the missing traffic")
+            split = reduction is not None  # two phases: pipeline, then the reduction
+            high = max(step, run(fabric, one_phase=split).step_s)
+            low = step
+            if reduction is not None:
+                # the barrier between the phases may make the reduced step longer than the full one: the floor is
+                # the pipeline alone, then the earliest compute-only end of a rank's reduction phase
+                first = reduction[0]
+                low = step - first.sim.makespan_s + float(np.min(task_times(first.training.workload).rank_end_s))
+        notes.append(reductions.bound_note(low, high, critical, why))
     seq = p.seq(model)
     model_flops = model.megatron_flops(batch=p.global_batch, seq_len=seq, tp=p.tp)
     executed = executed_flops(
@@ -967,7 +1000,7 @@ def simulate_step(
     bubble = max(critical - raw.compute_s, 0.0)
     # time in network split by group on the last rank, with the two named remainders that make it add up
     groups = {group: entry["exposed_s"] for group, entry in raw.breakdowns["group"].items()}
-    split = groups | {
+    exposed_split = groups | {
         OVERLAP_OF_GROUPS: raw.exposed_union_s - math.fsum(groups.values()),
         VIA_OTHER_RANKS: exposed - raw.exposed_union_s,
     }
@@ -982,7 +1015,7 @@ def simulate_step(
         raw.breakdowns
         | {
             "algorithm": algorithm,
-            "exposed": split,
+            "exposed": exposed_split,
             "link_tier_bytes": raw.links["tier"],
             "link_tier_busy_s": busy,
             "link_tier_utilisation": {tier: b / step if step > 0 else 0.0 for tier, b in busy.items()},
@@ -994,6 +1027,7 @@ def simulate_step(
         warnings.append(
             "approximate result: "
             + "; ".join(note.split(" (")[0] for note in notes if "APPROXIMATE" in note or note.startswith("steady"))
+            + (f"; step time bounded in [{low:.4g}, {high:.4g}] s" if low is not None and high is not None else "")
             + " (the notes say why; --exact / StepOptions(exact=True) simulates every rank)"
         )
     return StepResult(
@@ -1020,6 +1054,10 @@ def simulate_step(
         notes=tuple(notes),
         warnings=tuple(warnings),
         approximate=used.approximate or steady is not None,
+        step_time_low_s=low,
+        step_time_high_s=high,
+        exposed_comm_low_s=None if low is None else max(low - critical, 0.0),
+        exposed_comm_high_s=None if high is None else max(high - critical, 0.0),
     )
 
 
