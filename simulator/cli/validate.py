@@ -72,7 +72,7 @@ def add_parser(sub) -> None:
     validate.add_argument(
         "--training",
         action="store_true",
-        help="instead: the shipped training rows (Megatron SC21 Table 1 on A100, NVIDIA DGX Cloud recipes on H100): "
+        help="instead: the shipped training rows (Megatron SC21 Table 1 on A100, NVIDIA DGX Cloud recipes): "
         "per row measured and predicted step time, error and the exposed-communication share; rows on more than "
         "--max-gpus GPUs are skipped and listed",
     )
@@ -81,7 +81,8 @@ def add_parser(sub) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="with --training: skip rows on more than N GPUs (default 32, seconds; 0: every row, hours with the "
+        help="with --training: skip rows on more than N GPUs (default 32, about half a minute; 0: every row, hours "
+        "with the "
         "405B recipes)",
     )
     validate.add_argument(

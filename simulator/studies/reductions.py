@@ -48,7 +48,7 @@ order (tests compare at 1e-9, not bit for bit).
   pipeline's links (its ends inside the servers and on the NIC cables, ``Router.ends``): then every replica
   meets it alike. Where it does (data-parallel buckets and stage transfers through one GPU's PCIe link), the
   other replicas' pipeline traffic that would share those links is missing: an approximation (the default
-  ``fabricsim step`` forced so: 3.7684 s against 3.7710 s in full).
+  ``fabricsim step`` forced so: 3.7737 s against 3.7763 s in full).
 * ``symmetric_context`` (context ranks): the c context ranks of a stage run the same program, so context rank 0
   (of each simulated replica) stands for all c: the other members of its context rings are passive (they move
   their ring steps and arrive when it does, as they would in step), its tensor-parallel collectives and pipeline

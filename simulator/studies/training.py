@@ -228,15 +228,25 @@ def step_compute(
     )
     tkw = _TokenArgs(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, cp=p.cp, compute_model=compute_model)
     shard = p.dp * p.cp if p.zero_stage >= 1 else 1
-    optimizer = tuple(
-        cmp.optimizer_step(
+    stage_layers = model.stage_layers(pp=p.pp, split_slots=p.split_slots)
+    optimizer = []
+    for j in range(p.pp):
+        local = model.stage_parameters(j, tp=p.tp, pp=p.pp, ep=p.ep, split_slots=p.split_slots)
+        # FP8: the GEMM weights of the stage's layers are cast once per step (not the embedding or output layer)
+        fp8_weights = (
+            sum(model.layer_parameters(layer, tp=p.tp, ep=p.ep) for layer in stage_layers[j])
+            if _compute_dtype(p) == "fp8"
+            else 0
+        )
+        step = cmp.optimizer_step(
             gpu,
-            parameters=model.stage_parameters(j, tp=p.tp, pp=p.pp, ep=p.ep, split_slots=p.split_slots) / shard,
+            parameters=local / shard,
             param_bytes=model.dtype_bytes,
+            buffer_parameters=local,
+            fp8_weights=fp8_weights,
             compute_model=compute_model,
-        ).time_s
-        for j in range(p.pp)
-    )
+        )
+        optimizer.append(step.time_s)
     slowdown = (
         cmp.default_overlap_slowdown(gpu, compute_model=compute_model) if overlap_slowdown is None else overlap_slowdown
     )
@@ -247,7 +257,7 @@ def step_compute(
         embedding_backward_s=cmp.embedding_backward(model, gpu, **tkw).time_s,
         logits_forward_s=cmp.logits_forward(model, gpu, sp=p.sp, dtype=_compute_dtype(p), **tkw).time_s,
         logits_backward_s=cmp.logits_backward(model, gpu, sp=p.sp, dtype=_compute_dtype(p), **tkw).time_s,
-        optimizer_s=optimizer,
+        optimizer_s=tuple(optimizer),
         overlap_slowdown=slowdown,
     )
 

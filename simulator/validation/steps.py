@@ -6,8 +6,9 @@ Two tables, each simulated by its own module's public check with the settings it
   eq. 3's FLOPs F; the measured step time is F / (GPUs x measured TFLOP/s), so with the predicted TFLOP/s
   F / (GPUs x predicted step): measured step = predicted step x predicted TFLOP/s / measured TFLOP/s, and
   the step-time error is measured TFLOP/s / predicted TFLOP/s - 1.
-* NVIDIA DGX Cloud recipes on H100 BF16 (``dgxc.dgxc_check``: Llama 3.1 8B/70B/405B, GPT3-175B, 8-2304 GPUs),
-  step times as published. The 405B proxies (fewer layers) stay in ``python -m simulator.validation.dgxc
+* NVIDIA DGX Cloud recipes (``dgxc.dgxc_check``: Llama 3.1, GPT3-175B, Nemotron4 on H100 in BF16 and FP8, and the
+  GB200 NVL72 rows where a system preset exists; 8-2304 GPUs), step times as published, each row on its system
+  with its precision. The 405B proxies (fewer layers) stay in ``python -m simulator.validation.dgxc
   --proxy``.
 
 Per row: predicted and measured step time, error = predicted / measured - 1 (positive: the simulator is too
@@ -42,7 +43,8 @@ __all__ = (
     "format_training",
 )
 
-DEFAULT_MAX_GPUS = 32  # interactive: SC21's GPT-1.7B and the 8-32 GPU Llama 3.1 8B recipes, seconds in all
+# interactive: SC21's GPT-1.7B and the fewest-GPU Llama 3.1 8B and Nemotron4 15B recipes, half a minute in all
+DEFAULT_MAX_GPUS = 32
 TRAINING_FORMATS = ("table", "csv", "json")
 
 
@@ -52,7 +54,8 @@ class TrainingRow:
 
     table: str  # "SC21" or "DGX Cloud <recipe release>"
     model: str
-    gpu: str
+    precision: str  # as the table states it: FP16 (SC21), BF16, FP8
+    system: str  # the topologies.presets system simulated
     gpus: int
     tp: int
     pp: int
@@ -105,7 +108,8 @@ def _from_sc21(r: Sc21Row) -> TrainingRow:
     return TrainingRow(
         table="SC21",
         model=r.model,
-        gpu="A100",
+        precision="FP16",  # SC21's run_table_1.sh trains in fp16 (sc21.sc21_layout)
+        system="dgx-a100",
         gpus=r.gpus,
         tp=r.tp,
         pp=r.pp,
@@ -127,7 +131,8 @@ def _from_dgxc(r: DgxcRow) -> TrainingRow:
     return TrainingRow(
         table=f"DGX Cloud {c.version}",
         model=c.model,
-        gpu="H100",
+        precision=c.precision,
+        system=str(c.system_preset),
         gpus=c.gpus,
         tp=c.tp,
         pp=c.pp,
@@ -170,7 +175,12 @@ def training_check(
     for case in dgxc_cases():
         if case.proxy or case in ran:
             continue
-        why = f"more than {max_gpus} GPUs" if max_gpus is not None and case.gpus > max_gpus else "weak-scaling layout"
+        if case.system_preset is None:
+            why = f"no system preset for {case.system}"
+        elif max_gpus is not None and case.gpus > max_gpus:
+            why = f"more than {max_gpus} GPUs"
+        else:
+            why = "weak-scaling layout"
         skipped.append(Skipped(table=f"DGX Cloud {case.version}", model=case.model, gpus=case.gpus, reason=why))
     return TrainingCheck(rows=tuple(rows), skipped=tuple(skipped))
 
@@ -194,12 +204,12 @@ def format_training(check: TrainingCheck, *, format: str = "table") -> str:
         writer.writerows(r.as_dict() for r in check.rows)
         return out.getvalue() + "".join(f"# skipped: {s}\n" for s in check.skipped)
     lines = [
-        f"{'table':<20}{'model':<16}{'GPUs':>6}{'t':>3}{'p':>3}{'c':>3}{'d':>5}{'v':>3}{'GBS':>6}"
+        f"{'table':<20}{'model':<16}{'prec':<5}{'system':<11}{'GPUs':>6}{'t':>3}{'p':>3}{'c':>3}{'d':>5}{'v':>3}{'GBS':>6}"
         f"{'meas s':>9}{'pred s':>9}{'error':>8}{'exposed':>9}"
     ]
     for r in check.rows:
         lines.append(
-            f"{r.table:<20}{r.model:<16}{r.gpus:>6}{r.tp:>3}{r.pp:>3}{r.cp:>3}{r.dp:>5}{r.vp:>3}{r.global_batch:>6}"
+            f"{r.table:<20}{r.model:<16}{r.precision:<5}{r.system:<11}{r.gpus:>6}{r.tp:>3}{r.pp:>3}{r.cp:>3}{r.dp:>5}{r.vp:>3}{r.global_batch:>6}"
             f"{r.measured_step_s:>9.3f}{r.predicted_step_s:>9.3f}{r.error:>+8.1%}{r.exposed_share:>9.1%}"
         )
     lines.append("# error: predicted / measured step time - 1; exposed: time in network / predicted step time")
