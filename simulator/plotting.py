@@ -176,6 +176,55 @@ def comparison_figure(comparison: Any) -> Figure:
     return fig
 
 
+def training_figure(rows: Sequence, *, title: str = "training steps: predicted vs measured") -> Figure:
+    """Predicted against measured step time of ``validation.steps.TrainingRow``s (log axes): one marker per table
+    (SC21, DGX Cloud), the line predicted = measured and a band of +-10 %, each point labelled with its model and
+    GPUs; a second panel the exposed-communication share per row."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    fig = Figure(figsize=(11, 5))
+    FigureCanvasAgg(fig)
+    ax, share = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    tables = list(dict.fromkeys(r.table.split(" v")[0] for r in rows))
+    for table, marker in zip(tables, "osD^v"):
+        mine = [r for r in rows if r.table.split(" v")[0] == table]
+        ax.scatter([r.measured_step_s for r in mine], [r.predicted_step_s for r in mine], marker=marker, label=table)
+        for r in mine:
+            ax.annotate(
+                f"{r.model} ({r.gpus})",
+                (r.measured_step_s, r.predicted_step_s),
+                fontsize=7,
+                xytext=(4, 2),
+                textcoords="offset points",
+            )
+    times = [t for r in rows for t in (r.measured_step_s, r.predicted_step_s)] or [1.0]
+    lo, hi = min(times) / 1.3, max(times) * 1.3
+    ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, label="predicted = measured")
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="gray", alpha=0.2, label="+-10 %")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured step time (s)")
+    ax.set_ylabel("predicted step time (s)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    labels = [f"{r.model}, {r.gpus} GPUs ({r.table})" for r in rows]
+    share.barh(range(len(rows)), [100 * r.exposed_share for r in rows], color="tab:red")
+    share.set_yticks(range(len(rows)), labels, fontsize=7)
+    share.invert_yaxis()
+    share.set_xlabel("time in network, % of the predicted step")
+    share.set_title("exposed communication")
+    fig.tight_layout()
+    return fig
+
+
 def figure_png(fig: Figure) -> bytes:
     """The figure as PNG bytes (for ``IPython.display.Image`` in a notebook)."""
     buffer = io.BytesIO()

@@ -37,6 +37,23 @@ GEMMs (input and weight gradients). Recomputation re-runs forward work before th
 Worked number: GPT-1.7B row of SC21 Table 1 (l 24, h 2304, B 512): 1.5467e16 FLOP per step; at the
 137 TFLOP/s per GPU measured on 32 GPUs that is 3.53 s per iteration.
 
+The model-FLOPs formula published step throughputs use (``megatron_flops``): Megatron-LM's
+``num_floating_point_operations`` (megatron/training/training.py, the number behind its logged
+"throughput per GPU" and NeMo / DGX Cloud's MFU), per step of B sequences::
+
+    B s [ l 6 (h (q + 2 g d) + q s + q h) + 6 h m f (dense layers) + 6 h m f_e (k + shared) (MoE layers)
+          + 6 h V_pad ]                        q = a d, V_pad = V rounded up to a multiple of 128 t
+
+It counts every GEMM 3 times (forward, weight and input gradients) and nothing else: causal attention at
+half the s x s scores (q s/2 per token for QK^T and again for x V), GQA's K and V at their g d width,
+SwiGLU's three matrices (m = 3; 2 for GeLU), routed experts at top k and shared experts (no router), the
+logits at the vocabulary padded as Megatron pads it (``--make-vocab-size-divisible-by 128`` x t), no
+recomputation (the same count with or without it), no norms, softmax, activations or optimizer, and
+nothing of context parallelism (it splits the same work). Llama-3 8B (l 32, h 4096, a 32, g 8, f 14336,
+V 128256), s 8192: 4.2165e14 FLOP per sequence (SC21-style full attention without
+recomputation, ``step_flops(recompute="none")``: 4.7442e14). The SC21 paper's count (eq. 3,
+``step_flops(recompute="full")``) takes the full s x s and 4 instead of 3 with recomputation.
+
 Memory per GPU (Rajbhandari et al. 2020, ZeRO, sec. 3.1 and 5): mixed-precision Adam keeps 2 bytes of
 weights, 2 of gradients and K = 12 of optimizer state (fp32 master weights, momentum, variance) per
 parameter, 16 Psi in all; ZeRO stage 1 divides the 12 by dp, stage 2 also the gradients, stage 3
@@ -104,6 +121,9 @@ POSITION_EMBEDDINGS = ("learned", "rope")
 PHASES = ("forward", "backward")
 MASK_BYTES = 1  # Korthikanti et al. 2022 sec. 4.1: dropout masks take 1 byte per element
 LSE_BYTES = 4  # FlashAttention keeps the softmax log-sum-exp in fp32 (Dao 2023, Algorithm 1)
+# Megatron-LM pads the vocabulary to a multiple of this x t (--make-vocab-size-divisible-by, default 128;
+# megatron/training/tokenizer: _vocab_size_with_padding)
+MEGATRON_VOCAB_MULTIPLE = 128
 ADAM_STATE_BYTES_PER_PARAM = 12  # ZeRO sec. 3.1: fp32 master weights, momentum and variance, K = 12
 
 
@@ -700,6 +720,30 @@ class ModelSpec:
             for i in range(self.layers)
         )
         return total + 3.0 * self.logits_flops(micro_batch=batch, seq_len=seq_len)
+
+    def megatron_flops(self, *, batch: int, seq_len: int | None = None, tp: int = 1) -> float:
+        """Megatron-LM's ``num_floating_point_operations`` of one step over ``batch`` sequences (module
+        docstring): 3 x the forward GEMMs with causal attention at half its scores, no recomputation, the
+        vocabulary padded to a multiple of 128 ``tp``.
+
+        >>> from workloads.presets import model_preset
+        >>> f"{model_preset('llama3-8b').megatron_flops(batch=1, seq_len=8192):.4e}"
+        '4.2165e+14'
+        """
+        batch = int_at_least("batch", batch, 1)
+        s = self._seq(seq_len)
+        tp = int_at_least("tp", tp, 1)
+        h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_dim
+        attention = h * (q + 2 * kv) + q * s / 2 * 2 + q * h  # QKV, causal QK^T and x V, output projection
+        per_token = 0.0
+        for layer in range(self.layers):
+            if self._is_moe_layer(layer):
+                units = self._expert_ffn * (self.top_k + self.shared_experts)
+            else:
+                units = self.ffn_hidden
+            per_token += 6.0 * (attention + h * self.mlp_matrices * units)
+        per_token += 6.0 * h * ceil_div(self.vocab, MEGATRON_VOCAB_MULTIPLE * tp) * MEGATRON_VOCAB_MULTIPLE * tp
+        return batch * s * per_token
 
     def model_flops_per_token(self, *, seq_len: int | None = None) -> float:
         """Training FLOPs per token without recomputation (the MFU numerator): step_flops / (B s)."""

@@ -28,9 +28,33 @@ from .common import (
 )
 
 
+def figures_help() -> str:
+    """``training.FIGURES`` as the epilog of ``fabricsim step --help``: each output figure and what it means."""
+    import textwrap
+
+    from simulator.studies.training import FIGURES
+
+    lines = ["what the output's figures mean:"]
+    for name, definition in FIGURES:
+        lines += textwrap.wrap(f"{name}: {definition}", width=100, initial_indent="  ", subsequent_indent="      ")
+    lines += textwrap.wrap(
+        "warnings (out of memory, an under-filled pipeline, an approximation used, options or NCCL variables "
+        "ignored) and notes are in every format: '# WARNING:' and '# note:' lines, JSON 'warnings' and 'notes', "
+        "CSV rows of sections 'warning' and 'note'.",
+        width=100,
+    )
+    return "\n".join(lines)
+
+
 def add_parser(sub) -> None:
+    import argparse
+
     step = sub.add_parser(
-        "step", help="one training step: step time, throughput, time in network, breakdown", argument_default=None
+        "step",
+        help="one training step: step time, throughput, time in network, breakdown",
+        argument_default=None,
+        epilog=figures_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     step.add_argument(
         "scenario",
@@ -214,6 +238,8 @@ def run(args) -> str:
                 "# the step simulated data-parallel replica 0 for every replica: other ranks hold only the "
                 "collectives they ran (--exact traces every rank's own step)\n"
             )
+    if s["format"] == "csv":
+        return format_step_csv(result) + "".join(f"note,,text,{line[2:].strip()}\n" for line in trace_note.splitlines())
     if s["format"] == "json":
         data = result.as_dict()
         data["parallelism"] = dataclasses.asdict(parallelism) | {"dp": result.parallelism.dp}
@@ -232,7 +258,10 @@ def run(args) -> str:
 
 def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None = None) -> str:
     """The human-readable summary of a StepResult; ``nccl_environment``, the NCCL settings applied
-    (tuner.applied_settings), ends its title as in bench's."""
+    (tuner.applied_settings), ends its title as in bench's. Each figure is defined in ``training.FIGURES``
+    (``fabricsim step --help``)."""
+    from simulator.studies.training import OVERLAP_OF_GROUPS, VIA_OTHER_RANKS
+
     p = result.parallelism
     step = result.step_time_s
 
@@ -249,15 +278,26 @@ def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None 
         title,
         f"# tp {p.tp} x pp {p.pp} x dp {p.dp} x cp {p.cp} (ep {p.ep}, vp {p.vp}), {p.schedule}, "
         f"{p.global_batch} x {p.seq_len} tokens, micro-batch {p.micro_batch}, {p.dtype}, ZeRO {p.zero_stage}",
+        *(f"# WARNING: {text}" for text in result.warnings),
         f"step time            {step:12.4f} s",
         f"tokens/s             {result.tokens_per_s:12.0f}",
-        f"TFLOP/s per GPU      {result.tflops_per_gpu:12.1f}",
-        f"MFU                  {result.mfu:12.3f}",
-        f"compute              {result.compute_s:12.4f} s  {pct(result.compute_s)}",
-        f"pipeline bubble      {result.bubble_s:12.4f} s  {pct(result.bubble_s)}",
+        f"TFLOP/s/GPU model    {result.tflops_per_gpu:12.1f}  (Megatron-LM's formula: causal attention halved, "
+        "no recomputation)",
+        f"TFLOP/s/GPU executed {result.executed_tflops_per_gpu:12.1f}  (the kernels' FLOPs: masked blocks skipped, "
+        "recomputation counted)",
+        f"MFU model            {result.mfu:12.3f}",
+        f"MFU executed         {result.executed_mfu:12.3f}",
+        f"compute              {result.compute_s:12.4f} s  {pct(result.compute_s)}  (busiest GPU's kernels)",
+        f"pipeline bubble      {result.bubble_s:12.4f} s  {pct(result.bubble_s)}  (idle on an infinitely fast network)",
         f"time in network      {result.exposed_comm_s:12.4f} s  {pct(result.exposed_comm_s)}  "
-        "(exposed communication on the critical path)",
-        f"communication        {result.comm_s:12.4f} s  (all collectives, overlapped or not)",
+        "(step less the step on an infinitely fast network)",
+        f"communication        {result.comm_s:12.4f} s           (busiest GPU's time with a collective in flight, "
+        "hidden or not"
+        + (
+            "; less than time in network: several ranks' delays add up along the pipeline)"
+            if result.exposed_comm_s > result.comm_s * (1 + 1e-9)  # beyond round-off
+            else ")"
+        ),
         *(
             [
                 f"bound (approximate)  step time in [{result.step_time_low_s:.4f}, {result.step_time_high_s:.4f}] s, "
@@ -269,23 +309,57 @@ def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None 
         f"memory per GPU       {result.memory_bytes_per_gpu / gib:12.1f} GiB of "
         f"{result.memory_capacity_bytes / gib:.0f} GiB" + ("  OUT OF MEMORY" if result.out_of_memory else ""),
         "",
-        f"{'group':<8}{'count':>8}{'GB moved':>12}{'time s':>10}{'exposed s':>11}",
+        "# count and GB moved: all ranks; in flight s: the busiest rank's; exposed s: the rank that ends last's",
+        f"{'group':<20}{'count':>8}{'GB moved':>12}{'in flight s':>13}{'exposed s':>11}",
     ]
+    split = result.breakdown["exposed"]
     for name, entry in result.breakdown["group"].items():
         lines.append(
-            f"{name:<8}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>10.4f}"
-            f"{entry['exposed_s']:>11.4f}"
+            f"{name:<20}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>13.4f}"
+            f"{split[name]:>11.4f}"
         )
+    for name in (OVERLAP_OF_GROUPS, VIA_OTHER_RANKS):
+        lines.append(f"{name:<20}{'':>33}{split[name]:>11.4f}")
+    lines.append(f"{'time in network':<20}{'':>33}{result.exposed_comm_s:>11.4f}")
     # what NCCL's tuner chose in each group, its biggest share of bytes first
-    lines += ["", f"{'group':<8}{'algorithm':<24}{'count':>8}{'GB moved':>12}{'time s':>10}"]
+    lines += ["", f"{'group':<8}{'algorithm':<24}{'count':>8}{'GB moved':>12}{'in flight s':>13}"]
     for group, choices in result.breakdown["algorithm"].items():
         for choice, entry in choices.items():
             lines.append(
-                f"{group:<8}{choice:<24}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>10.4f}"
+                f"{group:<8}{choice:<24}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>13.4f}"
             )
-    lines += ["", f"{'link tier':<10}{'TB moved':>10}"]
+    lines += [
+        "",
+        "# TB moved: all links of the tier; busy s: TB moved / the tier's capacity; utilisation: busy s / step time",
+        f"{'link tier':<10}{'TB moved':>10}{'busy s':>10}{'utilisation':>13}",
+    ]
+    busy, used = result.breakdown["link_tier_busy_s"], result.breakdown["link_tier_utilisation"]
     for name, nbytes in result.breakdown["link_tier_bytes"].items():
         if nbytes > 0:
-            lines.append(f"{name:<10}{nbytes / 1e12:>10.2f}")
+            lines.append(f"{name:<10}{nbytes / 1e12:>10.2f}{busy[name]:>10.4f}{used[name]:>12.1%}")
     lines += [f"# note: {note}" for note in result.notes]
     return "\n".join(lines) + "\n"
+
+
+def format_step_csv(result) -> str:
+    """The step as one long CSV table, ``section,name,field,value``: the headline figures (section "summary"), the
+    layout ("parallelism"), each group, the time-in-network split, each tier, memory, then every warning and note
+    (field "text")."""
+    import csv
+    import io
+
+    rows: list[tuple] = [("section", "name", "field", "value")]
+    data = result.as_dict()
+    rows += [("summary", "", k, v) for k, v in data.items() if not isinstance(v, (dict, list))]
+    rows += [("parallelism", "", k, v) for k, v in data["parallelism"].items()]
+    for name, entry in result.breakdown["group"].items():
+        rows += [("group", name, field, entry[field]) for field in ("count", "nbytes", "time_s")]
+    rows += [("exposed", name, "exposed_s", value) for name, value in result.breakdown["exposed"].items()]
+    for view in ("bytes", "busy_s", "utilisation"):
+        rows += [("link_tier", name, view, v) for name, v in result.breakdown[f"link_tier_{view}"].items()]
+    rows += [("memory", part, "bytes", value) for part, value in result.memory.items()]
+    rows += [("warning", "", "text", text) for text in result.warnings]
+    rows += [("note", "", "text", text) for text in result.notes]
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue()

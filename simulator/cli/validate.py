@@ -70,6 +70,27 @@ def add_parser(sub) -> None:
         "time (held-out errors, and the constants whose value moves between folds); about two minutes",
     )
     validate.add_argument(
+        "--training",
+        action="store_true",
+        help="instead: the shipped training rows (Megatron SC21 Table 1 on A100, NVIDIA DGX Cloud recipes): "
+        "per row measured and predicted step time, error and the exposed-communication share; rows on more than "
+        "--max-gpus GPUs are skipped and listed",
+    )
+    validate.add_argument(
+        "--max-gpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --training: skip rows on more than N GPUs (default 32, about half a minute; 0: every row, hours "
+        "with the "
+        "405B recipes)",
+    )
+    validate.add_argument(
+        "--every-layout",
+        action="store_true",
+        help="with --training: every DGX Cloud layout, not only the fewest-GPU one of each recipe and model",
+    )
+    validate.add_argument(
         "--plot",
         default=None,
         metavar="DIR",
@@ -121,6 +142,38 @@ def _cross(args) -> str:
     return format_cross(reports)
 
 
+def _training(args) -> str:
+    from simulator.validation.steps import DEFAULT_MAX_GPUS, format_training, training_check
+
+    given = [
+        flag
+        for flag, value in (
+            ("--series", args.series),
+            ("--data", args.data),
+            ("--rows", args.rows),
+            ("--plot", args.plot),
+            ("--cross", args.cross or None),
+            ("--net-model", None if args.net_model == "flow" else args.net_model),
+        )
+        if value is not None
+    ]
+    if given:
+        raise ValueError(
+            f"training: {given[0]} is not allowed with --training, which runs the shipped training rows with their "
+            "own settings; expected --training with --max-gpus, --every-layout and --format only"
+        )
+    max_gpus = DEFAULT_MAX_GPUS if args.max_gpus is None else args.max_gpus
+    if max_gpus < 0:
+        raise reject("max_gpus", max_gpus, "an integer >= 1, or 0 for every row")
+    with progress_display("fabricsim validate --training", quiet=bool(args.quiet)) as progress:
+        check = training_check(
+            max_gpus=max_gpus or None,
+            every_layout=args.every_layout,
+            progress=None if progress is None else (lambda r: progress(f"simulated {r.model} on {r.gpus} GPUs")),
+        )
+    return format_training(check, format=args.format)
+
+
 def run(args) -> str:
     import dataclasses
 
@@ -134,6 +187,11 @@ def run(args) -> str:
         select_series,
     )
 
+    if args.training:
+        return _training(args)
+    for flag, value in (("--max-gpus", args.max_gpus), ("--every-layout", args.every_layout or None)):
+        if value is not None:
+            raise ValueError(f"{flag.lstrip('-')}: {value!r} is not allowed without --training; expected --training")
     if args.cross:
         return _cross(args)
 

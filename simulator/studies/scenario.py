@@ -151,7 +151,7 @@ STEP_DEFAULTS = {
     "exact": False,
 }
 
-STEP_FORMATS = ("table", "json")
+STEP_FORMATS = ("table", "json", "csv")
 GPT_ONLY = ("layers", "hidden", "heads", "vocab", "ffn_hidden")  # describe --model gpt, and only it
 
 
@@ -280,6 +280,7 @@ class StepSetup:
     recompute: str
     granularity: str
     exact: bool
+    ignored: tuple[str, ...] = ()  # settings and NCCL variables given that change nothing here, each said why
 
 
 def prepare_step(s: Mapping, *, environ: Mapping[str, str]) -> StepSetup:
@@ -339,16 +340,40 @@ def prepare_step(s: Mapping, *, environ: Mapping[str, str]) -> StepSetup:
     )
     # the trace's link-tier counter tracks need the tiers' rates recorded
     config = network_config(s, environ, tier_rates=s["trace"] is not None)
+    environment = applied_settings(environ, collnet=True if s["sharp"] else None)
     return StepSetup(
         model=model,
         parallelism=parallelism,
         topology=topology,
         config=config,
-        environment=applied_settings(environ, collnet=True if s["sharp"] else None),
+        environment=environment,
         recompute=s["recompute"],
         granularity=s["granularity"],
         exact=s["exact"],
+        ignored=_ignored(s, parallelism, environ, environment),
     )
+
+
+def _ignored(s: Mapping, p: ParallelismSpec, environ: Mapping[str, str], applied: Mapping[str, str]) -> tuple[str, ...]:
+    """The settings given (``s["given"]``) that this layout makes moot, and the NCCL variables set in ``environ``
+    that the simulation does not read (not modelled, or replaced by an option), each with the reason."""
+    moot = {
+        "schedule": (p.pp == 1, "pp is 1, there is no pipeline"),
+        "sequence_parallel": (p.tp == 1, "tp is 1, there is no tensor-parallel group"),
+        "bucket_mb": (p.dp * p.cp == 1, "dp x cp is 1, no gradient is reduced"),
+        "overlap_grad_reduce": (p.dp * p.cp == 1, "dp x cp is 1, no gradient is reduced"),
+        "zero": (p.dp * p.cp == 1, "dp x cp is 1, there is nothing to shard over"),
+    }
+    out = [
+        f"{name.replace('_', '-')} {s[name]!r} ignored: {why}"
+        for name, (unused, why) in moot.items()
+        if unused and name in s["given"]
+    ]
+    for name in sorted(environ):
+        if name.startswith("NCCL_") and name not in applied:
+            why = "replaced by --sharp" if name == "NCCL_COLLNET_ENABLE" and s["sharp"] else "not modelled"
+            out.append(f"{name}={environ[name]} ignored ({why})")
+    return tuple(out)
 
 
 def network_config(
@@ -381,9 +406,11 @@ def run_step(
 ) -> StepResult:
     """Simulate ``setup``'s step (on ``system`` / with ``config`` instead of its own where given: a
     calibrated copy)."""
+    import dataclasses
+
     from .training import StepOptions, simulate_step
 
-    return simulate_step(
+    result = simulate_step(
         setup.model,
         setup.parallelism,
         system=setup.topology if system is None else system,
@@ -395,3 +422,6 @@ def run_step(
             progress=progress,
         ),
     )
+    if setup.ignored:
+        result = dataclasses.replace(result, warnings=result.warnings + setup.ignored)
+    return result

@@ -179,6 +179,8 @@ def _step_row(fields: dict, environ: dict) -> dict:
         "tokens_per_s": r.tokens_per_s,
         "tflops_per_gpu": r.tflops_per_gpu,
         "mfu": r.mfu,
+        "executed_tflops_per_gpu": r.executed_tflops_per_gpu,
+        "executed_mfu": r.executed_mfu,
         "compute_s": r.compute_s,
         "bubble_s": r.bubble_s,
         "exposed_comm_s": r.exposed_comm_s,
@@ -197,6 +199,7 @@ def _step_row(fields: dict, environ: dict) -> dict:
         row[f"{group}_bytes"] = entry["nbytes"]
     for tier, nbytes in r.breakdown["link_tier_bytes"].items():
         row[f"{tier}_bytes"] = nbytes
+    row["warnings"] = " | ".join(r.warnings)
     row["notes"] = " | ".join(r.notes)
     return row
 

@@ -8,14 +8,31 @@ Megatron order (``Placement.block``: consecutive ranks fill a server, so a tenso
 shares NVLink), runs ``simulate()`` (its SimResult holds every task's times, ``simulator.analysis.task_times``) and
 computes the compute critical path (the same recurrence with every collective taking 0 s).
 
-Throughput (SC21 conventions):
+Throughput, under two named FLOP counts (F / (step_time x GPUs) per GPU; MFU = that / the GPU's dense bf16
+peak, fp8 peak with dtype fp8):
 
-* ``tokens_per_s = B s / step_time``;
-* ``tflops_per_gpu = F / (step_time x GPUs)`` with F = ``ModelSpec.step_flops(recompute=...)``, the
-  FLOPs the GPUs execute including recomputation; for a GPT with full recomputation this is SC21's
-  eq. 3, 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), the number behind Table 1's TFLOP/s column;
-* ``mfu = F_model / (step_time x GPUs x peak)`` with F_model without recomputation (6 N tokens
-  for a dense model plus attention) and the GPU's dense bf16 (fp8 with dtype fp8) peak.
+* model FLOPs, ``tflops_per_gpu`` and ``mfu``: F = ``ModelSpec.megatron_flops``, Megatron-LM's
+  ``num_floating_point_operations``, the count Megatron-LM logs and NeMo / DGX Cloud report MFU with:
+  GEMMs only, causal attention at half its scores, no recomputation (``workloads.model`` states each term);
+* executed FLOPs, ``executed_tflops_per_gpu`` and ``executed_mfu``: F = :func:`executed_flops`, the FLOPs of
+  the kernels the compute model times: causal attention's skipped blocks not counted, recomputation and flash
+  attention's backward recomputation counted. A kernel never runs above peak and the step lasts at least the
+  busiest GPU's kernels, so ``executed_mfu <= 1`` (a property test); with ``StepOptions(compute=...)``
+  replacing the kernel times that holds only if those times do.
+
+SC21 Table 1's TFLOP/s (eq. 3: full attention, x 4 with full recomputation) is ``ModelSpec.step_flops``;
+``simulator.validation.sc21`` computes it from the step time.
+
+Reading the result: ``FIGURES`` defines every figure of the output in one sentence (``fabricsim step --help``
+and the README print them). Time in network split by group (``breakdown["exposed"]``, ``frame("exposed")``):
+each group's ``exposed_s`` on the rank that ends last, then "overlap of groups" (U - sum of the groups, U the
+time any collective is in flight there while its compute is idle) and "via other ranks" (exposed_comm_s - U:
+other ranks' delays that reach it through the pipeline, less its communication inside its bubble), so the parts
+add up to ``exposed_comm_s``. Per link tier: bytes, ``busy_s`` = bytes / the tier's summed link capacity (the
+mean link's time at line rate) and ``utilisation`` = busy_s / step time. ``warnings``: out of memory, a pipeline
+with fewer micro-batches than stages or a bubble of at least ``BUBBLE_WARNING_SHARE`` of the step (with the
+1F1B share (p - 1) / (v m + p - 1) beside the measured one), an approximate reduction used, and (from
+``scenario.run_step``) options or NCCL variables given that change nothing; every output format carries them.
 
 Time breakdown: ``critical_path_s`` (the step on an infinitely fast network), ``exposed_comm_s =
 step_time_s - critical_path_s``, ``compute_s``, ``bubble_s``, ``comm_s`` and per group / collective
@@ -84,7 +101,74 @@ from ..placement import Placement
 from ..results import SimResult
 from . import reductions
 
-__all__ = ("StepOptions", "StepPhase", "StepResult", "step_compute", "memory_per_gpu", "simulate_step")
+__all__ = (
+    "StepOptions",
+    "StepPhase",
+    "StepResult",
+    "step_compute",
+    "executed_flops",
+    "memory_per_gpu",
+    "simulate_step",
+)
+
+
+# the pipeline warning's threshold: a bubble of a quarter of the step or more (a reporting choice, not a model
+# parameter)
+BUBBLE_WARNING_SHARE = 0.25
+# the named remainders of the time-in-network split by group (breakdown["exposed"])
+OVERLAP_OF_GROUPS = "overlap of groups"
+VIA_OTHER_RANKS = "via other ranks"
+# what each figure of a step's output means, defined once: `fabricsim step --help` and the README print these
+FIGURES = (
+    ("step time", "the simulated step, from the first task to the end of the rank that ends last"),
+    ("compute", "the busiest GPU's kernel time: the sum of its compute tasks"),
+    (
+        "pipeline bubble",
+        "the critical path less compute: the time the pipeline's dependencies leave the busiest GPU idle even on "
+        "an infinitely fast network",
+    ),
+    (
+        "time in network",
+        "step time less the step on an infinitely fast network (every collective taking 0 s), so step time = "
+        "compute + pipeline bubble + time in network; it counts every rank's network delays that reach the "
+        "critical path, so it can exceed communication",
+    ),
+    (
+        "communication",
+        "the busiest GPU's time with at least one collective in flight, hidden behind compute or not",
+    ),
+    (
+        "TFLOP/s/GPU and MFU, model",
+        "Megatron-LM's num_floating_point_operations per GPU and second (MFU: over the GPU's dense peak): "
+        "GEMMs only, causal attention at half its scores, no recomputation; the count published throughputs use",
+    ),
+    (
+        "TFLOP/s/GPU and MFU, executed",
+        "the FLOPs the timed kernels execute: causal attention's skipped blocks not counted, recomputation "
+        "counted; its MFU never exceeds 1",
+    ),
+    ("count, GB moved", "collectives and their buffers (nccl-tests size), all ranks together"),
+    ("in flight s", "the busiest rank's time with a collective of the group (or algorithm) in flight"),
+    (
+        "exposed s",
+        "on the rank that ends last, the time a collective of the group is in flight while its compute is idle; "
+        "with the two rows below the groups add up to time in network",
+    ),
+    (OVERLAP_OF_GROUPS, "less the time counted under several groups at once"),
+    (
+        VIA_OTHER_RANKS,
+        "the rest of time in network: other ranks' delays reaching the last rank through the pipeline, less the "
+        "last rank's communication that fell in its pipeline bubble (negative when that is larger)",
+    ),
+    ("TB moved", "bytes over all links of the tier"),
+    (
+        "busy s",
+        "the tier's bytes over its links' summed capacity: the time its mean link carries data at line rate",
+    ),
+    ("utilisation", "busy s over step time: the mean share of the tier's capacity in use"),
+)
+# StepResult.frame's views
+STEP_VIEWS = ("summary", "group", "collective", "algorithm", "exposed", "link_tier", "link_kind", "memory", "notes")
 
 
 class _TokenArgs(TypedDict):
@@ -178,6 +262,52 @@ def step_compute(
     )
 
 
+def executed_flops(
+    model: ModelSpec,
+    parallelism: ParallelismSpec,
+    gpu: GpuSpec,
+    *,
+    recompute: str = "none",
+    flash_attention: bool = True,
+    compute_model: cmp.GpuComputeModel | None = None,
+) -> float:
+    """FLOPs the step's kernels execute, all GPUs together: the FLOPs of the kernels ``step_compute`` times
+    (``ComputeBreakdown.flops`` of every layer's forward and backward with its recomputation, the embedding and
+    the logits), per micro-batch on one GPU, x m micro-batches x the t c d GPUs of each stage. Flash attention's
+    causal mask skips all but (n+1)/(2n) of the score blocks, its backward executes 2.5 x its forward; the
+    optimizer executes none (memory-bound)."""
+    p = parallelism
+    p.check(model)
+    dtype = _compute_dtype(p)
+    kw: dict[str, Any] = dict(
+        micro_batch=p.micro_batch,
+        seq_len=p.seq(model),
+        tp=p.tp,
+        sp=p.sp,
+        cp=p.cp,
+        ep=p.ep,
+        dtype=dtype,
+        flash_attention=flash_attention,
+        compute_model=compute_model,
+    )
+    per_kind: dict[bool, float] = {}  # all dense (all MoE) layers run the same kernels
+    layers = 0.0
+    for layer in range(model.layers):
+        kind = model.is_moe_layer(layer)
+        if kind not in per_kind:
+            forward = cmp.layer_forward(model, gpu, layer=layer, **kw).flops
+            per_kind[kind] = forward + cmp.layer_backward(model, gpu, layer=layer, recompute=recompute, **kw).flops
+        layers += per_kind[kind]
+    tkw = _TokenArgs(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, cp=p.cp, compute_model=compute_model)
+    ends = (
+        cmp.embedding_forward(model, gpu, **tkw).flops
+        + cmp.embedding_backward(model, gpu, **tkw).flops
+        + cmp.logits_forward(model, gpu, sp=p.sp, dtype=dtype, **tkw).flops
+        + cmp.logits_backward(model, gpu, sp=p.sp, dtype=dtype, **tkw).flops
+    )
+    return (layers + ends) * p.microbatches * (p.world_size // p.pp)
+
+
 def memory_per_gpu(
     model: ModelSpec, parallelism: ParallelismSpec, *, recompute: str = "none", flash_attention: bool = True
 ) -> dict[str, float]:
@@ -262,8 +392,10 @@ class StepResult:
     gpus: int
     step_time_s: float
     tokens_per_s: float
-    tflops_per_gpu: float
-    mfu: float
+    tflops_per_gpu: float  # model FLOPs (Megatron-LM's formula) per GPU and second, / 1e12
+    mfu: float  # model FLOPs / (step time x GPUs x peak)
+    executed_tflops_per_gpu: float  # the kernels' executed FLOPs per GPU and second, / 1e12
+    executed_mfu: float  # executed FLOPs / (step time x GPUs x peak), <= 1
     compute_s: float
     comm_s: float
     exposed_comm_s: float
@@ -275,6 +407,7 @@ class StepResult:
     out_of_memory: bool
     phases: tuple[StepPhase, ...] = field(repr=False)
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # out of memory, an under-filled pipeline, an approximation used, options ignored
     approximate: bool = False  # a reduction that is not exact for this step was used (the notes say which)
     # the bound of an approximate replica, context-rank or tensor-rank reduction (None: exact, or no bound; the
     # notes say why): step time and time in network low (the reduced run) and high (reductions.bounding_fabric)
@@ -291,7 +424,10 @@ class StepResult:
         """One breakdown as a flat pandas DataFrame, one row per entry, unit-suffixed columns: ``"summary"``
         (the headline figures, one row), ``"group"`` and ``"collective"`` (count, nbytes, time_s, exposed_s per
         parallelism group or collective kind), ``"algorithm"`` (the same per group, algorithm and protocol NCCL's
-        tuner chose), ``"link_tier"`` and ``"link_kind"`` (bytes moved), ``"memory"`` (bytes per GPU by part)."""
+        tuner chose), ``"exposed"`` (time in network split by group, with the overlap of groups and the part via
+        other ranks: it adds up to ``exposed_comm_s``), ``"link_tier"`` (bytes moved, busy_s, utilisation) and
+        ``"link_kind"`` (bytes moved), ``"memory"`` (bytes per GPU by part), ``"notes"`` (kind "warning" or
+        "note", text)."""
         import pandas as pd
 
         b = self.breakdown
@@ -305,14 +441,28 @@ class StepResult:
                 for group, choices in b["algorithm"].items()
                 for choice, entry in choices.items()
             ]
-        elif view in ("link_tier", "link_kind"):
-            rows = [{view.removeprefix("link_"): name, "bytes": value} for name, value in b[f"{view}_bytes"].items()]
+        elif view == "exposed":
+            rows = [{"part": name, "exposed_s": value} for name, value in b["exposed"].items()]
+        elif view == "link_tier":
+            rows = [
+                {
+                    "tier": name,
+                    "bytes": value,
+                    "busy_s": b["link_tier_busy_s"][name],
+                    "utilisation": b["link_tier_utilisation"][name],
+                }
+                for name, value in b["link_tier_bytes"].items()
+            ]
+        elif view == "link_kind":
+            rows = [{"kind": name, "bytes": value} for name, value in b["link_kind_bytes"].items()]
         elif view == "memory":
             rows = [{"part": part, "bytes": value} for part, value in self.memory.items()]
+        elif view == "notes":
+            rows = [{"kind": "warning", "text": text} for text in self.warnings]
+            rows += [{"kind": "note", "text": text} for text in self.notes]
+            return pd.DataFrame(rows, columns=["kind", "text"])  # the columns even without a row
         else:
-            raise reject(
-                "view", view, "one of 'summary', 'group', 'collective', 'algorithm', 'link_tier', 'link_kind', 'memory'"
-            )
+            raise reject("view", view, f"one of {', '.join(map(repr, STEP_VIEWS))}")
         return pd.DataFrame(rows)
 
     def as_dict(self) -> dict:
@@ -330,6 +480,8 @@ class StepResult:
             "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu,
             "mfu": self.mfu,
+            "executed_tflops_per_gpu": self.executed_tflops_per_gpu,
+            "executed_mfu": self.executed_mfu,
             "compute_s": self.compute_s,
             "comm_s": self.comm_s,
             "exposed_comm_s": self.exposed_comm_s,
@@ -341,6 +493,7 @@ class StepResult:
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "out_of_memory": self.out_of_memory,
             "notes": list(self.notes),
+            "warnings": list(self.warnings),
             "approximate": self.approximate,
             "step_time_low_s": self.step_time_low_s,
             "step_time_high_s": self.step_time_high_s,
@@ -429,6 +582,7 @@ class _Raw:
     critical_s: float
     compute_s: float
     comm_s: float
+    exposed_union_s: float  # on each phase's last rank: any collective in flight while its compute is idle
     breakdowns: dict  # labelling ("group", "collective", "algorithm") -> label -> entry (_merge)
     links: dict  # "tier" / "kind" -> name -> bytes (analysis.link_class_bytes)
     phases: tuple[StepPhase, ...]
@@ -440,6 +594,7 @@ class _PhaseParts:
 
     compute_s: float
     comm_s: float
+    exposed_union_s: float
     breakdowns: dict
     links: dict
 
@@ -480,6 +635,7 @@ def _phase_parts(
     return _PhaseParts(
         compute_s=busy,
         comm_s=comm["comm"]["time_s"] if workload.collectives else 0.0,
+        exposed_union_s=comm["comm"]["exposed_s"] if workload.collectives else 0.0,
         breakdowns=parts,
         links=link_class_bytes(topology, link_bytes),
     )
@@ -601,6 +757,7 @@ def _measure(
         critical_s=math.fsum(ph.critical_path_s for ph in phases),
         compute_s=0.0,
         comm_s=0.0,
+        exposed_union_s=0.0,
         breakdowns={},
         links={},
         phases=phases,
@@ -608,6 +765,7 @@ def _measure(
     for ph, part in zip(phases, parts):
         raw.compute_s += part.compute_s
         raw.comm_s += part.comm_s
+        raw.exposed_union_s += part.exposed_union_s
         for name, entries in part.breakdowns.items():
             _merge(raw.breakdowns.setdefault(name, {}), entries, ph.replicas)
         for name, values in part.links.items():
@@ -842,18 +1000,46 @@ def simulate_step(
                 low = step - first.sim.makespan_s + float(np.min(task_times(first.training.workload).rank_end_s))
         notes.append(reductions.bound_note(low, high, critical, why))
     seq = p.seq(model)
-    flops = model.step_flops(batch=p.global_batch, seq_len=seq, recompute=recompute)
-    model_flops = model.step_flops(batch=p.global_batch, seq_len=seq, recompute="none")
+    model_flops = model.megatron_flops(batch=p.global_batch, seq_len=seq, tp=p.tp)
+    executed = executed_flops(
+        model, p, gpu, recompute=recompute, flash_attention=o.flash_attention, compute_model=o.compute_model
+    )
     peak = gpu.dense_fp8_flop_per_s if p.dtype == "fp8" and gpu.dense_fp8_flop_per_s else gpu.dense_bf16_flop_per_s
     memory = memory_per_gpu(model, p, recompute=recompute, flash_attention=o.flash_attention)
+    exposed = max(step - critical, 0.0)
+    bubble = max(critical - raw.compute_s, 0.0)
+    # time in network split by group on the last rank, with the two named remainders that make it add up
+    groups = {group: entry["exposed_s"] for group, entry in raw.breakdowns["group"].items()}
+    exposed_split = groups | {
+        OVERLAP_OF_GROUPS: raw.exposed_union_s - math.fsum(groups.values()),
+        VIA_OTHER_RANKS: exposed - raw.exposed_union_s,
+    }
+    # each tier's links' summed capacity: the same per-tier sum as the bytes, of the capacities
+    capacity = link_class_bytes(topology, topology.link_capacity_bytes_per_s)["tier"]
+    busy = {tier: nbytes / capacity[tier] for tier, nbytes in raw.links["tier"].items()}
     # algorithm: group -> "algorithm protocol" -> entry, groups in the order of "group", the most bytes first
     algorithm: dict = {group: {} for group in raw.breakdowns["group"]}
     for (group, choice), entry in sorted(raw.breakdowns["algorithm"].items(), key=lambda e: (-e[1]["nbytes"], e[0][1])):
         algorithm[group][choice] = entry
     breakdown = _frozen(
         raw.breakdowns
-        | {"algorithm": algorithm, "link_tier_bytes": raw.links["tier"], "link_kind_bytes": raw.links["kind"]}
+        | {
+            "algorithm": algorithm,
+            "exposed": exposed_split,
+            "link_tier_bytes": raw.links["tier"],
+            "link_tier_busy_s": busy,
+            "link_tier_utilisation": {tier: b / step if step > 0 else 0.0 for tier, b in busy.items()},
+            "link_kind_bytes": raw.links["kind"],
+        }
     )
+    warnings = _warnings(p, memory, float(gpu.memory_bytes), step_s=step, bubble_s=bubble)
+    if used.approximate or steady is not None:
+        warnings.append(
+            "approximate result: "
+            + "; ".join(note.split(" (")[0] for note in notes if "APPROXIMATE" in note or note.startswith("steady"))
+            + (f"; step time bounded in [{low:.4g}, {high:.4g}] s" if low is not None and high is not None else "")
+            + " (the notes say why; --exact / StepOptions(exact=True) simulates every rank)"
+        )
     return StepResult(
         model=model.name,
         parallelism=p,
@@ -861,12 +1047,14 @@ def simulate_step(
         gpus=world,
         step_time_s=step,
         tokens_per_s=p.global_batch * seq / step if step > 0 else 0.0,
-        tflops_per_gpu=flops / (step * world) / 1e12 if step > 0 else 0.0,
+        tflops_per_gpu=model_flops / (step * world) / 1e12 if step > 0 else 0.0,
         mfu=model_flops / (step * world * peak) if step > 0 else 0.0,
+        executed_tflops_per_gpu=executed / (step * world) / 1e12 if step > 0 else 0.0,
+        executed_mfu=executed / (step * world * peak) if step > 0 else 0.0,
         compute_s=raw.compute_s,
         comm_s=raw.comm_s,
-        exposed_comm_s=max(step - critical, 0.0),
-        bubble_s=max(critical - raw.compute_s, 0.0),
+        exposed_comm_s=exposed,
+        bubble_s=bubble,
         critical_path_s=critical,
         breakdown=breakdown,
         memory=MappingProxyType(memory),
@@ -874,9 +1062,37 @@ def simulate_step(
         out_of_memory=memory["total"] > gpu.memory_bytes,
         phases=raw.phases,
         notes=tuple(notes),
+        warnings=tuple(warnings),
         approximate=used.approximate or steady is not None,
         step_time_low_s=low,
         step_time_high_s=high,
         exposed_comm_low_s=None if low is None else max(low - critical, 0.0),
         exposed_comm_high_s=None if high is None else max(high - critical, 0.0),
     )
+
+
+def _warnings(
+    p: ParallelismSpec, memory: Mapping[str, float], capacity_bytes: float, *, step_s: float, bubble_s: float
+) -> list[str]:
+    """What a user must not miss: out of memory; a pipeline under-filled (fewer micro-batches than stages, or a
+    bubble of at least ``BUBBLE_WARNING_SHARE`` of the step)."""
+    out = []
+    gib = float(1 << 30)
+    if memory["total"] > capacity_bytes:
+        parts = ", ".join(
+            f"{name} {memory[name] / gib:.1f}" for name in ("parameters", "gradients", "optimizer", "activations")
+        )
+        out.append(
+            f"out of memory: {memory['total'] / gib:.1f} GiB per GPU ({parts}) of {capacity_bytes / gib:.0f} GiB; "
+            "more tp, pp or ZeRO, recomputation or a smaller micro-batch would fit it"
+        )
+    share = bubble_s / step_s if step_s > 0 else 0.0
+    m = p.microbatches
+    if p.pp > 1 and (m < p.pp or share >= BUBBLE_WARNING_SHARE):
+        ideal = (p.pp - 1) / (p.vp * m + p.pp - 1)
+        out.append(
+            f"under-filled pipeline: {m} micro-batch{'es' if m > 1 else ''} for {p.pp} stages, the bubble is "
+            f"{share:.0%} of the step ((p - 1) / (v m + p - 1) = {ideal:.0%} with equal stages); a larger global "
+            "batch, a smaller micro-batch or fewer data-parallel replicas give more micro-batches"
+        )
+    return out

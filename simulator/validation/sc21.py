@@ -434,7 +434,10 @@ def sc21_check(
             micro_batch=spec.micro_batch,
             microbatches=spec.microbatches,
             measured_tflops=float(row["metric_value"]),
-            predicted_tflops=result.tflops_per_gpu,
+            # SC21's TFLOP/s: eq. 3's FLOPs (full attention, x 4 with full recomputation) over the step time
+            predicted_tflops=model.step_flops(batch=spec.global_batch, seq_len=spec.seq(model), recompute="full")
+            / (result.step_time_s * spec.world_size)
+            / 1e12,
             step_time_s=result.step_time_s,
             exposed_comm_s=result.exposed_comm_s,
             bubble_s=result.bubble_s,

@@ -363,7 +363,7 @@ def test_step_bad_scenario_field(capsys, tmp_path):
 @pytest.mark.parametrize(
     "line,needle",
     [
-        ('format = "csv"', "format: 'csv' is not allowed; expected one of 'table', 'json'"),  # step prints no csv
+        ('format = "xml"', "format: 'xml' is not allowed; expected one of 'table', 'json', 'csv'"),
         ("format = 1", "format: 1 is not allowed"),
         ("trace = 5", "trace: 5 is not allowed"),
     ],
