@@ -284,6 +284,7 @@ def dgxc_check(
     proxy: bool = False,
     smallest: bool = False,
     precisions: Iterable[str] | None = None,
+    systems: Iterable[str] | None = None,
     compute_model: cmp.GpuComputeModel | None = None,
     progress: Callable[[DgxcRow], object] | None = None,
 ) -> tuple[DgxcRow, ...]:
@@ -291,12 +292,15 @@ def dgxc_check(
     precision, those of ``models`` (recipe names, e.g. "Llama 3.1 8B") and ``precisions`` ("BF16", "FP8") and
     up to ``max_gpus`` GPUs; with ``smallest`` only the fewest-GPU layout of each recipe release, model,
     precision and system (the weak-scaling rows above it differ in data parallelism only). Cases on a system
-    without a preset are left out (:func:`dgxc_not_simulated`). ``compute_model`` replaces the GPU's kernel
-    parameters."""
+    without a preset are left out (:func:`dgxc_not_simulated`), and with ``systems`` (preset names) those on
+    other systems. ``compute_model`` replaces the GPU's kernel parameters."""
+    if isinstance(systems, str):
+        raise reject("systems", systems, "an iterable of system preset names or None")
+    on = None if systems is None else frozenset(systems)
     out = []
     seen: set[tuple[str, str, str, str, bool]] = set()
     for case in _selected(models=models, precisions=precisions, max_gpus=max_gpus, proxy=proxy, smallest=smallest):
-        if case.system_preset is None:
+        if case.system_preset is None or (on is not None and case.system_preset not in on):
             continue
         group = (case.source, case.model, case.precision, case.system, case.proxy)
         if smallest and group in seen:
