@@ -196,7 +196,7 @@ def _perf_command(name: str, arguments: str, limit: float, trace: Path) -> str:
 def _perf_step(progress) -> list[str]:
     """The scale scenario: Llama-3 405B on 16,384 H100, 2,048 sequences of 8,192 tokens, micro-batch 1
     (16 micro-batches per replica), gradients reduced after the pipeline in one buffer, with
-    simulate_step's reductions for symmetric layouts (one replica's pipeline, tensor rank 0's
+    simulate_step's reductions for symmetric layouts (one replica's step, tensor rank 0's
     transfers, steady state extrapolated from 4 and 8 micro-batches). The analytical model runs
     first on the freshly built fabric (its routing tables are built during the run: "cold"), then
     the flow model, then the analytical model again with the routing tables the first runs built

@@ -7,15 +7,16 @@ with their reason in the result's notes and its ``approximate`` flag). ``exact=T
 replica, context-rank or tensor-rank reduction, no extrapolation (task merging stays the ``granularity`` the
 caller chose).
 
-**When replicas (tensor ranks) stand exactly for each other.** Nothing couples their flows beyond the links
-they share (no link events, congestion control or load-dependent routing), no data- or expert-parallel traffic
-runs during the pipeline, and every pair of GPUs that may talk in the pipeline (every pair of a tensor or context
-group, neighbouring stages both ways) has a *fixed* path (``Router.fixed_path``: inside a server, or both NICs
-on one switch, so no ECMP hash can make two replicas collide unequally), the paths of different replicas share
-no link, and each replica's paths are the same up to renaming links of equal capacity, latency, per-connection
-cap, kind and tier. Then every replica replays the same timeline in the full simulation, which the reduced one
-reproduces up to round-off: the full run advances all replicas on one clock, so its float sums run in another
-order (tests compare at 1e-9, not bit for bit).
+**When replicas (tensor ranks) stand exactly for each other.** Nothing couples their flows beyond the links they
+share (no link events, congestion control or load-dependent routing), the traffic between them (gradient reductions,
+parameter gathers, expert all-to-alls) crosses no link of their own traffic that can run at the same time, and every
+pair of GPUs that may talk inside a replica (every pair of a tensor or context group, neighbouring stages both ways,
+first and last stage for tied embeddings) has a *fixed* path (``Router.fixed_path``: inside a server, or both NICs
+on one switch, so no ECMP hash can make two replicas collide unequally), the paths of different replicas share no
+link, and each replica's paths are the same up to renaming links of equal capacity, latency, per-connection cap,
+kind and tier. Then every replica replays the same timeline in the full simulation, which the reduced one reproduces
+up to round-off: the full run advances all replicas on one clock, so its float sums run in another order (tests
+compare at 1e-9, not bit for bit).
 
 * ``granularity="chunk"`` (task merging): one compute task and one collective per (group, kind) per model-chunk
   pass, whose nbytes is the sum of the per-layer collectives. Bytes and compute time are conserved; what
@@ -26,41 +27,47 @@ order (tests compare at 1e-9, not bit for bit).
   each context-parallel ring step, standing for the t alike ones (``TrainingWorkload.collective_weights``);
   tensor-parallel collectives re-synchronise the tensor group in every layer. Exact when each tensor rank's
   transfers and rings have fixed paths, disjoint from the other tensor ranks' and from tensor-parallel traffic,
-  on alike links, with no data-parallel traffic inside the pipeline. Left to the step it is used with symmetric
-  replicas or context ranks only: with the two-phase replica step the links only tensor rank 0's transfers
-  cross carry nothing else in the pipeline phase, so their bytes count t times; in one phase with passive
-  members its transfers and rings are routed t - 1 more times (``api.collective_link_bytes``); where it is not
-  exact the other t - 1 transfers' link bytes are not counted (``workloads.training.pipeline``,
-  ``workloads.training.context_parallel``).
-* ``symmetric_replicas``: data-parallel replicas run the same pipeline, so ONE replica (its t c p ranks on the
-  GPUs they occupy, :func:`replica_ranks`) stands for all d. When replicas meet only after the pipeline
-  (``dp_overlap`` off, ZeRO < 3, EP 1) the step is two phases: that replica's pipeline, then the reduction,
-  embedding sync and optimizer of ALL ranks; counts, bytes and link bytes of the pipeline phase count d times,
-  and the reduction phase, which does not depend on the batch, is simulated once for the steady-state
-  extrapolation. Otherwise (overlapped gradient buckets, ZeRO-3/FSDP gathers, expert-parallel groups across
-  replicas) the replica's whole step is one phase whose collectives keep every member: the other replicas'
-  members are passive ranks (``Workload.passive``: no program, they take part without arriving, so a
-  collective starts when the replica's member arrives, as it would with every replica in step) and their
-  flows move. Each collective counts d / (replicas its group spans) times (a data-parallel bucket once, an
-  expert all-to-all spanning e replicas d / e times, a replica's own d times), and the link bytes of those it
-  stands for are added by routing them once more (``api.collective_link_bytes``: bytes do not depend on
-  timing). Exact when, besides the conditions above, the traffic between replicas crosses none of the
-  pipeline's links (its ends inside the servers and on the NIC cables, ``Router.ends``): then every replica
-  meets it alike. Where it does (data-parallel buckets and stage transfers through one GPU's PCIe link), the
-  other replicas' pipeline traffic that would share those links is missing: an approximation (the default
-  ``fabricsim step`` forced so: 3.7737 s against 3.7763 s in full).
-* ``symmetric_context`` (context ranks): the c context ranks of a stage run the same program, so context rank 0
-  (of each simulated replica) stands for all c: the other members of its context rings are passive (they move
-  their ring steps and arrive when it does, as they would in step), its tensor-parallel collectives and pipeline
-  transfers count c times, the data-parallel buckets (over d x c ranks) keep every member, passive where not
-  simulated. With symmetric replicas the step simulates t p ranks instead of t c p. Exact when, besides nothing
-  coupling flows beyond shared links, each context rank's own traffic (tensor-parallel pairs, stage transfers)
-  has fixed paths, disjoint from the other context ranks' and alike, and none of those links carries a ring
-  (every pair of a context group, fixed paths) or gradient buckets that run inside the pipeline: then the rings
-  and buckets meet every context rank's traffic alike, and the traffic dropped with the other context ranks
-  meets nothing simulated. Typical exact case: tensor groups on NVLink and rings across servers on the rails,
-  no stage transfer through the NICs the rings use; a ring and a stage transfer through one GPU's NIC (the usual
-  Megatron layout with t = 8) is an approximation. Not with expert parallelism (its groups span context ranks).
+  on alike links, with no data-parallel traffic inside the pipeline and none after it on their links (a stage's
+  reduction starts while its last sends may be in flight). Left to the step it is used with symmetric replicas
+  or context ranks only: its transfers and rings are then routed t - 1 more times for their link bytes
+  (``api.collective_link_bytes``); where it is not exact the other t - 1 transfers' link bytes are not counted
+  (``workloads.training.pipeline``, ``workloads.training.context_parallel``).
+* ``symmetric_replicas``: data-parallel replicas run the same pipeline, so ONE replica (its t c p ranks on the GPUs
+  they occupy, :func:`replica_ranks`) stands for all d. The replica's whole step is simulated, its collectives
+  keeping every member: the other replicas' members are passive ranks (``Workload.passive``: no program, they take
+  part without arriving, so a collective starts when the replica's member arrives, as it would with every replica in
+  step) and their flows move. Each collective counts d / (replicas its group spans) times (a data-parallel bucket
+  once, an expert all-to-all spanning e replicas d / e times, a replica's own d times), and the link bytes of those
+  it stands for are added by routing them once more (``api.collective_link_bytes``: bytes do not depend on timing).
+  Exact when, besides the conditions above, the traffic between replicas (its ends inside the servers and on the NIC
+  cables, ``Router.ends``) crosses none of the links of the replicas' own traffic that can run beside it: when
+  replicas meet inside the pipeline (overlapped gradient buckets, ZeRO-3/FSDP gathers, expert-parallel groups across
+  replicas), every such link; when they meet only after it (``dp_overlap`` off, ZeRO < 3, EP 1), those of the stage
+  transfers (a stage's last send is asynchronous, still in flight when its reduction starts), of the embedding
+  all-reduce and of the other stages' tensor and context groups: each stage's reduction starts when its own part of
+  the pipeline ends, while the other stages still run theirs (1F1B: the last stage ends first). Then every replica
+  meets it alike. Where it does not (data-parallel buckets and stage transfers through one GPU's PCIe link and NIC,
+  the usual layout with a stage over several servers), the other replicas' traffic that would share those links is
+  missing: an approximation (the default ``fabricsim step`` forced so: 3.7737 s against 3.7763 s in full; tp 2, pp
+  2, dp 8 of a 4096-hidden GPT with gradients reduced after the pipeline on 4 DGX H100 is not exact, the stage-0
+  ring and the last stage's send sharing GPU 0's PCIe link; forced: 0.059152 s reduced and in full, bound [0.059152,
+  0.067468] s). A step simulated as the pipeline of one replica, then every rank's reduction after a barrier, would
+  not be exact even there: its stages' reductions all start with the last stage's end and meet no send in flight (on
+  Llama-3 8B cut to 8 layers, tp 2, pp 4, dp 4 on 4 DGX H100, 0.14665279 s against 0.14665268 s in full; dp 8 on 8,
+  0.15378 s against 0.15425 s).
+* ``symmetric_context`` (context ranks): the c context ranks of a stage run the same program, so context rank 0 (of
+  each simulated replica) stands for all c: the other members of its context rings are passive (they move their ring
+  steps and arrive when it does, as they would in step), its tensor-parallel collectives and pipeline transfers
+  count c times, the data-parallel buckets (over d x c ranks) keep every member, passive where not simulated. With
+  symmetric replicas the step simulates t p ranks instead of t c p. Exact when, besides nothing coupling flows
+  beyond shared links, each context rank's own traffic (tensor-parallel pairs, stage transfers, the embedding
+  all-reduce) has fixed paths, disjoint from the other context ranks' and alike, and none of those links carries a
+  ring (every pair of a context group, fixed paths) or gradient buckets that can run beside that traffic (inside the
+  pipeline; after it, as for replicas, beside sends in flight and other stages): then the rings and buckets meet
+  every context rank's traffic alike, and the traffic dropped with the other context ranks meets nothing simulated.
+  Typical exact case: tensor groups on NVLink and rings across servers on the rails, no stage transfer through the
+  NICs the rings use; a ring and a stage transfer through one GPU's NIC (the usual Megatron layout with t = 8) is an
+  approximation. Not with expert parallelism (its groups span context ranks).
 * ``steady_state_microbatches=k``: a pipeline step is affine in the number of micro-batches once the schedule
   is in steady state (1F1B: (m + p - 1)(f + b)), so the step is simulated with k and 2k micro-batches (k
   rounded up to a multiple of p for the interleaved schedule, :func:`steady_state_runs`) and every additive
@@ -78,11 +85,8 @@ of :func:`_pipeline_pairs`) of the ranks it stands for. A *unit* is what one sim
 replica, a context rank, a tensor rank's transfers), and each missing GPU pair x has a *representative*, the
 simulated pair i with its unit's coordinates 0 (:func:`_pair_units`).
 
-* Low: the reduced run (missing traffic only adds contention). With the two-phase replica step, whose barrier
-  between pipeline and reduction can make it longer than the full step, the pipeline alone plus the earliest
-  compute-only end of a rank's reduction phase.
-* High: the reduced run, in one phase (the other replicas' members passive, so each stage's reduction overlaps the
-  pipeline's tail as in the full step), on a *bounding fabric* (:func:`bounding_fabric`). C(x): the links pair x
+* Low: the reduced run (missing traffic only adds contention).
+* High: the reduced run on a *bounding fabric* (:func:`bounding_fabric`). C(x): the links pair x
   may cross (a stage transfer under ECMP: the path of each of its network connections as the step hashes it;
   anything else: every fewest-hop path, with and without PXN). With n(l) the missing pairs whose C holds link l
   and n_u(l) the pairs of units other than u (on a switch-to-switch link, every pair but x):
@@ -177,11 +181,12 @@ class Verdict:
     links: tuple[int, ...] = ()
 
 
-def _pipeline_pairs(p: ParallelismSpec, ranks: Sequence[int]) -> list[tuple[int, int]]:
+def _pipeline_pairs(p: ParallelismSpec, ranks: Sequence[int], *, embedding: bool = False) -> list[tuple[int, int]]:
     """The ordered pairs of ``ranks`` (global ranks, e.g. one data-parallel replica) that may exchange bytes
-    during the pipeline phase, as indices into ``ranks``: every pair of a tensor or context group, and
-    neighbouring stages of a pipeline group both ways (the interleaved schedule also wraps from the last stage
-    to the first), both ends in ``ranks``. A superset of what any algorithm sends."""
+    inside a replica, as indices into ``ranks``: every pair of a tensor or context group, and neighbouring
+    stages of a pipeline group both ways (the interleaved schedule also wraps from the last stage to the first),
+    both ends in ``ranks``; with ``embedding`` (tied embeddings) also the first and last stage of a pipeline
+    group both ways (the embedding all-reduce after the pipeline). A superset of what any algorithm sends."""
     local = {r: i for i, r in enumerate(ranks)}
     pairs: set[tuple[int, int]] = set()
     for kind in ("tp", "cp"):
@@ -189,7 +194,8 @@ def _pipeline_pairs(p: ParallelismSpec, ranks: Sequence[int]) -> list[tuple[int,
             inside = [r for r in group if r in local]
             pairs.update((local[a], local[b]) for a in inside for b in inside if a != b)
     for group in p.groups("pp"):
-        for a, b in _stage_hops(p, group):
+        hops = _stage_hops(p, group) + ([(group[0], group[-1])] if embedding and len(group) > 1 else [])
+        for a, b in hops:
             if a in local and b in local:
                 pairs.update(((local[a], local[b]), (local[b], local[a])))
     return sorted(pairs)
@@ -292,13 +298,24 @@ def _inside_pipeline(p: ParallelismSpec) -> str:
 
 
 def replica_verdict(
-    p: ParallelismSpec, topology: Topology, placement: Placement, config: SimConfig, route_cache: RouteCache
+    p: ParallelismSpec,
+    topology: Topology,
+    placement: Placement,
+    config: SimConfig,
+    route_cache: RouteCache,
+    *,
+    tied_embeddings: bool = False,
 ) -> Verdict:
-    """Whether simulating one data-parallel replica stands exactly for all of them: nothing couples flows beyond
-    shared links, the replicas' pipeline traffic has fixed, disjoint paths on alike links (:func:`_footprints`),
-    and when traffic between replicas runs inside the pipeline (overlapped gradient reduction, ZeRO-3 gathers,
-    expert-parallel groups; simulated with the other replicas' members passive) it crosses none of those
-    paths' links, so every replica's pipeline meets it alike."""
+    """Whether one data-parallel replica, simulated for its whole step with the other replicas' members of its
+    data- and expert-parallel groups passive, stands exactly for all of them: nothing couples flows beyond
+    shared links, the replicas' own traffic (pipeline, and with ``tied_embeddings`` the embedding all-reduce
+    between first and last stage) has fixed, disjoint paths on alike links (:func:`_footprints`), and the
+    traffic between replicas crosses none of the links of the replicas' traffic that can run beside it
+    (``Router.ends``), so every replica meets it alike: when it runs inside the pipeline (overlapped gradient
+    reduction, ZeRO-3 gathers, expert-parallel groups), every link of the replicas' traffic; when it runs after
+    the pipeline, a stage's gradient reduction starts when that stage's part of the pipeline ends, beside the
+    other stages' work, the stage transfers still in flight (a send is asynchronous) and the embedding
+    all-reduce: every link but those of the tensor and context groups of its own stage (:func:`_after_pipeline`)."""
     why = _coupling(config)
     if why:
         return Verdict(False, why)
@@ -313,13 +330,16 @@ def replica_verdict(
             if not all(replica0.intersection(group) for group in p.groups(kind)):
                 return Verdict(False, f"{inside}, and the {kind} groups of other replicas are stood for")
     replicas = [replica_ranks(p, d) for d in range(p.dp)]
-    pairs = _pipeline_pairs(p, replicas[0])
+    pairs = _pipeline_pairs(p, replicas[0], embedding=tied_embeddings)
     gpu = placement.rank_gpu
     units = [[(gpu[ranks[a]], gpu[ranks[b]]) for a, b in pairs] for ranks in replicas]
     router = _router(topology, config, route_cache)
     links, verdict = _footprints(units, router, "replica")
-    if not verdict.exact or not inside:
+    if not verdict.exact:
         return verdict
+    if not inside:
+        own = [(ranks[a], ranks[b]) for ranks in replicas for a, b in pairs]
+        return _after_pipeline(p, own, router, gpu, "the replicas'")
     pipeline = set(np.concatenate(links).tolist()) if links else set()
     for kind in ("dp_cp",) + (("ep", "edp") if p.ep > 1 else ()):
         for group in p.groups(kind):
@@ -328,6 +348,44 @@ def replica_verdict(
                 name = topology.link_names[min(shared)]
                 return Verdict(False, f"{inside}, and that traffic shares link {name!r} with the pipeline's")
     return verdict
+
+
+def _after_pipeline(
+    p: ParallelismSpec, pairs: Sequence[tuple[int, int]], router: Router, gpu: Sequence[int], whose: str
+) -> Verdict:
+    """Whether the gradient reductions after the pipeline (data-parallel groups, ZeRO-1/2 gathers; ``dp_overlap``
+    off) meet the units' own traffic ``pairs`` (global ranks, fixed paths: every unit's, simulated or not)
+    alike: a stage's reduction starts when its part of the pipeline ends, while the other stages still run
+    theirs, its own last sends may still be in flight and the embedding all-reduce may run, so the reduction
+    of stage s may share no link with a pair between stages or a tensor or context pair of another stage
+    (those of stage s ended with it)."""
+    stage_of = [p.coords(r).pp for r in range(p.world_size)]
+    between: set[int] = set()
+    within: dict[int, set[int]] = {}
+    server = router.topology.gpu_server
+    for a, b in pairs:
+        into = between if stage_of[a] != stage_of[b] else within.setdefault(stage_of[a], set())
+        for pxn in (False, True):
+            path = router.fixed_path(gpu[a], gpu[b], pxn=pxn)
+            assert path is not None  # _footprints found every path fixed
+            into.update(path.tolist())
+            if server[gpu[a]] == server[gpu[b]]:
+                break  # inside a server PXN changes nothing
+    tails: dict[int, set[int]] = {}
+    for group in p.groups("dp_cp"):
+        s = stage_of[group[0]]
+        tail = tails.get(s)
+        if tail is None:
+            tail = tails[s] = between.union(*(links for t, links in within.items() if t != s))
+        shared = tail.intersection(_group_ends([gpu[r] for r in group], router))
+        if shared:
+            name = router.topology.link_names[min(shared)]
+            return Verdict(
+                False,
+                f"the gradient reduction of stage {s} (after its part of the pipeline) shares link {name!r} with "
+                f"{whose} traffic that can still run then (stage transfers in flight, other stages)",
+            )
+    return Verdict(True)
 
 
 def uneven_experts(p: ParallelismSpec) -> str:
@@ -398,8 +456,10 @@ def tensor_verdict(
     stage boundary and context group among ``ranks`` (the simulated ranks; default all; a ring counts with
     all its members): no data- or expert-parallel traffic during the pipeline, nothing coupling flows beyond
     shared links, and each tensor rank's transfers and rings on fixed paths, disjoint from the other tensor
-    ranks' and from every tensor-parallel pair's paths, on alike links (:func:`_footprints`).
-    (Tensor-parallel collectives re-synchronise the t ranks in every pass.)"""
+    ranks' and from every tensor-parallel pair's paths, on alike links (:func:`_footprints`), and none of their links
+    that can still carry bytes when a stage's gradient reduction runs after the pipeline (transfers in flight,
+    other stages' rings) crossed by it (:func:`_after_pipeline`). (Tensor-parallel collectives re-synchronise the
+    t ranks in every pass.)"""
     why = _inside_pipeline(p) or _coupling(config)
     if why:
         return Verdict(False, why)
@@ -408,12 +468,15 @@ def tensor_verdict(
     ranks = tuple(range(p.world_size)) if ranks is None else tuple(ranks)
     members = set(ranks)
     hops_of: list[list[tuple[int, int]]] = [[] for _ in range(p.tp)]
+    stood: list[tuple[int, int]] = []  # the same pairs as ranks
     for group in p.groups("pp"):
         for a, b in _stage_hops(p, group):
             if a in members and b in members:
                 hops_of[p.coords(a).tp] += [(gpu[a], gpu[b]), (gpu[b], gpu[a])]
+                stood += [(a, b), (b, a)]
     for a, b in _context_pairs(p, ranks):
         hops_of[p.coords(a).tp].append((gpu[a], gpu[b]))
+        stood.append((a, b))
     links, verdict = _footprints(hops_of, router, "tensor rank")
     if not verdict.exact:
         return verdict
@@ -432,6 +495,9 @@ def tensor_verdict(
                 return Verdict(
                     False, f"pipeline transfers or context rings share link {link!r} with tensor-parallel traffic"
                 )
+    after = _after_pipeline(p, stood, router, gpu, "the tensor ranks' transfers or rings")
+    if not after.exact:
+        return after
     return Verdict(True, links=tuple(links[0].tolist()))
 
 
@@ -443,14 +509,17 @@ def context_verdict(
     route_cache: RouteCache,
     *,
     ranks: Sequence[int] | None = None,
+    tied_embeddings: bool = False,
 ) -> Verdict:
     """Whether context rank 0 stands exactly for the c context ranks of ``ranks`` (default all; data-parallel
     replica 0 with symmetric replicas), the other members of its rings passive: nothing couples flows beyond
-    shared links, each context rank's own traffic (tensor-parallel pairs, stage transfers) has fixed paths,
-    disjoint from the other context ranks' and alike (:func:`_footprints`), and none of those links carries the
-    rings (every pair of a context group, fixed paths) or, when they run inside the pipeline, the gradient
-    buckets and parameter gathers between them (``Router.ends``). Then every context rank's traffic meets the
-    rings and buckets alike, and dropping the others' own traffic changes nothing the simulated one meets."""
+    shared links, each context rank's own traffic (tensor-parallel pairs, stage transfers, with
+    ``tied_embeddings`` the embedding all-reduce) has fixed paths, disjoint from the other context ranks' and
+    alike (:func:`_footprints`), and none of those links carries the rings (every pair of a context group, fixed
+    paths) or the gradient buckets and parameter gathers between them (``Router.ends``): when they run inside
+    the pipeline, none at all; after it, none of the traffic that can still run beside a stage's reduction
+    (:func:`_after_pipeline`). Then every context rank's traffic meets the rings and buckets alike, and dropping
+    the others' own traffic changes nothing the simulated one meets."""
     why = _coupling(config)
     if why:
         return Verdict(False, why)
@@ -460,9 +529,12 @@ def context_verdict(
     gpu = placement.rank_gpu
     ranks = tuple(range(p.world_size)) if ranks is None else tuple(ranks)
     units = []
+    own_pairs: list[tuple[int, int]] = []
     for j in range(p.cp):
         unit = tuple(r for r in ranks if p.coords(r).cp == j)
-        units.append([(gpu[unit[a]], gpu[unit[b]]) for a, b in _pipeline_pairs(p, unit)])
+        pairs = [(unit[a], unit[b]) for a, b in _pipeline_pairs(p, unit, embedding=tied_embeddings)]
+        own_pairs += pairs
+        units.append([(gpu[a], gpu[b]) for a, b in pairs])
     links, verdict = _footprints(units, router, "context rank")
     if not verdict.exact:
         return verdict
@@ -485,7 +557,8 @@ def context_verdict(
                 if shared:
                     name = topology.link_names[min(shared)]
                     return Verdict(False, f"{inside}, and that traffic shares link {name!r} with a context rank's")
-    return Verdict(True)
+        return Verdict(True)
+    return _after_pipeline(p, own_pairs, router, gpu, "the context ranks'")
 
 
 def steady_state_runs(p: ParallelismSpec, k: int | None) -> tuple[int, ParallelismSpec, ParallelismSpec] | None:
@@ -526,7 +599,7 @@ class Plan:
     """The reductions a step uses (``symmetric``, ``context``, ``tensor_rank0_p2p``) and, for each, its verdict."""
 
     symmetric: bool
-    passive: bool  # one phase, the members of cross-replica (or context-parallel) groups not simulated passive
+    passive: bool  # the members of cross-replica (or context-parallel) groups not simulated passive (reduced)
     tensor_rank0_p2p: bool
     replica: Verdict | None  # None: not applicable (one replica) or not examined
     tensor: Verdict | None
@@ -564,13 +637,16 @@ def plan(
     tensor_rank0_p2p: bool | None,
     exact: bool,
     symmetric_context: bool | None = None,
+    tied_embeddings: bool = False,
 ) -> Plan:
     """Which reductions the step uses: those forced (True) whatever their verdict; those left to the step
     (None) where :func:`replica_verdict` / :func:`context_verdict` / :func:`tensor_verdict` find them exact, and
     on more than FULL_SIMULATION_GPUS GPUs also where they are not (approximations, named in the notes with the
     reason); none with ``exact``. Symmetric replicas are refused, even forced, where expert groups span replicas
     unevenly (:func:`uneven_experts`): one replica then stands for no other; context ranks where expert
-    parallelism is used."""
+    parallelism is used. A reduced step is one phase: the simulated ranks' whole step, the other members of their
+    data-, expert- and context-parallel groups passive. ``tied_embeddings``: the model's embedding all-reduce
+    joins the first and last stage of each replica."""
     if exact:
         return Plan(symmetric=False, passive=False, tensor_rank0_p2p=False, replica=None, tensor=None)
     uneven = uneven_experts(p)
@@ -585,14 +661,16 @@ def plan(
         )
     replica = tensor = cverdict = None
     if p.dp > 1 and symmetric_replicas is not False:
-        replica = replica_verdict(p, topology, placement, config, route_cache)
+        replica = replica_verdict(p, topology, placement, config, route_cache, tied_embeddings=tied_embeddings)
     # past FULL_SIMULATION_GPUS a reduction left to the step is used even where it is not exact (an
     # approximation the notes name)
     large = p.world_size > FULL_SIMULATION_GPUS
     symmetric = p.dp > 1 and (symmetric_replicas is True or (symmetric_replicas is None and (_exact(replica) or large)))
     if p.cp > 1 and p.ep == 1 and symmetric_context is not False:
         base = replica_ranks(p) if symmetric else None
-        cverdict = context_verdict(p, topology, placement, config, route_cache, ranks=base)
+        cverdict = context_verdict(
+            p, topology, placement, config, route_cache, ranks=base, tied_embeddings=tied_embeddings
+        )
     context = (
         p.cp > 1
         and p.ep == 1
@@ -607,7 +685,7 @@ def plan(
     reduced = symmetric or context
     return Plan(
         symmetric=symmetric,
-        passive=context or (symmetric and bool(_inside_pipeline(p))),
+        passive=reduced,
         tensor_rank0_p2p=carries
         and (tensor_rank0_p2p is True or (tensor_rank0_p2p is None and reduced and (_exact(tensor) or large))),
         replica=replica,
@@ -617,15 +695,19 @@ def plan(
     )
 
 
-def _pair_units(p: ParallelismSpec, plan: Plan) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarray, np.ndarray]:
+def _pair_units(
+    p: ParallelismSpec, plan: Plan, *, embedding: bool = False
+) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarray, np.ndarray]:
     """The ordered rank pairs that may exchange bytes in the pipeline of the full step (:func:`_pipeline_pairs`
     over every rank), the unit of each (an index; 0: the simulated one, that of pairs the reduced run moves)
     and the index of the pair of the simulated unit that stands for it (its representative). A pair's unit is
     the coordinates the reductions in use stand for: data-parallel with symmetric replicas, context with context
     ranks, tensor with representative transfers; a ring pair keeps its context coordinate (passive members move
     their ring steps), a tensor-parallel pair its tensor one (tensor-parallel collectives keep every member).
-    Last, whether each pair is a stage transfer."""
-    pairs = _pipeline_pairs(p, range(p.world_size))
+    Last, whether each pair is a stage transfer (with ``embedding``, the pairs of the embedding all-reduce, first
+    and last stage, are pairs too, not transfers unless those stages are neighbours)."""
+    pairs = _pipeline_pairs(p, range(p.world_size), embedding=embedding)
+    hops = {pair for group in p.groups("pp") for a, b in _stage_hops(p, group) for pair in ((a, b), (b, a))}
     coords = [p.coords(r) for r in range(p.world_size)]
     rank = {(c.tp, c.cp, c.dp, c.pp): r for r, c in enumerate(coords)}
     index = {pair: i for i, pair in enumerate(pairs)}
@@ -635,7 +717,7 @@ def _pair_units(p: ParallelismSpec, plan: Plan) -> tuple[list[tuple[int, int]], 
     hop = np.zeros(len(pairs), dtype=bool)
     for i, (a, b) in enumerate(pairs):
         ca, cb = coords[a], coords[b]
-        hop[i] = ca.pp != cb.pp
+        hop[i] = (a, b) in hops
         dp = plan.symmetric
         cp = plan.context and not (ca.pp == cb.pp and ca.cp != cb.cp)  # not a ring pair
         tp = plan.tensor_rank0_p2p and not (ca.pp == cb.pp and ca.cp == cb.cp)  # not a tensor-parallel pair
@@ -714,7 +796,14 @@ def _pair_paths(
 
 
 def bounding_fabric(
-    p: ParallelismSpec, topology: Topology, placement: Placement, config: SimConfig, route_cache: RouteCache, plan: Plan
+    p: ParallelismSpec,
+    topology: Topology,
+    placement: Placement,
+    config: SimConfig,
+    route_cache: RouteCache,
+    plan: Plan,
+    *,
+    tied_embeddings: bool = False,
 ) -> tuple[Topology | None, str]:
     """The fabric of the high side of the bound (:func:`bound_note`): the topology with link capacities and
     latencies on which the reduced run is no faster than any unit of the full step; or None and why no bound is
@@ -739,7 +828,7 @@ def bounding_fabric(
                 return None, f"the {kind} groups of other replicas are stood for, their all-to-alls not bounded"
     router = Router(topology, policy="spray", seed=config.seed, failed_links=config.failed_links, cache=route_cache)
     gpu = np.asarray(placement.rank_gpu, dtype=np.int64)
-    pairs, unit, rep, hop = _pair_units(p, plan)
+    pairs, unit, rep, hop = _pair_units(p, plan, embedding=tied_embeddings)
     ranks = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     hashed = hop & (config.routing == "ecmp")
     ends, span, fabric, slow, fast = _pair_paths(router, gpu[ranks[:, 0]], gpu[ranks[:, 1]], hashed, config)
@@ -805,16 +894,11 @@ def notes(p: ParallelismSpec, plan: Plan, *, steady: tuple | None) -> list[str]:
         return f"APPROXIMATE: {verdict.reason if verdict else 'forced'}; exact=True (--exact) simulates every rank"
 
     out = []
-    if plan.passive and plan.symmetric:
+    if plan.symmetric:
         out.append(
             f"symmetric replicas ({how(plan.replica)}): 1 of {p.dp} data-parallel replicas simulated, the other "
             "replicas' members of its data- and expert-parallel groups passive (they move their bytes and arrive "
             "when it does)"
-        )
-    elif plan.symmetric:
-        out.append(
-            f"symmetric replicas ({how(plan.replica)}): pipeline of 1 of {p.dp} data-parallel replicas, "
-            "then the reduction"
         )
     if plan.context:
         out.append(

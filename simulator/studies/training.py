@@ -367,9 +367,8 @@ def memory_per_gpu(
 class StepPhase:
     """One simulated part of the step: its programs, the simulation, the rebuilt task times (offset by
     ``offset_s`` in the step) and the compute critical path; ``replicas`` = how many identical copies
-    of it the step runs (d for the pipeline phase with symmetric replicas, else 1). A symmetric-replica step
-    whose replicas meet inside the pipeline is one phase of one replica with the other replicas' group members
-    passive (``Workload.passive``): ``replicas`` 1, what each collective stands for folded into
+    of it the step runs (1: a step is one phase). A symmetric-replica step is one phase of one replica with the
+    other replicas' group members passive (``Workload.passive``): what each collective stands for folded into
     ``training.collective_weights``, and ``sim.link_bytes`` the simulated collectives' bytes only."""
 
     training: TrainingWorkload
@@ -603,12 +602,9 @@ def _phase_parts(
     phase: StepPhase,
     topology: Topology,
     *,
-    transfer_links: tuple[int, ...] = (),
-    tp: int = 1,
     link_bytes: np.ndarray | None = None,
 ) -> _PhaseParts:
-    """What ``phase`` adds to the step; the bytes on ``transfer_links`` (crossed only by tensor rank 0's pipeline
-    transfers, standing for ``tp``) count ``tp`` times; ``link_bytes`` replaces the phase's own."""
+    """What ``phase`` adds to the step; ``link_bytes`` replaces the phase's own."""
     busy, last = _phase_metrics(phase)
     training = phase.training
     workload = training.workload
@@ -629,9 +625,6 @@ def _phase_parts(
     comm = parts.pop("all")
     if link_bytes is None:
         link_bytes = phase.sim.link_bytes
-    if transfer_links:
-        link_bytes = link_bytes.copy()
-        link_bytes[list(transfer_links)] *= tp
     return _PhaseParts(
         compute_s=busy,
         comm_s=comm["comm"]["time_s"] if workload.collectives else 0.0,
@@ -658,42 +651,23 @@ def _measure(
     config: SimConfig,
     *,
     placement: Placement,
-    reduction: tuple[StepPhase, _PhaseParts] | None,
     recompute: str,
     granularity: str,
     tensor_rank0_p2p: bool,
     route_cache: RouteCache,
-    transfer_links: tuple[int, ...] = (),
     passive: bool = False,
     symmetric: bool = False,
     context: bool = False,
     scales_transfers: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> _Raw:
-    """One step's additive measurements. With ``reduction`` (a symmetric-replica step: the reduction phase and
-    what it adds to the measurements), one replica's pipeline is simulated and the reduction follows it. The
-    programs are built without hardware, then their durations resolved from ``compute``."""
+    """One step's additive measurements. With ``passive``, the ranks the reductions in use simulate
+    (``reductions.simulated_ranks``), the other members of their groups passive. The programs are built without
+    hardware, then their durations resolved from ``compute``."""
     kw = _StepArgs(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
     phases: tuple[StepPhase, ...]
     parts: tuple[_PhaseParts, ...]
-    if reduction is not None:
-        replica = reductions.replica_ranks(p)
-        pipe = resolve(training_step(model, p, part="pipeline", ranks=replica, **kw), compute)
-        first = _run_phase(
-            topology,
-            pipe,
-            Placement.custom(topology, [placement.rank_gpu[r] for r in replica]),
-            config,
-            0.0,
-            p.dp,
-            route_cache,
-            progress,
-            f"one data-parallel replica's pipeline, {p.microbatches} micro-batches",
-        )
-        second, second_parts = reduction
-        phases = (first, dataclasses.replace(second, offset_s=first.sim.makespan_s))
-        parts = (_phase_parts(first, topology, transfer_links=transfer_links, tp=p.tp), second_parts)
-    elif passive:
+    if passive:
         # one replica's whole step (or every replica's, or their context rank 0 only), the other members of its
         # data-parallel, expert-parallel and context-parallel groups passive
         ranks = reductions.simulated_ranks(p, symmetric=symmetric, context=context)
@@ -928,21 +902,11 @@ def simulate_step(
         tensor_rank0_p2p=o.tensor_rank0_p2p,
         exact=o.exact,
         symmetric_context=o.symmetric_context,
+        tied_embeddings=model.tied_embeddings,
     )
     kw = _StepArgs(recompute=recompute, granularity=o.granularity, tensor_rank0_p2p=used.tensor_rank0_p2p)
-    reduction: tuple[StepPhase, _PhaseParts] | None = None
-    if used.symmetric and not used.passive:
-        # the reduction phase reduces every gradient once, syncs the embedding and runs the optimizer: it does
-        # not depend on the batch, so it is simulated once, with this layout, for both runs of the steady-state
-        # extrapolation (their layouts differ from this one in the global batch only); the step's phases are
-        # then the 2k run's pipeline and this reduction, whose StepPhase carries this layout
-        training = resolve(training_step(model, p, part="reduction", **kw), compute)
-        phase = _run_phase(
-            topology, training, placement, config, 0.0, 1, route_cache, o.progress, "the gradient reduction"
-        )
-        reduction = (phase, _phase_parts(phase, topology))
 
-    def measure(layout: ParallelismSpec, fabric: Topology, one_phase: bool) -> _Raw:
+    def measure(layout: ParallelismSpec, fabric: Topology) -> _Raw:
         return _measure(
             model,
             layout,
@@ -950,10 +914,8 @@ def simulate_step(
             compute,
             config,
             placement=placement,
-            reduction=None if one_phase else reduction,
             route_cache=route_cache,
-            transfer_links=used.tensor.links if used.tensor is not None and used.scales_transfer_links else (),
-            passive=used.passive or one_phase,
+            passive=used.passive,
             symmetric=used.symmetric,
             context=used.context,
             scales_transfers=used.scales_transfer_links,
@@ -964,11 +926,11 @@ def simulate_step(
     m = p.microbatches
     steady = reductions.steady_state_runs(p, o.steady_state_microbatches)
 
-    def run(fabric: Topology, one_phase: bool = False) -> _Raw:
+    def run(fabric: Topology) -> _Raw:
         if steady is None:
-            return measure(p, fabric, one_phase)
+            return measure(p, fabric)
         k, few, more = steady
-        a, b = measure(few, fabric, one_phase), measure(more, fabric, one_phase)
+        a, b = measure(few, fabric), measure(more, fabric)
         return _Raw(
             **{
                 f.name: reductions.extrapolate(getattr(a, f.name), getattr(b, f.name), m=m, k=k)
@@ -983,21 +945,16 @@ def simulate_step(
     step, critical = raw.step_s, raw.critical_s
     low = high = None
     if used.approximate:
-        # the bound of the approximation (reductions.bounding_fabric): low, the reduced run; high, the same run in one
-        # phase (the reduction overlapping the pipeline's tail as in the full step) on a fabric where it is no
-        # faster than any unit of the full step
-        fabric, why = reductions.bounding_fabric(p, topology, placement, config, route_cache, used)
+        # the bound of the approximation (reductions.bounding_fabric): low, the reduced run; high, the same run on a
+        # fabric where it is no faster than any unit of the full step
+        fabric, why = reductions.bounding_fabric(
+            p, topology, placement, config, route_cache, used, tied_embeddings=model.tied_embeddings
+        )
         if fabric is not None:
             if o.progress is not None:
                 o.progress("bounding the approximation: the reduced run on links shared by the missing traffic")
-            split = reduction is not None  # two phases: pipeline, then the reduction
-            high = max(step, run(fabric, one_phase=split).step_s)
+            high = max(step, run(fabric).step_s)
             low = step
-            if reduction is not None:
-                # the barrier between the phases may make the reduced step longer than the full one: the floor is
-                # the pipeline alone, then the earliest compute-only end of a rank's reduction phase
-                first = reduction[0]
-                low = step - first.sim.makespan_s + float(np.min(task_times(first.training.workload).rank_end_s))
         notes.append(reductions.bound_note(low, high, critical, why))
     seq = p.seq(model)
     model_flops = model.megatron_flops(batch=p.global_batch, seq_len=seq, tp=p.tp)

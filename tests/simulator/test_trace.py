@@ -103,15 +103,15 @@ def test_pipeline_transfers_are_sends_and_receives_with_arrows(traced):
     assert not any(e["ph"] in ("s", "f") for e in alone)
 
 
-def test_a_reduced_two_phase_step_traces_unique_arrows_and_says_whose_traffic_it_counts():
-    # gradients reduced after the pipeline: one replica's pipeline (phase 1, standing for 4), then every rank's
-    # reduction (phase 2); arrows of both phases keep distinct ids, and the counters say they count the
-    # simulated ranks' traffic (one replica's pipeline), not the fabric's
+def test_a_reduced_step_traces_unique_arrows_and_says_whose_traffic_it_counts():
+    # gradients reduced after the pipeline: one replica's step (standing for 4), the other replicas' members of
+    # its data-parallel groups passive; arrows keep distinct ids, and the counters say they count the simulated
+    # ranks' traffic (one replica's and its passive members'), not the fabric's
     system = build_system("dgx-h100", nodes=2)
     model = custom_gpt(layers=4, hidden=1024, heads=16, seq_len=1024, vocab=1024)
     spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, dp_overlap=False, zero=1)
     r = simulate_step(model, spec, system=system, options=StepOptions(config=SimConfig(tier_rates=True)))
-    assert len(r.phases) == 2 and r.phases[0].replicas == 4
+    assert len(r.phases) == 1 and len(r.phases[0].training.workload.passive) == 12  # 3 replicas x t p = 4
     events = chrome_trace(r)["traceEvents"]
     names = [e["args"]["name"] for e in events if e["ph"] == "M" and e["pid"] == spec.world_size]
     assert names == ["link tiers (share of capacity in use by the simulated ranks)"]
