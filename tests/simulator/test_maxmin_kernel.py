@@ -178,9 +178,9 @@ def test_shape_mismatch_raises():
 def test_re_rating_what_a_change_reaches_gives_every_rate_of_a_full_re_rating(nlinks, group, walk_floor):
     # two flow networks see the same random starts and ends (up to 4 links a flow, within one group of links,
     # some capped; on 12 links in one group a change reaches much of the network, which is rated in place, on
-    # 400 links in groups of 8 one group, rated on its own; with no floor the walks stop early and every flow is
-    # re-rated, and after 4 such walks in a row the network is treated as one component, as a large one whose
-    # data-parallel traffic ties it together):
+    # 400 links in groups of 8 one group, rated on its own; with no floor a walk that reaches more than half of the
+    # active flows' entries stops early and every flow is re-rated, as when a large network's data-parallel traffic
+    # ties it together):
     # one re-rates only the flows connected to a changed link (FlowNetwork's default), the other every flow;
     # storage compacts now and then and one link degrades half way.
     # Progressive filling rates each connected component from its own flows and links, so after every change
