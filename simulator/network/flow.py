@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import link_insert, link_rebuild, link_remove, maxmin_rates, reach
-from .base import FluidNetwork, entries_of
+from ..kernels import component, link_insert, link_rebuild, link_remove, maxmin_rates, reach
+from .base import FluidNetwork
 
 
 class FlowNetwork(FluidNetwork):
@@ -137,16 +137,13 @@ class FlowNetwork(FluidNetwork):
             reached[self._reached[:n]] = True
             self._rate_in_place(reached)
             return
-        flows = np.sort(self._reached[:n])
-        links = np.sort(self._queue[:k])
-        self._link_local[links] = np.arange(k)
-        entries = entries_of(ptr, flows)
-        sub_ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(ptr[flows + 1] - ptr[flows], out=sub_ptr[1:])
+        flows, links, sub_ptr, sub_links, sub_weights = component(
+            ptr, self.flow_links, self.flow_weights, self._reached[:n], self._queue[:k], self._link_local
+        )
         self.rate[flows] = maxmin_rates(
             sub_ptr,
-            self._link_local[self.flow_links[entries]],
-            self.flow_weights[entries],
+            sub_links,
+            sub_weights,
             np.ones(n, dtype=np.bool_),
             self.capacity_bytes_per_s[links],
             self.cap[flows],
