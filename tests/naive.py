@@ -274,6 +274,32 @@ def lossless_throttle_naive(
 
 
 # ============================================================================================
+# drain: fluid flows between changes (twins of simulator.kernels.drain.drain and soonest_end)
+# ============================================================================================
+
+
+def drain_naive(rate, remaining, fill, active, dt_s, done, data_moved):
+    """The whole-array numpy expressions: every active flow moves min(rate dt, remaining), its fill first; done:
+    at most a nanosecond of transfer left."""
+    idx = np.flatnonzero(active)
+    if dt_s > 0:
+        moved = np.minimum(rate[idx] * dt_s, remaining[idx])
+        filling = np.minimum(moved, fill[idx])
+        fill[idx] -= filling
+        remaining[idx] -= moved
+        if data_moved.shape[0]:
+            data_moved[idx] = moved - filling
+    finished = idx[remaining[idx] <= rate[idx] * 1e-9 + 1e-9]
+    done[: finished.shape[0]] = finished
+    return finished.shape[0]
+
+
+def soonest_end_naive(rate, remaining, active):
+    moving = active & (rate > 0)
+    return float((remaining[moving] / rate[moving]).min()) if moving.any() else np.inf
+
+
+# ============================================================================================
 # task times and breakdown (twins of simulator.analysis.task_times and interval_breakdown)
 # ============================================================================================
 

@@ -5,8 +5,9 @@ Python wrappers exported here, which take and return numpy arrays; the link-list
 ``components`` (for the flow model's bookkeeping) are compiled functions that update their arrays in place.
 """
 
-from simulator.kernels.components import link_insert, link_rebuild, link_remove, reach
+from simulator.kernels.components import component, link_insert, link_rebuild, link_remove, reach
 from simulator.kernels.dcqcn import DCQCN_PARAM_NAMES, dcqcn_rates
+from simulator.kernels.drain import drain, soonest_end
 from simulator.kernels.lossless import lossless_throttle, successor_pairs
 from simulator.kernels.maxmin import build_csr, maxmin_rates
 
@@ -17,6 +18,9 @@ __all__ = [
     "link_rebuild",
     "link_remove",
     "reach",
+    "component",
+    "drain",
+    "soonest_end",
     "dcqcn_rates",
     "DCQCN_PARAM_NAMES",
     "lossless_throttle",

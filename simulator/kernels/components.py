@@ -8,7 +8,8 @@ l and ``entry_next`` / ``entry_prev`` chain the others (-1 ends a chain), so ins
 and unlinking a finished flow's cost what they hold, not the network's size; ``entry_flow[j]`` is entry j's
 flow slot. The walk marks links and flows with a stamp (``link_stamp``, ``flow_stamp``: equal to ``stamp`` once
 seen) instead of clearing arrays, and collects the reached flows into ``out``: its cost is the component's
-size.
+size. ``component`` then packs the reached flows into CSR arrays of their own (flows in slot order, links
+renumbered in id order), the problem the max-min kernel rates them from.
 
 Worked number: flows 0 (links 0, 1), 1 (link 1) and 2 (link 2). A change on link 0 reaches flow 0, then over
 link 1 flow 1; flow 2 shares no link with them and keeps its rate.
@@ -21,6 +22,9 @@ link 1 flow 1; flow 2 shares no link with them and keeps its rate.
 >>> n, k = reach(head, nxt, np.array([0, 0, 1, 2]), ptr, links, np.array([0]), seen_l, seen_f, 1, queue, out, 9)
 >>> sorted(out[:n].tolist()), sorted(queue[:k].tolist())
 ([0, 1], [0, 1])
+>>> flows, used, sub_ptr, sub_links, _ = component(ptr, links, np.ones(4), out[:n], queue[:k], np.zeros(3, np.int64))
+>>> flows.tolist(), used.tolist(), sub_ptr.tolist(), sub_links.tolist()
+([0, 1], [0, 1], [0, 2, 3], [0, 1, 1])
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["link_insert", "link_remove", "link_rebuild", "reach"]
+__all__ = ["link_insert", "link_remove", "link_rebuild", "reach", "component"]
 
 
 @njit(cache=True)
@@ -130,3 +134,37 @@ def reach(
                         tail += 1
             j = entry_next[j]
     return n, tail
+
+
+@njit(cache=True)
+def component(
+    flow_ptr: np.ndarray,
+    flow_links: np.ndarray,
+    flow_weights: np.ndarray,
+    reached: np.ndarray,
+    reached_links: np.ndarray,
+    link_local: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The flows ``reached`` (a walk's ``out[:n]``) on their own: (their slots in increasing order, their links
+    ``reached_links`` in increasing id order, and the CSR offsets, links and weights of those flows in that order,
+    each link renumbered as its index among the reached links); ``link_local`` (one entry per link) is scratch
+    space for the renumbering."""
+    flows = np.sort(reached)
+    links = np.sort(reached_links)
+    for i in range(links.shape[0]):
+        link_local[links[i]] = i
+    n = flows.shape[0]
+    sub_ptr = np.empty(n + 1, dtype=np.int64)
+    sub_ptr[0] = 0
+    for i in range(n):
+        f = flows[i]
+        sub_ptr[i + 1] = sub_ptr[i] + flow_ptr[f + 1] - flow_ptr[f]
+    sub_links = np.empty(sub_ptr[n], dtype=np.int64)
+    sub_weights = np.empty(sub_ptr[n], dtype=np.float64)
+    for i in range(n):
+        start = flow_ptr[flows[i]]
+        at = sub_ptr[i]
+        for j in range(sub_ptr[i + 1] - at):
+            sub_links[at + j] = link_local[flow_links[start + j]]
+            sub_weights[at + j] = flow_weights[start + j]
+    return flows, links, sub_ptr, sub_links, sub_weights

@@ -14,6 +14,8 @@ per batch of changes, so a thousand flows starting at the same instant cost one 
 
 A flow is a list of link ids with weights (a chain of ring edges is one flow whose links carry
 weight = edge bytes / chain bytes) and a rate cap; it consumes ``weight x rate`` on each link.
+Draining the flows between changes and finding the soonest end are one pass each over the flow slots
+(``kernels.drain``: the same IEEE operations as the whole-array numpy expressions, without their temporaries).
 Per-link bytes moved (``link_bytes``, for utilisation and conservation checks) are counted when a flow
 ends: its data bytes (or, moved to new paths, those it has sent) times its weights, once per flow rather
 than at every event, which would cost every active flow's links per event.
@@ -25,6 +27,8 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from ..kernels import drain, soonest_end
 
 
 def entries_of(flow_ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -229,31 +233,25 @@ class FluidNetwork:
             self._rerate()
             self.rerates += 1
             self._dirty = False
-        rate = self.rate
-        moving = self.active & (rate > 0)
-        if not moving.any():
-            return np.inf
-        return float((self.remaining[moving] / rate[moving]).min())
+        return float(soonest_end(self.rate, self.remaining, self.active))
 
     def advance(self, dt_s: float) -> np.ndarray:
         """Drain ``dt_s`` seconds at current rates; return the ids of flows that finished."""
         if self._dirty:
             self.next_completion_s()
-        rate, remaining, fill, active = self.rate, self.remaining, self.fill, self.active
-        idx = np.flatnonzero(active)
-        if self._group_of_link is not None:
+        rate, remaining, active = self.rate, self.remaining, self.active
+        n = active.shape[0]
+        recording = self._group_of_link is not None
+        if recording:
             self.group_bytes = np.zeros_like(self.group_bytes)
-        if idx.size == 0:
-            return idx
-        if dt_s > 0:
-            moved = np.minimum(rate[idx] * dt_s, remaining[idx])
-            filling = np.minimum(moved, fill[idx])
-            fill[idx] -= filling  # start-up first: no data on the links
-            remaining[idx] -= moved
-            if self._group_of_link is not None:
-                self._moved_by_group(idx, moved - filling)
-        # finished: at most a nanosecond of transfer left (float round-off on the drain)
-        done = idx[remaining[idx] <= rate[idx] * 1e-9 + 1e-9]
+        idx = np.flatnonzero(active) if recording and dt_s > 0 else None  # the flows whose moves are recorded
+        data_moved = np.zeros(n if idx is not None else 0)
+        # start-up first (no data on the links); finished: at most a nanosecond of transfer left (float round-off
+        # on the drain)
+        done = np.empty(n, dtype=np.int64)
+        done = done[: drain(rate, remaining, self.fill, active, dt_s, done, data_moved)]
+        if idx is not None and idx.size:
+            self._moved_by_group(idx, data_moved[idx])
         if done.size:
             self._count_bytes(done, self.data[done])
             remaining[done] = 0.0

@@ -3,7 +3,10 @@
 Rates: weighted max-min fairness (progressive filling) over all active flows and all links,
 computed by the numba kernel ``simulator.kernels.maxmin_rates`` whenever flows start or finish
 (once per batch of simultaneous changes), for the flows those changes reach through shared links
-(``kernels.components``): the rest keep their rates, which a full re-rating would give again.
+(``kernels.components``): the rest keep their rates, which a full re-rating would give again. A walk that
+reaches more than half of the active flows' (flow, link) entries stops there and every flow is re-rated, which
+then costs at most twice rating what it reached; the walk is tried again at the next change, as a network
+that is one component now (several buckets starting at one instant) may split up at the next.
 Between changes rates are constant, so a flow's completion time is exact for the fluid model.
 
 Captures: bandwidth sharing on every link (NVLink, PCIe, NIC, fabric), ECMP collisions (two
@@ -20,15 +23,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import link_insert, link_rebuild, link_remove, maxmin_rates, reach
-from .base import FluidNetwork, entries_of
+from ..kernels import component, link_insert, link_rebuild, link_remove, maxmin_rates, reach
+from .base import FluidNetwork
 
 
 class FlowNetwork(FluidNetwork):
     name = "flow"
     incremental = True  # re-rate only the flows a change reaches (False: every flow, every time)
-    WALK_FLOOR = 4096  # a walk stops past max(a sixteenth of the entries, this many): much of the network
-    GIANTS_TO_STOP = 4  # walks in a row that stop so: the network stays one component, re-rate every flow
+    WALK_FLOOR = 4096  # a walk stops past max(half the active flows' entries, this many): most of the network
 
     def __init__(self, capacity_bytes_per_s: np.ndarray):
         super().__init__(capacity_bytes_per_s)
@@ -44,7 +46,7 @@ class FlowNetwork(FluidNetwork):
         self._link_local = np.zeros(nlinks, dtype=np.int64)  # a reached link's index among the reached ones
         self._reached = np.empty(16, dtype=np.int64)
         self._stamp = 0
-        self._giants = 0  # walks in a row that found most of the network connected
+        self._active_entries = 0  # (flow, link) entries of the active flows
         self._touched: list[np.ndarray] = []  # links changed since the last re-rating
 
     def _added(self, n0: int, counts: np.ndarray, m0: int, total: int) -> None:
@@ -67,11 +69,13 @@ class FlowNetwork(FluidNetwork):
             rate, cap = self._slots["rate"][n0 : n0 + n], self._slots["cap"][n0 : n0 + n]
             rate[counts == 0] = cap[counts == 0]
         link_insert(self._link_head, self._entry_next, self._entry_prev, self._links, m0, m0 + total)
+        self._active_entries += total
         self._touched.append(self._links[m0 : m0 + total].copy())
 
     def _ended(self, entries: np.ndarray, links: np.ndarray) -> None:
         if self.incremental:
             link_remove(self._link_head, self._entry_next, self._entry_prev, self._links, entries)
+            self._active_entries -= entries.shape[0]
             self._touched.append(links)
 
     def _rescaled(self, link: int) -> None:
@@ -80,6 +84,7 @@ class FlowNetwork(FluidNetwork):
 
     def _compacted(self) -> None:
         if self.incremental:
+            self._active_entries = self._m  # compacted: only the active flows' entries are kept
             link_rebuild(
                 self._link_head,
                 self._entry_next,
@@ -120,11 +125,8 @@ class FlowNetwork(FluidNetwork):
             self._stamp,
             self._queue,
             self._reached,
-            max(self.flow_links.shape[0] // 16, self.WALK_FLOOR),  # past that, every flow is re-rated
+            max(self._active_entries // 2, self.WALK_FLOOR),  # past that, every flow is re-rated
         )
-        self._giants = self._giants + 1 if n < 0 else 0
-        if self._giants >= self.GIANTS_TO_STOP:  # the network stays one component: stop walking (and listing)
-            self.incremental = False
         if n < 0:
             self._rate_in_place(self.active)
             return
@@ -135,16 +137,13 @@ class FlowNetwork(FluidNetwork):
             reached[self._reached[:n]] = True
             self._rate_in_place(reached)
             return
-        flows = np.sort(self._reached[:n])
-        links = np.sort(self._queue[:k])
-        self._link_local[links] = np.arange(k)
-        entries = entries_of(ptr, flows)
-        sub_ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(ptr[flows + 1] - ptr[flows], out=sub_ptr[1:])
+        flows, links, sub_ptr, sub_links, sub_weights = component(
+            ptr, self.flow_links, self.flow_weights, self._reached[:n], self._queue[:k], self._link_local
+        )
         self.rate[flows] = maxmin_rates(
             sub_ptr,
-            self._link_local[self.flow_links[entries]],
-            self.flow_weights[entries],
+            sub_links,
+            sub_weights,
             np.ones(n, dtype=np.bool_),
             self.capacity_bytes_per_s[links],
             self.cap[flows],

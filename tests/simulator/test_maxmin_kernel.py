@@ -178,9 +178,9 @@ def test_shape_mismatch_raises():
 def test_re_rating_what_a_change_reaches_gives_every_rate_of_a_full_re_rating(nlinks, group, walk_floor):
     # two flow networks see the same random starts and ends (up to 4 links a flow, within one group of links,
     # some capped; on 12 links in one group a change reaches much of the network, which is rated in place, on
-    # 400 links in groups of 8 one group, rated on its own; with no floor the walks stop early and every flow is
-    # re-rated, and after 4 such walks in a row the network is treated as one component, as a large one whose
-    # data-parallel traffic ties it together):
+    # 400 links in groups of 8 one group, rated on its own; with no floor a walk that reaches more than half of the
+    # active flows' entries stops early and every flow is re-rated, as when a large network's data-parallel traffic
+    # ties it together):
     # one re-rates only the flows connected to a changed link (FlowNetwork's default), the other every flow;
     # storage compacts now and then and one link degrades half way.
     # Progressive filling rates each connected component from its own flows and links, so after every change
@@ -222,3 +222,29 @@ def test_re_rating_what_a_change_reaches_gives_every_rate_of_a_full_re_rating(nl
         assert dt == full.next_completion_s() and np.array_equal(incremental.rate, full.rate)
         assert np.array_equal(incremental.advance(dt), full.advance(dt))
     assert np.array_equal(incremental.link_bytes, full.link_bytes) and incremental.link_bytes.sum() > 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_drain_matches_the_numpy_expressions_bit_for_bit(seed):
+    # random flows (some inactive, some stopped, some with start-up fill, some about to finish, one unbounded),
+    # drained by a random time and by none: the kernel and its naive twin leave the same bits and the same ends
+    from simulator.kernels import drain, soonest_end
+    from tests.naive import drain_naive, soonest_end_naive
+
+    rng = np.random.default_rng(seed)
+    n = 200
+    rate = np.where(rng.random(n) < 0.1, 0.0, rng.uniform(1e9, 5e10, n))
+    rate[0] = np.inf
+    remaining = rng.uniform(0.0, 1e8, n)
+    remaining[rng.random(n) < 0.1] = 1e-12  # within round-off of done
+    fill = np.minimum(np.where(rng.random(n) < 0.3, rng.uniform(0.0, 1e6, n), 0.0), remaining)
+    active = rng.random(n) < 0.8
+    for dt_s in (float(rng.uniform(0.0, 1e-3)), 0.0):
+        assert soonest_end(rate, remaining, active) == soonest_end_naive(rate, remaining, active)
+        fast = [a.copy() for a in (remaining, fill)] + [np.zeros(n, np.int64), np.zeros(n)]
+        slow = [a.copy() for a in (remaining, fill)] + [np.zeros(n, np.int64), np.zeros(n)]
+        k = drain(rate, fast[0], fast[1], active, dt_s, fast[2], fast[3])
+        assert k == drain_naive(rate, slow[0], slow[1], active, dt_s, slow[2], slow[3]) and k > 0
+        for a, b in zip(fast, slow):
+            assert np.array_equal(a, b)
+        remaining, fill = fast[0], fast[1]
