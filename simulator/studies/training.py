@@ -779,6 +779,9 @@ class StepOptions:
     ``simulate`` call of the step (default: a fresh one); a sweep on one fabric can pass one to all its steps.
     ``progress``: called with a short description of each stage as the step reaches it (timing the kernels,
     simulating a phase with its ranks and tasks), for a progress display; None, silent.
+    ``bound_process``: the high side of an approximation's bound (``reductions.bounding_fabric``) runs in a forked
+    child process beside the reduced run where the platform forks, there is a second CPU and this process may
+    have children (False, or otherwise: one after the other); the numbers are the same either way.
     """
 
     config: SimConfig | None = None
@@ -799,6 +802,7 @@ class StepOptions:
     exact: bool = False
     route_cache: RouteCache | None = None
     progress: Callable[[str], None] | None = None
+    bound_process: bool = True
 
     def __post_init__(self) -> None:
         for name, kind, what in (
@@ -814,7 +818,7 @@ class StepOptions:
             finite(
                 "StepOptions.overlap_slowdown", self.overlap_slowdown, low=0, expected="None or a finite number >= 0"
             )
-        for name in ("flash_attention", "exact"):
+        for name in ("flash_attention", "exact", "bound_process"):
             flag(f"StepOptions.{name}", getattr(self, name))
         for name in ("tensor_rank0_p2p", "symmetric_replicas", "symmetric_context"):
             if getattr(self, name) is not None:
@@ -835,6 +839,46 @@ class StepOptions:
             raise reject("StepOptions.progress", self.progress, "None or a function of one string")
         if self.wiring is not None:
             instance("StepOptions.wiring", self.wiring, str, "None or a wiring name")
+
+
+def _beside(work: Callable[[], float]) -> Callable[[], float] | None:
+    """Start ``work`` in a forked child process and return the function that waits for its result; None where the
+    platform cannot fork, this is the only CPU, or this process may not have children (a daemon)."""
+    import multiprocessing
+    import os
+
+    if (os.cpu_count() or 1) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    if multiprocessing.current_process().daemon:
+        return None
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            send.send(("ok", work()))
+        except BaseException as exc:  # the parent raises it
+            send.send(("error", f"{type(exc).__name__}: {exc}"))
+        finally:
+            send.close()
+
+    process = ctx.Process(target=child, daemon=True)
+    process.start()
+    send.close()
+
+    def result() -> float:
+        try:
+            kind, value = receive.recv()
+        except EOFError:
+            raise RuntimeError("the bound's run ended without a result (its process was killed)") from None
+        finally:
+            process.join()
+            receive.close()
+        if kind != "ok":
+            raise RuntimeError(f"the bound's run failed: {value}")
+        return float(value)
+
+    return result
 
 
 def simulate_step(
@@ -906,7 +950,7 @@ def simulate_step(
     )
     kw = _StepArgs(recompute=recompute, granularity=o.granularity, tensor_rank0_p2p=used.tensor_rank0_p2p)
 
-    def measure(layout: ParallelismSpec, fabric: Topology) -> _Raw:
+    def measure(layout: ParallelismSpec, fabric: Topology, progress: Callable[[str], None] | None) -> _Raw:
         return _measure(
             model,
             layout,
@@ -919,18 +963,18 @@ def simulate_step(
             symmetric=used.symmetric,
             context=used.context,
             scales_transfers=used.scales_transfer_links,
-            progress=o.progress,
+            progress=progress,
             **kw,
         )
 
     m = p.microbatches
     steady = reductions.steady_state_runs(p, o.steady_state_microbatches)
 
-    def run(fabric: Topology) -> _Raw:
+    def run(fabric: Topology, progress: Callable[[str], None] | None = o.progress) -> _Raw:
         if steady is None:
-            return measure(p, fabric)
+            return measure(p, fabric, progress)
         k, few, more = steady
-        a, b = measure(few, fabric), measure(more, fabric)
+        a, b = measure(few, fabric, progress), measure(more, fabric, progress)
         return _Raw(
             **{
                 f.name: reductions.extrapolate(getattr(a, f.name), getattr(b, f.name), m=m, k=k)
@@ -940,20 +984,31 @@ def simulate_step(
             phases=b.phases,
         )
 
+    # the bound of an approximation (reductions.bounding_fabric): low, the reduced run; high, the same run on a
+    # fabric where it is no faster than any unit of the full step, run in a child process beside the reduced one
+    # where the platform forks and has a second CPU (``StepOptions.bound_process``; the same numbers either way)
+    fabric, why = (
+        reductions.bounding_fabric(
+            p, topology, placement, config, route_cache, used, tied_embeddings=model.tied_embeddings
+        )
+        if used.approximate
+        else (None, "")
+    )
+    bounded: Callable[[], float] | None = None
+    if fabric is not None:
+        if o.progress is not None:
+            o.progress("bounding the approximation: the reduced run on links shared by the missing traffic")
+        bounded = _beside(lambda: run(fabric, None).step_s) if o.bound_process else None
+        if bounded is None:
+            high_s = run(fabric).step_s
+            bounded = lambda: high_s  # noqa: E731
     raw = run(topology)
     notes = reductions.notes(p, used, steady=steady)
     step, critical = raw.step_s, raw.critical_s
     low = high = None
     if used.approximate:
-        # the bound of the approximation (reductions.bounding_fabric): low, the reduced run; high, the same run on a
-        # fabric where it is no faster than any unit of the full step
-        fabric, why = reductions.bounding_fabric(
-            p, topology, placement, config, route_cache, used, tied_embeddings=model.tied_embeddings
-        )
-        if fabric is not None:
-            if o.progress is not None:
-                o.progress("bounding the approximation: the reduced run on links shared by the missing traffic")
-            high = max(step, run(fabric).step_s)
+        if bounded is not None:
+            high = max(step, bounded())
             low = step
         notes.append(reductions.bound_note(low, high, critical, why))
     seq = p.seq(model)

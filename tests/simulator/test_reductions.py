@@ -539,3 +539,17 @@ def test_the_bound_reaches_every_output_of_a_step():
     assert (row["step_time_low_s"], row["exposed_comm_low_s"]) == (low, forced.exposed_comm_low_s)
     back = pickle.loads(pickle.dumps(forced))
     assert (back.step_time_low_s, back.step_time_high_s, back.notes) == (low, high, forced.notes)
+
+
+def test_the_bound_run_beside_the_reduced_one_gives_the_same_numbers_as_one_after_the_other():
+    # StepOptions.bound_process: the high side runs in a forked process on a machine with two CPUs; the result
+    # (every field, every note) is the serial one, bit for bit
+    topo, spec, layers, _, _ = _bounded_cases()["dragonfly, overlapped gradients"]
+    model = custom_gpt(layers=layers, hidden=4096, heads=8, vocab=128, seq_len=4096)
+    options = StepOptions(
+        compute=StepCompute.uniform(layers=layers, forward_s=1e-3, backward_s=2e-3), symmetric_replicas=True
+    )
+    beside = simulate_step(model, spec, system=topo, options=options)
+    serial = simulate_step(model, spec, system=topo, options=dataclasses.replace(options, bound_process=False))
+    assert beside.step_time_high_s is not None and beside.step_time_high_s > beside.step_time_low_s
+    assert beside.as_dict() == serial.as_dict()
