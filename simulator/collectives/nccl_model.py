@@ -345,7 +345,7 @@ def ring_latency_s(
 #: host-side cost of one network step on one connection, Intel host, LL and LL128 (us). Fitted once
 #: over every shipped multi-node nccl-tests table (fabricsim validate --cross); the
 #: AMD figure and Simple's x3 keep NCCL's netOverhead ratios.
-PROXY_STEP_US_INTEL = 1.25
+PROXY_STEP_US_INTEL = 1.0
 
 # Per-protocol buffers of one connection (init.cc DEFAULT_*_BUFFSIZE): LL 8 lines x 512 threads x
 # NCCL_STEPS x 16 B = 512 KiB; LL128 120 elements x 640 threads x NCCL_STEPS x 8 B = 4,915,200 B;
@@ -385,7 +385,7 @@ def proxy_step_s(*, protocol: str, cpu_vendor: str, step_us: float | None = None
 
 #: round trip of one LL128 step on one ring network connection, Intel host (us). Fitted once over the mid sizes
 #: of every shipped multi-node table (fabricsim validate --cross)
-NET_STEP_US_LL128 = 5.0
+NET_STEP_US_LL128 = 4.0
 
 
 def ring_net_step_s(*, protocol: str, cpu_vendor: str) -> float:

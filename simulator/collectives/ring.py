@@ -21,7 +21,7 @@ flows for channel c form chain c (one rate for the whole ring, set by its most l
 NCCL's ring latency for the protocol (``nccl_model.ring_latency_s``). Slice-level start-up
 (pipeline fill) is inside NCCL's latency constants, not modelled separately. Across servers each network
 connection moves its steps one round trip apart (``nccl_model.ring_net_step_s``): a floor on the step
-(``Step.proxy_s``) of ``ring_proxy_steps x`` that round trip, 15 x 5 us for a one-loop LL128 all_gather of 16 ranks.
+(``Step.proxy_s``) of ``ring_proxy_steps x`` that round trip, 15 x 4 us for a one-loop LL128 all_gather of 16 ranks.
 """
 
 from __future__ import annotations
