@@ -233,4 +233,5 @@ def _context(
         qps_per_connection=config.collectives.qps_per_connection,
         net_proxy=config.net_proxy,
         proxy_step_us=config.proxy_step_us,
+        ring_net_floor=config.ring_net_floor,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from topologies.checks import Option, finite, flag, instance, integer, is_int, option
 from topologies.routing import ROUTING_POLICIES
@@ -53,6 +54,9 @@ class SimConfig:
     # host cost of one step on one connection, Intel host, LL/LL128 (None: nccl_model.PROXY_STEP_US_INTEL)
     net_proxy: bool = True
     proxy_step_us: float | None = None
+    # floor of a multi-server ring (collectives/nccl_model.py ring_net_step_s): "connection", each network
+    # connection's steps one round trip apart; "proxy", the busiest GPU's serial proxy work (ablation)
+    ring_net_floor: Literal["connection", "proxy"] = "connection"
     # record each link tier's throughput over time (SimResult.tier_rates; an event replay only, for traces)
     tier_rates: bool = False
 
@@ -65,6 +69,8 @@ class SimConfig:
         object.__setattr__(self, "pxn", flag("pxn", self.pxn))
         object.__setattr__(self, "tier_rates", flag("tier_rates", self.tier_rates))
         object.__setattr__(self, "net_proxy", flag("net_proxy", self.net_proxy))
+        if self.ring_net_floor not in ("connection", "proxy"):
+            raise ValueError(f"ring_net_floor: {self.ring_net_floor!r} is not known; expected 'connection' or 'proxy'")
         if self.proxy_step_us is not None:
             object.__setattr__(
                 self,

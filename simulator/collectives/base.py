@@ -80,6 +80,9 @@ class LoweringContext:
     # network proxy model (nccl_model.proxy_step_s): off, or on with a per-step cost (None: the default)
     net_proxy: bool = True
     proxy_step_us: float | None = None
+    # floor of a multi-server ring: each network connection's steps at nccl_model.ring_net_step_s ("connection"),
+    # or the busiest GPU's serial proxy work as trees ("proxy", the earlier model; for ablation)
+    ring_net_floor: Literal["connection", "proxy"] = "connection"
     _cache: dict[Hashable, object] = field(default_factory=dict, repr=False, compare=False)
 
     def gpu(self, rank: int) -> int:
@@ -297,6 +300,14 @@ def protocol_schedule(
     )
 
 
+def rank_servers(ctx: LoweringContext) -> np.ndarray:
+    """The server of every rank (memoised per simulation)."""
+    server: np.ndarray = ctx.cached(
+        "rank-server", lambda: np.asarray(ctx.topology.gpu_server, dtype=np.int64)[np.asarray(ctx.rank_gpu)]
+    )
+    return server
+
+
 def proxy_busy_s(
     ctx: LoweringContext,
     src: np.ndarray,
@@ -323,9 +334,7 @@ def proxy_busy_s(
         return 0.0
     keep = (src >= 0) & (dst >= 0)
     src, dst, steps = src[keep], dst[keep], np.asarray(steps, dtype=np.float64)[keep]
-    server: np.ndarray = ctx.cached(
-        "rank-server", lambda: np.asarray(ctx.topology.gpu_server, dtype=np.int64)[np.asarray(ctx.rank_gpu)]
-    )
+    server = rank_servers(ctx)
     net = server[src] != server[dst]
     if not net.any():
         return 0.0

@@ -345,7 +345,7 @@ def ring_latency_s(
 #: host-side cost of one network step on one connection, Intel host, LL and LL128 (us). Fitted once
 #: over every shipped multi-node nccl-tests table (fabricsim validate --cross); the
 #: AMD figure and Simple's x3 keep NCCL's netOverhead ratios.
-PROXY_STEP_US_INTEL = 1.25
+PROXY_STEP_US_INTEL = 1.0
 
 # Per-protocol buffers of one connection (init.cc DEFAULT_*_BUFFSIZE): LL 8 lines x 512 threads x
 # NCCL_STEPS x 16 B = 512 KiB; LL128 120 elements x 640 threads x NCCL_STEPS x 8 B = 4,915,200 B;
@@ -370,6 +370,36 @@ def proxy_step_s(*, protocol: str, cpu_vendor: str, step_us: float | None = None
     base = PROXY_STEP_US_INTEL if step_us is None else step_us
     vendor = NET_OVERHEAD_US.get(cpu_vendor, 1.0) / NET_OVERHEAD_US["intel"]
     return base * vendor * (3.0 if protocol == "Simple" else 1.0) * 1e-6
+
+
+# A ring's network connections are not served by the proxy's serial work alone: each connection moves one FIFO
+# step at a time through a round trip of host and NIC actions (net.cc sendProxyProgress: the proxy posts a step
+# only once the GPU has written all of it and advanced its tail, for LL128 "*recvTail > tail"; isend; the NIC's
+# RDMA write; test until the completion; the head returned to the GPU), so a ring connection lasts at least its
+# steps (ring_proxy_steps) x that round trip, on every GPU at once: the floor of a multi-server ring
+# (ring.RingAlgorithm._proxy_s), in place of the busiest GPU's serial proxy work (a 24-channel ring has 6
+# connections a GPU and measures a per-connection floor, not 6 connections' sum). LL keeps no such floor: its
+# send buffer is host memory whose lines the proxy polls directly (no tail, no GPU Direct read; net.cc: LL
+# buffers are never in device memory on the send side), and NCCL's latency already pays netOverhead on each of
+# its steps. Simple takes NCCL's netOverhead ratio, x3; AMD hosts x2.
+
+#: round trip of one LL128 step on one ring network connection, Intel host (us). Fitted once over the mid sizes
+#: of every shipped multi-node table (fabricsim validate --cross)
+NET_STEP_US_LL128 = 4.0
+
+
+def ring_net_step_s(*, protocol: str, cpu_vendor: str) -> float:
+    """Floor of one step of one ring network connection (seconds): ``NET_STEP_US_LL128`` for LL128, x3 for
+    Simple, x2 on AMD hosts (NCCL's netOverhead ratios); 0 for LL.
+
+    >>> round(ring_net_step_s(protocol="Simple", cpu_vendor="amd") / ring_net_step_s(protocol="LL128",
+    ...     cpu_vendor="intel"), 6), ring_net_step_s(protocol="LL", cpu_vendor="intel")
+    (6.0, 0.0)
+    """
+    if protocol == "LL":
+        return 0.0
+    vendor = NET_OVERHEAD_US.get(cpu_vendor, 1.0) / NET_OVERHEAD_US["intel"]
+    return NET_STEP_US_LL128 * vendor * (3.0 if protocol == "Simple" else 1.0) * 1e-6
 
 
 def step_payload_bytes(protocol: str) -> int:

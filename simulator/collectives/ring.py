@@ -19,7 +19,9 @@ leaving ring position p carries (closed forms):
 **Time.** NCCL pipelines a ring in slices, so a channel streams: the schedule is one step whose
 flows for channel c form chain c (one rate for the whole ring, set by its most loaded link) plus
 NCCL's ring latency for the protocol (``nccl_model.ring_latency_s``). Slice-level start-up
-(pipeline fill) is inside NCCL's latency constants, not modelled separately.
+(pipeline fill) is inside NCCL's latency constants, not modelled separately. Across servers each network
+connection moves its steps one round trip apart (``nccl_model.ring_net_step_s``): a floor on the step
+(``Step.proxy_s``) of ``ring_proxy_steps x`` that round trip, 15 x 4 us for a one-loop LL128 all_gather of 16 ranks.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from .base import (
     piece_layout,
     protocol_schedule,
     proxy_busy_s,
+    rank_servers,
 )
 
 
@@ -161,9 +164,11 @@ class RingAlgorithm(AlgorithmDefaults):
     def _proxy_s(
         collective: Collective, ctx: LoweringContext, src: np.ndarray, dst: np.ndarray, protocol: str, nchannels: int
     ) -> float:
-        """Work of the busiest network proxy (``base.proxy_busy_s``): every inter-server ring edge is a
-        connection posting ``nccl_model.ring_proxy_steps`` steps."""
-        if not ctx.net_proxy or ctx.layout(collective.group).nnodes < 2:
+        """Floor of the ring's network connections: every inter-server ring edge is a connection posting
+        ``nccl_model.ring_proxy_steps`` steps, one at a time, each at least ``nccl_model.ring_net_step_s``
+        (with ``ctx.ring_net_floor="proxy"``: the busiest GPU's serial proxy work, ``base.proxy_busy_s``)."""
+        layout = ctx.layout(collective.group)
+        if not ctx.net_proxy or layout.nnodes < 2:
             return 0.0
         steps = nccl_model.ring_proxy_steps(
             kind_value=collective.kind.value,
@@ -172,13 +177,18 @@ class RingAlgorithm(AlgorithmDefaults):
             nchannels=nchannels,
             nranks=collective.nranks,
         )
+        if ctx.ring_net_floor == "connection":
+            server = rank_servers(ctx)
+            if not np.any(server[src] != server[dst]):
+                return 0.0
+            return steps * nccl_model.ring_net_step_s(protocol=protocol, cpu_vendor=layout.cpu_vendor)
         return proxy_busy_s(
             ctx,
             src,
             dst,
             np.full(src.shape[0], steps),
             protocol=protocol,
-            cpu_vendor=ctx.layout(collective.group).cpu_vendor,
+            cpu_vendor=layout.cpu_vendor,
             latency_covers="connection",
         )
 

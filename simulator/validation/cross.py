@@ -81,6 +81,16 @@ FITS = (
         rows_text="mid sizes (64 KiB - 64 MiB) of multi-node tables",
     ),
     Fit(
+        name="ring network step round trip",
+        module="simulator.collectives.nccl_model",
+        attribute="NET_STEP_US_LL128",
+        unit="us",
+        scale=1.0,
+        grid=(0.0, 1.0, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0),
+        rows=lambda c: c.nnodes > 1 and c.regime == "mid",
+        rows_text="mid sizes (64 KiB - 64 MiB) of multi-node tables",
+    ),
+    Fit(
         name="NVLS chunk synchronisation",
         module="simulator.collectives.nvls",
         attribute="NVLS_CHUNK_SYNC_S",

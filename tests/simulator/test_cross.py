@@ -67,8 +67,9 @@ def test_cross_command(capsys):
     # one table: no table to leave out; NVLS has no row in it
     assert main(["validate", "--cross", "--series", "2x B200 NDR sendrecv", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    proxy, nvls = data
+    proxy, ring, nvls = data
     assert proxy["tables"] == ["2x B200 NDR sendrecv"] and proxy["leave_one_table_out"] == {}
+    assert ring["constant"] == "ring network step round trip" and ring["tables"] == ["2x B200 NDR sendrecv"]
     assert proxy["held_out_error"] is None and nvls["tables"] == [] and nvls["in_sample_error"] is None
     for argv, message in (
         (["--data", "x.csv"], "cross: --data is not allowed with --cross"),

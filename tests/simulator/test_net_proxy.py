@@ -48,15 +48,25 @@ def test_chunk_and_step_counts_follow_nccls_chunking():
 
 def test_busiest_proxy_of_a_ring_and_a_tree():
     step_s = nccl_model.proxy_step_s(protocol="LL128", cpu_vendor="intel")
-    # 2x HGX B200 ring all_gather, LL128, 16 channels: each GPU enters 2 channels and leaves 2 across
-    # servers (4 connections), 15 steps each; the latency pays one connection's 15: 45 steps beyond
+    # 2x HGX B200 ring all_gather, LL128, 16 channels, 2 MiB: one loop, 15 steps a network connection, each
+    # at least one round trip (ring_net_step_s), whatever the connections a GPU has
     ctx = context("hgx-b200", 2)
     gather = Collective(kind=CollectiveKind.ALL_GATHER, nbytes=2 * MIB, group=tuple(range(16)))
     schedule = ALGORITHMS["ring"].lower_on(gather, ctx, protocol="LL128", nchannels=16, comm_channels=16)
+    round_trip_s = nccl_model.ring_net_step_s(protocol="LL128", cpu_vendor="intel")
+    assert round_trip_s == pytest.approx(nccl_model.NET_STEP_US_LL128 * 1e-6)
+    assert schedule.steps[0].proxy_s == pytest.approx(15 * round_trip_s)
+    # LL: no floor beyond NCCL's latency (host-memory send buffer polled by the proxy, netOverhead per step)
+    schedule = ALGORITHMS["ring"].lower_on(gather, ctx, protocol="LL", nchannels=16, comm_channels=16)
+    assert schedule.steps[0].proxy_s == 0
+    # the earlier model (ring_net_floor="proxy"): each GPU enters 2 channels and leaves 2 across servers
+    # (4 connections), 15 steps each; the latency pays one connection's 15: 45 steps of the proxy beyond
+    serial = replace(ctx, ring_net_floor="proxy")
+    schedule = ALGORITHMS["ring"].lower_on(gather, serial, protocol="LL128", nchannels=16, comm_channels=16)
     assert schedule.steps[0].proxy_s == pytest.approx(45 * step_s)
     # 2x DGX A100 (AMD hosts: x2) tree LL128 all_reduce of 2 MiB on 16 channels = 32 (tree, channel) chains,
     # 4 headed by each GPU, 2 network connections each (8); chunk 17,280 B (as above, 2 MiB: 1 < 5.6),
-    # 64 KiB a chain: 4 steps a connection, the latency pays the first: 8 x 3 = 24 steps of 2 x 1.25 us
+    # 64 KiB a chain: 4 steps a connection, the latency pays the first: 8 x 3 = 24 steps of 2 x 1.0 us
     ctx = context("dgx-a100", 2)
     reduce = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=2 * MIB, group=tuple(range(16)))
     schedule = ALGORITHMS["tree"].lower_on(reduce, ctx, protocol="LL128", nchannels=16, comm_channels=16)
@@ -85,12 +95,12 @@ def test_the_floor_replaces_the_transfer_when_the_proxy_is_slower(network_model)
         ].time_us
 
     # 2 MiB tree LL128 (the choice either way: the tuner does not see the proxy): the busiest proxy's
-    # 24 x 2.5 us = 60 us outlasts the transfer, so the step is latency + path + 60 us: the floor less the
+    # 24 x 2.0 us = 48 us outlasts the transfer, so the step is latency + path + 48 us: the floor less the
     # transfer it hides is the difference, whatever the transfer
     on, off = time_us("2M"), time_us("2M", net_proxy=False)
     assert on > off
-    # doubling the step cost doubles the 60 us floor: the time grows by exactly 60 us
-    assert time_us("2M", proxy_step_us=2.5) - on == pytest.approx(60.0, abs=1e-6)
+    # doubling the step cost (1.0 -> 2.0 us, Intel) doubles the 48 us floor: the time grows by exactly 48 us
+    assert time_us("2M", proxy_step_us=2.0) - on == pytest.approx(48.0, abs=1e-6)
     # a one-chunk tree (8 B): nothing beyond the latency, the same time
     assert time_us("8") == time_us("8", net_proxy=False)
 
@@ -100,3 +110,5 @@ def test_config_checks_the_proxy_fields():
         SimConfig(net_proxy="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="proxy_step_us"):
         SimConfig(proxy_step_us=-1.0)
+    with pytest.raises(ValueError, match="ring_net_floor"):
+        SimConfig(ring_net_floor="busiest")  # type: ignore[arg-type]
