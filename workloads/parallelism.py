@@ -120,6 +120,17 @@ class ParallelismSpec:
     # bytes per gradient bucket; None = one bucket of all gradients; MCORE_BUCKETS = Megatron-Core's default
     bucket_bytes: int | str | None = MCORE_BUCKETS
     dp_overlap: bool = True  # reduce gradient buckets during the backward (DDP); False = after it
+    # Megatron-Core --overlap-param-gather (default off): with the distributed optimizer (ZeRO 1/2) the updated
+    # parameters are all-gathered bucket by bucket at the start of the next step, each bucket before the first
+    # forward that uses it, instead of all after the optimizer (DistributedDataParallelConfig.overlap_param_gather)
+    overlap_param_gather: bool = False
+    # Megatron-Core --grad-reduce-in-bf16 (default off: bf16 training keeps and reduces fp32 main gradients,
+    # accumulate_allreduce_grads_in_fp32); on, the gradient buffers and their reduction are bf16
+    grad_reduce_in_bf16: bool = False
+    # Megatron-Core --tp-comm-overlap (default off; TransformerConfig.tp_comm_overlap): Transformer Engine's
+    # userbuffers overlap the sequence-parallel all-gathers and reduce-scatters with the GEMMs around them
+    # (workloads.training.tensor_parallel); needs sequence parallelism, as in Megatron
+    tp_comm_overlap: bool = False
     order: str = DEFAULT_ORDER
     dtype: str = "bf16"
     ep_imbalance: float = 0.0  # busiest expert-parallel rank receives (1 + x) x the average tokens
@@ -148,14 +159,33 @@ class ParallelismSpec:
             "sequence_parallel",
             "scatter_gather",
             "dp_overlap",
+            "overlap_param_gather",
+            "grad_reduce_in_bf16",
+            "tp_comm_overlap",
             "account_for_embedding_in_pipeline_split",
             "account_for_loss_in_pipeline_split",
         ):
             object.__setattr__(self, name, flag(f"ParallelismSpec.{name}", getattr(self, name)))
         if self.fsdp and self.zero not in (0, 3):
             raise _reject("zero", self.zero, "0 or 3 with fsdp=True (FSDP full sharding is ZeRO stage 3)")
+        if self.tp_comm_overlap and not self.sequence_parallel:
+            raise _reject(
+                "tp_comm_overlap",
+                True,
+                "False without sequence_parallel (Megatron overlaps the sequence-parallel "
+                "all-gathers and reduce-scatters only)",
+            )
+        if self.overlap_param_gather and (self.zero_stage not in (1, 2) or not self.dp_overlap):
+            raise _reject(
+                "overlap_param_gather",
+                True,
+                "False unless zero is 1 or 2 (Megatron's distributed optimizer) and dp_overlap is True "
+                "(Megatron requires --overlap-grad-reduce with it)",
+            )
         object.__setattr__(self, "schedule", option("ParallelismSpec.schedule", self.schedule, PipelineSchedule))
         object.__setattr__(self, "dtype", option("ParallelismSpec.dtype", self.dtype, Dtype))
+        if self.grad_reduce_in_bf16 and self.dtype == "fp16":
+            raise _reject("grad_reduce_in_bf16", True, "False with dtype 'fp16' (its gradients are fp16 already)")
         if self.bucket_bytes is not None and self.bucket_bytes != MCORE_BUCKETS:
             if not is_int(self.bucket_bytes) or self.bucket_bytes < 4:
                 raise _reject("bucket_bytes", self.bucket_bytes, f"None, {MCORE_BUCKETS!r} or an integer >= 4")
@@ -222,6 +252,16 @@ class ParallelismSpec:
     def zero_stage(self) -> int:
         """The ZeRO stage in effect (3 with fsdp=True)."""
         return 3 if self.fsdp else self.zero
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per gradient element kept and reduced by the data-parallel reduction: 2 for fp16 training or
+        with ``grad_reduce_in_bf16``, else 4 (fp32 main gradients, Megatron's accumulate_allreduce_grads_in_fp32).
+
+        >>> ParallelismSpec(dp=2).grad_bytes, ParallelismSpec(dp=2, grad_reduce_in_bf16=True).grad_bytes
+        (4, 2)
+        """
+        return 2 if self.dtype == "fp16" or self.grad_reduce_in_bf16 else 4
 
     @property
     def sp(self) -> bool:
@@ -298,6 +338,10 @@ class ParallelismSpec:
                 raise _reject("ep", self.ep, f"a divisor of the model's experts ({model.experts})")
         if model.is_moe and self.tp > 1 and not self.sequence_parallel:
             raise _reject("sequence_parallel", False, "True for a MoE model with tp > 1 (Megatron requires it)")
+        if model.is_moe and self.tp > 1 and self.tp_comm_overlap:
+            raise _reject(
+                "tp_comm_overlap", True, "False for a MoE model (userbuffers overlap of expert layers is not modelled)"
+            )
         return self
 
     # ---- rank numbering --------------------------------------------------------------------------

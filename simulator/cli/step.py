@@ -93,6 +93,26 @@ def add_parser(sub) -> None:
         const=False,
         help="reduce the gradients after the backward instead of bucket by bucket during it (the default)",
     )
+    step.add_argument(
+        "--overlap-param-gather",
+        action="store_const",
+        const=True,
+        help="with the distributed optimizer (--zero 1 or 2): all-gather the updated parameters bucket by bucket "
+        "before the forward that uses them instead of after the optimizer (Megatron-Core; default off)",
+    )
+    step.add_argument(
+        "--grad-reduce-in-bf16",
+        action="store_const",
+        const=True,
+        help="keep and reduce gradients in bf16 instead of fp32 main gradients (Megatron-Core; default off)",
+    )
+    step.add_argument(
+        "--tp-comm-overlap",
+        action="store_const",
+        const=True,
+        help="overlap the sequence-parallel all-gathers and reduce-scatters with their GEMMs, as Transformer "
+        "Engine's userbuffers (Megatron-Core; needs --sequence-parallel; default off)",
+    )
     step.add_argument("--dtype", choices=names(Dtype), help="training precision; default bf16")
     step.add_argument("--schedule", choices=names(PipelineSchedule), help="pipeline schedule; default 1f1b")
     step.add_argument("--sequence-parallel", action="store_const", const=True, help="Megatron sequence parallelism")

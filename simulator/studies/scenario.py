@@ -109,6 +109,10 @@ STEP_DEFAULTS = {
     "seq_len": 8192,
     "bucket_mb": None,  # Megatron-Core's buckets (workloads.parallelism.MCORE_BUCKETS)
     "overlap_grad_reduce": True,
+    # Megatron-Core's defaults (off): --overlap-param-gather, --grad-reduce-in-bf16, --tp-comm-overlap
+    "overlap_param_gather": False,
+    "grad_reduce_in_bf16": False,
+    "tp_comm_overlap": False,
     "dtype": "bf16",
     "schedule": "1f1b",
     "sequence_parallel": False,
@@ -196,6 +200,9 @@ SETTING_CHECKS = {
             "rail_optimised",
             "gdr",
             "overlap_grad_reduce",
+            "overlap_param_gather",
+            "grad_reduce_in_bf16",
+            "tp_comm_overlap",
             "exact",
             "account_for_embedding_in_pipeline_split",
             "account_for_loss_in_pipeline_split",
@@ -305,6 +312,9 @@ def prepare_step(s: Mapping, *, environ: Mapping[str, str]) -> StepSetup:
         dtype=s["dtype"],
         bucket_bytes=bucket_bytes,
         dp_overlap=s["overlap_grad_reduce"],
+        overlap_param_gather=s["overlap_param_gather"],
+        grad_reduce_in_bf16=s["grad_reduce_in_bf16"],
+        tp_comm_overlap=s["tp_comm_overlap"],
     )
     # the trace's link-tier counter tracks need the tiers' rates recorded
     config = network_config(s, environ, tier_rates=s["trace"] is not None)

@@ -65,9 +65,11 @@ from workloads.options import Granularity, Recompute
 from workloads.parallelism import ParallelismSpec
 from workloads.tasks import ComputeTask, Task
 from workloads.training import (
+    TP_OVERLAP,
+    TP_OVERLAP_BACKWARD,
+    TP_OVERLAP_FORWARD,
     StepCompute,
     TrainingWorkload,
-    gradient_bytes_per_param,
     pipeline_schedule,
     resolve,
     training_step,
@@ -82,7 +84,15 @@ from ..placement import Placement
 from ..results import SimResult
 from . import reductions
 
-__all__ = ("StepOptions", "StepPhase", "StepResult", "step_compute", "memory_per_gpu", "simulate_step")
+__all__ = (
+    "StepOptions",
+    "StepPhase",
+    "StepResult",
+    "step_compute",
+    "tp_overlap_stretch_s",
+    "memory_per_gpu",
+    "simulate_step",
+)
 
 
 class _TokenArgs(TypedDict):
@@ -154,6 +164,12 @@ def step_compute(
     slowdown = (
         cmp.default_overlap_slowdown(gpu, compute_model=compute_model) if overlap_slowdown is None else overlap_slowdown
     )
+    if p.tp_comm_overlap and p.sp:
+        stretch = tp_overlap_stretch_s(
+            model, p, gpu, recompute=recompute, flash_attention=flash_attention, compute_model=compute_model
+        )
+        forward = tuple(t + extra for t, extra in zip(forward, stretch[0]))
+        backward = tuple(t + extra for t, extra in zip(backward, stretch[1]))
     return StepCompute(
         layer_forward_s=forward,
         layer_backward_s=backward,
@@ -166,13 +182,65 @@ def step_compute(
     )
 
 
+def tp_overlap_stretch_s(
+    model: ModelSpec,
+    parallelism: ParallelismSpec,
+    gpu: GpuSpec,
+    *,
+    recompute: str = "none",
+    flash_attention: bool = True,
+    compute_model: cmp.GpuComputeModel | None = None,
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Seconds each layer's forward and backward (recomputation included) gain from the SMs Transformer Engine's
+    overlapped tensor-parallel kernels hold (``tp_comm_overlap``): every GEMM paired with a collective
+    (``workloads.training.tensor_parallel.TP_OVERLAP``) runs on S - k of the S SMs while the k of its collective's
+    kernels run, g k / (S - k) more (``default_overlap_slowdown`` with k), over the whole GEMM: an upper bound, as
+    the pipelined GEMMs run on S - k SMs throughout (TE's set_sm_margin) but a bulk collective may end before its
+    GEMM. Zeros without sequence-parallel overlap and for MoE layers' expert GEMMs (not paired)."""
+    p = parallelism
+    zeros = (0.0,) * model.layers
+    if not (p.tp_comm_overlap and p.sp):
+        return zeros, zeros
+    kw: dict[str, Any] = dict(
+        micro_batch=p.micro_batch,
+        seq_len=p.seq(model),
+        tp=p.tp,
+        sp=p.sp,
+        cp=p.cp,
+        ep=p.ep,
+        dtype=_compute_dtype(p),
+        flash_attention=flash_attention,
+        compute_model=compute_model,
+    )
+
+    def extra(times: dict[str, float], names: tuple[str, ...], prefix: str = "") -> float:
+        return math.fsum(
+            times.get(prefix + TP_OVERLAP[n].gemm, 0.0)
+            * cmp.default_overlap_slowdown(gpu, comm_ctas=TP_OVERLAP[n].num_sm, compute_model=compute_model)
+            for n in names
+        )
+
+    by_kind: dict[bool, tuple[float, float]] = {}
+    forward, backward = [], []
+    for layer in range(model.layers):
+        kind = model.is_moe_layer(layer)
+        if kind not in by_kind:
+            fwd = cmp.layer_forward(model, gpu, layer=layer, **kw).by_name()
+            bwd = cmp.layer_backward(model, gpu, layer=layer, recompute=recompute, **kw).by_name()
+            again = extra(bwd, TP_OVERLAP_FORWARD, "recompute.") if recompute == "full" else 0.0
+            by_kind[kind] = (extra(fwd, TP_OVERLAP_FORWARD), again + extra(bwd, TP_OVERLAP_BACKWARD))
+        forward.append(by_kind[kind][0])
+        backward.append(by_kind[kind][1])
+    return tuple(forward), tuple(backward)
+
+
 def memory_per_gpu(
     model: ModelSpec, parallelism: ParallelismSpec, *, recompute: str = "none", flash_attention: bool = True
 ) -> dict[str, float]:
     """Bytes on the most loaded GPU: parameters, gradients, optimizer state, activations (module docstring)."""
     p = parallelism
     p.check(model)
-    grad_bytes = gradient_bytes_per_param(p.dtype)
+    grad_bytes = p.grad_bytes
     state = model.training_state_bytes(
         tp=p.tp,
         pp=p.pp,
