@@ -123,6 +123,23 @@ def _compute_dtype(parallelism: ParallelismSpec) -> str:
     return "fp8" if parallelism.dtype == "fp8" else "bf16"
 
 
+def _layer_args(
+    p: ParallelismSpec, model: ModelSpec, flash_attention: bool, compute_model: cmp.GpuComputeModel | None
+) -> dict[str, Any]:
+    """The keyword arguments every layer of the step is timed with (``simulator.compute.gpu``), but recompute."""
+    return dict(
+        micro_batch=p.micro_batch,
+        seq_len=p.seq(model),
+        tp=p.tp,
+        sp=p.sp,
+        cp=p.cp,
+        ep=p.ep,
+        dtype=_compute_dtype(p),
+        flash_attention=flash_attention,
+        compute_model=compute_model,
+    )
+
+
 def step_compute(
     model: ModelSpec,
     parallelism: ParallelismSpec,
@@ -137,18 +154,7 @@ def step_compute(
     p = parallelism
     p.check(model)
     forward, backward = cmp.layer_times(
-        model,
-        gpu,
-        micro_batch=p.micro_batch,
-        seq_len=p.seq(model),
-        tp=p.tp,
-        sp=p.sp,
-        cp=p.cp,
-        ep=p.ep,
-        dtype=_compute_dtype(p),
-        flash_attention=flash_attention,
-        recompute=recompute,
-        compute_model=compute_model,
+        model, gpu, recompute=recompute, **_layer_args(p, model, flash_attention, compute_model)
     )
     tkw = _TokenArgs(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, cp=p.cp, compute_model=compute_model)
     shard = p.dp * p.cp if p.zero_stage >= 1 else 1
@@ -201,17 +207,7 @@ def tp_overlap_stretch_s(
     zeros = (0.0,) * model.layers
     if not (p.tp_comm_overlap and p.sp):
         return zeros, zeros
-    kw: dict[str, Any] = dict(
-        micro_batch=p.micro_batch,
-        seq_len=p.seq(model),
-        tp=p.tp,
-        sp=p.sp,
-        cp=p.cp,
-        ep=p.ep,
-        dtype=_compute_dtype(p),
-        flash_attention=flash_attention,
-        compute_model=compute_model,
-    )
+    kw = _layer_args(p, model, flash_attention, compute_model)
 
     def extra(times: dict[str, float], names: tuple[str, ...], prefix: str = "") -> float:
         return math.fsum(
@@ -232,6 +228,23 @@ def tp_overlap_stretch_s(
         forward.append(by_kind[kind][0])
         backward.append(by_kind[kind][1])
     return tuple(forward), tuple(backward)
+
+
+def overlap_notes(parallelism: ParallelismSpec) -> list[str]:
+    """What the result's notes say about the communication overlaps in use that are approximations."""
+    p, out = parallelism, []
+    if p.tp_comm_overlap and p.sp:
+        out.append(
+            "tp comm overlap (APPROXIMATE: optimistic where a collective outlasts its GEMM): Transformer Engine's "
+            "default userbuffers methods; each layer pass's overlapped tensor-parallel communication hides behind "
+            "the pass's whole compute, not only its own GEMM; the pipelined reduce-scatters' last chunks (1/4) exposed"
+        )
+    if p.overlap_param_gather and p.zero_stage in (1, 2) and p.dp * p.cp > 1:
+        out.append(
+            "overlap param gather: the parameter all-gathers run back to back from the step's start, each waited for "
+            "by the first forward that needs it (Megatron-Core dispatches one bucket ahead)"
+        )
+    return out
 
 
 def memory_per_gpu(
@@ -864,7 +877,7 @@ def simulate_step(
         )
     else:
         raw = measure(p)
-    notes = reductions.notes(p, used, steady=steady)
+    notes = reductions.notes(p, used, steady=steady) + overlap_notes(p)
     step, critical = raw.step_s, raw.critical_s
     seq = p.seq(model)
     flops = model.step_flops(batch=p.global_batch, seq_len=seq, recompute=recompute)
