@@ -15,8 +15,16 @@ How a row is simulated
 The recipe's layout (t, p, c, d, v, micro-batch 1, global batch, sequence) on ``dgx-h100`` servers
 (8 NDR NICs each, a rail-optimised leaf-spine, as the recipes' "DGX-H100 reference arch (8x400G IB per
 node)"), BF16, flash attention, no recomputation, interleaved 1F1B when v > 1, sequence parallelism when
-t > 1, Megatron's distributed optimizer (ZeRO 1) and overlapped gradient reduction, as NeMo's recipes set
-them (ASSUMPTION where a README does not print them). When the layers do not fill p x v chunks evenly
+t > 1, with the communication settings of NeMo's recipes, not Megatron-Core's defaults (``dgxc_layout``):
+the distributed optimizer (ZeRO 1) with overlapped gradient reduce-scatter and parameter all-gather
+(NeMo's llama3_70b / gpt3_175b trainer: DistributedDataParallelConfig(overlap_grad_reduce=True,
+overlap_param_gather=True), distributed_fused_adam), TP communication overlap when t > 1 (the performance
+recipes' MegatronCommOverlapCallback(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_bf16_h100_*);
+NVIDIA/dgxc-benchmarking llama3.1/pretrain_llama31.py sets it for 70B and 405B; modelled with Transformer
+Engine's default overlap methods, not the recipes' tuned SM counts), and gradients reduced in fp32 for
+Llama (DDP grad_reduce_in_fp32=True) but in bf16 for GPT3-175B (its pretrain_performance_optimizations set
+trainer.plugins.grad_reduce_in_fp32 = False). ASSUMPTION: the v24.11.1 recipes (NeMo 24.09) ran the same
+settings as the NeMo 2.0 recipe files read. When the layers do not fill p x v chunks evenly
 but layers + 2 does (405B on p 8 v 8), the embedding and the loss count as layers in the split (the
 recipe's ``account_for_embedding/loss_in_pipeline_split``). Rows with m >= 4k micro-batches per pipeline
 (k = 16 rounded up to a multiple of p) are extrapolated from k and 2k, as ``simulator.validation.sc21``.
@@ -54,6 +62,7 @@ from .sc21 import steady_microbatches
 __all__ = (
     "DGXC_TABLE",
     "DGXC_MODELS",
+    "BF16_GRADIENTS",
     "DgxcCase",
     "dgxc_cases",
     "dgxc_layout",
@@ -71,6 +80,9 @@ DGXC_MODELS = {
     "GPT3-175B": "gpt3-175b",
 }
 """Recipe model name -> ``workloads.presets`` name."""
+BF16_GRADIENTS = frozenset({"GPT3-175B"})
+"""Recipes that reduce gradients in bf16 (NeMo gpt3_175b.py pretrain_performance_optimizations:
+``recipe.trainer.plugins.grad_reduce_in_fp32 = False``); the Llama recipes keep fp32 (see the module docstring)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,6 +172,9 @@ def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
         seq_len=case.seq_len,
         schedule="interleaved" if case.vp > 1 else "1f1b",
         sequence_parallel=case.tp > 1,
+        overlap_param_gather=True,
+        tp_comm_overlap=case.tp > 1,
+        grad_reduce_in_bf16=case.model in BF16_GRADIENTS,
         account_for_embedding_in_pipeline_split=account,
         account_for_loss_in_pipeline_split=account,
     )
