@@ -244,7 +244,8 @@ def _coupling(config: SimConfig) -> str:
 def _inside_pipeline(p: ParallelismSpec) -> str:
     """Why data-parallel or expert-parallel traffic runs during the pipeline (empty when none does)."""
     if p.dp > 1 and p.dp_overlap:
-        return "gradients are reduced during the backward (dp_overlap), inside the pipeline"
+        gathers = " and parameters gathered before the forward (overlap_param_gather)" if p.overlap_param_gather else ""
+        return f"gradients are reduced during the backward (dp_overlap){gathers}, inside the pipeline"
     if p.dp > 1 and p.zero_stage >= 3:
         return "ZeRO-3/FSDP gathers parameters inside the pipeline"
     if p.ep > 1:

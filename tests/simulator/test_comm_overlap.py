@@ -3,6 +3,7 @@ Engine's userbuffers), the parameter all-gather overlapped with the next forward
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -176,3 +177,34 @@ def test_step_settings_take_the_megatron_flags():
         False,
         False,
     )
+
+
+def test_reductions_stay_exact_with_the_overlaps():
+    # tp 8 x cp 2 x dp 2 on 4 DGX H100 (server 2d + j holds context rank j of replica d), ZeRO-1: TP overlap keeps
+    # the tensor group's collectives on NVLink inside each pass, and the parameter gathers run between servers, as
+    # the overlapped gradient buckets do: the step picks the reductions it picks without the overlaps (context
+    # rank 0 standing exactly for both; replicas not, their buckets crossing the pipeline's PCIe links), and
+    # they still reproduce the full simulation.
+    model = custom_gpt(layers=4, hidden=128, heads=8, vocab=128, seq_len=64)
+    spec = ParallelismSpec(
+        tp=8,
+        cp=2,
+        dp=2,
+        zero=1,
+        global_batch=8,
+        bucket_bytes=4096,
+        sequence_parallel=True,
+        tp_comm_overlap=True,
+        overlap_param_gather=True,
+    )
+    system = build_system("dgx-h100", nodes=4)
+    compute = StepCompute.uniform(layers=4, forward_s=1e-3, backward_s=2e-3)
+    reduced = simulate_step(model, spec, system=system, options=StepOptions(compute=compute))
+    full = simulate_step(model, spec, system=system, options=StepOptions(compute=compute, exact=True))
+    plain = dataclasses.replace(spec, tp_comm_overlap=False, overlap_param_gather=False)
+    without = simulate_step(model, plain, system=system, options=StepOptions(compute=compute))
+    assert reduced.notes[: len(without.notes)] == without.notes and without.notes[0].startswith("context ranks (exact)")
+    assert not reduced.approximate
+    assert math.isclose(reduced.step_time_s, full.step_time_s, rel_tol=1e-9)
+    for group, entry in full.breakdown["group"].items():
+        assert reduced.breakdown["group"][group]["nbytes"] == entry["nbytes"]
