@@ -131,6 +131,12 @@ class ParallelismSpec:
     # userbuffers overlap the sequence-parallel all-gathers and reduce-scatters with the GEMMs around them
     # (workloads.training.tensor_parallel); needs sequence parallelism, as in Megatron
     tp_comm_overlap: bool = False
+    # Megatron's overlap_p2p_comm (interleaved schedule only): stage-to-stage sends do not block the next pass but
+    # the next pass of the same phase, and a steady-state forward's receive is posted one pass earlier, beside the
+    # backward before it (workloads.training.pipeline). Megatron-Core's ModelParallelConfig default is off;
+    # Megatron-LM's training script turns it on for the interleaved schedule (--no-overlap-p2p-communication
+    # turns it off) and NeMo's MegatronCommOverlapCallback on when vp > 1
+    overlap_p2p_comm: bool = False
     order: str = DEFAULT_ORDER
     dtype: str = "bf16"
     ep_imbalance: float = 0.0  # busiest expert-parallel rank receives (1 + x) x the average tokens
@@ -162,6 +168,7 @@ class ParallelismSpec:
             "overlap_param_gather",
             "grad_reduce_in_bf16",
             "tp_comm_overlap",
+            "overlap_p2p_comm",
             "account_for_embedding_in_pipeline_split",
             "account_for_loss_in_pipeline_split",
         ):
@@ -192,6 +199,10 @@ class ParallelismSpec:
             object.__setattr__(self, "bucket_bytes", int(self.bucket_bytes))
         finite_nonnegative("ParallelismSpec.ep_imbalance", self.ep_imbalance, "a finite number >= 0")
         self._parse_order(self.order)
+        if self.overlap_p2p_comm and self.schedule != "interleaved":
+            raise _reject(
+                "overlap_p2p_comm", True, "False unless schedule is 'interleaved' (Megatron overlaps it there only)"
+            )
         if self.schedule == "interleaved":
             if self.vp < 2:
                 raise _reject("vp", self.vp, "an integer >= 2 with schedule 'interleaved' (model chunks per stage)")

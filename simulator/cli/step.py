@@ -113,6 +113,14 @@ def add_parser(sub) -> None:
         help="overlap the sequence-parallel all-gathers and reduce-scatters with their GEMMs, as Transformer "
         "Engine's userbuffers (Megatron-Core; needs --sequence-parallel; default off)",
     )
+    step.add_argument(
+        "--overlap-p2p-communication",
+        action="store_const",
+        const=True,
+        help="interleaved schedule: stage-to-stage sends and receives run beside the next pass instead of blocking "
+        "it (Megatron's overlap_p2p_comm; off in Megatron-Core's config, on in Megatron-LM's and NeMo's interleaved "
+        "runs; default off)",
+    )
     step.add_argument("--dtype", choices=names(Dtype), help="training precision; default bf16")
     step.add_argument("--schedule", choices=names(PipelineSchedule), help="pipeline schedule; default 1f1b")
     step.add_argument("--sequence-parallel", action="store_const", const=True, help="Megatron sequence parallelism")

@@ -109,10 +109,12 @@ STEP_DEFAULTS = {
     "seq_len": 8192,
     "bucket_mb": None,  # Megatron-Core's buckets (workloads.parallelism.MCORE_BUCKETS)
     "overlap_grad_reduce": True,
-    # Megatron-Core's defaults (off): --overlap-param-gather, --grad-reduce-in-bf16, --tp-comm-overlap
+    # Megatron-Core's defaults (off): --overlap-param-gather, --grad-reduce-in-bf16, --tp-comm-overlap,
+    # --overlap-p2p-communication
     "overlap_param_gather": False,
     "grad_reduce_in_bf16": False,
     "tp_comm_overlap": False,
+    "overlap_p2p_communication": False,  # Megatron-Core's ModelParallelConfig.overlap_p2p_comm default
     "dtype": "bf16",
     "schedule": "1f1b",
     "sequence_parallel": False,
@@ -203,6 +205,7 @@ SETTING_CHECKS = {
             "overlap_param_gather",
             "grad_reduce_in_bf16",
             "tp_comm_overlap",
+            "overlap_p2p_communication",
             "exact",
             "account_for_embedding_in_pipeline_split",
             "account_for_loss_in_pipeline_split",
@@ -315,6 +318,7 @@ def prepare_step(s: Mapping, *, environ: Mapping[str, str]) -> StepSetup:
         overlap_param_gather=s["overlap_param_gather"],
         grad_reduce_in_bf16=s["grad_reduce_in_bf16"],
         tp_comm_overlap=s["tp_comm_overlap"],
+        overlap_p2p_comm=s["overlap_p2p_communication"],
     )
     # the trace's link-tier counter tracks need the tiers' rates recorded
     config = network_config(s, environ, tier_rates=s["trace"] is not None)

@@ -352,18 +352,34 @@ class _RankProgram:
         if self.pipeline:
             op_end: list[tuple[int, ...]] = []
             deferred: list[int] = []
+            # overlap_p2p_comm: the sends of a pass are waited for by the next pass of the same phase
+            waiting: dict[str, list[int]] = {"F": [], "B": []}
+            overlap = spec.overlap_p2p_comm and spec.schedule == "interleaved"
             for i, (phase, mb, chunk) in enumerate(self.ops):
                 v = chunk * spec.pp + self.stage
                 # Receives are posted when the pass before the consumer ends; in the interleaved schedule
-                # Megatron posts a backward's receive one pass earlier, with the previous (F, B) pair's.
-                early = spec.schedule == "interleaved" and phase == "B" and i >= 1 and self.ops[i - 1][0] == "F"
+                # Megatron posts a backward's receive one pass earlier, with the previous (F, B) pair's, and with
+                # overlap_p2p_comm a steady-state forward's too (posted with the previous forward's send, before
+                # the backward between them runs).
+                early = (
+                    spec.schedule == "interleaved"
+                    and i >= 1
+                    and self.ops[i - 1][0] != phase
+                    and (phase == "B" or overlap)
+                )
                 j = i - 2 if early else i - 1
                 post = op_end[j] if j >= 0 else ()
+                if overlap:
+                    self.prog.pending.extend(waiting[phase])
+                    waiting[phase] = []
                 if phase == "F":
                     sends = self.forward(mb, v, post)
                 else:
                     sends = self.backward(mb, v, post, last=self.last_backward[chunk] == i)
                 op_end.append(self.prog.last0)
+                if overlap:
+                    waiting[phase] += sends
+                    continue
                 # Blocking sends: the next pass waits for them. Interleaved steady state runs a (F, B) pair
                 # back to back and exchanges after it (Megatron), so F's sends block the pass after B.
                 pair = (
@@ -377,6 +393,7 @@ class _RankProgram:
                 else:
                     self.prog.pending.extend(sends + deferred)
                     deferred = []
+            self.prog.pending.extend(waiting["F"] + waiting["B"])  # every send done before the step ends
         if self.reduce:
             b.dp.finish(self)
         return tuple(self.prog.tasks)
