@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from topologies.checks import finite_nonnegative, flag, integer, is_int, option, reject
 
 from .model import ModelSpec
-from .options import Dtype, PipelineSchedule, names
+from .options import CpCommType, Dtype, PipelineSchedule, names
 
 __all__ = (
     "SCHEDULES",
@@ -137,6 +137,9 @@ class ParallelismSpec:
     # Megatron-LM's training script turns it on for the interleaved schedule (--no-overlap-p2p-communication
     # turns it off) and NeMo's MegatronCommOverlapCallback on when vp > 1
     overlap_p2p_comm: bool = False
+    # Megatron-Core --cp-comm-type (default "p2p"): ring attention, all-to-all or K/V all-gather
+    # (workloads.training.context_parallel); "a2a+p2p" (hierarchical) is not modelled
+    cp_comm_type: str = "p2p"
     order: str = DEFAULT_ORDER
     dtype: str = "bf16"
     ep_imbalance: float = 0.0  # busiest expert-parallel rank receives (1 + x) x the average tokens
@@ -191,6 +194,7 @@ class ParallelismSpec:
             )
         object.__setattr__(self, "schedule", option("ParallelismSpec.schedule", self.schedule, PipelineSchedule))
         object.__setattr__(self, "dtype", option("ParallelismSpec.dtype", self.dtype, Dtype))
+        object.__setattr__(self, "cp_comm_type", option("ParallelismSpec.cp_comm_type", self.cp_comm_type, CpCommType))
         if self.grad_reduce_in_bf16 and self.dtype == "fp16":
             raise _reject("grad_reduce_in_bf16", True, "False with dtype 'fp16' (its gradients are fp16 already)")
         if self.bucket_bytes is not None and self.bucket_bytes != MCORE_BUCKETS:
@@ -342,6 +346,17 @@ class ParallelismSpec:
         s = self.seq(model)
         if s % self.cp:
             raise _reject("cp", self.cp, f"a divisor of seq_len ({s})")
+        if (
+            self.cp > 1
+            and self.cp_comm_type == "a2a"
+            and ((model.heads // self.tp) % self.cp or (model.kv_heads // self.tp) % self.cp)
+        ):
+            raise _reject(
+                "cp",
+                self.cp,
+                f"a divisor of the heads ({model.heads}) and kv_heads ({model.kv_heads}) per tensor rank "
+                f"(tp {self.tp}) with cp_comm_type 'a2a' (the all-to-all splits the heads over the context ranks)",
+            )
         if self.ep > 1:
             if not model.is_moe:
                 raise _reject("ep", self.ep, f"1 for the dense model {model.name!r} (no experts to distribute)")

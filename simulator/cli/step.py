@@ -15,7 +15,7 @@ from simulator.studies.scenario import (
 )
 from topologies import checks
 from topologies.routing import ROUTING_POLICIES
-from workloads.options import Dtype, Granularity, PipelineSchedule, Recompute, names
+from workloads.options import CpCommType, Dtype, Granularity, PipelineSchedule, Recompute, names
 from workloads.presets import SC21_VOCAB
 
 from .common import (
@@ -120,6 +120,12 @@ def add_parser(sub) -> None:
         help="interleaved schedule: stage-to-stage sends and receives run beside the next pass instead of blocking "
         "it (Megatron's overlap_p2p_comm; off in Megatron-Core's config, on in Megatron-LM's and NeMo's interleaved "
         "runs; default off)",
+    )
+    step.add_argument(
+        "--cp-comm-type",
+        choices=names(CpCommType),
+        help="context-parallel exchange: ring p2p overlapped with attention (default), all-to-all (Ulysses) or "
+        "K/V all-gather (Megatron-Core --cp-comm-type)",
     )
     step.add_argument("--dtype", choices=names(Dtype), help="training precision; default bf16")
     step.add_argument("--schedule", choices=names(PipelineSchedule), help="pipeline schedule; default 1f1b")

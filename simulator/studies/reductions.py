@@ -374,7 +374,8 @@ def tensor_verdict(
         for a, b in _stage_hops(p, group):
             if a in members and b in members:
                 hops_of[p.coords(a).tp] += [(gpu[a], gpu[b]), (gpu[b], gpu[a])]
-    for a, b in _context_pairs(p, ranks):
+    rings = p.cp_comm_type == "p2p"  # other exchanges are every tensor rank's own collectives, not stood for
+    for a, b in _context_pairs(p, ranks) if rings else ():
         hops_of[p.coords(a).tp].append((gpu[a], gpu[b]))
     links, verdict = _footprints(hops_of, router, "tensor rank")
     if not verdict.exact:
@@ -562,7 +563,8 @@ def plan(
     )
     # left to the step, representative transfers need a reduced step (symmetric replicas or context ranks): their
     # link bytes then count t times where the verdict is exact
-    carries = p.tp > 1 and (p.pp > 1 or p.cp > 1)  # tensor rank 0 has transfers or rings to stand for
+    # tensor rank 0 has transfers or rings to stand for
+    carries = p.tp > 1 and (p.pp > 1 or (p.cp > 1 and p.cp_comm_type == "p2p"))
     if carries and (tensor_rank0_p2p or (tensor_rank0_p2p is None and (symmetric or context))):
         ranks = simulated_ranks(p, symmetric=symmetric, context=context)  # the ranks simulated with the transfers
         tensor = tensor_verdict(p, topology, placement, config, route_cache, ranks=ranks)
@@ -614,7 +616,7 @@ def notes(p: ParallelismSpec, plan: Plan, *, steady: tuple | None) -> list[str]:
         )
         out.append(
             f"representative transfers ({how(plan.tensor)}): pipeline transfers"
-            + (" and context rings" if p.cp > 1 else "")
+            + (" and context rings" if p.cp > 1 and p.cp_comm_type == "p2p" else "")
             + f" simulated for tensor rank 0, standing for all {p.tp} ({counted})"
         )
     if steady is not None:

@@ -28,9 +28,9 @@ def h100():
     return build_system("dgx-h100", nodes=1)
 
 
-def _alone_s(topology, kind: CollectiveKind, nbytes: int, group: tuple[int, ...]) -> float:
+def _alone_s(topology, kind: CollectiveKind, nbytes: int, group: tuple[int, ...], dtype: str = "bfloat16") -> float:
     """Seconds of one collective run alone on ``topology``."""
-    c = Collective(kind=kind, nbytes=nbytes, group=group, dtype="bfloat16")
+    c = Collective(kind=kind, nbytes=nbytes, group=group, dtype=dtype)
     return simulate(topology, Workload.sequence([c], nranks=8)).makespan_s
 
 
@@ -247,3 +247,38 @@ def test_overlap_p2p_comm_hides_stage_transfers_behind_the_backward():
     # the warm-up and cool-down transfers stay blocking: less exposed, not none (11.1 -> 6.3 ms here)
     assert 0 < overlapped.exposed_comm_s < blocking.exposed_comm_s
     assert overlapped.breakdown["group"]["pp"]["nbytes"] == blocking.breakdown["group"]["pp"]["nbytes"]
+
+
+@pytest.mark.parametrize("comm_type", ["p2p", "a2a", "allgather"])
+def test_cp_comm_types_on_a_context_pair(h100, comm_type):
+    # One layer (h 64 = 4 heads x 16, g = 4 KV heads, s 32, b 1, bf16) on a context pair: local K and V
+    # 2 x 16 x 64 x 2 = 4096 B, local Q (and output) 16 x 64 x 2 = 2048 B. Compute 10 ms forward, 20 ms backward;
+    # the pair also averages its gradients (one fp32 bucket, after the last backward task, exposed).
+    # p2p: 1 ring step forward and 2 backward beside the attention: hidden, 30 ms + the gradient all-reduce.
+    # a2a: forward all-to-alls of Q + K V = 6144 B and of the output 2048 B, backward the same two (output
+    # gradient; dQ, dK, dV), all blocking. allgather: forward an all-gather of 2 x 4096 = 8192 B, backward the
+    # all-gather again and a reduce-scatter of dK, dV of 8192 B, blocking.
+    model = custom_gpt(layers=1, hidden=64, heads=4, vocab=128, seq_len=32)
+    compute = StepCompute.uniform(layers=1, forward_s=10e-3, backward_s=20e-3)
+    spec = ParallelismSpec(cp=2, dp=1, global_batch=1, cp_comm_type=comm_type)
+    r = simulate_step(model, spec, system=h100, options=StepOptions(compute=compute, exact=True))
+    pair = (0, 1)
+    grads = r.breakdown["group"]["dp"]["nbytes"]
+    expected = 30e-3 + _alone_s(h100, CollectiveKind.ALL_REDUCE, int(grads), pair, "float32")
+    if comm_type == "a2a":
+        expected += 2 * (
+            _alone_s(h100, CollectiveKind.ALL_TO_ALL, 6144, pair)
+            + _alone_s(h100, CollectiveKind.ALL_TO_ALL, 2048, pair)
+        )
+    elif comm_type == "allgather":
+        expected += 2 * _alone_s(h100, CollectiveKind.ALL_GATHER, 8192, pair)
+        expected += _alone_s(h100, CollectiveKind.REDUCE_SCATTER, 8192, pair)
+    assert math.isclose(r.step_time_s, expected, rel_tol=1e-9)
+
+
+def test_cp_a2a_needs_heads_per_tensor_rank_divisible_by_cp():
+    model = custom_gpt(layers=1, hidden=64, heads=4, vocab=128, seq_len=32)
+    with pytest.raises(ValueError, match="ParallelismSpec.cp"):
+        ParallelismSpec(tp=4, cp=2, dp=1, global_batch=1, cp_comm_type="a2a").check(model)
+    with pytest.raises(ValueError, match="ParallelismSpec.cp_comm_type"):
+        ParallelismSpec(cp=2, dp=1, cp_comm_type="a2a+p2p")

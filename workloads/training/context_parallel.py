@@ -10,6 +10,16 @@ step i's attention only. Task merging makes one sendrecv per chunk pass carrying
 
 Worked number: s 8192, b 1, c 4, t 1, g d = 8 x 128 = 1024, bf16: one step moves 2 x 2048 x 1024 x 2 =
 8,388,608 B (8 MiB); a layer runs 3 steps forward (24 MiB) and 6 backward (48 MiB) per micro-batch.
+
+Other exchanges (``ParallelismSpec.cp_comm_type``, Megatron-Core --cp-comm-type, Transformer Engine's
+implementations; ``ModelSpec.cp_collectives_per_layer`` gives the sizes): "a2a" (DeepSpeed-Ulysses: all-to-alls of
+Q, K, V before attention and of the output after it, heads split over the context ranks instead of the sequence)
+and "allgather" (TE's AttnFuncWithCPAndKVAllGather: "KV all-gather between CP ranks is exposed"; the backward
+gathers K and V again and reduce-scatters dK, dV). Both block the attention: every tensor rank runs its own on
+the compute stream after the pass's compute (bytes and time additive; where inside the pass they fall is
+ignored, as the overlap TE gets between the Q, K and V all-to-alls on two streams). Worked number, same layer,
+"allgather": 4 x 8 MiB = 32 MiB gathered forward; "a2a" with a d = 4096: Q = 2048 x 4096 x 2 = 16 MiB, so
+all-to-alls of 16 + 8 = 24 MiB and 16 MiB forward.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ class ContextParallel:
                 cp=b.spec.cp,
                 phase=phase,
                 recompute=b.recompute,
+                comm_type=str(b.spec.cp_comm_type),
             )
         return self._sizes[phase]
 
@@ -65,6 +76,9 @@ class ContextParallel:
         b = self.b
         n = len(layers)
         cp_sizes = self.sizes(phase)
+        if cp_sizes and b.spec.cp_comm_type != "p2p":
+            self._emit_blocking(rp, layers, cp_sizes, key, label, merge)
+            return
         if not cp_sizes or (b.tensor_rank0_p2p and not rp.ask("first", "tp")):
             return  # no ring, or tensor rank 0's stands for this one
         cp_group = rp.group("cp")
@@ -83,3 +97,24 @@ class ContextParallel:
                     weight,
                 )
                 rp.prog.pending.append(rp.prog.side(ci, f"cp kv {label}", STREAM_CP, start_after))
+
+    def _emit_blocking(
+        self, rp: _RankProgram, layers: list[int], sizes: tuple[CommSize, ...], key: Hashable, label: str, merge: bool
+    ) -> None:
+        """cp_comm_type "a2a" or "allgather": the collectives of one pass on the compute stream, every tensor rank
+        its own (they block the attention, as Transformer Engine runs them); one per kind and pass when merged."""
+        b = self.b
+        cp_group = rp.group("cp")
+        for size in sizes:
+            counts = [size.count * len(layers)] if merge else [1] * (size.count * len(layers))
+            for j, count in enumerate(counts):
+                ci = b.simple(
+                    ("cp", key, size.name, j, cp_group),
+                    size.kind,
+                    size.nbytes * count,
+                    cp_group,
+                    b.act_dtype,
+                    "cp",
+                    f"cp {size.name} {label}",
+                )
+                rp.prog.add_comm(ci, f"cp {size.name}")
