@@ -21,7 +21,9 @@ the distributed optimizer (ZeRO 1) with overlapped gradient reduce-scatter and p
 overlap_param_gather=True), distributed_fused_adam), TP communication overlap when t > 1 (the performance
 recipes' MegatronCommOverlapCallback(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_bf16_h100_*);
 NVIDIA/dgxc-benchmarking llama3.1/pretrain_llama31.py sets it for 70B and 405B; modelled with Transformer
-Engine's default overlap methods, not the recipes' tuned SM counts), and gradients reduced in fp32 for
+Engine's default overlap methods, not the recipes' tuned SM counts), non-blocking stage-to-stage transfers
+with the interleaved schedule (nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py sets
+overlap_p2p_comm=True when vp > 1, as Megatron-LM's training script does), and gradients reduced in fp32 for
 Llama (DDP grad_reduce_in_fp32=True) but in bf16 for GPT3-175B (its pretrain_performance_optimizations set
 trainer.plugins.grad_reduce_in_fp32 = False). ASSUMPTION: the v24.11.1 recipes (NeMo 24.09) ran the same
 settings as the NeMo 2.0 recipe files read. When the layers do not fill p x v chunks evenly
@@ -174,6 +176,7 @@ def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
         sequence_parallel=case.tp > 1,
         overlap_param_gather=True,
         tp_comm_overlap=case.tp > 1,
+        overlap_p2p_comm=case.vp > 1,
         grad_reduce_in_bf16=case.model in BF16_GRADIENTS,
         account_for_embedding_in_pipeline_split=account,
         account_for_loss_in_pipeline_split=account,

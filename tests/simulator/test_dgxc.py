@@ -31,6 +31,7 @@ def test_layouts_follow_the_recipes():
     assert spec.schedule == "interleaved" and spec.sequence_parallel and spec.zero == 1
     # NeMo's recipes: distributed optimizer with both overlaps, TP communication overlap, fp32 Llama gradients
     assert spec.dp_overlap and spec.overlap_param_gather and spec.tp_comm_overlap and not spec.grad_reduce_in_bf16
+    assert spec.overlap_p2p_comm  # NeMo's callback with vp > 1
     _, spec = dgxc_layout(by_key["v24.11.1", "GPT3-175B", 128])
     assert spec.tp_comm_overlap and spec.grad_reduce_in_bf16  # its performance recipe reduces bf16 gradients
     # p 9 x v 7 = 63 chunks of 2 layers: no accounting
