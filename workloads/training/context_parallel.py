@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
-from ..collectives import CollectiveKind
 from ..model import CommSize
 from .common import STREAM_CP
 
@@ -76,38 +75,17 @@ class ContextParallel:
         b = self.b
         n = len(layers)
         cp_sizes = self.sizes(phase)
-        if cp_sizes and b.spec.cp_comm_type != "p2p":
-            self._emit_blocking(rp, layers, cp_sizes, key, label, merge)
-            return
-        if not cp_sizes or (b.tensor_rank0_p2p and not rp.ask("first", "tp")):
-            return  # no ring, or tensor rank 0's stands for this one
+        # ring steps run beside the compute (tensor rank 0's may stand for the others'); the other exchanges block
+        # it, every tensor rank its own, as Transformer Engine runs them
+        ring = b.spec.cp_comm_type == "p2p"
+        if not cp_sizes or (ring and b.tensor_rank0_p2p and not rp.ask("first", "tp")):
+            return  # no exchange, or tensor rank 0's ring stands for this one
         cp_group = rp.group("cp")
-        weight = b.spec.tp if b.tensor_rank0_p2p else 1
+        weight = b.spec.tp if ring and b.tensor_rank0_p2p else 1
         for size in cp_sizes:
             counts = [size.count * n] if merge else [1] * (size.count * n)
             for j, count in enumerate(counts):
-                ci = b.simple(
-                    ("cp", key, size.name, j, cp_group),
-                    CollectiveKind.SENDRECV,
-                    size.nbytes * count,
-                    cp_group,
-                    b.act_dtype,
-                    "cp",
-                    f"cp kv {label}",
-                    weight,
-                )
-                rp.prog.pending.append(rp.prog.side(ci, f"cp kv {label}", STREAM_CP, start_after))
-
-    def _emit_blocking(
-        self, rp: _RankProgram, layers: list[int], sizes: tuple[CommSize, ...], key: Hashable, label: str, merge: bool
-    ) -> None:
-        """cp_comm_type "a2a" or "allgather": the collectives of one pass on the compute stream, every tensor rank
-        its own (they block the attention, as Transformer Engine runs them); one per kind and pass when merged."""
-        b = self.b
-        cp_group = rp.group("cp")
-        for size in sizes:
-            counts = [size.count * len(layers)] if merge else [1] * (size.count * len(layers))
-            for j, count in enumerate(counts):
+                name = f"cp kv {label}" if ring else f"cp {size.name} {label}"
                 ci = b.simple(
                     ("cp", key, size.name, j, cp_group),
                     size.kind,
@@ -115,6 +93,10 @@ class ContextParallel:
                     cp_group,
                     b.act_dtype,
                     "cp",
-                    f"cp {size.name} {label}",
+                    name,
+                    weight,
                 )
-                rp.prog.add_comm(ci, f"cp {size.name}")
+                if ring:
+                    rp.prog.pending.append(rp.prog.side(ci, name, STREAM_CP, start_after))
+                else:
+                    rp.prog.add_comm(ci, f"cp {size.name}")
