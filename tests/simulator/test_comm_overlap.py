@@ -282,3 +282,26 @@ def test_cp_a2a_needs_heads_per_tensor_rank_divisible_by_cp():
         ParallelismSpec(tp=4, cp=2, dp=1, global_batch=1, cp_comm_type="a2a").check(model)
     with pytest.raises(ValueError, match="ParallelismSpec.cp_comm_type"):
         ParallelismSpec(cp=2, dp=1, cp_comm_type="a2a+p2p")
+
+
+def test_fabricsim_step_takes_the_overlap_flags(capsys):
+    # the switches through the command a user calls: a Llama-3 8B-class step on one DGX H100, tp 2 with sequence
+    # parallelism and ZeRO-1; the JSON echoes the layout and the notes name the approximations
+    import json
+
+    from simulator.cli import main
+
+    argv = ["step", "--nodes", "1", "--tp", "2", "--pp", "1", "--global-batch", "4", "--seq-len", "2048"]
+    argv += ["--sequence-parallel", "--zero", "1", "--format", "json", "--quiet"]
+    argv += ["--tp-comm-overlap", "--overlap-param-gather", "--grad-reduce-in-bf16", "--cp-comm-type", "allgather"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    p = data["parallelism"]
+    assert (p["tp_comm_overlap"], p["overlap_param_gather"], p["grad_reduce_in_bf16"], p["cp_comm_type"]) == (
+        True,
+        True,
+        True,
+        "allgather",
+    )
+    assert any(n.startswith("tp comm overlap (APPROXIMATE") for n in data["notes"])
+    assert any(n.startswith("overlap param gather") for n in data["notes"])
