@@ -71,6 +71,7 @@ __all__ = (
     "ROCE_200G",
     "ROCE_400G",
     "ROCE_800G",
+    "QPI_INTEL_BDW",
     "UPI_INTEL",
     "UPI_INTEL_SPR",
     "UPI_INTEL_EMR",
@@ -355,7 +356,7 @@ ROCE_800G = _network_port("roce_800g", LinkKind.ROCE, 800.0, _ROCE_PROTOCOL_EFFI
 # are faster still, but GPU peer-to-peer writes crossing sockets are forwarded by the CPU's root
 # complex and coherent fabric as small transactions (NCCL: "Intel CPU convert GPU P2P traffic into 64B
 # PCI TLPs"), so the achievable rate is far below the line rate. NCCL encodes the achievable figure per
-# CPU family in src/graph/topo.h (NCCL 2.30.7): SKL_QPI_BW 10.0, SRP_QPI_BW 22.0, ERP_QPI_BW 40.0,
+# CPU family in src/graph/topo.h (NCCL 2.30.7): BDW_QPI_BW 6.0, SKL_QPI_BW 10.0, SRP_QPI_BW 22.0, ERP_QPI_BW 40.0,
 # AMD_BW 16.0 GB/s, and we use it directly as the line rate with both efficiencies 1.0. (Later NCCL
 # sources split AMD by Zen generation: 16 / 24 / 32 GB/s for Zen1-2 / Zen3-4 / Zen5.)
 # ESTIMATE latency: crossing the socket link adds on the order of 0.1 us (a remote-socket memory access
@@ -374,6 +375,7 @@ def _cpu_link(name: str, nccl_gbps: float) -> LinkSpec:
     )
 
 
+QPI_INTEL_BDW = _cpu_link("qpi_intel_bdw", 6.0)  # Broadwell and older: NCCL BDW_QPI_BW
 UPI_INTEL = _cpu_link("upi_intel", 10.0)  # Skylake/Cascade Lake class: NCCL SKL_QPI_BW
 UPI_INTEL_SPR = _cpu_link("upi_intel_spr", 22.0)  # Sapphire Rapids: NCCL SRP_QPI_BW
 UPI_INTEL_EMR = _cpu_link("upi_intel_emr", 40.0)  # Emerald Rapids: NCCL ERP_QPI_BW
@@ -422,6 +424,7 @@ LINK_PRESETS: Mapping[str, LinkSpec] = types.MappingProxyType(
             ROCE_200G,
             ROCE_400G,
             ROCE_800G,
+            QPI_INTEL_BDW,
             UPI_INTEL,
             UPI_INTEL_SPR,
             UPI_INTEL_EMR,

@@ -9,7 +9,10 @@ A server is wired as the hardware is:
   evenly, so GPU i and NIC i share a switch: that is the NIC affinity ``nvidia-smi topo -m``
   shows as PIX); PCIe switches hang off the CPU sockets, which are joined by the socket
   interconnect and each own their host memory;
-* without PCIe switches (``pcie_switches=0``) every GPU sits on a CPU root port.
+* without PCIe switches (``pcie_switches=0``) every GPU sits on a CPU root port;
+* an imported server (``topologies.io``: ``nvidia-smi topo -m``, NCCL's topology XML) that is not
+  spread evenly gives its placement explicitly (``ServerSpec.layout``, a :class:`PcieLayout`): the
+  socket of each PCIe switch, and the switch (or root port) and socket of each GPU and NIC.
 
 Routes inside a server (link-id tuples, precomputed once per server):
 
@@ -22,6 +25,9 @@ Routes inside a server (link-id tuples, precomputed once per server):
 * NIC j -> GPU: GPUDirect RDMA write through PCIe (the engine chooses the receiver's own NIC).
 * Without GPUDirect RDMA (``gdr=False``, NCCL's "GDR 0") both GPU -> NIC and NIC -> GPU are staged
   through a bounce buffer in the GPU's socket memory.
+
+Sockets are joined pairwise by the socket link (two sockets: one link), as NCCL joins every pair
+of its CPU nodes with a SYS link.
 
 Closed form: a server with G GPUs, K NICs, P PCIe switches and S sockets has
 G + K + P + 2S (+1 NVSwitch) devices.
@@ -37,10 +43,53 @@ import networkx as nx
 
 from . import devices as dev
 from . import links as lk
-from .checks import flag, integer, is_int, reject
+from .checks import flag, int_tuple, integer, is_int, reject
 from .devices import GpuSpec, NicSpec, SwitchSpec
 from .links import LinkSpec
 from .topology import LinkTier, NodeKind, ServerInfo, TopologyBuilder, path_links
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PcieLayout:
+    """Where each PCIe switch, GPU and NIC of a server sits, for servers not spread evenly.
+
+    ``switch_sockets[p]`` is the socket PCIe switch p hangs off; ``gpu_switches[i]`` the switch GPU i
+    hangs off, or -1 for a root port of its socket ``gpu_sockets[i]``; likewise ``nic_switches`` and
+    ``nic_sockets``. A device on a switch sits on that switch's socket.
+    """
+
+    switch_sockets: tuple[int, ...]
+    gpu_switches: tuple[int, ...]
+    gpu_sockets: tuple[int, ...]
+    nic_switches: tuple[int, ...] = ()
+    nic_sockets: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("switch_sockets", "gpu_switches", "gpu_sockets", "nic_switches", "nic_sockets"):
+            low = -1 if name.endswith("_switches") else 0
+            object.__setattr__(self, name, int_tuple(f"PcieLayout.{name}", getattr(self, name), low=low))
+        for kind in ("gpu", "nic"):
+            switches, sockets = getattr(self, f"{kind}_switches"), getattr(self, f"{kind}_sockets")
+            if len(switches) != len(sockets):
+                raise reject(f"PcieLayout.{kind}_sockets", sockets, f"one socket per {kind} ({len(switches)})")
+            for index, (switch, socket) in enumerate(zip(switches, sockets)):
+                if switch >= len(self.switch_sockets):
+                    raise reject(
+                        f"PcieLayout.{kind}_switches[{index}]",
+                        switch,
+                        f"-1 (a root port) or a switch index below {len(self.switch_sockets)}",
+                    )
+                if switch >= 0 and self.switch_sockets[switch] != socket:
+                    raise reject(
+                        f"PcieLayout.{kind}_sockets[{index}]",
+                        socket,
+                        f"{self.switch_sockets[switch]}, the socket of its PCIe switch {switch}",
+                    )
+
+    @property
+    def sockets(self) -> int:
+        """How many sockets the layout uses (the highest index + 1)."""
+        return 1 + max((*self.switch_sockets, *self.gpu_sockets, *self.nic_sockets), default=0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +111,7 @@ class ServerSpec:
     p2p: bool = True
     gdr: bool = True  # GPUDirect RDMA: NICs read/write GPU memory; False stages through host memory
     cpu_vendor: str = "intel"  # "intel" | "amd": NCCL's latency and LL tables depend on it
+    layout: PcieLayout | None = None  # explicit placement (imported servers); None: spread evenly
 
     def __post_init__(self) -> None:
         def bad(field: str, value: object, allowed: str) -> NoReturn:
@@ -77,15 +127,52 @@ class ServerSpec:
         if not is_int(pcie_switches) or pcie_switches < 0 or (pcie_switches and self.pcie_switch is None):
             bad("pcie_switches", self.pcie_switches, "an integer >= 0, with a pcie_switch spec when > 0")
         object.__setattr__(self, "pcie_switches", int(self.pcie_switches))
-        if self.pcie_switches and self.pcie_switches % self.sockets:
+        if self.layout is not None:
+            layout = self.layout
+            for field, have, want in (
+                ("layout.gpu_switches", len(layout.gpu_switches), self.gpus),
+                ("layout.nic_switches", len(layout.nic_switches), self.nics),
+                ("layout.switch_sockets", len(layout.switch_sockets), self.pcie_switches),
+            ):
+                if have != want:
+                    bad(field, have, f"{want} entries (one per {field.split('.')[1].split('_')[0]})")
+            if layout.sockets > self.sockets:
+                bad("layout", f"{layout.sockets} sockets", f"at most sockets ({self.sockets})")
+        elif self.pcie_switches and self.pcie_switches % self.sockets:
             bad("pcie_switches", self.pcie_switches, f"a multiple of sockets ({self.sockets})")
-        if self.pcie_switches and (self.gpus % self.pcie_switches or self.nics % self.pcie_switches):
+        if (
+            self.layout is None
+            and self.pcie_switches
+            and (self.gpus % self.pcie_switches or self.nics % self.pcie_switches)
+        ):
             bad("pcie_switches", self.pcie_switches, f"a divisor of gpus ({self.gpus}) and nics ({self.nics})")
         object.__setattr__(self, "gdr", flag("ServerSpec.gdr", self.gdr))
         if self.cpu_vendor not in ("intel", "amd"):
             bad("cpu_vendor", self.cpu_vendor, "'intel' or 'amd'")
         if self.nvswitch is not None and (self.gpu.nvlink is None or self.gpu.nvlink_count == 0):
             bad("nvswitch", self.nvswitch.name, f"None: GPU {self.gpu.name} has no NVLink")
+
+
+def even_layout(spec: ServerSpec) -> PcieLayout | None:
+    """The layout of a server spread evenly over its PCIe switches (None without switches): switch p on socket
+    p // (P / S), GPU i on switch i P / G, NIC j on switch j P / K - GPU i and NIC i share a switch.
+
+    >>> even_layout(dgx_h100()).gpu_switches
+    (0, 0, 1, 1, 2, 2, 3, 3)
+    """
+    if not spec.pcie_switches:
+        return None
+    per_socket = spec.pcie_switches // spec.sockets
+    switch_sockets = tuple(p // per_socket for p in range(spec.pcie_switches))
+    gpu_switches = tuple(i * spec.pcie_switches // spec.gpus for i in range(spec.gpus))
+    nic_switches = tuple(j * spec.pcie_switches // spec.nics for j in range(spec.nics))
+    return PcieLayout(
+        switch_sockets=switch_sockets,
+        gpu_switches=gpu_switches,
+        gpu_sockets=tuple(switch_sockets[p] for p in gpu_switches),
+        nic_switches=nic_switches,
+        nic_sockets=tuple(switch_sockets[p] for p in nic_switches),
+    )
 
 
 def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> ServerInfo:
@@ -96,21 +183,22 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
     mems = [builder.add_node(NodeKind.HOST_MEMORY, f"{prefix}.mem{k}", server=index) for k in range(spec.sockets)]
     for cpu, mem in zip(cpus, mems):
         builder.add_link(cpu, mem, spec.host_memory, tier=LinkTier.HOST)
-    for k in range(spec.sockets - 1):  # sockets in a chain (2-socket: one link)
-        builder.add_link(cpus[k], cpus[k + 1], spec.socket_link, tier=LinkTier.HOST)
+    for k in range(spec.sockets):  # every pair of sockets joined (2-socket: one link)
+        for m in range(k + 1, spec.sockets):
+            builder.add_link(cpus[k], cpus[m], spec.socket_link, tier=LinkTier.HOST)
 
-    if spec.pcie_switches:
-        assert spec.pcie_switch is not None  # ServerSpec requires it when pcie_switches > 0
+    layout = spec.layout if spec.layout is not None else even_layout(spec)
+    if layout is not None:
         switches = []
-        per_socket = spec.pcie_switches // spec.sockets
-        for p in range(spec.pcie_switches):
+        for p, socket in enumerate(layout.switch_sockets):
+            assert spec.pcie_switch is not None  # ServerSpec requires it when pcie_switches > 0
             sw = builder.add_node(
                 NodeKind.PCIE_SWITCH, f"{prefix}.pcie{p}", server=index, latency_s=spec.pcie_switch.latency_s
             )
-            builder.add_link(sw, cpus[p // per_socket], spec.pcie_uplink, tier=LinkTier.PCIE)
+            builder.add_link(sw, cpus[socket], spec.pcie_uplink, tier=LinkTier.PCIE)
             switches.append(sw)
-        gpu_parent = [switches[i * spec.pcie_switches // spec.gpus] for i in range(spec.gpus)]
-        nic_parent = [switches[j * spec.pcie_switches // spec.nics] for j in range(spec.nics)] if spec.nics else []
+        gpu_parent = [switches[p] if p >= 0 else cpus[k] for p, k in zip(layout.gpu_switches, layout.gpu_sockets)]
+        nic_parent = [switches[p] if p >= 0 else cpus[k] for p, k in zip(layout.nic_switches, layout.nic_sockets)]
     else:
         per_socket_gpus = -(-spec.gpus // spec.sockets)
         gpu_parent = [cpus[i // per_socket_gpus] for i in range(spec.gpus)]
@@ -225,6 +313,7 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
         gpu_to_nic_routes=MappingProxyType(to_nic),
         nic_to_gpu_routes=MappingProxyType(from_nic),
         gpu_arch=spec.gpu.arch,
+        gpu_sm_version=spec.gpu.sm_version,
         cpu_vendor=spec.cpu_vendor,
         nvls_efficiency=(
             spec.nvswitch.reduction_efficiency if spec.nvswitch is not None and spec.nvswitch.sharp else 0.0

@@ -13,7 +13,8 @@ Three choices can be changed independently of the server preset:
   and a capacity function ``max_servers(*, server, switch, rail_optimised, oversubscription,
   planes)`` (or None when the builder reports its own limits); registering another wiring is
   adding one entry.
-* ``fabric``: a name in :data:`FABRICS`, a (link, switch, NIC) technology triple. The server's NICs
+* ``fabric``: a name in :data:`FABRICS`, a (link, switch, NIC) technology triple, or a
+  :class:`FabricPreset` (``topologies.io.custom_fabric`` builds one from a table). The server's NICs
   are replaced by the fabric's NIC (``dataclasses.replace`` on the ServerSpec). A NIC's host link
   trains at the slower PCIe generation of the NIC and the server's PCIe switch/root ports (PCIe
   link training negotiates the highest rate both ends support), so a ConnectX-8 (Gen6) in a Gen5
@@ -42,6 +43,7 @@ balanced dragonfly (p = h = 16, a = 32, g = a h + 1 = 513 groups of 32 x 16 / 8 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -72,6 +74,8 @@ __all__ = (
     "SystemPreset",
     "SYSTEMS",
     "build_system",
+    "as_system",
+    "as_fabric",
     "system_switch",
     "dragonfly_shape",
 )
@@ -402,7 +406,7 @@ class SystemPreset:
         self,
         topology: str = "leaf-spine",
         *,
-        fabric: str | None = None,
+        fabric: str | FabricPreset | None = None,
         oversubscription: float = 1.0,
         rail_optimised: bool = True,
         nics_per_node: int | None = None,
@@ -492,6 +496,29 @@ SYSTEMS = MappingProxyType(
 )
 
 
+def as_fabric(value: object) -> FabricPreset:
+    """The fabric ``value`` names: a :data:`FABRICS` name, or a :class:`FabricPreset` (a custom fabric,
+    ``topologies.io.custom_fabric``)."""
+    return value if isinstance(value, FabricPreset) else _lookup("fabric", value, FABRICS)
+
+
+def as_system(value: object) -> SystemPreset:
+    """The system ``value`` names: a :data:`SYSTEMS` name, a :class:`SystemPreset` (an imported server with its
+    fabric, ``topologies.io.import_system``) or a bare :class:`ServerSpec` (no fabric of its own: pass
+    ``fabric=`` to join several)."""
+    if isinstance(value, SystemPreset):
+        return value
+    if isinstance(value, ServerSpec):
+        return SystemPreset(
+            name=value.name,
+            description=f"{value.name} ({value.gpus}x {value.gpu.name}, {value.nics} NICs); no fabric of its own",
+            server=functools.partial(dataclasses.replace, value),
+            fabric_link=None,
+            switch=None,
+        )
+    return _lookup("system", value, SYSTEMS)
+
+
 def _nic_in_server(nic: NicSpec, server: ServerSpec) -> NicSpec:
     """The NIC as it runs in this server: its host link trains at the slower PCIe generation of the
     two ends (the server side is its PCIe switch uplink / root-port generation, ``pcie_uplink``)."""
@@ -501,15 +528,20 @@ def _nic_in_server(nic: NicSpec, server: ServerSpec) -> NicSpec:
 
 
 def _configure(
-    preset: SystemPreset, *, fabric: str | None, nics_per_node: int | None
+    preset: SystemPreset, *, fabric: str | FabricPreset | None, nics_per_node: int | None
 ) -> tuple[ServerSpec, SwitchSpec | None, LinkSpec | None]:
     """The server, switch and cable of ``preset`` with a fabric and a NIC count applied."""
     server, switch, link = preset.server(), preset.switch, preset.fabric_link
     nic = server.nic
-    fabric_preset = None if fabric is None else _lookup("fabric", fabric, FABRICS)
+    fabric_preset = None if fabric is None else as_fabric(fabric)
     if fabric_preset is not None:
         link, switch, nic = fabric_preset.link, fabric_preset.switch, fabric_preset.nic
-    if nics_per_node is not None:
+    if nics_per_node is not None and server.layout is not None and nics_per_node != server.nics:
+        raise ValueError(
+            f"nics_per_node: {nics_per_node!r} is not allowed for {preset.name}, whose NICs are placed as its file "
+            f"says; expected its own {server.nics} (or no nics_per_node)"
+        )
+    if nics_per_node is not None and server.layout is None:
         count = nics_per_node
         per_switch = server.pcie_switches or 1
         allowed = [n for n in range(per_switch, server.gpus + 1, per_switch)]
@@ -534,23 +566,25 @@ def _configure(
     return server, switch, link
 
 
-def system_switch(name: str, *, fabric: str | None = None, nics_per_node: int | None = None) -> SwitchSpec | None:
+def system_switch(
+    name: str | SystemPreset | ServerSpec, *, fabric: str | FabricPreset | None = None, nics_per_node: int | None = None
+) -> SwitchSpec | None:
     """The fabric switch system ``name`` is built with (its preset's, or ``fabric``'s); None without a fabric."""
-    return _configure(_lookup("system", name, SYSTEMS), fabric=fabric, nics_per_node=nics_per_node)[1]
+    return _configure(as_system(name), fabric=fabric, nics_per_node=nics_per_node)[1]
 
 
 def dragonfly_shape(
-    name: str,
+    name: str | SystemPreset | ServerSpec,
     *,
     nodes: int,
-    fabric: str | None = None,
+    fabric: str | FabricPreset | None = None,
     nics_per_node: int | None = None,
     dragonfly_p: int | None = None,
     dragonfly_a: int | None = None,
     dragonfly_h: int | None = None,
 ) -> tuple[int, int, int, int]:
     """(p, a, h, g) of the dragonfly ``build_system(name, nodes=nodes, topology="dragonfly", ...)`` builds."""
-    server, switch, _ = _configure(_lookup("system", name, SYSTEMS), fabric=fabric, nics_per_node=nics_per_node)
+    server, switch, _ = _configure(as_system(name), fabric=fabric, nics_per_node=nics_per_node)
     if switch is None:
         raise ValueError(f"system: {name!r} has no fabric switch; expected a system with one (or pass fabric=)")
     return _dragonfly_shape(
@@ -564,11 +598,11 @@ def dragonfly_shape(
 
 
 def build_system(
-    name: str,
+    name: str | SystemPreset | ServerSpec,
     *,
     nodes: int = 1,
     topology: str = "leaf-spine",
-    fabric: str | None = None,
+    fabric: str | FabricPreset | None = None,
     oversubscription: float = 1.0,
     rail_optimised: bool = True,
     nics_per_node: int | None = None,
@@ -581,6 +615,9 @@ def build_system(
 ) -> Topology:
     """Build preset ``name`` with ``nodes`` servers on ``topology`` (a :data:`TOPOLOGIES` name).
 
+    ``name`` may also be a :class:`SystemPreset` (an imported server: ``topologies.io.import_system``) or a
+    :class:`ServerSpec` (:func:`as_system`).
+
     ``fabric`` (a :data:`FABRICS` name) replaces the preset's NICs, switch and cables; None keeps
     its own. ``nics_per_node`` replaces its NIC count; ``planes`` splits the NICs over independent
     fabric planes; ``gdr=False`` turns GPUDirect RDMA off (network traffic staged through host
@@ -588,7 +625,8 @@ def build_system(
     per router; the others balanced, a = 2p = 2h) and ``dragonfly_arrangement`` (global links:
     absolute, relative or circulant) shape topology "dragonfly" only. See the module docstring for the rules.
     """
-    preset = _lookup("system", name, SYSTEMS)
+    preset = as_system(name)
+    name = preset.name
     nodes = checks.integer("nodes", nodes, low=1)
     kind = _lookup("topology", topology, TOPOLOGIES)
     oversubscription = checks.finite("oversubscription", oversubscription, low=1)
@@ -604,7 +642,7 @@ def build_system(
     label = " ".join(
         [name if nodes == 1 else f"{name} x{nodes}"]
         + ([topology] if topology != "leaf-spine" and nodes > 1 else [])
-        + ([fabric] if fabric is not None else [])
+        + ([as_fabric(fabric).name] if fabric is not None else [])
         + ([f"{nics_per_node} NICs"] if nics_per_node is not None else [])
         + ([f"{planes} planes"] if planes != 1 else [])
         + (["no GDR"] if not gdr else [])

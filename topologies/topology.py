@@ -82,6 +82,7 @@ class ServerInfo:
     gpu_to_nic_routes: Mapping[tuple[int, int], tuple[int, ...]]  # (local gpu, nic index) -> link ids
     nic_to_gpu_routes: Mapping[tuple[int, int], tuple[int, ...]]  # (nic index, local gpu) -> link ids
     gpu_arch: str = ""
+    gpu_sm_version: int = 0  # CUDA compute capability x 10 (GpuSpec.sm_version); 0 when not known
     cpu_vendor: str = "intel"
     nvls_efficiency: float = 0.0  # NVSwitch reduction/multicast efficiency; 0 = no NVLS
 

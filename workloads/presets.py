@@ -15,6 +15,13 @@ shape gives (``total_parameters()``; published figure in brackets):
   vocabulary 128256, 8 KV heads, SwiGLU, RoPE, RMSNorm, no biases, no dropout, untied, 8192
   tokens. ``llama3-8b`` 32 x 4096, 32 heads, ffn 14336: 8.03e9 [8.0]; ``llama3-70b`` 80 x 8192, 64
   heads, ffn 28672: 70.55e9 [70.6]; ``llama3-405b`` 126 x 16384, 128 heads, ffn 53248: 405.85e9 [405.8].
+* Nemotron-4 (NVIDIA, arXiv 2402.16819 Table 1 and arXiv 2406.11704 Table 1; NeMo
+  ``Nemotron4Config15B``/``Nemotron4Config340B`` in nemo/collections/llm/gpt/model/nemotron.py): 8 KV
+  heads, squared-ReLU MLP (not gated; its kernel moves the bytes of the GeLU kernel, as which it is
+  timed), RoPE on half of each head (the fused kernel reads and writes the whole tensor all the same),
+  LayerNorm, no linear biases, no dropout, untied, vocabulary 256000, 4096 tokens. ``nemotron4-15b``
+  32 x 6144, 48 heads, ffn 24576: 15.63e9 [15.6: 12.5 non-embedding + 3.2 embedding];
+  ``nemotron4-340b`` 96 x 18432, 96 heads, ffn 73728: 341.0e9 [340: 331.6 + 9.4].
 * Mixtral (Mistral AI, arXiv 2401.04088; Hugging Face configs): ``mixtral-8x7b`` 32 x 4096, 32
   heads, 8 KV heads, 8 experts of ffn 14336, top-2, vocabulary 32000, 32768 tokens: 46.70e9 total
   [46.7], 12.88e9 active [12.9]; ``mixtral-8x22b`` 56 x 6144, 48 heads, 8 KV heads, 8 experts of
@@ -94,28 +101,20 @@ SC21_GPTS: Mapping[str, ModelSpec] = types.MappingProxyType(
 """The ten GPT shapes of Megatron SC21 Table 1, by name."""
 
 
-def _llama3(name: str, *, layers: int, hidden: int, heads: int, ffn_hidden: int) -> ModelSpec:
-    return ModelSpec(
-        name=name,
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=8,
-        ffn_hidden=ffn_hidden,
-        vocab=128256,
-        seq_len=8192,
-        gated_mlp=True,
-        tied_embeddings=False,
-        position_embedding="rope",
-        norm="rmsnorm",
-        bias=False,
-        dropout=False,
-    )
-
-
-def _mixtral(
-    name: str, *, layers: int, hidden: int, heads: int, ffn_hidden: int, vocab: int, seq_len: int
+def _rope_decoder(
+    name: str,
+    shape: tuple[int, int, int, int],
+    *,
+    vocab: int,
+    seq_len: int,
+    gated_mlp: bool = True,
+    norm: str = "rmsnorm",
+    experts: int = 0,
+    top_k: int = 0,
 ) -> ModelSpec:
+    """The shape Llama 3, Nemotron-4 and Mixtral share: 8 KV heads, RoPE, no biases, no dropout, untied;
+    ``shape`` is (layers, hidden, heads, ffn_hidden)."""
+    layers, hidden, heads, ffn_hidden = shape
     return ModelSpec(
         name=name,
         layers=layers,
@@ -125,16 +124,31 @@ def _mixtral(
         ffn_hidden=ffn_hidden,
         vocab=vocab,
         seq_len=seq_len,
-        gated_mlp=True,
+        gated_mlp=gated_mlp,
         tied_embeddings=False,
         position_embedding="rope",
-        norm="rmsnorm",
+        norm=norm,
         bias=False,
         dropout=False,
-        experts=8,
-        top_k=2,
-        expert_ffn_hidden=ffn_hidden,
+        experts=experts,
+        top_k=top_k,
+        expert_ffn_hidden=ffn_hidden if experts else None,
     )
+
+
+def _llama3(name: str, *, layers: int, hidden: int, heads: int, ffn_hidden: int) -> ModelSpec:
+    return _rope_decoder(name, (layers, hidden, heads, ffn_hidden), vocab=128256, seq_len=8192)
+
+
+def _nemotron4(name: str, *, layers: int, hidden: int, heads: int, ffn_hidden: int) -> ModelSpec:
+    shape = (layers, hidden, heads, ffn_hidden)
+    return _rope_decoder(name, shape, vocab=256000, seq_len=4096, gated_mlp=False, norm="layernorm")
+
+
+def _mixtral(
+    name: str, *, layers: int, hidden: int, heads: int, ffn_hidden: int, vocab: int, seq_len: int
+) -> ModelSpec:
+    return _rope_decoder(name, (layers, hidden, heads, ffn_hidden), vocab=vocab, seq_len=seq_len, experts=8, top_k=2)
 
 
 MODELS: Mapping[str, ModelSpec] = types.MappingProxyType(
@@ -144,6 +158,8 @@ MODELS: Mapping[str, ModelSpec] = types.MappingProxyType(
         "llama3-8b": _llama3("llama3-8b", layers=32, hidden=4096, heads=32, ffn_hidden=14336),
         "llama3-70b": _llama3("llama3-70b", layers=80, hidden=8192, heads=64, ffn_hidden=28672),
         "llama3-405b": _llama3("llama3-405b", layers=126, hidden=16384, heads=128, ffn_hidden=53248),
+        "nemotron4-15b": _nemotron4("nemotron4-15b", layers=32, hidden=6144, heads=48, ffn_hidden=24576),
+        "nemotron4-340b": _nemotron4("nemotron4-340b", layers=96, hidden=18432, heads=96, ffn_hidden=73728),
         "mixtral-8x7b": _mixtral(
             "mixtral-8x7b", layers=32, hidden=4096, heads=32, ffn_hidden=14336, vocab=32000, seq_len=32768
         ),
@@ -174,7 +190,7 @@ MODELS: Mapping[str, ModelSpec] = types.MappingProxyType(
         ),
     }
 )
-"""Every preset by name (SC21 GPTs, GPT-3, Llama 3, Mixtral, DeepSeek-V3-like)."""
+"""Every preset by name (SC21 GPTs, GPT-3, Llama 3, Nemotron-4, Mixtral, DeepSeek-V3-like)."""
 
 
 def model_preset(name: str) -> ModelSpec:

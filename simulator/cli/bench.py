@@ -7,13 +7,13 @@ import os
 from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES
 from simulator.studies.nccl_tests import BENCH_COLLECTIVES
 from simulator.studies.scenario import FABRIC_DEFAULTS, build_topology, network_config
-from topologies.presets import SYSTEMS
 from topologies.routing import ROUTING_POLICIES
 from workloads.collectives import CollectiveKind
 
 from .common import (
     fabric_options,
     load_calibration,
+    nccl_version_option,
     positive_int,
     progress_display,
     protocol_name,
@@ -98,6 +98,7 @@ def add_parser(sub) -> None:
     )
     bench.add_argument("--proto", default=None, help="force the protocol: LL, LL128, Simple (wins over NCCL_PROTO)")
     bench.add_argument("--channels", type=positive_int("channels"), default=None, help="force the channel count")
+    nccl_version_option(bench)
     bench.add_argument("--seed", type=int, default=0, help="seed of ECMP hashing and Valiant choices; default 0")
     bench.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
     bench.add_argument(
@@ -118,6 +119,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> str:
+    from simulator.collectives.nccl_model import DEFAULT_NCCL_VERSION
     from simulator.collectives.tuner import applied_settings, describe_settings
     from simulator.studies.nccl_tests import format_csv, format_json, format_table, run_bench
 
@@ -134,8 +136,6 @@ def run(args) -> str:
         calibration = load_calibration(args.calibration, args.system)
         args.system = calibration.system
     args.system = system_name(args.system)
-    if args.system not in SYSTEMS:
-        raise ValueError(f"system: {args.system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
     # NCCL's environment variables (tuner.NCCL_ENVIRONMENT) apply as they would to nccl-tests; options win
     if args.explain and args.format == "csv":
         raise ValueError(
@@ -171,7 +171,7 @@ def run(args) -> str:
             explain=args.explain,
             progress=progress,
         )
-    gpn = args.gpus_per_node or SYSTEMS[args.system].server().gpus
+    gpn = args.gpus_per_node or len(system.servers[0].gpus)
     title = (
         f"fabricsim bench {kind.value}: {args.system}, {args.nodes} node(s) x {gpn} GPUs, "
         f"network model {args.net_model}"
@@ -180,6 +180,8 @@ def run(args) -> str:
         title += f"; {system.description}; routing {args.routing}"
     if calibration is not None:
         title += f"; calibrated ({args.calibration}: {calibration.describe()})"
+    if args.nccl_version is not None:
+        title += f"; NCCL {config.collectives.nccl_version}'s enablement (constants of {DEFAULT_NCCL_VERSION}.7)"
     environment = applied_settings(os.environ, **policy, collnet=True if args.sharp else None)
     if environment:
         title += "; " + describe_settings(environment)

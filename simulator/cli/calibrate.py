@@ -8,7 +8,7 @@ from pathlib import Path
 from simulator.config import NETWORK_MODEL_NAMES
 from topologies.checks import output_file
 
-from .common import positive_int, progress_display, protocol_name
+from .common import nccl_version_option, positive_int, progress_display, protocol_name
 
 
 def add_parser(sub) -> None:
@@ -17,8 +17,8 @@ def add_parser(sub) -> None:
     )
     calibrate.add_argument(
         "log",
-        help="saved stdout of one nccl-tests run (e.g. all_reduce_perf -b 8 -e 8G -f 2); "
-        "- reads it from standard input",
+        help="saved stdout of one nccl-tests run (e.g. all_reduce_perf -b 8 -e 8G -f 2), or the JSON NCCL's "
+        "profiler plugin inspector writes (told apart by content; median time per size); - reads standard input",
     )
     calibrate.add_argument(
         "--system", default=None, help="system preset measured (default: from the log's device names)"
@@ -58,6 +58,7 @@ def add_parser(sub) -> None:
         "--channels", type=positive_int("channels"), default=None, help="the channel count it forced"
     )
     calibrate.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, default="flow", help="network model")
+    nccl_version_option(calibrate)
     calibrate.add_argument(
         "--quiet", action="store_true", help="no progress display on stderr (there is none when it is not a terminal)"
     )
@@ -72,14 +73,16 @@ def add_parser(sub) -> None:
 def run(args) -> str:
     import json
 
-    from simulator.validation.calibration import calibrate, format_result, parse_nccl_tests_log, read_nccl_tests_log
+    from simulator.validation.calibration import calibrate, format_result, parse_measurements, read_measurements
 
     if args.out is not None:
         output_file("out", args.out)  # before the fit runs
+    # an inspector trace may hold several communicators: the options pick one
+    pick = dict(collective=args.collective, nranks=args.nranks, nodes=args.nodes)
     if args.log == "-":
-        log = parse_nccl_tests_log(sys.stdin.read(), name="<stdin>")
+        log = parse_measurements(sys.stdin.read(), name="<stdin>", **pick)
     else:
-        log = read_nccl_tests_log(args.log)
+        log = read_measurements(args.log, **pick)
     with progress_display("fabricsim calibrate", quiet=bool(args.quiet)) as progress:
         result = calibrate(
             log,
@@ -93,6 +96,7 @@ def run(args) -> str:
             protocol=protocol_name(args.proto),
             nchannels=args.channels,
             net_model=args.net_model,
+            nccl_version=args.nccl_version,
             progress=progress,
         )
     if args.out is not None:

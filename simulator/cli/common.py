@@ -62,10 +62,22 @@ def fabric_options(p: argparse.ArgumentParser, *, defaults: Mapping) -> None:
     """The options that choose and wire the fabric (bench, topo and step), with the values of ``defaults`` for
     the FABRIC_DEFAULTS keys as their defaults, which their help texts name (step then makes every default
     None, 'not given', so that its scenario file can set them)."""
-    p.add_argument("--system", help=f"system preset (see `fabricsim systems`); default {DEFAULT_SYSTEM}")
+    p.add_argument(
+        "--system",
+        help=f"system preset (see `fabricsim systems`), or a file: `nvidia-smi topo -m` output or an NCCL topology "
+        f"XML dump (NCCL_TOPO_DUMP_FILE); default {DEFAULT_SYSTEM}",
+    )
+    p.add_argument(
+        "--gpu",
+        help="GPU preset of a --system FILE that does not name it (nvidia-smi topo -m does not), e.g. h100",
+    )
     p.add_argument("--nodes", type=positive_int("nodes"), help=f"servers; default {defaults['nodes']}")
     p.add_argument("--topology", help=f"wiring: {', '.join(TOPOLOGIES)}; default {defaults['topology']}")
-    p.add_argument("--fabric", help=f"fabric technology: {', '.join(FABRICS)}; default the preset's own")
+    p.add_argument(
+        "--fabric",
+        help=f"fabric technology: {', '.join(FABRICS)}, or a TOML/JSON file describing a custom one (link, switch, "
+        "nic, radix, switch_latency_us); default the preset's own",
+    )
     p.add_argument(
         "--oversubscription",
         type=bounded("oversubscription", float),
@@ -101,6 +113,19 @@ def fabric_options(p: argparse.ArgumentParser, *, defaults: Mapping) -> None:
         help="how a dragonfly's global links pair groups; default absolute",
     )
     p.set_defaults(**{name: defaults[name] for name in FABRIC_DEFAULTS})
+
+
+def nccl_version_option(p: argparse.ArgumentParser, *, default: str | None = None) -> None:
+    """``--nccl-version``: the NCCL release whose default enablement the tuner follows."""
+    from simulator.collectives.nccl_model import DEFAULT_NCCL_VERSION, NCCL_VERSIONS
+
+    p.add_argument(
+        "--nccl-version",
+        default=default,
+        metavar="2.MINOR",
+        help=f"the NCCL release whose tuner enables LL128, PAT and NVLS as modelled ({NCCL_VERSIONS[0]} to "
+        f"{NCCL_VERSIONS[-1]}, a patch release such as 2.26.2 is its minor); default {DEFAULT_NCCL_VERSION}",
+    )
 
 
 def protocol_name(proto: str | None) -> str | None:

@@ -22,6 +22,7 @@ from .common import (
     bounded,
     fabric_options,
     load_calibration,
+    nccl_version_option,
     positive_int,
     progress_display,
 )
@@ -65,6 +66,7 @@ def add_parser(sub) -> None:
         help="apply a calibration written by `fabricsim calibrate --out` (link scale + overhead) to the system",
     )
     step.add_argument("--seed", type=int, help="seed of ECMP hashing; default 0")
+    nccl_version_option(step)
     step.add_argument("--congestion", nargs="+", choices=CONGESTION_NAMES, help="flow-model refinements")
     for name in ("tp", "pp", "dp", "cp", "ep", "vp"):
         step.add_argument(
@@ -290,6 +292,14 @@ def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None 
         f"time in network      {result.exposed_comm_s:12.4f} s  {pct(result.exposed_comm_s)}  "
         "(exposed communication on the critical path)",
         f"communication        {result.comm_s:12.4f} s  (all collectives, overlapped or not)",
+        *(
+            [
+                f"bound (approximate)  step time in [{result.step_time_low_s:.4f}, {result.step_time_high_s:.4f}] s, "
+                f"time in network in [{result.exposed_comm_low_s:.4f}, {result.exposed_comm_high_s:.4f}] s"
+            ]
+            if result.step_time_low_s is not None
+            else []
+        ),
         f"memory per GPU       {result.memory_bytes_per_gpu / gib:12.1f} GiB of "
         f"{result.memory_capacity_bytes / gib:.0f} GiB" + ("  OUT OF MEMORY" if result.out_of_memory else ""),
         "",

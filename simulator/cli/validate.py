@@ -7,7 +7,7 @@ from pathlib import Path
 from simulator.config import NETWORK_MODEL_NAMES
 from topologies.checks import output_dir, output_file, reject
 
-from .common import positive_int, progress_display, protocol_name
+from .common import nccl_version_option, positive_int, progress_display, protocol_name
 
 
 def add_parser(sub) -> None:
@@ -28,9 +28,11 @@ def add_parser(sub) -> None:
     validate.add_argument(
         "--data",
         default=None,
-        metavar="FILE.csv",
-        help="validate your own table instead (columns as the shipped ones: collective,nranks,"
-        "nnodes,gpu,interconnect,size_bytes,time_us,algbw_GBps,busbw_GBps,source,notes)",
+        metavar="FILE",
+        help="validate your own table instead (CSV, columns as the shipped ones: collective,nranks,"
+        "nnodes,gpu,interconnect,size_bytes,time_us,algbw_GBps,busbw_GBps,source,notes), or the JSON NCCL's "
+        "profiler plugin inspector writes (told apart by content; median time per collective, size and "
+        "communicator shape; needs --system)",
     )
     validate.add_argument(
         "--system", default=None, help="with --data: the system preset (default: from the gpu column)"
@@ -48,6 +50,7 @@ def add_parser(sub) -> None:
         help="with --data: GPUs per nccl-tests process (-g); default 1",
     )
     validate.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, default="flow", help="network model")
+    nccl_version_option(validate)
     validate.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
     validate.add_argument(
         "--quiet", action="store_true", help="no progress display on stderr (there is none when it is not a terminal)"
@@ -119,7 +122,17 @@ def _cross(args) -> str:
 
 
 def run(args) -> str:
-    from simulator.validation.collectives import Series, data_series, format_report, run_validation, select_series
+    import dataclasses
+
+    from simulator.collectives.tuner import CollectivePolicy
+    from simulator.validation.collectives import (
+        Series,
+        data_series,
+        format_report,
+        recorded_choice,
+        run_validation,
+        select_series,
+    )
 
     if args.cross:
         return _cross(args)
@@ -164,9 +177,15 @@ def run(args) -> str:
         )
     else:
         series = select_series(args.series)
+    if args.nccl_version is not None:  # every table replayed as that release chooses (checked before any simulation)
+        version = CollectivePolicy(nccl_version=args.nccl_version).nccl_version
+        series = tuple(dataclasses.replace(s, nccl_version=version) for s in series)
     with progress_display("fabricsim validate", quiet=args.quiet) as progress:
         reports = run_validation(series, net_model=args.net_model, progress=progress)
     out = format_report(reports, format=args.format, net_model=args.net_model)
+    choice = recorded_choice(reports)
+    if choice is not None and args.format == "table":
+        out += choice + "\n"
     if args.rows is not None:
         count = write_rows(reports, args.rows)
         if args.format == "table":

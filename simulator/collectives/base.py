@@ -30,7 +30,7 @@ import numpy as np
 from topologies.devices import GPU_PRESETS
 from topologies.links import NCCL_NVLINK_BYTES_PER_S, LinkKind
 from topologies.routing import Router
-from topologies.topology import LinkTier, Topology
+from topologies.topology import LinkTier, NodeKind, ServerInfo, Topology
 from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..flows import connection_caps, edge_path
@@ -39,6 +39,7 @@ from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
 
 _T = TypeVar("_T")
+NIC_PATH_ORDER = {name: i for i, name in enumerate(nccl_model.NIC_PATHS)}
 
 #: an edge of an in-network schedule: (src, dst, elements, chain); a negative src/dst is a switch buffer
 InnetEdge = tuple[int, int, int, int]
@@ -57,6 +58,8 @@ class GroupLayout:
     cpu_vendor: str
     nics_per_server: int
     hop_extra_us: float = 0.0  # platform latency per intra-server hop over NCCL's table
+    sm_version: int = 0  # the GPUs' compute capability x 10 (the lowest of the group's servers)
+    nic_path: str = "pix"  # farthest GPU-to-NIC path (nccl_model.NIC_PATHS) of the group's GPUs, as NCCL types it
 
 
 MAX_CHANNELS = 64  # NCCL MAXCHANNELS (src/include/device.h, 2.2x+)
@@ -122,7 +125,33 @@ class LoweringContext:
                 if all(i.nvswitch >= 0 for i in infos)
                 else 0.0
             ),
+            sm_version=min(i.gpu_sm_version for i in infos),
+            nic_path=max(
+                (self._nic_path(info, self.local(r)) for info, ranks in zip(infos, ranks_by_server) for r in ranks),
+                key=nccl_model.NIC_PATHS.index,
+            ),
         )
+
+    def _nic_path(self, info: ServerInfo, local: int) -> str:
+        """NCCL's path type from local GPU ``local`` to its closest NIC (nccl_model.NIC_PATHS): PIX through one
+        PCIe switch, PXB through several, PHB through the CPU, SYS across sockets; PXN when that is farther than
+        PXB but the server has NVLink and the NIC a GPU under its own switch (NCCL then goes through that GPU)."""
+        if not info.nics:
+            return "pix"  # no NIC: nothing crosses servers from here
+
+        def path(route: tuple[int, ...]) -> str:
+            kinds = [self.topology.node_kind(int(self.topology.link_dst[link])) for link in route[:-1]]
+            cpus = kinds.count(NodeKind.CPU)
+            if cpus:
+                return "sys" if cpus > 1 else "phb"
+            return "pix" if kinds.count(NodeKind.PCIE_SWITCH) <= 1 else "pxb"
+
+        own = path(info.nic_to_gpu_routes[(info.nic_of_gpu[local], local)])
+        if NIC_PATH_ORDER[own] > NIC_PATH_ORDER["pxb"] and info.nvswitch >= 0:
+            near = [path(info.nic_to_gpu_routes[(j, g)]) for j, g in enumerate(info.gpu_of_nic)]
+            if any(NIC_PATH_ORDER[p] <= NIC_PATH_ORDER["pxb"] for p in near):
+                return "pxn"
+        return own
 
     def nccl_capacity(self) -> np.ndarray:
         """Link capacities as NCCL's tuner sees them: an NVLink link between a GPU and its switch

@@ -21,11 +21,37 @@ tuner plugins, and launch overhead of the test harness (nccl-tests' -g mode; a l
 Constants: NCCL 2.30.7 (github.com/NVIDIA/nccl src/graph/tuning.cc, ncclTunerConstantsDefaults),
 unchanged for Ring LL/LL128/Simple since 2.18. Worked number: 8x H100 one node, ring LL
 all_reduce: L = 6.6 + 14 x 0.6 = 15.0 us (measured small all_reduce on DGX H100: 13-18 us).
+
+**What NCCL enables, per release** (``NCCL_VERSIONS`` 2.18 to 2.30; the tuner's ``--nccl-version``). Read from
+tuning.cc, ncclTopoTuneModel, at tags v2.18.3-1, v2.19.3-1, v2.21.5-1, v2.23.4-1, v2.24.3-1, v2.25.1-1,
+v2.26.2-1, v2.27.3-1, v2.27.7-1 and v2.30.7-1:
+
+* LL128 (the "pEnable == 2 && p == NCCL_PROTO_LL128" block, ``ll128_disabled``): only when the intra-node graph
+  is NVLink (typeIntra <= PATH_NVB), across servers only when the GPU-NIC path (typeInter) is PXB or closer, PXN
+  or closer on sm90+, and by compute capability: "switch (minCompCap)" with cases 70, 80, 90 in 2.18-2.24, plus
+  100 and 120 from 2.25, replaced in 2.27 by "!(minCompCap < 70 ...)" (any sm >= 70: Ada sm89, sm86 too).
+  The GPU-NIC path is the topology's (``GroupLayout.nic_path``: every preset puts a NIC under each GPU's PCIe
+  switch, PIX). A100 (sm80), H100/H200 (sm90) and B200 (sm100, 2.25 on) over NVLink get LL128 in every release
+  that runs them; RTX 4090 (PCIe) never.
+* Tree runs all_reduce only, on one server too, in every modelled release; NVLSTree needs two servers (2.18 on:
+  "nNodes == 1 ... NVLS_TREE = 0"); NVLS runs all_gather/reduce_scatter from 2.19 (2.18 lists Ring only for them,
+  ``algorithm_missing``); PAT exists from 2.23 (ncclPatEnable: Simple, one GPU per node); Blackwell runs from 2.25
+  (the first makefiles/common.mk with sm_100).
+* The estimate: Tree Simple's latency was 0 + 4/6/14 us (NVLink/PCIe/network per hop) in 2.18, 0 + 28 us on every
+  link in 2.19-2.22 (Tree Simple all but off below tens of MiB), 8.4 + 4/4/14 from 2.23; before 2.23 a
+  one-GPU-per-node ring's network steps cost Ring's NET latency, from 2.23 Tree's (``estimate_latency_delta_s``).
+  Only NCCL's estimate, hence the choice, changes: the simulated time does not depend on the release.
+
+Not modelled: the other constants that drift between releases stay 2.30.7's for every release (the ring LL factor
+1/4 and Hopper's llMaxBw row 87.7/22.5/19.0 in 2.18-2.20; Blackwell's per-channel ceilings, twice Hopper's in
+2.25-2.27, ring LL128 73.4 GB/s on one server up to 2.28, 34.5 in 2.29.2, 40.0 from 2.29.7; 2.18's 2 x nNodes ring
+network steps), mixed GPU generations, CUDA 11.8's sm90 two-rank exception and NCCL_LL128_C2C.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from types import MappingProxyType
 
 from topologies.checks import Option
@@ -445,6 +471,138 @@ def protocol_cap_bytes_per_s(*, protocol: str, arch: str, cpu_vendor: str, nnode
     return float("inf")
 
 
-def protocols_enabled(*, intra: str) -> tuple[str, ...]:
-    """LL128 is on by default only over NVLink-class paths (NCCL enables it per topology)."""
-    return PROTOCOLS if intra == "nvlink" else ("LL", "Simple")
+# ---- what NCCL enables by default, per NCCL version (src/graph/tuning.cc, ncclTopoTuneModel) ----------------
+#: NCCL minor versions whose default enablement is modelled (2.18 .. 2.30); a version is "2.MINOR", or a
+#: release "2.MINOR.PATCH" (the patch does not change what is enabled: checked on the tags 2.18.1/2.18.3, see
+#: NCCL_LL128_NVB_MINOR)
+NCCL_VERSIONS = tuple(f"2.{minor}" for minor in range(18, 31))
+#: the default: the latest modelled, the release whose constants this module carries (2.30.7). For the shipped
+#: presets every version from 2.25 enables the same (LL128 on Ampere, Hopper and Blackwell over NVLink, off on
+#: PCIe boxes; PAT from 2.23), which covers the tables that state theirs (2.26.2, 2.27.7)
+DEFAULT_NCCL_VERSION = "2.30"
+# LL128's compute-capability check (the "switch (minCompCap)" of the LL128 block): 2.18-2.24 enable it on
+# sm70, sm80 and sm90 only; 2.25 adds sm100 and sm120 (Blackwell); from 2.27 any sm >= 70 (Ada, sm86)
+LL128_SM_VERSIONS = ((25, (70, 80, 90, 100, 120)), (18, (70, 80, 90)))  # (first minor, compute capabilities)
+LL128_ANY_SM_MINOR = 27
+#: the first release where Blackwell (sm100) runs at all (its kernels are built from 2.25; makefiles/common.mk)
+BLACKWELL_MINOR = 25
+#: PAT (all_gather/reduce_scatter with one GPU per node, ncclPatEnable) exists from 2.23
+PAT_MINOR = 23
+# GPU-to-NIC path types in NCCL's order (src/graph/topo.h PATH_*: PIX < PXB < PXN < PHB < SYS); LL128 across
+# nodes needs the inter-node path <= PXB, or <= PXN on sm90+ (every modelled version)
+NIC_PATHS = ("pix", "pxb", "pxn", "phb", "sys")
+
+
+# NVLS runs all_gather and reduce_scatter from 2.19 (2.18's tuning.cc: Ring only for them)
+NVLS_ALLGATHER_MINOR = 19
+
+
+# Tree Simple's latency constants per release (baseLat[Tree][Simple], hwLat[NVLINK/PCI/NET][Tree][Simple], us):
+# 2.18 0 + (4, 6, 14); 2.19 to 2.22 0 + 28 on every link (Tree Simple all but off below tens of MiB); from 2.23
+# 8.4 + (4, 4, 14), this module's table. Only NCCL's estimate (the choice) uses another release's figures.
+TREE_SIMPLE_LATENCY_US = (
+    (23, (8.4, MappingProxyType({"nvlink": 4.0, "pcie": 4.0, "net": 14.0}))),
+    (19, (0.0, MappingProxyType({"nvlink": 28.0, "pcie": 28.0, "net": 28.0}))),
+    (18, (0.0, MappingProxyType({"nvlink": 4.0, "pcie": 6.0, "net": 14.0}))),
+)
+#: from 2.23 every algorithm's network latency with one GPU per node is Tree's (``interLat = ppn == 1 ? ...``)
+PPN1_TREE_NET_LATENCY_MINOR = 23
+
+
+def estimate_latency_delta_s(
+    *, algorithm: str, kind_value: str, protocol: str, minor: int, nnodes: int, ppn: int, intra: str, nranks: int
+) -> float:
+    """What NCCL ``2.minor``'s latency estimate adds to this module's (2.30's) for a collective, in seconds:
+    Tree Simple's constants (``TREE_SIMPLE_LATENCY_US``), and before 2.23 a one-GPU-per-node ring's network
+    steps at Ring's NET latency instead of Tree's. The choice uses it; the simulated time does not.
+
+    >>> round(estimate_latency_delta_s(algorithm="tree", kind_value="all_reduce", protocol="Simple", minor=21,
+    ...     nnodes=2, ppn=8, intra="nvlink", nranks=16) * 1e6, 6)  # 0 + 2 (7 x 28 + 1 x 28) - (8.4 + 2 (7 x 4 + 14))
+    355.6
+    """
+    delta_us = 0.0
+    if algorithm == "tree" and protocol == "Simple":
+        base, hw = next(c for first, c in TREE_SIMPLE_LATENCY_US if minor >= first)
+        now_base, now_hw = TREE_SIMPLE_LATENCY_US[0][1]
+
+        def latency(b: float, h: Mapping[str, float]) -> float:
+            return b + 2 * ((ppn - 1) * h[intra] + log2i(nnodes) * h["net"])
+
+        delta_us = latency(base, hw) - latency(now_base, now_hw)
+    elif algorithm == "ring" and ppn == 1 and nnodes > 1 and minor < PPN1_TREE_NET_LATENCY_MINOR:
+        _, ninter = ring_steps(kind_value, nranks, nnodes)
+        delta_us = ninter * (HW_LATENCY_US["net"]["ring"][protocol] - HW_LATENCY_US["net"]["tree"][protocol])
+    return delta_us * 1e-6
+
+
+def algorithm_missing(algorithm: str, kind_value: str, minor: int) -> str | None:
+    """Why NCCL ``2.minor`` has no ``algorithm`` for ``kind_value`` ("all_gather", ...), None when it has one:
+    PAT from 2.23 (ncclPatEnable), NVLS for all_gather/reduce_scatter from 2.19 (ncclTopoTuneModel's list of
+    the algorithms each function may use)."""
+    if algorithm == "pat" and minor < PAT_MINOR:
+        return f"NCCL 2.{minor} has no PAT (from 2.{PAT_MINOR})"
+    if algorithm == "nvls" and kind_value in ("all_gather", "reduce_scatter") and minor < NVLS_ALLGATHER_MINOR:
+        return f"NCCL 2.{minor} runs {kind_value} with Ring only (NVLS from 2.{NVLS_ALLGATHER_MINOR})"
+    return None
+
+
+def nccl_minor(version: object, *, field: str = "nccl_version") -> int:
+    """The minor number of an NCCL version "2.MINOR" or "2.MINOR.PATCH" (a trailing "-1" package revision or
+    "+cuda12.8" is ignored), checked against ``NCCL_VERSIONS``.
+
+    >>> nccl_minor("2.26.2+cuda12.8"), nccl_minor("2.30")
+    (26, 30)
+    """
+    text = str(version).strip() if isinstance(version, str) else None
+    head = text.split("+")[0].split("-")[0] if text else ""
+    parts = head.split(".")
+    if len(parts) in (2, 3) and parts[0] == "2" and all(p.isdigit() for p in parts[1:]):
+        minor = int(parts[1])
+        if f"2.{minor}" in NCCL_VERSIONS:
+            return minor
+    raise ValueError(
+        f"{field}: {version!r} is not a modelled NCCL version; expected 2.MINOR or 2.MINOR.PATCH with MINOR "
+        f"from {NCCL_VERSIONS[0][2:]} to {NCCL_VERSIONS[-1][2:]} (e.g. {DEFAULT_NCCL_VERSION})"
+    )
+
+
+def ll128_disabled(*, minor: int, sm_version: int, intra: str, nnodes: int, nic_path: str) -> str | None:
+    """Why NCCL ``2.minor`` keeps LL128 off by default here (None: it is on), as ncclTopoTuneModel decides it
+    (src/graph/tuning.cc, the "pEnable == 2 && p == NCCL_PROTO_LL128" block, 2.18.3 to 2.30.7):
+
+    * the intra-node path must be NVLink (``typeIntra <= PATH_NVB``): off on PCIe-only servers;
+    * across servers the GPU-to-NIC path must be <= PXB, or <= PXN on sm90+ (``typeInter``; one server: PIX);
+    * the compute capability: 70, 80, 90 up to 2.24; also 100 and 120 from 2.25; any >= 70 from 2.27.
+
+    Not modelled: mixed GPU generations (``minCompCap == maxCompCap``), the CUDA 11.8 sm90 two-rank ring
+    exception, NCCL_LL128_C2C (Grace C2C links), and 2.18.1's ``typeIntra <= PATH_NVL``.
+
+    >>> ll128_disabled(minor=24, sm_version=100, intra="nvlink", nnodes=1, nic_path="pix")
+    'NCCL 2.24 enables LL128 on sm70, sm80 and sm90 only (this GPU: sm100)'
+    """
+    if intra != "nvlink":
+        return "NCCL enables LL128 only over NVLink (this server's GPUs talk over PCIe)"
+    if nnodes > 1:
+        limit = "pxn" if sm_version >= 90 else "pxb"
+        if NIC_PATHS.index(nic_path) > NIC_PATHS.index(limit):
+            return (
+                f"NCCL enables LL128 across servers only when the GPU-NIC path is {limit.upper()} or closer "
+                f"(here {nic_path.upper()})"
+            )
+    if minor >= LL128_ANY_SM_MINOR:
+        return None if sm_version >= 70 else f"NCCL enables LL128 from sm70 (this GPU: sm{sm_version})"
+    allowed = next(sms for first, sms in LL128_SM_VERSIONS if minor >= first)
+    if sm_version not in allowed:
+        listed = ", ".join(f"sm{s}" for s in allowed[:-1]) + f" and sm{allowed[-1]}"
+        return f"NCCL 2.{minor} enables LL128 on {listed} only (this GPU: sm{sm_version})"
+    return None
+
+
+def protocols_enabled(
+    *, intra: str, minor: int | None = None, sm_version: int = 0, nnodes: int = 1, nic_path: str = "pix"
+) -> tuple[str, ...]:
+    """The protocols NCCL ``2.minor`` (None: ``DEFAULT_NCCL_VERSION``) enables by default: LL and Simple
+    always, LL128 where ``ll128_disabled`` finds nothing against it."""
+    minor = nccl_minor(DEFAULT_NCCL_VERSION) if minor is None else minor
+    off = ll128_disabled(minor=minor, sm_version=sm_version, intra=intra, nnodes=nnodes, nic_path=nic_path)
+    return PROTOCOLS if off is None else ("LL", "Simple")

@@ -9,7 +9,7 @@ restrict the tuner's choice for the five collectives it tunes (broadcast, reduce
 reduce_scatter, all_reduce) and do not touch point-to-point traffic (sendrecv, alltoall), whose
 protocol NCCL picks by size; a function left with nothing that can run is an error, as in NCCL since
 2.24. An NCCL_PROTO that leaves LL128 allowed turns it on even where NCCL keeps it off by default (no
-NVLink), as NCCL does. Lenient where NCCL is strict: spaces around names are ignored, and "collnet"
+NVLink, an older release), as NCCL does. Lenient where NCCL is strict: spaces around names are ignored, and "collnet"
 (the name before 2.15) means CollNetDirect. ``--algo``/``--proto`` force one algorithm or protocol
 for any collective and win over the environment: an option given replaces the variables it overrides
 (``OVERRIDES``), which are then not read at all.
@@ -19,6 +19,12 @@ takes the smallest (src/graph/tuning.cc, src/enqueue.cc). The tuner does the sam
 algorithm's ``estimate`` (NCCL's latencies; bandwidth from the topology's links, shared equally
 by the collective's own flows). A forced choice (``--algo``, ``--proto``, ``--channels``) that cannot
 run is an error naming the value.
+
+Release: ``CollectivePolicy.nccl_version`` (``--nccl-version``; default ``nccl_model.DEFAULT_NCCL_VERSION``,
+2.30, the release of the constants) chooses what NCCL enables by default (LL128 per compute capability, path and
+release; PAT from 2.23; NVLS all_gather/reduce_scatter from 2.19; Blackwell from 2.25) and that release's Tree
+Simple latency in the estimate (nccl_model's docstring). An algorithm a release lacks is skipped "by
+--nccl-version", or an error when forced.
 
 Channel count: NCCL's topology search gives about two ring channels per NIC on DGX/HGX-class
 servers (16 with 8 NICs) and 2 on PCIe-only boxes; that is the default here (an approximation
@@ -164,6 +170,9 @@ class CollectivePolicy:
     qps_per_connection: int = 1  # NCCL_IB_QPS_PER_CONNECTION
     min_channels: int = 1  # NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS
     max_channels: int = MAX_CHANNELS  # NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS
+    # the NCCL release whose default enablement (LL128, PAT, NVLS for all_gather/reduce_scatter) the tuner
+    # follows: "2.MINOR" (a "2.MINOR.PATCH" is kept as its minor); nccl_model.NCCL_VERSIONS
+    nccl_version: str = nccl_model.DEFAULT_NCCL_VERSION
 
     def __post_init__(self) -> None:
         # every field checked here, at the edge (checks: one message naming the field); numpy integers become
@@ -187,6 +196,12 @@ class CollectivePolicy:
             raise ValueError(f"min_channels: {self.min_channels} is above max_channels ({self.max_channels})")
         if self.nchannels is not None:
             object.__setattr__(self, "nchannels", integer("channels", self.nchannels, low=1, high=MAX_CHANNELS))
+        object.__setattr__(self, "nccl_version", f"2.{nccl_model.nccl_minor(self.nccl_version)}")
+
+    @property
+    def nccl_minor(self) -> int:
+        """The minor number of ``nccl_version`` (26 for "2.26")."""
+        return int(self.nccl_version.split(".")[1])
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str], **overrides) -> CollectivePolicy:
@@ -279,7 +294,15 @@ def candidates(
     algo_sel, proto_sel = policy.algorithms, policy.protocols
     algos = None if algo_sel is None else algo_sel.names(collective.kind)
     protos = None if proto_sel is None else proto_sel.names(collective.kind)
-    enabled = nccl_model.protocols_enabled(intra=layout.intra)
+    minor = policy.nccl_minor
+    if layout.arch == "blackwell" and minor < nccl_model.BLACKWELL_MINOR:
+        raise ValueError(
+            f"nccl_version: {policy.nccl_version!r} cannot run Blackwell GPUs (NCCL builds sm100 kernels from "
+            f"2.{nccl_model.BLACKWELL_MINOR}); expected 2.{nccl_model.BLACKWELL_MINOR} or later"
+        )
+    enabled = nccl_model.protocols_enabled(
+        intra=layout.intra, minor=minor, sm_version=layout.sm_version, nnodes=layout.nnodes, nic_path=layout.nic_path
+    )
     if protos is not None and "LL128" in protos:
         enabled = nccl_model.PROTOCOLS  # NCCL_PROTO naming LL128 skips NCCL's platform check for it
     if policy.protocol is not None and policy.protocol not in enabled:
@@ -299,6 +322,10 @@ def candidates(
         elif algorithm.name == "collnet" and not policy.collnet and forced is None:
             # off by default (and then holds no SHARP tree)
             reason, by = "NCCL_COLLNET_ENABLE is off", "NCCL_COLLNET_ENABLE"
+        elif (missing := nccl_model.algorithm_missing(algorithm.name, collective.kind.value, minor)) is not None:
+            reason, by = missing, "--nccl-version"
+            if forced is not None:
+                raise ValueError(f"algorithm {algorithm.name}: {missing}")
         else:
             reason = algorithm.supported(collective, ctx)
             if reason is None and algorithm.name.startswith("nvls") and not policy.nvls:
@@ -330,6 +357,17 @@ def candidates(
                 yield _skipped(algorithm.name, f"{proto_sel.variable}={proto_sel.text}", proto_sel.variable, protocol)
                 continue
             latency, algbw = algorithm.estimate(collective, ctx, protocol=protocol, nchannels=nchannels)
+            if minor != nccl_model.nccl_minor(nccl_model.DEFAULT_NCCL_VERSION):  # the release's own estimate
+                latency += nccl_model.estimate_latency_delta_s(
+                    algorithm=algorithm.name,
+                    kind_value=collective.kind.value,
+                    protocol=protocol,
+                    minor=minor,
+                    nnodes=layout.nnodes,
+                    ppn=layout.ppn,
+                    intra=layout.intra,
+                    nranks=collective.nranks,
+                )
             if algbw <= 0 and policy.protocol is None:
                 yield Candidate(
                     algorithm=algorithm.name,

@@ -18,15 +18,33 @@ Every kernel takes the longer of its arithmetic and its memory traffic::
   tensor-core kernel keeps when every GPU of the server computes at once (clocks fall under the power
   limit); a huge aligned GEMM approaches eff_max x f_s x peak; a GEMM of a few tiles leaves SMs idle; time never
   falls when m, n or k grows. Bytes: (m k + k n) x input size + m n x output size, per product.
-* **Elementwise, normalisation, softmax, permutation, optimizer**: memory-bound, bytes read + written.
+* **Elementwise, normalisation, softmax, permutation, optimizer**: memory-bound, bytes read + written, at the
+  GPU's STREAM-like share of its HBM bandwidth (below).
+* **Optimizer** (``optimizer_step``; Megatron-Core's mixed-precision and distributed optimizer, once per step):
+  the rank's fp32 gradient buffer is zeroed (``zero_grad_buffer``, 4 B per local parameter, "called at the
+  beginning of each training iteration", megatron/core/distributed/distributed_data_parallel.py); on the
+  parameters the rank updates (its 1/d shard with the distributed optimizer) the gradient-norm pass of
+  clipping reads the gradients (4 B), fused Adam reads gradient, fp32 master weight, momentum and variance
+  and writes the last three (4 + 24 B), and the master weights are copied to the bf16 model weights (4 + 2 B,
+  Megatron's ``_copy_main_params_to_model_params``): 4 + 38/d B per parameter with fp32 gradients (memory:
+  ZeRO's 16 B per parameter, Rajbhandari et al. 2020, Megatron's 6 + 12/d). Clipping's rescale pass runs only
+  when the norm exceeds the threshold (``clip_coeff < 1``), ASSUMED not in steady state.
+* **FP8** (``dtype="fp8"``; Transformer Engine with delayed scaling, the DGX Cloud recipes' FP8): the
+  weight GEMMs of TE modules (QKV, attention projection, MLP and expert matrices) run at
+  ``dense_fp8_flop_per_s`` with 1-byte operands and the FP8 GEMM efficiency; each needs its input cast to FP8
+  with its transpose for the weight gradient (TE's ``fp8_cast_transpose_fused``, amax taken in the same pass):
+  2 + 1 + 1 B per element, or, where a norm feeds the GEMM (``LayerNormLinear``: QKV, MLP up), the norm writes
+  FP8 instead of bf16 and the transpose is read and written, 1 - 2 + 1 + 1 = +1 B; backward, the output
+  gradient is cast and transposed the same way (4 B per element of dY). Weights are cast (2 + 1 + 1 B) once per
+  step, on the first micro-batch, counted in the optimizer step. The output layer (Megatron-Core's
+  ``tensor_parallel.ColumnParallelLinear``, megatron/core/models/gpt/gpt_model.py) and the MoE router (plain
+  torch) are not TE modules and stay bf16, as do attention and the element-wise kernels. The amax-history and
+  scale updates (a few bytes per tensor) are ignored.
 * **FlashAttention** (fused, never writes the s x s scores): executes 4 b s_q s_k a d / t FLOPs forward,
   of which the causal mask lets it skip all but (n+1)/(2n) for n = ceil(s/128) key blocks, and 2.5x that
   backward (5 matmuls to the forward's 2; Dao 2023 sec. 4.1); it runs at the FlashAttention efficiency
   of the GPU times f_s. Without flash attention (Megatron SC21) the scores are two batched GEMMs around a fused
   scale-mask-softmax and a dropout, each reading and writing b a s^2 elements.
-
-``dtype="fp8"`` runs the linear-layer GEMMs at ``dense_fp8_flop_per_s`` with 1-byte operands and the
-FP8 GEMM efficiency; attention and elementwise work stay in bf16 (as Transformer Engine does).
 
 Parameters per GPU (set once here, used for every scenario)
 ----------------------------------------------------------
@@ -49,8 +67,8 @@ Parameters per GPU (set once here, used for every scenario)
   **A100 exception, fitted once**: the shipped A100 uses eff_max = 0.70 (``A100_SC21_GEMM_EFFICIENCY``,
   218 TFLOP/s), the one parameter fitted on Megatron SC21 Table 1 (``simulator.validation.sc21``:
   mean |predicted/measured - 1| of TFLOP/s per GPU over the ten rows, golden-section search, optimum
-  0.697, rounded to the two digits the hold-out supports: fits on odd and even rows give 0.697 and
-  0.695). It stands for fp16 GEMMs inside Megatron-LM in 2021 (plausibly CUDA 11 cuBLAS and sustained
+  0.6975, rounded to the two digits the hold-out supports: fits on odd and even rows give 0.700 and
+  0.696). It stands for fp16 GEMMs inside Megatron-LM in 2021 (plausibly CUDA 11 cuBLAS and sustained
   clocks at the power limit; the data do not separate causes) rather than a 2024 benchmark; the sourced
   0.869 stays available as ``A100_MAMF_2024``.
 * Tile 256 x 128: the NVIDIA guide's most efficient cuBLAS tile on A100 (its wave-quantisation example);
@@ -64,6 +82,8 @@ Parameters per GPU (set once here, used for every scenario)
   (pc2/GPUInspector.jl, A100-SXM4-40GB, same GA100 memory system as the 80 GB part); Hopper 3614.6/4000
   GB/s = 0.904 (OpenCL-Benchmark coalesced read on a GH200 96 GB HBM3, mredenti/PowerCapping);
   Blackwell 7.140/8.0 TB/s = 0.893 (measured STREAM triad on GB300, KernelAgent-Oink SM10x benchmarks).
+  The Hopper figure agrees with what tuned memory-bound training kernels reach on an H100 (QuACK's RMSNorm,
+  softmax and cross-entropy kernels: ~3.0 of 3.35 TB/s, 0.90).
 * FlashAttention efficiency (forward, backward) at a reference shape, then (``flash_shape``) scaled by
   FlashAttention-3's measured throughput at the kernel's shape over that at the reference (head dimension
   128, no mask, sequence 16k). FA-3 on H100 SXM5 (Shah et al. 2024, arXiv 2407.08608; TFLOP/s of the 989
@@ -84,10 +104,17 @@ Parameters per GPU (set once here, used for every scenario)
   on 8x H100 NDR nodes (nccl-tests issue 309, see topologies/devices.py): H100 0.138, A100 0.174. HBM
   contention by the communication kernel is ignored (ASSUMPTION: copies are small next to compute).
 
-What is ignored: kernel launch gaps and CPU overheads (left out for want of a sourced figure for these
-training stacks: launches cost microseconds each and CUDA graphs remove most of them, against kernels of
-0.1-10 ms in the layouts validated), clock differences between kernels (f_s is
-one matmul-derived figure per GPU model), fp32 gradient accumulation traffic of weight-gradient GEMMs,
+* ``launch_gap_s``: idle time of the GPU between consecutive kernels (launch latency and CPU scheduling not
+  hidden by the host running ahead), added to every kernel. 0 for every GPU: no published figure for these
+  training stacks was found (launches cost microseconds each and CUDA graphs remove most of them, against
+  kernels of 0.1-10 ms in the layouts validated). What would set it: the mean gap between kernels on the
+  compute stream of an Nsight Systems trace of a recipe's steady-state step, per GPU generation and software
+  release.
+
+What is ignored: clock differences between kernels (f_s is
+one matmul-derived figure per GPU model), fp32 gradient accumulation traffic of weight-gradient GEMMs, FP4
+(B200's NVFP4 GEMMs: no measured GEMM efficiency was found, so the dtype is not offered), loss scaling of fp16
+training (unscale and inf check, 8 B per parameter),
 L2-cache reuse between kernels, imbalance between experts, FlashAttention's batch and head count (the
 FA-3 figures hold 16k tokens per batch; more heads fill SMs better at short sequences), the A100's
 FlashAttention-2 shape.
@@ -150,6 +177,8 @@ FLASH_BWD_FLOP_RATIO = 2.5  # Dao 2023 sec. 4.1: backward FLOPs = 2.5 x forward 
 DEFAULT_COMM_CTAS = 16  # NCCL default channels on 8x H100 NDR (nccl-tests issue 309)
 ADAM_BYTES_PER_PARAM = 12 + 12  # fused Adam reads and writes fp32 master weights, momentum, variance
 FP32 = 4
+BF16 = 2  # activations stay bf16 under FP8 training (Transformer Engine casts only GEMM operands)
+FP8 = 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -185,6 +214,7 @@ class GpuComputeModel:
     flash_shape: bool = False
     tile_m: int = 256
     tile_n: int = 128
+    launch_gap_s: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "GpuComputeModel"
@@ -203,6 +233,7 @@ class GpuComputeModel:
             _fraction(owner, name, getattr(self, name))
         _fraction(owner, "gemm_efficiency_fp8", self.gemm_efficiency_fp8, allow_none=True)
         flag(f"{owner}.flash_shape", self.flash_shape)
+        finite(f"{owner}.launch_gap_s", self.launch_gap_s, low=0, high=1, high_open=True, expected="0 <= s < 1")
 
 
 _HOPPER_MEMORY = 3614.60 / 4000.0  # GH200 96 GB HBM3: coalesced read 3614.60 GB/s of 4.0 TB/s
@@ -479,7 +510,7 @@ def gemm_op(
         kind=kind,
         flops=flops,
         nbytes=nbytes,
-        time_s=max(t_math, t_mem),
+        time_s=max(t_math, t_mem) + cm.launch_gap_s,
         bound="compute" if t_math >= t_mem else "memory",
     )
 
@@ -515,7 +546,12 @@ def memory_op(
     if kind not in OP_KINDS:
         raise ValueError(f"{name}.kind: {kind!r} is not known; expected one of {', '.join(OP_KINDS)}")
     return OpTime(
-        name=name, kind=kind, flops=0.0, nbytes=float(nbytes), time_s=_memory_time_s(nbytes, gpu, cm), bound="memory"
+        name=name,
+        kind=kind,
+        flops=0.0,
+        nbytes=float(nbytes),
+        time_s=_memory_time_s(nbytes, gpu, cm) + cm.launch_gap_s,
+        bound="memory",
     )
 
 
@@ -540,6 +576,8 @@ class _Op:
     flash_seq_len: float = 0.0  # keys (and local queries) of one kernel call
     flash_head_dim: int = 0
     flash_causal_share: float = 1.0  # of the FLOPs, the share in kernels with the causal mask
+    fp8: bool = True  # a weight GEMM of a Transformer Engine module: FP8 under dtype "fp8"
+    fp8_cast_fused: bool = False  # its FP8 input is written by the norm before it (TE LayerNormLinear)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -549,16 +587,28 @@ class _Ctx:
     dtype: str
 
 
+def _gemm_dtype(op: _Op, ctx: _Ctx) -> str:
+    """FP8 for the weight GEMMs of Transformer Engine modules under dtype "fp8", else bf16."""
+    assert op.gemm is not None
+    return ctx.dtype if op.gemm.weight and op.fp8 else "bf16"
+
+
 def _forward_times(op: _Op, ctx: _Ctx, prefix: str = "") -> list[OpTime]:
     name = prefix + op.name
     if op.gemm is not None:
         g = op.gemm
-        dtype = ctx.dtype if g.weight else "bf16"
-        return [
+        dtype = _gemm_dtype(op, ctx)
+        times = []
+        if dtype == "fp8":  # cast (+ amax) of the input and its transpose for the weight gradient
+            per_element = 3 * FP8 - BF16 if op.fp8_cast_fused else BF16 + 2 * FP8
+            nbytes = per_element * g.m * g.k * g.count
+            times.append(memory_op(ctx.gpu, nbytes=nbytes, name=f"{name}.fp8_cast", compute_model=ctx.cm))
+        times.append(
             gemm_op(
                 ctx.gpu, m=g.m, n=g.n, k=g.k, count=g.count, dtype=dtype, name=name, kind=op.kind, compute_model=ctx.cm
             )
-        ]
+        )
+        return times
     if op.flash_flops:
         return [_flash_time(name, op, op.flash_flops, op.flash_fwd_nbytes, ctx, backward=False)]
     return [memory_op(ctx.gpu, nbytes=op.fwd_nbytes, name=name, kind=op.kind, compute_model=ctx.cm)]
@@ -567,10 +617,14 @@ def _forward_times(op: _Op, ctx: _Ctx, prefix: str = "") -> list[OpTime]:
 def _backward_times(op: _Op, ctx: _Ctx) -> list[OpTime]:
     if op.gemm is not None:
         g = op.gemm
-        dtype = ctx.dtype if g.weight else "bf16"
+        dtype = _gemm_dtype(op, ctx)
         first, second = ("dgrad", "wgrad") if g.weight else ("grad_lhs", "grad_rhs")
+        cast = []
+        if dtype == "fp8":  # cast (+ amax) of the output gradient and its transpose
+            nbytes = (BF16 + 2 * FP8) * g.m * g.n * g.count
+            cast.append(memory_op(ctx.gpu, nbytes=nbytes, name=f"{op.name}.fp8_cast_grad", compute_model=ctx.cm))
         # Y = A B with A (m x k), B (k x n): dA = dY B^T is (m x n)(n x k); dB = A^T dY is (k x m)(m x n).
-        return [
+        return cast + [
             gemm_op(
                 ctx.gpu,
                 m=g.m,
@@ -625,7 +679,7 @@ def _flash_time(name: str, op: _Op, flops: float, nbytes: float, ctx: _Ctx, *, b
         kind="attention",
         flops=flops,
         nbytes=nbytes,
-        time_s=max(t_math, t_mem),
+        time_s=max(t_math, t_mem) + ctx.cm.launch_gap_s,
         bound="compute" if t_math >= t_mem else "memory",
     )
 
@@ -684,7 +738,7 @@ def _layer_ops(
         return _Op(name=name, kind="elementwise", fwd_nbytes=2 * D * units, bwd_nbytes=3 * D * units)
 
     ops.append(norm("input_norm"))
-    ops.append(_Op(name="qkv", kind="gemm", gemm=gemms["qkv"]))
+    ops.append(_Op(name="qkv", kind="gemm", gemm=gemms["qkv"], fp8_cast_fused=True))
     if model.position_embedding == "rope":
         n = tokens * (model.heads + model.kv_heads) * d / tp
         ops.append(_Op(name="rope", kind="elementwise", fwd_nbytes=2 * D * n, bwd_nbytes=2 * D * n))
@@ -729,7 +783,7 @@ def _layer_ops(
     if model.is_moe_layer(layer):
         t_moe = tokens / tp
         routed = t_moe * model.top_k
-        ops.append(_Op(name="router", kind="gemm", gemm=gemms["router"]))
+        ops.append(_Op(name="router", kind="gemm", gemm=gemms["router"], fp8=False))
         n = t_moe * model.experts  # fp32 softmax and top-k over the router logits
         ops.append(_Op(name="router_topk", kind="elementwise", fwd_nbytes=2 * FP32 * n, bwd_nbytes=3 * FP32 * n))
         ops.append(
@@ -747,7 +801,7 @@ def _layer_ops(
             ops.append(activation("shared_act", tokens * model.shared_experts * model.expert_ffn_hidden / tp))
             ops.append(_Op(name="shared_down", kind="gemm", gemm=gemms["shared_down"]))
     else:
-        ops.append(_Op(name="mlp_up", kind="gemm", gemm=gemms["mlp_up"]))
+        ops.append(_Op(name="mlp_up", kind="gemm", gemm=gemms["mlp_up"], fp8_cast_fused=True))
         ops.append(activation("swiglu" if model.gated_mlp else "bias_gelu", tokens * model.ffn_hidden / tp))
         ops.append(_Op(name="mlp_down", kind="gemm", gemm=gemms["mlp_down"]))
     ops.append(residual("mlp_residual"))
@@ -1009,7 +1063,8 @@ def _logits_ops(model: ModelSpec, *, micro_batch: int, seq_len: int | None, tp: 
     n = tokens * v_local
     return [
         _Op(name="final_norm", kind="elementwise", fwd_nbytes=2 * D * rep * h, bwd_nbytes=3 * D * rep * h),
-        _Op(name="logits", kind="gemm", gemm=Gemm(name="logits", m=tokens, n=v_local, k=h)),
+        # Megatron-Core's output layer is a tensor_parallel.ColumnParallelLinear, not a TE module: bf16 under FP8
+        _Op(name="logits", kind="gemm", gemm=Gemm(name="logits", m=tokens, n=v_local, k=h), fp8=False),
         # Megatron's vocabulary-parallel cross-entropy: read the logits twice (max, exp) and keep the fp32
         # softmax for the backward, which reads it and writes the bf16 gradient.
         _Op(name="cross_entropy", kind="elementwise", fwd_nbytes=(2 * D + FP32) * n, bwd_nbytes=(FP32 + D) * n),
@@ -1095,30 +1150,48 @@ def optimizer_step(
     parameters: float,
     grad_bytes: int = FP32,
     param_bytes: int = 2,
+    buffer_parameters: float | None = None,
+    fp8_weights: float = 0.0,
     compute_model: GpuComputeModel | None = None,
 ) -> ComputeBreakdown:
-    """Memory-bound Adam over the ``parameters`` this GPU updates (its ZeRO shard): the gradient-norm pass
-    reads the gradients; fused Adam reads gradient, master weight, momentum, variance and writes the last
-    three and the ``param_bytes`` model weight: grad_bytes + 24 + param_bytes = 30 bytes per parameter.
+    """Memory-bound step of Megatron's mixed-precision optimizer on one GPU, per training step (kernels in the
+    order they run, bytes per parameter):
+
+    * ``zero_grad_buffer``: the rank's whole gradient buffer is zeroed (``grad_bytes`` per parameter of
+      ``buffer_parameters``, the rank's weights; default ``parameters``);
+    * ``grad_norm``: the gradient-norm pass of clipping reads the gradients of the ``parameters`` this GPU
+      updates (its shard under the distributed optimizer);
+    * ``adam``: fused Adam reads gradient, fp32 master weight, momentum, variance and writes the last three:
+      grad_bytes + 24;
+    * ``copy_main_to_model``: the updated fp32 master weights are copied to the ``param_bytes`` model weights:
+      4 + param_bytes;
+    * ``fp8_weight_cast``: under FP8, Transformer Engine casts each of the ``fp8_weights`` GEMM weights once per
+      step (first micro-batch; later ones reuse it) to FP8 and its transpose: param_bytes + 2.
+
+    With fp32 gradients and bf16 weights that is 4 + 4 + 28 + 6 = 42 bytes per parameter without sharding.
 
     >>> from topologies.devices import H100_SXM5_80GB
-    >>> round(optimizer_step(H100_SXM5_80GB, parameters=1e9).time_s * 1e3, 2)   # 34e9 B / (3.35e12 x 0.904)
-    11.23
+    >>> round(optimizer_step(H100_SXM5_80GB, parameters=1e9).time_s * 1e3, 2)   # 42e9 B / (3.35e12 x 0.904)
+    13.87
     """
     cm = compute_model_for(gpu, compute_model)
     finite_nonnegative("optimizer_step.parameters", parameters, "a finite number >= 0")
+    buffer = parameters if buffer_parameters is None else buffer_parameters
+    finite_nonnegative("optimizer_step.buffer_parameters", buffer, "a finite number >= 0 or None")
+    finite_nonnegative("optimizer_step.fp8_weights", fp8_weights, "a finite number >= 0")
     for name, value in (("grad_bytes", grad_bytes), ("param_bytes", param_bytes)):
         integer(f"optimizer_step.{name}", value, low=1)
+    kernels = [
+        ("zero_grad_buffer", buffer * grad_bytes),
+        ("grad_norm", parameters * grad_bytes),
+        ("adam", parameters * (grad_bytes + ADAM_BYTES_PER_PARAM)),
+        ("copy_main_to_model", parameters * (FP32 + param_bytes)),
+    ]
+    if fp8_weights:
+        kernels.append(("fp8_weight_cast", fp8_weights * (param_bytes + 2 * FP8)))
     return ComputeBreakdown(
-        ops=(
-            memory_op(gpu, nbytes=parameters * grad_bytes, name="grad_norm", kind="optimizer", compute_model=cm),
-            memory_op(
-                gpu,
-                nbytes=parameters * (grad_bytes + ADAM_BYTES_PER_PARAM + param_bytes),
-                name="adam",
-                kind="optimizer",
-                compute_model=cm,
-            ),
+        ops=tuple(
+            memory_op(gpu, nbytes=nbytes, name=name, kind="optimizer", compute_model=cm) for name, nbytes in kernels
         )
     )
 

@@ -48,7 +48,7 @@ order (tests compare at 1e-9, not bit for bit).
   pipeline's links (its ends inside the servers and on the NIC cables, ``Router.ends``): then every replica
   meets it alike. Where it does (data-parallel buckets and stage transfers through one GPU's PCIe link), the
   other replicas' pipeline traffic that would share those links is missing: an approximation (the default
-  ``fabricsim step`` forced so: 3.7684 s against 3.7710 s in full).
+  ``fabricsim step`` forced so: 3.7737 s against 3.7763 s in full).
 * ``symmetric_context`` (context ranks): the c context ranks of a stage run the same program, so context rank 0
   (of each simulated replica) stands for all c: the other members of its context rings are passive (they move
   their ring steps and arrive when it does, as they would in step), its tensor-parallel collectives and pipeline
@@ -70,6 +70,42 @@ order (tests compare at 1e-9, not bit for bit).
 
 Worked number: 1F1B on p = 4 stages, f + b = 30 ms per micro-batch and stage, m = 9, k = 2: T(2) = (2 + 3) 30 =
 150 ms, T(4) = (4 + 3) 30 = 210 ms, so T(9) = 150 + (9 - 2)(210 - 150)/2 = 360 ms = (9 + 3) 30 ms, exactly.
+
+**The bound of an approximate reduction** (replicas, context ranks or tensor ranks used where not exact;
+``StepResult.step_time_low_s`` / ``step_time_high_s``, ``exposed_comm_low_s`` / ``exposed_comm_high_s`` = the step's
+minus its critical path; a note). The reduced run lacks the *missing traffic*: the pipeline traffic (every pair
+of :func:`_pipeline_pairs`) of the ranks it stands for. A *unit* is what one simulated rank set stands for (a
+replica, a context rank, a tensor rank's transfers), and each missing GPU pair x has a *representative*, the
+simulated pair i with its unit's coordinates 0 (:func:`_pair_units`).
+
+* Low: the reduced run (missing traffic only adds contention). With the two-phase replica step, whose barrier
+  between pipeline and reduction can make it longer than the full step, the pipeline alone plus the earliest
+  compute-only end of a rank's reduction phase.
+* High: the reduced run, in one phase (the other replicas' members passive, so each stage's reduction overlaps the
+  pipeline's tail as in the full step), on a *bounding fabric* (:func:`bounding_fabric`). C(x): the links pair x
+  may cross (a stage transfer under ECMP: the path of each of its network connections as the step hashes it;
+  anything else: every fewest-hop path, with and without PXN). With n(l) the missing pairs whose C holds link l
+  and n_u(l) the pairs of units other than u (on a switch-to-switch link, every pair but x):
+  capacity'(l) = min(c(l) / (1 + n(l)), min over simulated pairs i with l in C(i) of R(i)), R(i) = min over the
+  pairs x that i stands for of min over l in C(x) of c(l) / (1 + n_u(l)); and each simulated pair's network
+  links gain latency until its fastest path is as slow as the slowest path of a pair it stands for. In max-min
+  sharing a flow gets at least c(l) / (flows on l) of its bottleneck link l, so every flow of the full step is
+  at least as fast as its representative on the bounding fabric, and a step is monotone in its transfers'
+  durations: the full step is no longer than the high run.
+* Holds when: nothing couples flows beyond shared links (no link events or congestion control; no bound
+  otherwise, the note says why), routing is ``ecmp`` or ``spray`` (fewest-hop paths, enumerated; ``minimal``,
+  ``valiant``, ``ugal``, ``adaptive``: no bound), every expert group has a simulated member (else no bound: the
+  all-to-alls of the groups stood for are not counted), each missing GPU pair puts no more flows on a shared link than
+  its representative does (true for stage transfers, one network connection a pair; a ring with several
+  channels through a link it shares with a simulated flow may exceed it), and adding flows does not speed up
+  another (max-min sharing can, in corner cases; NCCL's tuner choosing another algorithm on the slower fabric
+  too). Not covered: the steady-state extrapolation (its own approximation).
+* Cost: the bounding fabric (a route per GPU pair of the pipeline; 3.4 s for the 16,384-GPU 405B layout's 145,408
+  pairs) and one more reduced run. Checked against the full simulation on small layouts (forced reductions: an
+  ECMP fat tree, oversubscribed, uneven stages, a failed and a slower NIC cable, a dragonfly with longer paths for
+  some replicas; ``tests/simulator/test_reductions.py``). Worked number: on the default step's layout on a
+  dragonfly of 8 DGX H100 (tp 2, pp 2, dp 16, overlapped buckets), replicas forced: 3.8804 s reduced, 3.9325 s in
+  full, bound [3.8804, 4.6642] s (time in network 0.4335 reduced, 0.4857 in full, bound [0.4335, 1.2173] s).
 """
 
 from __future__ import annotations
@@ -81,10 +117,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from topologies.routing import RouteCache, Router
-from topologies.topology import Topology
+from topologies.topology import LinkTier, Topology
 from workloads.model import ceil_div
 from workloads.parallelism import ParallelismSpec
 
+from ..collectives.p2p import NET_CONNECTIONS_PER_PEER
 from ..config import SimConfig
 from ..placement import Placement
 
@@ -101,6 +138,8 @@ __all__ = (
     "steady_state_runs",
     "extrapolate",
     "notes",
+    "bounding_fabric",
+    "bound_note",
 )
 
 #: the largest step ``simulate_step`` simulates in full when a reduction it would need is not exact; past it, the
@@ -578,6 +617,184 @@ def plan(
         tensor=tensor,
         context=context,
         context_verdict=cverdict,
+    )
+
+
+def _pair_units(p: ParallelismSpec, plan: Plan) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarray, np.ndarray]:
+    """The ordered rank pairs that may exchange bytes in the pipeline of the full step (:func:`_pipeline_pairs`
+    over every rank), the unit of each (an index; 0: the simulated one, that of pairs the reduced run moves)
+    and the index of the pair of the simulated unit that stands for it (its representative). A pair's unit is
+    the coordinates the reductions in use stand for: data-parallel with symmetric replicas, context with context
+    ranks, tensor with representative transfers; a ring pair keeps its context coordinate (passive members move
+    their ring steps), a tensor-parallel pair its tensor one (tensor-parallel collectives keep every member).
+    Last, whether each pair is a stage transfer."""
+    pairs = _pipeline_pairs(p, range(p.world_size))
+    coords = [p.coords(r) for r in range(p.world_size)]
+    rank = {(c.tp, c.cp, c.dp, c.pp): r for r, c in enumerate(coords)}
+    index = {pair: i for i, pair in enumerate(pairs)}
+    units: dict[tuple[int, ...], int] = {(0, 0, 0): 0}
+    unit = np.empty(len(pairs), dtype=np.int64)
+    reps = np.empty(len(pairs), dtype=np.int64)
+    hop = np.zeros(len(pairs), dtype=bool)
+    for i, (a, b) in enumerate(pairs):
+        ca, cb = coords[a], coords[b]
+        hop[i] = ca.pp != cb.pp
+        dp = plan.symmetric
+        cp = plan.context and not (ca.pp == cb.pp and ca.cp != cb.cp)  # not a ring pair
+        tp = plan.tensor_rank0_p2p and not (ca.pp == cb.pp and ca.cp == cb.cp)  # not a tensor-parallel pair
+        key = (ca.dp if dp else 0, ca.cp if cp else 0, ca.tp if tp else 0)
+        unit[i] = units.setdefault(key, len(units))
+        ra = rank[(0 if tp else ca.tp, 0 if cp else ca.cp, 0 if dp else ca.dp, ca.pp)]
+        rb = rank[(0 if tp else cb.tp, 0 if cp else cb.cp, 0 if dp else cb.dp, cb.pp)]
+        reps[i] = index[ra, rb]
+    return pairs, unit, reps, hop
+
+
+def _pair_paths(
+    router: Router, src: np.ndarray, dst: np.ndarray, hashed: np.ndarray, config: SimConfig
+) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
+    """The links the flows of each GPU pair ``src[i] -> dst[i]`` may cross: with ``hashed[i]`` (a stage transfer
+    under ECMP) the path of each of its network connections as the step routes it (flow keys 0 to
+    ``NET_CONNECTIONS_PER_PEER`` - 1, ``config.pxn``: ``simulator.collectives.p2p``), else every fewest-hop path
+    (``router`` sprays), with and without PXN. Returned: those outside the fabric (``ends[i]``, repeats
+    possible) and the fabric's, ``fabric[span[i]]`` (``span`` -1 inside a server; pairs between the same switches
+    share one), and the largest and smallest latency of those paths (the links outside the fabric plus h fabric
+    hops at the slowest / fastest fabric link)."""
+    topo = router.topology
+    latency = topo.link_latency_s
+    between = topo.link_tier >= int(LinkTier.FABRIC_1)  # switch to switch
+    n = len(src)
+    ends: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * n
+    span = np.full(n, -1, dtype=np.int64)
+    high, low = np.zeros(n), np.full(n, np.inf)
+    inside = topo.gpu_server[src] == topo.gpu_server[dst]
+    server, local = topo.gpu_server, topo.gpu_local
+    for i in np.flatnonzero(inside).tolist():  # the server's fixed route (Router's, without its per-pair state)
+        path = np.asarray(topo.servers[server[src[i]]].intra_routes[int(local[src[i]]), int(local[dst[i]])])
+        ends[i] = path
+        high[i] = low[i] = float(latency[path].sum())
+    at = np.flatnonzero(~inside)
+    walks: dict[bytes, tuple[np.ndarray, float, float]] = {}  # fabric links -> them, h hops at slowest, fastest
+    both: list[list[bytes]] = [[] for _ in range(n)]
+    step = Router(
+        topo, policy="ecmp", seed=config.seed, pxn=config.pxn, failed_links=config.failed_links, cache=router.cache
+    )
+    routed = [(step, False, k, config.pxn) for k in range(NET_CONNECTIONS_PER_PEER)]
+    for how, every, key_, pxn in [(router, True, 0, False), (router, True, 0, True)] + routed:
+        at = np.flatnonzero(~inside & (hashed != every))
+        found = (
+            how.weighted_paths(src[at], dst[at], flow_keys=key_, pxn=pxn)[0]
+            if every
+            else how.paths(src[at], dst[at], flow_keys=key_, pxn=pxn)
+        )
+        for i, path in zip(at.tolist(), found):
+            crossing = between[path]
+            key = path[crossing].tobytes() + (b"" if every else b"path")
+            walk = walks.get(key)
+            if walk is None:
+                speed = latency[path[crossing]]
+                if every:  # h hops at the slowest and the fastest of these links: every fewest-hop walk has h
+                    h = int(between[how.path(int(src[i]), int(dst[i]), pxn=pxn)].sum())
+                    walk = (path[crossing], *((h * float(speed.max()), h * float(speed.min())) if h else (0, 0)))
+                else:
+                    walk = (path[crossing], float(speed.sum()), float(speed.sum()))
+                walks[key] = walk
+            base = float(latency[path[~crossing]].sum())
+            high[i] = max(high[i], base + walk[1])
+            low[i] = min(low[i], base + walk[2])
+            ends[i] = np.concatenate((ends[i], path[~crossing]))
+            both[i].append(key)
+    spans: dict[tuple[bytes, ...], int] = {}
+    fabric: list[np.ndarray] = []
+    for i in np.flatnonzero(~inside).tolist():
+        key = tuple(sorted(set(both[i])))
+        j = spans.get(key)
+        if j is None:
+            j = spans[key] = len(fabric)
+            fabric.append(np.unique(np.concatenate([walks[k][0] for k in key])))
+        span[i] = j
+    return ends, span, fabric, high, low
+
+
+def bounding_fabric(
+    p: ParallelismSpec, topology: Topology, placement: Placement, config: SimConfig, route_cache: RouteCache, plan: Plan
+) -> tuple[Topology | None, str]:
+    """The fabric of the high side of the bound (:func:`bound_note`): the topology with link capacities and
+    latencies on which the reduced run is no faster than any unit of the full step; or None and why no bound is
+    given (flows coupled beyond shared links, :func:`_coupling`, or a routing policy other than ``ecmp`` and
+    ``spray``, whose possible paths, the fewest-hop ones, are enumerated here).
+
+    With C(x) the links GPU pair x may cross (every fewest-hop path, with and without PXN), n_u(l) the pairs of
+    units other than u whose C holds link l (on a fabric link, every pair but x) and n(l) those of the units not
+    simulated: capacity'(l) = min(c(l) / (1 + n(l)), min over the simulated pairs i with l in C(i) of R(i)),
+    R(i) = min over the pairs x that i stands for (every unit's) of min over l in C(x) of c(l) / (1 + n_u(l));
+    each simulated pair's network links (or all of them inside a server) gain latency until its fastest path is
+    as slow as the slowest path of a pair it stands for."""
+    why = _coupling(config)
+    if why:
+        return None, why
+    if config.routing not in ("ecmp", "spray"):
+        return None, f"routing {config.routing!r}: its possible paths are not enumerated for a bound"
+    if plan.symmetric and p.ep > 1:
+        replica0 = set(replica_ranks(p))
+        for kind in ("ep", "edp"):
+            if not all(replica0.intersection(group) for group in p.groups(kind)):
+                return None, f"the {kind} groups of other replicas are stood for, their all-to-alls not bounded"
+    router = Router(topology, policy="spray", seed=config.seed, failed_links=config.failed_links, cache=route_cache)
+    gpu = np.asarray(placement.rank_gpu, dtype=np.int64)
+    pairs, unit, rep, hop = _pair_units(p, plan)
+    ranks = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    hashed = hop & (config.routing == "ecmp")
+    ends, span, fabric, slow, fast = _pair_paths(router, gpu[ranks[:, 0]], gpu[ranks[:, 1]], hashed, config)
+    n, nlinks = len(pairs), topology.num_links
+    capacity = topology.link_capacity_bytes_per_s
+    # the links outside the fabric: (pair, link) once each, in pair order; how many pairs, and of each unit
+    entries = np.unique(np.repeat(np.arange(n), [len(x) for x in ends]) * nlinks + np.concatenate(ends))
+    pair, link = entries // nlinks, entries % nlinks
+    total = np.bincount(link, minlength=nlinks)
+    simulated = np.bincount(link[unit[pair] == 0], minlength=nlinks)
+    _, inverse, counts = np.unique(unit[pair] * nlinks + link, return_inverse=True, return_counts=True)
+    worst = np.full(n, np.inf)
+    np.minimum.at(worst, pair, capacity[link] / (1 + total[link] - counts[inverse.ravel()]))
+    # the fabric links: the pairs of each span, added once per span
+    leaves = span >= 0
+    per_span = np.bincount(span[leaves], minlength=len(fabric))
+    per_span_simulated = np.bincount(span[leaves & (unit == 0)], minlength=len(fabric))
+    for j, links in enumerate(fabric):
+        total[links] += per_span[j]
+        simulated[links] += per_span_simulated[j]
+    span_worst = np.array([np.min(capacity[links] / total[links], initial=np.inf) for links in fabric] + [np.inf])
+    worst = np.minimum(worst, span_worst[span])  # span -1: inside a server, the last, inf
+    # per simulated pair, the least share and the slowest path of the pairs it stands for
+    share = np.full(n, np.inf)
+    np.minimum.at(share, rep, worst)
+    slowest = np.zeros(n)
+    np.maximum.at(slowest, rep, slow)
+    new_capacity = capacity / (1 + total - simulated)
+    added = np.zeros(nlinks)
+    network = topology.link_tier >= int(LinkTier.NIC)
+    for i in np.flatnonzero(rep == np.arange(n)).tolist():
+        own = np.concatenate((ends[i], fabric[span[i]])) if leaves[i] else ends[i]
+        np.minimum.at(new_capacity, own, share[i])
+        deficit = slowest[i] - fast[i]
+        if deficit > 0:
+            late = own[network[own]] if leaves[i] else own
+            np.maximum.at(added, late, deficit)
+    new_capacity.setflags(write=False)
+    latency = topology.link_latency_s + added
+    latency.setflags(write=False)
+    return dataclasses.replace(topology, link_capacity_bytes_per_s=new_capacity, link_latency_s=latency), ""
+
+
+def bound_note(low_s: float | None, high_s: float | None, critical_s: float, why: str) -> str:
+    """The note of the bound on an approximate reduction's step time (or why none is given)."""
+    if why or low_s is None or high_s is None:
+        return f"no bound on the approximation: {why}; exact=True (--exact) simulates every rank"
+    return (
+        f"bound: step time in [{low_s:.6g}, {high_s:.6g}] s, time in network in [{max(low_s - critical_s, 0.0):.6g}, "
+        f"{max(high_s - critical_s, 0.0):.6g}] s (low: the reduced run, without the traffic of the ranks it stands "
+        "for; high: the same run on links shared by all the traffic that may cross them, no faster than any of "
+        "those ranks)"
     )
 
 

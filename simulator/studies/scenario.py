@@ -35,6 +35,8 @@ __all__ = (
     "SETTING_CHECKS",
     "StepSetup",
     "build_topology",
+    "system_of",
+    "fabric_of",
     "network_config",
     "step_settings",
     "prepare_step",
@@ -53,7 +55,25 @@ FABRIC_DEFAULTS = {
     "dragonfly_a": None,
     "dragonfly_h": None,
     "dragonfly_arrangement": "absolute",
+    "gpu": None,  # the GPU preset of a --system FILE that does not name it (nvidia-smi topo -m)
 }
+
+
+def system_of(settings: Mapping) -> Any:
+    """The system ``settings["system"]`` names, as ``build_system`` takes it: a preset name, or the server of a
+    file (``nvidia-smi topo -m`` output, an NCCL topology XML) with ``settings["gpu"]`` naming its GPU
+    (``topologies.io.resolve_system``)."""
+    from topologies.io import resolve_system
+
+    return resolve_system(settings["system"], gpu=settings.get("gpu"), fabric=fabric_of(settings))
+
+
+def fabric_of(settings: Mapping) -> Any:
+    """The fabric ``settings["fabric"]`` names, as ``build_system`` takes it: None, a FABRICS name, or a custom
+    fabric from a table or a TOML/JSON file (``topologies.io.resolve_fabric``)."""
+    from topologies.io import resolve_fabric
+
+    return resolve_fabric(settings["fabric"])
 
 
 def build_topology(settings: Mapping) -> Topology:
@@ -61,10 +81,10 @@ def build_topology(settings: Mapping) -> Topology:
     from topologies.presets import build_system
 
     return build_system(
-        settings["system"],
+        system_of(settings),
         nodes=settings["nodes"],
         topology=settings["topology"],
-        fabric=settings["fabric"],
+        fabric=fabric_of(settings),
         oversubscription=settings["oversubscription"],
         rail_optimised=settings["rail_optimised"],
         nics_per_node=settings["nics_per_node"],
@@ -88,6 +108,7 @@ NETWORK_DEFAULTS = {
     "net_model": "flow",
     "congestion": (),
     "sharp": False,
+    "nccl_version": None,  # the NCCL release whose default enablement the tuner follows (None: the latest modelled)
 }
 
 # `fabricsim step` with no arguments: a Llama-3 8B-class model on 8 DGX H100 (64 GPUs), TP 2 x PP 2 x DP 16,
@@ -147,6 +168,14 @@ def _text(field: str, value: object) -> str:
     return value
 
 
+def _fabric_table(value: Mapping) -> dict:
+    """A custom fabric table (``[fabric]`` in a scenario or design file), checked now and kept as a plain dict."""
+    from topologies.io import custom_fabric
+
+    custom_fabric(value)
+    return dict(value)
+
+
 def _names(field: str, value: object) -> tuple[str, ...]:
     expected = f"a list of distinct names from {', '.join(CONGESTION_NAMES)}"
     if (
@@ -166,12 +195,14 @@ def _positive(field: str, value: object) -> int:
 SETTING_CHECKS = {
     "model": _text,
     "system": _text,
+    "gpu": _text,
     "topology": _text,
-    "fabric": _text,
+    "fabric": lambda f, v: _fabric_table(v) if isinstance(v, Mapping) else _text(f, v),
     "trace": _text,
     "trace_ranks": _text,
     "sharp": checks.flag,
     "calibration": _text,
+    "nccl_version": _text,
     **dict.fromkeys(
         (
             "nodes",
@@ -343,10 +374,11 @@ def network_config(
     """The simulation config that the network settings (NETWORK_DEFAULTS' names) describe, with NCCL's
     environment variables from ``environ`` and the collective options ``policy`` (algorithm, protocol,
     nchannels, qps_per_connection: ``CollectivePolicy.from_environment``'s), which win over them, as
-    ``sharp`` wins over NCCL_COLLNET_ENABLE."""
+    ``sharp`` wins over NCCL_COLLNET_ENABLE; ``nccl_version`` (None: the default) the NCCL release modelled."""
     from simulator.collectives.tuner import CollectivePolicy
 
     collnet = True if settings["sharp"] else None
+    policy = {"nccl_version": settings.get("nccl_version"), **policy}
     return SimConfig(
         network_model=settings["net_model"],
         routing=settings["routing"],

@@ -34,7 +34,7 @@ from typing import Any
 
 from topologies import checks
 
-from .scenario import FABRIC_DEFAULTS, NETWORK_DEFAULTS, build_topology
+from .scenario import FABRIC_DEFAULTS, NETWORK_DEFAULTS, build_topology, fabric_of, system_of
 
 __all__ = ("FAMILIES", "Sizing", "match", "price_design")
 
@@ -120,7 +120,7 @@ def _lines(family: str, design: Mapping[str, Any]) -> tuple[str, list[tuple[dict
     and the knob's values, from the most capable design to the least (cost and power fall along a line)."""
     from topologies.presets import system_switch
 
-    switch = system_switch(design["system"], fabric=design["fabric"], nics_per_node=design["nics_per_node"])
+    switch = system_switch(system_of(design), fabric=fabric_of(design), nics_per_node=design["nics_per_node"])
     if switch is None:
         raise checks.reject("system", design["system"], "a system with a fabric switch (or pass fabric)")
     if family == "dragonfly":
@@ -163,9 +163,9 @@ def _shape(settings: Mapping[str, Any]) -> tuple[int, int, int, int]:
     from topologies.presets import dragonfly_shape
 
     return dragonfly_shape(
-        settings["system"],
+        system_of(settings),
         nodes=settings["nodes"],
-        fabric=settings["fabric"],
+        fabric=fabric_of(settings),
         nics_per_node=settings["nics_per_node"],
         dragonfly_p=settings["dragonfly_p"],
         dragonfly_a=settings["dragonfly_a"],

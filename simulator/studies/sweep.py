@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from topologies import checks
+from topologies.io import is_file
+from topologies.presets import SYSTEMS
 from workloads.collectives import CollectiveKind
 
 from .nccl_tests import BENCH_COLLECTIVES
@@ -125,8 +127,15 @@ def _source_fingerprint() -> str:
 
 
 def scenario_key(scenario: Mapping[str, Any], fingerprint: str = "") -> str:
-    """The cache key of ``scenario``: a hash of its fields (in any order) and of ``fingerprint``."""
-    text = json.dumps({"scenario": scenario, "source": fingerprint}, sort_keys=True, default=str)
+    """The cache key of ``scenario``: a hash of its fields (in any order), of ``fingerprint`` and, when its system
+    is a file (``nvidia-smi topo -m``, NCCL XML), of that file's bytes, so an edited file is simulated again."""
+    system = scenario.get("system")
+    content = ""
+    if isinstance(system, str) and system not in SYSTEMS and is_file(system):
+        content = hashlib.sha256(Path(system).read_bytes()).hexdigest()
+    text = json.dumps(
+        {"scenario": scenario, "source": fingerprint, "system_file": content}, sort_keys=True, default=str
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -177,6 +186,10 @@ def _step_row(fields: dict, environ: dict) -> dict:
         "memory_bytes_per_gpu": r.memory_bytes_per_gpu,
         "out_of_memory": r.out_of_memory,
         "approximate": r.approximate,
+        "step_time_low_s": r.step_time_low_s,
+        "step_time_high_s": r.step_time_high_s,
+        "exposed_comm_low_s": r.exposed_comm_low_s,
+        "exposed_comm_high_s": r.exposed_comm_high_s,
     }
     for group, entry in r.breakdown["group"].items():
         row[f"{group}_time_s"] = entry["time_s"]

@@ -31,7 +31,9 @@ Run settings are one :class:`StepOptions` (network config, GPU and compute model
 attention, placement, the system's size and wiring when ``system`` is a preset name, and the five
 reductions for huge layouts: task merging and the steady-state extrapolation on request, representative
 pipeline transfers, symmetric replicas and context ranks chosen by the step where exact,
-``simulator.studies.reductions``).
+``simulator.studies.reductions``). Where one in use is not exact, the result also bounds the step time and the
+time in network (``step_time_low_s`` ... ``exposed_comm_high_s``, and a note): the reduced run and one more on a
+fabric where it is no faster than any rank it stands for (``reductions.bounding_fabric``).
 
 Durations: the step's programs are built without hardware (``workloads.training``: each compute task carries
 its work, a ``PassWork``); ``step_compute`` times that work on the GPU with ``simulator.compute.gpu`` (per
@@ -158,15 +160,25 @@ def step_compute(
     )
     tkw = _TokenArgs(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, cp=p.cp, compute_model=compute_model)
     shard = p.dp * p.cp if p.zero_stage >= 1 else 1
-    optimizer = tuple(
-        cmp.optimizer_step(
+    stage_layers = model.stage_layers(pp=p.pp, split_slots=p.split_slots)
+    optimizer = []
+    for j in range(p.pp):
+        local = model.stage_parameters(j, tp=p.tp, pp=p.pp, ep=p.ep, split_slots=p.split_slots)
+        # FP8: the GEMM weights of the stage's layers are cast once per step (not the embedding or output layer)
+        fp8_weights = (
+            sum(model.layer_parameters(layer, tp=p.tp, ep=p.ep) for layer in stage_layers[j])
+            if _compute_dtype(p) == "fp8"
+            else 0
+        )
+        step = cmp.optimizer_step(
             gpu,
-            parameters=model.stage_parameters(j, tp=p.tp, pp=p.pp, ep=p.ep, split_slots=p.split_slots) / shard,
+            parameters=local / shard,
             param_bytes=model.dtype_bytes,
+            buffer_parameters=local,
+            fp8_weights=fp8_weights,
             compute_model=compute_model,
-        ).time_s
-        for j in range(p.pp)
-    )
+        )
+        optimizer.append(step.time_s)
     slowdown = (
         cmp.default_overlap_slowdown(gpu, compute_model=compute_model) if overlap_slowdown is None else overlap_slowdown
     )
@@ -183,7 +195,7 @@ def step_compute(
         embedding_backward_s=cmp.embedding_backward(model, gpu, **tkw).time_s,
         logits_forward_s=cmp.logits_forward(model, gpu, sp=p.sp, dtype=_compute_dtype(p), **tkw).time_s,
         logits_backward_s=cmp.logits_backward(model, gpu, sp=p.sp, dtype=_compute_dtype(p), **tkw).time_s,
-        optimizer_s=optimizer,
+        optimizer_s=tuple(optimizer),
         overlap_slowdown=slowdown,
     )
 
@@ -345,6 +357,12 @@ class StepResult:
     phases: tuple[StepPhase, ...] = field(repr=False)
     notes: tuple[str, ...] = ()
     approximate: bool = False  # a reduction that is not exact for this step was used (the notes say which)
+    # the bound of an approximate replica, context-rank or tensor-rank reduction (None: exact, or no bound; the
+    # notes say why): step time and time in network low (the reduced run) and high (reductions.bounding_fabric)
+    step_time_low_s: float | None = None
+    step_time_high_s: float | None = None
+    exposed_comm_low_s: float | None = None
+    exposed_comm_high_s: float | None = None
 
     @property
     def memory_bytes_per_gpu(self) -> float:
@@ -405,6 +423,10 @@ class StepResult:
             "out_of_memory": self.out_of_memory,
             "notes": list(self.notes),
             "approximate": self.approximate,
+            "step_time_low_s": self.step_time_low_s,
+            "step_time_high_s": self.step_time_high_s,
+            "exposed_comm_low_s": self.exposed_comm_low_s,
+            "exposed_comm_high_s": self.exposed_comm_high_s,
         }
 
     def to_json(self, **kw) -> str:
@@ -843,18 +865,18 @@ def simulate_step(
         )
         reduction = (phase, _phase_parts(phase, topology))
 
-    def measure(layout: ParallelismSpec) -> _Raw:
+    def measure(layout: ParallelismSpec, fabric: Topology, one_phase: bool) -> _Raw:
         return _measure(
             model,
             layout,
-            topology,
+            fabric,
             compute,
             config,
             placement=placement,
-            reduction=reduction,
+            reduction=None if one_phase else reduction,
             route_cache=route_cache,
             transfer_links=used.tensor.links if used.tensor is not None and used.scales_transfer_links else (),
-            passive=used.passive,
+            passive=used.passive or one_phase,
             symmetric=used.symmetric,
             context=used.context,
             scales_transfers=used.scales_transfer_links,
@@ -864,10 +886,13 @@ def simulate_step(
 
     m = p.microbatches
     steady = reductions.steady_state_runs(p, o.steady_state_microbatches)
-    if steady is not None:
+
+    def run(fabric: Topology, one_phase: bool = False) -> _Raw:
+        if steady is None:
+            return measure(p, fabric, one_phase)
         k, few, more = steady
-        a, b = measure(few), measure(more)
-        raw = _Raw(
+        a, b = measure(few, fabric, one_phase), measure(more, fabric, one_phase)
+        return _Raw(
             **{
                 f.name: reductions.extrapolate(getattr(a, f.name), getattr(b, f.name), m=m, k=k)
                 for f in dataclasses.fields(_Raw)
@@ -875,10 +900,28 @@ def simulate_step(
             },
             phases=b.phases,
         )
-    else:
-        raw = measure(p)
+
+    raw = run(topology)
     notes = reductions.notes(p, used, steady=steady) + overlap_notes(p)
     step, critical = raw.step_s, raw.critical_s
+    low = high = None
+    if used.approximate:
+        # the bound of the approximation (reductions.bounding_fabric): low, the reduced run; high, the same run in one
+        # phase (the reduction overlapping the pipeline's tail as in the full step) on a fabric where it is no
+        # faster than any unit of the full step
+        fabric, why = reductions.bounding_fabric(p, topology, placement, config, route_cache, used)
+        if fabric is not None:
+            if o.progress is not None:
+                o.progress("bounding the approximation: the reduced run on links shared by the missing traffic")
+            split = reduction is not None  # two phases: pipeline, then the reduction
+            high = max(step, run(fabric, one_phase=split).step_s)
+            low = step
+            if reduction is not None:
+                # the barrier between the phases may make the reduced step longer than the full one: the floor is
+                # the pipeline alone, then the earliest compute-only end of a rank's reduction phase
+                first = reduction[0]
+                low = step - first.sim.makespan_s + float(np.min(task_times(first.training.workload).rank_end_s))
+        notes.append(reductions.bound_note(low, high, critical, why))
     seq = p.seq(model)
     flops = model.step_flops(batch=p.global_batch, seq_len=seq, recompute=recompute)
     model_flops = model.step_flops(batch=p.global_batch, seq_len=seq, recompute="none")
@@ -913,4 +956,8 @@ def simulate_step(
         phases=raw.phases,
         notes=tuple(notes),
         approximate=used.approximate or steady is not None,
+        step_time_low_s=low,
+        step_time_high_s=high,
+        exposed_comm_low_s=None if low is None else max(low - critical, 0.0),
+        exposed_comm_high_s=None if high is None else max(high - critical, 0.0),
     )

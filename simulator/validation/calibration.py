@@ -6,7 +6,10 @@ to it; ``apply_calibration(topology, config, calibration)`` applies them to any 
 ``fabricsim calibrate LOG --out cal.json`` and ``fabricsim bench ... --calibration cal.json`` do the
 same from the shell. A log taken with NCCL_DEBUG=INFO also says which NCCL settings the run had
 ("NCCL INFO NCCL_ALGO set by environment to Ring"); those of ``tuner.NCCL_ENVIRONMENT`` are replayed
-as the measurement ran (options given to ``calibrate`` win).
+as the measurement ran (options given to ``calibrate`` win). The JSON NCCL's profiler plugin inspector writes
+(``validation/inspector.py``: a training job's own collectives, median kernel time per size) is read as well,
+told apart by content (``parse_measurements``, ``read_measurements``); one communicator shape at a time
+(``inspector_log``: --collective, --nranks, --nodes pick it).
 
 The two parameters, each fitted by least squares on e_i = ln(t_pred,i / t_meas,i):
 
@@ -63,6 +66,7 @@ from .collectives import (
     summarise,
     system_for_gpu,
 )
+from .inspector import InspectorTrace, is_inspector_json, parse_inspector_json
 
 SCALE_BOUNDS = (0.3, 1.5)
 # a calibration file (perhaps edited by hand) may scale a link beyond SCALE_BOUNDS, but by no more than this: a
@@ -104,6 +108,7 @@ class NcclTestsLog:
     gpus_per_thread: int | None  # "nGpus N" of the header: nccl-tests -g
     rows: tuple[LogRow, ...]
     environment: tuple[tuple[str, str], ...] = ()  # NCCL settings the run reported (NCCL_DEBUG=INFO), in order
+    nodes: int | None = None  # servers, when the input says so itself (the inspector's header nnodes)
 
 
 _STARTING_RE = re.compile(r"Collective test starting:\s*([A-Za-z0-9_]+?)(?:_perf)?\b")
@@ -248,6 +253,86 @@ def read_nccl_tests_log(path: str | os.PathLike) -> NcclTestsLog:
     if not path.is_file():
         raise ValueError(f"log {str(path)!r}: no such file; expected the saved stdout of an nccl-tests run")
     return parse_nccl_tests_log(read_text("log", path), name=str(path))
+
+
+def inspector_log(
+    trace: InspectorTrace, *, collective: str | None = None, nranks: int | None = None, nodes: int | None = None
+) -> NcclTestsLog:
+    """The rows of one (collective, nranks, nodes) of an inspector trace (``inspector.InspectorTrace.rows``), as
+    an ``NcclTestsLog``; ``collective``, ``nranks`` and ``nodes`` pick it when the trace holds several."""
+    shapes = [
+        s
+        for s in trace.shapes()
+        if (collective is None or s[0] == collective)
+        and (nranks is None or s[1] == nranks)
+        and (nodes is None or s[2] == nodes)
+    ]
+
+    def listed(items: Sequence[tuple[str, int, int]]) -> str:
+        return "; ".join(f"{c} on {n} ranks, {m} node(s)" for c, n, m in items)
+
+    if len(shapes) != 1:
+        raise ValueError(
+            f"{trace.name}: {'no' if not shapes else len(shapes)} communicator shape(s) match"
+            + (f" ({listed(shapes)})" if shapes else "")
+            + f"; expected one: pick it with --collective, --nranks, --nodes among {listed(trace.shapes())}"
+        )
+    kind, ranks, servers = shapes[0]
+    rows = [r for r in trace.rows() if (r.collective, r.nranks, r.nnodes) == shapes[0]]
+    # float when every size holds whole float elements (per rank for all_gather / reduce_scatter), else bytes
+    divisor = 4 * (ranks if kind in ("all_gather", "reduce_scatter") else 1)
+    dtype = "float" if all(r.size_bytes % divisor == 0 for r in rows) else "int8"
+    return NcclTestsLog(
+        name=trace.name,
+        collective=kind,
+        nranks=ranks,
+        hosts=(),
+        devices=(),
+        gpus_per_thread=None,
+        rows=tuple(
+            LogRow(
+                line=r.lines[0],
+                size_bytes=r.size_bytes,
+                count=r.size_bytes // (4 if dtype == "float" else 1),
+                type=dtype,
+                redop="sum",
+                root=0 if kind in ("broadcast", "reduce") else -1,
+                time_us=r.time_us,
+                algbw_GBps=r.size_bytes / r.time_us * 1e-3,
+                busbw_GBps=None,
+            )
+            for r in rows
+        ),
+        nodes=servers,
+    )
+
+
+def parse_measurements(
+    text: str,
+    *,
+    name: str = "<log>",
+    collective: str | None = None,
+    nranks: int | None = None,
+    nodes: int | None = None,
+) -> NcclTestsLog:
+    """nccl-tests' stdout (with or without NCCL_DEBUG=INFO lines) or NCCL's inspector JSON, told apart by
+    content (``inspector.is_inspector_json``); for the inspector, ``collective``, ``nranks`` and ``nodes`` pick
+    one communicator shape (``inspector_log``)."""
+    if is_inspector_json(text):
+        return inspector_log(parse_inspector_json(text, name=name), collective=collective, nranks=nranks, nodes=nodes)
+    return parse_nccl_tests_log(text, name=name)
+
+
+def read_measurements(
+    path: str | os.PathLike, *, collective: str | None = None, nranks: int | None = None, nodes: int | None = None
+) -> NcclTestsLog:
+    """``parse_measurements`` of a saved file (nccl-tests stdout or inspector JSON)."""
+    path = readable_file("log", path) if not str(path).strip() else Path(path)
+    if not path.is_file():
+        raise ValueError(
+            f"log {str(path)!r}: no such file; expected the saved stdout of an nccl-tests run or NCCL inspector JSON"
+        )
+    return parse_measurements(read_text("log", path), name=str(path), collective=collective, nranks=nranks, nodes=nodes)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -468,6 +553,7 @@ def calibrate(
     protocol: str | None = None,
     nchannels: int | None = None,
     net_model: str = "flow",
+    nccl_version: str | None = None,
     name: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> CalibrationResult:
@@ -476,7 +562,8 @@ def calibrate(
     ``rows`` is a parsed log (its collective, rank count, hosts, devices and -g fill the arguments
     left None) or a list of ``LogRow``. ``nodes`` defaults to the log's distinct hosts (else 1),
     ``gpus_per_node`` to nranks / nodes, ``gpus_per_process`` (nccl-tests -g) to the log's nGpus
-    (else 1), ``system`` to the preset of the log's device names. The NCCL settings the log reports
+    (else 1), ``system`` to the preset of the log's device names; ``nccl_version`` (None: the default) is
+    the NCCL release whose enablement the tuner follows. The NCCL settings the log reports
     (``NcclTestsLog.environment``) are replayed; ``algorithm``, ``protocol`` and ``nchannels`` force an
     algorithm, protocol or channel count over them. ``progress``: called before each simulation of the fit
     (for a progress display).
@@ -503,18 +590,24 @@ def calibrate(
         system = _system_from_devices(log.devices) if log and log.devices else None
         if system is None:
             raise ValueError(
-                f"system: not given and {name} names no GPU with a preset in its '#  Rank' lines; "
+                f"system: not given and {name} names no GPU with a preset (nccl-tests' '#  Rank' lines; NCCL's "
+                "inspector JSON names none); "
                 f"pass one of {', '.join(SYSTEMS)} (GPUs known: {', '.join(n for n, _ in GPU_SYSTEMS)})"
             )
     if system not in SYSTEMS:
         raise ValueError(f"system: {system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
+    if nodes is not None and log and log.nodes is not None and nodes != log.nodes:
+        raise ValueError(
+            f"nodes: {nodes!r} is not allowed; {name} says its communicator spans {log.nodes} node(s); expected "
+            f"{log.nodes} (or no --nodes)"
+        )
     if nodes is not None and log and log.hosts and nodes != len(log.hosts):
         raise ValueError(
             f"nodes: {nodes!r} is not allowed; {name} names {len(log.hosts)} host(s) in its '#  Rank' "
             f"lines; expected {len(log.hosts)} (or no --nodes)"
         )
     if nodes is None:
-        nodes = len(log.hosts) if log and log.hosts else 1
+        nodes = log.nodes if log and log.nodes is not None else len(log.hosts) if log and log.hosts else 1
     if nranks is not None and log and log.nranks and nranks != log.nranks:
         raise ValueError(
             f"nranks: {nranks!r} is not allowed; {name} has {log.nranks} '#  Rank' lines; expected "
@@ -558,7 +651,8 @@ def calibrate(
     forced = dict(algorithm=algorithm, protocol=protocol, nchannels=nchannels)
     environment = applied_settings(dict(log.environment) if log else {}, **forced)
     base_config = SimConfig(
-        network_model=net_model, collectives=CollectivePolicy.from_environment(environment, **forced)
+        network_model=net_model,
+        collectives=CollectivePolicy.from_environment(environment, **forced, nccl_version=nccl_version),
     )
 
     evaluations = itertools.count(1)

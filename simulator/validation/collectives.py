@@ -36,9 +36,11 @@ from topologies.checks import read_text, readable_file, reject
 from topologies.presets import SYSTEMS
 from workloads.collectives import CollectiveKind
 
+from ..collectives.nccl_model import DEFAULT_NCCL_VERSION, launched_channels
 from ..collectives.tuner import CollectivePolicy
 from ..config import SimConfig
 from ..studies.nccl_tests import collective_for_size, run_bench
+from .inspector import is_inspector_json, parse_inspector_json
 
 LATENCY_REGIME_MAX_BYTES = 64 * 1024  # < 64 KiB
 BANDWIDTH_REGIME_MIN_BYTES = 64 * 1024 * 1024  # >= 64 MiB
@@ -90,6 +92,7 @@ class Series:
     protocol: str | None = None  # forced protocol (NCCL_PROTO), None: NCCL's choice
     nvls: bool = True  # NCCL_NVLS_ENABLE
     qps_per_connection: int = 1  # NCCL_IB_QPS_PER_CONNECTION
+    nccl_version: str | None = None  # the NCCL release whose enablement the tuner follows (None: the default)
 
 
 SERIES = (
@@ -277,6 +280,8 @@ class Comparison:
     protocol: str
     channels: int
     source: str
+    launched_channels: int | None = None  # channels the prediction launches at this size (ring and tree)
+    nccl_channels: int | None = None  # channels NCCL launched, where the measurement records it (inspector)
 
     @property
     def error(self) -> float:
@@ -321,9 +326,40 @@ def _open_table(file: str | os.PathLike) -> TextIO:
     return io.StringIO(read_text("table", path), newline="")
 
 
+def _inspector_lines(text: str, name: str) -> list[tuple[int, dict[str, str]]]:
+    """NCCL inspector JSON (``inspector``) as table rows: one per collective, communicator shape and size, its
+    median time, the channels NCCL launched in ``nccl_channels``; no GPU (the system is given)."""
+    trace = parse_inspector_json(text, name=name)
+    return [
+        (
+            r.lines[0],
+            {
+                "collective": r.collective,
+                "nranks": str(r.nranks),
+                "nnodes": str(r.nnodes),
+                "gpu": "",
+                "interconnect": "",
+                "size_bytes": str(r.size_bytes),
+                "time_us": repr(r.time_us),
+                "algbw_GBps": "",
+                "busbw_GBps": "",
+                "source": f"{name}: median of {r.records} inspector record(s), first at line {r.lines[0]}",
+                "notes": "NCCL inspector, kernel time",
+                "nccl_channels": "" if r.channels is None else str(r.channels),
+            },
+        )
+        for r in trace.rows()
+    ]
+
+
 def _read_lines(file: str | os.PathLike) -> list[tuple[int, dict[str, str]]]:
-    """(line number, row) of every data row of a table, after checking its header."""
+    """(line number, row) of every data row of a table, after checking its header; NCCL inspector JSON (told by
+    its content) gives one row per collective, communicator shape and size (``_inspector_lines``)."""
     with _open_table(file) as handle:
+        text = handle.read()
+    if is_inspector_json(text):
+        return _inspector_lines(text, str(file))
+    with io.StringIO(text, newline="") as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or ()
         missing = [c for c in TABLE_COLUMNS if c not in header]
@@ -488,6 +524,7 @@ def compare(
             nchannels=series.nchannels,
             nvls=series.nvls,
             qps_per_connection=series.qps_per_connection,
+            nccl_version=series.nccl_version or DEFAULT_NCCL_VERSION,
         ),
     )
     for (collective, nranks, nnodes, gpu), rows in groups.items():
@@ -536,6 +573,18 @@ def compare(
                     protocol=pred.protocol,
                     channels=pred.channels,
                     source=row["source"],
+                    launched_channels=(
+                        launched_channels(
+                            algorithm=pred.algorithm,
+                            protocol=pred.protocol,
+                            nbytes=size,
+                            nchannels=pred.channels,
+                            nranks=nranks,
+                        )
+                        if pred.algorithm in ("ring", "tree")
+                        else pred.channels
+                    ),
+                    nccl_channels=int(row["nccl_channels"]) if row.get("nccl_channels") else None,
                 )
             )
     return out
@@ -600,6 +649,11 @@ def data_series(
     the given settings (None: NCCL's own choice; system None: from each row's ``gpu`` column)."""
     if system is not None and system not in SYSTEMS:
         raise ValueError(f"system: {system!r} is not a preset; expected one of {', '.join(SYSTEMS)}")
+    if system is None and Path(path).is_file() and is_inspector_json(read_text("table", Path(path))):
+        raise ValueError(
+            f"system: not given and {path} is NCCL inspector JSON, which names no GPU; expected a preset "
+            f"(--system), one of {', '.join(SYSTEMS)}"
+        )
     CollectivePolicy(algorithm=algorithm, protocol=protocol, nchannels=nchannels)  # checks the names
     settings = ", ".join(
         part
@@ -724,6 +778,20 @@ def format_report(reports: tuple[SeriesReport, ...], *, format: str = "table", n
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
+def recorded_choice(reports: tuple[SeriesReport, ...]) -> str | None:
+    """How often the prediction launches the channels NCCL launched, over the rows whose measurement records
+    it (NCCL inspector JSON): one line, or None when no row does."""
+    recorded = [c for r in reports for c in r.comparisons if c.nccl_channels is not None]
+    if not recorded:
+        return None
+    same = sum(c.launched_channels == c.nccl_channels for c in recorded)
+    return (
+        f"# NCCL's recorded choice: the prediction launches NCCL's channel count in {same} of {len(recorded)} "
+        "row(s) that record it (launched_channels, nccl_channels in --rows; the inspector's JSON does not say "
+        "which algorithm and protocol NCCL took)"
+    )
+
+
 # one row per compared measurement: the table and the measurement, what the model predicted and chose, the error
 ROW_COLUMNS = (
     "table",  # the series' name (a table of yours: its file name)
@@ -741,6 +809,8 @@ ROW_COLUMNS = (
     "algorithm",  # the prediction's algorithm, protocol and channel count
     "protocol",
     "channels",
+    "launched_channels",  # the channels the prediction launches at this size (fewer than channels when small)
+    "nccl_channels",  # the channels NCCL launched, where the measurement records it (inspector JSON); else empty
     "error",  # t_pred / t_meas - 1, signed: negative when the model is too fast
     "error_pct",  # the same in percent
     "source",  # the row's source column
@@ -767,6 +837,8 @@ def comparison_rows(reports: tuple[SeriesReport, ...]) -> list[dict[str, str | i
             "algorithm": c.algorithm,
             "protocol": c.protocol,
             "channels": c.channels,
+            "launched_channels": "" if c.launched_channels is None else c.launched_channels,
+            "nccl_channels": "" if c.nccl_channels is None else c.nccl_channels,
             "error": c.error,
             "error_pct": 100.0 * c.error,
             "source": c.source,

@@ -1,32 +1,39 @@
-"""NVIDIA DGX Cloud benchmarking recipes on H100 (BF16): predicted against measured step time and MFU.
+"""NVIDIA DGX Cloud benchmarking recipes on H100 (BF16 and FP8): predicted against measured step time and MFU.
 
 The table
 ---------
-``data/training_dgxc_h100_bf16.csv`` holds the H100 BF16 rows of the DGX Cloud recipe tables that
-``simulate_step`` can lay out (Llama 3.1 8B, 70B, 405B; GPT3-175B), copied with their ``source`` and
-``source_ref`` columns (NVIDIA/dgxc-benchmarking READMEs, recipes v24.11.1, v25.04.01, v25.05.05): per
-layout the step time, the tokens/s and NVIDIA's MFU (recipe model FLOPs over 989 TFLOP/s). Nemotron4,
-Grok-1, DeepSeek-V3, Llama 4 and the JAX recipes are left out (architectures or layouts the presets do not
-have). Rows marked ``proxy`` ran the 405B with fewer layers; they are simulated with those layers and
-reported apart (``--proxy``), since their step mixes first/last-stage work differently.
+``data/training_dgxc_h100_bf16.csv``, ``data/training_dgxc_h100_fp8.csv`` and
+``data/training_dgxc_gb200_nvl72.csv`` hold the dense-model rows of the DGX Cloud recipe tables (Llama 3.1 8B,
+70B, 405B; GPT3-175B; Nemotron4 15B, 340B) on H100 in BF16 and FP8 and on GB200 NVL72, copied with their
+``source`` and ``source_ref`` columns (NVIDIA/dgxc-benchmarking READMEs, recipes v24.11.1, v25.04.01,
+v25.05.05): per layout the step time, the tokens/s and NVIDIA's MFU (recipe model FLOPs over the dense peak of
+the precision: H100 989 BF16, 1979 FP8; GB200 2450, 4900). Grok-1, DeepSeek-V3, Llama 4, Nemotron-H and the
+JAX recipes are left out (architectures or layouts the presets do not have). The GB200 NVL72 rows are
+loaded and listed as not simulated: the project has no GB200 NVL72 system preset (a 72-GPU NVLink domain;
+``hgx-b200`` is 8-GPU servers), so they are not run on a stand-in. Rows marked ``proxy`` ran the 405B with fewer
+layers; they are simulated with those layers and reported apart (``--proxy``), since their step mixes
+first/last-stage work differently.
 
 How a row is simulated
 ----------------------
-The recipe's layout (t, p, c, d, v, micro-batch 1, global batch, sequence) on ``dgx-h100`` servers
+The recipe's layout (t, p, c, d, v, micro-batch, global batch, sequence) on ``dgx-h100`` servers
 (8 NDR NICs each, a rail-optimised leaf-spine, as the recipes' "DGX-H100 reference arch (8x400G IB per
-node)"), BF16, flash attention, no recomputation, interleaved 1F1B when v > 1, sequence parallelism when
-t > 1, with the communication settings of NeMo's recipes, not Megatron-Core's defaults (``dgxc_layout``):
-the distributed optimizer (ZeRO 1) with overlapped gradient reduce-scatter and parameter all-gather
-(NeMo's llama3_70b / gpt3_175b trainer: DistributedDataParallelConfig(overlap_grad_reduce=True,
-overlap_param_gather=True), distributed_fused_adam), TP communication overlap when t > 1 (the performance
-recipes' MegatronCommOverlapCallback(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_bf16_h100_*);
+node)"), in the row's precision (FP8: Transformer Engine's FP8 GEMMs and casts, ``simulator.compute.gpu``),
+flash attention, no recomputation, interleaved 1F1B when v > 1, sequence parallelism when t > 1, with the
+communication settings of NeMo's recipes, not Megatron-Core's defaults (``dgxc_layout``): the distributed
+optimizer (ZeRO 1) with overlapped gradient reduce-scatter and parameter all-gather (NeMo's llama3_70b /
+gpt3_175b trainer: DistributedDataParallelConfig(overlap_grad_reduce=True, overlap_param_gather=True),
+distributed_fused_adam), TP communication overlap when t > 1 (the performance recipes'
+MegatronCommOverlapCallback(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_*_h100_*);
 NVIDIA/dgxc-benchmarking llama3.1/pretrain_llama31.py sets it for 70B and 405B; modelled with Transformer
 Engine's default overlap methods, not the recipes' tuned SM counts), non-blocking stage-to-stage transfers
 with the interleaved schedule (nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py sets
-overlap_p2p_comm=True when vp > 1, as Megatron-LM's training script does), and gradients reduced in fp32 for
-Llama (DDP grad_reduce_in_fp32=True) but in bf16 for GPT3-175B (its pretrain_performance_optimizations set
-trainer.plugins.grad_reduce_in_fp32 = False). ASSUMPTION: the v24.11.1 recipes (NeMo 24.09) ran the same
-settings as the NeMo 2.0 recipe files read. When the layers do not fill p x v chunks evenly
+overlap_p2p_comm=True when vp > 1, as Megatron-LM's training script does), and gradients reduced in fp32
+(DDP grad_reduce_in_fp32=True) except for GPT3-175B (its pretrain_performance_optimizations set
+trainer.plugins.grad_reduce_in_fp32 = False) and the FP8 rows (pretrain_llama31.py: bf16_with_fp8_mixed()
+with grad_reduce_in_fp32 = False), which reduce bf16 gradients. ASSUMPTION: the v24.11.1 recipes (NeMo 24.09)
+and the Nemotron-4 recipes ran the same settings as the NeMo 2.0 Llama and GPT-3 files read. When the layers do
+not fill p x v chunks evenly
 but layers + 2 does (405B on p 8 v 8), the embedding and the loss count as layers in the split (the
 recipe's ``account_for_embedding/loss_in_pipeline_split``). Rows with m >= 4k micro-batches per pipeline
 (k = 16 rounded up to a multiple of p) are extrapolated from k and 2k, as ``simulator.validation.sc21``.
@@ -35,8 +42,8 @@ What is compared: the step time, error = predicted / measured - 1; and MFU in NV
 predicted as measured MFU x measured / predicted step time (same FLOPs, the simulator's time; the
 simulator's own MFU counts FLOPs its own way and is printed beside it). Nothing is fitted on this table.
 
-Run ``python -m simulator.validation.dgxc [--models "Llama 3.1 8B"] [--max-gpus N] [--proxy]``; the 8-GPU
-rows take seconds, the 405B rows minutes each.
+Run ``python -m simulator.validation.dgxc [--models "Llama 3.1 8B"] [--precision FP8] [--max-gpus N] [--proxy]
+[--smallest]``; the 8-GPU rows take seconds, the 405B rows minutes each.
 """
 
 from __future__ import annotations
@@ -62,29 +69,41 @@ from ..studies.training import StepOptions, simulate_step
 from .sc21 import steady_microbatches
 
 __all__ = (
-    "DGXC_TABLE",
+    "DGXC_TABLES",
     "DGXC_MODELS",
+    "DGXC_SYSTEMS",
+    "DGXC_DTYPES",
     "BF16_GRADIENTS",
     "DgxcCase",
     "dgxc_cases",
     "dgxc_layout",
     "DgxcRow",
     "dgxc_check",
+    "dgxc_not_simulated",
     "format_dgxc",
     "main",
 )
 
-DGXC_TABLE = "training_dgxc_h100_bf16.csv"
+DGXC_TABLES = ("training_dgxc_h100_bf16.csv", "training_dgxc_h100_fp8.csv", "training_dgxc_gb200_nvl72.csv")
 DGXC_MODELS = {
     "Llama 3.1 8B": "llama3-8b",
     "Llama 3.1 70B": "llama3-70b",
     "Llama 3.1 405B": "llama3-405b",
     "GPT3-175B": "gpt3-175b",
+    "Nemotron4 15B": "nemotron4-15b",
+    "Nemotron4 340B": "nemotron4-340b",
 }
 """Recipe model name -> ``workloads.presets`` name."""
+DGXC_SYSTEMS = {
+    "DGX-H100 reference arch (8x400G IB per node)": "dgx-h100",
+    "GB200 NVL72": None,  # no preset: a 72-GPU NVLink domain (``topologies.presets`` has 8-GPU HGX B200 servers)
+}
+"""The table's ``system`` -> ``topologies.presets`` system name (None: no preset, the rows are not simulated)."""
+DGXC_DTYPES = {"BF16": "bf16", "FP8": "fp8"}
+"""The table's ``precision`` -> ``ParallelismSpec.dtype``."""
 BF16_GRADIENTS = frozenset({"GPT3-175B"})
 """Recipes that reduce gradients in bf16 (NeMo gpt3_175b.py pretrain_performance_optimizations:
-``recipe.trainer.plugins.grad_reduce_in_fp32 = False``); the Llama recipes keep fp32 (see the module docstring)."""
+``recipe.trainer.plugins.grad_reduce_in_fp32 = False``); the others fp32, but in FP8 (see the module docstring)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +112,8 @@ class DgxcCase:
 
     source: str
     model: str
+    precision: str
+    system: str
     layers: int
     gpus: int
     tp: int
@@ -112,6 +133,16 @@ class DgxcCase:
         """The recipe release ('v24.11.1', ...), the last word of ``source``."""
         return self.source.split()[-1]
 
+    @property
+    def dtype(self) -> str:
+        """The ``ParallelismSpec.dtype`` of the row's precision."""
+        return DGXC_DTYPES[self.precision]
+
+    @property
+    def system_preset(self) -> str | None:
+        """The ``topologies.presets`` system the row ran on, None when the project has none."""
+        return DGXC_SYSTEMS[self.system]
+
 
 def _int(row: dict[str, str], name: str, default: int = 1) -> int:
     text = row[name].strip()
@@ -119,11 +150,26 @@ def _int(row: dict[str, str], name: str, default: int = 1) -> int:
 
 
 def dgxc_cases() -> tuple[DgxcCase, ...]:
-    """The table's layouts, in file order, each with its step time and MFU."""
-    shipped = resources.files("simulator.validation") / "data" / DGXC_TABLE
-    with io.TextIOWrapper(shipped.open("rb"), newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    keys = ("source", "model", "layers", "gpus", "global_batch", "tp", "pp", "cp", "vp", "seq_len")
+    """The tables' layouts (``DGXC_TABLES`` in order, each in file order), each with its step time and MFU."""
+    rows: list[dict[str, str]] = []
+    for table in DGXC_TABLES:
+        shipped = resources.files("simulator.validation") / "data" / table
+        with io.TextIOWrapper(shipped.open("rb"), newline="") as handle:
+            rows.extend(csv.DictReader(handle))
+    keys = (
+        "source",
+        "model",
+        "precision",
+        "system",
+        "layers",
+        "gpus",
+        "global_batch",
+        "tp",
+        "pp",
+        "cp",
+        "vp",
+        "seq_len",
+    )
     grouped: dict[tuple[str, ...], dict[str, dict[str, str]]] = {}
     for row in rows:
         grouped.setdefault(tuple(row[k] for k in keys), {})[row["metric_name"]] = row
@@ -136,6 +182,8 @@ def dgxc_cases() -> tuple[DgxcCase, ...]:
             DgxcCase(
                 source=row["source"],
                 model=row["model"],
+                precision=row["precision"],
+                system=row["system"],
                 layers=_int(row, "layers"),
                 gpus=_int(row, "gpus"),
                 tp=_int(row, "tp"),
@@ -172,12 +220,13 @@ def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
         micro_batch=case.micro_batch,
         global_batch=case.global_batch,
         seq_len=case.seq_len,
+        dtype=case.dtype,
         schedule="interleaved" if case.vp > 1 else "1f1b",
         sequence_parallel=case.tp > 1,
         overlap_param_gather=True,
         tp_comm_overlap=case.tp > 1,
         overlap_p2p_comm=case.vp > 1,
-        grad_reduce_in_bf16=case.model in BF16_GRADIENTS,
+        grad_reduce_in_bf16=case.model in BF16_GRADIENTS or case.dtype == "fp8",
         account_for_embedding_in_pipeline_split=account,
         account_for_loss_in_pipeline_split=account,
     )
@@ -207,46 +256,79 @@ class DgxcRow:
         return self.case.measured_mfu * self.case.measured_step_s / self.predicted_step_s
 
 
+def _selected(
+    *,
+    models: Iterable[str] | None,
+    precisions: Iterable[str] | None,
+    max_gpus: int | None,
+    proxy: bool,
+    smallest: bool,
+) -> list[DgxcCase]:
+    """The cases of ``models`` and ``precisions`` (None: all) on up to ``max_gpus`` GPUs, proxies with ``proxy``;
+    fewest GPUs first with ``smallest``, else in table order."""
+    wanted = {}
+    for name, given, known in (("models", models, DGXC_MODELS), ("precisions", precisions, DGXC_DTYPES)):
+        if given is None:
+            continue
+        if isinstance(given, str):
+            raise reject(name, given, f"an iterable of {', '.join(map(repr, known))} or None")
+        wanted[name] = frozenset(given)
+        unknown = sorted(wanted[name] - set(known))
+        if unknown:
+            raise reject(name, unknown[0], f"one of {', '.join(known)}")
+    if max_gpus is not None:
+        positive_finite("max_gpus", max_gpus)
+    cases = sorted(dgxc_cases(), key=lambda c: c.gpus) if smallest else list(dgxc_cases())
+    return [
+        c
+        for c in cases
+        if c.model in wanted.get("models", DGXC_MODELS)
+        and c.precision in wanted.get("precisions", DGXC_DTYPES)
+        and (proxy or not c.proxy)
+        and (max_gpus is None or c.gpus <= max_gpus)
+    ]
+
+
+def dgxc_not_simulated(
+    *, models: Iterable[str] | None = None, precisions: Iterable[str] | None = None, max_gpus: int | None = None
+) -> tuple[DgxcCase, ...]:
+    """The selected cases :func:`dgxc_check` leaves out because their system has no preset (GB200 NVL72)."""
+    selected = _selected(models=models, precisions=precisions, max_gpus=max_gpus, proxy=False, smallest=False)
+    return tuple(c for c in selected if c.system_preset is None)
+
+
 def dgxc_check(
     *,
     models: Iterable[str] | None = None,
     max_gpus: int | None = None,
     proxy: bool = False,
     smallest: bool = False,
+    precisions: Iterable[str] | None = None,
     compute_model: cmp.GpuComputeModel | None = None,
     progress: Callable[[DgxcRow], object] | None = None,
 ) -> tuple[DgxcRow, ...]:
-    """Simulate the table's full-model cases (the proxies too with ``proxy``), those of ``models`` (recipe
-    names, e.g. "Llama 3.1 8B") and up to ``max_gpus`` GPUs; with ``smallest`` only the fewest-GPU layout
-    of each recipe release and model (the weak-scaling rows above it differ in data parallelism only).
-    ``compute_model`` replaces the H100's kernel parameters."""
-    wanted = None
-    if models is not None:
-        if isinstance(models, str):
-            raise reject("models", models, "an iterable of recipe model names or None")
-        wanted = frozenset(models)
-        unknown = sorted(wanted - set(DGXC_MODELS))
-        if unknown:
-            raise reject("models", unknown[0], f"one of {', '.join(DGXC_MODELS)}")
-    if max_gpus is not None:
-        positive_finite("max_gpus", max_gpus)
+    """Simulate the tables' full-model cases (the proxies too with ``proxy``) on their system with their
+    precision, those of ``models`` (recipe names, e.g. "Llama 3.1 8B") and ``precisions`` ("BF16", "FP8") and
+    up to ``max_gpus`` GPUs; with ``smallest`` only the fewest-GPU layout of each recipe release, model,
+    precision and system (the weak-scaling rows above it differ in data parallelism only). Cases on a system
+    without a preset are left out (:func:`dgxc_not_simulated`). ``compute_model`` replaces the GPU's kernel
+    parameters."""
     out = []
-    seen: set[tuple[str, str, bool]] = set()
-    for case in sorted(dgxc_cases(), key=lambda c: c.gpus) if smallest else dgxc_cases():
-        if smallest and (case.source, case.model, case.proxy) in seen:
+    seen: set[tuple[str, str, str, str, bool]] = set()
+    for case in _selected(models=models, precisions=precisions, max_gpus=max_gpus, proxy=proxy, smallest=smallest):
+        if case.system_preset is None:
             continue
-        if (wanted is not None and case.model not in wanted) or (case.proxy and not proxy):
+        group = (case.source, case.model, case.precision, case.system, case.proxy)
+        if smallest and group in seen:
             continue
-        if max_gpus is not None and case.gpus > max_gpus:
-            continue
-        seen.add((case.source, case.model, case.proxy))
+        seen.add(group)
         model, spec = dgxc_layout(case)
         steady = steady_microbatches(spec)
         began = time.perf_counter()
         result = simulate_step(
             model,
             spec,
-            system="dgx-h100",
+            system=case.system_preset,
             options=StepOptions(compute_model=compute_model, steady_state_microbatches=steady),
         )
         row = DgxcRow(
@@ -265,7 +347,7 @@ def dgxc_check(
 
 
 _HEADER = (
-    f"{'recipe':<10}{'model':<16}{'GPUs':>6}{'t':>3}{'p':>3}{'c':>3}{'d':>4}{'v':>4}{'GBS':>6}"
+    f"{'recipe':<10}{'model':<16}{'prec':<5}{'GPUs':>6}{'t':>3}{'p':>3}{'c':>3}{'d':>4}{'v':>4}{'GBS':>6}"
     f"{'meas s':>9}{'pred s':>9}{'error':>8}{'meas MFU':>10}{'pred MFU':>10}{'sim MFU':>9}{'exposed s':>11}"
 )
 
@@ -274,42 +356,62 @@ def _line(r: DgxcRow) -> str:
     c = r.case
     name = c.model.replace("Llama 3.1 ", "Llama-") + (" (proxy)" if c.proxy else "")
     return (
-        f"{c.version:<10}{name:<16}{c.gpus:>6}{c.tp:>3}{c.pp:>3}{c.cp:>3}{c.dp:>4}{c.vp:>4}{c.global_batch:>6}"
+        f"{c.version:<10}{name:<16}{c.precision:<5}"
+        f"{c.gpus:>6}{c.tp:>3}{c.pp:>3}{c.cp:>3}{c.dp:>4}{c.vp:>4}{c.global_batch:>6}"
         f"{c.measured_step_s:>9.2f}{r.predicted_step_s:>9.2f}{r.error:>+8.1%}{c.measured_mfu:>10.1%}"
         f"{r.predicted_mfu:>10.1%}{r.simulator_mfu:>9.1%}{r.exposed_comm_s:>11.2f}"
     )
 
 
-def format_dgxc(rows: Iterable[DgxcRow]) -> str:
-    """A text table of :func:`dgxc_check` with the mean absolute step-time error, overall and per model."""
+def format_dgxc(rows: Iterable[DgxcRow], *, not_simulated: Iterable[DgxcCase] = ()) -> str:
+    """A text table of :func:`dgxc_check` with the mean absolute step-time error, overall and per model and
+    precision, and a line naming the ``not_simulated`` cases (:func:`dgxc_not_simulated`) when there are any."""
     rows = list(rows)
     lines = [_HEADER] + [_line(r) for r in rows]
     if rows:
         lines.append(f"mean |error| {math.fsum(abs(r.error) for r in rows) / len(rows):.1%} over {len(rows)} rows")
-        for name in dict.fromkeys(r.case.model for r in rows):
-            errs = [r.error for r in rows if r.case.model == name]
+        for name, precision in dict.fromkeys((r.case.model, r.case.precision) for r in rows):
+            errs = [r.error for r in rows if (r.case.model, r.case.precision) == (name, precision)]
             lines.append(
-                f"  {name}: mean |error| {math.fsum(map(abs, errs)) / len(errs):.1%}, "
+                f"  {name} {precision}: mean |error| {math.fsum(map(abs, errs)) / len(errs):.1%}, "
                 f"from {min(errs):+.1%} to {max(errs):+.1%}"
             )
+    lines.extend(_not_simulated_lines(not_simulated))
     return "\n".join(lines) + "\n"
+
+
+def _not_simulated_lines(cases: Iterable[DgxcCase]) -> list[str]:
+    by_system: dict[str, list[DgxcCase]] = {}
+    for c in cases:
+        by_system.setdefault(c.system, []).append(c)
+    return [
+        f"not simulated: {len(group)} {system} layouts ({', '.join(dict.fromkeys(c.model for c in group))}; "
+        f"{', '.join(dict.fromkeys(c.precision for c in group))}): no {system} system preset"
+        for system, group in by_system.items()
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m simulator.validation.dgxc",
-        description="DGX Cloud H100 BF16 recipes: predicted against measured step time and MFU",
+        description="DGX Cloud recipes (H100 BF16 and FP8): predicted against measured step time and MFU",
     )
     parser.add_argument("--models", help="comma-separated recipe model names (default all)")
+    parser.add_argument("--precision", help="comma-separated precisions, BF16 or FP8 (default both)")
     parser.add_argument("--max-gpus", type=int, help="skip layouts on more GPUs")
     parser.add_argument("--proxy", action="store_true", help="also the reduced-layer 405B proxies")
-    parser.add_argument("--smallest", action="store_true", help="only the fewest-GPU layout per recipe and model")
+    parser.add_argument(
+        "--smallest", action="store_true", help="only the fewest-GPU layout per recipe, model and precision"
+    )
     args = parser.parse_args(argv)
     models = None if args.models is None else tuple(m.strip() for m in args.models.split(","))
+    precisions = None if args.precision is None else tuple(p.strip() for p in args.precision.split(","))
     try:
+        left_out = dgxc_not_simulated(models=models, precisions=precisions, max_gpus=args.max_gpus)
         print(_HEADER, flush=True)
         rows = dgxc_check(
             models=models,
+            precisions=precisions,
             max_gpus=args.max_gpus,
             proxy=args.proxy,
             smallest=args.smallest,
@@ -317,7 +419,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     except ValueError as exc:
         parser.error(str(exc))
-    print(format_dgxc(rows).split("\n", 1 + len(rows))[-1], end="")
+    print(format_dgxc(rows, not_simulated=left_out).split("\n", 1 + len(rows))[-1], end="")
 
 
 if __name__ == "__main__":  # pragma: no cover

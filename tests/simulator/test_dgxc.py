@@ -1,26 +1,42 @@
-"""The DGX Cloud H100 BF16 recipe check (simulator.validation.dgxc)."""
+"""The DGX Cloud recipe check (simulator.validation.dgxc): H100 BF16 and FP8 rows, GB200 NVL72 rows listed."""
 
 from __future__ import annotations
 
 import pytest
 
-from simulator.validation.dgxc import DGXC_MODELS, dgxc_cases, dgxc_check, dgxc_layout, format_dgxc
+from simulator.validation.dgxc import (
+    DGXC_MODELS,
+    dgxc_cases,
+    dgxc_check,
+    dgxc_layout,
+    dgxc_not_simulated,
+    format_dgxc,
+)
 from simulator.validation.dgxc import main as _main
 
 
 def test_the_table_holds_every_layout_with_its_step_time_and_mfu():
     cases = dgxc_cases()
     assert {c.model for c in cases} == set(DGXC_MODELS)
-    # the measured MFU follows from the step time: MFU x step time is the same within one weak-scaling series
-    # (equal FLOPs per GPU), to the three printed digits
+    assert {(c.precision, c.system_preset) for c in cases} == {
+        ("BF16", "dgx-h100"),
+        ("FP8", "dgx-h100"),
+        ("BF16", None),
+        ("FP8", None),
+    }
     for c in cases:
-        assert 0.4 < c.measured_mfu < 0.7 and c.measured_step_s > 0
-        assert c.gpus == c.tp * c.pp * c.cp * c.dp
+        # NVIDIA's MFU is over the precision's peak (H100 989 BF16, 1979 FP8; GB200 2450, 4900): FP8 doubles the
+        # peak without halving the step time, so its MFU sits below the BF16 one
+        assert 0.35 < c.measured_mfu < 0.7 if c.precision == "BF16" else 0.25 < c.measured_mfu < 0.5
+        assert c.measured_step_s > 0 and c.gpus == c.tp * c.pp * c.cp * c.dp
     eight = [c for c in cases if c.model == "Llama 3.1 8B" and c.gpus == 8]
-    assert [(c.version, c.measured_step_s, c.measured_mfu) for c in eight] == [
-        ("v24.11.1", 12.91, 0.5937),
-        ("v25.04.01", 12.27, 0.6247),
+    assert [(c.version, c.precision, c.measured_step_s) for c in eight] == [
+        ("v24.11.1", "BF16", 12.91),
+        ("v25.04.01", "BF16", 12.27),
+        ("v24.11.1", "FP8", 9.67),
+        ("v25.04.01", "FP8", 9.33),
     ]
+    assert [c.measured_mfu for c in eight] == pytest.approx([0.5937, 0.6247, 0.3963, 0.4107], rel=1e-12)
 
 
 def test_layouts_follow_the_recipes():
@@ -29,11 +45,18 @@ def test_layouts_follow_the_recipes():
     model, spec = dgxc_layout(by_key["v25.04.01", "Llama 3.1 405B", 512])
     assert spec.account_for_embedding_in_pipeline_split and spec.account_for_loss_in_pipeline_split
     assert spec.schedule == "interleaved" and spec.sequence_parallel and spec.zero == 1
-    # NeMo's recipes: distributed optimizer with both overlaps, TP communication overlap, fp32 Llama gradients
-    assert spec.dp_overlap and spec.overlap_param_gather and spec.tp_comm_overlap and not spec.grad_reduce_in_bf16
-    assert spec.overlap_p2p_comm  # NeMo's callback with vp > 1
-    _, spec = dgxc_layout(by_key["v24.11.1", "GPT3-175B", 128])
-    assert spec.tp_comm_overlap and spec.grad_reduce_in_bf16  # its performance recipe reduces bf16 gradients
+    # NeMo's recipes: distributed optimizer with both overlaps, TP communication overlap, non-blocking stage
+    # transfers (NeMo's callback with vp > 1); fp32 gradients for BF16 Llama, bf16 ones for FP8
+    by_precision = {
+        c.precision: dgxc_layout(c)[1]
+        for c in dgxc_cases()
+        if (c.version, c.model, c.gpus) == ("v25.04.01", "Llama 3.1 405B", 512)
+    }
+    for spec in by_precision.values():
+        assert spec.dp_overlap and spec.overlap_param_gather and spec.tp_comm_overlap and spec.overlap_p2p_comm
+    assert not by_precision["BF16"].grad_reduce_in_bf16 and by_precision["FP8"].grad_reduce_in_bf16
+    gpt3 = [dgxc_layout(c)[1] for c in dgxc_cases() if c.model == "GPT3-175B"]
+    assert gpt3 and all(s.tp_comm_overlap and s.grad_reduce_in_bf16 for s in gpt3)  # its performance recipe
     # p 9 x v 7 = 63 chunks of 2 layers: no accounting
     _, spec = dgxc_layout(by_key["v24.11.1", "Llama 3.1 405B", 576])
     assert not spec.account_for_embedding_in_pipeline_split
@@ -44,8 +67,24 @@ def test_layouts_follow_the_recipes():
     assert dgxc_layout(proxy)[0].layers == proxy.layers < model.layers
 
 
+def test_each_row_runs_with_its_precision_and_system():
+    cases = dgxc_cases()
+    fp8 = next(c for c in cases if c.precision == "FP8" and c.model == "Llama 3.1 8B")
+    assert dgxc_layout(fp8)[1].dtype == "fp8" and fp8.dtype == "fp8"
+    nemotron = next(c for c in cases if c.model == "Nemotron4 15B" and c.version == "v24.11.1")
+    model, spec = dgxc_layout(nemotron)
+    assert model.name == "nemotron4-15b" and (spec.tp, spec.micro_batch, spec.dtype) == (4, 4, "bf16")
+    # GB200 NVL72 has no system preset: its rows are listed, never simulated on a stand-in
+    left_out = dgxc_not_simulated()
+    assert left_out and all(c.system == "GB200 NVL72" for c in left_out)
+    assert {c.model for c in left_out} == {"Llama 3.1 405B", "Nemotron4 340B"}
+    assert dgxc_check(models=("Llama 3.1 405B",), precisions=("FP8",), max_gpus=1) == ()
+    text = format_dgxc([], not_simulated=left_out)
+    assert f"not simulated: {len(left_out)} GB200 NVL72 layouts" in text and "no GB200 NVL72 system preset" in text
+
+
 def test_llama_8b_on_one_server_within_ten_percent():
-    rows = dgxc_check(models=("Llama 3.1 8B",), max_gpus=8)
+    rows = dgxc_check(models=("Llama 3.1 8B",), precisions=("BF16",), max_gpus=8)
     assert [r.case.version for r in rows] == ["v24.11.1", "v25.04.01"]
     for r in rows:
         # the bound: the two releases measure the same layout 12.91 and 12.27 s apart (5.2 %), and the model
@@ -63,6 +102,8 @@ def test_bad_selection(capsys):
         dgxc_check(models=("Llama 2",))
     with pytest.raises(ValueError, match=r"models: 'GPT3-175B' is not allowed"):
         dgxc_check(models="GPT3-175B")
+    with pytest.raises(ValueError, match=r"precisions: 'FP16' is not allowed; expected one of BF16, FP8"):
+        dgxc_check(precisions=("FP16",))
     with pytest.raises(SystemExit):
         _main(["--models", "Llama 2"])
     assert "models: 'Llama 2' is not allowed" in capsys.readouterr().err

@@ -12,6 +12,8 @@ from simulator.placement import Placement
 from simulator.studies.reductions import (
     Plan,
     Verdict,
+    bound_note,
+    bounding_fabric,
     extrapolate,
     notes,
     plan,
@@ -121,6 +123,17 @@ def _pair(spec, topo, model, config=None, **forced):
     return auto, full
 
 
+def _assert_bounded(auto, full):
+    # an approximate reduction reports [low, high] (the reduced run, and the same run on the bounding fabric);
+    # the full simulation falls inside, up to the round-off of a run that advances every rank on one clock
+    assert auto.approximate and auto.step_time_low_s <= auto.step_time_s <= auto.step_time_high_s
+    assert auto.step_time_low_s <= full.step_time_s * (1 + 1e-9)
+    assert full.step_time_s <= auto.step_time_high_s * (1 + 1e-9)
+    assert auto.exposed_comm_low_s <= full.exposed_comm_s + 1e-9 * full.step_time_s
+    assert full.exposed_comm_s <= auto.exposed_comm_high_s + 1e-9 * full.step_time_s
+    assert any(note.startswith("bound: step time in [") for note in auto.notes)
+
+
 @pytest.mark.parametrize(
     "system, layers",
     [
@@ -136,6 +149,7 @@ def test_the_automatic_path_equals_the_full_simulation_where_it_claims_exactness
     auto, full = _pair(spec, topo, model)
     assert len(auto.phases) == 2 and len(full.phases) == 1  # one replica's pipeline, then the reduction
     assert not auto.approximate and all("(exact)" in note for note in auto.notes)
+    assert auto.step_time_low_s is None and auto.step_time_high_s is None  # exact: no bound
     # equal up to round-off: the full run advances every replica on one clock (float sums in another order)
     assert auto.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
     assert auto.critical_path_s == pytest.approx(full.critical_path_s, rel=1e-12)
@@ -161,6 +175,7 @@ def test_a_forced_reduction_on_a_failed_link_is_labelled_approximate():
     assert auto.step_time_s == full.step_time_s
     forced, _ = _pair(spec, topo, model, config, symmetric_replicas=True)
     assert forced.approximate and any("APPROXIMATE" in note for note in forced.notes)
+    _assert_bounded(forced, full)
 
 
 def test_exact_refuses_a_forced_reduction():
@@ -227,6 +242,10 @@ def test_overlapped_traffic_between_replicas_runs_with_passive_members(layout, e
     if exact:
         assert auto.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
         assert auto.exposed_comm_s == pytest.approx(full.exposed_comm_s, rel=1e-6, abs=1e-12)
+    elif "ep" in layout:  # the expert groups of replicas 4-15 are stood for: their all-to-alls go unbounded
+        assert auto.step_time_low_s is None and "ep groups of other replicas are stood for" in auto.notes[-1]
+    else:
+        _assert_bounded(auto, full)
     for group, entry in full.breakdown["group"].items():  # counts and bytes hold either way
         assert (auto.breakdown["group"][group]["count"], auto.breakdown["group"][group]["nbytes"]) == (
             entry["count"],
@@ -349,8 +368,122 @@ def test_context_rings_through_the_ports_of_tensor_groups_are_not_exact():
     assert not any(note.startswith("context ranks") for note in auto.notes)
     forced, _ = _pair(spec, topo, _cp_model(), symmetric_context=True)
     assert forced.approximate and any(note.startswith("context ranks (APPROXIMATE") for note in forced.notes)
+    _assert_bounded(forced, full)
     for group, entry in full.breakdown["group"].items():  # counts and bytes hold either way
         assert (forced.breakdown["group"][group]["count"], forced.breakdown["group"][group]["nbytes"]) == (
             entry["count"],
             entry["nbytes"],
         )
+
+
+# --------------------------------------------------------------------------------------------------
+# the bound of an approximate reduction: the full simulation falls inside [low, high]
+# --------------------------------------------------------------------------------------------------
+
+
+def _across_pods(topo, spec):
+    # replica d's stage 0 on GPU 0 of server 2d, its stage 1 on GPU 0 of server 40 + 2d (another pod of the 64-node
+    # fat tree): every stage transfer has one path per aggregation switch (ECMP)
+    gpus = [
+        8 * (40 + 2 * spec.coords(r).dp if spec.coords(r).pp else 2 * spec.coords(r).dp) for r in range(spec.world_size)
+    ]
+    return Placement.custom(topo, gpus)
+
+
+def _degraded(topo, link, factor):
+    capacity = topo.link_capacity_bytes_per_s.copy()
+    capacity[link] *= factor
+    capacity.setflags(write=False)
+    return dataclasses.replace(topo, link_capacity_bytes_per_s=capacity)
+
+
+def _bounded_cases():
+    fat = build_system("dgx-h100", nodes=64, topology="fat-tree")
+    oversubscribed = build_system("dgx-h100", nodes=64, topology="fat-tree", oversubscription=4.0)
+    two = build_system("dgx-h100", nodes=2)
+    nic_link = int(Router(two).fixed_path(2, 10, pxn=False)[2])  # replica 1's stage-0 NIC cable (GPU 2)
+    dragonfly = build_system("dgx-h100", nodes=8, topology="dragonfly")
+    serial = ParallelismSpec(pp=2, dp=4, global_batch=32, **SERIAL)
+    rails = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=32, **SERIAL)
+    return {
+        "fat-tree ECMP": (fat, serial, 4, _across_pods, None),
+        "oversubscribed fat-tree ECMP, overlapped gradients": (
+            oversubscribed,
+            ParallelismSpec(pp=2, dp=4, global_batch=32, bucket_bytes=1 << 22),
+            4,
+            _across_pods,
+            None,
+        ),
+        "uneven stages (4 and 3 layers)": (fat, serial, 7, _across_pods, None),
+        "failed NIC cable": (two, rails, 4, None, SimConfig(failed_links=frozenset({nic_link}))),
+        "degraded NIC cable": (_degraded(two, nic_link, 0.25), rails, 4, None, None),
+        "dragonfly": (dragonfly, ParallelismSpec(tp=8, pp=2, dp=4, global_batch=32, **SERIAL), 4, None, None),
+        "dragonfly, overlapped gradients": (
+            dragonfly,
+            ParallelismSpec(tp=8, pp=2, dp=4, global_batch=32, bucket_bytes=1 << 22),
+            4,
+            None,
+            None,
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bounded_cases()))
+def test_the_full_simulation_falls_inside_the_bound_of_a_forced_replica_reduction(case):
+    # 32 MiB activations a micro-batch (seq 4096 x hidden 4096 x 2 bytes) against 1 + 2 ms of compute a layer: the
+    # network matters, and where replicas share links or stand for unlike ones (a failed or slower NIC cable, a
+    # dragonfly's longer paths) the reduced step differs from the full one
+    topo, spec, layers, place, config = _bounded_cases()[case]
+    model = custom_gpt(layers=layers, hidden=4096, heads=8, vocab=128, seq_len=4096)
+    options = StepOptions(
+        compute=StepCompute.uniform(layers=layers, forward_s=1e-3, backward_s=2e-3),
+        placement=place(topo, spec) if place else None,
+        config=config,
+    )
+    auto = simulate_step(model, spec, system=topo, options=dataclasses.replace(options, symmetric_replicas=True))
+    full = simulate_step(model, spec, system=topo, options=dataclasses.replace(options, exact=True))
+    _assert_bounded(auto, full)
+
+
+def test_no_bound_where_flows_couple_beyond_their_links_or_paths_are_not_enumerated():
+    topo = build_system("dgx-h100", nodes=2)
+    spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, **SERIAL)
+    placement = Placement.block(topo, nranks=spec.world_size)
+    forced = Plan(symmetric=True, passive=False, tensor_rank0_p2p=False, replica=None, tensor=None)
+    for config, why in (
+        (SimConfig(routing="adaptive"), "load of every flow"),
+        (SimConfig(routing="valiant"), "not enumerated"),
+    ):
+        fabric, reason = bounding_fabric(spec, topo, placement, config, RouteCache(), forced)
+        assert fabric is None and why in reason
+    assert bound_note(None, None, 0.0, reason).startswith("no bound on the approximation: routing 'valiant'")
+    # replicas on their own rails share nothing: on the bounding fabric each of the replica's paths keeps its
+    # bottleneck (links beside it may be lowered to it) and its latency
+    fabric, reason = bounding_fabric(spec, topo, placement, SimConfig(), RouteCache(), forced)
+    replica = [placement.rank_gpu[r] for r in replica_ranks(spec)]
+    assert reason == ""
+    for path in (Router(topo).path(a, b) for a in replica for b in replica if a != b):
+        assert fabric.link_capacity_bytes_per_s[path].min() == topo.link_capacity_bytes_per_s[path].min()
+        assert fabric.link_latency_s[path].sum() == topo.link_latency_s[path].sum()
+
+
+def test_the_bound_reaches_every_output_of_a_step():
+    # the failed-NIC step with replicas forced: its bound in the table, the JSON (as_dict), the summary frame, and
+    # through a pickle (a process pool returns results so)
+    import pickle
+
+    from simulator.cli.step import format_step
+
+    topo = build_system("dgx-h100", nodes=2)
+    spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, **SERIAL)
+    nic_link = int(Router(topo).fixed_path(2, 10, pxn=False)[2])
+    forced, _ = _pair(spec, topo, _tiny(4), SimConfig(failed_links=frozenset({nic_link})), symmetric_replicas=True)
+    low, high = forced.step_time_low_s, forced.step_time_high_s
+    assert f"step time in [{low:.4f}, {high:.4f}] s" in format_step(forced, topo)
+    data = forced.as_dict()
+    assert (data["step_time_low_s"], data["step_time_high_s"]) == (low, high)
+    assert data["exposed_comm_high_s"] == forced.exposed_comm_high_s == max(high - forced.critical_path_s, 0.0)
+    row = forced.frame("summary").iloc[0]
+    assert (row["step_time_low_s"], row["exposed_comm_low_s"]) == (low, forced.exposed_comm_low_s)
+    back = pickle.loads(pickle.dumps(forced))
+    assert (back.step_time_low_s, back.step_time_high_s, back.notes) == (low, high, forced.notes)

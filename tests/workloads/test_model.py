@@ -228,6 +228,10 @@ def test_llama3_8b_parameters_by_hand():
         ("llama3-405b", 405.8, 405.8, 0.06),  # 405.85: the 0.1 B figure is truncated, hence 0.06
         ("mixtral-8x7b", 46.7, 12.9, 0.05),  # Mixtral paper: 46.7B total, 12.9B active
         ("mixtral-8x22b", 141.0, 39.0, 0.5),  # Mistral: 141B total, 39B active
+        # Nemotron-4 15B report: 12.5B non-embedding + 3.2B embedding (0.1 B figures, so +-0.1 on their sum)
+        ("nemotron4-15b", 15.7, 15.7, 0.1),
+        # Nemotron-4 340B report: 331.6B non-embedding + 9.4B embedding
+        ("nemotron4-340b", 341.0, 341.0, 0.1),
     ],
 )
 def test_presets_match_published_totals(name, total_b, active_b, tolerance_b):
