@@ -924,17 +924,53 @@ class ModelSpec:
         cp: int,
         phase: str = "forward",
         recompute: str = "none",
+        comm_type: str = "p2p",
     ) -> tuple[CommSize, ...]:
-        """Ring attention: c-1 KV send/receives forward; backward c-1 of KV and c-1 of dK, dV (and the
-        forward ring again under full recomputation)."""
+        """Context-parallel collectives of one layer and micro-batch, by ``comm_type`` (Megatron-Core
+        --cp-comm-type, Transformer Engine's implementations), with K V = ``cp_kv_bytes`` (local K and V) and
+        Q = b (s/c) a d D / t (local queries; the output and its gradient are as large):
+
+        * "p2p" (ring attention): c-1 KV send/receives forward; backward c-1 of KV and c-1 of dK, dV;
+        * "a2a" (Ulysses): forward an all-to-all of Q, K, V (buffer Q + K V) before attention and one of the
+          output (Q) after; backward one of the output gradient (Q) and one of dQ, dK, dV (Q + K V);
+        * "allgather": forward an all-gather of K and V (c K V gathered); backward the all-gather again and a
+          reduce-scatter of dK, dV (c K V);
+
+        the forward ones again in the backward phase under full recomputation."""
         choice("phase", phase, PHASES)
         choice("recompute", recompute, RECOMPUTE)
+        choice("comm_type", comm_type, ("p2p", "a2a", "allgather"))
         nbytes = self.cp_kv_bytes(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
         if cp == 1:
             return ()
-        steps = cp - 1
-        count = steps if phase == "forward" else (2 * steps + (steps if recompute == "full" else 0))
-        return (CommSize(name="cp_kv", kind=CollectiveKind.SENDRECV, nbytes=nbytes, count=count, group="cp"),)
+        again = recompute == "full" and phase == "backward"
+        if comm_type == "p2p":
+            steps = cp - 1
+            count = steps if phase == "forward" else (2 * steps + (steps if again else 0))
+            return (CommSize(name="cp_kv", kind=CollectiveKind.SENDRECV, nbytes=nbytes, count=count, group="cp"),)
+        if comm_type == "a2a":
+            b, s, cp = self._tokens(micro_batch, seq_len, cp)
+            q = b * (s // cp) * (self.heads * self.head_dim // tp) * self.dtype_bytes
+            a2a = CollectiveKind.ALL_TO_ALL
+            count = 1 if phase == "forward" else 1 + int(again)
+            return (
+                CommSize(name="cp_a2a_qkv", kind=a2a, nbytes=q + nbytes, count=count, group="cp"),
+                CommSize(name="cp_a2a_out", kind=a2a, nbytes=q, count=count, group="cp"),
+            )
+        gathered = cp * nbytes
+        ag = CommSize(
+            name="cp_kv_allgather",
+            kind=CollectiveKind.ALL_GATHER,
+            nbytes=gathered,
+            count=1 if phase == "forward" else 1 + int(again),
+            group="cp",
+        )
+        if phase == "forward":
+            return (ag,)
+        rs = CommSize(
+            name="cp_dkv_reducescatter", kind=CollectiveKind.REDUCE_SCATTER, nbytes=gathered, count=1, group="cp"
+        )
+        return (ag, rs)
 
     def dp_gradient_bytes(self, *, tp: int = 1, pp: int = 1, ep: int = 1, grad_bytes: int = 2) -> int:
         """Gradient bytes one GPU reduces over data parallelism per step (its largest stage's weights)."""

@@ -16,7 +16,7 @@ import enum
 
 from topologies.checks import Option
 
-__all__ = ("Dtype", "PipelineSchedule", "Recompute", "Granularity", "names")
+__all__ = ("Dtype", "PipelineSchedule", "Recompute", "Granularity", "CpCommType", "names")
 
 
 class Dtype(Option):
@@ -46,6 +46,15 @@ class Granularity(Option):
 
     LAYER = "layer"
     CHUNK = "chunk"
+
+
+class CpCommType(Option):
+    """How context parallelism exchanges keys and values (Megatron-Core --cp-comm-type, Transformer Engine's
+    attention with context parallelism): ring p2p (the default), all-to-all (Ulysses) or a K/V all-gather."""
+
+    P2P = "p2p"  # ring attention: c - 1 K/V send/receives overlapped with the attention steps
+    A2A = "a2a"  # all-to-all of Q, K, V to split heads instead of the sequence, and of the output back
+    ALLGATHER = "allgather"  # K and V all-gathered before attention (exposed), dK and dV reduce-scattered
 
 
 def names(kind: type[enum.StrEnum]) -> tuple[str, ...]:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from topologies.checks import finite_nonnegative, flag, integer, is_int, option, reject
 
 from .model import ModelSpec
-from .options import Dtype, PipelineSchedule, names
+from .options import CpCommType, Dtype, PipelineSchedule, names
 
 __all__ = (
     "SCHEDULES",
@@ -120,6 +120,26 @@ class ParallelismSpec:
     # bytes per gradient bucket; None = one bucket of all gradients; MCORE_BUCKETS = Megatron-Core's default
     bucket_bytes: int | str | None = MCORE_BUCKETS
     dp_overlap: bool = True  # reduce gradient buckets during the backward (DDP); False = after it
+    # Megatron-Core --overlap-param-gather (default off): with the distributed optimizer (ZeRO 1/2) the updated
+    # parameters are all-gathered bucket by bucket at the start of the next step, each bucket before the first
+    # forward that uses it, instead of all after the optimizer (DistributedDataParallelConfig.overlap_param_gather)
+    overlap_param_gather: bool = False
+    # Megatron-Core --grad-reduce-in-bf16 (default off: bf16 training keeps and reduces fp32 main gradients,
+    # accumulate_allreduce_grads_in_fp32); on, the gradient buffers and their reduction are bf16
+    grad_reduce_in_bf16: bool = False
+    # Megatron-Core --tp-comm-overlap (default off; TransformerConfig.tp_comm_overlap): Transformer Engine's
+    # userbuffers overlap the sequence-parallel all-gathers and reduce-scatters with the GEMMs around them
+    # (workloads.training.tensor_parallel); needs sequence parallelism, as in Megatron
+    tp_comm_overlap: bool = False
+    # Megatron's overlap_p2p_comm (interleaved schedule only): stage-to-stage sends do not block the next pass but
+    # the next pass of the same phase, and a steady-state forward's receive is posted one pass earlier, beside the
+    # backward before it (workloads.training.pipeline). Megatron-Core's ModelParallelConfig default is off;
+    # Megatron-LM's training script turns it on for the interleaved schedule (--no-overlap-p2p-communication
+    # turns it off) and NeMo's MegatronCommOverlapCallback on when vp > 1
+    overlap_p2p_comm: bool = False
+    # Megatron-Core --cp-comm-type (default "p2p"): ring attention, all-to-all or K/V all-gather
+    # (workloads.training.context_parallel); "a2a+p2p" (hierarchical) is not modelled
+    cp_comm_type: str = "p2p"
     order: str = DEFAULT_ORDER
     dtype: str = "bf16"
     ep_imbalance: float = 0.0  # busiest expert-parallel rank receives (1 + x) x the average tokens
@@ -148,20 +168,45 @@ class ParallelismSpec:
             "sequence_parallel",
             "scatter_gather",
             "dp_overlap",
+            "overlap_param_gather",
+            "grad_reduce_in_bf16",
+            "tp_comm_overlap",
+            "overlap_p2p_comm",
             "account_for_embedding_in_pipeline_split",
             "account_for_loss_in_pipeline_split",
         ):
             object.__setattr__(self, name, flag(f"ParallelismSpec.{name}", getattr(self, name)))
         if self.fsdp and self.zero not in (0, 3):
             raise _reject("zero", self.zero, "0 or 3 with fsdp=True (FSDP full sharding is ZeRO stage 3)")
+        if self.tp_comm_overlap and not self.sequence_parallel:
+            raise _reject(
+                "tp_comm_overlap",
+                True,
+                "False without sequence_parallel (Megatron overlaps the sequence-parallel "
+                "all-gathers and reduce-scatters only)",
+            )
+        if self.overlap_param_gather and (self.zero_stage not in (1, 2) or not self.dp_overlap):
+            raise _reject(
+                "overlap_param_gather",
+                True,
+                "False unless zero is 1 or 2 (Megatron's distributed optimizer) and dp_overlap is True "
+                "(Megatron requires --overlap-grad-reduce with it)",
+            )
         object.__setattr__(self, "schedule", option("ParallelismSpec.schedule", self.schedule, PipelineSchedule))
         object.__setattr__(self, "dtype", option("ParallelismSpec.dtype", self.dtype, Dtype))
+        object.__setattr__(self, "cp_comm_type", option("ParallelismSpec.cp_comm_type", self.cp_comm_type, CpCommType))
+        if self.grad_reduce_in_bf16 and self.dtype == "fp16":
+            raise _reject("grad_reduce_in_bf16", True, "False with dtype 'fp16' (its gradients are fp16 already)")
         if self.bucket_bytes is not None and self.bucket_bytes != MCORE_BUCKETS:
             if not is_int(self.bucket_bytes) or self.bucket_bytes < 4:
                 raise _reject("bucket_bytes", self.bucket_bytes, f"None, {MCORE_BUCKETS!r} or an integer >= 4")
             object.__setattr__(self, "bucket_bytes", int(self.bucket_bytes))
         finite_nonnegative("ParallelismSpec.ep_imbalance", self.ep_imbalance, "a finite number >= 0")
         self._parse_order(self.order)
+        if self.overlap_p2p_comm and self.schedule != "interleaved":
+            raise _reject(
+                "overlap_p2p_comm", True, "False unless schedule is 'interleaved' (Megatron overlaps it there only)"
+            )
         if self.schedule == "interleaved":
             if self.vp < 2:
                 raise _reject("vp", self.vp, "an integer >= 2 with schedule 'interleaved' (model chunks per stage)")
@@ -222,6 +267,16 @@ class ParallelismSpec:
     def zero_stage(self) -> int:
         """The ZeRO stage in effect (3 with fsdp=True)."""
         return 3 if self.fsdp else self.zero
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per gradient element kept and reduced by the data-parallel reduction: 2 for fp16 training or
+        with ``grad_reduce_in_bf16``, else 4 (fp32 main gradients, Megatron's accumulate_allreduce_grads_in_fp32).
+
+        >>> ParallelismSpec(dp=2).grad_bytes, ParallelismSpec(dp=2, grad_reduce_in_bf16=True).grad_bytes
+        (4, 2)
+        """
+        return 2 if self.dtype == "fp16" or self.grad_reduce_in_bf16 else 4
 
     @property
     def sp(self) -> bool:
@@ -291,6 +346,17 @@ class ParallelismSpec:
         s = self.seq(model)
         if s % self.cp:
             raise _reject("cp", self.cp, f"a divisor of seq_len ({s})")
+        if (
+            self.cp > 1
+            and self.cp_comm_type == "a2a"
+            and ((model.heads // self.tp) % self.cp or (model.kv_heads // self.tp) % self.cp)
+        ):
+            raise _reject(
+                "cp",
+                self.cp,
+                f"a divisor of the heads ({model.heads}) and kv_heads ({model.kv_heads}) per tensor rank "
+                f"(tp {self.tp}) with cp_comm_type 'a2a' (the all-to-all splits the heads over the context ranks)",
+            )
         if self.ep > 1:
             if not model.is_moe:
                 raise _reject("ep", self.ep, f"1 for the dense model {model.name!r} (no experts to distribute)")
@@ -298,6 +364,10 @@ class ParallelismSpec:
                 raise _reject("ep", self.ep, f"a divisor of the model's experts ({model.experts})")
         if model.is_moe and self.tp > 1 and not self.sequence_parallel:
             raise _reject("sequence_parallel", False, "True for a MoE model with tp > 1 (Megatron requires it)")
+        if model.is_moe and self.tp > 1 and self.tp_comm_overlap:
+            raise _reject(
+                "tp_comm_overlap", True, "False for a MoE model (userbuffers overlap of expert layers is not modelled)"
+            )
         return self
 
     # ---- rank numbering --------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from simulator.studies.scenario import (
 )
 from topologies import checks
 from topologies.routing import ROUTING_POLICIES
-from workloads.options import Dtype, Granularity, PipelineSchedule, Recompute, names
+from workloads.options import CpCommType, Dtype, Granularity, PipelineSchedule, Recompute, names
 from workloads.presets import SC21_VOCAB
 
 from .common import (
@@ -118,6 +118,40 @@ def add_parser(sub) -> None:
         action="store_const",
         const=False,
         help="reduce the gradients after the backward instead of bucket by bucket during it (the default)",
+    )
+    step.add_argument(
+        "--overlap-param-gather",
+        action="store_const",
+        const=True,
+        help="with the distributed optimizer (--zero 1 or 2): all-gather the updated parameters bucket by bucket "
+        "before the forward that uses them instead of after the optimizer (Megatron-Core; default off)",
+    )
+    step.add_argument(
+        "--grad-reduce-in-bf16",
+        action="store_const",
+        const=True,
+        help="keep and reduce gradients in bf16 instead of fp32 main gradients (Megatron-Core; default off)",
+    )
+    step.add_argument(
+        "--tp-comm-overlap",
+        action="store_const",
+        const=True,
+        help="overlap the sequence-parallel all-gathers and reduce-scatters with their GEMMs, as Transformer "
+        "Engine's userbuffers (Megatron-Core; needs --sequence-parallel; default off)",
+    )
+    step.add_argument(
+        "--overlap-p2p-communication",
+        action="store_const",
+        const=True,
+        help="interleaved schedule: stage-to-stage sends and receives run beside the next pass instead of blocking "
+        "it (Megatron's overlap_p2p_comm; off in Megatron-Core's config, on in Megatron-LM's and NeMo's interleaved "
+        "runs; default off)",
+    )
+    step.add_argument(
+        "--cp-comm-type",
+        choices=names(CpCommType),
+        help="context-parallel exchange: ring p2p overlapped with attention (default), all-to-all (Ulysses) or "
+        "K/V all-gather (Megatron-Core --cp-comm-type)",
     )
     step.add_argument("--dtype", choices=names(Dtype), help="training precision; default bf16")
     step.add_argument("--schedule", choices=names(PipelineSchedule), help="pipeline schedule; default 1f1b")

@@ -289,7 +289,8 @@ def _coupling(config: SimConfig) -> str:
 def _inside_pipeline(p: ParallelismSpec) -> str:
     """Why data-parallel or expert-parallel traffic runs during the pipeline (empty when none does)."""
     if p.dp > 1 and p.dp_overlap:
-        return "gradients are reduced during the backward (dp_overlap), inside the pipeline"
+        gathers = " and parameters gathered before the forward (overlap_param_gather)" if p.overlap_param_gather else ""
+        return f"gradients are reduced during the backward (dp_overlap){gathers}, inside the pipeline"
     if p.dp > 1 and p.zero_stage >= 3:
         return "ZeRO-3/FSDP gathers parameters inside the pipeline"
     if p.ep > 1:
@@ -474,7 +475,8 @@ def tensor_verdict(
             if a in members and b in members:
                 hops_of[p.coords(a).tp] += [(gpu[a], gpu[b]), (gpu[b], gpu[a])]
                 stood += [(a, b), (b, a)]
-    for a, b in _context_pairs(p, ranks):
+    rings = p.cp_comm_type == "p2p"  # other exchanges are every tensor rank's own collectives, not stood for
+    for a, b in _context_pairs(p, ranks) if rings else ():
         hops_of[p.coords(a).tp].append((gpu[a], gpu[b]))
         stood.append((a, b))
     links, verdict = _footprints(hops_of, router, "tensor rank")
@@ -678,7 +680,8 @@ def plan(
     )
     # left to the step, representative transfers need a reduced step (symmetric replicas or context ranks): their
     # link bytes then count t times where the verdict is exact
-    carries = p.tp > 1 and (p.pp > 1 or p.cp > 1)  # tensor rank 0 has transfers or rings to stand for
+    # tensor rank 0 has transfers or rings to stand for
+    carries = p.tp > 1 and (p.pp > 1 or (p.cp > 1 and p.cp_comm_type == "p2p"))
     if carries and (tensor_rank0_p2p or (tensor_rank0_p2p is None and (symmetric or context))):
         ranks = simulated_ranks(p, symmetric=symmetric, context=context)  # the ranks simulated with the transfers
         tensor = tensor_verdict(p, topology, placement, config, route_cache, ranks=ranks)
@@ -914,7 +917,7 @@ def notes(p: ParallelismSpec, plan: Plan, *, steady: tuple | None) -> list[str]:
         )
         out.append(
             f"representative transfers ({how(plan.tensor)}): pipeline transfers"
-            + (" and context rings" if p.cp > 1 else "")
+            + (" and context rings" if p.cp > 1 and p.cp_comm_type == "p2p" else "")
             + f" simulated for tensor rank 0, standing for all {p.tp} ({counted})"
         )
     if steady is not None:

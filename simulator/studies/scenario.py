@@ -18,7 +18,7 @@ from topologies.dragonfly import ARRANGEMENTS
 from topologies.routing import ROUTING_POLICIES
 from topologies.topology import Topology
 from workloads.model import ModelSpec
-from workloads.options import Dtype, Granularity, PipelineSchedule, Recompute
+from workloads.options import CpCommType, Dtype, Granularity, PipelineSchedule, Recompute
 from workloads.parallelism import MCORE_BUCKETS, ParallelismSpec
 from workloads.presets import SC21_VOCAB
 
@@ -130,6 +130,13 @@ STEP_DEFAULTS = {
     "seq_len": 8192,
     "bucket_mb": None,  # Megatron-Core's buckets (workloads.parallelism.MCORE_BUCKETS)
     "overlap_grad_reduce": True,
+    # Megatron-Core's defaults (off): --overlap-param-gather, --grad-reduce-in-bf16, --tp-comm-overlap,
+    # --overlap-p2p-communication
+    "overlap_param_gather": False,
+    "grad_reduce_in_bf16": False,
+    "tp_comm_overlap": False,
+    "overlap_p2p_communication": False,  # Megatron-Core's ModelParallelConfig.overlap_p2p_comm default
+    "cp_comm_type": "p2p",  # Megatron-Core's --cp-comm-type default
     "dtype": "bf16",
     "schedule": "1f1b",
     "sequence_parallel": False,
@@ -227,6 +234,10 @@ SETTING_CHECKS = {
             "rail_optimised",
             "gdr",
             "overlap_grad_reduce",
+            "overlap_param_gather",
+            "grad_reduce_in_bf16",
+            "tp_comm_overlap",
+            "overlap_p2p_communication",
             "exact",
             "account_for_embedding_in_pipeline_split",
             "account_for_loss_in_pipeline_split",
@@ -235,6 +246,7 @@ SETTING_CHECKS = {
     ),
     "bucket_mb": lambda f, v: checks.positive_finite(f, v),
     "dtype": lambda f, v: checks.option(f, v, Dtype),
+    "cp_comm_type": lambda f, v: checks.option(f, v, CpCommType),
     "schedule": lambda f, v: checks.option(f, v, PipelineSchedule),
     "recompute": lambda f, v: checks.option(f, v, Recompute),
     "granularity": lambda f, v: checks.option(f, v, Granularity),
@@ -337,6 +349,11 @@ def prepare_step(s: Mapping, *, environ: Mapping[str, str]) -> StepSetup:
         dtype=s["dtype"],
         bucket_bytes=bucket_bytes,
         dp_overlap=s["overlap_grad_reduce"],
+        overlap_param_gather=s["overlap_param_gather"],
+        grad_reduce_in_bf16=s["grad_reduce_in_bf16"],
+        tp_comm_overlap=s["tp_comm_overlap"],
+        overlap_p2p_comm=s["overlap_p2p_communication"],
+        cp_comm_type=s["cp_comm_type"],
     )
     # the trace's link-tier counter tracks need the tiers' rates recorded
     config = network_config(s, environ, tier_rates=s["trace"] is not None)

@@ -84,9 +84,11 @@ from workloads.options import Granularity, Recompute
 from workloads.parallelism import ParallelismSpec
 from workloads.tasks import ComputeTask, Task
 from workloads.training import (
+    TP_OVERLAP,
+    TP_OVERLAP_BACKWARD,
+    TP_OVERLAP_FORWARD,
     StepCompute,
     TrainingWorkload,
-    gradient_bytes_per_param,
     pipeline_schedule,
     resolve,
     training_step,
@@ -107,6 +109,7 @@ __all__ = (
     "StepResult",
     "step_compute",
     "executed_flops",
+    "tp_overlap_stretch_s",
     "memory_per_gpu",
     "simulate_step",
 )
@@ -199,6 +202,23 @@ def _compute_dtype(parallelism: ParallelismSpec) -> str:
     return "fp8" if parallelism.dtype == "fp8" else "bf16"
 
 
+def _layer_args(
+    p: ParallelismSpec, model: ModelSpec, flash_attention: bool, compute_model: cmp.GpuComputeModel | None
+) -> dict[str, Any]:
+    """The keyword arguments every layer of the step is timed with (``simulator.compute.gpu``), but recompute."""
+    return dict(
+        micro_batch=p.micro_batch,
+        seq_len=p.seq(model),
+        tp=p.tp,
+        sp=p.sp,
+        cp=p.cp,
+        ep=p.ep,
+        dtype=_compute_dtype(p),
+        flash_attention=flash_attention,
+        compute_model=compute_model,
+    )
+
+
 def step_compute(
     model: ModelSpec,
     parallelism: ParallelismSpec,
@@ -213,18 +233,7 @@ def step_compute(
     p = parallelism
     p.check(model)
     forward, backward = cmp.layer_times(
-        model,
-        gpu,
-        micro_batch=p.micro_batch,
-        seq_len=p.seq(model),
-        tp=p.tp,
-        sp=p.sp,
-        cp=p.cp,
-        ep=p.ep,
-        dtype=_compute_dtype(p),
-        flash_attention=flash_attention,
-        recompute=recompute,
-        compute_model=compute_model,
+        model, gpu, recompute=recompute, **_layer_args(p, model, flash_attention, compute_model)
     )
     tkw = _TokenArgs(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, cp=p.cp, compute_model=compute_model)
     shard = p.dp * p.cp if p.zero_stage >= 1 else 1
@@ -250,6 +259,12 @@ def step_compute(
     slowdown = (
         cmp.default_overlap_slowdown(gpu, compute_model=compute_model) if overlap_slowdown is None else overlap_slowdown
     )
+    if p.tp_comm_overlap and p.sp:
+        stretch = tp_overlap_stretch_s(
+            model, p, gpu, recompute=recompute, flash_attention=flash_attention, compute_model=compute_model
+        )
+        forward = tuple(t + extra for t, extra in zip(forward, stretch[0]))
+        backward = tuple(t + extra for t, extra in zip(backward, stretch[1]))
     return StepCompute(
         layer_forward_s=forward,
         layer_backward_s=backward,
@@ -308,13 +323,72 @@ def executed_flops(
     return (layers + ends) * p.microbatches * (p.world_size // p.pp)
 
 
+def tp_overlap_stretch_s(
+    model: ModelSpec,
+    parallelism: ParallelismSpec,
+    gpu: GpuSpec,
+    *,
+    recompute: str = "none",
+    flash_attention: bool = True,
+    compute_model: cmp.GpuComputeModel | None = None,
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Seconds each layer's forward and backward (recomputation included) gain from the SMs Transformer Engine's
+    overlapped tensor-parallel kernels hold (``tp_comm_overlap``): every GEMM paired with a collective
+    (``workloads.training.tensor_parallel.TP_OVERLAP``) runs on S - k of the S SMs while the k of its collective's
+    kernels run, g k / (S - k) more (``default_overlap_slowdown`` with k), over the whole GEMM: an upper bound, as
+    the pipelined GEMMs run on S - k SMs throughout (TE's set_sm_margin) but a bulk collective may end before its
+    GEMM. Zeros without sequence-parallel overlap and for MoE layers' expert GEMMs (not paired)."""
+    p = parallelism
+    zeros = (0.0,) * model.layers
+    if not (p.tp_comm_overlap and p.sp):
+        return zeros, zeros
+    kw = _layer_args(p, model, flash_attention, compute_model)
+
+    def extra(times: dict[str, float], names: tuple[str, ...], prefix: str = "") -> float:
+        return math.fsum(
+            times.get(prefix + TP_OVERLAP[n].gemm, 0.0)
+            * cmp.default_overlap_slowdown(gpu, comm_ctas=TP_OVERLAP[n].num_sm, compute_model=compute_model)
+            for n in names
+        )
+
+    by_kind: dict[bool, tuple[float, float]] = {}
+    forward, backward = [], []
+    for layer in range(model.layers):
+        kind = model.is_moe_layer(layer)
+        if kind not in by_kind:
+            fwd = cmp.layer_forward(model, gpu, layer=layer, **kw).by_name()
+            bwd = cmp.layer_backward(model, gpu, layer=layer, recompute=recompute, **kw).by_name()
+            again = extra(bwd, TP_OVERLAP_FORWARD, "recompute.") if recompute == "full" else 0.0
+            by_kind[kind] = (extra(fwd, TP_OVERLAP_FORWARD), again + extra(bwd, TP_OVERLAP_BACKWARD))
+        forward.append(by_kind[kind][0])
+        backward.append(by_kind[kind][1])
+    return tuple(forward), tuple(backward)
+
+
+def overlap_notes(parallelism: ParallelismSpec) -> list[str]:
+    """What the result's notes say about the communication overlaps in use that are approximations."""
+    p, out = parallelism, []
+    if p.tp_comm_overlap and p.sp:
+        out.append(
+            "tp comm overlap (APPROXIMATE: optimistic where a collective outlasts its GEMM): Transformer Engine's "
+            "default userbuffers methods; each layer pass's overlapped tensor-parallel communication hides behind "
+            "the pass's whole compute, not only its own GEMM; the pipelined reduce-scatters' last chunks (1/4) exposed"
+        )
+    if p.overlap_param_gather and p.zero_stage in (1, 2) and p.dp * p.cp > 1:
+        out.append(
+            "overlap param gather: the parameter all-gathers run back to back from the step's start, each waited for "
+            "by the first forward that needs it (Megatron-Core dispatches one bucket ahead)"
+        )
+    return out
+
+
 def memory_per_gpu(
     model: ModelSpec, parallelism: ParallelismSpec, *, recompute: str = "none", flash_attention: bool = True
 ) -> dict[str, float]:
     """Bytes on the most loaded GPU: parameters, gradients, optimizer state, activations (module docstring)."""
     p = parallelism
     p.check(model)
-    grad_bytes = gradient_bytes_per_param(p.dtype)
+    grad_bytes = p.grad_bytes
     state = model.training_state_bytes(
         tp=p.tp,
         pp=p.pp,
@@ -1003,7 +1077,7 @@ def simulate_step(
             high_s = run(fabric).step_s
             bounded = lambda: high_s  # noqa: E731
     raw = run(topology)
-    notes = reductions.notes(p, used, steady=steady)
+    notes = reductions.notes(p, used, steady=steady) + overlap_notes(p)
     step, critical = raw.step_s, raw.critical_s
     low = high = None
     if used.approximate:

@@ -19,9 +19,21 @@ How a row is simulated
 The recipe's layout (t, p, c, d, v, micro-batch, global batch, sequence) on ``dgx-h100`` servers
 (8 NDR NICs each, a rail-optimised leaf-spine, as the recipes' "DGX-H100 reference arch (8x400G IB per
 node)"), in the row's precision (FP8: Transformer Engine's FP8 GEMMs and casts, ``simulator.compute.gpu``),
-flash attention, no recomputation, interleaved 1F1B when v > 1, sequence parallelism when t > 1, Megatron's
-distributed optimizer (ZeRO 1) and overlapped gradient reduction, as NeMo's recipes set them (ASSUMPTION where
-a README does not print them). When the layers do not fill p x v chunks evenly
+flash attention, no recomputation, interleaved 1F1B when v > 1, sequence parallelism when t > 1, with the
+communication settings of NeMo's recipes, not Megatron-Core's defaults (``dgxc_layout``): the distributed
+optimizer (ZeRO 1) with overlapped gradient reduce-scatter and parameter all-gather (NeMo's llama3_70b /
+gpt3_175b trainer: DistributedDataParallelConfig(overlap_grad_reduce=True, overlap_param_gather=True),
+distributed_fused_adam), TP communication overlap when t > 1 (the performance recipes'
+MegatronCommOverlapCallback(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_*_h100_*);
+NVIDIA/dgxc-benchmarking llama3.1/pretrain_llama31.py sets it for 70B and 405B; modelled with Transformer
+Engine's default overlap methods, not the recipes' tuned SM counts), non-blocking stage-to-stage transfers
+with the interleaved schedule (nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py sets
+overlap_p2p_comm=True when vp > 1, as Megatron-LM's training script does), and gradients reduced in fp32
+(DDP grad_reduce_in_fp32=True) except for GPT3-175B (its pretrain_performance_optimizations set
+trainer.plugins.grad_reduce_in_fp32 = False) and the FP8 rows (pretrain_llama31.py: bf16_with_fp8_mixed()
+with grad_reduce_in_fp32 = False), which reduce bf16 gradients. ASSUMPTION: the v24.11.1 recipes (NeMo 24.09)
+and the Nemotron-4 recipes ran the same settings as the NeMo 2.0 Llama and GPT-3 files read. When the layers do
+not fill p x v chunks evenly
 but layers + 2 does (405B on p 8 v 8), the embedding and the loss count as layers in the split (the
 recipe's ``account_for_embedding/loss_in_pipeline_split``). Rows with m >= 4k micro-batches per pipeline
 (k = 16 rounded up to a multiple of p) are extrapolated from k and 2k, as ``simulator.validation.sc21``.
@@ -61,6 +73,7 @@ __all__ = (
     "DGXC_MODELS",
     "DGXC_SYSTEMS",
     "DGXC_DTYPES",
+    "BF16_GRADIENTS",
     "DgxcCase",
     "dgxc_cases",
     "dgxc_layout",
@@ -88,6 +101,9 @@ DGXC_SYSTEMS = {
 """The table's ``system`` -> ``topologies.presets`` system name (None: no preset, the rows are not simulated)."""
 DGXC_DTYPES = {"BF16": "bf16", "FP8": "fp8"}
 """The table's ``precision`` -> ``ParallelismSpec.dtype``."""
+BF16_GRADIENTS = frozenset({"GPT3-175B"})
+"""Recipes that reduce gradients in bf16 (NeMo gpt3_175b.py pretrain_performance_optimizations:
+``recipe.trainer.plugins.grad_reduce_in_fp32 = False``); the others fp32, but in FP8 (see the module docstring)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,6 +223,10 @@ def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
         dtype=case.dtype,
         schedule="interleaved" if case.vp > 1 else "1f1b",
         sequence_parallel=case.tp > 1,
+        overlap_param_gather=True,
+        tp_comm_overlap=case.tp > 1,
+        overlap_p2p_comm=case.vp > 1,
+        grad_reduce_in_bf16=case.model in BF16_GRADIENTS or case.dtype == "fp8",
         account_for_embedding_in_pipeline_split=account,
         account_for_loss_in_pipeline_split=account,
     )

@@ -20,12 +20,14 @@ from .common import (
     STREAM_RECV_PREV,
     STREAM_SEND_NEXT,
     STREAM_SEND_PREV,
+    STREAM_TP,
     TrainingWorkload,
     gradient_bytes_per_param,
 )
 from .compute import PassWork, StepCompute, resolve
 from .pipeline import pipeline_schedule, stage_of_chunk
 from .program import training_step
+from .tensor_parallel import TP_OVERLAP, TP_OVERLAP_BACKWARD, TP_OVERLAP_FORWARD, TpOverlap
 
 __all__ = (
     "STREAM_COMPUTE",
@@ -36,6 +38,7 @@ __all__ = (
     "STREAM_RECV_PREV",
     "STREAM_SEND_PREV",
     "STREAM_RECV_NEXT",
+    "STREAM_TP",
     "STREAM_NAMES",
     "GRANULARITIES",
     "GROUP_TAGS",
@@ -47,5 +50,9 @@ __all__ = (
     "resolve",
     "stage_of_chunk",
     "training_step",
+    "TP_OVERLAP",
+    "TP_OVERLAP_FORWARD",
+    "TP_OVERLAP_BACKWARD",
+    "TpOverlap",
     "gradient_bytes_per_param",
 )

@@ -10,10 +10,13 @@ Streams (CUDA streams of one rank; tasks of a stream run in program order)::
     3 context-parallel ring-attention KV exchange
     4, 5, 6, 7 pipeline sends to the next stage, receives from the previous stage, sends to the
       previous stage, receives from the next stage
+    8 tensor-parallel collectives overlapped with the layer's GEMMs (``tp_comm_overlap``, Transformer
+      Engine's userbuffers: ``tensor_parallel``)
 
 Element types: activations and gathered weights travel in the model's element type (fp16/bf16, fp8
 activations as bf16, 4-byte models as float32); gradients are reduced in fp16 for fp16 training, in fp32
-for bf16 and fp8 training (Megatron's accumulate_allreduce_grads_in_fp32). Reduce-scatter and all-gather
+for bf16 and fp8 training (Megatron's accumulate_allreduce_grads_in_fp32), in bf16 with
+``grad_reduce_in_bf16`` (``ParallelismSpec.grad_bytes``). Reduce-scatter and all-gather
 sizes are rounded up to whole elements per rank: ``padded(nbytes, n, elt) = ceil(nbytes / (n elt)) n elt``
 (padding < n elements).
 
@@ -40,6 +43,7 @@ __all__ = (
     "STREAM_RECV_PREV",
     "STREAM_SEND_PREV",
     "STREAM_RECV_NEXT",
+    "STREAM_TP",
     "STREAM_NAMES",
     "GRANULARITIES",
     "GROUP_TAGS",
@@ -50,6 +54,7 @@ __all__ = (
 
 STREAM_COMPUTE, STREAM_DP, STREAM_PARAM, STREAM_CP = 0, 1, 2, 3
 STREAM_SEND_NEXT, STREAM_RECV_PREV, STREAM_SEND_PREV, STREAM_RECV_NEXT = 4, 5, 6, 7
+STREAM_TP = 8
 STREAM_NAMES = {
     STREAM_COMPUTE: "compute",
     STREAM_DP: "dp",
@@ -59,6 +64,7 @@ STREAM_NAMES = {
     STREAM_RECV_PREV: "pp recv prev",
     STREAM_SEND_PREV: "pp send prev",
     STREAM_RECV_NEXT: "pp recv next",
+    STREAM_TP: "tp overlap",
 }
 GRANULARITIES = ("layer", "chunk")
 GROUP_TAGS = ("tp", "pp", "dp", "cp", "ep")

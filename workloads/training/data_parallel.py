@@ -79,6 +79,7 @@ class DataParallel:
         self.stretched_all = self.zero >= 3 and self.reduces_dense
         self._units: dict[int | str, Unit] = {}  # by layer, "embedding" or "output"
         self._buckets: dict[tuple[int, bool, bool], tuple[tuple[str, int, int, int], ...]] = {}
+        self._needs: dict[tuple[int, bool, bool], tuple[tuple[tuple[str, int, int, int], ...], ...]] = {}
 
     # ---- weights ----------------------------------------------------------------------------------
     def layer_unit(self, layer: int) -> Unit:
@@ -203,6 +204,60 @@ class DataParallel:
         rp.dp_started = True
 
     # ---- after the pipeline -----------------------------------------------------------------------
+    def param_gather(
+        self, rp: _RankProgram, chunk: int, bucket: tuple[str, int, int, int], after: tuple[int, ...]
+    ) -> int:
+        """The ZeRO-1/2 all-gather of ``bucket``'s updated parameters (N D bytes) of ``chunk``: on stream 1 after the
+        optimizer (``after``), or with ``overlap_param_gather`` on stream 2 from the step's start; its task."""
+        b, spec = self.b, self.b.spec
+        part, params, _, bid = bucket
+        group = rp.grad_group(part)
+        nbytes = padded(CollectiveKind.ALL_GATHER, params * b.model.dtype_bytes, len(group), elt(b.act_dtype))
+        label = f"zero allgather bucket {bid}" + (f" chunk{chunk}" if spec.vp > 1 else "")
+        index = b.simple(
+            ("zero-post", chunk, part, bid, group), CollectiveKind.ALL_GATHER, nbytes, group, b.act_dtype, "dp", label
+        )
+        return rp.prog.side(index, label, STREAM_PARAM if spec.overlap_param_gather else STREAM_DP, after)
+
+    def needed_buckets(self, rp: _RankProgram, v: int) -> tuple[tuple[tuple[str, int, int, int], ...], ...]:
+        """Per forward position of virtual stage v's weight units, the buckets of ``rp`` holding its parameters
+        (a unit's parameters may straddle buckets); computed once per stage."""
+        key = (v, self.reduces_dense, self.reduces_expert)
+        needs = self._needs.get(key)
+        if needs is not None:
+            return needs
+        units = [unit for unit, *_ in self.b.unit_tasks(v, "backward")]  # backward order
+        out: list[list[tuple[str, int, int, int]]] = [[] for _ in units]
+        plan = self.buckets(v, self.reduces_dense, self.reduces_expert)
+        for part in ("dense", "expert"):
+            start, ranges = 0, []
+            for bucket in plan:
+                if bucket[0] == part:
+                    ranges.append((start, start + bucket[1], bucket))
+                    start += bucket[1]
+            end = 0
+            for q, unit in enumerate(units):
+                size = getattr(unit, part)
+                lo, end = end, end + size
+                if size:
+                    out[len(units) - 1 - q] += [bucket for a, z, bucket in ranges if a < end and lo < z]
+        needs = self._needs[key] = tuple(map(tuple, out))
+        return needs
+
+    def await_params(self, rp: _RankProgram, v: int, positions: range) -> None:
+        """``overlap_param_gather``: before the compute of virtual stage v's units at forward ``positions``, wait
+        for the all-gathers of the buckets holding their updated parameters, each issued (stream 2, from the step's
+        start, in the order first needed) and waited for once: the step's first forward of each unit waits."""
+        if not rp.gather_in_forward:
+            return
+        chunk = v // self.b.spec.pp
+        needs = self.needed_buckets(rp, v)
+        for i in positions:
+            for bucket in needs[i]:
+                if (chunk, bucket) not in rp.gathered:
+                    rp.gathered.add((chunk, bucket))
+                    rp.prog.pending.append(self.param_gather(rp, chunk, bucket, ()))
+
     def finish(self, rp: _RankProgram) -> None:
         """The reduction part: buckets not reduced yet, the tied-embedding sync, the optimizer step and, with ZeRO
         1/2, the all-gather of the updated parameters."""
@@ -221,21 +276,7 @@ class DataParallel:
             rp.dp_tasks.append(rp.prog.side(index, "embedding allreduce", STREAM_DP, end))
         rp.prog.pending.extend(rp.dp_tasks)
         opt = rp.prog.add_compute(PassWork(phase="optimizer", stage=rp.stage), f"optimizer stage{rp.stage}")
-        if self.zero in (1, 2) and self.reduces_dense:
+        if self.zero in (1, 2) and self.reduces_dense and not rp.gather_in_forward:
             for chunk in range(spec.vp):
-                for part, params, _, bid in rp.buckets[chunk]:
-                    group = rp.grad_group(part)
-                    nbytes = padded(
-                        CollectiveKind.ALL_GATHER, params * b.model.dtype_bytes, len(group), elt(b.act_dtype)
-                    )
-                    label = f"zero allgather bucket {bid}" + (f" chunk{chunk}" if spec.vp > 1 else "")
-                    index = b.simple(
-                        ("zero-post", chunk, part, bid, group),
-                        CollectiveKind.ALL_GATHER,
-                        nbytes,
-                        group,
-                        b.act_dtype,
-                        "dp",
-                        label,
-                    )
-                    rp.prog.side(index, label, STREAM_DP, (opt,))
+                for bucket in rp.buckets[chunk]:
+                    self.param_gather(rp, chunk, bucket, (opt,))

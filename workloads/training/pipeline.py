@@ -23,7 +23,12 @@ schedule runs its steady-state (F, B) pairs back to back and exchanges after the
 send_forward_backward_recv_forward_backward): there F's sends block the pass after B, and a backward's
 receive is posted with the pair before. Sends and receives towards the two neighbours run on separate
 streams (4-7), so Megatron's batched send/recv calls progress together; these rules reproduce its ordering
-and never deadlock (checked for every schedule in the tests).
+and never deadlock (checked for every schedule in the tests). With ``overlap_p2p_comm`` (interleaved schedule,
+Megatron's non-blocking isend/irecv with wait handles) a pass's sends are waited for by the next pass of the
+same phase, not the next pass, and a steady-state forward's receive is posted when the forward before it ends,
+so both run beside the backward between them (Megatron waits for the forward handles before the next forward,
+the backward handles before the next backward); the warm-up and cool-down keep their order (Megatron overlaps
+them only with --overlap-p2p-communication-warmup-flush, not modelled).
 
 Representative transfers (``tensor_rank0_p2p=True``, t > 1): only tensor rank 0 of a stage boundary sends
 and receives; its collective stands for the t identical transfers (``collective_weights``). Exact by symmetry

@@ -46,7 +46,7 @@ from ..collectives import Collective, CollectiveKind
 from ..model import RECOMPUTE, ModelSpec
 from ..parallelism import ParallelismSpec
 from ..tasks import Workload
-from .common import ACT_DTYPE, GRANULARITIES, PARTS, Program, TrainingWorkload, gradient_bytes_per_param
+from .common import ACT_DTYPE, GRANULARITIES, PARTS, Program, TrainingWorkload
 from .compute import PassWork, StepCompute, resolve
 from .context_parallel import ContextParallel
 from .data_parallel import DataParallel, Unit
@@ -96,8 +96,8 @@ class _Builder:
         self.seq = spec.seq(model)
         # activations and weights (parameter all-gathers) share the model's element type
         self.act_dtype = {1: "fp8", 2: ACT_DTYPE[spec.dtype], 4: "float32"}[model.dtype_bytes]
-        self.grad_bytes = gradient_bytes_per_param(spec.dtype)
-        self.grad_dtype = "float16" if self.grad_bytes == 2 else "float32"
+        self.grad_bytes = spec.grad_bytes
+        self.grad_dtype = "float32" if self.grad_bytes == 4 else "float16" if spec.dtype == "fp16" else "bfloat16"
         self.V = spec.virtual_stages
         self.chunks = spec.chunk_layers(model)  # layers of each model chunk (the first ones longer)
         self.m = spec.microbatches
@@ -305,6 +305,12 @@ class _RankProgram:
         self.overlap = self.reduce_in_backward and b.dp.zero < 3
         self.dp_started = False
         self.dp_tasks: list[int] = []
+        # ZeRO-1/2 parameter all-gathers before the step's first forwards (overlap_param_gather), not after the
+        # optimizer; the buckets waited for so far
+        self.gather_in_forward = (
+            b.part == "all" and spec.overlap_param_gather and b.dp.zero in (1, 2) and b.dp.reduces_dense
+        )
+        self.gathered: set = set()
         self.buckets: dict[int, tuple] = {}
 
     def ask(self, what: str, kind: str) -> int | bool:
@@ -346,18 +352,34 @@ class _RankProgram:
         if self.pipeline:
             op_end: list[tuple[int, ...]] = []
             deferred: list[int] = []
+            # overlap_p2p_comm: the sends of a pass are waited for by the next pass of the same phase
+            waiting: dict[str, list[int]] = {"F": [], "B": []}
+            overlap = spec.overlap_p2p_comm and spec.schedule == "interleaved"
             for i, (phase, mb, chunk) in enumerate(self.ops):
                 v = chunk * spec.pp + self.stage
                 # Receives are posted when the pass before the consumer ends; in the interleaved schedule
-                # Megatron posts a backward's receive one pass earlier, with the previous (F, B) pair's.
-                early = spec.schedule == "interleaved" and phase == "B" and i >= 1 and self.ops[i - 1][0] == "F"
+                # Megatron posts a backward's receive one pass earlier, with the previous (F, B) pair's, and with
+                # overlap_p2p_comm a steady-state forward's too (posted with the previous forward's send, before
+                # the backward between them runs).
+                early = (
+                    spec.schedule == "interleaved"
+                    and i >= 1
+                    and self.ops[i - 1][0] != phase
+                    and (phase == "B" or overlap)
+                )
                 j = i - 2 if early else i - 1
                 post = op_end[j] if j >= 0 else ()
+                if overlap:
+                    self.prog.pending.extend(waiting[phase])
+                    waiting[phase] = []
                 if phase == "F":
                     sends = self.forward(mb, v, post)
                 else:
                     sends = self.backward(mb, v, post, last=self.last_backward[chunk] == i)
                 op_end.append(self.prog.last0)
+                if overlap:
+                    waiting[phase] += sends
+                    continue
                 # Blocking sends: the next pass waits for them. Interleaved steady state runs a (F, B) pair
                 # back to back and exchanges after it (Megatron), so F's sends block the pass after B.
                 pair = (
@@ -371,6 +393,7 @@ class _RankProgram:
                 else:
                     self.prog.pending.extend(sends + deferred)
                     deferred = []
+            self.prog.pending.extend(waiting["F"] + waiting["B"])  # every send done before the step ends
         if self.reduce:
             b.dp.finish(self)
         return tuple(self.prog.tasks)
@@ -390,6 +413,7 @@ class _RankProgram:
         tasks = b.unit_tasks(v, "forward")
         if b.granularity == "chunk":
             b.dp.gather_params(self, [unit for unit, *_ in tasks], ("F", mb, v), label)
+            b.dp.await_params(self, v, range(len(tasks)))
             self.compute(
                 PassWork(
                     phase="forward",
@@ -402,8 +426,9 @@ class _RankProgram:
             )
             self.layer_comm(list(layers), "forward", ("F", mb, v), label)
         else:
-            for unit, part, work, name, layer in tasks:
+            for i, (unit, part, work, name, layer) in enumerate(tasks):
                 b.dp.gather_params(self, [unit], ("F", mb, v, part), label)
+                b.dp.await_params(self, v, range(i, i + 1))
                 self.compute(work, f"{label} {name}")
                 if layer is not None:
                     self.layer_comm([layer], "forward", ("F", mb, v, layer), label)
@@ -443,12 +468,13 @@ class _RankProgram:
 
     def layer_comm(self, layers: list[int], phase: str, key: Hashable, label: str) -> None:
         """The collectives of one pass of ``layers`` after its compute: the context-parallel exchange overlapping
-        it (stream 3, issued when the compute began), then tensor and expert parallel ones (stream 0)."""
+        it (stream 3, issued when the compute began), then tensor parallel ones (stream 0; with tp_comm_overlap
+        their overlapped parts on stream 8, issued when the compute began) and expert parallel ones (stream 0)."""
         b = self.b
         start_after = tuple(self.prog.computes[-2:-1])
         merge = b.granularity == "chunk" and len(layers) > 1
         b.cp.emit(self, layers, phase, key, label, merge, start_after)
-        b.tp.emit(self, layers, phase, key, label, merge)
+        b.tp.emit(self, layers, phase, key, label, merge, start_after)
         b.ep.emit(self, layers, phase, key, label, merge)
 
 
