@@ -293,18 +293,8 @@ def executed_flops(
     optimizer executes none (memory-bound)."""
     p = parallelism
     p.check(model)
-    dtype = _compute_dtype(p)
-    kw: dict[str, Any] = dict(
-        micro_batch=p.micro_batch,
-        seq_len=p.seq(model),
-        tp=p.tp,
-        sp=p.sp,
-        cp=p.cp,
-        ep=p.ep,
-        dtype=dtype,
-        flash_attention=flash_attention,
-        compute_model=compute_model,
-    )
+    kw = _layer_args(p, model, flash_attention, compute_model)
+    dtype = kw["dtype"]
     per_kind: dict[bool, float] = {}  # all dense (all MoE) layers run the same kernels
     layers = 0.0
     for layer in range(model.layers):
