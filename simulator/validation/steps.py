@@ -204,13 +204,14 @@ def format_training(check: TrainingCheck, *, format: str = "table") -> str:
         writer.writerows(r.as_dict() for r in check.rows)
         return out.getvalue() + "".join(f"# skipped: {s}\n" for s in check.skipped)
     lines = [
-        f"{'table':<20}{'model':<16}{'prec':<5}{'system':<11}{'GPUs':>6}{'t':>3}{'p':>3}{'c':>3}{'d':>5}{'v':>3}{'GBS':>6}"
-        f"{'meas s':>9}{'pred s':>9}{'error':>8}{'exposed':>9}"
+        f"{'table':<20}{'model':<16}{'prec':<5}{'system':<11}{'GPUs':>6}{'t':>3}{'p':>3}{'c':>3}{'d':>5}{'v':>3}"
+        f"{'GBS':>6}{'meas s':>9}{'pred s':>9}{'error':>8}{'exposed':>9}"
     ]
     for r in check.rows:
         lines.append(
-            f"{r.table:<20}{r.model:<16}{r.precision:<5}{r.system:<11}{r.gpus:>6}{r.tp:>3}{r.pp:>3}{r.cp:>3}{r.dp:>5}{r.vp:>3}{r.global_batch:>6}"
-            f"{r.measured_step_s:>9.3f}{r.predicted_step_s:>9.3f}{r.error:>+8.1%}{r.exposed_share:>9.1%}"
+            f"{r.table:<20}{r.model:<16}{r.precision:<5}{r.system:<11}{r.gpus:>6}{r.tp:>3}{r.pp:>3}{r.cp:>3}{r.dp:>5}"
+            f"{r.vp:>3}{r.global_batch:>6}{r.measured_step_s:>9.3f}{r.predicted_step_s:>9.3f}{r.error:>+8.1%}"
+            f"{r.exposed_share:>9.1%}"
         )
     lines.append("# error: predicted / measured step time - 1; exposed: time in network / predicted step time")
     rows = list(check.rows)
