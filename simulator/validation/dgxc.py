@@ -83,7 +83,7 @@ DGXC_MODELS = {
 """Recipe model name -> ``workloads.presets`` name."""
 DGXC_SYSTEMS = {
     "DGX-H100 reference arch (8x400G IB per node)": "dgx-h100",
-    "GB200 NVL72": None,  # no preset: a 72-GPU NVLink domain (``topologies.presets`` has 8-GPU HGX B200 servers)
+    "GB200 NVL72": "gb200-nvl72",  # one 72-GPU NVLink domain per rack, 72x NDR 400G (``topologies.node``)
 }
 """The table's ``system`` -> ``topologies.presets`` system name (None: no preset, the rows are not simulated)."""
 DGXC_DTYPES = {"BF16": "bf16", "FP8": "fp8"}
@@ -243,11 +243,16 @@ def _selected(
     max_gpus: int | None,
     proxy: bool,
     smallest: bool,
+    systems: Iterable[str] | None = None,
 ) -> list[DgxcCase]:
-    """The cases of ``models`` and ``precisions`` (None: all) on up to ``max_gpus`` GPUs, proxies with ``proxy``;
-    fewest GPUs first with ``smallest``, else in table order."""
+    """The cases of ``models``, ``precisions`` and ``systems`` (None: all) on up to ``max_gpus`` GPUs, proxies with
+    ``proxy``; fewest GPUs first with ``smallest``, else in table order."""
     wanted = {}
-    for name, given, known in (("models", models, DGXC_MODELS), ("precisions", precisions, DGXC_DTYPES)):
+    for name, given, known in (
+        ("models", models, DGXC_MODELS),
+        ("precisions", precisions, DGXC_DTYPES),
+        ("systems", systems, DGXC_SYSTEMS),
+    ):
         if given is None:
             continue
         if isinstance(given, str):
@@ -264,16 +269,23 @@ def _selected(
         for c in cases
         if c.model in wanted.get("models", DGXC_MODELS)
         and c.precision in wanted.get("precisions", DGXC_DTYPES)
+        and c.system in wanted.get("systems", DGXC_SYSTEMS)
         and (proxy or not c.proxy)
         and (max_gpus is None or c.gpus <= max_gpus)
     ]
 
 
 def dgxc_not_simulated(
-    *, models: Iterable[str] | None = None, precisions: Iterable[str] | None = None, max_gpus: int | None = None
+    *,
+    models: Iterable[str] | None = None,
+    precisions: Iterable[str] | None = None,
+    max_gpus: int | None = None,
+    systems: Iterable[str] | None = None,
 ) -> tuple[DgxcCase, ...]:
-    """The selected cases :func:`dgxc_check` leaves out because their system has no preset (GB200 NVL72)."""
-    selected = _selected(models=models, precisions=precisions, max_gpus=max_gpus, proxy=False, smallest=False)
+    """The selected cases :func:`dgxc_check` leaves out because their system has no preset (none today)."""
+    selected = _selected(
+        models=models, precisions=precisions, max_gpus=max_gpus, proxy=False, smallest=False, systems=systems
+    )
     return tuple(c for c in selected if c.system_preset is None)
 
 
@@ -286,16 +298,19 @@ def dgxc_check(
     precisions: Iterable[str] | None = None,
     compute_model: cmp.GpuComputeModel | None = None,
     progress: Callable[[DgxcRow], object] | None = None,
+    systems: Iterable[str] | None = None,
 ) -> tuple[DgxcRow, ...]:
     """Simulate the tables' full-model cases (the proxies too with ``proxy``) on their system with their
     precision, those of ``models`` (recipe names, e.g. "Llama 3.1 8B") and ``precisions`` ("BF16", "FP8") and
     up to ``max_gpus`` GPUs; with ``smallest`` only the fewest-GPU layout of each recipe release, model,
-    precision and system (the weak-scaling rows above it differ in data parallelism only). Cases on a system
-    without a preset are left out (:func:`dgxc_not_simulated`). ``compute_model`` replaces the GPU's kernel
-    parameters."""
+    precision and system (the weak-scaling rows above it differ in data parallelism only); ``systems``: the
+    table's system names (e.g. "GB200 NVL72", None: all). Cases on a system without a preset are left out
+    (:func:`dgxc_not_simulated`). ``compute_model`` replaces the GPU's kernel parameters."""
     out = []
     seen: set[tuple[str, str, str, str, bool]] = set()
-    for case in _selected(models=models, precisions=precisions, max_gpus=max_gpus, proxy=proxy, smallest=smallest):
+    for case in _selected(
+        models=models, precisions=precisions, max_gpus=max_gpus, proxy=proxy, smallest=smallest, systems=systems
+    ):
         if case.system_preset is None:
             continue
         group = (case.source, case.model, case.precision, case.system, case.proxy)
@@ -374,11 +389,15 @@ def _not_simulated_lines(cases: Iterable[DgxcCase]) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m simulator.validation.dgxc",
-        description="DGX Cloud recipes (H100 BF16 and FP8): predicted against measured step time and MFU",
+        description="DGX Cloud recipes (H100 and GB200 NVL72, BF16 and FP8): predicted against measured step time "
+        "and MFU",
     )
     parser.add_argument("--models", help="comma-separated recipe model names (default all)")
     parser.add_argument("--precision", help="comma-separated precisions, BF16 or FP8 (default both)")
     parser.add_argument("--max-gpus", type=int, help="skip layouts on more GPUs")
+    parser.add_argument(
+        "--systems", help="comma-separated systems as the table names them, e.g. 'GB200 NVL72' (default all)"
+    )
     parser.add_argument("--proxy", action="store_true", help="also the reduced-layer 405B proxies")
     parser.add_argument(
         "--smallest", action="store_true", help="only the fewest-GPU layout per recipe, model and precision"
@@ -386,8 +405,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     models = None if args.models is None else tuple(m.strip() for m in args.models.split(","))
     precisions = None if args.precision is None else tuple(p.strip() for p in args.precision.split(","))
+    systems = None if args.systems is None else tuple(p.strip() for p in args.systems.split(","))
     try:
-        left_out = dgxc_not_simulated(models=models, precisions=precisions, max_gpus=args.max_gpus)
+        left_out = dgxc_not_simulated(models=models, precisions=precisions, max_gpus=args.max_gpus, systems=systems)
         print(_HEADER, flush=True)
         rows = dgxc_check(
             models=models,
@@ -395,6 +415,7 @@ def main(argv: list[str] | None = None) -> None:
             max_gpus=args.max_gpus,
             proxy=args.proxy,
             smallest=args.smallest,
+            systems=systems,
             progress=lambda r: print(_line(r), flush=True),
         )
     except ValueError as exc:
