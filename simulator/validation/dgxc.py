@@ -48,11 +48,14 @@ from dataclasses import dataclass
 from importlib import resources
 
 from topologies.checks import positive_finite, reject
+from topologies.presets import SYSTEMS, build_system
+from topologies.topology import Topology
 from workloads.model import ModelSpec
 from workloads.parallelism import ParallelismSpec
 from workloads.presets import MODELS
 
 from ..compute import gpu as cmp
+from ..placement import Placement
 from ..studies.training import StepOptions, simulate_step
 from .sc21 import steady_microbatches
 
@@ -64,6 +67,8 @@ __all__ = (
     "DgxcCase",
     "dgxc_cases",
     "dgxc_layout",
+    "dgxc_system",
+    "DGXC_GPUS_PER_DOMAIN",
     "DgxcRow",
     "dgxc_check",
     "dgxc_not_simulated",
@@ -86,6 +91,11 @@ DGXC_SYSTEMS = {
     "GB200 NVL72": "gb200-nvl72",  # one 72-GPU NVLink domain per rack, 72x NDR 400G (``topologies.node``)
 }
 """The table's ``system`` -> ``topologies.presets`` system name (None: no preset, the rows are not simulated)."""
+DGXC_GPUS_PER_DOMAIN = {"GB200 NVL72": 64}
+"""GPUs a job takes in each NVLink domain of a rack-scale system (the others: whole servers). ASSUMPTION, the
+READMEs do not print it: GB200 NVL72 clusters schedule jobs in Slurm segments of 16 of a rack's 18 compute trays
+(``#SBATCH --segment=16``, 64 GPUs, two trays spare; NVIDIA's GB200 Slurm job examples), so the 128-512-GPU rows
+fill 2-8 racks with 64 GPUs each and no tensor, context or data-parallel group straddles two racks."""
 DGXC_DTYPES = {"BF16": "bf16", "FP8": "fp8"}
 """The table's ``precision`` -> ``ParallelismSpec.dtype``."""
 
@@ -184,6 +194,20 @@ def dgxc_cases() -> tuple[DgxcCase, ...]:
             )
         )
     return tuple(out)
+
+
+def dgxc_system(case: DgxcCase) -> tuple[str | Topology, Placement | None]:
+    """The system to simulate ``case`` on and its placement: the preset name and None (ranks fill whole servers)
+    for servers the recipes fill, else (``DGXC_GPUS_PER_DOMAIN``) that many racks, leaf-spine while it holds
+    them else fat-tree, with ranks in blocks of the domain's GPUs used."""
+    name = case.system_preset
+    used = DGXC_GPUS_PER_DOMAIN.get(case.system)
+    if name is None or used is None:
+        return name, None
+    nodes = math.ceil(case.gpus / used)
+    wiring = "leaf-spine" if nodes <= SYSTEMS[name].max_nodes_for("leaf-spine") else "fat-tree"
+    topology = build_system(name, nodes=nodes, topology=wiring)
+    return topology, Placement.block(topology, nranks=case.gpus, gpus_per_node=min(used, case.gpus))
 
 
 def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
@@ -320,11 +344,12 @@ def dgxc_check(
         model, spec = dgxc_layout(case)
         steady = steady_microbatches(spec)
         began = time.perf_counter()
+        system, placement = dgxc_system(case)
         result = simulate_step(
             model,
             spec,
-            system=case.system_preset,
-            options=StepOptions(compute_model=compute_model, steady_state_microbatches=steady),
+            system=system,
+            options=StepOptions(compute_model=compute_model, steady_state_microbatches=steady, placement=placement),
         )
         row = DgxcRow(
             case=case,
