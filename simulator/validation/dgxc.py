@@ -1,4 +1,5 @@
-"""NVIDIA DGX Cloud benchmarking recipes on H100 (BF16 and FP8): predicted against measured step time and MFU.
+"""NVIDIA DGX Cloud benchmarking recipes on H100 and GB200 NVL72 (BF16 and FP8): predicted against measured step
+time and MFU.
 
 The table
 ---------
@@ -8,9 +9,9 @@ The table
 ``source`` and ``source_ref`` columns (NVIDIA/dgxc-benchmarking READMEs, recipes v24.11.1, v25.04.01,
 v25.05.05): per layout the step time, the tokens/s and NVIDIA's MFU (recipe model FLOPs over the dense peak of
 the precision: H100 989 BF16, 1979 FP8; GB200 2450, 4900). Grok-1, DeepSeek-V3, Llama 4, Nemotron-H and the
-JAX recipes are left out (architectures or layouts the presets do not have). The GB200 NVL72 rows are
-loaded and listed as not simulated: the project has no GB200 NVL72 system preset (a 72-GPU NVLink domain;
-``hgx-b200`` is 8-GPU servers), so they are not run on a stand-in. Rows marked ``proxy`` ran the 405B with fewer
+JAX recipes are left out (architectures or layouts the presets do not have). The GB200 NVL72 rows run on
+``gb200-nvl72`` (one 72-GPU NVLink domain a rack, 72 NDR NICs, ``topologies.node``), 64 GPUs a rack
+(``DGXC_GPUS_PER_DOMAIN``), the racks on a fat-tree. Rows marked ``proxy`` ran the 405B with fewer
 layers; they are simulated with those layers and reported apart (``--proxy``), since their step mixes
 first/last-stage work differently.
 
@@ -18,10 +19,10 @@ How a row is simulated
 ----------------------
 The recipe's layout (t, p, c, d, v, micro-batch, global batch, sequence) on ``dgx-h100`` servers
 (8 NDR NICs each, a rail-optimised leaf-spine, as the recipes' "DGX-H100 reference arch (8x400G IB per
-node)"), in the row's precision (FP8: Transformer Engine's FP8 GEMMs and casts, ``simulator.compute.gpu``),
-flash attention, no recomputation, interleaved 1F1B when v > 1, sequence parallelism when t > 1, Megatron's
-distributed optimizer (ZeRO 1) and overlapped gradient reduction, as NeMo's recipes set them (ASSUMPTION where
-a README does not print them). When the layers do not fill p x v chunks evenly
+node)") or GB200 NVL72 racks, in the row's precision (FP8: Transformer Engine's FP8 GEMMs and casts,
+``simulator.compute.gpu``), flash attention, no recomputation, interleaved 1F1B when v > 1, sequence parallelism
+when t > 1, Megatron's distributed optimizer (ZeRO 1) and overlapped gradient reduction, as NeMo's recipes set
+them (ASSUMPTION where a README does not print them). When the layers do not fill p x v chunks evenly
 but layers + 2 does (405B on p 8 v 8), the embedding and the loss count as layers in the split (the
 recipe's ``account_for_embedding/loss_in_pipeline_split``). Rows with m >= 4k micro-batches per pipeline
 (k = 16 rounded up to a multiple of p) are extrapolated from k and 2k, as ``simulator.validation.sc21``.
@@ -30,8 +31,8 @@ What is compared: the step time, error = predicted / measured - 1; and MFU in NV
 predicted as measured MFU x measured / predicted step time (same FLOPs, the simulator's time; the
 simulator's own MFU counts FLOPs its own way and is printed beside it). Nothing is fitted on this table.
 
-Run ``python -m simulator.validation.dgxc [--models "Llama 3.1 8B"] [--precision FP8] [--max-gpus N] [--proxy]
-[--smallest]``; the 8-GPU rows take seconds, the 405B rows minutes each.
+Run ``python -m simulator.validation.dgxc [--models "Llama 3.1 8B"] [--precision FP8] [--systems "GB200 NVL72"]
+[--max-gpus N] [--proxy] [--smallest]``; the 8-GPU rows take seconds, the 405B rows minutes each.
 """
 
 from __future__ import annotations
