@@ -22,8 +22,8 @@ def test_the_table_holds_every_layout_with_its_step_time_and_mfu():
     assert {(c.precision, c.system_preset) for c in cases} == {
         ("BF16", "dgx-h100"),
         ("FP8", "dgx-h100"),
-        ("BF16", None),
-        ("FP8", None),
+        ("BF16", "gb200-nvl72"),
+        ("FP8", "gb200-nvl72"),
     }
     for c in cases:
         # NVIDIA's MFU is over the precision's peak (H100 989 BF16, 1979 FP8; GB200 2450, 4900): FP8 doubles the
