@@ -65,6 +65,7 @@ from topologies.links import (
     NVLINK3,
     NVLINK4,
     NVLINK5,
+    NVLINK_C2C_GB200,
     PCIE_GEN4_X16,
     PCIE_GEN5_X16,
     PCIE_GEN6_X16,
@@ -98,6 +99,7 @@ __all__ = (
     "H100_SXM5_80GB",
     "H200_SXM",
     "B200",
+    "GB200",
     "RTX_4090",
     "L40S",
     "CONNECTX6_HDR",
@@ -147,7 +149,8 @@ class GpuSpec:
     """A GPU as the network sees it: its links, memory and peak math rate.
 
     ``hbm_bandwidth_bytes_per_s`` is the device-memory bandwidth (HBM or GDDR). ``nvlink`` is ONE
-    NVLink link (``None`` for PCIe-only GPUs) and ``nvlink_count`` how many of them the GPU has.
+    NVLink link (``None`` for PCIe-only GPUs) and ``nvlink_count`` how many of them the GPU has. ``pcie`` is the
+    GPU's host link: PCIe, or NVLink-C2C to its Grace CPU on a Grace-Blackwell superchip.
     """
 
     name: str
@@ -181,8 +184,8 @@ class GpuSpec:
                 )
         elif self.nvlink_count != 0:
             raise _reject(owner, "nvlink_count", self.nvlink_count, "0 because nvlink is None")
-        if not isinstance(self.pcie, LinkSpec) or self.pcie.kind is not LinkKind.PCIE:
-            raise _reject(owner, "pcie", self.pcie, "a LinkSpec of kind PCIE")
+        if not isinstance(self.pcie, LinkSpec) or self.pcie.kind not in (LinkKind.PCIE, LinkKind.CPU_INTERCONNECT):
+            raise _reject(owner, "pcie", self.pcie, "a LinkSpec of kind PCIE (or CPU_INTERCONNECT: NVLink-C2C)")
         object.__setattr__(
             self,
             "hbm_bandwidth_bytes_per_s",
@@ -379,6 +382,20 @@ B200 = GpuSpec(
     #   180 GB per GPU
     dense_bf16_flop_per_s=tflop_per_s(2250),  # NVIDIA dgxc-benchmarking README (HGX B200, 1000 W)
     dense_fp8_flop_per_s=tflop_per_s(4500),  # NVIDIA dgxc-benchmarking README
+)
+GB200 = GpuSpec(  # the Blackwell GPU of a GB200 superchip (GB200 NVL72); same die as B200, 1200 W instead of 1000 W
+    name="gb200",
+    arch="blackwell",
+    sm_version=100,
+    nvlink=NVLINK5,
+    nvlink_count=18,  # NVIDIA GB200 NVL72 / DGX SuperPOD GB200 RA: 18 NVLink5 links per GPU, one to each of the
+    #   rack's 18 NVLink Switch chips, 1.8 TB/s per GPU (dgxc-benchmarking README: "NVLink5 1.8 TB/s per GPU (NVL72)")
+    pcie=NVLINK_C2C_GB200,  # host link: NVLink-C2C to its Grace CPU (GB200 datasheet: 900 GB/s per superchip)
+    hbm_bandwidth_bytes_per_s=gbyte_per_s(8000),  # NVIDIA dgxc-benchmarking README, GB200: "186 GB HBM3e; 8 TB/s"
+    memory_bytes=186 * GiB,  # same source: 186 GB HBM3e per GPU
+    dense_bf16_flop_per_s=tflop_per_s(2450),  # NVIDIA dgxc-benchmarking README (MFU peak), GB200 at 1200 W
+    #   (HGX B200 at 1000 W: 2250)
+    dense_fp8_flop_per_s=tflop_per_s(4900),  # NVIDIA dgxc-benchmarking README (MFU peak), GB200 (B200: 4500)
 )
 RTX_4090 = GpuSpec(
     name="rtx_4090",
@@ -632,7 +649,7 @@ TOMAHAWK_4_100G = _split_ports(TOMAHAWK_4, ROCE_100G, "tomahawk_4_100g")  # 100G
 # ==================================================================================================
 
 GPU_PRESETS: Mapping[str, GpuSpec] = types.MappingProxyType(
-    {g.name: g for g in (A100_SXM4_80GB, H100_SXM5_80GB, H200_SXM, B200, RTX_4090, L40S)}
+    {g.name: g for g in (A100_SXM4_80GB, H100_SXM5_80GB, H200_SXM, B200, GB200, RTX_4090, L40S)}
 )
 NIC_PRESETS: Mapping[str, NicSpec] = types.MappingProxyType(
     {

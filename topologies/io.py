@@ -510,7 +510,9 @@ def server_from_nccl_xml(text: str, *, gpu: object = None, source: str = "NCCL t
         if spec.sm_version != sm:
             raise checks.reject("gpu", gpu, f"a GPU of compute capability sm {sm}, as {source} says")
     else:
-        matches = [g for g in dev.GPU_PRESETS.values() if g.sm_version == sm]
+        # GPUs on a PCIe host link only: a Grace-hosted GPU of the same compute capability (GB200: sm 100, as
+        # B200) is taken when named with gpu=
+        matches = [g for g in dev.GPU_PRESETS.values() if g.sm_version == sm and g.pcie.kind is LinkKind.PCIE]
         if len(matches) != 1:
             names = ", ".join(g.name for g in matches) or "none"
             raise ValueError(

@@ -76,6 +76,7 @@ __all__ = (
     "UPI_INTEL_SPR",
     "UPI_INTEL_EMR",
     "XGMI_AMD",
+    "NVLINK_C2C_GB200",
     "HOST_MEMORY_STAGING",
 )
 
@@ -381,6 +382,16 @@ UPI_INTEL_SPR = _cpu_link("upi_intel_spr", 22.0)  # Sapphire Rapids: NCCL SRP_QP
 UPI_INTEL_EMR = _cpu_link("upi_intel_emr", 40.0)  # Emerald Rapids: NCCL ERP_QPI_BW
 XGMI_AMD = _cpu_link("xgmi_amd", 16.0)  # AMD EPYC: NCCL AMD_BW
 
+# NVLink-C2C of a GB200 superchip: the coherent chip-to-chip link between one Grace CPU and its two Blackwell
+# GPUs, 900 GB/s bidirectional per superchip (NVIDIA GB200 NVL72 product page and datasheet, "NVLink-C2C
+# 900 GB/s"). Per GPU, one direction: 900 / 2 GPUs / 2 directions = 225 GB/s (ASSUMED: an even split between
+# the two GPUs; NVIDIA does not print a per-GPU figure). It is the GPU's host link on GB200 (GPU -> Grace ->
+# PCIe -> NIC: NCCL's C2C path type, NCCL_NET_GDR_C2C) and joins the two Grace CPUs of a compute tray (DGX
+# GB200/GB300 SuperPOD reference architecture: "NVLink-C2C bridges the two Superchips"). Its efficiency is
+# unpublished and never binding here (a CX-7 NIC moves 49.7 GB/s), so both efficiencies are 1.0; latency
+# as the other CPU links (ESTIMATE above).
+NVLINK_C2C_GB200 = _cpu_link("nvlink_c2c_gb200", 900.0 / 2 / 2)
+
 # --------------------------------------------------------------------------------------------------
 # Host-memory staging (GPU peer traffic bounced through pinned host DRAM when PCIe P2P is off)
 # --------------------------------------------------------------------------------------------------
@@ -429,6 +440,7 @@ LINK_PRESETS: Mapping[str, LinkSpec] = types.MappingProxyType(
             UPI_INTEL_SPR,
             UPI_INTEL_EMR,
             XGMI_AMD,
+            NVLINK_C2C_GB200,
             HOST_MEMORY_STAGING,
         )
     }

@@ -1,4 +1,4 @@
-"""Server builders: NVSwitch servers (DGX/HGX A100, H100, H200, B200) and PCIe boxes.
+"""Server builders: NVSwitch servers (DGX/HGX A100, H100, H200, B200), the GB200 NVL72 rack and PCIe boxes.
 
 A server is wired as the hardware is:
 
@@ -27,7 +27,9 @@ Routes inside a server (link-id tuples, precomputed once per server):
   through a bounce buffer in the GPU's socket memory.
 
 Sockets are joined pairwise by the socket link (two sockets: one link), as NCCL joins every pair
-of its CPU nodes with a SYS link.
+of its CPU nodes with a SYS link; in a rack-scale NVLink domain (``sockets_per_host``: GB200 NVL72's 18
+trays of 2 Grace CPUs) only the sockets of one host are, and a GPU reaches a NIC of another host over
+NVLink through that NIC's own GPU.
 
 Closed form: a server with G GPUs, K NICs, P PCIe switches and S sockets has
 G + K + P + 2S (+1 NVSwitch) devices.
@@ -107,6 +109,9 @@ class ServerSpec:
     pcie_uplink: LinkSpec = lk.PCIE_GEN4_X16  # PCIe switch <-> CPU root port
     sockets: int = 2
     socket_link: LinkSpec = lk.UPI_INTEL
+    # sockets of one host (one OS instance), joined pairwise by socket_link; hosts share no CPU link. 0: all
+    # sockets are one host. A rack-scale NVLink domain (GB200 NVL72: 18 trays of 2 Grace CPUs) has several.
+    sockets_per_host: int = 0
     host_memory: LinkSpec = lk.HOST_MEMORY_STAGING
     p2p: bool = True
     gdr: bool = True  # GPUDirect RDMA: NICs read/write GPU memory; False stages through host memory
@@ -123,6 +128,17 @@ class ServerSpec:
         if self.nics and self.nic is None:
             bad("nic", self.nic, "a NicSpec when nics > 0")
         object.__setattr__(self, "sockets", integer("ServerSpec.sockets", self.sockets, low=1))
+        per_host = integer("ServerSpec.sockets_per_host", self.sockets_per_host, low=0)
+        object.__setattr__(self, "sockets_per_host", per_host)
+        if per_host and self.sockets % per_host:
+            bad("sockets_per_host", per_host, f"0 or a divisor of sockets ({self.sockets})")
+        if per_host and per_host < self.sockets and self.nvswitch is None:
+            bad(
+                "sockets_per_host",
+                per_host,
+                f"0 or sockets ({self.sockets}) without an NVSwitch: GPUs of different hosts reach each other only "
+                "over NVLink",
+            )
         pcie_switches = self.pcie_switches
         if not is_int(pcie_switches) or pcie_switches < 0 or (pcie_switches and self.pcie_switch is None):
             bad("pcie_switches", self.pcie_switches, "an integer >= 0, with a pcie_switch spec when > 0")
@@ -183,8 +199,9 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
     mems = [builder.add_node(NodeKind.HOST_MEMORY, f"{prefix}.mem{k}", server=index) for k in range(spec.sockets)]
     for cpu, mem in zip(cpus, mems):
         builder.add_link(cpu, mem, spec.host_memory, tier=LinkTier.HOST)
-    for k in range(spec.sockets):  # every pair of sockets joined (2-socket: one link)
-        for m in range(k + 1, spec.sockets):
+    per_host = spec.sockets_per_host or spec.sockets
+    for k in range(spec.sockets):  # every pair of sockets of a host joined (2-socket: one link)
+        for m in range(k + 1, (k // per_host + 1) * per_host):
             builder.add_link(cpus[k], cpus[m], spec.socket_link, tier=LinkTier.HOST)
 
     layout = spec.layout if spec.layout is not None else even_layout(spec)
@@ -260,6 +277,11 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
         sub = nx.subgraph_view(pcie_graph, filter_node=ok)
         return path_links(builder, nx.shortest_path(sub, a, b))
 
+    host_of_cpu = {cpu: k // (spec.sockets_per_host or spec.sockets) for k, cpu in enumerate(cpus)}
+
+    def host_of(parent: int) -> int:  # the host of a device under ``parent`` (a socket or a PCIe switch)
+        return host_of_cpu[parent if parent in host_of_cpu else next(v for v in g.successors(parent) if v in cpus)]
+
     cpu_of: dict[int, int] = {}
     for i in range(spec.gpus):
         parent = gpu_parent[i]
@@ -284,12 +306,23 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
 
     to_nic: dict[tuple[int, int], tuple[int, ...]] = {}
     from_nic: dict[tuple[int, int], tuple[int, ...]] = {}
+    hosts = spec.sockets_per_host not in (0, spec.sockets)
     for j in range(spec.nics):
         home = gpu_of_nic[j]
         for a in range(spec.gpus):
+            # a GPU on another host than NIC j (rack-scale NVLink domain) reaches it over NVLink through the
+            # NIC's own GPU, as NCCL's PXN does; no PCIe or CPU link crosses hosts
+            remote = hosts and host_of(gpu_parent[a]) != host_of(nic_parent[j])
             if not spec.gdr:
                 # no GPUDirect RDMA (NCCL "GDR 0"): the GPU writes into a host bounce buffer in its
                 # socket's memory, the NIC reads it from there (and the reverse on receive)
+                if remote:
+                    nvlink = path_links(builder, [gpus[a], nvsw, gpus[home]])
+                    to_nic[(a, j)] = nvlink + staged(home, gpus[home], nics[j])
+                    from_nic[(j, a)] = staged(home, nics[j], gpus[home]) + path_links(
+                        builder, [gpus[home], nvsw, gpus[a]]
+                    )
+                    continue
                 to_nic[(a, j)] = staged(a, gpus[a], nics[j])
                 from_nic[(j, a)] = staged(a, nics[j], gpus[a])
                 continue
@@ -297,7 +330,10 @@ def add_server(builder: TopologyBuilder, spec: ServerSpec, index: int) -> Server
                 to_nic[(a, j)] = path_links(builder, [gpus[a], nvsw, gpus[home]]) + pcie_route(gpus[home], nics[j])
             else:
                 to_nic[(a, j)] = pcie_route(gpus[a], nics[j])
-            from_nic[(j, a)] = pcie_route(nics[j], gpus[a])
+            if remote:
+                from_nic[(j, a)] = pcie_route(nics[j], gpus[home]) + path_links(builder, [gpus[home], nvsw, gpus[a]])
+            else:
+                from_nic[(j, a)] = pcie_route(nics[j], gpus[a])
 
     info = ServerInfo(
         index=index,
@@ -400,6 +436,35 @@ def hgx_b200() -> ServerSpec:
     )
 
 
+# GB200 NVL72: one rack, one 72-GPU NVLink domain, modelled as ONE server (NCCL does the same: with multi-node
+# NVLink, MNNVL, the ranks of one NVLink clique form one "node" for its graph search, ring and NVLS). NVIDIA GB200
+# NVL72 datasheet and DGX SuperPOD GB200 reference architecture (RA): 18 compute trays, each 2 GB200 superchips
+# (1 Grace CPU + 2 Blackwell GPUs each, joined by NVLink-C2C); 9 NVLink switch trays of 2 NVLink Switch chips;
+# every GPU has one NVLink5 link to each of the 18 chips, so the 18 chips act as one non-blocking switch and
+# are aggregated into one logical NVSwitch as on HGX boards (a GPU's 18 links become one bundle). Scale-out:
+# DGX GB200 has 4 ConnectX-7 NDR 400G InfiniBand NICs per compute tray, one per GPU (RA: "NVIDIA NDR (400 Gbps)
+# InfiniBand" compute fabric; the dgxc-benchmarking GB200 rows ran on "GB200 NVL72", the DGX Cloud GB200
+# system), each on a PCIe Gen5 x16 root port of its superchip's Grace, reached by the GPU over NVLink-C2C (NCCL
+# path type C2C, NCCL_NET_GDR_C2C); NIC j serves GPU j. The two Graces of a tray are one host joined by C2C;
+# different trays share no CPU link (sockets_per_host=2), so GPU traffic between trays is NVLink only.
+def gb200_nvl72() -> ServerSpec:
+    return ServerSpec(
+        name="GB200 NVL72",
+        gpu=dev.GB200,
+        gpus=72,  # 18 compute trays x 4 GPUs (GB200 NVL72 datasheet)
+        nvswitch=dev.NVSWITCH_GEN4,
+        nic=dev.CONNECTX7_NDR,
+        nics=72,  # 4 ConnectX-7 per compute tray (DGX SuperPOD GB200 RA, compute fabric)
+        pcie_switches=0,  # NICs on Grace root ports
+        pcie_uplink=lk.PCIE_GEN5_X16,  # Grace: PCIe Gen5 (NVIDIA Grace CPU datasheet)
+        sockets=36,  # 36 Grace CPUs (GB200 NVL72 datasheet)
+        sockets_per_host=2,  # one compute tray = one OS instance
+        socket_link=lk.NVLINK_C2C_GB200,
+        # ASSUMPTION: NCCL's latency tables know x86 vendors only here; Grace (Arm) takes the Intel entries
+        cpu_vendor="intel",
+    )
+
+
 # 8x RTX 4090 PCIe box: GPUs on CPU root ports across two AMD sockets (bus ids 0x01-0xe1 in the
 # measured system), no NVLink, no NIC; P2P off by default (GeForce driver default), so GPU
 # traffic is staged through host memory.
@@ -421,6 +486,7 @@ SERVER_PRESETS = MappingProxyType(
         "dgx-h100": dgx_h100,
         "hgx-h200": hgx_h200,
         "hgx-b200": hgx_b200,
+        "gb200-nvl72": gb200_nvl72,
         "pcie-rtx4090": pcie_rtx4090,
     }
 )

@@ -63,7 +63,7 @@ from .fat_tree import (
     rail_only_max_servers,
 )
 from .links import LinkSpec
-from .node import ServerSpec, dgx_a100, dgx_h100, hgx_b200, hgx_h200, pcie_rtx4090
+from .node import ServerSpec, dgx_a100, dgx_h100, gb200_nvl72, hgx_b200, hgx_h200, pcie_rtx4090
 from .topology import Topology
 
 __all__ = (
@@ -483,6 +483,14 @@ SYSTEMS = MappingProxyType(
                 server=hgx_b200,
                 fabric_link=lk.IB_NDR,
                 switch=dev.QUANTUM2_NDR,
+            ),
+            SystemPreset(
+                name="gb200-nvl72",
+                description="GB200 NVL72 rack (72x B200 + 36 Grace, one 72-GPU NVLink domain); 72x NDR 400G "
+                "rail-optimised IB fabric (fat-tree beyond one rack)",
+                server=gb200_nvl72,
+                fabric_link=lk.IB_NDR,  # DGX SuperPOD GB200 RA: NDR 400 Gb/s InfiniBand compute fabric
+                switch=dev.QUANTUM2_NDR,  # same RA: Quantum-2 QM9700 switches
             ),
             SystemPreset(
                 name="pcie-rtx4090",

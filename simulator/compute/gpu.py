@@ -365,6 +365,21 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             flash_shape=True,
             sustained_fraction=_B200_SUSTAINED,
         ),
+        # GB200 (the B200 die at 1200 W, 2450/4900 TFLOP/s dense BF16/FP8 peaks): no GB200 matmul or attention
+        # benchmark was found, so every efficiency is B200's as a fraction of the GPU's own peak - ESTIMATE: the
+        # higher power limit is what lifts the peak (2450/2250 = 1.089), and the same share of it is kept
+        # sustained (B200's MSMF/MAMF); memory as Blackwell's (8 TB/s HBM3e, STREAM share 0.893).
+        "gb200": GpuComputeModel(
+            name="gb200",
+            sm_count=148,  # the B200 die (compute capability 10.0)
+            gemm_efficiency_bf16=1745 / 2250,
+            gemm_efficiency_fp8=3432.5 / 4500,
+            memory_efficiency=7.140 / 8.0,
+            flash_fwd_efficiency=1613 / 2250,
+            flash_bwd_efficiency=1613 / 2250 * 561 / 648,
+            flash_shape=True,
+            sustained_fraction=_B200_SUSTAINED,
+        ),
     }
 )
 """Kernel-efficiency parameters by ``GpuSpec.name``."""

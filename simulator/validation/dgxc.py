@@ -1,4 +1,5 @@
-"""NVIDIA DGX Cloud benchmarking recipes on H100 (BF16 and FP8): predicted against measured step time and MFU.
+"""NVIDIA DGX Cloud benchmarking recipes on H100 and GB200 NVL72 (BF16 and FP8): predicted against measured step
+time and MFU.
 
 The table
 ---------
@@ -8,42 +9,43 @@ The table
 ``source`` and ``source_ref`` columns (NVIDIA/dgxc-benchmarking READMEs, recipes v24.11.1, v25.04.01,
 v25.05.05): per layout the step time, the tokens/s and NVIDIA's MFU (recipe model FLOPs over the dense peak of
 the precision: H100 989 BF16, 1979 FP8; GB200 2450, 4900). Grok-1, DeepSeek-V3, Llama 4, Nemotron-H and the
-JAX recipes are left out (architectures or layouts the presets do not have). The GB200 NVL72 rows are
-loaded and listed as not simulated: the project has no GB200 NVL72 system preset (a 72-GPU NVLink domain;
-``hgx-b200`` is 8-GPU servers), so they are not run on a stand-in. Rows marked ``proxy`` ran the 405B with fewer
+JAX recipes are left out (architectures or layouts the presets do not have). The GB200 NVL72 rows run on
+``gb200-nvl72`` (one 72-GPU NVLink domain a rack, 72 NDR NICs, ``topologies.node``), 64 GPUs a rack
+(``DGXC_GPUS_PER_DOMAIN``), the racks on a fat-tree. Rows marked ``proxy`` ran the 405B with fewer
 layers; they are simulated with those layers and reported apart (``--proxy``), since their step mixes
 first/last-stage work differently.
 
 How a row is simulated
 ----------------------
-The recipe's layout (t, p, c, d, v, micro-batch, global batch, sequence) on ``dgx-h100`` servers
-(8 NDR NICs each, a rail-optimised leaf-spine, as the recipes' "DGX-H100 reference arch (8x400G IB per
-node)"), in the row's precision (FP8: Transformer Engine's FP8 GEMMs and casts, ``simulator.compute.gpu``),
-flash attention, no recomputation, interleaved 1F1B when v > 1, sequence parallelism when t > 1, with the
-communication settings of NeMo's recipes, not Megatron-Core's defaults (``dgxc_layout``): the distributed
-optimizer (ZeRO 1) with overlapped gradient reduce-scatter and parameter all-gather (NeMo's llama3_70b /
-gpt3_175b trainer: DistributedDataParallelConfig(overlap_grad_reduce=True, overlap_param_gather=True),
-distributed_fused_adam), TP communication overlap when t > 1 (the performance recipes'
-MegatronCommOverlapCallback(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_*_h100_*);
-NVIDIA/dgxc-benchmarking llama3.1/pretrain_llama31.py sets it for 70B and 405B; modelled with Transformer
-Engine's default overlap methods, not the recipes' tuned SM counts), non-blocking stage-to-stage transfers
-with the interleaved schedule (nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py sets
-overlap_p2p_comm=True when vp > 1, as Megatron-LM's training script does), and gradients reduced in fp32
-(DDP grad_reduce_in_fp32=True) except for GPT3-175B (its pretrain_performance_optimizations set
-trainer.plugins.grad_reduce_in_fp32 = False) and the FP8 rows (pretrain_llama31.py: bf16_with_fp8_mixed()
-with grad_reduce_in_fp32 = False), which reduce bf16 gradients. ASSUMPTION: the v24.11.1 recipes (NeMo 24.09)
-and the Nemotron-4 recipes ran the same settings as the NeMo 2.0 Llama and GPT-3 files read. When the layers do
-not fill p x v chunks evenly
-but layers + 2 does (405B on p 8 v 8), the embedding and the loss count as layers in the split (the
-recipe's ``account_for_embedding/loss_in_pipeline_split``). Rows with m >= 4k micro-batches per pipeline
-(k = 16 rounded up to a multiple of p) are extrapolated from k and 2k, as ``simulator.validation.sc21``.
+The recipe's layout (t, p, c, d, v, micro-batch, global batch, sequence) on ``dgx-h100`` servers (8 NDR NICs each,
+a rail-optimised leaf-spine, as the recipes' "DGX-H100 reference arch (8x400G IB per node)") or GB200 NVL72 racks,
+in the row's precision (FP8: Transformer Engine's FP8 GEMMs and casts, ``simulator.compute.gpu``), flash attention,
+no recomputation, interleaved 1F1B when v > 1, sequence parallelism when t > 1, with the communication settings of
+NeMo's recipes, not Megatron-Core's defaults (``dgxc_layout``): the distributed optimizer (ZeRO 1) with overlapped
+gradient reduce-scatter and parameter all-gather (NeMo's llama3_70b / gpt3_175b trainer:
+DistributedDataParallelConfig(overlap_grad_reduce=True, overlap_param_gather=True), distributed_fused_adam), TP
+communication overlap when t > 1 (the performance recipes' MegatronCommOverlapCallback(tp_comm_overlap=True,
+tp_comm_overlap_cfg=userbuffers_*_h100_*); NVIDIA/dgxc-benchmarking llama3.1/pretrain_llama31.py sets it for 70B
+and 405B; modelled with Transformer Engine's default overlap methods, not the recipes' tuned SM counts),
+non-blocking stage-to-stage transfers with the interleaved schedule
+(nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py sets overlap_p2p_comm=True when vp > 1, as Megatron-LM's
+training script does), and gradients reduced in fp32 (DDP grad_reduce_in_fp32=True) except for GPT3-175B (its
+pretrain_performance_optimizations set trainer.plugins.grad_reduce_in_fp32 = False) and the FP8 rows
+(pretrain_llama31.py: bf16_with_fp8_mixed() with grad_reduce_in_fp32 = False), which reduce bf16 gradients.
+ASSUMPTION: the v24.11.1 recipes (NeMo 24.09) and the Nemotron-4 recipes ran the same settings as the NeMo 2.0
+Llama and GPT-3 files read. When the layers do not fill p x v chunks evenly but layers + 2 does (405B on p 8 v 8),
+the embedding and the loss count as layers in the split (the recipe's
+``account_for_embedding/loss_in_pipeline_split``). Rows with m >= 4k micro-batches per pipeline (k = 16 rounded up
+to a multiple of p) are extrapolated from k and 2k, as ``simulator.validation.sc21``.
 
 What is compared: the step time, error = predicted / measured - 1; and MFU in NVIDIA's accounting,
 predicted as measured MFU x measured / predicted step time (same FLOPs, the simulator's time; the
-simulator's own MFU counts FLOPs its own way and is printed beside it). Nothing is fitted on this table.
+simulator's own MFU, Megatron-LM's count with causal attention at half its scores, is printed beside it).
+Nothing is fitted on this table: ``simulator.validation.dgxc_fit`` reports what fitting the GEMM efficiency on
+it would give, with leave-one-model-out errors, and the shipped value stays the measured one.
 
-Run ``python -m simulator.validation.dgxc [--models "Llama 3.1 8B"] [--precision FP8] [--max-gpus N] [--proxy]
-[--smallest]``; the 8-GPU rows take seconds, the 405B rows minutes each.
+Run ``python -m simulator.validation.dgxc [--models "Llama 3.1 8B"] [--precision FP8] [--systems "GB200 NVL72"]
+[--max-gpus N] [--proxy] [--smallest]``; the 8-GPU rows take seconds, the 405B rows minutes each.
 """
 
 from __future__ import annotations
@@ -60,11 +62,14 @@ from dataclasses import dataclass
 from importlib import resources
 
 from topologies.checks import positive_finite, reject
+from topologies.presets import SYSTEMS, build_system
+from topologies.topology import Topology
 from workloads.model import ModelSpec
 from workloads.parallelism import ParallelismSpec
 from workloads.presets import MODELS
 
 from ..compute import gpu as cmp
+from ..placement import Placement
 from ..studies.training import StepOptions, simulate_step
 from .sc21 import steady_microbatches
 
@@ -77,6 +82,8 @@ __all__ = (
     "DgxcCase",
     "dgxc_cases",
     "dgxc_layout",
+    "dgxc_system",
+    "DGXC_GPUS_PER_DOMAIN",
     "DgxcRow",
     "dgxc_check",
     "dgxc_not_simulated",
@@ -96,9 +103,14 @@ DGXC_MODELS = {
 """Recipe model name -> ``workloads.presets`` name."""
 DGXC_SYSTEMS = {
     "DGX-H100 reference arch (8x400G IB per node)": "dgx-h100",
-    "GB200 NVL72": None,  # no preset: a 72-GPU NVLink domain (``topologies.presets`` has 8-GPU HGX B200 servers)
+    "GB200 NVL72": "gb200-nvl72",  # one 72-GPU NVLink domain per rack, 72x NDR 400G (``topologies.node``)
 }
 """The table's ``system`` -> ``topologies.presets`` system name (None: no preset, the rows are not simulated)."""
+DGXC_GPUS_PER_DOMAIN = {"GB200 NVL72": 64}
+"""GPUs a job takes in each NVLink domain of a rack-scale system (the others: whole servers). ASSUMPTION, the
+READMEs do not print it: GB200 NVL72 clusters schedule jobs in Slurm segments of 16 of a rack's 18 compute trays
+(``#SBATCH --segment=16``, 64 GPUs, two trays spare; NVIDIA's GB200 Slurm job examples), so the 128-512-GPU rows
+fill 2-8 racks with 64 GPUs each and no tensor, context or data-parallel group straddles two racks."""
 DGXC_DTYPES = {"BF16": "bf16", "FP8": "fp8"}
 """The table's ``precision`` -> ``ParallelismSpec.dtype``."""
 BF16_GRADIENTS = frozenset({"GPT3-175B"})
@@ -202,6 +214,20 @@ def dgxc_cases() -> tuple[DgxcCase, ...]:
     return tuple(out)
 
 
+def dgxc_system(case: DgxcCase) -> tuple[str | Topology, Placement | None]:
+    """The system to simulate ``case`` on and its placement: the preset name and None (ranks fill whole servers)
+    for servers the recipes fill, else (``DGXC_GPUS_PER_DOMAIN``) that many racks, leaf-spine while it holds
+    them else fat-tree, with ranks in blocks of the domain's GPUs used."""
+    name = case.system_preset
+    used = DGXC_GPUS_PER_DOMAIN.get(case.system)
+    if name is None or used is None:
+        return name, None
+    nodes = math.ceil(case.gpus / used)
+    wiring = "leaf-spine" if nodes <= SYSTEMS[name].max_nodes_for("leaf-spine") else "fat-tree"
+    topology = build_system(name, nodes=nodes, topology=wiring)
+    return topology, Placement.block(topology, nranks=case.gpus, gpus_per_node=min(used, case.gpus))
+
+
 def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
     """The preset model (with the row's layers) and the recipe's layout (see the module docstring)."""
     if not isinstance(case, DgxcCase):
@@ -263,11 +289,16 @@ def _selected(
     max_gpus: int | None,
     proxy: bool,
     smallest: bool,
+    systems: Iterable[str] | None = None,
 ) -> list[DgxcCase]:
-    """The cases of ``models`` and ``precisions`` (None: all) on up to ``max_gpus`` GPUs, proxies with ``proxy``;
-    fewest GPUs first with ``smallest``, else in table order."""
+    """The cases of ``models``, ``precisions`` and ``systems`` (None: all) on up to ``max_gpus`` GPUs, proxies with
+    ``proxy``; fewest GPUs first with ``smallest``, else in table order."""
     wanted = {}
-    for name, given, known in (("models", models, DGXC_MODELS), ("precisions", precisions, DGXC_DTYPES)):
+    for name, given, known in (
+        ("models", models, DGXC_MODELS),
+        ("precisions", precisions, DGXC_DTYPES),
+        ("systems", systems, DGXC_SYSTEMS),
+    ):
         if given is None:
             continue
         if isinstance(given, str):
@@ -284,16 +315,23 @@ def _selected(
         for c in cases
         if c.model in wanted.get("models", DGXC_MODELS)
         and c.precision in wanted.get("precisions", DGXC_DTYPES)
+        and c.system in wanted.get("systems", DGXC_SYSTEMS)
         and (proxy or not c.proxy)
         and (max_gpus is None or c.gpus <= max_gpus)
     ]
 
 
 def dgxc_not_simulated(
-    *, models: Iterable[str] | None = None, precisions: Iterable[str] | None = None, max_gpus: int | None = None
+    *,
+    models: Iterable[str] | None = None,
+    precisions: Iterable[str] | None = None,
+    max_gpus: int | None = None,
+    systems: Iterable[str] | None = None,
 ) -> tuple[DgxcCase, ...]:
-    """The selected cases :func:`dgxc_check` leaves out because their system has no preset (GB200 NVL72)."""
-    selected = _selected(models=models, precisions=precisions, max_gpus=max_gpus, proxy=False, smallest=False)
+    """The selected cases :func:`dgxc_check` leaves out because their system has no preset (none today)."""
+    selected = _selected(
+        models=models, precisions=precisions, max_gpus=max_gpus, proxy=False, smallest=False, systems=systems
+    )
     return tuple(c for c in selected if c.system_preset is None)
 
 
@@ -304,23 +342,22 @@ def dgxc_check(
     proxy: bool = False,
     smallest: bool = False,
     precisions: Iterable[str] | None = None,
-    systems: Iterable[str] | None = None,
     compute_model: cmp.GpuComputeModel | None = None,
     progress: Callable[[DgxcRow], object] | None = None,
+    systems: Iterable[str] | None = None,
 ) -> tuple[DgxcRow, ...]:
     """Simulate the tables' full-model cases (the proxies too with ``proxy``) on their system with their
     precision, those of ``models`` (recipe names, e.g. "Llama 3.1 8B") and ``precisions`` ("BF16", "FP8") and
     up to ``max_gpus`` GPUs; with ``smallest`` only the fewest-GPU layout of each recipe release, model,
-    precision and system (the weak-scaling rows above it differ in data parallelism only). Cases on a system
-    without a preset are left out (:func:`dgxc_not_simulated`), and with ``systems`` (preset names) those on
-    other systems. ``compute_model`` replaces the GPU's kernel parameters."""
-    if isinstance(systems, str):
-        raise reject("systems", systems, "an iterable of system preset names or None")
-    on = None if systems is None else frozenset(systems)
+    precision and system (the weak-scaling rows above it differ in data parallelism only); ``systems``: the
+    table's system names (e.g. "GB200 NVL72", None: all). Cases on a system without a preset are left out
+    (:func:`dgxc_not_simulated`). ``compute_model`` replaces the GPU's kernel parameters."""
     out = []
     seen: set[tuple[str, str, str, str, bool]] = set()
-    for case in _selected(models=models, precisions=precisions, max_gpus=max_gpus, proxy=proxy, smallest=smallest):
-        if case.system_preset is None or (on is not None and case.system_preset not in on):
+    for case in _selected(
+        models=models, precisions=precisions, max_gpus=max_gpus, proxy=proxy, smallest=smallest, systems=systems
+    ):
+        if case.system_preset is None:
             continue
         group = (case.source, case.model, case.precision, case.system, case.proxy)
         if smallest and group in seen:
@@ -329,11 +366,12 @@ def dgxc_check(
         model, spec = dgxc_layout(case)
         steady = steady_microbatches(spec)
         began = time.perf_counter()
+        system, placement = dgxc_system(case)
         result = simulate_step(
             model,
             spec,
-            system=case.system_preset,
-            options=StepOptions(compute_model=compute_model, steady_state_microbatches=steady),
+            system=system,
+            options=StepOptions(compute_model=compute_model, steady_state_microbatches=steady, placement=placement),
         )
         row = DgxcRow(
             case=case,
@@ -398,11 +436,15 @@ def _not_simulated_lines(cases: Iterable[DgxcCase]) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m simulator.validation.dgxc",
-        description="DGX Cloud recipes (H100 BF16 and FP8): predicted against measured step time and MFU",
+        description="DGX Cloud recipes (H100 and GB200 NVL72, BF16 and FP8): predicted against measured step time "
+        "and MFU",
     )
     parser.add_argument("--models", help="comma-separated recipe model names (default all)")
     parser.add_argument("--precision", help="comma-separated precisions, BF16 or FP8 (default both)")
     parser.add_argument("--max-gpus", type=int, help="skip layouts on more GPUs")
+    parser.add_argument(
+        "--systems", help="comma-separated systems as the table names them, e.g. 'GB200 NVL72' (default all)"
+    )
     parser.add_argument("--proxy", action="store_true", help="also the reduced-layer 405B proxies")
     parser.add_argument(
         "--smallest", action="store_true", help="only the fewest-GPU layout per recipe, model and precision"
@@ -410,8 +452,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     models = None if args.models is None else tuple(m.strip() for m in args.models.split(","))
     precisions = None if args.precision is None else tuple(p.strip() for p in args.precision.split(","))
+    systems = None if args.systems is None else tuple(p.strip() for p in args.systems.split(","))
     try:
-        left_out = dgxc_not_simulated(models=models, precisions=precisions, max_gpus=args.max_gpus)
+        left_out = dgxc_not_simulated(models=models, precisions=precisions, max_gpus=args.max_gpus, systems=systems)
         print(_HEADER, flush=True)
         rows = dgxc_check(
             models=models,
@@ -419,6 +462,7 @@ def main(argv: list[str] | None = None) -> None:
             max_gpus=args.max_gpus,
             proxy=args.proxy,
             smallest=args.smallest,
+            systems=systems,
             progress=lambda r: print(_line(r), flush=True),
         )
     except ValueError as exc:

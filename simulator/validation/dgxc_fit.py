@@ -40,7 +40,7 @@ from topologies.checks import reject
 from topologies.presets import SYSTEMS
 
 from ..compute import gpu as cmp
-from .dgxc import DGXC_DTYPES, DgxcRow, dgxc_check
+from .dgxc import DGXC_DTYPES, DGXC_SYSTEMS, DgxcRow, dgxc_check
 
 __all__ = ("SPAN", "GRID", "FittedRow", "EfficiencyFit", "fit_rows", "fit_efficiency", "format_fit", "main")
 
@@ -103,6 +103,11 @@ def _gpu_model(system: str) -> cmp.GpuComputeModel:
     return cmp.compute_model_for(SYSTEMS[system].server().gpu)
 
 
+def _table_systems(system: str) -> tuple[str, ...]:
+    """The DGX Cloud table's names of the rows run on the preset ``system``."""
+    return tuple(name for name, preset in DGXC_SYSTEMS.items() if preset == system)
+
+
 def fit_rows(
     *,
     precision: str,
@@ -126,7 +131,7 @@ def fit_rows(
         dgxc_check(
             models=models,
             precisions=(precision,),
-            systems=(system,),
+            systems=_table_systems(system),
             max_gpus=max_gpus,
             smallest=smallest,
             compute_model=dataclasses.replace(base, **{attribute: e}),
@@ -238,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
             verified = dgxc_check(
                 models=models,
                 precisions=(args.precision,),
-                systems=(args.system,),
+                systems=_table_systems(args.system),
                 max_gpus=args.max_gpus,
                 smallest=args.smallest,
                 compute_model=dataclasses.replace(_gpu_model(args.system), **{fit.attribute: fit.pooled}),

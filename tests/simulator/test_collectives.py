@@ -557,3 +557,18 @@ def test_the_tuner_sees_the_nics_not_the_fabric_behind_them():
     choices = {over: [(r.algorithm, r.protocol, r.channels) for r in rs] for over, rs in rows.items()}
     assert choices[1.0] == choices[4.0]
     assert any(slow.time_us > fast.time_us for slow, fast in zip(rows[4.0], rows[1.0]))
+
+
+def test_gb200_nvl72_all_reduce_runs_nvls_inside_the_rack_and_nvlstree_across_racks():
+    from simulator.studies.nccl_tests import run_bench
+
+    # one NVLink domain of 72 GPUs: NCCL's MNNVL clique is one node, NVLS on NVLS_NCHANNELS_SM100_NVL = 24
+    # channels (src/transport/nvls.cc); two racks: NVLSTree on NVLS_NCHANNELS_SM100 = 32
+    (one,) = run_bench("all_reduce", system="gb200-nvl72", minbytes="1G", maxbytes="1G")
+    assert (one.algorithm, one.channels) == ("nvls", 24)
+    # NVLS moves S (n+1)/n up and down each GPU's links (nvls.py): busbw never exceeds the ring ceiling it
+    # saves on, NVLink 18 x 40.1 GB/s (NCCL's figure) x nvlsEfficiency 0.74 x 2 (n-1)/(n+1) = 1039 GB/s for n = 72
+    assert 0.5 * 1039 < one.busbw_GBps <= 1039
+    topo = build_system("gb200-nvl72", nodes=2, topology="fat-tree")
+    (two,) = run_bench("all_reduce", system=topo, minbytes="1G", maxbytes="1G")
+    assert (two.algorithm, two.channels) == ("nvlstree", 32)

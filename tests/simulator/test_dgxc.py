@@ -1,4 +1,4 @@
-"""The DGX Cloud recipe check (simulator.validation.dgxc): H100 BF16 and FP8 rows, GB200 NVL72 rows listed."""
+"""The DGX Cloud recipe check (simulator.validation.dgxc): H100 BF16 and FP8 rows, GB200 NVL72 rows."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from simulator.validation.dgxc import (
     dgxc_check,
     dgxc_layout,
     dgxc_not_simulated,
+    dgxc_system,
     format_dgxc,
 )
 from simulator.validation.dgxc import main as _main
@@ -21,8 +22,8 @@ def test_the_table_holds_every_layout_with_its_step_time_and_mfu():
     assert {(c.precision, c.system_preset) for c in cases} == {
         ("BF16", "dgx-h100"),
         ("FP8", "dgx-h100"),
-        ("BF16", None),
-        ("FP8", None),
+        ("BF16", "gb200-nvl72"),
+        ("FP8", "gb200-nvl72"),
     }
     for c in cases:
         # NVIDIA's MFU is over the precision's peak (H100 989 BF16, 1979 FP8; GB200 2450, 4900): FP8 doubles the
@@ -74,13 +75,21 @@ def test_each_row_runs_with_its_precision_and_system():
     nemotron = next(c for c in cases if c.model == "Nemotron4 15B" and c.version == "v24.11.1")
     model, spec = dgxc_layout(nemotron)
     assert model.name == "nemotron4-15b" and (spec.tp, spec.micro_batch, spec.dtype) == (4, 4, "bf16")
-    # GB200 NVL72 has no system preset: its rows are listed, never simulated on a stand-in
-    left_out = dgxc_not_simulated()
-    assert left_out and all(c.system == "GB200 NVL72" for c in left_out)
-    assert {c.model for c in left_out} == {"Llama 3.1 405B", "Nemotron4 340B"}
+    # every system of the tables has a preset: nothing is left out
+    assert dgxc_not_simulated() == ()
     assert dgxc_check(models=("Llama 3.1 405B",), precisions=("FP8",), max_gpus=1) == ()
-    text = format_dgxc([], not_simulated=left_out)
-    assert f"not simulated: {len(left_out)} GB200 NVL72 layouts" in text and "no GB200 NVL72 system preset" in text
+    gb200 = [c for c in cases if c.system == "GB200 NVL72"]
+    assert {c.model for c in gb200} == {"Llama 3.1 405B", "Nemotron4 340B"}
+    # GB200 NVL72 rows: 64 GPUs a rack, so 128 GPUs take 2 racks (on a fat-tree: 72 rails exceed a leaf-spine)
+    # and rank 64 opens the second
+    smallest = min(gb200, key=lambda c: c.gpus)
+    topology, placement = dgxc_system(smallest)
+    assert smallest.gpus == 128 and len(topology.servers) == 2 and placement.nranks == 128
+    assert placement.rank_gpu[63] == topology.gpu(0, 63) and placement.rank_gpu[64] == topology.gpu(1, 0)
+    assert dgxc_system(cases[0]) == ("dgx-h100", None)
+    # a case whose system had no preset would still be named
+    text = format_dgxc([], not_simulated=gb200)
+    assert f"not simulated: {len(gb200)} GB200 NVL72 layouts" in text and "no GB200 NVL72 system preset" in text
 
 
 def test_llama_8b_on_one_server_within_ten_percent():

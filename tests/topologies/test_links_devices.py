@@ -71,7 +71,8 @@ def test_gpu_nvlink_bandwidth_is_count_times_link(spec):
         assert spec.nvlink_bandwidth_bytes_per_s == pytest.approx(expected, rel=1e-12)
         # the same number through the bundling helper
         assert link.aggregated(spec.nvlink_count).bandwidth_bytes_per_s == pytest.approx(expected, rel=1e-12)
-    assert spec.pcie.kind is LinkKind.PCIE
+    # the host link: PCIe, or NVLink-C2C to the Grace CPU on a Grace-Blackwell superchip
+    assert spec.pcie.kind is (LinkKind.CPU_INTERCONNECT if spec.name == "gb200" else LinkKind.PCIE)
 
 
 @pytest.mark.parametrize("spec", list(NIC_PRESETS.values()), ids=list(NIC_PRESETS))

@@ -390,3 +390,62 @@ def test_dragonfly_shape_balanced_by_default_or_as_given():
 def test_dragonfly_shape_refused(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         build_system("dgx-h100", nodes=64, **kwargs)
+
+
+# ---- GB200 NVL72: one rack-scale NVLink domain ----------------------------------------------------------
+
+
+def test_gb200_nvl72_is_one_72_gpu_nvlink_domain_with_a_nic_per_gpu():
+    topo = build_system("gb200-nvl72")
+    (info,) = topo.servers
+    assert len(info.gpus) == 72 and len(info.nics) == 72 and info.nvswitch >= 0
+    assert info.nic_of_gpu == tuple(range(72))  # NIC j on GPU j's Grace, serving GPU j
+    # every GPU pair talks over the one logical NVSwitch: GPU -> switch -> GPU, two NVLink links
+    kinds = {tuple(LinkKind(topo.link_kind[link]) for link in route) for route in info.intra_routes.values()}
+    assert kinds == {(LinkKind.NVLINK, LinkKind.NVLINK)}
+    # 18 NVLink5 links of 37.9 GB/s a direction each (measured B200 ring plateau / 18): 682.2 GB/s
+    first = info.intra_routes[(0, 71)][0]
+    assert topo.link_capacity_bytes_per_s[first] == pytest.approx(18 * 37.9e9)
+
+
+def test_gb200_nvl72_trays_share_no_cpu_link():
+    topo = build_system("gb200-nvl72")
+    cpu_links = [i for i, kind in enumerate(topo.link_kind) if LinkKind(kind) is LinkKind.CPU_INTERCONNECT]
+    socket_links = [
+        i
+        for i in cpu_links
+        if NodeKind(topo.node_kind(int(topo.link_src[i]))) is NodeKind.CPU
+        and NodeKind(topo.node_kind(int(topo.link_dst[i]))) is NodeKind.CPU
+    ]
+    # 18 trays x one C2C link between their two Graces, both directions
+    assert len(socket_links) == 18 * 2
+    (info,) = topo.servers
+    # GPU 0 (tray 0) to NIC 71 (tray 17): NVLink to GPU 71, then its C2C and the Grace root port, no CPU hop
+    route = info.gpu_to_nic_routes[(0, 71)]
+    assert [LinkKind(topo.link_kind[link]) for link in route] == [
+        LinkKind.NVLINK,
+        LinkKind.NVLINK,
+        LinkKind.CPU_INTERCONNECT,
+        LinkKind.PCIE,
+    ]
+    back = info.nic_to_gpu_routes[(71, 0)]
+    assert [LinkKind(topo.link_kind[link]) for link in back][-2:] == [LinkKind.NVLINK, LinkKind.NVLINK]
+
+
+def test_gb200_nvl72_racks_need_a_fat_tree_on_quantum2():
+    # 72 rails: a rail-optimised leaf-spine needs 72 leaves per 32 racks, one spine port each, over radix 64;
+    # a 3-tier fat-tree holds floor(64 x 32 / 72) x 32 = 28 x 32 = 896 racks
+    assert SYSTEMS["gb200-nvl72"].max_nodes_for("leaf-spine") == 1
+    assert SYSTEMS["gb200-nvl72"].max_nodes_for("fat-tree") == 896
+    with pytest.raises(ValueError, match=r"^nodes: 2 is too many for gb200-nvl72 .*fat-tree holds 896"):
+        build_system("gb200-nvl72", nodes=2)
+    topo = build_system("gb200-nvl72", nodes=2, topology="fat-tree")
+    assert len(topo.servers) == 2 and int(topo.num_gpus) == 144
+
+
+def test_sockets_per_host_must_divide_the_sockets():
+    from topologies.node import gb200_nvl72
+
+    spec = gb200_nvl72()
+    with pytest.raises(ValueError, match=r"^ServerSpec.sockets_per_host: 5 is not allowed; expected 0 or a divisor"):
+        type(spec)(**{**{f: getattr(spec, f) for f in spec.__dataclass_fields__}, "sockets_per_host": 5})

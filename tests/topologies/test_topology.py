@@ -289,7 +289,16 @@ def test_latency_on_a_built_dgx_system(two_dgx):
 # Hand-derived from the presets in node.py:
 #   DGX A100 / DGX H100 / HGX H200 / HGX B200: G=8, K=8, P=4, S=2, NVSwitch -> 8+8+4+4+1 = 25
 #   8x RTX 4090: G=8, K=0, P=0, S=2, no NVSwitch                             -> 8+0+0+4   = 12
-_EXPECTED_DEVICES = {"dgx-a100": 25, "dgx-h100": 25, "hgx-h200": 25, "hgx-b200": 25, "pcie-rtx4090": 12}
+# 8 GPUs + 8 NICs + 4 PCIe switches + 2 x (CPU, memory) + 1 NVSwitch = 25; RTX box 8 + 2 x 2 = 12;
+# GB200 NVL72 72 GPUs + 72 NICs + 36 x (Grace, memory) + 1 NVSwitch = 217
+_EXPECTED_DEVICES = {
+    "dgx-a100": 25,
+    "dgx-h100": 25,
+    "hgx-h200": 25,
+    "hgx-b200": 25,
+    "gb200-nvl72": 217,
+    "pcie-rtx4090": 12,
+}
 
 
 @pytest.mark.parametrize("preset", list(SERVER_PRESETS))
