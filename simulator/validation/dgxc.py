@@ -219,8 +219,12 @@ def dgxc_system(case: DgxcCase) -> tuple[str | Topology, Placement | None]:
     for servers the recipes fill, else (``DGXC_GPUS_PER_DOMAIN``) that many racks, leaf-spine while it holds
     them else fat-tree, with ranks in blocks of the domain's GPUs used."""
     name = case.system_preset
+    if name is None:
+        raise reject(
+            "system", case.system, f"a system with a preset: {', '.join(k for k, v in DGXC_SYSTEMS.items() if v)}"
+        )
     used = DGXC_GPUS_PER_DOMAIN.get(case.system)
-    if name is None or used is None:
+    if used is None:
         return name, None
     nodes = math.ceil(case.gpus / used)
     wiring = "leaf-spine" if nodes <= SYSTEMS[name].max_nodes_for("leaf-spine") else "fat-tree"

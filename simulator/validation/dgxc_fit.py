@@ -103,6 +103,12 @@ def _gpu_model(system: str) -> cmp.GpuComputeModel:
     return cmp.compute_model_for(SYSTEMS[system].server().gpu)
 
 
+def _with_efficiency(base: cmp.GpuComputeModel, precision: str, efficiency: float) -> cmp.GpuComputeModel:
+    if DGXC_DTYPES[precision] == "fp8":
+        return dataclasses.replace(base, gemm_efficiency_fp8=efficiency)
+    return dataclasses.replace(base, gemm_efficiency_bf16=efficiency)
+
+
 def _table_systems(system: str) -> tuple[str, ...]:
     """The DGX Cloud table's names of the rows run on the preset ``system``."""
     return tuple(name for name, preset in DGXC_SYSTEMS.items() if preset == system)
@@ -134,7 +140,7 @@ def fit_rows(
             systems=_table_systems(system),
             max_gpus=max_gpus,
             smallest=smallest,
-            compute_model=dataclasses.replace(base, **{attribute: e}),
+            compute_model=_with_efficiency(base, precision, e),
             progress=progress,
         )
         for e in (e0, e1)
@@ -246,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
                 systems=_table_systems(args.system),
                 max_gpus=args.max_gpus,
                 smallest=args.smallest,
-                compute_model=dataclasses.replace(_gpu_model(args.system), **{fit.attribute: fit.pooled}),
+                compute_model=_with_efficiency(_gpu_model(args.system), args.precision, fit.pooled),
             )
     except ValueError as exc:
         parser.error(str(exc))
