@@ -389,17 +389,21 @@ NET_STEP_US_LL128 = 4.0
 
 
 def ring_net_step_s(*, protocol: str, cpu_vendor: str) -> float:
-    """Floor of one step of one ring network connection (seconds): ``NET_STEP_US_LL128`` for LL128, x3 for
-    Simple, x2 on AMD hosts (NCCL's netOverhead ratios); 0 for LL.
+    """Floor of one step of one ring network connection (seconds): ``NET_STEP_US_LL128`` for LL128, x2 on AMD
+    hosts (NCCL's netOverhead ratio); 0 for LL (the proxy polls its flags itself, and NCCL's latency charges
+    netOverhead per step) and 0 for Simple: the floor is fitted on LL128 rings only, no multi-node Simple table in
+    the mid band pins one, and NCCL's latency already charges Simple x3 netOverhead a step (a Simple floor of
+    LL128's round trip would put a forced-Simple 1 MiB all_reduce on 2 DGX H100 at 427 us, over twice NCCL's own
+    estimate of 184 us).
 
-    >>> round(ring_net_step_s(protocol="Simple", cpu_vendor="amd") / ring_net_step_s(protocol="LL128",
-    ...     cpu_vendor="intel"), 6), ring_net_step_s(protocol="LL", cpu_vendor="intel")
-    (6.0, 0.0)
+    >>> round(ring_net_step_s(protocol="LL128", cpu_vendor="amd") / ring_net_step_s(protocol="LL128",
+    ...     cpu_vendor="intel"), 6), ring_net_step_s(protocol="Simple", cpu_vendor="intel")
+    (2.0, 0.0)
     """
-    if protocol == "LL":
+    if protocol != "LL128":
         return 0.0
     vendor = NET_OVERHEAD_US.get(cpu_vendor, 1.0) / NET_OVERHEAD_US["intel"]
-    return NET_STEP_US_LL128 * vendor * (3.0 if protocol == "Simple" else 1.0) * 1e-6
+    return NET_STEP_US_LL128 * vendor * 1e-6
 
 
 def step_payload_bytes(protocol: str) -> int:
@@ -577,14 +581,14 @@ def algorithm_missing(algorithm: str, kind_value: str, minor: int) -> str | None
 
 
 def nccl_minor(version: object, *, field: str = "nccl_version") -> int:
-    """The minor number of an NCCL version "2.MINOR" or "2.MINOR.PATCH" (a trailing "-1" package revision or
-    "+cuda12.8" is ignored), checked against ``NCCL_VERSIONS``.
+    """The minor number of an NCCL version "2.MINOR" or "2.MINOR.PATCH" (a leading "v", a trailing "-1" package
+    revision or "+cuda12.8" is ignored), checked against ``NCCL_VERSIONS``.
 
-    >>> nccl_minor("2.26.2+cuda12.8"), nccl_minor("2.30")
-    (26, 30)
+    >>> nccl_minor("2.26.2+cuda12.8"), nccl_minor("2.30"), nccl_minor("v2.26.2-1")
+    (26, 30, 26)
     """
     text = str(version).strip() if isinstance(version, str) else None
-    head = text.split("+")[0].split("-")[0] if text else ""
+    head = text.removeprefix("v").split("+")[0].split("-")[0] if text else ""  # NCCL's tags: v2.26.2-1
     parts = head.split(".")
     if len(parts) in (2, 3) and parts[0] == "2" and all(p.isdigit() for p in parts[1:]):
         minor = int(parts[1])
