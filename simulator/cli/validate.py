@@ -125,7 +125,21 @@ def _cross(args) -> str:
     from simulator.validation.collectives import select_series
     from simulator.validation.cross import cross_validate, format_cross
 
-    given = [flag for flag, value in (("--data", args.data), ("--rows", args.rows), ("--plot", args.plot)) if value]
+    given = [
+        flag
+        for flag, value in (
+            ("--data", args.data),
+            ("--rows", args.rows),
+            ("--plot", args.plot),
+            ("--system", args.system),
+            ("--algo", args.algo),
+            ("--proto", args.proto),
+            ("--channels", args.channels),
+            ("-g", args.ngpus),
+            ("--nccl-version", args.nccl_version),
+        )
+        if value
+    ]
     if given or args.net_model != "flow":
         flag = given[0] if given else "--net-model"
         raise ValueError(
@@ -154,6 +168,12 @@ def _training(args) -> str:
             ("--plot", args.plot),
             ("--cross", args.cross or None),
             ("--net-model", None if args.net_model == "flow" else args.net_model),
+            ("--system", args.system),
+            ("--algo", args.algo),
+            ("--proto", args.proto),
+            ("--channels", args.channels),
+            ("-g", args.ngpus),
+            ("--nccl-version", args.nccl_version),
         )
         if value is not None
     ]
@@ -235,7 +255,7 @@ def run(args) -> str:
         )
     else:
         series = select_series(args.series)
-    if args.nccl_version is not None:  # every table replayed as that release chooses (checked before any simulation)
+    if args.nccl_version is not None:  # every table replayed as that release chooses
         version = CollectivePolicy(nccl_version=args.nccl_version).nccl_version
         series = tuple(dataclasses.replace(s, nccl_version=version) for s in series)
     with progress_display("fabricsim validate", quiet=args.quiet) as progress:

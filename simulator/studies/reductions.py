@@ -50,11 +50,9 @@ compare at 1e-9, not bit for bit).
   the usual layout with a stage over several servers), the other replicas' traffic that would share those links is
   missing: an approximation (the default ``fabricsim step`` forced so: 3.7737 s against 3.7763 s in full; tp 2, pp
   2, dp 8 of a 4096-hidden GPT with gradients reduced after the pipeline on 4 DGX H100 is not exact, the stage-0
-  ring and the last stage's send sharing GPU 0's PCIe link; forced: 0.059152 s reduced and in full, bound [0.059152,
-  0.067468] s). A step simulated as the pipeline of one replica, then every rank's reduction after a barrier, would
-  not be exact even there: its stages' reductions all start with the last stage's end and meet no send in flight (on
-  Llama-3 8B cut to 8 layers, tp 2, pp 4, dp 4 on 4 DGX H100, 0.14665279 s against 0.14665268 s in full; dp 8 on 8,
-  0.15378 s against 0.15425 s).
+  ring and the last stage's send sharing GPU 0's PCIe link: ``tests/simulator/test_reductions.py``). A step
+  simulated as the pipeline of one replica, then every rank's reduction after a barrier, would not be exact even
+  where this is: its stages' reductions would all start with the last stage's end and meet no send in flight.
 * ``symmetric_context`` (context ranks): the c context ranks of a stage run the same program, so context rank 0 (of
   each simulated replica) stands for all c: the other members of its context rings are passive (they move their ring
   steps and arrive when it does, as they would in step), its tensor-parallel collectives and pipeline transfers
@@ -288,10 +286,10 @@ def _coupling(config: SimConfig) -> str:
 
 def _inside_pipeline(p: ParallelismSpec) -> str:
     """Why data-parallel or expert-parallel traffic runs during the pipeline (empty when none does)."""
-    if p.dp > 1 and p.dp_overlap:
+    if p.dp * p.cp > 1 and p.dp_overlap:  # buckets are reduced over dp x cp ranks (data_parallel.py)
         gathers = " and parameters gathered before the forward (overlap_param_gather)" if p.overlap_param_gather else ""
         return f"gradients are reduced during the backward (dp_overlap){gathers}, inside the pipeline"
-    if p.dp > 1 and p.zero_stage >= 3:
+    if p.dp * p.cp > 1 and p.zero_stage >= 3:
         return "ZeRO-3/FSDP gathers parameters inside the pipeline"
     if p.ep > 1:
         return "expert-parallel groups span data-parallel replicas"

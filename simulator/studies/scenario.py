@@ -380,6 +380,11 @@ def _ignored(s: Mapping, p: ParallelismSpec, environ: Mapping[str, str], applied
         "bucket_mb": (p.dp * p.cp == 1, "dp x cp is 1, no gradient is reduced"),
         "overlap_grad_reduce": (p.dp * p.cp == 1, "dp x cp is 1, no gradient is reduced"),
         "zero": (p.dp * p.cp == 1, "dp x cp is 1, there is nothing to shard over"),
+        "tp_comm_overlap": (p.tp == 1, "tp is 1, there is no tensor-parallel communication"),
+        "cp_comm_type": (p.cp == 1, "cp is 1, there is no context-parallel exchange"),
+        "overlap_param_gather": (p.dp * p.cp == 1, "dp x cp is 1, no parameter is gathered"),
+        "grad_reduce_in_bf16": (p.dp * p.cp == 1, "dp x cp is 1, no gradient is reduced"),
+        "overlap_p2p_communication": (p.pp == 1 or p.vp == 1, "it applies to the interleaved schedule (pp, vp > 1)"),
     }
     out = [
         f"{name.replace('_', '-')} {s[name]!r} ignored: {why}"

@@ -39,9 +39,9 @@ step_time_s - critical_path_s``, ``compute_s``, ``bubble_s``, ``comm_s`` and per
 kind / algorithm and protocol NCCL's tuner chose in each group (``breakdown["algorithm"]["tp"]["nvls
 Simple"]``, the most bytes first) / link class: definitions in ``simulator.analysis``. Memory per GPU:
 weights, gradients and Adam state under ZeRO (ModelSpec.training_state_bytes over the d x c sharding
-group; gradients kept in fp32 for bf16/fp8 training, fp16 for fp16) plus the activations of the
-micro-batches in flight on the most loaded stage (1F1B: p - s micro-batches on stage s; GPipe: all
-m; interleaved: warm-up + 1 chunk passes), ``ModelSpec.activation_bytes_per_layer`` each (of the
+group; gradients kept in fp32 for bf16/fp8 training, bf16 with ``grad_reduce_in_bf16``, fp16 for fp16) plus
+the activations of the micro-batches in flight on the most loaded stage (1F1B: p - s micro-batches on stage s;
+GPipe: all m; interleaved: warm-up + 1 chunk passes), ``ModelSpec.activation_bytes_per_layer`` each (of the
 larger of a dense and a MoE layer); ``out_of_memory`` when that exceeds the GPU.
 
 Run settings are one :class:`StepOptions` (network config, GPU and compute model, recomputation, flash
@@ -844,8 +844,9 @@ class StepOptions:
     ``progress``: called with a short description of each stage as the step reaches it (timing the kernels,
     simulating a phase with its ranks and tasks), for a progress display; None, silent.
     ``bound_process``: the high side of an approximation's bound (``reductions.bounding_fabric``) runs in a forked
-    child process beside the reduced run where the platform forks, there is a second CPU and this process may
-    have children (False, or otherwise: one after the other); the numbers are the same either way.
+    child process beside the reduced run where the platform forks, this process may use a second CPU, may have
+    children and runs no other threads (``_beside``; False, or otherwise: one after the other); the numbers are the
+    same either way, and the child is stopped if the step fails or is interrupted.
     """
 
     config: SimConfig | None = None
@@ -905,44 +906,68 @@ class StepOptions:
             instance("StepOptions.wiring", self.wiring, str, "None or a wiring name")
 
 
-def _beside(work: Callable[[], float]) -> Callable[[], float] | None:
-    """Start ``work`` in a forked child process and return the function that waits for its result; None where the
-    platform cannot fork, this is the only CPU, or this process may not have children (a daemon)."""
-    import multiprocessing
-    import os
+class _Beside:
+    """A float computed in a forked child process (:func:`_beside`): ``result()`` waits for it, ``cancel()`` stops
+    the child (on the parent's error or interrupt, so no process outlives the step)."""
 
-    if (os.cpu_count() or 1) < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return None
-    if multiprocessing.current_process().daemon:
-        return None
-    ctx = multiprocessing.get_context("fork")
-    receive, send = ctx.Pipe(duplex=False)
+    def __init__(self, work: Callable[[], float]) -> None:
+        import multiprocessing
 
-    def child() -> None:
+        ctx = multiprocessing.get_context("fork")
+        self._receive, send = ctx.Pipe(duplex=False)
+
+        def child() -> None:
+            try:
+                send.send(("ok", work()))
+            except BaseException as exc:  # the parent raises it
+                send.send(("error", f"{type(exc).__name__}: {exc}"))
+            finally:
+                send.close()
+
+        self._process = ctx.Process(target=child, daemon=True)
+        self._process.start()
+        send.close()
+
+    def cancel(self) -> None:
+        if self._process.is_alive():
+            self._process.terminate()
+        self._process.join()
+        self._receive.close()
+
+    def result(self) -> float:
         try:
-            send.send(("ok", work()))
-        except BaseException as exc:  # the parent raises it
-            send.send(("error", f"{type(exc).__name__}: {exc}"))
-        finally:
-            send.close()
-
-    process = ctx.Process(target=child, daemon=True)
-    process.start()
-    send.close()
-
-    def result() -> float:
-        try:
-            kind, value = receive.recv()
+            kind, value = self._receive.recv()
         except EOFError:
+            self.cancel()
             raise RuntimeError("the bound's run ended without a result (its process was killed)") from None
-        finally:
-            process.join()
-            receive.close()
+        except BaseException:
+            self.cancel()
+            raise
+        self._process.join()
+        self._receive.close()
         if kind != "ok":
             raise RuntimeError(f"the bound's run failed: {value}")
         return float(value)
 
-    return result
+
+def _beside(work: Callable[[], float]) -> _Beside | None:
+    """``work`` started in a forked child process; None where that is not safe or not faster: the platform cannot
+    fork, this process has one CPU (its affinity), may not have children (a daemon, e.g. a Dask nanny's worker),
+    or runs other threads (a thread pool's worker: a lock one of them holds would stay held in the child;
+    tqdm's display monitor, which the child never touches, excepted)."""
+    import multiprocessing
+    import os
+    import threading
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cpus < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    if multiprocessing.current_process().daemon:
+        return None
+    others = [t for t in threading.enumerate() if t is not threading.current_thread()]
+    if any(type(t).__name__ != "TMonitor" for t in others):
+        return None
+    return _Beside(work)
 
 
 def simulate_step(
@@ -1059,15 +1084,24 @@ def simulate_step(
         else (None, "")
     )
     bounded: Callable[[], float] | None = None
+    child: _Beside | None = None
     if fabric is not None:
         if o.progress is not None:
             o.progress("bounding the approximation: the reduced run on links shared by the missing traffic")
-        bounded = _beside(lambda: run(fabric, None).step_s) if o.bound_process else None
-        if bounded is None:
+        child = _beside(lambda: run(fabric, None).step_s) if o.bound_process else None
+        if child is None:
             high_s = run(fabric).step_s
             bounded = lambda: high_s  # noqa: E731
-    raw = run(topology)
-    notes = reductions.notes(p, used, steady=steady) + overlap_notes(p)
+        else:
+            bounded = child.result
+    try:
+        raw = run(topology)
+    except BaseException:
+        if child is not None:
+            child.cancel()
+        raise
+    reduced = reductions.notes(p, used, steady=steady)
+    notes = reduced + overlap_notes(p)
     step, critical = raw.step_s, raw.critical_s
     low = high = None
     if used.approximate:
@@ -1112,7 +1146,7 @@ def simulate_step(
     if used.approximate or steady is not None:
         warnings.append(
             "approximate result: "
-            + "; ".join(note.split(" (")[0] for note in notes if "APPROXIMATE" in note or note.startswith("steady"))
+            + "; ".join(note.split(" (")[0] for note in reduced if "APPROXIMATE" in note or note.startswith("steady"))
             + (f"; step time bounded in [{low:.4g}, {high:.4g}] s" if low is not None and high is not None else "")
             + " (the notes say why; --exact / StepOptions(exact=True) simulates every rank)"
         )

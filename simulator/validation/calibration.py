@@ -260,6 +260,8 @@ def inspector_log(
 ) -> NcclTestsLog:
     """The rows of one (collective, nranks, nodes) of an inspector trace (``inspector.InspectorTrace.rows``), as
     an ``NcclTestsLog``; ``collective``, ``nranks`` and ``nodes`` pick it when the trace holds several."""
+    if collective is not None:
+        collective = CollectiveKind.parse(collective).value  # "allreduce" as "all_reduce", as for nccl-tests logs
     shapes = [
         s
         for s in trace.shapes()

@@ -52,7 +52,7 @@ INSPECTOR_COLLECTIVES = {
     "Reduce": "reduce",
 }
 #: NCCL functions the inspector may report that have no nccl-tests row here: skipped (counted)
-SKIPPED_FUNCTIONS = ("AllGatherV", "SendRecv", "Send", "Recv", "AllToAll", "Gather", "Scatter")
+SKIPPED_FUNCTIONS = ("AllGatherV", "SendRecv", "Send", "Recv", "All2All", "AllToAll", "Gather", "Scatter", "Invalid")
 #: collectives whose coll_msg_size_bytes is one rank's share (x n_ranks = the nccl-tests size)
 PER_RANK_SIZE = ("all_gather", "reduce_scatter")
 TIMING_SOURCES = ("kernel_gpu", "kernel_cpu", "collective_cpu")

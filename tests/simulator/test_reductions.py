@@ -4,6 +4,8 @@ simulation, and the extrapolation's worked number."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 
 import pytest
 
@@ -553,3 +555,15 @@ def test_the_bound_run_beside_the_reduced_one_gives_the_same_numbers_as_one_afte
     serial = simulate_step(model, spec, system=topo, options=dataclasses.replace(options, bound_process=False))
     assert beside.step_time_high_s is not None and beside.step_time_high_s > beside.step_time_low_s
     assert beside.as_dict() == serial.as_dict()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the bound's run goes beside the reduced one on 2 CPUs")
+def test_the_bound_child_returns_its_value_and_is_stopped_when_the_step_fails():
+    from simulator.studies.training import _beside
+
+    child = _beside(lambda: 2.5)
+    assert child is not None and child.result() == 2.5
+    slow = _beside(lambda: time.sleep(60) or 1.0)
+    assert slow is not None
+    slow.cancel()  # what simulate_step does when the reduced run raises or is interrupted
+    assert not slow._process.is_alive()
