@@ -907,10 +907,10 @@ class StepOptions:
 
 
 class _Beside:
-    """A float computed in a forked child process (:func:`_beside`): ``result()`` waits for it, ``cancel()`` stops
+    """A value computed in a forked child process (:func:`_beside`): ``result()`` waits for it, ``cancel()`` stops
     the child (on the parent's error or interrupt, so no process outlives the step)."""
 
-    def __init__(self, work: Callable[[], float]) -> None:
+    def __init__(self, work: Callable[[], Any]) -> None:
         import multiprocessing
 
         ctx = multiprocessing.get_context("fork")
@@ -934,7 +934,7 @@ class _Beside:
         self._process.join()
         self._receive.close()
 
-    def result(self) -> float:
+    def result(self) -> Any:
         try:
             kind, value = self._receive.recv()
         except EOFError:
@@ -947,10 +947,10 @@ class _Beside:
         self._receive.close()
         if kind != "ok":
             raise RuntimeError(f"the bound's run failed: {value}")
-        return float(value)
+        return value
 
 
-def _beside(work: Callable[[], float]) -> _Beside | None:
+def _beside(work: Callable[[], Any]) -> _Beside | None:
     """``work`` started in a forked child process; None where that is not safe or not faster: the platform cannot
     fork, this process has one CPU (its affinity), may not have children (a daemon, e.g. a Dask nanny's worker),
     or runs other threads (a thread pool's worker: a lock one of them holds would stay held in the child;
@@ -1074,24 +1074,24 @@ def simulate_step(
         )
 
     # the bound of an approximation (reductions.bounding_fabric): low, the reduced run; high, the same run on a
-    # fabric where it is no faster than any unit of the full step, run in a child process beside the reduced one
-    # where the platform forks and has a second CPU (``StepOptions.bound_process``; the same numbers either way)
-    fabric, why = (
-        reductions.bounding_fabric(
+    # fabric where it is no faster than any unit of the full step; the fabric built and run in a child process
+    # beside the reduced run where that is safe and there is a second CPU (``StepOptions.bound_process``, _beside;
+    # the same numbers either way)
+    def bound(progress: Callable[[str], None] | None) -> tuple[float | None, str]:
+        fabric, why = reductions.bounding_fabric(
             p, topology, placement, config, route_cache, used, tied_embeddings=model.tied_embeddings
         )
-        if used.approximate
-        else (None, "")
-    )
-    bounded: Callable[[], float] | None = None
+        return (None if fabric is None else run(fabric, progress).step_s), why
+
+    bounded: Callable[[], tuple[float | None, str]] | None = None
     child: _Beside | None = None
-    if fabric is not None:
+    if used.approximate:
         if o.progress is not None:
             o.progress("bounding the approximation: the reduced run on links shared by the missing traffic")
-        child = _beside(lambda: run(fabric, None).step_s) if o.bound_process else None
+        child = _beside(lambda: bound(None)) if o.bound_process else None
         if child is None:
-            high_s = run(fabric).step_s
-            bounded = lambda: high_s  # noqa: E731
+            serial = bound(o.progress)
+            bounded = lambda: serial  # noqa: E731
         else:
             bounded = child.result
     try:
@@ -1104,9 +1104,10 @@ def simulate_step(
     notes = reduced + overlap_notes(p)
     step, critical = raw.step_s, raw.critical_s
     low = high = None
-    if used.approximate:
-        if bounded is not None:
-            high = max(step, bounded())
+    if bounded is not None:
+        high_s, why = bounded()
+        if high_s is not None:
+            high = max(step, high_s)
             low = step
         notes.append(reductions.bound_note(low, high, critical, why))
     seq = p.seq(model)
