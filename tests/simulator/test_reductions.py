@@ -4,7 +4,6 @@ simulation, and the extrapolation's worked number."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 
 import pytest
@@ -543,9 +542,13 @@ def test_the_bound_reaches_every_output_of_a_step():
     assert (back.step_time_low_s, back.step_time_high_s, back.notes) == (low, high, forced.notes)
 
 
-def test_the_bound_run_beside_the_reduced_one_gives_the_same_numbers_as_one_after_the_other():
-    # StepOptions.bound_process: the high side runs in a forked process on a machine with two CPUs; the result
-    # (every field, every note) is the serial one, bit for bit
+def test_the_bound_run_beside_the_reduced_one_gives_the_same_numbers_as_one_after_the_other(monkeypatch):
+    # StepOptions.bound_process: the high side runs in a forked process (forced here, whatever threads other tests
+    # left running); the result (every field, every note) is the serial one, bit for bit
+    from simulator.studies import training
+
+    forked = []
+    monkeypatch.setattr(training, "_beside", lambda work: forked.append(1) or training._Beside(work))
     topo, spec, layers, _, _ = _bounded_cases()["dragonfly, overlapped gradients"]
     model = custom_gpt(layers=layers, hidden=4096, heads=8, vocab=128, seq_len=4096)
     options = StepOptions(
@@ -553,17 +556,26 @@ def test_the_bound_run_beside_the_reduced_one_gives_the_same_numbers_as_one_afte
     )
     beside = simulate_step(model, spec, system=topo, options=options)
     serial = simulate_step(model, spec, system=topo, options=dataclasses.replace(options, bound_process=False))
-    assert beside.step_time_high_s is not None and beside.step_time_high_s > beside.step_time_low_s
+    assert forked == [1] and beside.step_time_high_s is not None and beside.step_time_high_s > beside.step_time_low_s
     assert beside.as_dict() == serial.as_dict()
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the bound's run goes beside the reduced one on 2 CPUs")
 def test_the_bound_child_returns_its_value_and_is_stopped_when_the_step_fails():
-    from simulator.studies.training import _beside
+    import threading
 
-    child = _beside(lambda: 2.5)
-    assert child is not None and child.result() == 2.5
-    slow = _beside(lambda: time.sleep(60) or 1.0)
-    assert slow is not None
+    from simulator.studies.training import _Beside, _beside
+
+    child = _Beside(lambda: 2.5)
+    assert child.result() == 2.5
+    slow = _Beside(lambda: time.sleep(60) or 1.0)
     slow.cancel()  # what simulate_step does when the reduced run raises or is interrupted
     assert not slow._process.is_alive()
+    # never forked beside another thread (a lock it holds would stay held in the child): one after the other
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert _beside(lambda: 1.0) is None
+    finally:
+        stop.set()
+        other.join()
