@@ -119,6 +119,18 @@ def write_rows(reports, path: str) -> int:
     return sum(len(r.comparisons) for r in reports)
 
 
+def _collective_options(args) -> tuple[tuple[str, object], ...]:
+    """The options that describe how a ``--data`` table was measured (system, NCCL's choice, -g, release)."""
+    return (
+        ("--system", args.system),
+        ("--algo", args.algo),
+        ("--proto", args.proto),
+        ("--channels", args.channels),
+        ("-g", args.ngpus),
+        ("--nccl-version", args.nccl_version),
+    )
+
+
 def _cross(args) -> str:
     import json
 
@@ -131,12 +143,7 @@ def _cross(args) -> str:
             ("--data", args.data),
             ("--rows", args.rows),
             ("--plot", args.plot),
-            ("--system", args.system),
-            ("--algo", args.algo),
-            ("--proto", args.proto),
-            ("--channels", args.channels),
-            ("-g", args.ngpus),
-            ("--nccl-version", args.nccl_version),
+            *_collective_options(args),
         )
         if value
     ]
@@ -168,12 +175,7 @@ def _training(args) -> str:
             ("--plot", args.plot),
             ("--cross", args.cross or None),
             ("--net-model", None if args.net_model == "flow" else args.net_model),
-            ("--system", args.system),
-            ("--algo", args.algo),
-            ("--proto", args.proto),
-            ("--channels", args.channels),
-            ("-g", args.ngpus),
-            ("--nccl-version", args.nccl_version),
+            *_collective_options(args),
         )
         if value is not None
     ]
@@ -215,17 +217,8 @@ def run(args) -> str:
     if args.cross:
         return _cross(args)
 
-    described = [
-        flag
-        for flag, value in (
-            ("--system", args.system),
-            ("--algo", args.algo),
-            ("--proto", args.proto),
-            ("--channels", args.channels),
-            ("-g", args.ngpus),
-        )
-        if value is not None
-    ]
+    # a --data table's measurement settings (the release also applies to the shipped tables)
+    described = [flag for flag, value in _collective_options(args) if value is not None and flag != "--nccl-version"]
     if args.data is None and described:
         raise ValueError(
             f"{described[0]}: describes a --data table; the shipped series carry their own settings "

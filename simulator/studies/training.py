@@ -202,6 +202,11 @@ def _compute_dtype(parallelism: ParallelismSpec) -> str:
     return "fp8" if parallelism.dtype == "fp8" else "bf16"
 
 
+def _token_args(p: ParallelismSpec, model: ModelSpec, compute_model: cmp.GpuComputeModel | None) -> _TokenArgs:
+    """The keyword arguments the embedding and the logits are timed with (``simulator.compute.gpu``)."""
+    return _TokenArgs(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, cp=p.cp, compute_model=compute_model)
+
+
 def _layer_args(
     p: ParallelismSpec, model: ModelSpec, flash_attention: bool, compute_model: cmp.GpuComputeModel | None
 ) -> dict[str, Any]:
@@ -235,7 +240,7 @@ def step_compute(
     forward, backward = cmp.layer_times(
         model, gpu, recompute=recompute, **_layer_args(p, model, flash_attention, compute_model)
     )
-    tkw = _TokenArgs(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, cp=p.cp, compute_model=compute_model)
+    tkw = _token_args(p, model, compute_model)
     shard = p.dp * p.cp if p.zero_stage >= 1 else 1
     stage_layers = model.stage_layers(pp=p.pp, split_slots=p.split_slots)
     optimizer = []
@@ -303,7 +308,7 @@ def executed_flops(
             forward = cmp.layer_forward(model, gpu, layer=layer, **kw).flops
             per_kind[kind] = forward + cmp.layer_backward(model, gpu, layer=layer, recompute=recompute, **kw).flops
         layers += per_kind[kind]
-    tkw = _TokenArgs(micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, cp=p.cp, compute_model=compute_model)
+    tkw = _token_args(p, model, compute_model)
     ends = (
         cmp.embedding_forward(model, gpu, **tkw).flops
         + cmp.embedding_backward(model, gpu, **tkw).flops

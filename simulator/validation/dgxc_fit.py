@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import statistics
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -55,11 +56,11 @@ class FittedRow:
     model: str
     label: str
     measured_s: float
-    a: float
-    b: float
+    fixed_s: float  # a: the part that does not scale with the efficiency
+    gemm_s: float  # b: the GEMMs' time at efficiency 1
 
     def predicted_s(self, efficiency: float) -> float:
-        return self.a + self.b / efficiency
+        return self.fixed_s + self.gemm_s / efficiency
 
     def error(self, efficiency: float) -> float:
         return self.predicted_s(efficiency) / self.measured_s - 1
@@ -67,7 +68,7 @@ class FittedRow:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EfficiencyFit:
-    """The pooled fit and the leave-one-model-out fits of one GPU and precision."""
+    """The rows of one GPU and precision, with their pooled and leave-one-model-out fits (derived)."""
 
     gpu: str
     system: str
@@ -75,8 +76,19 @@ class EfficiencyFit:
     attribute: str
     current: float
     rows: tuple[FittedRow, ...]
-    pooled: float
-    held_out: tuple[tuple[str, float], ...]  # (model, efficiency fitted without it)
+
+    @property
+    def pooled(self) -> float:
+        """The efficiency fitted on every row."""
+        return _best(self.rows)
+
+    @property
+    def held_out(self) -> tuple[tuple[str, float], ...]:
+        """(model, efficiency fitted without its rows); NaN with one model, which leaves nothing to fit on."""
+        names = list(dict.fromkeys(r.model for r in self.rows))
+        return tuple(
+            (name, _best([r for r in self.rows if r.model != name]) if len(names) > 1 else math.nan) for name in names
+        )
 
     def mean_error(self, efficiency: float, model: str | None = None) -> float:
         chosen = [r for r in self.rows if model is None or r.model == model]
@@ -155,8 +167,8 @@ def fit_rows(
                 model=c.model,
                 label=f"{c.version} {c.model} {c.gpus} GPUs t{c.tp} p{c.pp} c{c.cp} v{c.vp}",
                 measured_s=c.measured_step_s,
-                a=r0.predicted_step_s - b / e0,
-                b=b,
+                fixed_s=r0.predicted_step_s - b / e0,
+                gemm_s=b,
             )
         )
     return base, tuple(fitted)
@@ -177,10 +189,6 @@ def fit_efficiency(
     )
     if not rows:
         raise reject("rows", 0, "at least one simulated DGX Cloud row (widen --models / --max-gpus)")
-    names = list(dict.fromkeys(r.model for r in rows))
-    held_out = tuple(
-        (name, _best([r for r in rows if r.model != name]) if len(names) > 1 else float("nan")) for name in names
-    )
     return EfficiencyFit(
         gpu=base.name,
         system=system,
@@ -188,8 +196,6 @@ def fit_efficiency(
         attribute=_attribute(precision),
         current=getattr(base, _attribute(precision)),
         rows=rows,
-        pooled=_best(rows),
-        held_out=held_out,
     )
 
 

@@ -10,22 +10,12 @@ from simulator.validation.dgxc_fit import EfficiencyFit, FittedRow, fit_efficien
 
 
 def _row(model: str, measured: float, a: float, b: float) -> FittedRow:
-    return FittedRow(model=model, label=model, measured_s=measured, a=a, b=b)
+    return FittedRow(model=model, label=model, measured_s=measured, fixed_s=a, gemm_s=b)
 
 
 def _fit(rows: tuple[FittedRow, ...]) -> EfficiencyFit:
-    from simulator.validation.dgxc_fit import _best
-
-    names = list(dict.fromkeys(r.model for r in rows))
     return EfficiencyFit(
-        gpu="g",
-        system="s",
-        precision="BF16",
-        attribute="gemm_efficiency_bf16",
-        current=0.8,
-        rows=rows,
-        pooled=_best(rows),
-        held_out=tuple((n, _best([r for r in rows if r.model != n]) if len(names) > 1 else math.nan) for n in names),
+        gpu="g", system="s", precision="BF16", attribute="gemm_efficiency_bf16", current=0.8, rows=rows
     )
 
 
