@@ -192,6 +192,25 @@ def add_parser(sub) -> None:
         help='the ranks in the trace: "replica" (default: data-parallel replica 0, every stage), "all", or '
         "ranks and ranges such as 0-7,64",
     )
+    step.add_argument(
+        "--steps",
+        type=positive_int("steps"),
+        help="simulate N steps and report the step-time distribution (p50, p99, mean, min, max) and the ranks and "
+        "links on the critical path most often; default 1 (the single step's output)",
+    )
+    step.add_argument(
+        "--straggler",
+        action="append",
+        metavar="SPEC",
+        help="slow the GPUs' compute: rank=R:S (GPU R's compute S times longer; repeat for more GPUs) or "
+        "lognormal:SIGMA (each GPU's factor drawn per step, median 1, from --seed); every rank is then simulated",
+    )
+    step.add_argument(
+        "--jitter-us",
+        type=bounded("jitter-us", float, 0),
+        help="host jitter: each compute task starts an exponentially distributed delay of this mean later (drawn "
+        "from --seed); default 0, no measured default exists",
+    )
     step.set_defaults(**dict.fromkeys(STEP_DEFAULTS))  # None: not given, so the scenario file or the default holds
 
 
@@ -233,6 +252,15 @@ def run(args) -> str:
     if s["calibration"] is not None:
         calibration = load_calibration(s["calibration"], s["system"] if "system" in s["given"] else None)
         s["system"] = calibration.system
+    stragglers = None
+    if args.steps not in (None, 1) or args.straggler or args.jitter_us:
+        from simulator.studies.stragglers import Stragglers
+
+        stragglers = Stragglers.parse(args.straggler or (), jitter_us=args.jitter_us or 0.0)
+        if s["trace"] is not None:
+            raise checks.reject(
+                "trace", s["trace"], "no --trace with --steps, --straggler or --jitter-us (a trace is one step's)"
+            )
     setup = prepare_step(s, environ=os.environ)
     topology, parallelism, environment = setup.topology, setup.parallelism, setup.environment
     if s["trace_ranks"] is not None:
@@ -244,6 +272,8 @@ def run(args) -> str:
         from simulator.validation.calibration import apply_calibration
 
         system, config = apply_calibration(topology, config, calibration)
+    if stragglers is not None:
+        return _run_steps(args, s, setup, stragglers, system, config, calibration)
     with progress_display("fabricsim step", quiet=bool(args.quiet)) as progress:
         result = run_step(setup, system=system, config=config, progress=progress)
     trace_note = ""
@@ -392,6 +422,98 @@ def format_step_csv(result) -> str:
     for view in ("bytes", "busy_s", "utilisation"):
         rows += [("link_tier", name, view, v) for name, v in result.breakdown[f"link_tier_{view}"].items()]
     rows += [("memory", part, "bytes", value) for part, value in result.memory.items()]
+    rows += [("warning", "", "text", text) for text in result.warnings]
+    rows += [("note", "", "text", text) for text in result.notes]
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue()
+
+
+def _run_steps(args, s, setup, stragglers, system, config, calibration) -> str:
+    """``fabricsim step --steps N --straggler SPEC --jitter-us X``: N steps, their distribution and critical path."""
+    import dataclasses
+    import json
+
+    from simulator.studies.stragglers import run_steps
+
+    with progress_display("fabricsim step", quiet=bool(args.quiet)) as progress:
+        result = run_steps(
+            setup,
+            steps=args.steps or 1,
+            stragglers=stragglers,
+            system=system,
+            config=config,
+            progress=progress,
+        )
+    if s["format"] == "csv":
+        return format_steps_csv(result)
+    if s["format"] == "json":
+        data = result.as_dict()
+        data["parallelism"] = dataclasses.asdict(setup.parallelism) | {"dp": result.first.parallelism.dp}
+        data |= {"nccl_environment": setup.environment} if setup.environment else {}
+        data |= {"calibration": calibration.to_dict()} if calibration is not None else {}
+        return json.dumps(data, indent=1, default=str) + "\n"
+    return format_steps(result, setup.topology, top=STEPS_TOP)
+
+
+# the ranks and links the table lists (the JSON and CSV list all)
+STEPS_TOP = 10
+
+
+def format_steps(result, topology, *, top: int = STEPS_TOP) -> str:
+    """The human-readable summary of a StepsResult: the step-time distribution, then the ranks and links on the
+    critical path, the most seconds first (``simulator.studies.stragglers``)."""
+    p = result.first.parallelism
+    lines = [
+        f"# fabricsim step: {result.model} on {topology.description or topology.name} ({result.gpus} GPUs), "
+        f"{result.steps} step{'s' if result.steps > 1 else ''}, seed {result.seed}",
+        f"# tp {p.tp} x pp {p.pp} x dp {p.dp} x cp {p.cp} (ep {p.ep}, vp {p.vp}), {p.schedule}, "
+        f"{p.global_batch} x {p.seq_len} tokens, micro-batch {p.micro_batch}, {p.dtype}, ZeRO {p.zero_stage}",
+        f"# stragglers: {result.stragglers.describe()}",
+        *(f"# WARNING: {text}" for text in result.warnings),
+        f"step time p50        {result.p50_s:12.4f} s",
+        f"step time p99        {result.p99_s:12.4f} s",
+        f"step time mean       {result.mean_s:12.4f} s",
+        f"step time min        {result.min_s:12.4f} s",
+        f"step time max        {result.max_s:12.4f} s",
+        "",
+        f"# critical path, ranks: steps on it, its compute on it per step (s, share of the mean step), collectives "
+        f"on it it released (arrived last); top {top}",
+        f"{'rank':>6}{'steps':>7}{'compute s':>12}{'share':>8}{'released':>10}",
+    ]
+    for row in result.ranks[:top]:
+        lines.append(
+            f"{row['rank']:>6}{row['steps']:>7}{row['critical_s']:>12.4f}{row['share']:>8.1%}{row['released']:>10}"
+        )
+    lines += [
+        "",
+        f"# critical path, links: the bottleneck of its collectives (most bytes per capacity): steps, their time per "
+        f"step (s, share), count; top {top}",
+        f"{'link':>7}  {'name':<40}{'steps':>7}{'comm s':>10}{'share':>8}{'count':>8}",
+    ]
+    for row in result.links[:top]:
+        lines.append(
+            f"{row['link']:>7}  {row['name']:<40}{row['steps']:>7}{row['critical_s']:>10.4f}{row['share']:>8.1%}"
+            f"{row['collectives']:>8}"
+        )
+    lines += [f"# note: {note}" for note in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+def format_steps_csv(result) -> str:
+    """A StepsResult as one long CSV table, ``section,name,field,value``: the distribution ("summary"), each
+    step ("step", name its index), each rank and link on the critical path ("rank", "link"), warnings, notes."""
+    import csv
+    import io
+
+    from simulator.studies.stragglers import LINK_COLUMNS, RANK_COLUMNS
+
+    rows: list[tuple] = [("section", "name", "field", "value")]
+    rows += [("summary", "", k, v) for k, v in result.summary().items()]
+    for k, values in enumerate(zip(result.step_time_s, result.compute_s, result.exposed_comm_s)):
+        rows += [("step", k, name, v) for name, v in zip(("step_time_s", "compute_s", "exposed_comm_s"), values)]
+    rows += [("rank", row["rank"], c, row[c]) for row in result.ranks for c in RANK_COLUMNS[1:]]
+    rows += [("link", row["link"], c, row[c]) for row in result.links for c in LINK_COLUMNS[1:]]
     rows += [("warning", "", "text", text) for text in result.warnings]
     rows += [("note", "", "text", text) for text in result.notes]
     out = io.StringIO()

@@ -729,6 +729,7 @@ def _measure(
     context: bool = False,
     scales_transfers: bool = False,
     progress: Callable[[str], None] | None = None,
+    perturb: Callable[[TrainingWorkload], TrainingWorkload] | None = None,
 ) -> _Raw:
     """One step's additive measurements. With ``passive``, the ranks the reductions in use simulate
     (``reductions.simulated_ranks``), the other members of their groups passive. The programs are built without
@@ -781,10 +782,11 @@ def _measure(
         phases = (phase,)
         parts = (_phase_parts(phase, topology, link_bytes=link_bytes),)
     else:
+        built = resolve(training_step(model, p, **kw), compute)
         phases = (
             _run_phase(
                 topology,
-                resolve(training_step(model, p, **kw), compute),
+                built if perturb is None else perturb(built),
                 placement,
                 config,
                 0.0,
@@ -852,6 +854,9 @@ class StepOptions:
     child process beside the reduced run where the platform forks, this process may use a second CPU, may have
     children and runs no other threads (``_beside``; False, or otherwise: one after the other); the numbers are the
     same either way, and the child is stopped if the step fails or is interrupted.
+    ``perturb``: a function applied to the step's programs once their durations are resolved, before they run
+    (per-GPU compute slowdowns and kernel-launch jitter: ``simulator.studies.stragglers.ComputeNoise``); it makes
+    ranks unalike, so it needs ``exact=True``. None: the programs run as built.
     """
 
     config: SimConfig | None = None
@@ -873,6 +878,7 @@ class StepOptions:
     route_cache: RouteCache | None = None
     progress: Callable[[str], None] | None = None
     bound_process: bool = True
+    perturb: Callable[[TrainingWorkload], TrainingWorkload] | None = None
 
     def __post_init__(self) -> None:
         for name, kind, what in (
@@ -909,6 +915,10 @@ class StepOptions:
             raise reject("StepOptions.progress", self.progress, "None or a function of one string")
         if self.wiring is not None:
             instance("StepOptions.wiring", self.wiring, str, "None or a wiring name")
+        if self.perturb is not None and not callable(self.perturb):
+            raise reject("StepOptions.perturb", self.perturb, "None or a function of a TrainingWorkload")
+        if self.perturb is not None and not self.exact:
+            raise reject("StepOptions.exact", False, "True with perturb (perturbed ranks are not alike)")
 
 
 class _Beside:
@@ -1058,6 +1068,7 @@ def simulate_step(
             context=used.context,
             scales_transfers=used.scales_transfer_links,
             progress=progress,
+            perturb=o.perturb,
             **kw,
         )
 
