@@ -89,7 +89,9 @@ def add_parser(sub) -> None:
         metavar="FILE.json",
         help="apply a calibration written by `fabricsim calibrate --out` (link scale + overhead) to the system",
     )
-    step.add_argument("--seed", type=int, help="seed of ECMP hashing; default 0")
+    step.add_argument(
+        "--seed", type=int, help="seed of ECMP hashing, of --straggler lognormal and of --jitter-us; default 0"
+    )
     nccl_version_option(step)
     step.add_argument("--congestion", nargs="+", choices=CONGESTION_NAMES, help="flow-model refinements")
     for name in ("tp", "pp", "dp", "cp", "ep", "vp"):
