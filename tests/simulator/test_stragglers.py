@@ -62,8 +62,10 @@ def test_one_slowed_gpu_stretches_the_ring_step_as_derived_and_is_named(dgx, ove
     if not overlap:
         assert len(after) == len(phase.sim.collectives)  # all of them
     assert slowed.step_time_s[0] == pytest.approx(S * C_S + math.fsum(after), rel=1e-9)
-    # the exposed reduction is the same as without the straggler: the slowed GPU stretches compute alone
+    # the exposed reduction is the same as without the straggler: the slowed GPU stretches compute alone, so the
+    # step grows by (s - 1) C exactly
     assert slowed.step_time_s[0] - S * C_S == pytest.approx(base.step_time_s[0] - C_S, rel=1e-9)
+    assert slowed.step_time_s[0] - base.step_time_s[0] == pytest.approx((S - 1) * C_S, rel=1e-9)
     # the critical path: GPU 3's whole compute (s C) and the buckets it released
     top = slowed.ranks[0]
     assert top["rank"] == SLOW and top["critical_s"] == pytest.approx(S * C_S, rel=1e-12) and top["released"] >= 1
@@ -75,6 +77,30 @@ def test_one_slowed_gpu_stretches_the_ring_step_as_derived_and_is_named(dgx, ove
     assert link["collectives"] == len(after) and link["critical_s"] == pytest.approx(math.fsum(after), rel=1e-9)
     assert "nvswitch" in link["name"]
     assert any("symmetric replicas" in note for note in slowed.notes)
+
+
+def test_spread_and_jitter_delay_the_ring_by_the_slowest_rank(dgx):
+    # gradients reduced after the backward, pp = tp = 1: each rank's compute tasks run back to back on its compute
+    # stream, so rank r ends its compute at f_r C + sum of its J (module docstring), the buckets start when the
+    # slowest has, and the reduction A is the one measured without noise (the buckets' rings meet nothing else)
+    s = Stragglers(sigma=0.05, jitter_s=50e-6)
+    run = simulate_steps(MODEL, layout(False), system=dgx, options=options(), stragglers=s, seed=11)
+    base = simulate_steps(MODEL, layout(False), system=dgx, options=options())
+    reduction = base.step_time_s[0] - C_S
+    f = s.factors_of(N, step=0, seed=11)
+    running = sum(
+        1
+        for t in resolve(training_step(MODEL, layout(False)), COMPUTE).workload.programs[0]
+        if isinstance(t, ComputeTask) and t.duration_s
+    )
+    # a forward and a backward per layer and micro-batch (the embedding, logits and optimizer tasks take 0 s here)
+    assert running == 4 * 2 * 2
+    ends = [
+        f[r] * C_S + float(np.random.default_rng([11, 0, 1, r]).exponential(50e-6, running).sum()) for r in range(N)
+    ]
+    assert run.step_time_s[0] == pytest.approx(max(ends) + reduction, rel=1e-9)
+    assert run.ranks[0]["rank"] == int(np.argmax(ends))
+    assert run.ranks[0]["critical_s"] == pytest.approx(max(ends), rel=1e-9)
 
 
 def test_the_critical_path_adds_up_to_the_step(dgx):
