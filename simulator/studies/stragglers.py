@@ -102,7 +102,13 @@ __all__ = (
 )
 
 # what one --straggler SPEC may be (the error message's "expected")
-STRAGGLER_SPEC = "rank=R:S (GPU R's compute S times longer, S > 0, e.g. rank=17:1.3) or lognormal:SIGMA (SIGMA >= 0)"
+# the inputs' ranges: a GPU more than MAX_FACTOR x slower is a failure, not a straggler; a lognormal sigma of 1
+# already puts one GPU in a thousand 22 x slower (e^3.1); a launch delay averaging a second is a stalled host
+MAX_FACTOR, MAX_SIGMA, MAX_JITTER_S = 1000.0, 1.0, 1.0
+STRAGGLER_SPEC = (
+    f"rank=R:S (GPU R's compute S times longer, 0 < S <= {MAX_FACTOR:g}, e.g. rank=17:1.3) or lognormal:SIGMA "
+    f"(0 <= SIGMA <= {MAX_SIGMA:g})"
+)
 # StepsResult.frame's views
 STEPS_VIEWS = ("summary", "steps", "ranks", "links", "notes")
 # the draws' streams (numpy.random.default_rng([seed, step, what, rank]))
@@ -128,16 +134,20 @@ class Stragglers:
         pairs = []
         for rank, factor in self.factors:
             rank = integer("Stragglers.factors rank", rank, low=0)
-            factor = finite("Stragglers.factors factor", factor, low=0.0, low_open=True)
+            factor = finite("Stragglers.factors factor", factor, low=0.0, low_open=True, high=MAX_FACTOR)
             pairs.append((rank, factor))
         ranks = [r for r, _ in pairs]
         if len(set(ranks)) != len(ranks):
             twice = next(r for r in ranks if ranks.count(r) > 1)
             raise reject("Stragglers.factors", f"rank {twice} twice", expected)
         object.__setattr__(self, "factors", tuple(pairs))
-        object.__setattr__(self, "sigma", finite("Stragglers.sigma", self.sigma, low=0.0))
+        object.__setattr__(self, "sigma", finite("Stragglers.sigma", self.sigma, low=0.0, high=MAX_SIGMA))
         object.__setattr__(
-            self, "jitter_s", finite("Stragglers.jitter_s", self.jitter_s, low=0.0, expected="a finite number >= 0 s")
+            self,
+            "jitter_s",
+            finite(
+                "Stragglers.jitter_s", self.jitter_s, low=0.0, high=MAX_JITTER_S, expected=f"0 to {MAX_JITTER_S:g} s"
+            ),
         )
 
     @classmethod
@@ -156,12 +166,12 @@ class Stragglers:
             try:
                 if kind.startswith("rank=") and sep:
                     rank, factor = int(kind[len("rank=") :]), float(value)
-                    if rank < 0 or not math.isfinite(factor) or factor <= 0:
+                    if rank < 0 or not 0 < factor <= MAX_FACTOR:  # NaN fails it
                         raise ValueError
                     factors.append((rank, factor))
                 elif kind == "lognormal" and sep and sigma is None:
                     sigma = float(value)
-                    if not math.isfinite(sigma) or sigma < 0:
+                    if not 0 <= sigma <= MAX_SIGMA:  # NaN fails it
                         raise ValueError
                 else:
                     raise ValueError
@@ -171,7 +181,7 @@ class Stragglers:
         if len(set(ranks)) != len(ranks):
             twice = next(r for r in ranks if ranks.count(r) > 1)
             raise reject("straggler", f"rank={twice} twice", "each rank named once")
-        jitter = finite("jitter_us", jitter_us, low=0.0)
+        jitter = finite("jitter_us", jitter_us, low=0.0, high=MAX_JITTER_S * 1e6)
         return cls(factors=tuple(factors), sigma=0.0 if sigma is None else sigma, jitter_s=jitter * 1e-6)
 
     @property

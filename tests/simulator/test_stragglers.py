@@ -10,6 +10,8 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.cli import main
 from simulator.collectives.tuner import CollectivePolicy
@@ -258,3 +260,26 @@ def test_python_bad_input(dgx):
         simulate_steps(MODEL, layout(False), system=dgx, options=forced, stragglers=Stragglers(sigma=0.1))
     with pytest.raises(ValueError, match=r"^StepOptions.exact: False is not allowed; expected True with perturb"):
         StepOptions(perturb=ComputeNoise(stragglers=Stragglers(sigma=0.1)))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=12),
+            st.builds(
+                lambda r, s: f"rank={r}:{s}", st.sampled_from(["0", "-1", "x", "3", "9" * 30]), st.text(max_size=6)
+            ),
+            st.builds(lambda s: f"lognormal:{s}", st.sampled_from(["0", "0.05", "-1", "nan", "inf", "", "1e308"])),
+        ),
+        max_size=3,
+    )
+)
+def test_any_spec_parses_or_names_the_field(specs):
+    # any text: a Stragglers, or one ValueError naming the field
+    try:
+        s = Stragglers.parse(specs)
+    except ValueError as exc:
+        assert str(exc).startswith("straggler: ") and "\n" not in str(exc)
+    else:
+        assert all(f > 0 and math.isfinite(f) for _, f in s.factors) and math.isfinite(s.sigma) and s.sigma >= 0
