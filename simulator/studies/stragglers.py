@@ -101,10 +101,10 @@ __all__ = (
     "STRAGGLER_SPEC",
 )
 
-# what one --straggler SPEC may be (the error message's "expected")
 # the inputs' ranges: a GPU more than MAX_FACTOR x slower is a failure, not a straggler; a lognormal sigma of 1
 # already puts one GPU in a thousand 22 x slower (e^3.1); a launch delay averaging a second is a stalled host
 MAX_FACTOR, MAX_SIGMA, MAX_JITTER_S = 1000.0, 1.0, 1.0
+# what one --straggler SPEC may be (the error message's "expected")
 STRAGGLER_SPEC = (
     f"rank=R:S (GPU R's compute S times longer, 0 < S <= {MAX_FACTOR:g}, e.g. rank=17:1.3) or lognormal:SIGMA "
     f"(0 <= SIGMA <= {MAX_SIGMA:g})"
@@ -227,6 +227,11 @@ class ComputeNoise:
     step: int = 0
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        instance("ComputeNoise.stragglers", self.stragglers, Stragglers, "a Stragglers")
+        integer("ComputeNoise.step", self.step, low=0)
+        integer("ComputeNoise.seed", self.seed)
+
     def __call__(self, training: TrainingWorkload) -> TrainingWorkload:
         w = training.workload
         world = training.parallelism.world_size
@@ -271,7 +276,7 @@ def _scaled(program: tuple[Task, ...], factor: float, delays: np.ndarray | None)
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PathPart:
     """One task on a step's critical path: ``rank``'s compute task (``collective`` -1) or collective
     ``collective`` (``rank``: the member that arrived last and released it), lasting ``time_s``."""
@@ -319,7 +324,7 @@ def critical_path(phase: StepPhase) -> list[PathPart]:
         task = program[pos]
         if isinstance(task, ComputeTask):
             t = float(tl.start_s[r][pos])
-            parts.append(PathPart(training.ranks[r], -1, float(tl.end_s[r][pos]) - t))
+            parts.append(PathPart(rank=training.ranks[r], collective=-1, time_s=float(tl.end_s[r][pos]) - t))
         else:
             i = task.index
             t = float(tl.collective_start_s[i])
@@ -333,7 +338,7 @@ def critical_path(phase: StepPhase) -> list[PathPart]:
                         break
             program = w.programs[r]
             task = program[pos]
-            parts.append(PathPart(training.ranks[r], i, float(tl.collective_end_s[i]) - t))
+            parts.append(PathPart(rank=training.ranks[r], collective=i, time_s=float(tl.collective_end_s[i]) - t))
         if t <= 0.0:
             break
         before = [prev_of(program)[pos], *task.after]
