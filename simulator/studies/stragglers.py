@@ -55,9 +55,9 @@ its ``after`` tasks: the start is the largest of those ends, so one equals it ex
 slowest member, the one whose arrival is the collective's start, then that member's predecessor. Ties go to the
 rank the walk is on, then to the lowest rank; among a task's predecessors, to the previous task of its stream.
 Each compute task on the path counts for its rank; each collective counts for its bottleneck link, the link whose
-share of the collective's wire bytes takes longest at line rate (bytes / capacity, ``api.collective_link_bytes``:
-the busiest link, not a rate the flow model measured; ties to the lowest link id), and for the member that
-released it.
+share of the collective's wire bytes takes longest at line rate (bytes / capacity, ``api.collective_link_bytes``,
+the capacity scaled by the link events in effect at the collective's start: the busiest link, not a rate the flow
+model measured; ties to the lowest link id), and for the member that released it.
 
 Worked number: 8 data-parallel ranks of one layer, 4 micro-batches of 10 ms forward and 20 ms backward, C =
 4 x 30 ms = 120 ms; GPU 3 slowed by 1.3 computes 156 ms, so a step with a 2 ms reduction after the backward takes
@@ -358,16 +358,28 @@ def _bottleneck_link(
     route_cache: RouteCache,
     cache: dict,
 ) -> int:
-    """The link whose share of collective ``index``'s wire bytes takes longest at line rate (-1: none)."""
+    """The link whose share of collective ``index``'s wire bytes takes longest at line rate (-1: none), each link's
+    capacity scaled as the link events in effect when the collective starts say (``SimConfig.link_events``: the
+    last one at or before it; a failed link is left out, its flows having moved to other paths)."""
     w = phase.training.workload
     collective = w.collectives[index]
-    key = (collective, tuple(placement.rank_gpu[r] for r in collective.group))
+    start = float(phase.timeline.collective_start_s[index])
+    scales: dict[int, float] = {}
+    for event in sorted(config.link_events, key=lambda e: e.time_s):
+        if event.time_s <= start:
+            scales[event.link] = event.scale
+    key = (collective, tuple(placement.rank_gpu[r] for r in collective.group), tuple(sorted(scales.items())))
     link = cache.get(key)
     if link is None:
         counts = [0] * len(w.collectives)
         counts[index] = 1
         moved = collective_link_bytes(topology, w, counts, placement, config, route_cache=route_cache)
-        busy = moved / topology.link_capacity_bytes_per_s
+        capacity = topology.link_capacity_bytes_per_s.copy()
+        for lid, scale in scales.items():
+            capacity[lid] *= scale
+            if scale == 0:
+                moved[lid] = 0.0
+        busy = np.divide(moved, capacity, out=np.zeros_like(moved), where=capacity > 0)
         link = cache[key] = int(np.argmax(busy)) if busy.size and busy.max() > 0 else -1
     return link
 
@@ -486,7 +498,8 @@ def simulate_steps(
 ) -> StepsResult:
     """``steps`` training steps of ``model`` laid out as ``parallelism`` on ``system`` as ``options`` say
     (``simulate_step``'s arguments), each perturbed by ``stragglers`` with draws from ``seed`` (module docstring).
-    Without stragglers every step is the same and is simulated once."""
+    Without stragglers every step is the same and is simulated once (with ``steady_state_microbatches``, the
+    critical path is that of the longer of the two runs the step is extrapolated from)."""
     o = StepOptions() if options is None else options
     instance("options", o, StepOptions, "a StepOptions or None")
     instance("model", model, ModelSpec, "a workloads.model.ModelSpec")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from simulator.cli import main
 from simulator.collectives.tuner import CollectivePolicy
-from simulator.config import SimConfig
+from simulator.config import LinkEvent, SimConfig
 from simulator.studies.stragglers import ComputeNoise, Stragglers, critical_path, simulate_steps
 from simulator.studies.training import StepOptions, simulate_step
 from topologies.presets import build_system
@@ -103,6 +103,20 @@ def test_spread_and_jitter_delay_the_ring_by_the_slowest_rank(dgx):
     assert run.step_time_s[0] == pytest.approx(max(ends) + reduction, rel=1e-9)
     assert run.ranks[0]["rank"] == int(np.argmax(ends))
     assert run.ranks[0]["critical_s"] == pytest.approx(max(ends), rel=1e-9)
+
+
+def test_a_degraded_link_is_named_on_the_critical_path(dgx):
+    # GPU 5's NVLink port into the switch at a quarter of its capacity from the start (SimConfig.link_events): the
+    # ring's bytes are alike on every port, so that port takes 4 x longer than any other at line rate and is the
+    # bottleneck of every bucket; the step is longer than with the port whole
+    port = dgx.link_names.index("s0.gpu5->s0.nvswitch")
+    degraded = dataclasses.replace(RING, link_events=(LinkEvent(time_s=0.0, link=port, scale=0.25),))
+    run = simulate_steps(MODEL, layout(False), system=dgx, options=StepOptions(compute=COMPUTE, config=degraded))
+    base = simulate_steps(MODEL, layout(False), system=dgx, options=options())
+    (phase,) = run.first.phases
+    assert [row["name"] for row in run.links] == ["s0.gpu5->s0.nvswitch"]
+    assert run.links[0]["collectives"] == len(phase.sim.collectives)
+    assert run.step_time_s[0] > base.step_time_s[0]
 
 
 def test_the_critical_path_adds_up_to_the_step(dgx):
