@@ -41,7 +41,7 @@ write is bounded by the storage's bandwidth alone), stragglers before a failure 
 beyond one retransmission timeout.
 
 Worked number: 2,048 DGX H100 on a RoCE fat-tree with the Llama 3 rates (466 interruptions in 54 days: one per
-2.78 h) and a 405B checkpoint of 5.67 TB written at 2 TB/s (2.8 s): Young/Daly's interval 4.2 min and an ETTR of
+2.78 h) and a 405B checkpoint of 5.68 TB written at 2 TB/s (2.84 s): Young/Daly's interval 4.1 min and an ETTR of
 about 0.94 (``fabricsim goodput``; the tests check > 0.90, the paper's ">90% effective training time").
 """
 
@@ -151,8 +151,9 @@ LLAMA3_CAUSES = (
     FailureCause(name="planned maintenance", kind="planned", count=47, detection="drained"),
 )
 
-# NCCL's InfiniBand/RoCE transport (src/transport/net_ib, NCCL_PARAM IbTimeout 20 and IbRetryCnt 7 since 2.14;
-# 18 and 14 before): the QP's local ACK timeout is 4.096 us x 2^timeout (InfiniBand spec, as NCCL's env docs say)
+# NCCL's InfiniBand/RoCE transport (src/transport/net_ib, NCCL_PARAM IbTimeout 20 and IbRetryCnt 7 in recent
+# releases, IbTimeout 18 and 14 in older ones): the QP's local ACK timeout is 4.096 us x 2^timeout (the
+# InfiniBand QP attribute, as NCCL's environment-variable docs give it)
 IB_TIMEOUT = 20
 IB_RETRY_CNT = 7
 IB_TIMEOUT_UNIT_S = 4.096e-6
