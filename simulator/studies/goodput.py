@@ -78,6 +78,7 @@ __all__ = (
     "exposure_units",
     "goodput",
     "goodput_of",
+    "monte_carlo",
 )
 
 DEFAULT_GOODPUT = Path(__file__).with_name("designs") / "goodput-16k.toml"
@@ -289,6 +290,8 @@ class DesignGoodput:
     lost_s: Mapping[str, float]
     lost_by_phase_s: Mapping[str, float]
     events: Mapping[str, float]
+    # the seeded Monte Carlo's wall times, when asked (runs, seed, wall_mean_s, wall_p10_s, wall_p90_s, ettr_mean)
+    monte_carlo: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def time_to_train_s(self) -> float:
@@ -326,6 +329,7 @@ class GoodputResult:
                     "checkpoint_interval_s": d.checkpoint_interval_s,
                     "suggested_interval_s": d.suggested_interval_s,
                     "checkpoint_write_s": d.checkpoint_write_s,
+                    **{f"monte_carlo_{k}": v for k, v in d.monte_carlo.items()},
                 }
                 rows.append(row)
             return pd.DataFrame(rows)
@@ -370,6 +374,13 @@ class GoodputResult:
                 events = d.events.get(cause)
                 count = f", {events:.1f} events" if events is not None else ""
                 lines.append(f"    {cause}: {lost / 3600:.2f} h ({lost / d.wall_s:.2%}{count})")
+            if d.monte_carlo:
+                mc = d.monte_carlo
+                lines.append(
+                    f"  Monte Carlo ({mc['runs']:.0f} runs, seed {mc['seed']:.0f}): ETTR {mc['ettr_mean']:.4f}, "
+                    f"time to train {mc['wall_mean_s'] / 86400:.2f} days (p10 {mc['wall_p10_s'] / 86400:.2f}, "
+                    f"p90 {mc['wall_p90_s'] / 86400:.2f})"
+                )
             lines.append(
                 "  by phase (hours): " + ", ".join(f"{p} {s / 3600:.2f}" for p, s in d.lost_by_phase_s.items())
             )
@@ -395,19 +406,36 @@ def checkpoint_bytes(parameters: float) -> float:
     return float(parameters) * CHECKPOINT_BYTES_PER_PARAM
 
 
-def goodput_of(
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Plan:
+    """A design's run before its wall time: failure-free time, checkpoint cycle, each cause's rate and cost by
+    phase, and which causes stop the job (``drained`` for planned stops, None for degradations)."""
+
+    productive_s: float
+    tau_s: float
+    stall_s: float
+    write_s: float
+    asynchronous: bool
+    suggested_s: float
+    mtbf_s: float
+    rates: dict[str, float]
+    costs: dict[str, dict[str, float]]
+    detection: dict[str, str | None]
+
+
+PHASES = ("detection", "abort", "restart", "checkpoint read", "re-creation", "lost work", "degraded")
+
+
+def _plan(
     exposure: Exposure,
     *,
-    design: str = "design",
-    tokens: float = LLAMA3_TOKENS,
-    causes: tuple[FailureCause, ...] = LLAMA3_CAUSES,
-    reference_units: Mapping[str, float] = LLAMA3_UNITS,
-    reference_hours: float = LLAMA3_HOURS,
-    recovery: Recovery = Recovery(),
-    checkpoint: Checkpoint = Checkpoint(),
-) -> DesignGoodput:
-    """A design's run in closed form (module docstring): failure rates from ``causes`` over the reference run,
-    scaled by the design's units; each interruption's cost by phase; the checkpoint cycle; the wall time."""
+    tokens: float,
+    causes: tuple[FailureCause, ...],
+    reference_units: Mapping[str, float],
+    reference_hours: float,
+    recovery: Recovery,
+    checkpoint: Checkpoint,
+) -> _Plan:
     checks.positive_finite("tokens", tokens)
     checks.positive_finite("reference_hours", reference_hours)
     for kind in COMPONENTS:
@@ -440,17 +468,18 @@ def goodput_of(
     if not math.isfinite(tau):
         tau = productive  # no failure and no stall: one checkpoint at the end
     cycle = tau + stall
-    if checkpoint.mode == "async" and write_s > cycle:
+    asynchronous = checkpoint.mode == "async"
+    if asynchronous and write_s > cycle:
         raise checks.reject(
             "checkpoint.interval_s",
             tau,
             f"an interval whose cycle ({cycle:.3g} s) is at least the asynchronous "
             f"write ({write_s:.3g} s), else checkpoints pile up",
         )
-    lost_work = cycle / 2 + (write_s if checkpoint.mode == "async" else 0.0)
-    phases = ("detection", "abort", "restart", "checkpoint read", "re-creation", "lost work", "degraded")
+    lost_work = cycle / 2 + (write_s if asynchronous else 0.0)
     costs: dict[str, dict[str, float]] = {}
     rates: dict[str, float] = {}
+    detections: dict[str, str | None] = {}
     for label, rate, detection, slower in entries:
         if detection is None:  # degraded: a retransmission timeout's pause, then slower steps until repaired
             part = {"detection": recovery.retransmission_s}
@@ -465,19 +494,57 @@ def goodput_of(
                 # a planned stop checkpoints first (one stall) and loses nothing
                 "lost work": stall if detection == "drained" else lost_work,
             }
-        costs[label] = {p: part.get(p, 0.0) for p in phases}
+        costs[label] = {p: part.get(p, 0.0) for p in PHASES}
         rates[label] = rate
+        detections[label] = detection
+    return _Plan(
+        productive_s=productive,
+        tau_s=tau,
+        stall_s=stall,
+        write_s=write_s,
+        asynchronous=asynchronous,
+        suggested_s=suggested,
+        mtbf_s=mtbf,
+        rates=rates,
+        costs=costs,
+        detection=detections,
+    )
+
+
+def goodput_of(
+    exposure: Exposure,
+    *,
+    design: str = "design",
+    tokens: float = LLAMA3_TOKENS,
+    causes: tuple[FailureCause, ...] = LLAMA3_CAUSES,
+    reference_units: Mapping[str, float] = LLAMA3_UNITS,
+    reference_hours: float = LLAMA3_HOURS,
+    recovery: Recovery = Recovery(),
+    checkpoint: Checkpoint = Checkpoint(),
+) -> DesignGoodput:
+    """A design's run in closed form (module docstring): failure rates from ``causes`` over the reference run,
+    scaled by the design's units; each interruption's cost by phase; the checkpoint cycle; the wall time."""
+    plan = _plan(
+        exposure,
+        tokens=tokens,
+        causes=causes,
+        reference_units=reference_units,
+        reference_hours=reference_hours,
+        recovery=recovery,
+        checkpoint=checkpoint,
+    )
+    rates, costs, tau, stall, productive = plan.rates, plan.costs, plan.tau_s, plan.stall_s, plan.productive_s
     burden = sum(rates[c] * sum(costs[c].values()) for c in costs)
     if burden >= 1:
         raise ValueError(
             f"failures: the failures cost {burden:.3g} s per second of wall time (>= 1): the run never finishes; "
             "expected lower rates or faster recovery"
         )
-    wall = productive * (cycle / tau) / (1.0 - burden)
+    wall = productive * ((tau + stall) / tau) / (1.0 - burden)
     lost = {c: wall * rates[c] * sum(costs[c].values()) for c in costs}
     stalls = productive * stall / tau
     lost["checkpoint stalls"] = stalls
-    by_phase = {p: sum(wall * rates[c] * costs[c][p] for c in costs) for p in phases}
+    by_phase = {p: sum(wall * rates[c] * costs[c][p] for c in costs) for p in PHASES}
     by_phase["checkpoint stalls"] = stalls
     return DesignGoodput(
         design=design,
@@ -488,18 +555,107 @@ def goodput_of(
         wall_s=wall,
         ettr=productive / wall,
         checkpoint_interval_s=tau,
-        suggested_interval_s=suggested,
-        checkpoint_write_s=write_s,
+        suggested_interval_s=plan.suggested_s,
+        checkpoint_write_s=plan.write_s,
         checkpoint_stall_s=stall,
-        mtbf_s=mtbf,
+        mtbf_s=plan.mtbf_s,
         lost_s=lost,
         lost_by_phase_s=by_phase,
         events={c: wall * rates[c] for c in costs},
     )
 
 
+def monte_carlo(
+    exposure: Exposure,
+    *,
+    runs: int = 100,
+    seed: int = 0,
+    tokens: float = LLAMA3_TOKENS,
+    causes: tuple[FailureCause, ...] = LLAMA3_CAUSES,
+    reference_units: Mapping[str, float] = LLAMA3_UNITS,
+    reference_hours: float = LLAMA3_HOURS,
+    recovery: Recovery = Recovery(),
+    checkpoint: Checkpoint = Checkpoint(),
+) -> np.ndarray:
+    """The wall time of ``runs`` seeded runs (seconds, one per run), failures drawn instead of expected.
+
+    Failures arrive as a Poisson process over the wall time (rate: the sum of the causes'), each of one cause
+    drawn by its rate. The run computes ``tau`` then stalls ``s`` per checkpoint (the last at the end, as the
+    closed form counts them); a checkpoint is durable at the end of its stall (blocking) or ``C`` after it
+    (async). An interrupting failure rolls the work back to the last durable checkpoint, exactly, and costs its
+    fixed phases (all but the lost work); a planned stop costs its fixed phases and one stall and loses nothing;
+    a degradation costs its pause and slowdown, work kept. A failure during a recovery adds its own cost after
+    it (the closed form's first-order assumption is the mean of this process but for the lost work of such
+    failures). Same inputs and seed, same times."""
+    plan = _plan(
+        exposure,
+        tokens=tokens,
+        causes=causes,
+        reference_units=reference_units,
+        reference_hours=reference_hours,
+        recovery=recovery,
+        checkpoint=checkpoint,
+    )
+    runs = checks.integer("runs", runs, low=1, high=100_000)
+    rng = np.random.default_rng(checks.integer("seed", seed, low=0))
+    labels = list(plan.rates)
+    rates = np.array([plan.rates[c] for c in labels], dtype=float)
+    total = float(rates.sum())
+    cumulative = np.cumsum(rates)
+
+    def draw() -> int:  # a cause, by its share of the rate
+        return min(int(np.searchsorted(cumulative, rng.random() * total, side="right")), len(labels) - 1)
+
+    fixed = [sum(v for k, v in plan.costs[c].items() if k != "lost work") for c in labels]
+    planned = [plan.detection[c] == "drained" for c in labels]
+    degrades = [plan.detection[c] is None for c in labels]
+    tau, stall, goal = plan.tau_s, plan.stall_s, plan.productive_s
+    delay = plan.write_s if plan.asynchronous else 0.0  # a checkpoint is durable this long after its stall ends
+    cycle = tau + stall
+    walls = np.empty(runs)
+    for r in range(runs):
+        t = done = 0.0
+        durable = [(0.0, 0.0)]  # (work, wall time from which it is durable): the last durable and any pending
+        next_failure = rng.exponential(1.0 / total) if total > 0 else math.inf
+        while done < goal:
+            # whole cycles before the next failure, but the last (its checkpoints may still be pending): at once
+            whole = math.floor((goal - done) / tau) - 1
+            if math.isfinite(next_failure):
+                whole = min(whole, math.floor((next_failure - t) / cycle) - 1)
+            if whole > 0:
+                t += whole * cycle
+                done += whole * tau
+                durable = [(done - tau, t - cycle + delay), (done, t + delay)]
+            work = min(tau, goal - done)  # the compute to the next checkpoint
+            if next_failure >= t + work + stall:  # the segment completes
+                t += work + stall
+                done += work
+                durable.append((done, t + delay))
+                continue
+            done_at = done + min(next_failure - t, work)  # a failure inside the segment
+            t = next_failure
+            k = draw()
+            if degrades[k]:
+                done = done_at
+            elif planned[k]:  # drained: a checkpoint of the work done, then the stop
+                done = done_at
+                durable = [(done, t + stall)]
+                t += stall
+            else:  # back to the last checkpoint durable now; pending writes are lost
+                durable = [(w, ready) for w, ready in durable if ready <= t][-1:]
+                done = durable[0][0]
+            t += fixed[k]
+            next_failure += rng.exponential(1.0 / total)
+            while next_failure < t:  # failures during the recovery: each adds its own cost after it
+                k = draw()
+                t += fixed[k] + (stall if planned[k] else 0.0)
+                next_failure += rng.exponential(1.0 / total)
+        walls[r] = t
+    return walls
+
+
 # a goodput file's own tables and fields (the rest of its top level: step and fabric fields every design shares)
-SPEC_TABLES = ("designs", "workload", "checkpoint", "recovery", "failures", "reference")
+SPEC_TABLES = ("designs", "workload", "checkpoint", "recovery", "failures", "reference", "monte_carlo")
 SPEC_FIELDS = ("tokens",)
 DESIGN_FIELDS = ("nic_failover",)  # a design's own field beyond the fabric's
 
@@ -602,7 +758,9 @@ def goodput(
     run's length, default Llama 3 405B's 15.6T); ``[designs.NAME]`` fabric fields and ``nic_failover`` (a NIC
     cable's failure degrades instead of stopping the job); ``[workload]`` step fields; ``[checkpoint]``
     (Checkpoint's fields), ``[recovery]`` (Recovery's), ``[failures.NAME]`` (kind, count, detection: replacing
-    or adding to LLAMA3_CAUSES), ``[reference]`` (``hours`` and ``units.KIND``: the run the counts come from).
+    or adding to LLAMA3_CAUSES), ``[reference]`` (``hours`` and ``units.KIND``: the run the counts come from),
+    ``[monte_carlo]`` (``runs``, default 0: none, and ``seed``: the seeded draws of :func:`monte_carlo` beside
+    the closed form).
     Every table is checked before any step runs."""
     from .scenario import FABRIC_DEFAULTS, NETWORK_DEFAULTS, step_settings
     from .sweep import load_grid
@@ -638,6 +796,12 @@ def goodput(
         k: checks.positive_finite(f"reference.units.{k}", v) for k, v in (LLAMA3_UNITS | dict(units_given)).items()
     }
     tokens = checks.positive_finite("tokens", spec.get("tokens", LLAMA3_TOKENS))
+    draws = _table(spec, "monte_carlo")
+    for key in draws:
+        if key not in ("runs", "seed"):
+            raise checks.reject(f"monte_carlo.{key}", draws[key], "a field of [monte_carlo]: runs or seed")
+    runs = checks.integer("monte_carlo.runs", draws.get("runs", 0), low=0, high=100_000)
+    seed = checks.integer("monte_carlo.seed", draws.get("seed", 0), low=0)
     shared = {k: v for k, v in spec.items() if k not in SPEC_TABLES and k not in SPEC_FIELDS}
     plans = []
     for name, fields in designs.items():
@@ -654,18 +818,27 @@ def goodput(
     results = []
     for name, settings, failover in plans:
         exposure = _exposure(settings, failover, progress, name)
-        results.append(
-            goodput_of(
-                exposure,
-                design=name,
-                tokens=tokens,
-                causes=causes,
-                reference_units=reference_units,
-                reference_hours=hours,
-                recovery=recovery,
-                checkpoint=checkpoint,
-            )
+        inputs = dict(
+            tokens=tokens,
+            causes=causes,
+            reference_units=reference_units,
+            reference_hours=hours,
+            recovery=recovery,
+            checkpoint=checkpoint,
         )
+        run = goodput_of(exposure, design=name, **inputs)
+        if runs:
+            walls = monte_carlo(exposure, runs=runs, seed=seed, **inputs)
+            drawn = {
+                "runs": float(runs),
+                "seed": float(seed),
+                "wall_mean_s": float(walls.mean()),
+                "wall_p10_s": float(np.percentile(walls, 10)),
+                "wall_p90_s": float(np.percentile(walls, 90)),
+                "ettr_mean": run.productive_s / float(walls.mean()),
+            }
+            run = dataclasses.replace(run, monte_carlo=drawn)
+        results.append(run)
     notes = (
         "rates: the Llama 3 paper's 54-day snapshot (466 interruptions on 16,384 H100) per unit of each component "
         "kind, times each design's units; cable failures charged per cable of each tier",

@@ -23,6 +23,7 @@ from simulator.studies.goodput import (
     exposure_units,
     goodput,
     goodput_of,
+    monte_carlo,
 )
 from simulator.studies.scenario import prepare_step, run_step, step_settings
 from topologies.presets import build_system
@@ -140,6 +141,32 @@ def test_asynchronous_checkpoints_stall_for_the_host_copy_and_lose_the_write():
         goodput_of(exposure(), causes=(), reference_units=ONE, checkpoint=dataclasses_replace(ckpt, interval_s=10.0))
 
 
+def test_the_monte_carlo_draws_agree_with_the_closed_form():
+    # recovery costs ~0 (ib_timeout 1: 8 x 8.2 us), so no failure falls in a recovery: the draws differ from the
+    # closed form by sampling error and by its first-order lost work only. One failure per 10 h (lambda = 1 / 36,000
+    # s over 2 GPUs at 1 per 20 h each), tau 100 s + C 10 s: a failure in a cycle loses E[X | X < L] = L / 2 -
+    # lambda L^2 / 12 + O(lambda^2) instead of L / 2, a bias of lambda L^2 / 12 = 0.028 s per failure.
+    cause = FailureCause(name="gpu", kind="gpu", count=1.0)
+    inputs = dict(
+        tokens=1e6,
+        causes=(cause,),
+        reference_units=ONE,
+        reference_hours=20.0,
+        recovery=Recovery(ib_timeout=1, restart_s=0.0, init_s_per_rank=0.0),
+        checkpoint=Checkpoint(interval_s=100.0, nbytes=1000.0, write_bytes_per_s=100.0, read_bytes_per_s=1e30),
+    )
+    closed = goodput_of(exposure(), **inputs)
+    walls = monte_carlo(exposure(), runs=400, seed=7, **inputs)
+    assert (monte_carlo(exposure(), runs=400, seed=7, **inputs) == walls).all()  # seeded: bit-identical
+    assert not (monte_carlo(exposure(), runs=400, seed=8, **inputs) == walls).all()
+    sampling = walls.std() / math.sqrt(len(walls))
+    bias = closed.events["gpu"] * (1 / 36000) * 110.0**2 / 12
+    assert abs(walls.mean() - closed.wall_s) < 4 * sampling + bias
+    # with no failure the draws are the closed form exactly: T (tau + C) / tau
+    quiet = monte_carlo(exposure(), runs=3, **(inputs | {"causes": ()}))
+    assert (quiet == 1e6 * 110.0 / 100.0).all()
+
+
 def dataclasses_replace(obj, **changes):
     import dataclasses
 
@@ -196,6 +223,7 @@ SMALL = {
         "leaf-spine": {"topology": "leaf-spine"},
         "2 planes": {"topology": "fat-tree", "planes": 2, "nic_failover": True},
     },
+    "monte_carlo": {"runs": 20, "seed": 3},
     "workload": {
         "model": "gpt",
         "layers": 2,
@@ -219,7 +247,9 @@ def test_the_study_runs_todays_step_and_the_degraded_ones(small):
     for design, fields in SMALL["designs"].items():
         own = {k: v for k, v in fields.items() if k != "nic_failover"}
         settings = step_settings(
-            {k: v for k, v in SMALL.items() if k not in ("designs", "workload", "tokens")} | SMALL["workload"] | own
+            {k: v for k, v in SMALL.items() if k not in ("designs", "workload", "tokens", "monte_carlo")}
+            | SMALL["workload"]
+            | own
         )
         step = run_step(prepare_step(settings, environ={}))
         run = next(d for d in small.designs if d.design == design)
@@ -237,6 +267,7 @@ def test_the_study_is_deterministic_and_its_results_are_data(small):
     assert copy.as_dict() == small.as_dict()
     summary = small.frame("summary")
     assert list(summary["design"]) == ["leaf-spine", "2 planes"] and (summary["ettr"] < 1).all()
+    assert (summary["monte_carlo_runs"] == 20).all() and (summary["monte_carlo_ettr_mean"] <= 1).all()
     phases = small.frame("phases")
     assert set(phases["phase"]) >= {"detection", "restart", "re-creation", "lost work", "checkpoint stalls"}
     with pytest.raises(ValueError, match="view: 'designs' is not allowed"):
@@ -267,6 +298,7 @@ def test_goodput_command_writes_json_and_csv(tmp_path, capsys):
         ("[failures.'faulty GPU']\ncount = -1\n", "failures.faulty GPU.count: -1 is not allowed"),
         ("[reference]\nunits = { rack = 3 }\n", "reference.units: 'rack' is not allowed"),
         ("[designs.b]\nhops = 3\n", "designs.b.hops: 3 is not allowed"),
+        ("[monte_carlo]\nruns = -1\n", "monte_carlo.runs: -1 is not allowed"),
     ],
 )
 def test_bad_goodput_input_is_one_line(tmp_path, capsys, table, message):
