@@ -79,6 +79,8 @@ __all__ = (
     "goodput",
     "goodput_of",
     "monte_carlo",
+    "failure_in_step",
+    "StepFailure",
 )
 
 DEFAULT_GOODPUT = Path(__file__).with_name("designs") / "goodput-16k.toml"
@@ -652,6 +654,73 @@ def monte_carlo(
                 next_failure += rng.exponential(1.0 / total)
         walls[r] = t
     return walls
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepFailure:
+    """One cable failing ``at_s`` into a step: ``interrupted`` (the job stops: ``wasted_s`` = the step's time so
+    far + NCCL's detection, the step's work lost with it) or survived (``step_time_s`` the step with the failure
+    replayed, ``wasted_s`` its extra time + one retransmission timeout's pause)."""
+
+    tier: str
+    at_s: float
+    healthy_step_s: float
+    interrupted: bool
+    step_time_s: float | None
+    wasted_s: float
+
+
+def failure_in_step(
+    settings: Mapping[str, Any],
+    *,
+    tier: str,
+    at_s: float,
+    nic_failover: bool = False,
+    recovery: Recovery = Recovery(),
+) -> StepFailure:
+    """A cable of ``tier`` (CABLE_TIERS: the one on GPU 0's way out) fails ``at_s`` seconds into the step that
+    step ``settings`` describe (``scenario.step_settings``), replayed by the event engine (``SimConfig.link_events``:
+    running flows move to the paths left). A NIC cable without ``nic_failover``, or a cable with no path left,
+    stops the job instead: NCCL's QPs run out of retransmissions (``Recovery.transport_s``) and the communicator
+    is aborted. A failure at 0 s is the step with the cable failed from the start (``failed_links``)."""
+    from simulator.config import LinkEvent
+
+    from .scenario import prepare_step, run_step
+
+    checks.choice("tier", tier, tuple(CABLE_TIERS))
+    at_s = checks.finite_nonnegative("at_s", at_s)
+    setup = prepare_step(settings, environ={})
+    healthy = run_step(setup).step_time_s
+    chain = _cable_chain(setup.topology)
+    if tier not in chain:
+        raise checks.reject("tier", tier, f"a cable tier of this design: {', '.join(chain) or 'none'}")
+    stopped = StepFailure(
+        tier=tier,
+        at_s=at_s,
+        healthy_step_s=healthy,
+        interrupted=True,
+        step_time_s=None,
+        wasted_s=min(at_s, healthy) + recovery.transport_s,
+    )
+    if at_s >= healthy:
+        raise checks.reject("at_s", at_s, f"a time inside the step, < {healthy:.6g} s")
+    if tier == "nic" and not nic_failover:
+        return stopped
+    events = tuple(LinkEvent(time_s=at_s, link=link, scale=0.0) for link in chain[tier])
+    try:
+        step = run_step(setup, config=dataclasses.replace(setup.config, link_events=events)).step_time_s
+    except (ValueError, RuntimeError) as exc:
+        if "route" not in str(exc) and "rerouted" not in str(exc):
+            raise
+        return stopped
+    return StepFailure(
+        tier=tier,
+        at_s=at_s,
+        healthy_step_s=healthy,
+        interrupted=False,
+        step_time_s=step,
+        wasted_s=step - healthy + recovery.retransmission_s,
+    )
 
 
 # a goodput file's own tables and fields (the rest of its top level: step and fabric fields every design shares)

@@ -19,8 +19,10 @@ from simulator.studies.goodput import (
     FailureCause,
     GoodputResult,
     Recovery,
+    _cable_chain,
     checkpoint_bytes,
     exposure_units,
+    failure_in_step,
     goodput,
     goodput_of,
     monte_carlo,
@@ -307,3 +309,42 @@ def test_bad_goodput_input_is_one_line(tmp_path, capsys, table, message):
     assert main(["goodput", str(spec), "--quiet"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and message in err, err
+
+
+PLANES = {
+    "system": "dgx-h100",
+    "nodes": 4,
+    "topology": "fat-tree",
+    "planes": 2,
+    "model": "gpt",
+    "layers": 2,
+    "hidden": 1024,
+    "heads": 8,
+    "tp": 2,
+    "pp": 2,
+    "global_batch": 16,
+    "seq_len": 1024,
+}
+
+
+def test_a_cable_failing_inside_a_step():
+    import dataclasses
+
+    settings = step_settings(PLANES)
+    # no NIC failover: the QPs run out of retransmissions, 4.096 us x 2^20 x 8 = 34.359738368 s after the failure
+    stopped = failure_in_step(settings, tier="nic", at_s=0.001)
+    assert stopped.interrupted and stopped.step_time_s is None
+    assert stopped.wasted_s == 0.001 + 4.096e-6 * 2**20 * 8
+    # with failover, at 0 s: the step with the cable failed from the start (the engine moves no flow: none began)
+    first = failure_in_step(settings, tier="nic", at_s=0.0, nic_failover=True)
+    setup = prepare_step(settings, environ={})
+    links = frozenset(_cable_chain(setup.topology)["nic"])
+    failed = run_step(setup, config=dataclasses.replace(setup.config, failed_links=links)).step_time_s
+    assert not first.interrupted and first.step_time_s == failed
+    # halfway: the flows caught by the failure move; the step ends later than the healthy one, and its waste is
+    # the extra time plus one retransmission timeout's pause (4.096 us x 2^20)
+    half = failure_in_step(settings, tier="nic", at_s=first.healthy_step_s / 2, nic_failover=True)
+    assert half.step_time_s > half.healthy_step_s
+    assert half.wasted_s == half.step_time_s - half.healthy_step_s + 4.096e-6 * 2**20
+    with pytest.raises(ValueError, match="tier: 'fabric_2' is not allowed; expected a cable tier of this design"):
+        failure_in_step(settings, tier="fabric_2", at_s=0.0)
