@@ -22,14 +22,16 @@ Formulas (per design; all times in seconds; rates per second, cluster-wide for t
   expected work lost since the last durable checkpoint ``lost = L / 2`` (blocking) or ``L / 2 + C`` (async: the
   previous checkpoint is durable C after its interval ends; requires C <= L); a planned interruption (drained after
   a checkpoint) has no detection and loses nothing, and pays one checkpoint stall instead;
-* a degradation costs ``pause + R x (1 - t / t_d)``: ``pause`` one IB retransmission timeout, then ``R`` seconds
-  of repair at ``t / t_d`` of the healthy progress (t the healthy step, t_d the step with the cable failed);
+* a degradation costs ``pause + min(R x (1 - t / t_d), D)``: ``pause`` one IB retransmission timeout, then
+  ``R`` seconds of repair at ``t / t_d`` of the healthy progress (t the healthy step, t_d the step with the cable
+  failed), or, when that loses more, a planned stop D (checkpoint stall, abort, restart, read, re-creation) onto
+  a spare;
 * wall time ``W = T x (L / tau) / (1 - sum_c lambda_c F_c)`` for T seconds of failure-free training (T = tokens /
   tokens per second of the healthy step): failures arrive over the whole wall time, each costs its F_c;
 * effective training time ratio ``ETTR = T / W``; time to train = W; lost time of cause c = ``W lambda_c F_c``,
   checkpoint stalls ``T s / tau``; T + stalls + the causes' lost time = W exactly;
-* the suggested interval (Young 1974, Daly 2006 first order): ``tau* = sqrt(2 s M)``, M = 1 / sum of the
-  interrupting rates.
+* the suggested interval (Young 1974, Daly 2006 first order): ``tau* = sqrt(2 s M)``, M = 1 / the sum of the
+  rates of the failures that lose work (planned stops lose none).
 
 Captures: per-cause rates scaled by each design's own counts of GPUs, hosts, NICs and cables per tier; which
 cable failures a design survives (a route must remain: the router's own answer) and the slower step it then runs;
@@ -41,7 +43,7 @@ write is bounded by the storage's bandwidth alone), stragglers before a failure 
 beyond one retransmission timeout.
 
 Worked number: 2,048 DGX H100 on a RoCE fat-tree with the Llama 3 rates (466 interruptions in 54 days: one per
-2.78 h) and a 405B checkpoint of 5.68 TB written at 2 TB/s (2.84 s): Young/Daly's interval 4.1 min and an ETTR of
+2.78 h) and a 405B checkpoint of 5.68 TB written at 2 TB/s (2.84 s): Young/Daly's interval 4.3 min and an ETTR of
 about 0.94 (``fabricsim goodput``; the tests check > 0.90, the paper's ">90% effective training time").
 """
 
@@ -465,7 +467,8 @@ def _plan(
             entries.append((label, per_unit * n, None if slower is not None else cause.detection, slower or 0.0))
     interrupting = sum(rate for _, rate, detection, _ in entries if detection is not None)
     mtbf = 1.0 / interrupting if interrupting > 0 else math.inf
-    suggested = math.sqrt(2.0 * stall * mtbf) if stall > 0 and math.isfinite(mtbf) else math.inf
+    losing = sum(rate for _, rate, detection, _ in entries if detection not in (None, "drained"))
+    suggested = math.sqrt(2.0 * stall / losing) if stall > 0 and losing > 0 else math.inf
     tau = checkpoint.interval_s if checkpoint.interval_s is not None else suggested
     if not math.isfinite(tau):
         tau = productive  # no failure and no stall: one checkpoint at the end
@@ -482,10 +485,26 @@ def _plan(
     costs: dict[str, dict[str, float]] = {}
     rates: dict[str, float] = {}
     detections: dict[str, str | None] = {}
+    # a planned stop: the job checkpoints (one stall), stops and restarts on spares, losing no work
+    drain = {
+        "abort": recovery.abort_s,
+        "restart": recovery.restart_s,
+        "checkpoint read": read_s,
+        "re-creation": init_s,
+        "lost work": stall,
+    }
     for label, rate, detection, slower in entries:
-        if detection is None:  # degraded: a retransmission timeout's pause, then slower steps until repaired
+        if detection is None:  # degraded: a retransmission timeout's pause, then slower steps until repaired ...
             part = {"detection": recovery.retransmission_s}
-            part["degraded"] = recovery.repair_s * (1.0 - exposure.step_time_s / slower) if slower > 0 else 0.0
+            # (a degraded step no slower than the healthy one, as load-dependent routing may find, costs nothing)
+            slowdown = recovery.repair_s * max(0.0, 1.0 - exposure.step_time_s / slower)
+            if slowdown <= sum(drain.values()):
+                part["degraded"] = slowdown
+            else:  # ... or drained and restarted on a spare, whichever loses less
+                part |= drain
+                detection = "drained"
+        elif detection == "drained":
+            part = dict(drain)
         else:
             part = {
                 "detection": recovery.detection_s(detection),
@@ -493,8 +512,7 @@ def _plan(
                 "restart": recovery.restart_s,
                 "checkpoint read": read_s,
                 "re-creation": init_s,
-                # a planned stop checkpoints first (one stall) and loses nothing
-                "lost work": stall if detection == "drained" else lost_work,
+                "lost work": lost_work,
             }
         costs[label] = {p: part.get(p, 0.0) for p in PHASES}
         rates[label] = rate

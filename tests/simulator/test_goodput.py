@@ -96,28 +96,39 @@ def test_one_interrupting_cause_costs_what_the_formula_derives():
 def test_a_surviving_cable_is_charged_its_slowdown_until_repaired():
     # one cable failure per cable-hour in the reference; the design has 3 fabric_1 cables and 1 NIC cable.
     # fabric_1 survives at 1.25 s a step (healthy 1 s): pause 4.096 us x 2^20 = 4.294967296 s, then 1,000 s of
-    # repair at 1 / 1.25 of the progress: 1,000 x (1 - 1 / 1.25) = 200 s. The NIC tier stops the job:
-    # detection 34.36 s + restart 0 + re-creation 0 + lost work tau / 2 = 50 s (no checkpoint bytes: C = 0).
+    # repair at 1 / 1.25 of the progress: 1,000 x (1 - 1 / 1.25) = 200 s, less than a planned stop (restart 300 s;
+    # no checkpoint bytes, so no stall or read). The NIC tier stops the job: detection 34.36 s + restart 300 +
+    # lost work tau / 2 = 50 s.
     cause = FailureCause(name="cable", kind="cable", count=1.0)
-    recovery = Recovery(restart_s=0.0, init_s_per_rank=0.0, repair_s=1000.0)
     ex = exposure(cables={"nic": 1.0, "fabric_1": 3.0}, degraded_step_s={"nic": None, "fabric_1": 1.25})
-    run = goodput_of(
-        ex,
+    inputs = dict(
         tokens=7200.0,
         causes=(cause,),
         reference_units=ONE,
         reference_hours=1.0,
-        recovery=recovery,
-        checkpoint=Checkpoint(interval_s=100.0, nbytes=1.0, write_bytes_per_s=1e30),
+        checkpoint=Checkpoint(interval_s=100.0, nbytes=1e-30, write_bytes_per_s=1.0, read_bytes_per_s=1.0),
     )
-    degraded = 4.294967296 + 200.0
-    stopped = 4.294967296 * 8 + 50.0
-    burden = 3.0 / 3600.0 * degraded + 1.0 / 3600.0 * stopped
-    wall = 7200.0 / (1.0 - burden)
+    run = goodput_of(ex, recovery=Recovery(restart_s=300.0, init_s_per_rank=0.0, repair_s=1000.0), **inputs)
+    pause = 4.294967296
+    degraded = pause + 200.0
+    stopped = pause * 8 + 300.0 + 50.0
+    wall = 7200.0 / (1.0 - 3.0 / 3600.0 * degraded - 1.0 / 3600.0 * stopped)
     assert run.wall_s == pytest.approx(wall, rel=1e-9)
     assert run.lost_s["cable [fabric_1]"] == pytest.approx(wall * 3.0 / 3600.0 * degraded, rel=1e-9)
     assert run.lost_by_phase_s["degraded"] == pytest.approx(wall * 3.0 / 3600.0 * 200.0, rel=1e-9)
     assert run.mtbf_s == pytest.approx(3600.0)  # only the NIC tier interrupts
+    # a restart of 100 s loses less than 200 s of slow steps: the degraded job is drained onto a spare instead
+    drained = goodput_of(ex, recovery=Recovery(restart_s=100.0, init_s_per_rank=0.0, repair_s=1000.0), **inputs)
+    per_event = drained.lost_s["cable [fabric_1]"] / drained.events["cable [fabric_1]"]
+    assert per_event == pytest.approx(pause + 100.0, rel=1e-9)
+    assert drained.lost_by_phase_s["degraded"] == 0.0
+    # a degraded step faster than the healthy one (load-dependent routing) costs its pause only
+    faster = goodput_of(
+        exposure(cables={"fabric_1": 3.0}, degraded_step_s={"fabric_1": 0.9}),
+        recovery=Recovery(restart_s=300.0, init_s_per_rank=0.0, repair_s=1000.0),
+        **inputs,
+    )
+    assert faster.lost_s["cable [fabric_1]"] / faster.events["cable [fabric_1]"] == pytest.approx(pause, rel=1e-12)
 
 
 def test_asynchronous_checkpoints_stall_for_the_host_copy_and_lose_the_write():
