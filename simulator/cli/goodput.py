@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
+import math
 
 from topologies.checks import output_file
+
+from .common import progress_display
 
 
 def add_parser(sub) -> None:
@@ -26,7 +28,7 @@ def add_parser(sub) -> None:
     goodput.add_argument(
         "--out", default=None, metavar="FILE.csv", help="also write the lost time by design and cause as CSV"
     )
-    goodput.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    goodput.add_argument("--quiet", action="store_true", help="no stage display on a terminal")
 
 
 def run(args) -> str:
@@ -36,13 +38,10 @@ def run(args) -> str:
         if not args.out.endswith(".csv"):
             raise ValueError(f"out: {args.out!r} is not allowed; expected a file name ending in .csv")
         output_file("out", args.out)
-
-    def progress(text: str) -> None:
-        print(f"# {text}", file=sys.stderr, flush=True)
-
-    result = goodput(args.designs, progress=None if args.quiet else progress)
-    if args.format == "json":
-        text = json.dumps(result.as_dict(), indent=1, default=float) + "\n"
+    with progress_display("fabricsim goodput", quiet=bool(args.quiet)) as progress:
+        result = goodput(args.designs, progress=progress)
+    if args.format == "json":  # an infinite interval or time between failures (none drawn) is null
+        text = json.dumps(_finite(result.as_dict()), indent=1) + "\n"
     elif args.format == "csv":
         text = result.frame("summary").to_csv(index=False)
     else:
@@ -52,3 +51,14 @@ def run(args) -> str:
         if args.format == "table":
             text += f"# wrote {args.out}\n"
     return text
+
+
+def _finite(value):
+    """``value`` with every infinite or NaN float as None (JSON has neither)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -796,11 +796,11 @@ def _cable_chain(topology: Topology) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _exposure(settings: dict, nic_failover: bool, progress: Callable[[str], None] | None, name: str) -> Exposure:
-    """Simulate a design's healthy step and its step with one cable of each tier failed."""
-    from .scenario import prepare_step, run_step
+def _exposure(setup: Any, nic_failover: bool, progress: Callable[[str], None] | None, name: str) -> Exposure:
+    """Simulate a design's healthy step (``setup``: ``scenario.prepare_step``'s) and its step with one cable of
+    each tier failed."""
+    from .scenario import run_step
 
-    setup = prepare_step(settings, environ={})
     say = progress or (lambda text: None)
     say(f"{name}: healthy step")
     healthy = run_step(setup)
@@ -849,7 +849,7 @@ def goodput(
     ``[monte_carlo]`` (``runs``, default 0: none, and ``seed``: the seeded draws of :func:`monte_carlo` beside
     the closed form).
     Every table is checked before any step runs."""
-    from .scenario import FABRIC_DEFAULTS, NETWORK_DEFAULTS, step_settings
+    from .scenario import FABRIC_DEFAULTS, NETWORK_DEFAULTS, prepare_step, step_settings
     from .sweep import load_grid
 
     if spec is None or isinstance(spec, (str, os.PathLike)):
@@ -897,14 +897,14 @@ def goodput(
             if key not in fabric and key not in DESIGN_FIELDS:
                 raise checks.reject(f"designs.{name}.{key}", own[key], f"a fabric field or {', '.join(DESIGN_FIELDS)}")
         failover = checks.flag(f"designs.{name}.nic_failover", own.pop("nic_failover", False))
-        try:
-            settings = step_settings(shared | dict(workload) | own)
+        try:  # every design's step built (model, layout, fabric) before any runs
+            setup = prepare_step(step_settings(shared | dict(workload) | own), environ={})
         except ValueError as exc:
             raise ValueError(f"designs.{name}: {exc}") from None
-        plans.append((str(name), settings, failover))
+        plans.append((str(name), setup, failover))
     results = []
-    for name, settings, failover in plans:
-        exposure = _exposure(settings, failover, progress, name)
+    for name, setup, failover in plans:
+        exposure = _exposure(setup, failover, progress, name)
         inputs = dict(
             tokens=tokens,
             causes=causes,

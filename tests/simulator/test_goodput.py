@@ -312,6 +312,8 @@ def test_goodput_command_writes_json_and_csv(tmp_path, capsys):
         ("[reference]\nunits = { rack = 3 }\n", "reference.units: 'rack' is not allowed"),
         ("[designs.b]\nhops = 3\n", "designs.b.hops: 3 is not allowed"),
         ("[monte_carlo]\nruns = -1\n", "monte_carlo.runs: -1 is not allowed"),
+        # a design that cannot be built is refused before any design's step runs
+        ("[designs.b]\ntopology = 'fat-tree'\nplanes = 3\n", "designs.b: fat_tree.planes: 3 is not allowed"),
     ],
 )
 def test_bad_goodput_input_is_one_line(tmp_path, capsys, table, message):
