@@ -59,6 +59,9 @@ def test_no_failure_leaves_the_checkpoint_stalls_alone():
     assert run.wall_s == 36000.0 * 606.0 / 600.0
     assert run.lost_s == {"checkpoint stalls": 36000.0 * 6.0 / 600.0}
     assert math.isinf(run.mtbf_s) and math.isinf(run.suggested_interval_s)
+    # and with no checkpoint to write either, nothing is lost: the run is the healthy steps, exactly
+    bare = goodput_of(exposure(), tokens=36000.0, causes=(), reference_units=ONE)
+    assert bare.ettr == 1.0 and bare.wall_s == 36000.0
 
 
 def test_one_interrupting_cause_costs_what_the_formula_derives():
