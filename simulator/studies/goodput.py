@@ -38,9 +38,12 @@ cable failures a design survives (a route must remain: the router's own answer) 
 NCCL's detection timeouts; checkpoint stalls, the read-back and the re-creation growing with ranks.
 Ignores: failures during recovery restarting it (first order in lambda F), correlated failures, a switch failure
 as many cables at once (the paper counts switches and cables together: all are charged per cable), the
-checkpoint's storage traffic on the training fabric (Llama 3 writes to Tectonic, not over the GPUs' fabric: the
-write is bounded by the storage's bandwidth alone), stragglers before a failure is detected, re-routing time
-beyond one retransmission timeout.
+checkpoint's storage traffic on the training fabric (Meta runs GPU training on its own "backend" network,
+Gangidi et al., SIGCOMM 2024, and Llama 3 checkpoints to Tectonic beside it: the write is bounded by the storage's
+bandwidth alone), stragglers before a failure is detected, re-routing time beyond one retransmission timeout.
+
+Beside the closed form: :func:`monte_carlo` draws the failures (seeded) and rolls the work back exactly, and
+:func:`failure_in_step` replays one step with a cable failing inside it (``SimConfig.link_events``).
 
 Worked number: 2,048 DGX H100 on a RoCE fat-tree with the Llama 3 rates (466 interruptions in 54 days: one per
 2.78 h) and a 405B checkpoint of 5.68 TB written at 2 TB/s (2.84 s): Young/Daly's interval 4.3 min and an ETTR of
