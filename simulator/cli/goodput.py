@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
         default=None,
         metavar="GOODPUT.toml",
         help="shared fields, [designs.NAME] fabric tables (nic_failover), [workload], tokens, [checkpoint], "
-        "[recovery], [failures.NAME], [reference]; default the shipped 16,384-H100 study "
+        "[recovery], [failures.NAME], [reference], [monte_carlo]; default the shipped 16,384-H100 study "
         "(simulator/studies/designs/goodput-16k.toml)",
     )
     goodput.add_argument("--format", choices=("table", "json", "csv"), default="table")

@@ -3,6 +3,7 @@ a 16,384-GPU design against the paper's effective training time, and the study e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import pickle
@@ -149,12 +150,12 @@ def test_asynchronous_checkpoints_stall_for_the_host_copy_and_lose_the_write():
         reference_units=ONE,
         reference_hours=1.0,
         recovery=recovery,
-        checkpoint=dataclasses_replace(ckpt, read_bytes_per_s=800.0),
+        checkpoint=dataclasses.replace(ckpt, read_bytes_per_s=800.0),
     )
     per_failure = 600.0 + 1.0 + 92.0  # watchdog, read 800 B at 800 B/s, lost work
     assert run.lost_s["gpu"] == pytest.approx(run.wall_s * 2.0 / 3600.0 * per_failure, rel=1e-12)
     with pytest.raises(ValueError, match="checkpoint.interval_s: 10.0 is not allowed"):
-        goodput_of(exposure(), causes=(), reference_units=ONE, checkpoint=dataclasses_replace(ckpt, interval_s=10.0))
+        goodput_of(exposure(), causes=(), reference_units=ONE, checkpoint=dataclasses.replace(ckpt, interval_s=10.0))
 
 
 def test_the_monte_carlo_draws_agree_with_the_closed_form():
@@ -181,12 +182,6 @@ def test_the_monte_carlo_draws_agree_with_the_closed_form():
     # with no failure the draws are the closed form exactly: T (tau + C) / tau
     quiet = monte_carlo(exposure(), runs=3, **(inputs | {"causes": ()}))
     assert (quiet == 1e6 * 110.0 / 100.0).all()
-
-
-def dataclasses_replace(obj, **changes):
-    import dataclasses
-
-    return dataclasses.replace(obj, **changes)
 
 
 def test_the_llama3_rates_give_back_the_papers_counts():
@@ -344,8 +339,6 @@ PLANES = {
 
 
 def test_a_cable_failing_inside_a_step():
-    import dataclasses
-
     settings = step_settings(PLANES)
     # no NIC failover: the QPs run out of retransmissions, 4.096 us x 2^20 x 8 = 34.359738368 s after the failure
     stopped = failure_in_step(settings, tier="nic", at_s=0.001)
