@@ -9,6 +9,7 @@
     fabricsim perf [--scale]
     fabricsim sweep grid.toml [--out table.parquet] [--scheduler tcp://host:8786]
     fabricsim compare [designs.toml] [--report report.png] [--out table.csv]
+    fabricsim goodput [goodput.toml] [--format json] [--out causes.csv]
 
 Bad input prints one line on stderr (``fabricsim: error: ...``) and exits with status 2.
 """
@@ -20,7 +21,7 @@ import atexit
 import gc
 import sys
 
-from . import bench, calibrate, compare, perf, step, sweep, systems, topo, validate
+from . import bench, calibrate, compare, goodput, perf, step, sweep, systems, topo, validate
 from .common import Parser, UsageError
 
 # subcommand -> its module (add_parser(sub) declares its options, run(args) returns what it prints)
@@ -34,6 +35,7 @@ COMMANDS = {
     "perf": perf,
     "sweep": sweep,
     "compare": compare,
+    "goodput": goodput,
 }
 
 
