@@ -55,8 +55,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from topologies.checks import finite, integer, reject
+from topologies.topology import Topology
 
-__all__ = ["SCHEDULERS", "StorageStream", "TrafficClass", "TrafficPolicy"]
+__all__ = ["SCHEDULERS", "StorageStream", "TrafficClass", "TrafficPolicy", "checkpoint_streams"]
 
 # IEEE 802.1Q has 8 traffic classes per port: at most 8 strict-priority levels before the ETS level
 STRICT_LEVELS = 8
@@ -290,3 +291,34 @@ class StorageStream:
             raise reject("StorageStream.dst_gpu", self.dst_gpu, f"a GPU other than src_gpu {self.src_gpu}")
         if not isinstance(self.group, str) or not self.group:
             raise reject("StorageStream.group", self.group, "a non-empty group name")
+
+
+def checkpoint_streams(
+    topology: Topology, *, nbytes_per_server: int, time_s: float = 0.0, group: str = "ckpt"
+) -> tuple[StorageStream, ...]:
+    """A checkpoint write: at ``time_s`` every server sends ``nbytes_per_server`` from its first GPU (its first
+    NIC's rail) to storage, in ``group``'s class.
+
+    ASSUMPTION: the topology builders attach no storage nodes, so server ``i`` of ``N`` writes to the first GPU
+    of server ``(i + N // 2) mod N``, which stands for a storage target as far away as a server gets: with the
+    builders' block numbering it sits under another leaf (another pod, another dragonfly group) whenever the
+    fabric has more than one, so the stream crosses the top tier as traffic to a storage rack would; each server
+    also receives one stream, as a storage tier spread over the fabric would take it. One server: refused.
+
+    >>> from topologies.presets import build_system
+    >>> [(s.src_gpu, s.dst_gpu) for s in checkpoint_streams(build_system("dgx-h100", nodes=4), nbytes_per_server=1)]
+    [(0, 16), (8, 24), (16, 0), (24, 8)]
+    """
+    servers = topology.num_servers
+    if servers < 2:
+        raise reject("checkpoint", f"{servers} server", "a topology of at least 2 servers (one writes to another)")
+    return tuple(
+        StorageStream(
+            time_s=time_s,
+            src_gpu=topology.gpu(i, 0),
+            dst_gpu=topology.gpu((i + servers // 2) % servers, 0),
+            nbytes=nbytes_per_server,
+            group=group,
+        )
+        for i in range(servers)
+    )

@@ -83,6 +83,94 @@ def maxmin_rates_naive(flow_ptr, flow_links, flow_weights, active, link_capacity
 
 
 # ============================================================================================
+# classes: traffic classes (twin of simulator.kernels.classes.class_rates)
+# ============================================================================================
+
+
+def _split_naive(capacity, weights, demands):
+    """One link's weighted water-filling: (shares, limited) of its classes (one class: the whole link)."""
+    k = len(weights)
+    if k == 1:
+        return [capacity], [False]
+    if all(d != np.inf for d in demands) and sum(demands) <= capacity:
+        extra = capacity - sum(demands)
+        return [d + extra * w / sum(weights) for d, w in zip(demands, weights)], [True] * k
+    shares, limited, fixed, left = [0.0] * k, [False] * k, [False] * k, capacity
+    while True:
+        theta = left / sum(w for w, f in zip(weights, fixed) if not f)
+        newly = [i for i in range(k) if not fixed[i] and demands[i] < theta * weights[i]]
+        if not newly:
+            for i in range(k):
+                if not fixed[i]:
+                    shares[i] = theta * weights[i]
+            return shares, limited
+        for i in newly:
+            fixed[i], limited[i], shares[i] = True, True, demands[i]
+            left -= demands[i]
+
+
+def class_rates_naive(
+    flow_ptr, flow_links, flow_weights, active, link_capacity, flow_cap, flow_class, class_level, class_weight
+):
+    """Levels in order on the residual capacities; within a level, each link's capacity split between the classes
+    on it (``_split_naive``), each class rated by max-min on its shares (``maxmin_rates_naive`` per class, on
+    dense matrices); a class using less than its share of a shared link is marked there (its demand its use) and
+    the links split again until no new mark; then the leftover of every link by max-min to the flows."""
+    tol = 1e-9
+    flow_ptr = np.asarray(flow_ptr, dtype=np.int64)
+    active = np.asarray(active, dtype=bool)
+    flow_cap = np.asarray(flow_cap, dtype=float)
+    n_flows, n_links = len(active), len(link_capacity)
+    A = _dense(flow_ptr, flow_links, flow_weights, n_links)
+    flow_class = np.asarray(flow_class)
+    if len(set(flow_class[active].tolist())) <= 1:
+        return maxmin_rates_naive(flow_ptr, flow_links, flow_weights, active, link_capacity, flow_cap)
+    rates = np.zeros(n_flows)
+    residual = np.asarray(link_capacity, dtype=float).copy()
+    level_of = np.asarray(class_level)[flow_class]
+    for level in sorted(set(level_of[active].tolist())):
+        chosen = active & (level_of == level)
+        present = sorted(set(flow_class[chosen].tolist()))
+        classes_on = {l: [k for k in present if (A[l, chosen & (flow_class == k)] > 0).any()] for l in range(n_links)}
+        classes_on = {l: ks for l, ks in classes_on.items() if ks}
+        limited = {(l, k): False for l, ks in classes_on.items() for k in ks}
+        demand = {pair: np.inf for pair in limited}
+
+        def split():
+            out = {}
+            for l, ks in classes_on.items():
+                values, _ = _split_naive(residual[l], [class_weight[k] for k in ks], [demand[(l, k)] for k in ks])
+                out.update({(l, k): v for k, v in zip(ks, values)})
+            return out
+
+        share = split()
+        for _ in range(64):
+            r = np.zeros(n_flows)
+            for k in present:
+                mine = chosen & (flow_class == k)
+                capacity = np.array([share.get((l, k), 0.0) for l in range(n_links)])
+                r[mine] = maxmin_rates_naive(flow_ptr, flow_links, flow_weights, mine, capacity, flow_cap)[mine]
+            used = {(l, k): float(A[l, chosen & (flow_class == k)] @ r[chosen & (flow_class == k)]) for l, k in share}
+            newly = [
+                (l, k)
+                for (l, k) in share
+                if len(classes_on[l]) > 1 and not limited[(l, k)] and used[(l, k)] < share[(l, k)] * (1 - tol)
+            ]
+            for pair in newly:
+                limited[pair] = True
+            demand = {pair: used[pair] if limited[pair] else np.inf for pair in share}
+            if not newly:
+                break
+            share = split()
+        left = np.maximum(residual - A[:, chosen] @ r[chosen], 0.0)
+        more = maxmin_rates_naive(flow_ptr, flow_links, flow_weights, chosen, left, np.maximum(flow_cap - r, 0.0))
+        r[chosen] += more[chosen]
+        rates[chosen] = r[chosen]
+        residual = np.maximum(residual - A[:, chosen] @ r[chosen], 0.0)
+    return rates
+
+
+# ============================================================================================
 # dcqcn: DCQCN fluid model (twin of simulator.kernels.dcqcn.dcqcn_rates)
 # ============================================================================================
 

@@ -15,20 +15,22 @@ what is left: a lower level's flow on a link the levels above fill gets nothing 
 split between the classes of the level present on it into virtual links ``(l, k)`` of capacity :math:`C_{lk}`;
 flows of class ``k`` cross the virtual links ``(l, k)`` of their path, and each class is rated by max-min on
 its own virtual links (one max-min over all of them: classes share no virtual link). The split is a weighted
-water-filling of the class demands :math:`D_{lk}`:
+water-filling of the classes' demands :math:`D_{lk}`:
 
-.. math::  C_{lk} = \min(D_{lk}, \theta_l \phi_k), \qquad \sum_k \min(D_{lk}, \theta_l \phi_k) = c_l,
+.. math::  C_{lk} = \min(D_{lk}, \theta_l \phi_k), \qquad \sum_k \min(D_{lk}, \theta_l \phi_k) = c_l
 
-(a link whose demands are all finite and fit gets them plus the rest split by weight), where a class's demand
-is unbounded when it could use more on ``l`` and is its current use :math:`u_{lk} = \sum w_{fl} r_f` when it
-could not. A class could use more on ``l`` when one of its flows has ``(l, k)`` as a bottleneck (saturated, the
-flow's rate the largest on it) and no other *hard* bottleneck: its rate cap, or another virtual link where its
-class got its full weighted share (a link where the class took less than :math:`\theta \phi_k` because it
-wanted no more is soft: it would give the class more). The split starts at :math:`C_{lk} = c_l \phi_k / \sum
-\phi` and alternates rating and splitting until the split repeats (at most ``MAX_ROUNDS``; the rates of the last
-split are returned, feasible either way). At the fixed point each link's classes get
-:math:`\min(\text{demand}, \theta \phi_k)` as a work-conserving DWRR scheduler gives them, and the flows of a
-class share its part by max-min.
+(a link whose demands all fit gets them, the rest split by weight). Every demand starts unbounded, so the first
+split is :math:`c_l \phi_k / \sum \phi`. After each rating, a class that uses less than its share of a shared
+link (its flows are held back elsewhere) is marked there: its demand becomes its use, and the link is split
+again, its unused share going to the other classes in proportion to their weights. A marked class stays
+marked, so this ends after at most one round per (link, class) pair (``MAX_ROUNDS`` at most). Last, a top-up:
+what the shares leave on each link goes by max-min to the flows that can still grow (a marked class whose
+flows were freed elsewhere by a later split), so the allocation is work-conserving: every flow ends at its cap
+or on a full link.
+
+The result is DWRR's split exactly when no marked class would later want more (every case below; the top-up
+then adds nothing); otherwise the top-up shares that class's extra max-min with the others rather than by the
+weights, an approximation of the scheduler's shares that keeps every link full.
 
 What it captures: strict-priority starvation of lower classes, weighted shares between classes whatever their
 flow counts (a class's share does not grow with its number of flows, unlike per-flow weights), redistribution
@@ -63,7 +65,7 @@ from .maxmin import build_csr, flow_csr, maxmin_rates
 
 __all__ = ["class_rates", "build_csr", "MAX_ROUNDS"]
 
-MAX_ROUNDS = 64  # rating/splitting rounds of one level: the hand-derived and random cases settle in a few
+MAX_ROUNDS = 64  # rating rounds of one level (each marks a pair, or it is the last); past it the top-up finishes
 _TOL = 1e-9  # relative: a virtual link is saturated, a flow at its cap or at a link's largest rate, within this
 
 
@@ -135,6 +137,7 @@ def _weighted_level(
     """Rates of the flows of one level (CSR ``ptr``, ``links``, ``weights``, all active; classes ``klass``)
     sharing ``capacity`` by weighted classes (module docstring)."""
     n = ptr.shape[0] - 1
+    every = np.ones(n, dtype=np.bool_)
     entry_flow = np.repeat(np.arange(n), np.diff(ptr))
     nclasses = int(klass.max()) + 1
     key = links * nclasses + klass[entry_flow]
@@ -146,32 +149,26 @@ def _weighted_level(
     # pairs are sorted by link: one segment of classes per link present
     seg_starts = np.flatnonzero(np.r_[True, pair_link[1:] != pair_link[:-1]])
     seg_ptr = np.r_[seg_starts, npairs].astype(np.int64)
+    shared = np.repeat(np.diff(seg_ptr) > 1, np.diff(seg_ptr))  # the pair's link carries several classes
     seg_capacity = capacity[pair_link[seg_starts]]
-    share, limited = _split(seg_capacity, seg_ptr, phi, np.full(npairs, np.inf))
-    # each (flow, virtual link) once: a flow crossing a link twice has two entries on one pair
-    fv = np.unique(entry_flow * npairs + vlink)
-    fv_flow, fv_pair = fv // npairs, fv % npairs
+    demand = np.full(npairs, np.inf)
+    share, _ = _split(seg_capacity, seg_ptr, phi, demand)
+    limited = np.zeros(npairs, dtype=np.bool_)
     rates = np.zeros(n)
     for _ in range(MAX_ROUNDS):
-        rates = maxmin(ptr, vlink, weights, np.ones(n, dtype=np.bool_), share, cap)
-        r_entry = rates[entry_flow]
-        used = np.bincount(vlink, weights=weights * r_entry, minlength=npairs)
-        top = np.zeros(npairs)
-        np.maximum.at(top, vlink, r_entry)
-        saturated = used >= share * (1 - _TOL)
-        r_fv = rates[fv_flow]
-        bottleneck = saturated[fv_pair] & (r_fv >= top[fv_pair] * (1 - _TOL))
-        hard = bottleneck & ~limited[fv_pair]
-        other_hard = np.bincount(fv_flow, weights=hard, minlength=n)[fv_flow] - hard > 0
-        capped = rates >= cap * (1 - _TOL)
-        wants = bottleneck & ~other_hard & ~capped[fv_flow]
-        unbounded = np.bincount(fv_pair, weights=wants, minlength=npairs) > 0
-        demand = np.where(unbounded, np.inf, used)
-        new_share, new_limited = _split(seg_capacity, seg_ptr, phi, demand)
-        if np.array_equal(new_share, share) and np.array_equal(new_limited, limited):
+        rates = maxmin(ptr, vlink, weights, every, share, cap)
+        used = np.bincount(vlink, weights=weights * rates[entry_flow], minlength=npairs)
+        newly = shared & ~limited & (used < share * (1 - _TOL))
+        limited |= newly
+        demand = np.where(limited, used, np.inf)
+        if not newly.any():
             break
-        share, limited = new_share, new_limited
-    return rates
+        share, _ = _split(seg_capacity, seg_ptr, phi, demand)
+    # top-up: what the shares leave on each link, by max-min between the flows that can still grow
+    load = np.bincount(links, weights=weights * rates[entry_flow], minlength=capacity.shape[0])
+    left = np.maximum(capacity - load, 0.0)
+    more = maxmin(ptr, links, weights, every, left, np.maximum(cap - rates, 0.0))
+    return rates + more
 
 
 def class_rates(
