@@ -168,7 +168,8 @@ def _weighted_level(
     load = np.bincount(links, weights=weights * rates[entry_flow], minlength=capacity.shape[0])
     left = np.maximum(capacity - load, 0.0)
     more = maxmin(ptr, links, weights, every, left, np.maximum(cap - rates, 0.0))
-    return rates + more
+    topped: np.ndarray = rates + more
+    return topped
 
 
 def class_rates(

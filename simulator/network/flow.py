@@ -14,6 +14,11 @@ flows hashed onto one spine link share it), incast at a receiver's downlink, pro
 Ignores: packets, queueing delay, congestion-control dynamics and lossless back-pressure (those
 are refinements layered on these rates), and the start-up transient of each flow.
 
+Traffic classes (``set_traffic_classes``, ``simulator.traffic``): rates come from ``kernels.class_rates``, strict
+priority between levels, weighted shares between the classes of a level, max-min within a class; the same
+numbers as max-min when the flows rated are in one class. A component is still rated alone: classes share links
+only where their flows do.
+
 Worked number: two 1 GB flows sharing one 50 GB/s NIC link get 25 GB/s each and both finish
 at 40 ms; if one is only 0.5 GB it finishes at 20 ms and the other then speeds up to 50 GB/s,
 finishing at 20 ms + 0.5 GB / 50 GB/s = 30 ms.
