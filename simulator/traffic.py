@@ -246,7 +246,7 @@ class TrafficPolicy:
             return "default"
         raise reject(
             "traffic_classes",
-            group,
+            "a communicator of no group" if group is None else group,
             f"a group a class catches (by its name or /group:), an NCCL_IB_TC/SL a class lists, or a class named "
             f"default (classes: {', '.join(self.names)})",
         )

@@ -367,6 +367,12 @@ def prepare_step(s: Mapping, *, environ: Mapping[str, str]) -> StepSetup:
     config = network_config(s, environ, tier_rates=s["trace"] is not None)
     config = _with_traffic(config, s, topology, environ)
     environment = applied_settings(environ, collnet=True if s["sharp"] else None)
+    if config.traffic is not None:  # every group the layout has, and the checkpoint, must have a class: now
+        sizes = {"tp": parallelism.tp, "pp": parallelism.pp, "dp": parallelism.dp, "cp": parallelism.cp}
+        for group in [g for g, n in sizes.items() if n > 1] + (["ep"] if parallelism.ep > 1 else []):
+            config.traffic.class_of(group)
+        for stream in config.storage[:1]:
+            config.traffic.class_of(stream.group)
     return StepSetup(
         model=model,
         parallelism=parallelism,

@@ -348,3 +348,24 @@ def test_bad_uses_are_refused_before_anything_runs():
         checkpoint_streams(topology, nbytes_per_server=1)
     with pytest.raises(ValueError, match=r"^TrafficClass.sl \(tp\): 2 is not allowed; expected None for an Ethernet"):
         TrafficClass(name="tp", scheduler="ets", value=1.0, sl=2)
+
+
+def test_the_commands_take_the_policy_and_refuse_an_unclassified_communicator(capsys, monkeypatch):
+    from simulator.cli import main
+
+    monkeypatch.setenv("NCCL_IB_TC", "41")  # DSCP 10: the class listing /dscp:10
+    assert main(["bench", "all_reduce", "-b", "1M", "-e", "1M", "--traffic-classes", "dp=ets:1/dscp:10"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("; traffic class dp")
+    monkeypatch.delenv("NCCL_IB_TC")
+    assert main(["bench", "all_reduce", "-b", "1M", "-e", "1M", "--traffic-classes", "dp=ets:1/dscp:10"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("fabricsim: error: traffic_classes: 'a communicator of no group' is not allowed")
+    argv = ["step", "--nodes", "2", "--tp", "8", "--pp", "1", "--global-batch", "16", "--quiet"]
+    assert main([*argv, "--traffic-classes", "tp=prio:0,dp=prio:1", "--checkpoint-gb", "1"]) == 2
+    assert capsys.readouterr().err.startswith("fabricsim: error: traffic_classes: 'ckpt' is not allowed")
+    assert main([*argv, "--traffic-classes", "tp=prio:0,dp=prio:1,ckpt=prio:2", "--checkpoint-gb", "1"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("; traffic classes tp=prio:0,dp=prio:1,ckpt=prio:2; checkpoint 1 GB per server at 0 s")
+    assert main([*argv, "--traffic-classes", "tp=prio:0", "--net-model", "analytical"]) == 2
+    assert "is not allowed with network_model 'analytical'" in capsys.readouterr().err
