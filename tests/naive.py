@@ -109,14 +109,29 @@ def _split_naive(capacity, weights, demands):
             left -= demands[i]
 
 
+def _advertised_naive(capacity, classes, demand, k, members, rates):
+    """The rate an unbounded flow of class ``k`` gets on a link: its class's share with its demand unbounded, then
+    the max-min level of that share among the class's ``members`` ((flow, weight) pairs) at their ``rates``."""
+    weights = [w for _, w in classes]
+    share = _split_naive(capacity, weights, [np.inf if j == k else demand[j] for j, _ in classes])[0]
+    share = share[[j for j, _ in classes].index(k)]
+    held = []  # members held below the level, removed one by one from the slowest
+    while True:
+        free = [(f, w) for f, w in members if (f, w) not in held]
+        level = (share - sum(w * rates[f] for f, w in held)) / sum(w for _, w in free)
+        slowest = min(free, key=lambda m: rates[m[0]])
+        if rates[slowest[0]] >= level or len(free) == 1:
+            return max(level, 0.0)
+        held.append(slowest)
+
+
 def class_rates_naive(
     flow_ptr, flow_links, flow_weights, active, link_capacity, flow_cap, flow_class, class_level, class_weight
 ):
-    """Levels in order on the residual capacities; within a level, each link's capacity split between the classes
-    on it (``_split_naive``), each class rated by max-min on its shares (``maxmin_rates_naive`` per class, on
-    dense matrices); a class using less than its share of a shared link is marked there (its demand its use) and
-    the links split again until no new mark; then the leftover of every link by max-min to the flows."""
-    tol = 1e-9
+    """Levels in order on the residual capacities. Within a level, from all rates 0: each flow moves half way to
+    the smallest rate the links on its path advertise for its class (``_advertised_naive``) and its cap, until no
+    rate moves by more than 1e-12 of itself; then each class is rated by max-min on its use of each shared link
+    (plus the link's spare capacity by weight), and the leftover of every link goes by max-min to the flows."""
     flow_ptr = np.asarray(flow_ptr, dtype=np.int64)
     active = np.asarray(active, dtype=bool)
     flow_cap = np.asarray(flow_cap, dtype=float)
@@ -130,38 +145,47 @@ def class_rates_naive(
     level_of = np.asarray(class_level)[flow_class]
     for level in sorted(set(level_of[active].tolist())):
         chosen = active & (level_of == level)
-        present = sorted(set(flow_class[chosen].tolist()))
-        classes_on = {l: [k for k in present if (A[l, chosen & (flow_class == k)] > 0).any()] for l in range(n_links)}
-        classes_on = {l: ks for l, ks in classes_on.items() if ks}
-        limited = {(l, k): False for l, ks in classes_on.items() for k in ks}
-        demand = {pair: np.inf for pair in limited}
-
-        def split():
-            out = {}
-            for l, ks in classes_on.items():
-                values, _ = _split_naive(residual[l], [class_weight[k] for k in ks], [demand[(l, k)] for k in ks])
-                out.update({(l, k): v for k, v in zip(ks, values)})
-            return out
-
-        share = split()
-        for _ in range(64):
-            r = np.zeros(n_flows)
-            for k in present:
-                mine = chosen & (flow_class == k)
-                capacity = np.array([share.get((l, k), 0.0) for l in range(n_links)])
-                r[mine] = maxmin_rates_naive(flow_ptr, flow_links, flow_weights, mine, capacity, flow_cap)[mine]
-            used = {(l, k): float(A[l, chosen & (flow_class == k)] @ r[chosen & (flow_class == k)]) for l, k in share}
-            newly = [
-                (l, k)
-                for (l, k) in share
-                if len(classes_on[l]) > 1 and not limited[(l, k)] and used[(l, k)] < share[(l, k)] * (1 - tol)
-            ]
-            for pair in newly:
-                limited[pair] = True
-            demand = {pair: used[pair] if limited[pair] else np.inf for pair in share}
-            if not newly:
+        flows = np.flatnonzero(chosen)
+        members = {
+            (l, k): [(f, A[l, f]) for f in flows if flow_class[f] == k and A[l, f] > 0]
+            for l in range(n_links)
+            for k in set(flow_class[flows].tolist())
+        }
+        members = {pair: m for pair, m in members.items() if m}
+        on = {l: sorted(k for (m, k) in members if m == l) for l in range(n_links)}
+        r = np.zeros(n_flows)
+        for _ in range(500):
+            demand = {pair: sum(w * r[f] for f, w in m) for pair, m in members.items()}
+            advertised = {
+                (l, k): _advertised_naive(
+                    residual[l], [(j, class_weight[j]) for j in on[l]], {j: demand[(l, j)] for j in on[l]}, k, m, r
+                )
+                for (l, k), m in members.items()
+            }
+            new = r.copy()
+            for f in flows:
+                target = min([flow_cap[f]] + [advertised[(l, flow_class[f])] for l in range(n_links) if A[l, f] > 0])
+                new[f] = 0.5 * (r[f] + target)
+            done = np.allclose(new, r, rtol=1e-12, atol=0.0)
+            r = new
+            if done:
                 break
-            share = split()
+        shares = {}
+        for l, ks in on.items():
+            if len(ks) == 1:
+                shares[(l, ks[0])] = residual[l]
+            elif ks:
+                used = {k: sum(w * r[f] for f, w in members[(l, k)]) for k in ks}
+                total = sum(used.values())
+                scale = max(total / residual[l], 1.0) if residual[l] > 0 else 1.0
+                spare = max(residual[l] - total, 0.0)
+                wsum = sum(class_weight[k] for k in ks)
+                shares.update({(l, k): used[k] / scale + spare * class_weight[k] / wsum for k in ks})
+        r = np.zeros(n_flows)
+        for k in set(flow_class[flows].tolist()):
+            mine = chosen & (flow_class == k)
+            capacity = np.array([shares.get((l, k), 0.0) for l in range(n_links)])
+            r[mine] = maxmin_rates_naive(flow_ptr, flow_links, flow_weights, mine, capacity, flow_cap)[mine]
         left = np.maximum(residual - A[:, chosen] @ r[chosen], 0.0)
         more = maxmin_rates_naive(flow_ptr, flow_links, flow_weights, chosen, left, np.maximum(flow_cap - r, 0.0))
         r[chosen] += more[chosen]

@@ -155,11 +155,39 @@ def test_classes_on_random_instances_match_the_naive_twin_and_keep_the_invariant
     full = load >= capacity * (1 - 1e-9)
     for f in np.flatnonzero(active):
         assert rates[f] >= caps[f] * (1 - 1e-9) or full[links[ptr[f] : ptr[f + 1]]].any()
+    if not seed % 2:  # one level: every flow has a fair bottleneck, the fixed point of the links' schedulers
+        assert _unfair_flows(ptr, links, w, active, capacity, caps, klass, weights, rates) == []
     # strict priority: the first level's flows get their max-min rates as if alone
     first = active & (levels[klass] == levels[klass[active]].min())
     if np.unique(klass[first]).shape[0] == 1:
         alone = maxmin_rates(ptr, links, w, first, capacity, caps)
         assert np.array_equal(rates[first], alone[first])
+
+
+def _unfair_flows(ptr, links, w, active, capacity, caps, klass, weights, rates, tol=1e-6):
+    """The active flows with no fair bottleneck: neither at their cap nor on a full link where their class has the
+    largest use per unit of weight (DWRR would give it no more) and they have the largest rate of their class
+    (max-min within it would give them no more)."""
+    entry_flow = np.repeat(np.arange(active.shape[0]), np.diff(ptr))
+    on = active[entry_flow]
+    use = np.zeros((capacity.shape[0], weights.shape[0]))
+    np.add.at(use, (links, klass[entry_flow]), w * rates[entry_flow])
+    present = np.zeros(use.shape, dtype=bool)
+    present[links[on], klass[entry_flow][on]] = True
+    per_weight = np.where(present, use / weights, -np.inf)
+    top_rate = np.zeros(use.shape)
+    np.maximum.at(top_rate, (links[on], klass[entry_flow][on]), rates[entry_flow][on])
+    full = use.sum(axis=1) >= capacity * (1 - tol)
+    unfair = []
+    for f in np.flatnonzero(active):
+        k = klass[f]
+        fair = rates[f] >= caps[f] * (1 - tol) or any(
+            full[l] and per_weight[l, k] >= per_weight[l].max() * (1 - tol) and rates[f] >= top_rate[l, k] * (1 - tol)
+            for l in links[ptr[f] : ptr[f + 1]]
+        )
+        if not fair:
+            unfair.append(int(f))
+    return unfair
 
 
 def test_inner_kernel_is_pluggable_with_the_naive_max_min():
