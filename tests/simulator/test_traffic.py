@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from simulator.api import simulate
+from simulator.collectives import nccl_model
 from simulator.config import LinkEvent, SimConfig
 from simulator.kernels import build_csr, class_rates, maxmin_rates
 from simulator.kernels import classes as classes_module
@@ -20,7 +21,7 @@ from simulator.studies.jobs import interference
 from simulator.studies.scenario import prepare_step, step_settings
 from simulator.traffic import StorageStream, TrafficClass, TrafficPolicy, checkpoint_streams
 from tests.naive import class_rates_naive, maxmin_rates_naive
-from tests.simulator.test_jobs import CONNECTION, NDR, RING2, _all_reduce
+from tests.simulator.test_jobs import CONNECTION, NDR, RING2, MiB, _all_reduce
 from tests.topologies.fabrics import BOX, toy_switch
 from topologies import links as lk
 from topologies.fat_tree import leaf_spine
@@ -262,6 +263,16 @@ def test_a_high_priority_job_runs_as_alone_and_the_low_one_pays(oversubscribed):
     assert ruled.slowdowns[0] == pytest.approx(1.0, rel=1e-12)
     assert ruled.slowdowns[1] > plain.slowdowns[1] > 1.0
     assert 2 * CONNECTION < NDR  # the derivation's premise: a's two chains fit under the uplink
+    # weights 3:1 in the low table: job a's class gets 3/4 of the uplink, C 3/8 = 18.6 GB/s per chain (below the
+    # 20 GB/s connection cap) while b runs, and b, slower, runs longer: a's bandwidth time B (test_jobs: 1.5 x 32 MiB
+    # plus one 1 MiB Simple slice at 20 GB/s alone) grows by r = 20 / 18.6, its latency does not
+    weighted = TrafficPolicy.parse("a=vl-low:3,b=vl-low:1")
+    split = interference(oversubscribed, jobs, SimConfig(collectives=RING2, traffic=weighted), names=["a", "b"])
+    r = CONNECTION / (NDR * 3 / 8)
+    bandwidth_s = (1.5 * 32 * MiB + nccl_model.SIMPLE_SLICE_BYTES) / CONNECTION
+    alone_s = split.alone[0].times_s[0]
+    assert split.slowdowns[0] == pytest.approx(1 + (r - 1) * bandwidth_s / alone_s, rel=1e-9)
+    assert split.slowdowns[1] > plain.slowdowns[1]
     # equal weights in one table: each job gets C/2 of the uplink, 2 chains at C/4, as plain max-min gives
     even = TrafficPolicy.parse("a=vl-low:1,b=vl-low:1")
     same = interference(oversubscribed, jobs, SimConfig(collectives=RING2, traffic=even), names=["a", "b"])
