@@ -297,7 +297,7 @@ def run(args) -> str:
         data |= {"checkpoint_gb": s["checkpoint_gb"], "checkpoint_at_s": s["checkpoint_at_s"]} if config.storage else {}
         data |= {"calibration": calibration.to_dict()} if calibration is not None else {}
         return json.dumps(data, indent=1, default=str) + "\n"
-    text = format_step(result, topology, nccl_environment=environment)
+    text = format_step(result, topology, nccl_environment=environment, traffic=config.traffic)
     if s["sharp"] or calibration is not None or config.traffic is not None or config.storage:
         first, rest = text.split("\n", 1)
         first += "; SHARP allowed" if s["sharp"] else ""
@@ -310,9 +310,10 @@ def run(args) -> str:
     return text + trace_note
 
 
-def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None = None) -> str:
+def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None = None, traffic=None) -> str:
     """The human-readable summary of a StepResult; ``nccl_environment``, the NCCL settings applied
-    (tuner.applied_settings), ends its title as in bench's. Each figure is defined in ``training.FIGURES``
+    (tuner.applied_settings), ends its title as in bench's; with ``traffic`` (a TrafficPolicy) each group's row
+    names its traffic class. Each figure is defined in ``training.FIGURES``
     (``fabricsim step --help``)."""
     from simulator.studies.training import OVERLAP_OF_GROUPS, VIA_OTHER_RANKS
 
@@ -368,8 +369,9 @@ def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None 
     ]
     split = result.breakdown["exposed"]
     for name, entry in result.breakdown["group"].items():
+        label = name if traffic is None else f"{name} [{traffic.class_of(name)}]"
         lines.append(
-            f"{name:<20}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>13.4f}"
+            f"{label:<20}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>13.4f}"
             f"{split[name]:>11.4f}"
         )
     for name in (OVERLAP_OF_GROUPS, VIA_OTHER_RANKS):

@@ -404,7 +404,8 @@ def test_the_commands_take_the_policy_and_refuse_an_unclassified_communicator(ca
     assert main([*argv, "--traffic-classes", "tp=prio:0,dp=prio:1", "--checkpoint-gb", "1"]) == 2
     assert capsys.readouterr().err.startswith("fabricsim: error: traffic_classes: 'ckpt' is not allowed")
     assert main([*argv, "--traffic-classes", "tp=prio:0,dp=prio:1,ckpt=prio:2", "--checkpoint-gb", "1"]) == 0
-    first = capsys.readouterr().out.splitlines()[0]
-    assert first.endswith("; traffic classes tp=prio:0,dp=prio:1,ckpt=prio:2; checkpoint 1 GB per server at 0 s")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("; traffic classes tp=prio:0,dp=prio:1,ckpt=prio:2; checkpoint 1 GB per server at 0 s")
+    assert any(line.startswith("dp [dp] ") for line in lines)  # each group's row names its class
     assert main([*argv, "--traffic-classes", "tp=prio:0", "--net-model", "analytical"]) == 2
     assert "is not allowed with network_model 'analytical'" in capsys.readouterr().err
