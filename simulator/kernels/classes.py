@@ -22,7 +22,8 @@ It is found in three stages. (1) A start: each link's capacity is split between 
 virtual links ``(l, k)`` of capacity :math:`C_{lk}`; each class is rated by max-min on its own virtual links (one
 max-min over all of them); a class using less than its share of a shared link is marked there (its demand its use)
 and the link split again (weighted water-filling, ``_split``), until no new mark; the leftover goes by max-min
-to the flows that can still grow. (2) Explicit-rate rounds, as ATM ABR switches compute max-min rates: every
+to the flows that can still grow. (2) Explicit-rate rounds, as ATM ABR switches compute max-min rates (A. Charny,
+D. Clark, R. Jain, "Congestion control with explicit rate indication", ICC 1995): every
 (link, class) pair advertises the rate an unbounded flow of its class would get there given the others' current
 rates (the class's water-filled share with its own demand unbounded, then that share's max-min level among the
 class's flows), and each flow moves half way to the smallest advertised rate on its path or its cap (undamped
@@ -32,7 +33,9 @@ the link's spare capacity by weight), which gives the fixed point's rates exactl
 of every link goes by max-min to the flows that can still grow (work-conserving whatever the rounds reached).
 
 On 200 dense random instances (30 flows on 10 links, 4 classes, caps on 30 %) the rounds settle in a median of 53
-(at most a few hundred), and every flow ends with a fair bottleneck (the tests check it on random instances).
+(at most 197), and every flow ends with a fair bottleneck (the tests check it on random instances). Cost: about
+100 max-min ratings (5,000 flows on 2,000 links in 3 weighted classes: 0.42 s against 3.5 ms); strict levels
+alone cost one max-min rating per level.
 
 What it captures: strict-priority starvation of lower classes, weighted shares between classes whatever their
 flow counts (a class's share does not grow with its number of flows, unlike per-flow weights), redistribution
@@ -65,12 +68,12 @@ from numba import njit
 
 from .maxmin import build_csr, flow_csr, maxmin_rates
 
-__all__ = ["class_rates", "build_csr", "MAX_ROUNDS"]
+__all__ = ["class_rates", "build_csr", "MAX_ROUNDS", "EXPLICIT_ROUNDS"]
 
 EXPLICIT_ROUNDS = 500  # damped explicit-rate rounds of one level at most (see the module docstring)
 _SETTLED = 1e-12  # relative: explicit-rate rounds stop when no rate moves more than this
 MAX_ROUNDS = 64  # rating rounds of one level (each marks a pair, or it is the last); past it the top-up finishes
-_TOL = 1e-9  # relative: a virtual link is saturated, a flow at its cap or at a link's largest rate, within this
+_TOL = 1e-9  # relative: a class using less than this below its share of a link is held back elsewhere
 
 
 @njit(cache=True)
