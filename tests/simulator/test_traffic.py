@@ -303,6 +303,10 @@ def test_storage_stream_moves_its_bytes_and_yields_to_a_high_class():
     ruled = simulate(topology, work, config=SimConfig(storage=streams, traffic=policy), groups=["dp"])
     # the all-reduce in the high class is rated on the whole links as if the streams were not there
     assert ruled.collectives[0].time_s == pytest.approx(base.collectives[0].time_s, rel=1e-12)
+    # with the streams above it, it gets what they leave on the NIC links they share, and takes longer
+    above = TrafficPolicy.parse("dp=prio:1,ckpt=prio:0")
+    yielded = simulate(topology, work, config=SimConfig(storage=streams, traffic=above), groups=["dp"])
+    assert yielded.collectives[0].time_s > base.collectives[0].time_s * 1.01
 
 
 def _path(topology, stream):
