@@ -293,7 +293,9 @@ def run(args) -> str:
         data["parallelism"] = dataclasses.asdict(parallelism) | {"dp": result.parallelism.dp}
         data |= {"nccl_environment": environment} if environment else {}
         data |= {"sharp": True} if s["sharp"] else {}
-        data |= {"traffic_classes": s["traffic_classes"]} if config.traffic is not None else {}
+        if config.traffic is not None:
+            classes = {group: config.traffic.class_of(group) for group in result.breakdown["group"]}
+            data |= {"traffic_classes": s["traffic_classes"], "group_classes": classes}
         data |= {"checkpoint_gb": s["checkpoint_gb"], "checkpoint_at_s": s["checkpoint_at_s"]} if config.storage else {}
         data |= {"calibration": calibration.to_dict()} if calibration is not None else {}
         return json.dumps(data, indent=1, default=str) + "\n"

@@ -6,6 +6,7 @@ NCCL_IB_TC / NCCL_IB_SL marking, the step's settings and the refusals."""
 from __future__ import annotations
 
 import doctest
+import json
 
 import numpy as np
 import pytest
@@ -411,5 +412,7 @@ def test_the_commands_take_the_policy_and_refuse_an_unclassified_communicator(ca
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith("; traffic classes tp=prio:0,dp=prio:1,ckpt=prio:2; checkpoint 1 GB per server at 0 s")
     assert any(line.startswith("dp [dp] ") for line in lines)  # each group's row names its class
+    assert main([*argv, "--traffic-classes", "tp=prio:0,default=prio:1", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["group_classes"] == {"tp": "tp", "dp": "default"}
     assert main([*argv, "--traffic-classes", "tp=prio:0", "--net-model", "analytical"]) == 2
     assert "is not allowed with network_model 'analytical'" in capsys.readouterr().err
