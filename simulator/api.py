@@ -18,9 +18,9 @@ from .collectives import ALGORITHMS, LoweringContext
 from .collectives.tuner import Candidate, Choice, candidates, choose
 from .config import SimConfig
 from .engine.closed_form import collective_times
-from .engine.replay import run
+from .engine.replay import Background, run
 from .engine.timeline import task_times
-from .flows import Routes
+from .flows import Routes, connection_caps
 from .network import build_network
 from .placement import Placement
 from .results import CollectiveRecord, SimResult, TierRates
@@ -34,15 +34,19 @@ def simulate(
     config: SimConfig | None = None,
     *,
     route_cache: RouteCache | None = None,
+    groups: Sequence[str | None] | None = None,
 ) -> SimResult:
     """Simulate ``workload`` placed on ``topology`` (``placement``: block by default) as ``config`` says.
 
     ``route_cache`` (a ``topologies.routing.RouteCache``; default a fresh one) holds the routing tables
     derived from the topology alone; pass one cache to every call of a sweep on one fabric to build them
-    once (results are the same with or without)."""
+    once (results are the same with or without). ``groups`` (None: every collective unnamed) names the group
+    of each collective (a step's "tp", "dp", ...; a job's name), which ``config.traffic`` maps to its traffic
+    class (``simulator.traffic``); without a policy every flow is in one class."""
     _check_inputs(topology, workload, placement, config)
     instance("route_cache", route_cache, (RouteCache, type(None)), "a topologies.routing.RouteCache or None")
     config = config or SimConfig()
+    classes, background = _traffic(topology, workload, config, groups, route_cache)
     placement = placement or Placement.block(topology, nranks=workload.nranks)
     if placement.nranks != workload.nranks:
         raise ValueError(f"placement: places {placement.nranks} ranks but the workload has {workload.nranks}")
@@ -62,6 +66,8 @@ def simulate(
     choices = [planned[c][0] for c in workload.collectives]
     schedules = [planned[c][1] for c in workload.collectives]
     network = build_network(config.network_model, topology, congestion=config.congestion)
+    if config.traffic is not None:
+        network.set_traffic_classes(config.traffic.levels, config.traffic.weights)
     bad = [e.link for e in config.link_events if e.link >= topology.num_links]
     if bad:
         raise ValueError(f"link_events: link {bad[0]} does not exist; the topology has {topology.num_links} links")
@@ -85,7 +91,7 @@ def simulate(
             recorded[rank] = np.column_stack((timeline.arrival_s[rank], timeline.end_s[rank]))
             recorded[rank].setflags(write=False)
     else:
-        tiers, groups = np.unique(topology.link_tier, return_inverse=True) if config.tier_rates else (None, None)
+        tiers, tier_index = np.unique(topology.link_tier, return_inverse=True) if config.tier_rates else (None, None)
         times, rank_end, recorded, series = run(
             network=network,
             workload=workload,
@@ -95,14 +101,16 @@ def simulate(
             launch_overhead_s=config.launch_overhead_s,
             task_ranks=config.task_ranks,
             link_events=config.link_events,
-            link_groups=groups if config.tier_rates else None,
+            link_groups=tier_index if config.tier_rates else None,
+            classes=classes,
+            background=background,
         )
         link_bytes, rerates = network.link_bytes.copy(), network.rerates
-        if tiers is not None and groups is not None:
+        if tiers is not None and tier_index is not None:
             arrays = (
                 np.array([t for t, _ in series], dtype=np.float64),
                 np.array([r for _, r in series], dtype=np.float64).reshape(-1, len(tiers)),
-                np.bincount(groups, weights=topology.link_capacity_bytes_per_s, minlength=len(tiers)),
+                np.bincount(tier_index, weights=topology.link_capacity_bytes_per_s, minlength=len(tiers)),
             )
             for array in arrays:
                 array.setflags(write=False)
@@ -202,6 +210,56 @@ def _planned(c: Collective, ctx: LoweringContext, config: SimConfig) -> tuple[Ch
     """What NCCL's tuner chooses for ``c`` and that algorithm's schedule (lowered on ``ctx``)."""
     choice = choose(c, ctx, config.collectives)
     return choice, ALGORITHMS[choice.algorithm].lower(c, ctx, protocol=choice.protocol, nchannels=choice.nchannels)
+
+
+def _traffic(
+    topology: Topology,
+    workload: Workload,
+    config: SimConfig,
+    groups: Sequence[str | None] | None,
+    route_cache: RouteCache | None,
+) -> tuple[tuple[int, ...], tuple[Background, ...]]:
+    """Each collective's traffic class index (empty without a policy) and the storage streams routed, checked
+    before anything runs."""
+    if groups is not None and (
+        isinstance(groups, str)
+        or len(groups) != len(workload.collectives)
+        or not all(g is None or isinstance(g, str) for g in groups)
+    ):
+        raise reject("groups", groups, f"None or one group name (or None) per collective ({len(workload.collectives)})")
+    policy = config.traffic
+    classes: tuple[int, ...] = ()
+    if policy is not None:
+        names = [policy.class_of(g) for g in (groups or [None] * len(workload.collectives))]
+        classes = tuple(policy.indices(names).tolist())
+    if not config.storage:
+        return classes, ()
+    bad = [s for s in config.storage if max(s.src_gpu, s.dst_gpu) >= topology.num_gpus]
+    if bad:
+        raise reject("storage", bad[0], f"GPU ids below {topology.num_gpus} (the topology's GPUs)")
+    # its own router (the collectives' routes stay as without it), one ECMP path, the sender's NIC (no PXN)
+    router = Router(
+        topology,
+        policy=config.routing,
+        seed=config.seed,
+        pxn=False,
+        failed_links=config.failed_links,
+        cache=route_cache,
+    )
+    streams = []
+    for s in config.storage:
+        path = router.path(s.src_gpu, s.dst_gpu, flow_key=0)
+        streams.append(
+            Background(
+                time_s=s.time_s,
+                links=path,
+                counts=np.array([path.shape[0]], dtype=np.int64),
+                wire_bytes=np.array([float(s.nbytes)]),
+                caps_bytes_per_s=connection_caps(topology, [path]),
+                traffic_class=0 if policy is None else int(policy.indices([policy.class_of(s.group)])[0]),
+            )
+        )
+    return classes, tuple(streams)
 
 
 def _check_inputs(topology: object, workload: object, placement: object, config: object) -> None:

@@ -9,6 +9,7 @@ from topologies.checks import Option, finite, flag, instance, integer, is_int, o
 from topologies.routing import ROUTING_POLICIES
 
 from .collectives.tuner import CollectivePolicy
+from .traffic import StorageStream, TrafficPolicy
 
 
 class NetworkModel(Option):
@@ -59,6 +60,10 @@ class SimConfig:
     ring_net_floor: Literal["connection", "proxy"] = "connection"
     # record each link tier's throughput over time (SimResult.tier_rates; an event replay only, for traces)
     tier_rates: bool = False
+    # traffic classes (simulator/traffic.py): how switches schedule the classes of the collectives (by their group)
+    # and of the storage streams; None: one class, plain max-min. storage: bulk transfers beside the collectives
+    traffic: TrafficPolicy | None = None
+    storage: tuple[StorageStream, ...] = ()
 
     def __post_init__(self) -> None:
         # every field checked here, at the edge (checks: one message naming the field)
@@ -110,3 +115,22 @@ class SimConfig:
         if not isinstance(self.link_events, tuple) or any(not isinstance(e, LinkEvent) for e in self.link_events):
             raise ValueError(f"link_events: {self.link_events!r} is not allowed; expected a tuple of LinkEvent")
         instance("collectives", self.collectives, CollectivePolicy, "a CollectivePolicy")
+        instance("traffic", self.traffic, (TrafficPolicy, type(None)), "a TrafficPolicy or None")
+        if not isinstance(self.storage, tuple) or any(not isinstance(s, StorageStream) for s in self.storage):
+            raise ValueError(f"storage: {self.storage!r} is not allowed; expected a tuple of StorageStream")
+        for name, value in (("traffic", self.traffic), ("storage", self.storage)):
+            if value and self.network_model != "flow":
+                raise ValueError(
+                    f"{name}: {value!r} is not allowed with network_model {self.network_model!r}; expected "
+                    "network_model 'flow' (the analytical model ignores contention)"
+                )
+            if value and self.congestion:
+                raise ValueError(
+                    f"{name}: {value!r} is not allowed with congestion {self.congestion!r}; expected congestion () "
+                    "(the congestion refinements do not schedule classes)"
+                )
+        if self.storage and any(e.scale <= 0 for e in self.link_events):
+            raise ValueError(
+                "storage: storage streams are not allowed with link failures (link_events with scale 0); expected "
+                "one or the other (a storage stream is not rerouted)"
+            )

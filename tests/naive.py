@@ -83,6 +83,118 @@ def maxmin_rates_naive(flow_ptr, flow_links, flow_weights, active, link_capacity
 
 
 # ============================================================================================
+# classes: traffic classes (twin of simulator.kernels.classes.class_rates)
+# ============================================================================================
+
+
+def _split_naive(capacity, weights, demands):
+    """One link's weighted water-filling: (shares, limited) of its classes (one class: the whole link)."""
+    k = len(weights)
+    if k == 1:
+        return [capacity], [False]
+    if all(d != np.inf for d in demands) and sum(demands) <= capacity:
+        extra = capacity - sum(demands)
+        return [d + extra * w / sum(weights) for d, w in zip(demands, weights)], [True] * k
+    shares, limited, fixed, left = [0.0] * k, [False] * k, [False] * k, capacity
+    while True:
+        theta = left / sum(w for w, f in zip(weights, fixed) if not f)
+        newly = [i for i in range(k) if not fixed[i] and demands[i] < theta * weights[i]]
+        if not newly:
+            for i in range(k):
+                if not fixed[i]:
+                    shares[i] = theta * weights[i]
+            return shares, limited
+        for i in newly:
+            fixed[i], limited[i], shares[i] = True, True, demands[i]
+            left -= demands[i]
+
+
+def _advertised_naive(capacity, classes, demand, k, members, rates):
+    """The rate an unbounded flow of class ``k`` gets on a link: its class's share with its demand unbounded, then
+    the max-min level of that share among the class's ``members`` ((flow, weight) pairs) at their ``rates``."""
+    weights = [w for _, w in classes]
+    share = _split_naive(capacity, weights, [np.inf if j == k else demand[j] for j, _ in classes])[0]
+    share = share[[j for j, _ in classes].index(k)]
+    held = []  # members held below the level, removed one by one from the slowest
+    while True:
+        free = [(f, w) for f, w in members if (f, w) not in held]
+        level = (share - sum(w * rates[f] for f, w in held)) / sum(w for _, w in free)
+        slowest = min(free, key=lambda m: rates[m[0]])
+        if rates[slowest[0]] >= level or len(free) == 1:
+            return max(level, 0.0)
+        held.append(slowest)
+
+
+def class_rates_naive(
+    flow_ptr, flow_links, flow_weights, active, link_capacity, flow_cap, flow_class, class_level, class_weight
+):
+    """Levels in order on the residual capacities. Within a level, from all rates 0: each flow moves half way to
+    the smallest rate the links on its path advertise for its class (``_advertised_naive``) and its cap, until no
+    rate moves by more than 1e-12 of itself; then each class is rated by max-min on its use of each shared link
+    (plus the link's spare capacity by weight), and the leftover of every link goes by max-min to the flows."""
+    flow_ptr = np.asarray(flow_ptr, dtype=np.int64)
+    active = np.asarray(active, dtype=bool)
+    flow_cap = np.asarray(flow_cap, dtype=float)
+    n_flows, n_links = len(active), len(link_capacity)
+    A = _dense(flow_ptr, flow_links, flow_weights, n_links)
+    flow_class = np.asarray(flow_class)
+    if len(set(flow_class[active].tolist())) <= 1:
+        return maxmin_rates_naive(flow_ptr, flow_links, flow_weights, active, link_capacity, flow_cap)
+    rates = np.zeros(n_flows)
+    residual = np.asarray(link_capacity, dtype=float).copy()
+    level_of = np.asarray(class_level)[flow_class]
+    for level in sorted(set(level_of[active].tolist())):
+        chosen = active & (level_of == level)
+        flows = np.flatnonzero(chosen)
+        members = {
+            (l, k): [(f, A[l, f]) for f in flows if flow_class[f] == k and A[l, f] > 0]
+            for l in range(n_links)
+            for k in set(flow_class[flows].tolist())
+        }
+        members = {pair: m for pair, m in members.items() if m}
+        on = {l: sorted(k for (m, k) in members if m == l) for l in range(n_links)}
+        r = np.zeros(n_flows)
+        for _ in range(500):
+            demand = {pair: sum(w * r[f] for f, w in m) for pair, m in members.items()}
+            advertised = {
+                (l, k): _advertised_naive(
+                    residual[l], [(j, class_weight[j]) for j in on[l]], {j: demand[(l, j)] for j in on[l]}, k, m, r
+                )
+                for (l, k), m in members.items()
+            }
+            new = r.copy()
+            for f in flows:
+                target = min([flow_cap[f]] + [advertised[(l, flow_class[f])] for l in range(n_links) if A[l, f] > 0])
+                new[f] = 0.5 * (r[f] + target)
+            done = np.allclose(new, r, rtol=1e-12, atol=0.0)
+            r = new
+            if done:
+                break
+        shares = {}
+        for l, ks in on.items():
+            if len(ks) == 1:
+                shares[(l, ks[0])] = residual[l]
+            elif ks:
+                used = {k: sum(w * r[f] for f, w in members[(l, k)]) for k in ks}
+                total = sum(used.values())
+                scale = max(total / residual[l], 1.0) if residual[l] > 0 else 1.0
+                spare = max(residual[l] - total, 0.0)
+                wsum = sum(class_weight[k] for k in ks)
+                shares.update({(l, k): used[k] / scale + spare * class_weight[k] / wsum for k in ks})
+        r = np.zeros(n_flows)
+        for k in set(flow_class[flows].tolist()):
+            mine = chosen & (flow_class == k)
+            capacity = np.array([shares.get((l, k), 0.0) for l in range(n_links)])
+            r[mine] = maxmin_rates_naive(flow_ptr, flow_links, flow_weights, mine, capacity, flow_cap)[mine]
+        left = np.maximum(residual - A[:, chosen] @ r[chosen], 0.0)
+        more = maxmin_rates_naive(flow_ptr, flow_links, flow_weights, chosen, left, np.maximum(flow_cap - r, 0.0))
+        r[chosen] += more[chosen]
+        rates[chosen] = r[chosen]
+        residual = np.maximum(residual - A[:, chosen] @ r[chosen], 0.0)
+    return rates
+
+
+# ============================================================================================
 # dcqcn: DCQCN fluid model (twin of simulator.kernels.dcqcn.dcqcn_rates)
 # ============================================================================================
 

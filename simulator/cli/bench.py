@@ -79,6 +79,13 @@ def add_parser(sub) -> None:
         "--sharp", action="store_true", help="allow in-network reduction on SHARP switches (as NCCL_COLLNET_ENABLE=1)"
     )
     bench.add_argument(
+        "--traffic-classes",
+        default=None,
+        metavar="SPEC",
+        help="how switches schedule traffic classes (as step's); the benchmarked communicator is in the class "
+        "NCCL_IB_TC or NCCL_IB_SL marks, else 'default' (one class: the times do not change)",
+    )
+    bench.add_argument(
         "--gpus-per-node",
         type=positive_int("gpus-per-node"),
         default=None,
@@ -148,6 +155,15 @@ def run(args) -> str:
         qps_per_connection=args.qps_per_connection,
     )
     config = network_config(vars(args), os.environ, **policy)
+    traffic_class = None
+    if args.traffic_classes is not None:
+        import dataclasses
+
+        from simulator.traffic import TrafficPolicy
+
+        traffic = TrafficPolicy.parse(args.traffic_classes, environ=os.environ)
+        traffic_class = traffic.class_of(None)  # the communicator's class, checked before anything runs
+        config = dataclasses.replace(config, traffic=traffic)
     system = build_topology(vars(args))
     if calibration is not None:
         from simulator.validation.calibration import apply_calibration
@@ -185,6 +201,8 @@ def run(args) -> str:
     environment = applied_settings(os.environ, **policy, collnet=True if args.sharp else None)
     if environment:
         title += "; " + describe_settings(environment)
+    if traffic_class is not None:
+        title += f"; traffic class {traffic_class}"
     if args.format == "csv":
         return format_csv(rows)
     if args.format == "json":

@@ -94,6 +94,20 @@ def add_parser(sub) -> None:
     )
     nccl_version_option(step)
     step.add_argument("--congestion", nargs="+", choices=CONGESTION_NAMES, help="flow-model refinements")
+    step.add_argument(
+        "--traffic-classes",
+        metavar="SPEC",
+        help="how switches schedule traffic classes, e.g. tp=prio:0,pp=prio:0,dp=ets:60,ckpt=ets:40 (schedulers "
+        "prio:N, ets:W, vl-high:W, vl-low:W; a class catches the group it is named after, /group:G more, "
+        "/dscp:N or /sl:N the NCCL_IB_TC or NCCL_IB_SL of the environment); default: one class, max-min",
+    )
+    step.add_argument(
+        "--checkpoint-gb",
+        type=float,
+        metavar="GB",
+        help="a checkpoint write of GB (1e9 bytes) per server across the fabric, in the class of group ckpt",
+    )
+    step.add_argument("--checkpoint-at-s", type=float, metavar="S", help="when the checkpoint starts; default 0")
     for name in ("tp", "pp", "dp", "cp", "ep", "vp"):
         step.add_argument(
             f"--{name}",
@@ -311,20 +325,29 @@ def run(args) -> str:
         data["parallelism"] = dataclasses.asdict(parallelism) | {"dp": result.parallelism.dp}
         data |= {"nccl_environment": environment} if environment else {}
         data |= {"sharp": True} if s["sharp"] else {}
+        if config.traffic is not None:
+            classes = {group: config.traffic.class_of(group) for group in result.breakdown["group"]}
+            data |= {"traffic_classes": s["traffic_classes"], "group_classes": classes}
+        data |= {"checkpoint_gb": s["checkpoint_gb"], "checkpoint_at_s": s["checkpoint_at_s"]} if config.storage else {}
         data |= {"calibration": calibration.to_dict()} if calibration is not None else {}
         return json.dumps(data, indent=1, default=str) + "\n"
-    text = format_step(result, topology, nccl_environment=environment)
-    if s["sharp"] or calibration is not None:
+    text = format_step(result, topology, nccl_environment=environment, traffic=config.traffic)
+    if s["sharp"] or calibration is not None or config.traffic is not None or config.storage:
         first, rest = text.split("\n", 1)
         first += "; SHARP allowed" if s["sharp"] else ""
+        first += f"; traffic classes {s['traffic_classes']}" if config.traffic is not None else ""
+        first += (
+            f"; checkpoint {s['checkpoint_gb']:g} GB per server at {s['checkpoint_at_s']:g} s" if config.storage else ""
+        )
         first += f"; calibrated ({s['calibration']}: {calibration.describe()})" if calibration is not None else ""
         text = first + "\n" + rest
     return text + trace_note
 
 
-def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None = None) -> str:
+def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None = None, traffic=None) -> str:
     """The human-readable summary of a StepResult; ``nccl_environment``, the NCCL settings applied
-    (tuner.applied_settings), ends its title as in bench's. Each figure is defined in ``training.FIGURES``
+    (tuner.applied_settings), ends its title as in bench's; with ``traffic`` (a TrafficPolicy) each group's row
+    names its traffic class. Each figure is defined in ``training.FIGURES``
     (``fabricsim step --help``)."""
     from simulator.studies.training import OVERLAP_OF_GROUPS, VIA_OTHER_RANKS
 
@@ -380,8 +403,9 @@ def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None 
     ]
     split = result.breakdown["exposed"]
     for name, entry in result.breakdown["group"].items():
+        label = name if traffic is None else f"{name} [{traffic.class_of(name)}]"
         lines.append(
-            f"{name:<20}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>13.4f}"
+            f"{label:<20}{entry['count']:>8.0f}{entry['nbytes'] / 1e9:>12.1f}{entry['time_s']:>13.4f}"
             f"{split[name]:>11.4f}"
         )
     for name in (OVERLAP_OF_GROUPS, VIA_OTHER_RANKS):

@@ -63,10 +63,11 @@ class Fabric:
         *,
         fill_bytes: np.ndarray,
         rebuild: Rebuild | None,
+        traffic_class: int = 0,
     ) -> simpy.Event:
-        """Flows as in ``network.add`` (flow i: the ``counts[i]`` consecutive entries of ``links``);
-        ``rebuild()`` (None: none) returns fresh (links, weights, counts) for the same flows, in the same
-        order: used to move them off a link that fails while they run (``fail_link``)."""
+        """Flows as in ``network.add`` (flow i: the ``counts[i]`` consecutive entries of ``links``; all in
+        ``traffic_class``); ``rebuild()`` (None: none) returns fresh (links, weights, counts) for the same flows,
+        in the same order: used to move them off a link that fails while they run (``fail_link``)."""
         done = self.env.event()
         if len(counts) == 0:
 
@@ -80,7 +81,7 @@ class Fabric:
         self._done_events[tid] = done
         if rebuild is not None:
             self._rebuild[tid] = rebuild
-        payload = (links, weights, counts, wire_bytes, caps_bytes_per_s, fill_bytes)
+        payload = (links, weights, counts, wire_bytes, caps_bytes_per_s, fill_bytes, traffic_class)
         self.env.timeout(latency_s).callbacks.append(lambda _ev: self._start(tid, *payload))
         return done
 
@@ -108,11 +109,12 @@ class Fabric:
         wire_bytes: np.ndarray,
         caps: np.ndarray,
         fill: np.ndarray,
+        traffic_class: int,
     ) -> None:
         self._advance_to_now()
         if tid in self._rebuild and not self.network.capacity_bytes_per_s[links].all():
             links, weights, counts = self._rebuild[tid]()  # a link failed while this transfer waited its latency
-        ids = self.network.add(links, weights, counts, wire_bytes, caps, fill).tolist()
+        ids = self.network.add(links, weights, counts, wire_bytes, caps, fill, traffic_class).tolist()
         self._outstanding[tid] = len(ids)
         self._flows_of[tid] = ids
         self._flow_transfer.update(dict.fromkeys(ids, tid))

@@ -41,6 +41,20 @@ if TYPE_CHECKING:
 #: ``route(step, schedule)``: the step's flows routed into flat arrays (memoised by its owner)
 Route = Callable[[Step, Schedule], NetworkFlows]
 
+
+@dataclass(frozen=True, slots=True)
+class Background:
+    """Routed flows that are no collective (a checkpoint or storage stream): at ``time_s`` flow i starts over the
+    ``counts[i]`` consecutive entries of ``links`` (weights 1) with its wire bytes and cap, in ``traffic_class``."""
+
+    time_s: float
+    links: np.ndarray
+    counts: np.ndarray
+    wire_bytes: np.ndarray
+    caps_bytes_per_s: np.ndarray
+    traffic_class: int = 0
+
+
 #: a SimPy process: yields the events it waits for
 _Process = Generator[simpy.Event, object, None]
 
@@ -67,9 +81,11 @@ class _Collectives:
         route: Route,
         launch_overhead_s: float,
         rerouted: Callable[[Step, Schedule], tuple[np.ndarray, np.ndarray, np.ndarray]] | None,
+        classes: Sequence[int],
     ):
         self.env, self.fabric, self.meetings, self.schedules = env, fabric, meetings, schedules
         self.route, self.launch_overhead_s, self.rerouted = route, launch_overhead_s, rerouted
+        self.classes = classes
 
     def start(self, index: int) -> None:
         """Collective ``index`` starts once the events already due now have run, as a new SimPy process would:
@@ -106,6 +122,7 @@ class _Collectives:
             flows.latency_s,
             fill_bytes=flows.fill_bytes,
             rebuild=None if self.rerouted is None else partial(self.rerouted, step, schedule),
+            traffic_class=self.classes[index] if self.classes else 0,
         ).callbacks.append(partial(self._transferred, index, k, self.env.now, flows.latency_s))
 
     def _transferred(self, index: int, k: int, begin_s: float, latency_s: float, _transfer: simpy.Event) -> None:
@@ -130,6 +147,8 @@ def run(
     task_ranks: tuple[int, ...] | None = (),
     link_events: Sequence[LinkEvent] = (),
     link_groups: np.ndarray | None = None,
+    classes: Sequence[int] = (),
+    background: Sequence[Background] = (),
 ) -> tuple[list[tuple[float, float]], list[float], dict[int, np.ndarray], list[tuple[float, np.ndarray]]]:
     """Replay ``workload`` on a fresh SimPy environment whose fabric drives ``network``.
 
@@ -142,6 +161,9 @@ def run(
     (start = when its stream and dependencies let it begin; a collective task then waits for its
     group, which is part of its time), and with ``link_groups`` (a group index per link) each group's
     throughput over time: (time_s, bytes/s per group from then on), ending with zeros when the last flow ends.
+    ``classes[i]`` (empty: all 0) is the traffic class of collective i's flows (the network model was given the
+    classes' policy); each ``background`` stream's flows join the network at its time, in its class, and the
+    replay ends when they have drained too.
     """
     env = simpy.Environment()
     fabric = Fabric(env, network, link_groups=link_groups)
@@ -170,8 +192,25 @@ def run(
 
     for event in sorted(link_events, key=lambda e: (e.time_s, e.link)):
         env.process(link_event(event))
+
+    def storage_stream(flows: Background) -> _Process:
+        yield env.timeout(flows.time_s)
+        yield fabric.transfer(
+            flows.links,
+            np.ones(flows.links.shape[0]),
+            flows.counts,
+            flows.wire_bytes,
+            flows.caps_bytes_per_s,
+            0.0,
+            fill_bytes=np.zeros(flows.counts.shape[0]),
+            rebuild=None,
+            traffic_class=flows.traffic_class,
+        )
+
+    for flows in background:
+        env.process(storage_stream(flows))
     collectives = _Collectives(
-        env, fabric, meetings, schedules, route, launch_overhead_s, rerouted if link_events else None
+        env, fabric, meetings, schedules, route, launch_overhead_s, rerouted if link_events else None, classes
     )
 
     def stream_process(

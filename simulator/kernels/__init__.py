@@ -5,6 +5,7 @@ Python wrappers exported here, which take and return numpy arrays; the link-list
 ``components`` (for the flow model's bookkeeping) are compiled functions that update their arrays in place.
 """
 
+from simulator.kernels.classes import class_rates
 from simulator.kernels.components import component, link_insert, link_rebuild, link_remove, reach
 from simulator.kernels.dcqcn import DCQCN_PARAM_NAMES, dcqcn_rates
 from simulator.kernels.drain import drain, soonest_end
@@ -14,6 +15,7 @@ from simulator.kernels.maxmin import build_csr, maxmin_rates
 __all__ = [
     "build_csr",
     "maxmin_rates",
+    "class_rates",
     "link_insert",
     "link_rebuild",
     "link_remove",

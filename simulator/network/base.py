@@ -82,6 +82,7 @@ class FluidNetwork:
         "batch": np.int64,
         "ids": np.int64,
         "data": np.float64,
+        "tclass": np.int64,
     }
 
     remaining = _slot_view("remaining")
@@ -92,6 +93,7 @@ class FluidNetwork:
     batch = _slot_view("batch")
     ids = _slot_view("ids")
     data = _slot_view("data")  # the flow's data bytes (wire bytes, start-up not included)
+    tclass = _slot_view("tclass")  # the flow's traffic class (an index into the policy's classes; 0 without one)
 
     def __init__(self, capacity_bytes_per_s: np.ndarray):
         self._base_capacity = np.asarray(capacity_bytes_per_s, dtype=np.float64)
@@ -150,10 +152,12 @@ class FluidNetwork:
         wire_bytes: np.ndarray,
         caps_bytes_per_s: np.ndarray,
         fill_bytes: np.ndarray | None = None,
+        traffic_class: int | np.ndarray = 0,
     ) -> np.ndarray:
         """Flows start now: flow i crosses the ``counts[i]`` consecutive entries of ``links`` with the
         ``weights`` of those entries. ``fill_bytes`` (optional, per flow) is pipeline start-up: drained at
-        the flow's rate before its data, but not data (not counted in ``link_bytes``)."""
+        the flow's rate before its data, but not data (not counted in ``link_bytes``). ``traffic_class``: the
+        flows' class (one for all, or one per flow), read by a model given classes (``set_traffic_classes``)."""
         # (a few thousand flows at most per call, a call per transfer: array methods and slices, which cost
         # less per call than numpy's module functions)
         self._compact()
@@ -182,6 +186,7 @@ class FluidNetwork:
         slots["active"][n0 : n0 + n] = True
         slots["batch"][n0 : n0 + n] = self._nbatches
         slots["ids"][n0 : n0 + n] = new_ids
+        slots["tclass"][n0 : n0 + n] = traffic_class
         self._n, self._m = n0 + n, m0 + total
         self._next_id += n
         self._nbatches += 1
@@ -197,17 +202,18 @@ class FluidNetwork:
         self._rescaled(link)
 
     def repath(self, ids: np.ndarray, links: np.ndarray, weights: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """Move active flows ``ids`` onto new paths (as in ``add``), keeping their remaining bytes, start-up
-        and cap; returns their new ids (the old ones end without completing)."""
+        """Move active flows ``ids`` onto new paths (as in ``add``), keeping their remaining bytes, start-up,
+        cap and class; returns their new ids (the old ones end without completing)."""
         slots = np.searchsorted(self.ids, ids)  # ids grow with slot order (compaction keeps it)
         present = (slots < self.ids.shape[0]).all() and (self.ids[slots] == ids).all()
         if not (present and self.active[slots].all() and np.unique(slots).shape[0] == slots.shape[0]):
             raise ValueError(f"repath: ids {ids.tolist()} are not distinct ids of running flows")
         remaining, fill, cap = self.remaining[slots].copy(), self.fill[slots].copy(), self.cap[slots].copy()
+        tclass = self.tclass[slots].copy()
         self._count_bytes(slots, self.data[slots] - (remaining - fill))  # what the old paths carried
         self.active[slots] = False
         self.rate[slots] = 0.0
-        return self.add(links, weights, counts, remaining - fill, cap, fill)
+        return self.add(links, weights, counts, remaining - fill, cap, fill, tclass)
 
     def _link_shares(self, slots: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(entries, links, bytes on each) when the flow in slot ``slots[i]`` moves ``nbytes[i]``: its bytes
@@ -272,6 +278,11 @@ class FluidNetwork:
         _, links, values = self._link_shares(idx, data)
         groups = self.group_bytes.shape[0]
         self.group_bytes = np.bincount(self._group_of_link[links], weights=values, minlength=groups)
+
+    def set_traffic_classes(self, levels: np.ndarray, weights: np.ndarray) -> None:
+        """From now on flows share links by their classes (``simulator.traffic``): class i (a flow's ``tclass``)
+        has strict level ``levels[i]`` and weight ``weights[i]``. Only the ``flow`` model schedules classes."""
+        raise ValueError(f"traffic classes: the {self.name!r} network model does not schedule them; expected 'flow'")
 
     def _rerate(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -14,6 +14,11 @@ flows hashed onto one spine link share it), incast at a receiver's downlink, pro
 Ignores: packets, queueing delay, congestion-control dynamics and lossless back-pressure (those
 are refinements layered on these rates), and the start-up transient of each flow.
 
+Traffic classes (``set_traffic_classes``, ``simulator.traffic``): rates come from ``kernels.class_rates``, strict
+priority between levels, weighted shares between the classes of a level, max-min within a class; the same
+numbers as max-min when the flows rated are in one class. A component is still rated alone: classes share links
+only where their flows do.
+
 Worked number: two 1 GB flows sharing one 50 GB/s NIC link get 25 GB/s each and both finish
 at 40 ms; if one is only 0.5 GB it finishes at 20 ms and the other then speeds up to 50 GB/s,
 finishing at 20 ms + 0.5 GB / 50 GB/s = 30 ms.
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import component, link_insert, link_rebuild, link_remove, maxmin_rates, reach
+from ..kernels import class_rates, component, link_insert, link_rebuild, link_remove, maxmin_rates, reach
 from .base import FluidNetwork
 
 
@@ -48,6 +53,22 @@ class FlowNetwork(FluidNetwork):
         self._stamp = 0
         self._active_entries = 0  # (flow, link) entries of the active flows
         self._touched: list[np.ndarray] = []  # links changed since the last re-rating
+        self._classes: tuple[np.ndarray, np.ndarray] | None = None  # (levels, weights) per class: set_traffic_classes
+
+    def set_traffic_classes(self, levels: np.ndarray, weights: np.ndarray) -> None:
+        if type(self) is not FlowNetwork:  # a refinement rates flows its own way, ignoring classes
+            super().set_traffic_classes(levels, weights)
+        self._classes = (np.asarray(levels, dtype=np.int64), np.asarray(weights, dtype=np.float64))
+        self._dirty = True
+
+    def _rates(
+        self, ptr: np.ndarray, links: np.ndarray, weights: np.ndarray, flows: np.ndarray, capacity: np.ndarray,
+        cap: np.ndarray, tclass: np.ndarray,
+    ) -> np.ndarray:  # fmt: skip
+        """Max-min rates, or with traffic classes ``class_rates`` (the same numbers when one class is present)."""
+        if self._classes is None:
+            return maxmin_rates(ptr, links, weights, flows, capacity, cap)
+        return class_rates(ptr, links, weights, flows, capacity, cap, tclass, *self._classes)
 
     def _added(self, n0: int, counts: np.ndarray, m0: int, total: int) -> None:
         if not self.incremental:
@@ -97,8 +118,8 @@ class FlowNetwork(FluidNetwork):
 
     def _rate_in_place(self, flows: np.ndarray) -> None:
         """New rates for the active flows masked by ``flows`` (the others keep theirs; inactive flows have 0)."""
-        rates = maxmin_rates(
-            self.flow_ptr, self.flow_links, self.flow_weights, flows, self.capacity_bytes_per_s, self.cap
+        rates = self._rates(
+            self.flow_ptr, self.flow_links, self.flow_weights, flows, self.capacity_bytes_per_s, self.cap, self.tclass
         )
         self.rate[flows] = rates[flows]
 
@@ -140,11 +161,12 @@ class FlowNetwork(FluidNetwork):
         flows, links, sub_ptr, sub_links, sub_weights = component(
             ptr, self.flow_links, self.flow_weights, self._reached[:n], self._queue[:k], self._link_local
         )
-        self.rate[flows] = maxmin_rates(
+        self.rate[flows] = self._rates(
             sub_ptr,
             sub_links,
             sub_weights,
             np.ones(n, dtype=np.bool_),
             self.capacity_bytes_per_s[links],
             self.cap[flows],
+            self.tclass[flows],
         )

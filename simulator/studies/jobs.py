@@ -23,7 +23,11 @@ to floating-point round-off of the interleaved event times.
 Captures: contention on shared fabric links (uplinks, spines, global links; NVLink and NIC links
 too when two jobs share a server), routing decisions that depend on the other job's load. Ignores:
 jobs that start at different times (all start at 0), NCCL's tuner seeing the other job (it does
-not in reality either), storage and management traffic.
+not in reality either), storage and management traffic (``SimConfig.storage`` adds storage streams).
+
+Traffic classes: with ``names`` each job's collectives carry the job's name as their group, and
+``SimConfig.traffic`` (``simulator.traffic``) maps it to the job's class, so a high-priority job keeps its
+max-min share of every link it crosses and a lower one takes what is left (or weighted shares, ETS).
 
 Worked number: a 2-leaf leaf-spine of radix-5 switches at 4:1 (4 single-GPU servers per leaf,
 one uplink each, NDR links of C = 49.68 GB/s), two 4-rank jobs of one 64 MiB ring all_reduce on
@@ -202,23 +206,45 @@ def _split(result: SimResult, jobs: Sequence[Job]) -> tuple[JobResult, ...]:
     return tuple(out)
 
 
+def _job_groups(jobs: Sequence[Job], names: Sequence[str] | None) -> list[list[str]] | None:
+    """Each job's collectives' group: the job's name (``names[j]``), which ``SimConfig.traffic`` maps to a class."""
+    if names is None:
+        return None
+    if isinstance(names, str) or len(names) != len(jobs) or not all(isinstance(n, str) and n for n in names):
+        raise reject("names", names, f"None or one job name per job ({len(jobs)})")
+    return [[name] * len(workload.collectives) for (workload, _), name in zip(jobs, names)]
+
+
 def simulate_jobs(
-    topology: Topology, jobs: Sequence[Job], config: SimConfig | None = None, *, route_cache: RouteCache | None = None
+    topology: Topology,
+    jobs: Sequence[Job],
+    config: SimConfig | None = None,
+    *,
+    route_cache: RouteCache | None = None,
+    names: Sequence[str] | None = None,
 ) -> JobsResult:
     """Simulate ``jobs`` (a list of (Workload, Placement) pairs) together on ``topology``; split per job.
-    ``route_cache``: as ``simulate``'s."""
+    ``route_cache``: as ``simulate``'s. ``names``: each job's name, which ``config.traffic`` maps to the job's
+    traffic class (``simulator.traffic``: a class named after the job or listing it with ``/group:``)."""
     workload, placement = merge_jobs(topology, jobs)
-    result = simulate(topology, workload, placement, config, route_cache=route_cache)
+    groups = _job_groups(jobs, names)
+    merged = None if groups is None else [g for job in groups for g in job]
+    result = simulate(topology, workload, placement, config, route_cache=route_cache, groups=merged)
     return JobsResult(result=result, jobs=_split(result, jobs))
 
 
-def interference(topology: Topology, jobs: Sequence[Job], config: SimConfig | None = None) -> Interference:
-    """``jobs`` together and each alone (same fabric, config and placement): per-job slowdowns."""
+def interference(
+    topology: Topology, jobs: Sequence[Job], config: SimConfig | None = None, *, names: Sequence[str] | None = None
+) -> Interference:
+    """``jobs`` together and each alone (same fabric, config and placement, ``names`` as ``simulate_jobs``'s):
+    per-job slowdowns."""
     cache = RouteCache()  # one fabric: its routing tables built once for every run
-    together = simulate_jobs(topology, jobs, config, route_cache=cache)
+    together = simulate_jobs(topology, jobs, config, route_cache=cache, names=names)
+    groups = _job_groups(jobs, names)
     alone = []
     for j, (workload, placement) in enumerate(jobs):
-        result = simulate(topology, workload, placement, config, route_cache=cache)
+        own = None if groups is None else groups[j]
+        result = simulate(topology, workload, placement, config, route_cache=cache, groups=own)
         alone.append(
             JobResult(job=j, placement=placement, collectives=result.collectives, rank_end_s=result.rank_end_s)
         )

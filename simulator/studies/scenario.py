@@ -156,6 +156,11 @@ STEP_DEFAULTS = {
     "trace_ranks": None,
     "calibration": None,
     "exact": False,
+    # traffic classes (simulator.traffic): the switches' policy as a spec string ("tp=prio:0,dp=ets:60,ckpt=ets:40"),
+    # and a checkpoint write of checkpoint_gb (1e9 bytes) per server starting checkpoint_at_s into the step
+    "traffic_classes": None,
+    "checkpoint_gb": None,
+    "checkpoint_at_s": 0.0,
 }
 
 STEP_FORMATS = ("table", "json", "csv")
@@ -203,6 +208,9 @@ SETTING_CHECKS = {
     "sharp": checks.flag,
     "calibration": _text,
     "nccl_version": _text,
+    "traffic_classes": _text,
+    "checkpoint_gb": lambda f, v: checks.finite(f, v, low=0, low_open=True, high=checks.MAX_BYTES / 1e9),
+    "checkpoint_at_s": lambda f, v: checks.finite(f, v, low=0),
     **dict.fromkeys(
         (
             "nodes",
@@ -357,7 +365,14 @@ def prepare_step(s: Mapping, *, environ: Mapping[str, str]) -> StepSetup:
     )
     # the trace's link-tier counter tracks need the tiers' rates recorded
     config = network_config(s, environ, tier_rates=s["trace"] is not None)
+    config = _with_traffic(config, s, topology, environ)
     environment = applied_settings(environ, collnet=True if s["sharp"] else None)
+    if config.traffic is not None:  # every group the layout has, and the checkpoint, must have a class: now
+        sizes = {"tp": parallelism.tp, "pp": parallelism.pp, "dp": parallelism.dp, "cp": parallelism.cp}
+        for group in [g for g, n in sizes.items() if n > 1] + (["ep"] if parallelism.ep > 1 else []):
+            config.traffic.class_of(group)
+        for stream in config.storage[:1]:
+            config.traffic.class_of(stream.group)
     return StepSetup(
         model=model,
         parallelism=parallelism,
@@ -391,9 +406,15 @@ def _ignored(s: Mapping, p: ParallelismSpec, environ: Mapping[str, str], applied
         for name, (unused, why) in moot.items()
         if unused and name in s["given"]
     ]
+    if "checkpoint_at_s" in s["given"] and s["checkpoint_gb"] is None:
+        out.append(f"checkpoint-at-s {s['checkpoint_at_s']!r} ignored: no checkpoint-gb, there is no checkpoint")
     for name in sorted(environ):
+        if name in ("NCCL_IB_TC", "NCCL_IB_SL") and s["traffic_classes"] is not None:
+            continue  # marks a class of the policy (simulator.traffic)
         if name.startswith("NCCL_") and name not in applied:
             why = "replaced by --sharp" if name == "NCCL_COLLNET_ENABLE" and s["sharp"] else "not modelled"
+            if name in ("NCCL_IB_TC", "NCCL_IB_SL"):
+                why = "no --traffic-classes: the switches schedule one class"
             out.append(f"{name}={environ[name]} ignored ({why})")
     return tuple(out)
 
@@ -417,6 +438,23 @@ def network_config(
         collectives=CollectivePolicy.from_environment(environ, collnet=collnet, **policy),
         tier_rates=tier_rates,
     )
+
+
+def _with_traffic(config: SimConfig, s: Mapping, topology: Topology, environ: Mapping[str, str]) -> SimConfig:
+    """``config`` with the step's traffic-class policy (NCCL_IB_TC / NCCL_IB_SL from ``environ`` marking it) and
+    its checkpoint streams (``simulator.traffic.checkpoint_streams``)."""
+    import dataclasses
+
+    from simulator.traffic import StorageStream, TrafficPolicy, checkpoint_streams
+
+    traffic = None if s["traffic_classes"] is None else TrafficPolicy.parse(s["traffic_classes"], environ=environ)
+    storage: tuple[StorageStream, ...] = ()
+    if s["checkpoint_gb"] is not None:
+        nbytes = max(1, round(s["checkpoint_gb"] * 1e9))
+        storage = checkpoint_streams(topology, nbytes_per_server=nbytes, time_s=s["checkpoint_at_s"])
+    if traffic is None and not storage:
+        return config
+    return dataclasses.replace(config, traffic=traffic, storage=storage)
 
 
 def run_step(

@@ -625,7 +625,9 @@ def _run_phase(
     if progress is not None:
         tasks = sum(len(program) for program in training.workload.programs)
         progress(f"simulating {what}: {training.workload.nranks} ranks, {tasks} tasks")
-    sim = simulate(topology, training.workload, placement, config, route_cache=route_cache)
+    # with traffic classes each collective's class follows its group (tp, pp, dp, cp, ep: SimConfig.traffic)
+    groups = training.group_kinds if config.traffic is not None else None
+    sim = simulate(topology, training.workload, placement, config, route_cache=route_cache, groups=groups)
     # after an event replay the timeline is rebuilt from the collectives' times: it must end with the replay
     if not math.isclose(sim.timeline.makespan_s, sim.makespan_s, rel_tol=1e-9, abs_tol=1e-12):
         raise RuntimeError(
@@ -1048,7 +1050,7 @@ def simulate_step(
         route_cache,
         symmetric_replicas=o.symmetric_replicas,
         tensor_rank0_p2p=o.tensor_rank0_p2p,
-        exact=o.exact,
+        exact=o.exact or bool(config.storage),  # storage streams start on every server: every rank simulated
         symmetric_context=o.symmetric_context,
         tied_embeddings=model.tied_embeddings,
     )
