@@ -20,7 +20,7 @@ from .config import SimConfig
 from .engine.closed_form import collective_times
 from .engine.replay import Background, run
 from .engine.timeline import task_times
-from .flows import Routes, connection_caps
+from .flows import Routes
 from .network import build_network
 from .placement import Placement
 from .results import CollectiveRecord, SimResult, TierRates
@@ -255,7 +255,9 @@ def _traffic(
                 links=path,
                 counts=np.array([path.shape[0]], dtype=np.int64),
                 wire_bytes=np.array([float(s.nbytes)]),
-                caps_bytes_per_s=connection_caps(topology, [path]),
+                # no per-connection limit: a storage client stripes a write over many connections (NFS nconnect,
+                # parallel file systems' stripes, GPUDirect Storage's queue pairs), so links alone bound it
+                caps_bytes_per_s=np.array([np.inf]),
                 traffic_class=0 if policy is None else int(policy.indices([policy.class_of(s.group)])[0]),
             )
         )

@@ -273,8 +273,8 @@ class TrafficPolicy:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StorageStream:
     """A bulk transfer that is no collective (a checkpoint write, a storage read): at ``time_s`` GPU ``src_gpu``
-    sends ``nbytes`` to GPU ``dst_gpu`` (topology GPU ids) over the fabric, as one connection, in the class a
-    policy gives ``group`` (``TrafficPolicy.class_of``)."""
+    sends ``nbytes`` to GPU ``dst_gpu`` (topology GPU ids) over the fabric, striped over connections (no
+    per-connection cap: links alone bound it), in the class a policy gives ``group`` (``TrafficPolicy.class_of``)."""
 
     time_s: float
     src_gpu: int

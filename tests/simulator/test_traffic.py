@@ -310,6 +310,22 @@ def test_storage_stream_moves_its_bytes_and_yields_to_a_high_class():
     assert yielded.collectives[0].time_s > base.collectives[0].time_s * 1.01
 
 
+def test_storage_stream_fills_its_nic_link():
+    # a storage write is striped over many connections: no per-QP limit (20 GB/s on a ConnectX-7), only links
+    topology = build_system("dgx-h100", nodes=2)
+    work = Workload.sequence([Collective(kind=CollectiveKind.SENDRECV, nbytes=64 * MiB, group=(0, 8))], nranks=16)
+    streams = checkpoint_streams(topology, nbytes_per_server=10**9)  # GPU 0 -> 8 and 8 -> 0: rail 0, as the send
+    alone = simulate(topology, work).collectives[0].time_s
+    above = TrafficPolicy.parse("ckpt=prio:0,pp=prio:1")
+    below = simulate(topology, work, config=SimConfig(storage=streams, traffic=above), groups=["pp"])
+    path = _path(topology, streams[0])
+    assert np.isfinite(topology.link_flow_cap_bytes_per_s[path]).any()  # the NIC links do limit a QP
+    drain = 10**9 / topology.link_capacity_bytes_per_s[path].min()  # the stream alone on its slowest link
+    # the send gets nothing while the stream fills the NIC link, then runs as alone; only its start-up latency
+    # overlaps the wait (a capped stream would have left the send 30 GB/s and it would take about 3.4 ms)
+    assert drain + 0.99 * alone < below.collectives[0].time_s <= drain + alone
+
+
 def _path(topology, stream):
     from topologies.routing import Router
 
