@@ -55,8 +55,9 @@ class SimConfig:
     net_proxy: bool = True
     proxy_step_us: float | None = None
     # floor of a multi-server ring (collectives/nccl_model.py ring_net_step_s): "connection", each network
-    # connection's steps one round trip apart; "proxy", the busiest GPU's serial proxy work (ablation)
-    ring_net_floor: Literal["connection", "proxy"] = "connection"
+    # connection's steps one round trip apart, the first loop's transfer after its round trips; "round_trip",
+    # the round trips alone; "proxy", the busiest GPU's serial proxy work (both for ablation)
+    ring_net_floor: Literal["connection", "round_trip", "proxy"] = "connection"
     # record each link tier's throughput over time (SimResult.tier_rates; an event replay only, for traces)
     tier_rates: bool = False
 
@@ -69,8 +70,10 @@ class SimConfig:
         object.__setattr__(self, "pxn", flag("pxn", self.pxn))
         object.__setattr__(self, "tier_rates", flag("tier_rates", self.tier_rates))
         object.__setattr__(self, "net_proxy", flag("net_proxy", self.net_proxy))
-        if self.ring_net_floor not in ("connection", "proxy"):
-            raise ValueError(f"ring_net_floor: {self.ring_net_floor!r} is not known; expected 'connection' or 'proxy'")
+        if self.ring_net_floor not in ("connection", "round_trip", "proxy"):
+            raise ValueError(
+                f"ring_net_floor: {self.ring_net_floor!r} is not known; expected 'connection', 'round_trip' or 'proxy'"
+            )
         if self.proxy_step_us is not None:
             object.__setattr__(
                 self,

@@ -86,7 +86,7 @@ FITS = (
         attribute="NET_STEP_US_LL128",
         unit="us",
         scale=1.0,
-        grid=(0.0, 1.0, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0),
+        grid=(0.0, 1.0, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0),
         rows=lambda c: c.nnodes > 1 and c.regime == "mid",
         rows_text="mid sizes (64 KiB - 64 MiB) of multi-node tables",
     ),
