@@ -42,7 +42,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 from ..schedule import DataStep, Schedule, Step, alltoall_counts, alltoall_offsets
 from . import nccl_model
 from .base import AlgorithmDefaults, LoweringContext, protocol_schedule
-from .p2p import P2P_LL_THRESHOLD_BYTES, p2p_channels, pair_flows, step_time_s
+from .p2p import p2p_channels, pair_flows, pxn_relayed, step_time_s, uses_ll
 
 
 class Alltoall(AlgorithmDefaults):
@@ -66,20 +66,28 @@ class Alltoall(AlgorithmDefaults):
         return rounds if self.rounds else [[pair for r in rounds for pair in r]]
 
     def _latency_s(
-        self, collective: Collective, ctx: LoweringContext, protocol: str, *, hop_extra_us: float = 0.0
+        self, collective: Collective, ctx: LoweringContext, protocol: str, *, simulated: bool = False
     ) -> float:
-        """Latency with the platform's ``hop_extra_us`` (``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate)."""
+        """NCCL's latency; ``simulated``: the simulated time's, with the platform's ``GroupLayout.hop_extra_us`` and
+        the PXN relay hop (``p2p.pxn_relayed``), which NCCL's own estimate does not see."""
         layout = ctx.layout(collective.group)
+        hop_extra_us = layout.hop_extra_us if simulated else 0.0
         group = collective.group
         intra = nccl_model.HW_LATENCY_US[layout.intra]["ring"][protocol]
         inter = nccl_model.HW_LATENCY_US["net"]["ring"][protocol]
+        # the simulated time only: a send relayed under PXN also takes the NVLink hop into the relay GPU (the
+        # platform's extra hop latency is paid once, below)
+        relay = intra if simulated else None
         worst = 0.0
         combine = sum if protocol == "LL" else max
+
+        def hop(p: int, q: int) -> float:
+            if ctx.server(group[p]) == ctx.server(group[q]):
+                return intra
+            return inter + relay if relay is not None and pxn_relayed(ctx, group[p], group[q]) else inter
+
         for p in range(len(group)):
-            hops = combine(
-                [inter if ctx.server(group[p]) != ctx.server(group[q]) else intra for q in range(len(group)) if q != p]
-                or [0.0]
-            )
+            hops = combine([hop(p, q) for q in range(len(group)) if q != p] or [0.0])
             worst = max(worst, hops)
         # the platform's extra hop latency is paid once: a rank's sends to its peers run concurrently
         return (nccl_model.BASE_LATENCY_US["ring"][protocol] + worst + hop_extra_us) * 1e-6
@@ -101,7 +109,7 @@ class Alltoall(AlgorithmDefaults):
         return out
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
-        latency = self._latency_s(collective, ctx, protocol, hop_extra_us=ctx.layout(collective.group).hop_extra_us)
+        latency = self._latency_s(collective, ctx, protocol, simulated=True)
         group = np.asarray(collective.group, dtype=np.int64)
         steps = []
         for i, flows in enumerate(self._steps(collective, ctx, nchannels)):
@@ -157,7 +165,8 @@ class Alltoall(AlgorithmDefaults):
         latency = self._latency_s(collective, ctx, protocol)
         if collective.nranks == 1:
             return latency, float("inf")
-        if (protocol == "LL") != (biggest <= P2P_LL_THRESHOLD_BYTES):
+        layout = ctx.layout(collective.group)
+        if (protocol == "LL") != uses_ll(biggest, layout, collective.nranks, nchannels, ctx.nccl_minor):
             return latency, 0.0
         group = collective.group
         time_s = sum(

@@ -84,6 +84,10 @@ class LoweringContext:
     # loop's transfer after its round trips ("connection"); the round trips alone ("round_trip"), or the busiest
     # GPU's serial proxy work as trees ("proxy"): both earlier models, for ablation
     ring_net_floor: Literal["connection", "round_trip", "proxy"] = "connection"
+    # a point-to-point send relayed under PXN pays the NVLink hop into the relay GPU (p2p.pxn_relayed); False: not
+    pxn_hop: bool = False
+    # the NCCL release's minor number (CollectivePolicy.nccl_minor) where a mechanism differs between releases
+    nccl_minor: int = nccl_model.nccl_minor(nccl_model.DEFAULT_NCCL_VERSION)
     _cache: dict[Hashable, object] = field(default_factory=dict, repr=False, compare=False)
 
     def gpu(self, rank: int) -> int:
