@@ -60,7 +60,7 @@ class SimConfig:
     ring_net_floor: Literal["connection", "round_trip", "proxy"] = "connection"
     # a point-to-point send relayed under PXN pays the NVLink hop into the relay GPU's buffer
     # (collectives/p2p.py pxn_relayed); False leaves it out (ablation)
-    pxn_hop: bool = False
+    pxn_hop: bool = True
     # record each link tier's throughput over time (SimResult.tier_rates; an event replay only, for traces)
     tier_rates: bool = False
 

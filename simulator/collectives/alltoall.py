@@ -24,13 +24,14 @@ channels a peer saturate NVLink.
 Buffers (verification): the send half holds the pieces for members 0..n-1 in order, the receive
 half the pieces from members 0..n-1 in order (``simulator.schedule.alltoall_offsets``).
 
-Latency: NCCL's per-hop figures (NVLink/PCIe inside a server, network across), per rank. LL
-(pieces <= 16 KiB, NCCL's P2P LL threshold): base + the sum over its n-1 peers, since the same
-threads write and poll every peer's flagged lines. Simple: base + the slowest peer's hop, since each
-peer streams through its own channel's pipeline and the peers' hop latencies overlap. Worked
-numbers, 8x B200 one node (+0.7 us platform hop): LL 6.6 + 7 x 0.6 + 0.7 = 11.5 us (measured 11.0 us
-at 128 B); Simple 8.4 + 3.4 + 0.7 = 12.5 us (measured 13.7 us at 256 KiB, where summing the peers'
-hops would give 33 us).
+Latency: NCCL's per-hop figures (NVLink/PCIe inside a server, network across, plus an NVLink hop for a
+piece relayed under PXN, ``p2p.pxn_relayed``), per rank. LL (as ``p2p.uses_ll`` decides): base + the
+sum over its n-1 peers, since the same threads write and poll every peer's flagged lines. Simple: base +
+the slowest peer's hop, since each peer streams through its own channel's pipeline and the peers' hop
+latencies overlap. Worked numbers, 8x B200 one node (+0.7 us platform hop): LL 6.6 + 7 x 0.6 + 0.7 =
+11.5 us (measured 11.0 us at 128 B); Simple 8.4 + 3.4 + 0.7 = 12.5 us (measured 13.7 us at 256 KiB, where
+summing the peers' hops would give 33 us). 2x HGX B200, LL: 6.6 + 7 x 0.6 + 8 x 2.7 + 7 x 0.6 (relays)
++ 0.7 = 37.3 us (measured 37.3-40.5 us at 256 B-32 KiB).
 """
 
 from __future__ import annotations

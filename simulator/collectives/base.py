@@ -85,7 +85,7 @@ class LoweringContext:
     # GPU's serial proxy work as trees ("proxy"): both earlier models, for ablation
     ring_net_floor: Literal["connection", "round_trip", "proxy"] = "connection"
     # a point-to-point send relayed under PXN pays the NVLink hop into the relay GPU (p2p.pxn_relayed); False: not
-    pxn_hop: bool = False
+    pxn_hop: bool = True
     # the NCCL release's minor number (CollectivePolicy.nccl_minor) where a mechanism differs between releases
     nccl_minor: int = nccl_model.nccl_minor(nccl_model.DEFAULT_NCCL_VERSION)
     _cache: dict[Hashable, object] = field(default_factory=dict, repr=False, compare=False)

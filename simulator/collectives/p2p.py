@@ -25,7 +25,10 @@ Worked numbers, HGX B200 sendrecv on 8 ranks (measured 792 / 799 / 808 us at 64 
 4, 8 and 16 channels of 21.7 GB/s carry 64, 128 and 256 MiB in the same 773 us.
 
 Latency: NCCL's per-hop latency for the protocol, one hop (network hop when the pair spans two
-servers); small messages go LL (NCCL_P2P_LL_THRESHOLD, 16 KiB by default), larger ones Simple.
+servers); small messages go LL, larger ones Simple, as the NCCL release decides (:func:`uses_ll`). A send
+relayed under PXN (:func:`pxn_relayed`) takes the NVLink hop into the relay GPU's buffer before the network:
+in the simulated time, NCCL's NVLink hop latency for the protocol plus the platform's (2x HGX B200 LL:
+6.6 + 2.7 + 0.6 + 0.7 us, and the path; measured 14.4-15.3 us at 8 B-1 KiB).
 """
 
 from __future__ import annotations
