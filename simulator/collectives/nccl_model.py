@@ -391,7 +391,7 @@ def proxy_step_s(*, protocol: str, cpu_vendor: str, step_us: float | None = None
 
 #: round trip of one LL128 step on one ring network connection, Intel host (us). Fitted once over the mid sizes
 #: of every shipped multi-node table (fabricsim validate --cross)
-NET_STEP_US_LL128 = 4.5
+NET_STEP_US_LL128 = 3.5
 
 
 def ring_net_step_s(*, protocol: str, cpu_vendor: str) -> float:

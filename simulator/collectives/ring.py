@@ -24,7 +24,7 @@ connection moves its steps one round trip apart (``nccl_model.ring_net_step_s``)
 step's transfer follows its round trip: a floor on the step (``Step.proxy_s``) of the longer of ``ring_proxy_steps x``
 that round trip and the first loop's round trips plus the connection's transfer at its own limit. Worked number:
 a one-loop LL128 all_gather of 2 MiB on 2x HGX B200 (16 ranks, 16 channels) has 15 steps a connection and sends
-122,880 B (131,072 on the wire) a connection at 20 GB/s: 15 x 4.5 + 6.55 = 74.05 us.
+122,880 B (131,072 on the wire) a connection at 20 GB/s: 15 x 3.5 + 6.55 = 59.05 us.
 """
 
 from __future__ import annotations
