@@ -294,4 +294,6 @@ def _context(
         net_proxy=config.net_proxy,
         proxy_step_us=config.proxy_step_us,
         ring_net_floor=config.ring_net_floor,
+        nccl_minor=config.collectives.nccl_minor,
+        pxn_hop=config.pxn_hop,
     )

@@ -56,8 +56,12 @@ class SimConfig:
     net_proxy: bool = True
     proxy_step_us: float | None = None
     # floor of a multi-server ring (collectives/nccl_model.py ring_net_step_s): "connection", each network
-    # connection's steps one round trip apart; "proxy", the busiest GPU's serial proxy work (ablation)
-    ring_net_floor: Literal["connection", "proxy"] = "connection"
+    # connection's steps one round trip apart, the first loop's transfer after its round trips; "round_trip",
+    # the round trips alone; "proxy", the busiest GPU's serial proxy work (both for ablation)
+    ring_net_floor: Literal["connection", "round_trip", "proxy"] = "connection"
+    # a point-to-point send relayed under PXN pays the NVLink hop into the relay GPU's buffer
+    # (collectives/p2p.py pxn_relayed); False leaves it out (ablation)
+    pxn_hop: bool = True
     # record each link tier's throughput over time (SimResult.tier_rates; an event replay only, for traces)
     tier_rates: bool = False
     # traffic classes (simulator/traffic.py): how switches schedule the classes of the collectives (by their group)
@@ -74,8 +78,11 @@ class SimConfig:
         object.__setattr__(self, "pxn", flag("pxn", self.pxn))
         object.__setattr__(self, "tier_rates", flag("tier_rates", self.tier_rates))
         object.__setattr__(self, "net_proxy", flag("net_proxy", self.net_proxy))
-        if self.ring_net_floor not in ("connection", "proxy"):
-            raise ValueError(f"ring_net_floor: {self.ring_net_floor!r} is not known; expected 'connection' or 'proxy'")
+        object.__setattr__(self, "pxn_hop", flag("pxn_hop", self.pxn_hop))
+        if self.ring_net_floor not in ("connection", "round_trip", "proxy"):
+            raise ValueError(
+                f"ring_net_floor: {self.ring_net_floor!r} is not known; expected 'connection', 'round_trip' or 'proxy'"
+            )
         if self.proxy_step_us is not None:
             object.__setattr__(
                 self,

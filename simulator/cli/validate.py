@@ -135,7 +135,7 @@ def _cross(args) -> str:
     import json
 
     from simulator.validation.collectives import select_series
-    from simulator.validation.cross import cross_validate, format_cross
+    from simulator.validation.cross import cross_validate, format_cross, held_out_pool
 
     given = [
         flag
@@ -160,7 +160,7 @@ def _cross(args) -> str:
         reports = cross_validate(series=series, progress=progress)
     if args.format == "json":
         return json.dumps([r.as_dict() for r in reports], indent=1, allow_nan=False) + "\n"
-    return format_cross(reports)
+    return format_cross(reports, held_out_pool(reports, series))
 
 
 def _training(args) -> str:

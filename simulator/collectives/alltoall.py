@@ -24,13 +24,14 @@ channels a peer saturate NVLink.
 Buffers (verification): the send half holds the pieces for members 0..n-1 in order, the receive
 half the pieces from members 0..n-1 in order (``simulator.schedule.alltoall_offsets``).
 
-Latency: NCCL's per-hop figures (NVLink/PCIe inside a server, network across), per rank. LL
-(pieces <= 16 KiB, NCCL's P2P LL threshold): base + the sum over its n-1 peers, since the same
-threads write and poll every peer's flagged lines. Simple: base + the slowest peer's hop, since each
-peer streams through its own channel's pipeline and the peers' hop latencies overlap. Worked
-numbers, 8x B200 one node (+0.7 us platform hop): LL 6.6 + 7 x 0.6 + 0.7 = 11.5 us (measured 11.0 us
-at 128 B); Simple 8.4 + 3.4 + 0.7 = 12.5 us (measured 13.7 us at 256 KiB, where summing the peers'
-hops would give 33 us).
+Latency: NCCL's per-hop figures (NVLink/PCIe inside a server, network across, plus an NVLink hop for a
+piece relayed under PXN, ``p2p.pxn_relayed``), per rank. LL (as ``p2p.uses_ll`` decides): base + the
+sum over its n-1 peers, since the same threads write and poll every peer's flagged lines. Simple: base +
+the slowest peer's hop, since each peer streams through its own channel's pipeline and the peers' hop
+latencies overlap. Worked numbers, 8x B200 one node (+0.7 us platform hop): LL 6.6 + 7 x 0.6 + 0.7 =
+11.5 us (measured 11.0 us at 128 B); Simple 8.4 + 3.4 + 0.7 = 12.5 us (measured 13.7 us at 256 KiB, where
+summing the peers' hops would give 33 us). 2x HGX B200, LL: 6.6 + 7 x 0.6 + 8 x 2.7 + 7 x 0.6 (relays)
++ 0.7 = 37.3 us (measured 37.3-40.5 us at 256 B-32 KiB).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 from ..schedule import DataStep, Schedule, Step, alltoall_counts, alltoall_offsets
 from . import nccl_model
 from .base import AlgorithmDefaults, LoweringContext, protocol_schedule
-from .p2p import P2P_LL_THRESHOLD_BYTES, p2p_channels, pair_flows, step_time_s
+from .p2p import p2p_channels, pair_flows, pxn_relayed, step_time_s, uses_ll
 
 
 class Alltoall(AlgorithmDefaults):
@@ -66,20 +67,28 @@ class Alltoall(AlgorithmDefaults):
         return rounds if self.rounds else [[pair for r in rounds for pair in r]]
 
     def _latency_s(
-        self, collective: Collective, ctx: LoweringContext, protocol: str, *, hop_extra_us: float = 0.0
+        self, collective: Collective, ctx: LoweringContext, protocol: str, *, simulated: bool = False
     ) -> float:
-        """Latency with the platform's ``hop_extra_us`` (``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate)."""
+        """NCCL's latency; ``simulated``: the simulated time's, with the platform's ``GroupLayout.hop_extra_us`` and
+        the PXN relay hop (``p2p.pxn_relayed``), which NCCL's own estimate does not see."""
         layout = ctx.layout(collective.group)
+        hop_extra_us = layout.hop_extra_us if simulated else 0.0
         group = collective.group
         intra = nccl_model.HW_LATENCY_US[layout.intra]["ring"][protocol]
         inter = nccl_model.HW_LATENCY_US["net"]["ring"][protocol]
+        # the simulated time only: a send relayed under PXN also takes the NVLink hop into the relay GPU (the
+        # platform's extra hop latency is paid once, below)
+        relay = intra if simulated else None
         worst = 0.0
         combine = sum if protocol == "LL" else max
+
+        def hop(p: int, q: int) -> float:
+            if ctx.server(group[p]) == ctx.server(group[q]):
+                return intra
+            return inter + relay if relay is not None and pxn_relayed(ctx, group[p], group[q]) else inter
+
         for p in range(len(group)):
-            hops = combine(
-                [inter if ctx.server(group[p]) != ctx.server(group[q]) else intra for q in range(len(group)) if q != p]
-                or [0.0]
-            )
+            hops = combine([hop(p, q) for q in range(len(group)) if q != p] or [0.0])
             worst = max(worst, hops)
         # the platform's extra hop latency is paid once: a rank's sends to its peers run concurrently
         return (nccl_model.BASE_LATENCY_US["ring"][protocol] + worst + hop_extra_us) * 1e-6
@@ -101,7 +110,7 @@ class Alltoall(AlgorithmDefaults):
         return out
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
-        latency = self._latency_s(collective, ctx, protocol, hop_extra_us=ctx.layout(collective.group).hop_extra_us)
+        latency = self._latency_s(collective, ctx, protocol, simulated=True)
         group = np.asarray(collective.group, dtype=np.int64)
         steps = []
         for i, flows in enumerate(self._steps(collective, ctx, nchannels)):
@@ -157,7 +166,8 @@ class Alltoall(AlgorithmDefaults):
         latency = self._latency_s(collective, ctx, protocol)
         if collective.nranks == 1:
             return latency, float("inf")
-        if (protocol == "LL") != (biggest <= P2P_LL_THRESHOLD_BYTES):
+        layout = ctx.layout(collective.group)
+        if (protocol == "LL") != uses_ll(biggest, layout, collective.nranks, nchannels, ctx.nccl_minor):
             return latency, 0.0
         group = collective.group
         time_s = sum(

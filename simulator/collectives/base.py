@@ -80,9 +80,14 @@ class LoweringContext:
     # network proxy model (nccl_model.proxy_step_s): off, or on with a per-step cost (None: the default)
     net_proxy: bool = True
     proxy_step_us: float | None = None
-    # floor of a multi-server ring: each network connection's steps at nccl_model.ring_net_step_s ("connection"),
-    # or the busiest GPU's serial proxy work as trees ("proxy", the earlier model; for ablation)
-    ring_net_floor: Literal["connection", "proxy"] = "connection"
+    # floor of a multi-server ring: each network connection's steps at nccl_model.ring_net_step_s, the first
+    # loop's transfer after its round trips ("connection"); the round trips alone ("round_trip"), or the busiest
+    # GPU's serial proxy work as trees ("proxy"): both earlier models, for ablation
+    ring_net_floor: Literal["connection", "round_trip", "proxy"] = "connection"
+    # a point-to-point send relayed under PXN pays the NVLink hop into the relay GPU (p2p.pxn_relayed); False: not
+    pxn_hop: bool = True
+    # the NCCL release's minor number (CollectivePolicy.nccl_minor) where a mechanism differs between releases
+    nccl_minor: int = nccl_model.nccl_minor(nccl_model.DEFAULT_NCCL_VERSION)
     _cache: dict[Hashable, object] = field(default_factory=dict, repr=False, compare=False)
 
     def gpu(self, rank: int) -> int:

@@ -378,14 +378,20 @@ def proxy_step_s(*, protocol: str, cpu_vendor: str, step_us: float | None = None
 # RDMA write; test until the completion; the head returned to the GPU), so a ring connection lasts at least its
 # steps (ring_proxy_steps) x that round trip, on every GPU at once: the floor of a multi-server ring
 # (ring.RingAlgorithm._proxy_s), in place of the busiest GPU's serial proxy work (a 24-channel ring has 6
-# connections a GPU and measures a per-connection floor, not 6 connections' sum). LL keeps no such floor: its
-# send buffer is host memory whose lines the proxy polls directly (no tail, no GPU Direct read; net.cc: LL
-# buffers are never in device memory on the send side), and NCCL's latency already pays netOverhead on each of
-# its steps. Simple takes NCCL's netOverhead ratio, x3; AMD hosts x2.
+# connections a GPU and measures a per-connection floor, not 6 connections' sum). A step crosses the network
+# whole (store and forward: posted once written, the next rank reads it once its completion is seen), and in a
+# one-loop ring step k + 1 of a connection carries what the ring delivered at step k, so within the first loop a
+# connection's round trips and its transfers follow each other; later loops have steps in flight together
+# (NCCL_STEPS slots) and hide round trips behind transfers. The floor is therefore the longer of
+# steps x round trip and first-loop steps x round trip + the connection's whole transfer at its own limit
+# (ring_net_floor="connection"; "round_trip" keeps steps x round trip alone, the ablation). LL keeps no such
+# floor: its send buffer is host memory whose lines the proxy polls directly (no tail, no GPU Direct read;
+# net.cc: LL buffers are never in device memory on the send side), and NCCL's latency already pays netOverhead
+# on each of its steps. Simple keeps none either (ring_net_step_s says why); AMD hosts x2.
 
 #: round trip of one LL128 step on one ring network connection, Intel host (us). Fitted once over the mid sizes
 #: of every shipped multi-node table (fabricsim validate --cross)
-NET_STEP_US_LL128 = 4.0
+NET_STEP_US_LL128 = 3.5
 
 
 def ring_net_step_s(*, protocol: str, cpu_vendor: str) -> float:

@@ -25,7 +25,10 @@ Worked numbers, HGX B200 sendrecv on 8 ranks (measured 792 / 799 / 808 us at 64 
 4, 8 and 16 channels of 21.7 GB/s carry 64, 128 and 256 MiB in the same 773 us.
 
 Latency: NCCL's per-hop latency for the protocol, one hop (network hop when the pair spans two
-servers); small messages go LL (NCCL_P2P_LL_THRESHOLD, 16 KiB by default), larger ones Simple.
+servers); small messages go LL, larger ones Simple, as the NCCL release decides (:func:`uses_ll`). A send
+relayed under PXN (:func:`pxn_relayed`) takes the NVLink hop into the relay GPU's buffer before the network:
+in the simulated time, NCCL's NVLink hop latency for the protocol plus the platform's (2x HGX B200 LL:
+6.6 + 2.7 + 0.6 + 0.7 us, and the path; measured 14.4-15.3 us at 8 B-1 KiB).
 """
 
 from __future__ import annotations
@@ -44,6 +47,12 @@ from .base import AlgorithmDefaults, GroupLayout, LoweringContext, protocol_sche
 
 # NCCL's default NCCL_P2P_LL_THRESHOLD (src/init.cc / enqueue.cc): 16 KiB.
 P2P_LL_THRESHOLD_BYTES = 16384
+
+# The releases whose p2p LL/Simple rule changed (enqueue.cc addP2pToPlan, read at the tags v2.21.5, v2.22.3,
+# v2.28.9, v2.29.2): from 2.22 the threshold scales with the per-peer channel maximum, from 2.29 with the
+# channels the send runs on (uses_ll)
+P2P_LL_PER_PEER_MAX_MINOR = 22
+P2P_LL_PER_OP_CHANNELS_MINOR = 29
 
 # Network connections one point-to-point peer pair streams over. Measured: one sendrecv pair
 # between two HGX B200 servers moves 19.6 GB/s, one NIC connection's worth (NicSpec
@@ -80,6 +89,43 @@ def p2p_channels(collective: Collective, ctx: LoweringContext) -> int:
     return comm_p2p_channels(ctx.layout(collective.group))
 
 
+def peer_channels(layout: GroupLayout, nranks: int, nchannels: int) -> int:
+    """NCCL's ``p2pnChannelsPerPeer``: the most channels one send to a peer may use, in a communicator of
+    ``nranks`` ranks laid out as ``layout`` with ``nchannels`` channels (paths.cc ncclTopoComputeP2pChannels:
+    the smallest over peers, a power of two)."""
+    per_peer = _pow2_up(nchannels)
+    if layout.nnodes > 1:  # the smallest peer count sets every peer's: the network's
+        net = NCHANNELS_PER_NET_PEER
+        while net * nranks > nchannels * 4 and net > 1:  # against the count before rounding, as NCCL does
+            net //= 2
+        per_peer = min(per_peer, net)
+    if layout.intra == "pcie":
+        per_peer = min(per_peer, 2)  # a PCIe peer: 2 channels
+    return per_peer
+
+
+def uses_ll(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int, minor: int) -> bool:
+    """Whether NCCL sends ``nbytes`` to one peer with LL rather than Simple (enqueue.cc, NCCL_P2P_LL_THRESHOLD
+    of 16 KiB), as the release 2.``minor`` decides it: up to 2.21 a channel's part of at most the threshold;
+    2.22 to 2.28 (addP2pToPlan's thresholdLL) the threshold x the per-peer channel maximum, so up to 512 KiB
+    on one NVSwitch server (32 channels a peer) and 32 KiB across servers (2); from 2.29 the threshold x the
+    channels this send runs on.
+
+    >>> from simulator.collectives.base import GroupLayout
+    >>> one = GroupLayout(servers=(0,), ranks_by_server=(tuple(range(8)),), nnodes=1, ppn=8, intra="nvlink",
+    ...     arch="blackwell", cpu_vendor="intel", nics_per_server=8)
+    >>> [uses_ll(256 << 10, one, 8, 32, minor) for minor in (21, 28, 30)]
+    [False, True, False]
+    """
+    if nbytes <= 0:
+        return True
+    if minor >= P2P_LL_PER_OP_CHANNELS_MINOR:
+        return nbytes <= op_channels(nbytes, layout, nranks, nchannels) * P2P_LL_THRESHOLD_BYTES
+    if minor >= P2P_LL_PER_PEER_MAX_MINOR:
+        return nbytes <= peer_channels(layout, nranks, nchannels) * P2P_LL_THRESHOLD_BYTES
+    return -(-nbytes // op_channels(nbytes, layout, nranks, nchannels)) <= P2P_LL_THRESHOLD_BYTES
+
+
 def op_channels(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int) -> int:
     """Channels NCCL runs one send of ``nbytes`` to a peer on, in a communicator of ``nranks`` ranks
     laid out as ``layout`` with ``nchannels`` channels (rounded up to a power of two, as NCCL does).
@@ -88,14 +134,7 @@ def op_channels(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int) -
     if nbytes <= 0:
         return 1
     total = _pow2_up(nchannels)  # nchannels <= MAX_CHANNELS (64), a power of two
-    per_peer = total
-    if layout.nnodes > 1:  # the smallest peer count sets every peer's: the network's
-        net = NCHANNELS_PER_NET_PEER
-        while net * nranks > nchannels * 4 and net > 1:  # against the count before rounding, as NCCL does
-            net //= 2
-        per_peer = min(per_peer, net)
-    if layout.intra == "pcie":
-        per_peer = min(per_peer, 2)  # a PCIe peer: 2 channels
+    per_peer = peer_channels(layout, nranks, nchannels)
     lowest = per_peer
     while lowest * nranks > total and lowest > 1:
         lowest //= 2
@@ -107,6 +146,18 @@ def op_channels(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int) -
         n *= 2
         part = -(-nbytes // n)
     return n
+
+
+def pxn_relayed(ctx: LoweringContext, src_rank: int, dst_rank: int) -> bool:
+    """Whether a send from ``src_rank`` to ``dst_rank`` in another server goes out through the NIC of another
+    GPU of its server under PXN (src/graph/paths.cc: the NIC on the destination's rail, reached over NVLink):
+    the data then takes one NVLink hop into that GPU's buffer before the network."""
+    if not ctx.pxn_hop or not ctx.router.pxn or ctx.server(src_rank) == ctx.server(dst_rank):
+        return False
+    topo = ctx.topology
+    server, local = ctx.server(src_rank), ctx.local(src_rank)
+    nic = ctx.router.nic_for(server, local, ctx.server(dst_rank), ctx.local(dst_rank), pxn=True)
+    return nic != topo.servers[server].nic_of_gpu[local]
 
 
 def pair_flows(
@@ -171,11 +222,13 @@ class SendRecv(AlgorithmDefaults):
         return group, np.roll(group, -1)
 
     def _latency(
-        self, collective: Collective, ctx: LoweringContext, protocol: str, *, hop_extra_us: float = 0.0
+        self, collective: Collective, ctx: LoweringContext, protocol: str, *, simulated: bool = False
     ) -> float:
-        """Latency with the platform's ``hop_extra_us`` (``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate)."""
+        """NCCL's latency; ``simulated``: the simulated time's, with the platform's ``GroupLayout.hop_extra_us`` and
+        the PXN relay hop (:func:`pxn_relayed`), which NCCL's own estimate does not see."""
         layout = ctx.layout(collective.group)
-        return nccl_model.ring_latency_s(
+        hop_extra_us = layout.hop_extra_us if simulated else 0.0
+        latency = nccl_model.ring_latency_s(
             kind_value="sendrecv",
             protocol=protocol,
             nranks=collective.nranks,
@@ -187,6 +240,10 @@ class SendRecv(AlgorithmDefaults):
             nchannels=1,
             hop_extra_us=hop_extra_us,
         )
+        if simulated and any(pxn_relayed(ctx, int(a), int(b)) for a, b in zip(*self._pairs(collective))):
+            # the simulated time only (NCCL's estimate has no PXN hop): the NVLink hop into the relay GPU
+            latency += (nccl_model.HW_LATENCY_US[layout.intra]["ring"][protocol] + hop_extra_us) * 1e-6
+        return latency
 
     def _flows(self, collective: Collective, ctx: LoweringContext, nchannels: int):
         """(src, dst, element offset, elements, channel, payload cap) of every flow."""
@@ -211,7 +268,7 @@ class SendRecv(AlgorithmDefaults):
             channel=[f[4] for f in flows],
             rate_cap_bytes_per_s=[f[5] for f in flows],
             label="sendrecv",
-            latency_s=self._latency(collective, ctx, protocol, hop_extra_us=ctx.layout(collective.group).hop_extra_us),
+            latency_s=self._latency(collective, ctx, protocol, simulated=True),
         )
         return protocol_schedule(
             collective,
@@ -235,7 +292,8 @@ class SendRecv(AlgorithmDefaults):
         latency = self._latency(collective, ctx, protocol)
         if collective.nranks == 1:
             return latency, float("inf")
-        if (protocol == "LL") != (collective.nbytes <= P2P_LL_THRESHOLD_BYTES):
+        layout = ctx.layout(collective.group)
+        if (protocol == "LL") != uses_ll(collective.nbytes, layout, collective.nranks, nchannels, ctx.nccl_minor):
             return latency, 0.0  # NCCL does not use this protocol for this size
         elt = DTYPE_BYTES[collective.dtype]
 

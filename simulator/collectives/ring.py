@@ -20,8 +20,11 @@ leaving ring position p carries (closed forms):
 flows for channel c form chain c (one rate for the whole ring, set by its most loaded link) plus
 NCCL's ring latency for the protocol (``nccl_model.ring_latency_s``). Slice-level start-up
 (pipeline fill) is inside NCCL's latency constants, not modelled separately. Across servers each network
-connection moves its steps one round trip apart (``nccl_model.ring_net_step_s``): a floor on the step
-(``Step.proxy_s``) of ``ring_proxy_steps x`` that round trip, 15 x 4 us for a one-loop LL128 all_gather of 16 ranks.
+connection moves its steps one round trip apart (``nccl_model.ring_net_step_s``), and within the first loop each
+step's transfer follows its round trip: a floor on the step (``Step.proxy_s``) of the longer of ``ring_proxy_steps x``
+that round trip and the first loop's round trips plus the connection's transfer at its own limit. Worked number:
+a one-loop LL128 all_gather of 2 MiB on 2x HGX B200 (16 ranks, 16 channels) has 15 steps a connection and sends
+122,880 B (131,072 on the wire) a connection at 20 GB/s: 15 x 3.5 + 6.55 = 59.05 us.
 """
 
 from __future__ import annotations
@@ -162,11 +165,19 @@ class RingAlgorithm(AlgorithmDefaults):
 
     @staticmethod
     def _proxy_s(
-        collective: Collective, ctx: LoweringContext, src: np.ndarray, dst: np.ndarray, protocol: str, nchannels: int
+        collective: Collective,
+        ctx: LoweringContext,
+        src: np.ndarray,
+        dst: np.ndarray,
+        nbytes: np.ndarray,
+        protocol: str,
+        nchannels: int,
     ) -> float:
         """Floor of the ring's network connections: every inter-server ring edge is a connection posting
-        ``nccl_model.ring_proxy_steps`` steps, one at a time, each at least ``nccl_model.ring_net_step_s``
-        (with ``ctx.ring_net_floor="proxy"``: the busiest GPU's serial proxy work, ``base.proxy_busy_s``)."""
+        ``nccl_model.ring_proxy_steps`` steps, one at a time, each a round trip of at least
+        ``nccl_model.ring_net_step_s`` followed by (``ctx.ring_net_floor="connection"``) or overlapping
+        (``"round_trip"``) the step's transfer on the connection; with ``"proxy"``, the busiest GPU's serial
+        proxy work (``base.proxy_busy_s``)."""
         layout = ctx.layout(collective.group)
         if not ctx.net_proxy or layout.nnodes < 2:
             return 0.0
@@ -177,11 +188,26 @@ class RingAlgorithm(AlgorithmDefaults):
             nchannels=nchannels,
             nranks=collective.nranks,
         )
-        if ctx.ring_net_floor == "connection":
+        if ctx.ring_net_floor != "proxy":
             server = rank_servers(ctx)
-            if not np.any(server[src] != server[dst]):
+            crossing = server[src] != server[dst]
+            if not np.any(crossing):
                 return 0.0
-            return steps * nccl_model.ring_net_step_s(protocol=protocol, cpu_vendor=layout.cpu_vendor)
+            round_trip_s = nccl_model.ring_net_step_s(protocol=protocol, cpu_vendor=layout.cpu_vendor)
+            floor = steps * round_trip_s
+            if ctx.ring_net_floor == "connection" and floor > 0:
+                first_loop = nccl_model.ring_proxy_steps(
+                    kind_value=collective.kind.value,
+                    protocol=protocol,
+                    nbytes=1,
+                    nchannels=nchannels,
+                    nranks=collective.nranks,
+                )
+                transfer_s = RingAlgorithm._connection_transfer_s(
+                    ctx, src[crossing], dst[crossing], nbytes[crossing], protocol
+                )
+                floor = max(floor, first_loop * round_trip_s + transfer_s)
+            return floor
         return proxy_busy_s(
             ctx,
             src,
@@ -191,6 +217,32 @@ class RingAlgorithm(AlgorithmDefaults):
             cpu_vendor=layout.cpu_vendor,
             latency_covers="connection",
         )
+
+    @staticmethod
+    def _connection_transfer_s(
+        ctx: LoweringContext, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, protocol: str
+    ) -> float:
+        """Longest time an inter-server edge's wire bytes take at its connection's own limit: the smallest
+        per-connection limit (NicSpec.connection_bytes_per_s) from the sending GPU through its NIC to the
+        NIC's switch, x QPs per connection (the ring's edges stay on the sender's rail)."""
+        topo = ctx.topology
+        caps = topo.link_flow_cap_bytes_per_s
+        longest = 0.0
+        for r, nb in zip(src.tolist(), np.asarray(nbytes, dtype=np.float64).tolist(), strict=True):
+            gpu = ctx.gpu(int(r))
+            info = topo.servers[int(topo.gpu_server[gpu])]
+            local = int(topo.gpu_local[gpu])
+            nic = info.nic_of_gpu[local]
+            if nic < 0:
+                continue
+            links = list(info.gpu_to_nic_routes.get((local, nic), ()))
+            leaf = topo.nic_leaf_link.get(info.nics[nic])
+            if leaf is not None:
+                links.append(leaf)
+            limit = float(np.min(caps[links])) * max(ctx.qps_per_connection, 1) if links else np.inf
+            if np.isfinite(limit):
+                longest = max(longest, nb * nccl_model.WIRE_FACTOR[protocol] / limit)
+        return longest
 
     def _rooted_order(self, collective: Collective, ring: tuple[int, ...]) -> tuple[int, ...]:
         root = collective.group[collective.root]
@@ -280,7 +332,7 @@ class RingAlgorithm(AlgorithmDefaults):
             latency_s=latency,
             label=f"ring {collective.kind.value}",
             fill_bytes=self._fill(collective, nbytes, nedges, protocol)[channel] if n > 1 else None,
-            proxy_s=self._proxy_s(collective, ctx, cat(src), cat(dst), protocol, nchannels),
+            proxy_s=self._proxy_s(collective, ctx, cat(src), cat(dst), cat(size), protocol, nchannels),
         )
         return protocol_schedule(
             collective,

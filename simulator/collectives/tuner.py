@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from topologies.checks import flag, instance, integer, option, reject
@@ -295,6 +295,8 @@ def candidates(
     algos = None if algo_sel is None else algo_sel.names(collective.kind)
     protos = None if proto_sel is None else proto_sel.names(collective.kind)
     minor = policy.nccl_minor
+    if ctx.nccl_minor != minor:  # the release's rules where a mechanism reads it (p2p.uses_ll)
+        ctx = replace(ctx, nccl_minor=minor)
     if layout.arch == "blackwell" and minor < nccl_model.BLACKWELL_MINOR:
         raise ValueError(
             f"nccl_version: {policy.nccl_version!r} cannot run Blackwell GPUs (NCCL builds sm100 kernels from "

@@ -10,7 +10,9 @@ value (the constant set for the run, then restored) and reports
 * leave one table out: for each table with rows in the objective, the value fitted on the other tables and
   that table's error with it (held out) and with the pooled value (in sample);
 * whether the constant *moves*: its leave-one-out values spread over more than ``MOVES`` of the pooled value
-  (then one table decides it, and the output names it).
+  (then one table decides it, and the output names it);
+* then (:func:`held_out_pool`) every row of every table, in sample and with each table replayed with every
+  constant at the value fitted without it: the pooled median |error| per size regime held out.
 
 The rows are chosen at each grid value (the NVLS rows are those the model runs as NVLS there; the tuner's
 choice does not see either constant, so the row set is the same across the grid), and the tables listed are
@@ -33,9 +35,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .collectives import SERIES, Comparison, Series, compare
+from .collectives import REGIMES, SERIES, Comparison, Series, compare
 
-__all__ = ("FITS", "MOVES", "Fit", "FitReport", "cross_validate", "format_cross")
+__all__ = ("FITS", "MOVES", "Fit", "FitReport", "cross_validate", "format_cross", "held_out_pool")
 
 MOVES = 0.5  # leave-one-out values spread over more than half the pooled value: the constant moves
 
@@ -86,7 +88,7 @@ FITS = (
         attribute="NET_STEP_US_LL128",
         unit="us",
         scale=1.0,
-        grid=(0.0, 1.0, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0),
+        grid=(0.0, 1.0, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0),
         rows=lambda c: c.nnodes > 1 and c.regime == "mid",
         rows_text="mid sizes (64 KiB - 64 MiB) of multi-node tables",
     ),
@@ -205,8 +207,35 @@ def cross_validate(
     return reports
 
 
-def format_cross(reports: Sequence[FitReport]) -> str:
-    """The reports as text: per constant its pooled fit and errors, then one line per held-out table."""
+def held_out_pool(
+    reports: Sequence[FitReport], series: Sequence[Series] = SERIES
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Median |error| per regime (``REGIMES``) over every row of ``series``, in sample (each constant at its value
+    in the code) and held out (each table replayed with every constant at the value fitted without that table;
+    a table a constant is not fitted on, or the only one, keeps the value in the code)."""
+    inside: list[Comparison] = []
+    held: list[Comparison] = []
+    for s in series:
+        rows = compare(s)
+        inside += rows
+        folds = [(r.fit, r.folds[s.name][0]) for r in reports if s.name in r.folds]
+        if not folds:
+            held += rows
+            continue
+        with contextlib.ExitStack() as stack:
+            for fit, value in folds:
+                stack.enter_context(fit.set_to(value))
+            held += compare(s)
+
+    def per_regime(rows: Sequence[Comparison]) -> dict[str, float]:
+        return {name: _median([c for c in rows if name == "all" or c.regime == name]) for name, _ in REGIMES}
+
+    return per_regime(inside), per_regime(held)
+
+
+def format_cross(reports: Sequence[FitReport], pool: tuple[dict[str, float], dict[str, float]] | None = None) -> str:
+    """The reports as text: per constant its pooled fit and errors, then one line per held-out table; with
+    ``pool`` (:func:`held_out_pool`), the pooled medians over every row in sample and held out."""
     lines = ["# fabricsim validate --cross: constants fitted on the measured tables, fitted again leaving each out"]
     for r in reports:
         f = r.fit
@@ -237,5 +266,10 @@ def format_cross(reports: Sequence[FitReport]) -> str:
             )
         elif values:
             lines.append(f"  stable: {min(values):g}-{max(values):g} {f.unit} over the folds")
+    if pool is not None:
+        in_sample, held_out = pool
+        lines += ["", "every row, each table with every constant at the value fitted without it (median |error|):"]
+        for name, label in REGIMES:
+            lines.append(f"  {label:<24}{100 * in_sample[name]:>6.1f}% in sample{100 * held_out[name]:>8.1f}% held out")
     lines += ["", "fitted elsewhere or not cross-validated:"] + [f"  {text}" for text in ELSEWHERE]
     return "\n".join(lines) + "\n"

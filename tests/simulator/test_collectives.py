@@ -11,7 +11,7 @@ import pytest
 from simulator.api import simulate
 from simulator.collectives import ALGORITHMS, Algorithm, LoweringContext, nccl_model
 from simulator.collectives.nvls_tree import tree_network_hops
-from simulator.collectives.p2p import comm_p2p_channels, op_channels
+from simulator.collectives.p2p import comm_p2p_channels, op_channels, pxn_relayed
 from simulator.collectives.tuner import NCCL_FUNCTIONS, CollectivePolicy, choose, parse_selection
 from simulator.config import SimConfig
 from simulator.placement import Placement
@@ -536,9 +536,13 @@ def test_uneven_alltoall_estimate_matches_the_simulation():
     coll = Collective(
         kind=CollectiveKind.ALL_TO_ALL, nbytes=max(sum(r) for r in splits), group=tuple(range(n)), splits=splits
     )
-    (record,) = simulate(topo, Workload.sequence([coll], nranks=n)).collectives
+    (record,) = simulate(topo, Workload.sequence([coll], nranks=n), config=SimConfig(pxn_hop=False)).collectives
     assert record.algorithm == "direct"
     assert record.predicted_s == pytest.approx(record.end_s - record.start_s, rel=1e-6)
+    # the PXN relay hop is in the simulated time only: Simple's slowest peer, relayed, takes NCCL's Simple
+    # NVLink hop more, 3.4 us
+    (relayed,) = simulate(topo, Workload.sequence([coll], nranks=n)).collectives
+    assert (relayed.end_s - relayed.start_s) - (record.end_s - record.start_s) == pytest.approx(3.4e-6, rel=1e-6)
 
 
 def test_the_tuner_sees_the_nics_not_the_fabric_behind_them():
@@ -572,3 +576,27 @@ def test_gb200_nvl72_all_reduce_runs_nvls_inside_the_rack_and_nvlstree_across_ra
     topo = build_system("gb200-nvl72", nodes=2, topology="fat-tree")
     (two,) = run_bench("all_reduce", system=topo, minbytes="1G", maxbytes="1G")
     assert (two.algorithm, two.channels) == ("nvlstree", 32)
+
+
+def test_pxn_relayed_sends_pay_the_nvlink_hop_into_the_relay_gpu():
+    # 2x HGX B200: GPU 7 -> GPU 8 (local 0 of server 1) leaves through NIC 0 of server 0 under PXN, reached
+    # over NVLink from GPU 7; GPU 0 -> GPU 8 is on its own rail, and nothing is relayed without PXN
+    ctx = replace(context("hgx-b200", nodes=2), pxn_hop=True)
+    assert pxn_relayed(ctx, 7, 8) and not pxn_relayed(ctx, 0, 8) and not pxn_relayed(ctx, 0, 1)
+    assert not pxn_relayed(replace(ctx, pxn_hop=False), 7, 8)
+    # nccl-tests sendrecv (r -> r + 1): 7 -> 8 and 15 -> 0 are relayed, so the simulated latency takes one
+    # NVLink hop more: NCCL's LL NVLink hop 0.6 us plus B200's platform hop 0.7 us; NCCL's estimate does not
+    coll = Collective(kind=CollectiveKind.SENDRECV, nbytes=1024, group=tuple(range(16)))
+    sendrecv = ALGORITHMS["p2p"]
+    on = sendrecv.lower(coll, ctx, protocol="LL", nchannels=16).steps[0].latency_s
+    off = sendrecv.lower(coll, replace(ctx, pxn_hop=False), protocol="LL", nchannels=16).steps[0].latency_s
+    assert on - off == pytest.approx((0.6 + 0.7) * 1e-6)
+    assert sendrecv.estimate(coll, ctx, protocol="LL", nchannels=16) == sendrecv.estimate(
+        coll, replace(ctx, pxn_hop=False), protocol="LL", nchannels=16
+    )
+    # all-to-all, LL: a GPU's 8 remote peers, 7 of them off its rail, each one NVLink hop more: 7 x 0.6 us
+    coll = Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=16 * 1024, group=tuple(range(16)))
+    direct = ALGORITHMS["direct"]
+    on = direct.lower(coll, ctx, protocol="LL", nchannels=16).steps[0].latency_s
+    off = direct.lower(coll, replace(ctx, pxn_hop=False), protocol="LL", nchannels=16).steps[0].latency_s
+    assert on - off == pytest.approx(7 * 0.6e-6)

@@ -12,7 +12,7 @@ import pytest
 from simulator.cli import main
 from simulator.collectives import nccl_model
 from simulator.validation.collectives import SERIES, compare
-from simulator.validation.cross import FITS, MOVES, cross_validate, format_cross
+from simulator.validation.cross import FITS, MOVES, cross_validate, format_cross, held_out_pool
 
 PROXY = next(f for f in FITS if f.attribute == "PROXY_STEP_US_INTEL")
 TWO_TABLES = tuple(s for s in SERIES if s.name in ("2x DGX A100 HDR all_reduce", "2x B200 NDR sendrecv"))
@@ -53,6 +53,18 @@ def test_pooled_and_held_out_values_are_the_grid_minima(report):
         assert report.folds[held.name] == (value, _median_error(held, value)[1], _median_error(held, report.pooled)[1])
     values = [v for v, _, _ in report.folds.values()]
     assert report.moves == (max(values) - min(values) > MOVES * report.pooled)
+
+
+def test_held_out_pool_replays_each_table_with_its_fold_value(report):
+    inside, held = held_out_pool([report], TWO_TABLES)
+    # in sample: every row at the code's value; held out: each table at the value fitted on the other one
+    rows = [c for s in TWO_TABLES for c in compare(s)]
+    away = [c for s in TWO_TABLES for c in compare(s, proxy_step_us=report.folds[s.name][0])]
+    for name, pick in (("all", lambda c: True), ("mid", lambda c: c.regime == "mid")):
+        assert inside[name] == statistics.median(abs(c.error) for c in rows if pick(c))
+        assert held[name] == statistics.median(abs(c.error) for c in away if pick(c))
+    text = format_cross([report], (inside, held))
+    assert "each table with every constant at the value fitted without it" in text and "all sizes" in text
 
 
 def test_the_report_names_each_table_and_the_verdict(report):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.cli import main
-from simulator.collectives import nccl_model
+from simulator.collectives import nccl_model, p2p
 from simulator.collectives.tuner import CollectivePolicy, candidates, choose
 from tests.simulator.test_collectives import context
 from workloads.collectives import Collective, CollectiveKind
@@ -148,3 +148,26 @@ def test_one_gpu_per_node_ring_network_latency_before_2_23():
     # ring all_reduce on 4 servers x 1 GPU: 2 (4 - 1) = 6 network steps; LL NET latency Ring 2.7 vs Tree 5.0 us
     assert delta(22) == pytest.approx(6 * (2.7 - 5.0) * 1e-6, rel=1e-12)
     assert delta(23) == 0.0
+
+
+def test_p2p_ll_threshold_by_release():
+    # enqueue.cc addP2pToPlan, NCCL_P2P_LL_THRESHOLD 16 KiB. One HGX B200, 8 ranks, 32 p2p channels: 32 a peer
+    # (p2pnChannelsPerPeer), a send starting on 32 / 8 = 4 (nChannelsMin) or fewer, one per 64 KiB (512 KiB / 8)
+    one = context(system="hgx-b200").layout(tuple(range(8)))
+    ll = [p2p.uses_ll(n << 10, one, 8, 32, minor) for minor in (21, 28, 30) for n in (16, 32, 512, 1024)]
+    # 2.21: a channel's part <= 16 KiB; 32 KiB is one 32 KiB part: Simple
+    # 2.22-2.28: <= 32 x 16 KiB = 512 KiB
+    # 2.29+: <= the send's channels x 16 KiB: 32 KiB runs on 1 channel, 512 KiB on 4: Simple
+    assert ll == [True, False, False, False, True, True, True, False, True, False, False, False]
+    # two servers, 16 ranks: 2 channels a network peer, so up to 32 KiB on 2.22-2.28
+    two = context(system="hgx-b200", nodes=2).layout(tuple(range(16)))
+    assert [p2p.uses_ll(n << 10, two, 16, 16, 28) for n in (32, 64)] == [True, False]
+
+
+def test_p2p_protocol_follows_the_release(capsys):
+    # sendrecv of 256 KiB on one HGX B200: LL in 2.28 (the measured table's switch is between 512 KiB and 1 MiB),
+    # Simple in 2.30
+    ctx = context(system="hgx-b200")
+    coll = Collective(kind=CollectiveKind.SENDRECV, nbytes=256 << 10, group=tuple(range(8)))
+    assert choose(coll, ctx, CollectivePolicy(nccl_version="2.28")).protocol == "LL"
+    assert choose(coll, ctx, CollectivePolicy(nccl_version="2.30")).protocol == "Simple"

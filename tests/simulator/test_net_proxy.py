@@ -55,7 +55,19 @@ def test_busiest_proxy_of_a_ring_and_a_tree():
     schedule = ALGORITHMS["ring"].lower_on(gather, ctx, protocol="LL128", nchannels=16, comm_channels=16)
     round_trip_s = nccl_model.ring_net_step_s(protocol="LL128", cpu_vendor="intel")
     assert round_trip_s == pytest.approx(nccl_model.NET_STEP_US_LL128 * 1e-6)
-    assert schedule.steps[0].proxy_s == pytest.approx(15 * round_trip_s)
+    # one loop: the round trips, then the connection's transfer: 2 MiB / 16 channels = 131,072 B a channel,
+    # 15/16 of it (122,880 B) a connection, 131,072 B on the wire (LL128 x 128/120) at 20 GB/s = 6.5536 us
+    assert schedule.steps[0].proxy_s == pytest.approx(15 * round_trip_s + 131072 / 20e9)
+    # the round trips alone (the earlier model, ring_net_floor="round_trip")
+    bare = ALGORITHMS["ring"].lower_on(
+        gather, replace(ctx, ring_net_floor="round_trip"), protocol="LL128", nchannels=16, comm_channels=16
+    )
+    assert bare.steps[0].proxy_s == pytest.approx(15 * round_trip_s)
+    # two QPs a connection halve the transfer's part (NCCL_IB_QPS_PER_CONNECTION)
+    two = ALGORITHMS["ring"].lower_on(
+        gather, replace(ctx, qps_per_connection=2), protocol="LL128", nchannels=16, comm_channels=16
+    )
+    assert two.steps[0].proxy_s == pytest.approx(15 * round_trip_s + 131072 / 40e9)
     # LL: no floor beyond NCCL's latency (host-memory send buffer polled by the proxy, netOverhead per step)
     schedule = ALGORITHMS["ring"].lower_on(gather, ctx, protocol="LL", nchannels=16, comm_channels=16)
     assert schedule.steps[0].proxy_s == 0
