@@ -818,6 +818,35 @@ def _measure(
     return raw
 
 
+def _makespan(
+    model: ModelSpec,
+    p: ParallelismSpec,
+    topology: Topology,
+    compute: StepCompute,
+    config: SimConfig,
+    *,
+    placement: Placement,
+    recompute: str,
+    granularity: str,
+    tensor_rank0_p2p: bool,
+    route_cache: RouteCache,
+    passive: bool = False,
+    symmetric: bool = False,
+    context: bool = False,
+) -> float:
+    """The step time of :func:`_measure` (its ``step_s``, the same number) without the rest of its measurements:
+    no critical path, breakdowns or link bytes (what the high side of a bound needs)."""
+    kw = _StepArgs(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
+    if passive:
+        ranks = reductions.simulated_ranks(p, symmetric=symmetric, context=context)
+        training = resolve(training_step(model, p, ranks=ranks, passive=True, **kw), compute)
+        placement = Placement.custom(topology, [placement.rank_gpu[r] for r in training.ranks])
+    else:
+        training = resolve(training_step(model, p, **kw), compute)
+    sim = simulate(topology, training.workload, placement, config, route_cache=route_cache)
+    return math.fsum([sim.makespan_s])  # as _measure sums its one phase
+
+
 def _frozen(value):
     """(Nested) dicts as read-only mappings."""
     if isinstance(value, dict):
@@ -1078,15 +1107,37 @@ def simulate_step(
             phases=b.phases,
         )
 
-    # the bound of an approximation (reductions.bounding_fabric): low, the reduced run; high, the same run on a
-    # fabric where it is no faster than any unit of the full step; the fabric built and run in a child process
-    # beside the reduced run where that is safe and there is a second CPU (``StepOptions.bound_process``, _beside;
-    # the same numbers either way)
+    # the bound of an approximation (reductions.bounding_fabric): low, the reduced run; high, the same run's step
+    # time (_makespan: the number _measure gives, without its other measurements) on a fabric where it is no faster
+    # than any unit of the full step; the fabric built and run in a child process beside the reduced run where that
+    # is safe and there is a second CPU (``StepOptions.bound_process``, _beside; the same numbers either way)
+    def makespan(layout: ParallelismSpec, fabric: Topology, progress: Callable[[str], None] | None) -> float:
+        if progress is not None:
+            progress(f"simulating the bound's run, {layout.microbatches} micro-batches")
+        return _makespan(
+            model,
+            layout,
+            fabric,
+            compute,
+            config,
+            placement=placement,
+            route_cache=route_cache,
+            passive=used.passive,
+            symmetric=used.symmetric,
+            context=used.context,
+            **kw,
+        )
+
     def bound(progress: Callable[[str], None] | None) -> tuple[float | None, str]:
         fabric, why = reductions.bounding_fabric(
             p, topology, placement, config, route_cache, used, tied_embeddings=model.tied_embeddings
         )
-        return (None if fabric is None else run(fabric, progress).step_s), why
+        if fabric is None:
+            return None, why
+        if steady is None:
+            return makespan(p, fabric, progress), why
+        k, few, more = steady
+        return reductions.extrapolate(makespan(few, fabric, progress), makespan(more, fabric, progress), m=m, k=k), why
 
     bounded: Callable[[], tuple[float | None, str]] | None = None
     child: _Beside | None = None
