@@ -96,16 +96,24 @@ simulated pair i with its unit's coordinates 0 (:func:`_pair_units`).
   durations: the full step is no longer than the high run.
 * Holds when: nothing couples flows beyond shared links (no link events or congestion control; no bound
   otherwise, the note says why), routing is ``ecmp`` or ``spray`` (fewest-hop paths, enumerated; ``minimal``,
-  ``valiant``, ``ugal``, ``adaptive``: no bound), every expert group has a simulated member (else no bound: the
-  all-to-alls of the groups stood for are not counted), each missing GPU pair puts no more flows on a shared link than
+  ``valiant``, ``ugal``, ``adaptive``: no bound), each missing GPU pair puts no more flows on a shared link than
   its representative does (true for stage transfers, one network connection a pair; a ring with several
   channels through a link it shares with a simulated flow may exceed it), and adding flows does not speed up
   another (max-min sharing can, in corner cases; NCCL's tuner choosing another algorithm on the slower fabric
   too). Not covered: the steady-state extrapolation (its own approximation).
+* Expert parallelism (symmetric replicas): the expert-parallel groups without a member in the simulated replica
+  (their dispatch and combine all-to-alls) and the expert-data-parallel ones (the experts' gradient reductions)
+  are missing traffic too (:func:`_expert_pairs`): each ordered member pair may cross every fewest-hop path, and
+  stands with the pair of the same member positions in the simulated group of its (tensor, pipeline) block, group g
+  with group g mod P where the simulated groups are the block's first P (``_measure`` counts each of those for
+  d / (replicas it spans)); each such group is a unit of its own. Where the groups do not repeat so: no bound.
+  Loose where thousands of simulated flows cross a link whose capacity falls to one pair's share (the 64-member
+  all-to-alls across servers of a DeepSeek-V3-like step on 2,048 H100: [4.754, 9591] s).
 * Cost: the bounding fabric (a route per GPU pair of the pipeline; 3.4 s for the 16,384-GPU 405B layout's 145,408
-  pairs) and one more reduced run. Checked against the full simulation on small layouts (forced reductions: an
-  ECMP fat tree, oversubscribed, uneven stages, a failed and a slower NIC cable, a dragonfly with longer paths for
-  some replicas; ``tests/simulator/test_reductions.py``). Worked number: on the default step's layout on a
+  pairs) and one more reduced run, of which only the step time is taken. Checked against the full simulation on small
+  layouts (forced reductions: an ECMP fat tree, oversubscribed, uneven stages, a failed and a slower NIC cable, a
+  dragonfly with longer paths for some replicas, expert groups across servers on a plain and an oversubscribed fat
+  tree; ``tests/simulator/test_reductions.py``). Worked number: on the default step's layout on a
   dragonfly of 8 DGX H100 (tp 2, pp 2, dp 16, overlapped buckets), replicas forced: 3.8857 s reduced, 3.9378 s in
   full, bound [3.8857, 4.6695] s (time in network 0.4335 reduced, 0.4857 in full, bound [0.4335, 1.2173] s).
 """
@@ -121,7 +129,7 @@ import numpy as np
 from topologies.routing import RouteCache, Router
 from topologies.topology import LinkTier, Topology
 from workloads.model import ceil_div
-from workloads.parallelism import ParallelismSpec
+from workloads.parallelism import GROUP_KINDS, ParallelismSpec
 
 from ..collectives.p2p import NET_CONNECTIONS_PER_PEER
 from ..config import SimConfig
@@ -727,7 +735,61 @@ def _pair_units(
         ra = rank[(0 if tp else ca.tp, 0 if cp else ca.cp, 0 if dp else ca.dp, ca.pp)]
         rb = rank[(0 if tp else cb.tp, 0 if cp else cb.cp, 0 if dp else cb.dp, cb.pp)]
         reps[i] = index[ra, rb]
+    if plan.symmetric and p.ep > 1:  # the expert groups' traffic, the groups without a member in replica 0 missing
+        experts, owners, twins, _ = _expert_pairs(p)
+        base = len(pairs)
+        at = {pair: base + i for i, pair in enumerate(experts) if not owners[i]}  # the simulated groups' pairs
+        keys = [units.setdefault((-1, *owner), len(units)) if owner else 0 for owner in owners]
+        pairs = pairs + experts
+        unit = np.concatenate((unit, np.asarray(keys, dtype=np.int64)))
+        reps = np.concatenate((reps, np.asarray([at[twin] for twin in twins], dtype=np.int64)))
+        hop = np.concatenate((hop, np.zeros(len(experts), dtype=bool)))
     return pairs, unit, reps, hop
+
+
+def _expert_pairs(
+    p: ParallelismSpec,
+) -> tuple[list[tuple[int, int]], list[tuple[int, ...]], list[tuple[int, int]], str]:
+    """With symmetric replicas and expert parallelism, the ordered member pairs of every expert-parallel group
+    (its dispatch and combine all-to-alls) and expert-data-parallel group (the experts' gradient reductions), as
+    global ranks: for each, its unit (the simulated groups, those with a member in data-parallel replica 0,
+    are unit ``()``; every other group a unit of its own, named by its kind and members) and its representative,
+    the pair of the same member positions in the simulated group that stands for its group (``_measure`` counts
+    each simulated group for d / (replicas it spans) groups); last, why no such mapping exists (empty when it
+    does). Per kind and (tensor, pipeline) block the simulated groups must be the first P of the block, group g
+    standing with group g mod P, and their members must share tensor, context and pipeline coordinates
+    position by position (true of every layout :func:`uneven_experts` accepts; checked)."""
+    replica0 = set(replica_ranks(p))
+    coords = [p.coords(r) for r in range(p.world_size)]
+    pairs: list[tuple[int, int]] = []
+    units: list[tuple[int, ...]] = []
+    reps: list[tuple[int, int]] = []
+    for kind in ("ep", "edp"):
+        blocks: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+        for group in p.groups(kind):  # in increasing first member: within a block, in the order Megatron makes them
+            first = coords[group[0]]
+            blocks.setdefault((first.tp, first.pp), []).append(group)
+        for groups in blocks.values():
+            simulated = [g for g, group in enumerate(groups) if replica0.intersection(group)]
+            period = len(simulated)
+            if simulated != list(range(period)) or len(groups) % period:
+                return [], [], [], f"the {kind} groups of other replicas do not repeat those of replica 0"
+            for g, group in enumerate(groups):
+                twin = groups[g % period]
+                alike = len(twin) == len(group) and all(
+                    (coords[a].tp, coords[a].cp, coords[a].pp) == (coords[b].tp, coords[b].cp, coords[b].pp)
+                    for a, b in zip(group, twin)
+                )
+                if not alike:
+                    return [], [], [], f"the {kind} group {group[:4]}... is unlike the one of replica 0 it stands with"
+                unit = () if g < period else (GROUP_KINDS.index(kind), *group)
+                for i, a in enumerate(group):
+                    for j, b in enumerate(group):
+                        if i != j:
+                            pairs.append((a, b))
+                            units.append(unit)
+                            reps.append((twin[i], twin[j]))
+    return pairs, units, reps, ""
 
 
 def _pair_paths(
@@ -823,10 +885,9 @@ def bounding_fabric(
     if config.routing not in ("ecmp", "spray"):
         return None, f"routing {config.routing!r}: its possible paths are not enumerated for a bound"
     if plan.symmetric and p.ep > 1:
-        replica0 = set(replica_ranks(p))
-        for kind in ("ep", "edp"):
-            if not all(replica0.intersection(group) for group in p.groups(kind)):
-                return None, f"the {kind} groups of other replicas are stood for, their all-to-alls not bounded"
+        why = _expert_pairs(p)[3]
+        if why:
+            return None, f"{why}, so their all-to-alls are not bounded"
     router = Router(topology, policy="spray", seed=config.seed, failed_links=config.failed_links, cache=route_cache)
     gpu = np.asarray(placement.rank_gpu, dtype=np.int64)
     pairs, unit, rep, hop = _pair_units(p, plan, embedding=tied_embeddings)
