@@ -233,7 +233,10 @@ def run(args) -> str:
     if s["calibration"] is not None:
         calibration = load_calibration(s["calibration"], s["system"] if "system" in s["given"] else None)
         s["system"] = calibration.system
-    setup = prepare_step(s, environ=os.environ)
+    from simulator.studies.training import collector_paused
+
+    with collector_paused():  # building a fabric of a million links: as the step, whose garbage is acyclic
+        setup = prepare_step(s, environ=os.environ)
     topology, parallelism, environment = setup.topology, setup.parallelism, setup.environment
     if s["trace_ranks"] is not None:
         from simulator.studies.trace import parse_ranks

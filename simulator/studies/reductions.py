@@ -123,6 +123,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -792,31 +793,49 @@ def _expert_pairs(
     return pairs, units, reps, ""
 
 
+def _latency_sums(latency: np.ndarray, parts: Sequence[tuple[int, ...]]) -> np.ndarray:
+    """``float(latency[np.asarray(part)].sum())`` of each of ``parts``: the parts of one length as the rows of one
+    array, summed along them (numpy sums a row of a C-ordered array as it sums that row alone)."""
+    out = np.zeros(len(parts))
+    if not parts:
+        return out
+    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    flat = np.fromiter(chain.from_iterable(parts), dtype=np.int64, count=int(lengths.sum()))
+    order = np.argsort(lengths, kind="stable")
+    starts = np.concatenate(([0], np.cumsum(lengths)))
+    for k in np.unique(lengths).tolist():
+        if k:
+            rows = order[lengths[order] == k]
+            at = starts[rows][:, None] + np.arange(k)
+            out[rows] = latency[flat[at]].sum(axis=1)
+    return out
+
+
 def _pair_paths(
     router: Router, src: np.ndarray, dst: np.ndarray, hashed: np.ndarray, config: SimConfig
-) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
     """The links the flows of each GPU pair ``src[i] -> dst[i]`` may cross: with ``hashed[i]`` (a stage transfer
     under ECMP) the path of each of its network connections as the step routes it (flow keys 0 to
     ``NET_CONNECTIONS_PER_PEER`` - 1, ``config.pxn``: ``simulator.collectives.p2p``), else every fewest-hop path
-    (``router`` sprays), with and without PXN. Returned: those outside the fabric (``ends[i]``, repeats
-    possible) and the fabric's, ``fabric[span[i]]`` (``span`` -1 inside a server; pairs between the same switches
-    share one), and the largest and smallest latency of those paths (the links outside the fabric plus h fabric
-    hops at the slowest / fastest fabric link)."""
+    (``router`` sprays), with and without PXN. Returned: those outside the fabric (pair i's ``count[i]``
+    consecutive entries of ``ends``, repeats possible) and the fabric's, ``fabric[span[i]]`` (``span`` -1 inside
+    a server; pairs between the same switches share one), and the largest and smallest latency of those paths
+    (the links outside the fabric plus h fabric hops at the slowest / fastest fabric link)."""
     topo = router.topology
     latency = topo.link_latency_s
     between = topo.link_tier >= int(LinkTier.FABRIC_1)  # switch to switch
     n = len(src)
-    ends: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * n
+    outside: list[tuple[int, ...]] = [()] * n
     span = np.full(n, -1, dtype=np.int64)
     high, low = np.zeros(n), np.full(n, np.inf)
     inside = topo.gpu_server[src] == topo.gpu_server[dst]
     server, local = topo.gpu_server, topo.gpu_local
-    for i in np.flatnonzero(inside).tolist():  # the server's fixed route (Router's, without its per-pair state)
-        path = np.asarray(topo.servers[server[src[i]]].intra_routes[int(local[src[i]]), int(local[dst[i]])])
-        ends[i] = path
-        high[i] = low[i] = float(latency[path].sum())
-    at = np.flatnonzero(~inside)
+    within = np.flatnonzero(inside)
+    for i in within.tolist():  # the server's fixed route (Router's, without its per-pair state)
+        outside[i] = tuple(topo.servers[server[src[i]]].intra_routes[int(local[src[i]]), int(local[dst[i]])])
+    high[within] = low[within] = _latency_sums(latency, [outside[i] for i in within.tolist()])
     walks: dict[bytes, tuple[np.ndarray, float, float]] = {}  # fabric links -> them, h hops at slowest, fastest
+    leaves: dict[tuple[int, int], bytes] = {}  # a sprayed walk's key by the switches it joins
     both: list[list[bytes]] = [[] for _ in range(n)]
     step = Router(
         topo, policy="ecmp", seed=config.seed, pxn=config.pxn, failed_links=config.failed_links, cache=router.cache
@@ -824,38 +843,53 @@ def _pair_paths(
     routed = [(step, False, k, config.pxn) for k in range(NET_CONNECTIONS_PER_PEER)]
     for how, every, key_, pxn in [(router, True, 0, False), (router, True, 0, True)] + routed:
         at = np.flatnonzero(~inside & (hashed != every))
-        found = (
-            how.weighted_paths(src[at], dst[at], flow_keys=key_, pxn=pxn)[0]
-            if every
-            else how.paths(src[at], dst[at], flow_keys=key_, pxn=pxn)
-        )
-        for i, path in zip(at.tolist(), found):
+        if every:  # every fewest-hop path: the links outside the fabric, and the sprayed walk between its switches
+            parts, enter, leave = how.fabric_ends(src[at], dst[at], pxn=pxn)
+            keys: list[bytes] = []
+            for j, ends in enumerate(zip(enter.tolist(), leave.tolist())):
+                known = leaves.get(ends)
+                if known is None:
+                    i = int(at[j])
+                    path = how.weighted_paths(src[i : i + 1], dst[i : i + 1], flow_keys=0, pxn=pxn)[0][0]
+                    crossing = between[path]
+                    known = leaves[ends] = path[crossing].tobytes()
+                    if known not in walks:  # h hops at the slowest and the fastest of these links: every walk has h
+                        speed = latency[path[crossing]]
+                        h = int(between[how.path(int(src[i]), int(dst[i]), pxn=pxn)].sum())
+                        hops = (h * float(speed.max()), h * float(speed.min())) if h else (0, 0)
+                        walks[known] = (path[crossing], *hops)
+                keys.append(known)
+            sums = _latency_sums(latency, parts)
+            high[at] = np.maximum(high[at], sums + np.array([walks[key][1] for key in keys], dtype=np.float64))
+            low[at] = np.minimum(low[at], sums + np.array([walks[key][2] for key in keys], dtype=np.float64))
+            for i, part, key in zip(at.tolist(), parts, keys):
+                outside[i] += part
+                both[i].append(key)
+            continue
+        for i, path in zip(at.tolist(), how.paths(src[at], dst[at], flow_keys=key_, pxn=pxn)):
             crossing = between[path]
-            key = path[crossing].tobytes() + (b"" if every else b"path")
+            key = path[crossing].tobytes() + b"path"
             walk = walks.get(key)
             if walk is None:
                 speed = latency[path[crossing]]
-                if every:  # h hops at the slowest and the fastest of these links: every fewest-hop walk has h
-                    h = int(between[how.path(int(src[i]), int(dst[i]), pxn=pxn)].sum())
-                    walk = (path[crossing], *((h * float(speed.max()), h * float(speed.min())) if h else (0, 0)))
-                else:
-                    walk = (path[crossing], float(speed.sum()), float(speed.sum()))
-                walks[key] = walk
+                walk = walks[key] = (path[crossing], float(speed.sum()), float(speed.sum()))
             base = float(latency[path[~crossing]].sum())
             high[i] = max(high[i], base + walk[1])
             low[i] = min(low[i], base + walk[2])
-            ends[i] = np.concatenate((ends[i], path[~crossing]))
+            outside[i] += tuple(path[~crossing].tolist())
             both[i].append(key)
     spans: dict[tuple[bytes, ...], int] = {}
     fabric: list[np.ndarray] = []
     for i in np.flatnonzero(~inside).tolist():
-        key = tuple(sorted(set(both[i])))
-        j = spans.get(key)
-        if j is None:
-            j = spans[key] = len(fabric)
-            fabric.append(np.unique(np.concatenate([walks[k][0] for k in key])))
-        span[i] = j
-    return ends, span, fabric, high, low
+        union = tuple(sorted(set(both[i])))
+        seen = spans.get(union)
+        if seen is None:
+            seen = spans[union] = len(fabric)
+            fabric.append(np.unique(np.concatenate([walks[k][0] for k in union])))
+        span[i] = seen
+    count = np.fromiter(map(len, outside), dtype=np.int64, count=n)
+    ends_flat = np.fromiter(chain.from_iterable(outside), dtype=np.int64, count=int(count.sum()))
+    return ends_flat, count, span, fabric, high, low
 
 
 def bounding_fabric(
@@ -893,11 +927,12 @@ def bounding_fabric(
     pairs, unit, rep, hop = _pair_units(p, plan, embedding=tied_embeddings)
     ranks = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     hashed = hop & (config.routing == "ecmp")
-    ends, span, fabric, slow, fast = _pair_paths(router, gpu[ranks[:, 0]], gpu[ranks[:, 1]], hashed, config)
+    ends, count, span, fabric, slow, fast = _pair_paths(router, gpu[ranks[:, 0]], gpu[ranks[:, 1]], hashed, config)
     n, nlinks = len(pairs), topology.num_links
     capacity = topology.link_capacity_bytes_per_s
     # the links outside the fabric: (pair, link) once each, in pair order; how many pairs, and of each unit
-    entries = np.unique(np.repeat(np.arange(n), [len(x) for x in ends]) * nlinks + np.concatenate(ends))
+    entries = np.sort(np.repeat(np.arange(n), count) * nlinks + ends)
+    entries = entries[np.concatenate(([True], entries[1:] != entries[:-1]))] if entries.size else entries
     pair, link = entries // nlinks, entries % nlinks
     total = np.bincount(link, minlength=nlinks)
     simulated = np.bincount(link[unit[pair] == 0], minlength=nlinks)
@@ -921,8 +956,10 @@ def bounding_fabric(
     new_capacity = capacity / (1 + total - simulated)
     added = np.zeros(nlinks)
     network = topology.link_tier >= int(LinkTier.NIC)
+    first = np.concatenate(([0], np.cumsum(count)))
     for i in np.flatnonzero(rep == np.arange(n)).tolist():
-        own = np.concatenate((ends[i], fabric[span[i]])) if leaves[i] else ends[i]
+        outside = ends[first[i] : first[i + 1]]
+        own = np.concatenate((outside, fabric[span[i]])) if leaves[i] else outside
         np.minimum.at(new_capacity, own, share[i])
         deficit = slowest[i] - fast[i]
         if deficit > 0:

@@ -65,9 +65,11 @@ is ``simulator.validation.sc21``.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypedDict
@@ -112,6 +114,7 @@ __all__ = (
     "tp_overlap_stretch_s",
     "memory_per_gpu",
     "simulate_step",
+    "collector_paused",
 )
 
 
@@ -1004,6 +1007,22 @@ def _beside(work: Callable[[], Any]) -> _Beside | None:
     return _Beside(work)
 
 
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """CPython's cyclic garbage collector off inside (back on after, if it was on). A step holds millions of
+    long-lived objects (its tasks, collectives, routes) that every full collection traverses again, and frees
+    its own garbage by reference counting: the 16,384-GPU CP 16 step of ``fabricsim perf --commands`` spent
+    16 % of its CPU time in the collector (53.3 s against 44.9 s of CPU, same numbers), and its peak RSS did
+    not grow (1.29 GiB against 1.45 GiB with the collector on)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def simulate_step(
     model: ModelSpec,
     parallelism: ParallelismSpec,
@@ -1013,8 +1032,20 @@ def simulate_step(
 ) -> StepResult:
     """Simulate one training step of ``model`` laid out as ``parallelism`` on ``system`` (a preset name, built
     with ``options.nodes``/``options.wiring``, or a built Topology), run as ``options`` say (:class:`StepOptions`;
-    the defaults when None). See the module docstring.
+    the defaults when None). See the module docstring. The garbage collector is paused meanwhile
+    (:func:`collector_paused`).
     """
+    with collector_paused():
+        return _simulate_step(model, parallelism, system=system, options=options)
+
+
+def _simulate_step(
+    model: ModelSpec,
+    parallelism: ParallelismSpec,
+    *,
+    system: str | Topology,
+    options: StepOptions | None,
+) -> StepResult:
     o = StepOptions() if options is None else options
     if not isinstance(o, StepOptions):
         raise reject("options", o, "a StepOptions or None")
