@@ -28,7 +28,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ..kernels import drain, soonest_end
+from ..kernels import count_link_bytes, drain, soonest_end
 
 
 def entries_of(flow_ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -97,6 +97,8 @@ class FluidNetwork:
         self._base_capacity = np.asarray(capacity_bytes_per_s, dtype=np.float64)
         self.capacity_bytes_per_s = self._base_capacity.copy()  # changes with set_link_scale
         self.link_bytes = np.zeros(self.capacity_bytes_per_s.shape[0], dtype=np.float64)
+        self._link_sums = np.zeros_like(self.link_bytes)  # count_link_bytes' scratch, zeros between calls
+        self._link_seen = np.zeros(self.link_bytes.shape[0], dtype=np.bool_)
         self._n = 0  # flow slots in use
         self._m = 0  # (flow, link) entries in use
         self._slots: dict[str, np.ndarray] = {
@@ -218,14 +220,18 @@ class FluidNetwork:
         return entries, self.flow_links[entries], values
 
     def _count_bytes(self, slots: np.ndarray, nbytes: np.ndarray) -> None:
-        """Add ``nbytes[i]`` x its weights to the links of the flow in slot ``slots[i]``, which ends."""
-        entries, links, values = self._link_shares(slots, nbytes)
-        nlinks = self.link_bytes.shape[0]
-        if 8 * links.shape[0] > nlinks:  # each link's sum over these flows, then added (a zero where none)
-            self.link_bytes += np.bincount(links, weights=values, minlength=nlinks)
-        else:  # the same sums over the links they cross only: O(entries), not O(links)
-            touched, local = np.unique(links, return_inverse=True)
-            self.link_bytes[touched] += np.bincount(local, weights=values)
+        """Add ``nbytes[i]`` x its weights to the links of the flow in slot ``slots[i]``, which ends: each link's
+        sum over these flows, then added to its bytes (``kernels.count_link_bytes``)."""
+        entries, links = count_link_bytes(
+            self.flow_ptr,
+            self.flow_links,
+            self.flow_weights,
+            np.asarray(slots, dtype=np.int64),
+            np.asarray(nbytes, dtype=np.float64),
+            self.link_bytes,
+            self._link_sums,
+            self._link_seen,
+        )
         self._ended(entries, links)
 
     def next_completion_s(self) -> float:
