@@ -99,6 +99,8 @@ class FluidNetwork:
         self.link_bytes = np.zeros(self.capacity_bytes_per_s.shape[0], dtype=np.float64)
         self._link_sums = np.zeros_like(self.link_bytes)  # count_link_bytes' scratch, zeros between calls
         self._link_seen = np.zeros(self.link_bytes.shape[0], dtype=np.bool_)
+        self._done = np.empty(16, dtype=np.int64)  # advance's buffer of the slots that finish
+        self._nothing = np.zeros(0)  # advance's data_moved when no group is recorded (drain writes none)
         self._n = 0  # flow slots in use
         self._m = 0  # (flow, link) entries in use
         self._slots: dict[str, np.ndarray] = {
@@ -251,11 +253,12 @@ class FluidNetwork:
         if recording:
             self.group_bytes = np.zeros_like(self.group_bytes)
         idx = np.flatnonzero(active) if recording and dt_s > 0 else None  # the flows whose moves are recorded
-        data_moved = np.zeros(n if idx is not None else 0)
+        data_moved = np.zeros(n) if idx is not None else self._nothing
         # start-up first (no data on the links); finished: at most a nanosecond of transfer left (float round-off
-        # on the drain)
-        done = np.empty(n, dtype=np.int64)
-        done = done[: drain(rate, remaining, self.fill, active, dt_s, done, data_moved)]
+        # on the drain); the slots that finish written to a buffer kept for it (a slot per flow)
+        if self._done.shape[0] < n:
+            self._done = np.empty(self._slots["rate"].shape[0], dtype=np.int64)
+        done = self._done[: drain(rate, remaining, self.fill, active, dt_s, self._done, data_moved)]
         if idx is not None and idx.size:
             self._moved_by_group(idx, data_moved[idx])
         if done.size:
