@@ -109,13 +109,14 @@ simulated pair i with its unit's coordinates 0 (:func:`_pair_units`).
   d / (replicas it spans)); each such group is a unit of its own. Where the groups do not repeat so: no bound.
   Loose where thousands of simulated flows cross a link whose capacity falls to one pair's share (the 64-member
   all-to-alls across servers of a DeepSeek-V3-like step on 2,048 H100: [4.754, 9591] s).
-* Cost: the bounding fabric (a route per GPU pair of the pipeline; 3.4 s for the 16,384-GPU 405B layout's 145,408
-  pairs) and one more reduced run, of which only the step time is taken. Checked against the full simulation on small
-  layouts (forced reductions: an ECMP fat tree, oversubscribed, uneven stages, a failed and a slower NIC cable, a
-  dragonfly with longer paths for some replicas, expert groups across servers on a plain and an oversubscribed fat
-  tree; ``tests/simulator/test_reductions.py``). Worked number: on the default step's layout on a
-  dragonfly of 8 DGX H100 (tp 2, pp 2, dp 16, overlapped buckets), replicas forced: 3.8857 s reduced, 3.9378 s in
-  full, bound [3.8857, 4.6695] s (time in network 0.4335 reduced, 0.4857 in full, bound [0.4335, 1.2173] s).
+* Cost: the bounding fabric (a route per GPU pair of the pipeline; 1.9 s of CPU for the 16,384-GPU 405B layout's
+  145,408 pairs, 6.0 s for its CP 16 layout's 391,168) and one more reduced run, of which only the step time is
+  taken. Checked against the full simulation on small layouts (forced reductions: an ECMP fat tree, oversubscribed,
+  uneven stages, a failed and a slower NIC cable, a dragonfly with longer paths for some replicas, expert groups
+  across servers on a plain and an oversubscribed fat tree; ``tests/simulator/test_reductions.py``). Worked
+  number: on the default step's layout on a dragonfly of 8 DGX H100 (tp 2, pp 2, dp 16, overlapped buckets),
+  replicas forced: 3.8857 s reduced, 3.9378 s in full, bound [3.8857, 4.6695] s (time in network 0.4335 reduced,
+  0.4857 in full, bound [0.4335, 1.2173] s).
 """
 
 from __future__ import annotations
