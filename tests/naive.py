@@ -406,6 +406,15 @@ def drain_naive(rate, remaining, fill, active, dt_s, done, data_moved):
     return finished.shape[0]
 
 
+def count_link_bytes_naive(flow_ptr, flow_links, flow_weights, slots, nbytes, link_bytes):
+    """The whole-array numpy expressions: each link's sum over the flows' entries (bincount), added to its bytes;
+    returns the entries' positions and their links."""
+    entries = np.concatenate([np.arange(flow_ptr[s], flow_ptr[s + 1]) for s in slots] + [np.zeros(0, np.int64)])
+    values = np.repeat(nbytes, flow_ptr[slots + 1] - flow_ptr[slots]) * flow_weights[entries]
+    link_bytes += np.bincount(flow_links[entries], weights=values, minlength=link_bytes.shape[0])
+    return entries, flow_links[entries]
+
+
 def soonest_end_naive(rate, remaining, active):
     moving = active & (rate > 0)
     return float((remaining[moving] / rate[moving]).min()) if moving.any() else np.inf

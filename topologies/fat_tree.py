@@ -135,7 +135,7 @@ class ShiftedRoutes(Mapping[tuple[int, int], tuple[int, ...]]):
         self._table, self._offset = table, offset
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[int, ...]:
-        return tuple(link + self._offset for link in self._table[key])
+        return tuple(map(self._offset.__add__, self._table[key]))  # int addition, as link + offset
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         return iter(self._table)

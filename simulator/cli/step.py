@@ -277,7 +277,10 @@ def run(args) -> str:
             raise checks.reject(
                 "trace", s["trace"], "no --trace with --steps, --straggler or --jitter-us (a trace is one step's)"
             )
-    setup = prepare_step(s, environ=os.environ)
+    from simulator.studies.training import collector_paused
+
+    with collector_paused():  # building a fabric of a million links: as the step, whose garbage is acyclic
+        setup = prepare_step(s, environ=os.environ)
     topology, parallelism, environment = setup.topology, setup.parallelism, setup.environment
     if s["trace_ranks"] is not None:
         from simulator.studies.trace import parse_ranks

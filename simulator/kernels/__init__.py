@@ -8,7 +8,7 @@ Python wrappers exported here, which take and return numpy arrays; the link-list
 from simulator.kernels.classes import class_rates
 from simulator.kernels.components import component, link_insert, link_rebuild, link_remove, reach
 from simulator.kernels.dcqcn import DCQCN_PARAM_NAMES, dcqcn_rates
-from simulator.kernels.drain import drain, soonest_end
+from simulator.kernels.drain import count_link_bytes, drain, soonest_end
 from simulator.kernels.lossless import lossless_throttle, successor_pairs
 from simulator.kernels.maxmin import build_csr, maxmin_rates
 
@@ -23,6 +23,7 @@ __all__ = [
     "component",
     "drain",
     "soonest_end",
+    "count_link_bytes",
     "dcqcn_rates",
     "DCQCN_PARAM_NAMES",
     "lossless_throttle",

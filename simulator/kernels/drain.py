@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["drain", "soonest_end"]
+__all__ = ["drain", "soonest_end", "count_link_bytes"]
 
 
 @njit(cache=True)
@@ -76,3 +76,47 @@ def soonest_end(rate: np.ndarray, remaining: np.ndarray, active: np.ndarray) -> 
             if t < best:
                 best = t
     return best
+
+
+@njit(cache=True)
+def count_link_bytes(
+    flow_ptr: np.ndarray,
+    flow_links: np.ndarray,
+    flow_weights: np.ndarray,
+    slots: np.ndarray,
+    nbytes: np.ndarray,
+    link_bytes: np.ndarray,
+    sums: np.ndarray,
+    seen: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Add ``nbytes[i]`` x each entry's weight to the links of the flow in slot ``slots[i]`` (CSR ``flow_ptr``,
+    ``flow_links``, ``flow_weights``), as ``link_bytes += np.bincount(links, weights=values)`` does: each link's
+    sum over these entries in entry order from 0.0, then added to its bytes. ``sums`` (floats) and ``seen``
+    (booleans), one per link, are scratch that is all zeros before and after. Returns the positions of the flows'
+    entries in the CSR arrays, in order (``network.base.entries_of``), and their links."""
+    total = 0
+    for i in range(slots.shape[0]):
+        total += flow_ptr[slots[i] + 1] - flow_ptr[slots[i]]
+    entries = np.empty(total, dtype=np.int64)
+    links = np.empty(total, dtype=np.int64)
+    touched = np.empty(total, dtype=np.int64)
+    k = 0
+    t = 0
+    for i in range(slots.shape[0]):
+        b = nbytes[i]
+        for e in range(flow_ptr[slots[i]], flow_ptr[slots[i] + 1]):
+            link = flow_links[e]
+            entries[k] = e
+            links[k] = link
+            k += 1
+            if not seen[link]:
+                seen[link] = True
+                touched[t] = link
+                t += 1
+            sums[link] += b * flow_weights[e]
+    for j in range(t):
+        link = touched[j]
+        link_bytes[link] += sums[link]
+        sums[link] = 0.0
+        seen[link] = False
+    return entries, links

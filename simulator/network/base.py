@@ -28,7 +28,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ..kernels import drain, soonest_end
+from ..kernels import count_link_bytes, drain, soonest_end
 
 
 def entries_of(flow_ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -99,6 +99,10 @@ class FluidNetwork:
         self._base_capacity = np.asarray(capacity_bytes_per_s, dtype=np.float64)
         self.capacity_bytes_per_s = self._base_capacity.copy()  # changes with set_link_scale
         self.link_bytes = np.zeros(self.capacity_bytes_per_s.shape[0], dtype=np.float64)
+        self._link_sums = np.zeros_like(self.link_bytes)  # count_link_bytes' scratch, zeros between calls
+        self._link_seen = np.zeros(self.link_bytes.shape[0], dtype=np.bool_)
+        self._done = np.empty(16, dtype=np.int64)  # advance's buffer of the slots that finish
+        self._nothing = np.zeros(0)  # advance's data_moved when no group is recorded (drain writes none)
         self._n = 0  # flow slots in use
         self._m = 0  # (flow, link) entries in use
         self._slots: dict[str, np.ndarray] = {
@@ -224,14 +228,18 @@ class FluidNetwork:
         return entries, self.flow_links[entries], values
 
     def _count_bytes(self, slots: np.ndarray, nbytes: np.ndarray) -> None:
-        """Add ``nbytes[i]`` x its weights to the links of the flow in slot ``slots[i]``, which ends."""
-        entries, links, values = self._link_shares(slots, nbytes)
-        nlinks = self.link_bytes.shape[0]
-        if 8 * links.shape[0] > nlinks:  # each link's sum over these flows, then added (a zero where none)
-            self.link_bytes += np.bincount(links, weights=values, minlength=nlinks)
-        else:  # the same sums over the links they cross only: O(entries), not O(links)
-            touched, local = np.unique(links, return_inverse=True)
-            self.link_bytes[touched] += np.bincount(local, weights=values)
+        """Add ``nbytes[i]`` x its weights to the links of the flow in slot ``slots[i]``, which ends: each link's
+        sum over these flows, then added to its bytes (``kernels.count_link_bytes``)."""
+        entries, links = count_link_bytes(
+            self.flow_ptr,
+            self.flow_links,
+            self.flow_weights,
+            np.asarray(slots, dtype=np.int64),
+            np.asarray(nbytes, dtype=np.float64),
+            self.link_bytes,
+            self._link_sums,
+            self._link_seen,
+        )
         self._ended(entries, links)
 
     def next_completion_s(self) -> float:
@@ -251,11 +259,12 @@ class FluidNetwork:
         if recording:
             self.group_bytes = np.zeros_like(self.group_bytes)
         idx = np.flatnonzero(active) if recording and dt_s > 0 else None  # the flows whose moves are recorded
-        data_moved = np.zeros(n if idx is not None else 0)
+        data_moved = np.zeros(n) if idx is not None else self._nothing
         # start-up first (no data on the links); finished: at most a nanosecond of transfer left (float round-off
-        # on the drain)
-        done = np.empty(n, dtype=np.int64)
-        done = done[: drain(rate, remaining, self.fill, active, dt_s, done, data_moved)]
+        # on the drain); the slots that finish written to a buffer kept for it (a slot per flow)
+        if self._done.shape[0] < n:
+            self._done = np.empty(self._slots["rate"].shape[0], dtype=np.int64)
+        done = self._done[: drain(rate, remaining, self.fill, active, dt_s, self._done, data_moved)]
         if idx is not None and idx.size:
             self._moved_by_group(idx, data_moved[idx])
         if done.size:

@@ -96,18 +96,27 @@ simulated pair i with its unit's coordinates 0 (:func:`_pair_units`).
   durations: the full step is no longer than the high run.
 * Holds when: nothing couples flows beyond shared links (no link events or congestion control; no bound
   otherwise, the note says why), routing is ``ecmp`` or ``spray`` (fewest-hop paths, enumerated; ``minimal``,
-  ``valiant``, ``ugal``, ``adaptive``: no bound), every expert group has a simulated member (else no bound: the
-  all-to-alls of the groups stood for are not counted), each missing GPU pair puts no more flows on a shared link than
+  ``valiant``, ``ugal``, ``adaptive``: no bound), each missing GPU pair puts no more flows on a shared link than
   its representative does (true for stage transfers, one network connection a pair; a ring with several
   channels through a link it shares with a simulated flow may exceed it), and adding flows does not speed up
   another (max-min sharing can, in corner cases; NCCL's tuner choosing another algorithm on the slower fabric
   too). Not covered: the steady-state extrapolation (its own approximation).
-* Cost: the bounding fabric (a route per GPU pair of the pipeline; 3.4 s for the 16,384-GPU 405B layout's 145,408
-  pairs) and one more reduced run. Checked against the full simulation on small layouts (forced reductions: an
-  ECMP fat tree, oversubscribed, uneven stages, a failed and a slower NIC cable, a dragonfly with longer paths for
-  some replicas; ``tests/simulator/test_reductions.py``). Worked number: on the default step's layout on a
-  dragonfly of 8 DGX H100 (tp 2, pp 2, dp 16, overlapped buckets), replicas forced: 3.8857 s reduced, 3.9378 s in
-  full, bound [3.8857, 4.6695] s (time in network 0.4335 reduced, 0.4857 in full, bound [0.4335, 1.2173] s).
+* Expert parallelism (symmetric replicas): the expert-parallel groups without a member in the simulated replica
+  (their dispatch and combine all-to-alls) and the expert-data-parallel ones (the experts' gradient reductions)
+  are missing traffic too (:func:`_expert_pairs`): each ordered member pair may cross every fewest-hop path, and
+  stands with the pair of the same member positions in the simulated group of its (tensor, pipeline) block, group g
+  with group g mod P where the simulated groups are the block's first P (``_measure`` counts each of those for
+  d / (replicas it spans)); each such group is a unit of its own. Where the groups do not repeat so: no bound.
+  Loose where thousands of simulated flows cross a link whose capacity falls to one pair's share (the 64-member
+  all-to-alls across servers of a DeepSeek-V3-like step on 2,048 H100: [4.754, 9591] s).
+* Cost: the bounding fabric (a route per GPU pair of the pipeline; 1.9 s of CPU for the 16,384-GPU 405B layout's
+  145,408 pairs, 6.0 s for its CP 16 layout's 391,168) and one more reduced run, of which only the step time is
+  taken. Checked against the full simulation on small layouts (forced reductions: an ECMP fat tree, oversubscribed,
+  uneven stages, a failed and a slower NIC cable, a dragonfly with longer paths for some replicas, expert groups
+  across servers on a plain and an oversubscribed fat tree; ``tests/simulator/test_reductions.py``). Worked
+  number: on the default step's layout on a dragonfly of 8 DGX H100 (tp 2, pp 2, dp 16, overlapped buckets),
+  replicas forced: 3.8857 s reduced, 3.9378 s in full, bound [3.8857, 4.6695] s (time in network 0.4335 reduced,
+  0.4857 in full, bound [0.4335, 1.2173] s).
 """
 
 from __future__ import annotations
@@ -115,13 +124,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
 from topologies.routing import RouteCache, Router
 from topologies.topology import LinkTier, Topology
 from workloads.model import ceil_div
-from workloads.parallelism import ParallelismSpec
+from workloads.parallelism import GROUP_KINDS, ParallelismSpec
 
 from ..collectives.p2p import NET_CONNECTIONS_PER_PEER
 from ..config import SimConfig
@@ -727,34 +737,106 @@ def _pair_units(
         ra = rank[(0 if tp else ca.tp, 0 if cp else ca.cp, 0 if dp else ca.dp, ca.pp)]
         rb = rank[(0 if tp else cb.tp, 0 if cp else cb.cp, 0 if dp else cb.dp, cb.pp)]
         reps[i] = index[ra, rb]
+    if plan.symmetric and p.ep > 1:  # the expert groups' traffic, the groups without a member in replica 0 missing
+        experts, owners, twins, _ = _expert_pairs(p)
+        base = len(pairs)
+        at = {pair: base + i for i, pair in enumerate(experts) if not owners[i]}  # the simulated groups' pairs
+        keys = [units.setdefault((-1, *owner), len(units)) if owner else 0 for owner in owners]
+        pairs = pairs + experts
+        unit = np.concatenate((unit, np.asarray(keys, dtype=np.int64)))
+        reps = np.concatenate((reps, np.asarray([at[twin] for twin in twins], dtype=np.int64)))
+        hop = np.concatenate((hop, np.zeros(len(experts), dtype=bool)))
     return pairs, unit, reps, hop
+
+
+def _expert_pairs(
+    p: ParallelismSpec,
+) -> tuple[list[tuple[int, int]], list[tuple[int, ...]], list[tuple[int, int]], str]:
+    """With symmetric replicas and expert parallelism, the ordered member pairs of every expert-parallel group
+    (its dispatch and combine all-to-alls) and expert-data-parallel group (the experts' gradient reductions), as
+    global ranks: for each, its unit (the simulated groups, those with a member in data-parallel replica 0,
+    are unit ``()``; every other group a unit of its own, named by its kind and members) and its representative,
+    the pair of the same member positions in the simulated group that stands for its group (``_measure`` counts
+    each simulated group for d / (replicas it spans) groups); last, why no such mapping exists (empty when it
+    does). Per kind and (tensor, pipeline) block the simulated groups must be the first P of the block, group g
+    standing with group g mod P, and their members must share tensor, context and pipeline coordinates
+    position by position (true of every layout :func:`uneven_experts` accepts; checked)."""
+    replica0 = set(replica_ranks(p))
+    coords = [p.coords(r) for r in range(p.world_size)]
+    pairs: list[tuple[int, int]] = []
+    units: list[tuple[int, ...]] = []
+    reps: list[tuple[int, int]] = []
+    for kind in ("ep", "edp"):
+        blocks: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+        for group in p.groups(kind):  # in increasing first member: within a block, in the order Megatron makes them
+            first = coords[group[0]]
+            blocks.setdefault((first.tp, first.pp), []).append(group)
+        for groups in blocks.values():
+            simulated = [g for g, group in enumerate(groups) if replica0.intersection(group)]
+            period = len(simulated)
+            if simulated != list(range(period)) or len(groups) % period:
+                return [], [], [], f"the {kind} groups of other replicas do not repeat those of replica 0"
+            for g, group in enumerate(groups):
+                twin = groups[g % period]
+                alike = len(twin) == len(group) and all(
+                    (coords[a].tp, coords[a].cp, coords[a].pp) == (coords[b].tp, coords[b].cp, coords[b].pp)
+                    for a, b in zip(group, twin)
+                )
+                if not alike:
+                    return [], [], [], f"the {kind} group {group[:4]}... is unlike the one of replica 0 it stands with"
+                unit = () if g < period else (GROUP_KINDS.index(kind), *group)
+                for i, a in enumerate(group):
+                    for j, b in enumerate(group):
+                        if i != j:
+                            pairs.append((a, b))
+                            units.append(unit)
+                            reps.append((twin[i], twin[j]))
+    return pairs, units, reps, ""
+
+
+def _latency_sums(latency: np.ndarray, parts: Sequence[tuple[int, ...]]) -> np.ndarray:
+    """``float(latency[np.asarray(part)].sum())`` of each of ``parts``: the parts of one length as the rows of one
+    array, summed along them (numpy sums a row of a C-ordered array as it sums that row alone)."""
+    out = np.zeros(len(parts))
+    if not parts:
+        return out
+    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    flat = np.fromiter(chain.from_iterable(parts), dtype=np.int64, count=int(lengths.sum()))
+    order = np.argsort(lengths, kind="stable")
+    starts = np.concatenate(([0], np.cumsum(lengths)))
+    for k in np.unique(lengths).tolist():
+        if k:
+            rows = order[lengths[order] == k]
+            at = starts[rows][:, None] + np.arange(k)
+            out[rows] = latency[flat[at]].sum(axis=1)
+    return out
 
 
 def _pair_paths(
     router: Router, src: np.ndarray, dst: np.ndarray, hashed: np.ndarray, config: SimConfig
-) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
     """The links the flows of each GPU pair ``src[i] -> dst[i]`` may cross: with ``hashed[i]`` (a stage transfer
     under ECMP) the path of each of its network connections as the step routes it (flow keys 0 to
     ``NET_CONNECTIONS_PER_PEER`` - 1, ``config.pxn``: ``simulator.collectives.p2p``), else every fewest-hop path
-    (``router`` sprays), with and without PXN. Returned: those outside the fabric (``ends[i]``, repeats
-    possible) and the fabric's, ``fabric[span[i]]`` (``span`` -1 inside a server; pairs between the same switches
-    share one), and the largest and smallest latency of those paths (the links outside the fabric plus h fabric
-    hops at the slowest / fastest fabric link)."""
+    (``router`` sprays), with and without PXN. Returned: those outside the fabric (pair i's ``count[i]``
+    consecutive entries of ``ends``, repeats possible) and the fabric's, ``fabric[span[i]]`` (``span`` -1 inside
+    a server; pairs between the same switches share one), and the largest and smallest latency of those paths
+    (the links outside the fabric plus h fabric hops at the slowest / fastest fabric link)."""
     topo = router.topology
     latency = topo.link_latency_s
     between = topo.link_tier >= int(LinkTier.FABRIC_1)  # switch to switch
     n = len(src)
-    ends: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * n
+    outside: list[tuple[int, ...]] = [()] * n
     span = np.full(n, -1, dtype=np.int64)
     high, low = np.zeros(n), np.full(n, np.inf)
     inside = topo.gpu_server[src] == topo.gpu_server[dst]
     server, local = topo.gpu_server, topo.gpu_local
-    for i in np.flatnonzero(inside).tolist():  # the server's fixed route (Router's, without its per-pair state)
-        path = np.asarray(topo.servers[server[src[i]]].intra_routes[int(local[src[i]]), int(local[dst[i]])])
-        ends[i] = path
-        high[i] = low[i] = float(latency[path].sum())
-    at = np.flatnonzero(~inside)
+    within = np.flatnonzero(inside)
+    for i in within.tolist():  # the server's fixed route (Router's, without its per-pair state)
+        outside[i] = tuple(topo.servers[server[src[i]]].intra_routes[int(local[src[i]]), int(local[dst[i]])])
+    high[within] = low[within] = _latency_sums(latency, [outside[i] for i in within.tolist()])
     walks: dict[bytes, tuple[np.ndarray, float, float]] = {}  # fabric links -> them, h hops at slowest, fastest
+    leaves: dict[tuple[int, int], bytes] = {}  # a sprayed walk's key by the switches it joins
     both: list[list[bytes]] = [[] for _ in range(n)]
     step = Router(
         topo, policy="ecmp", seed=config.seed, pxn=config.pxn, failed_links=config.failed_links, cache=router.cache
@@ -762,38 +844,53 @@ def _pair_paths(
     routed = [(step, False, k, config.pxn) for k in range(NET_CONNECTIONS_PER_PEER)]
     for how, every, key_, pxn in [(router, True, 0, False), (router, True, 0, True)] + routed:
         at = np.flatnonzero(~inside & (hashed != every))
-        found = (
-            how.weighted_paths(src[at], dst[at], flow_keys=key_, pxn=pxn)[0]
-            if every
-            else how.paths(src[at], dst[at], flow_keys=key_, pxn=pxn)
-        )
-        for i, path in zip(at.tolist(), found):
+        if every:  # every fewest-hop path: the links outside the fabric, and the sprayed walk between its switches
+            parts, enter, leave = how.fabric_ends(src[at], dst[at], pxn=pxn)
+            keys: list[bytes] = []
+            for j, ends in enumerate(zip(enter.tolist(), leave.tolist())):
+                known = leaves.get(ends)
+                if known is None:
+                    i = int(at[j])
+                    path = how.weighted_paths(src[i : i + 1], dst[i : i + 1], flow_keys=0, pxn=pxn)[0][0]
+                    crossing = between[path]
+                    known = leaves[ends] = path[crossing].tobytes()
+                    if known not in walks:  # h hops at the slowest and the fastest of these links: every walk has h
+                        speed = latency[path[crossing]]
+                        h = int(between[how.path(int(src[i]), int(dst[i]), pxn=pxn)].sum())
+                        hops = (h * float(speed.max()), h * float(speed.min())) if h else (0, 0)
+                        walks[known] = (path[crossing], *hops)
+                keys.append(known)
+            sums = _latency_sums(latency, parts)
+            high[at] = np.maximum(high[at], sums + np.array([walks[key][1] for key in keys], dtype=np.float64))
+            low[at] = np.minimum(low[at], sums + np.array([walks[key][2] for key in keys], dtype=np.float64))
+            for i, part, key in zip(at.tolist(), parts, keys):
+                outside[i] += part
+                both[i].append(key)
+            continue
+        for i, path in zip(at.tolist(), how.paths(src[at], dst[at], flow_keys=key_, pxn=pxn)):
             crossing = between[path]
-            key = path[crossing].tobytes() + (b"" if every else b"path")
+            key = path[crossing].tobytes() + b"path"
             walk = walks.get(key)
             if walk is None:
                 speed = latency[path[crossing]]
-                if every:  # h hops at the slowest and the fastest of these links: every fewest-hop walk has h
-                    h = int(between[how.path(int(src[i]), int(dst[i]), pxn=pxn)].sum())
-                    walk = (path[crossing], *((h * float(speed.max()), h * float(speed.min())) if h else (0, 0)))
-                else:
-                    walk = (path[crossing], float(speed.sum()), float(speed.sum()))
-                walks[key] = walk
+                walk = walks[key] = (path[crossing], float(speed.sum()), float(speed.sum()))
             base = float(latency[path[~crossing]].sum())
             high[i] = max(high[i], base + walk[1])
             low[i] = min(low[i], base + walk[2])
-            ends[i] = np.concatenate((ends[i], path[~crossing]))
+            outside[i] += tuple(path[~crossing].tolist())
             both[i].append(key)
     spans: dict[tuple[bytes, ...], int] = {}
     fabric: list[np.ndarray] = []
     for i in np.flatnonzero(~inside).tolist():
-        key = tuple(sorted(set(both[i])))
-        j = spans.get(key)
-        if j is None:
-            j = spans[key] = len(fabric)
-            fabric.append(np.unique(np.concatenate([walks[k][0] for k in key])))
-        span[i] = j
-    return ends, span, fabric, high, low
+        union = tuple(sorted(set(both[i])))
+        seen = spans.get(union)
+        if seen is None:
+            seen = spans[union] = len(fabric)
+            fabric.append(np.unique(np.concatenate([walks[k][0] for k in union])))
+        span[i] = seen
+    count = np.fromiter(map(len, outside), dtype=np.int64, count=n)
+    ends_flat = np.fromiter(chain.from_iterable(outside), dtype=np.int64, count=int(count.sum()))
+    return ends_flat, count, span, fabric, high, low
 
 
 def bounding_fabric(
@@ -823,20 +920,20 @@ def bounding_fabric(
     if config.routing not in ("ecmp", "spray"):
         return None, f"routing {config.routing!r}: its possible paths are not enumerated for a bound"
     if plan.symmetric and p.ep > 1:
-        replica0 = set(replica_ranks(p))
-        for kind in ("ep", "edp"):
-            if not all(replica0.intersection(group) for group in p.groups(kind)):
-                return None, f"the {kind} groups of other replicas are stood for, their all-to-alls not bounded"
+        why = _expert_pairs(p)[3]
+        if why:
+            return None, f"{why}, so their all-to-alls are not bounded"
     router = Router(topology, policy="spray", seed=config.seed, failed_links=config.failed_links, cache=route_cache)
     gpu = np.asarray(placement.rank_gpu, dtype=np.int64)
     pairs, unit, rep, hop = _pair_units(p, plan, embedding=tied_embeddings)
     ranks = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     hashed = hop & (config.routing == "ecmp")
-    ends, span, fabric, slow, fast = _pair_paths(router, gpu[ranks[:, 0]], gpu[ranks[:, 1]], hashed, config)
+    ends, count, span, fabric, slow, fast = _pair_paths(router, gpu[ranks[:, 0]], gpu[ranks[:, 1]], hashed, config)
     n, nlinks = len(pairs), topology.num_links
     capacity = topology.link_capacity_bytes_per_s
     # the links outside the fabric: (pair, link) once each, in pair order; how many pairs, and of each unit
-    entries = np.unique(np.repeat(np.arange(n), [len(x) for x in ends]) * nlinks + np.concatenate(ends))
+    entries = np.sort(np.repeat(np.arange(n), count) * nlinks + ends)
+    entries = entries[np.concatenate(([True], entries[1:] != entries[:-1]))] if entries.size else entries
     pair, link = entries // nlinks, entries % nlinks
     total = np.bincount(link, minlength=nlinks)
     simulated = np.bincount(link[unit[pair] == 0], minlength=nlinks)
@@ -860,8 +957,10 @@ def bounding_fabric(
     new_capacity = capacity / (1 + total - simulated)
     added = np.zeros(nlinks)
     network = topology.link_tier >= int(LinkTier.NIC)
+    first = np.concatenate(([0], np.cumsum(count)))
     for i in np.flatnonzero(rep == np.arange(n)).tolist():
-        own = np.concatenate((ends[i], fabric[span[i]])) if leaves[i] else ends[i]
+        outside = ends[first[i] : first[i + 1]]
+        own = np.concatenate((outside, fabric[span[i]])) if leaves[i] else outside
         np.minimum.at(new_capacity, own, share[i])
         deficit = slowest[i] - fast[i]
         if deficit > 0:

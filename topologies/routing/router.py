@@ -234,6 +234,43 @@ class Router:
         pair = self._checked_pair(src_gpu, dst_gpu, pxn, "ends")
         return np.asarray(pair.head + pair.tail, dtype=np.int64)
 
+    def fabric_ends(
+        self, src_gpus: IntSequence, dst_gpus: IntSequence, *, pxn: bool | None = None
+    ) -> tuple[list[tuple[int, ...]], np.ndarray, np.ndarray]:
+        """:meth:`ends` of many flows at once, as tuples of link ids, and the switches where each flow enters and
+        leaves the switch fabric (-1 for both inside a server; one switch when both NICs are on it): every path
+        of flow i, whatever its hash, is its ends' head, a fewest-hop walk from ``enter[i]`` to ``leave[i]``, then
+        the rest of its ends. Assigns no load.
+
+        >>> from topologies.presets import build_system
+        >>> router = Router(build_system("dgx-h100", nodes=64, topology="fat-tree"))
+        >>> ends, enter, leave = router.fabric_ends([0, 0], [1, 8 * 63])
+        >>> ends[1] == tuple(router.ends(0, 8 * 63).tolist()), enter.tolist()[0], enter.tolist()[1] != leave.tolist()[1]
+        (True, -1, True)
+        """
+        src = self._int_array(src_gpus, "src_gpus", "fabric_ends").tolist()
+        dst = self._int_array(dst_gpus, "dst_gpus", "fabric_ends").tolist()
+        if len(dst) != len(src):
+            raise ValueError(
+                f"Router.fabric_ends: dst_gpus has {len(dst)} entries and src_gpus {len(src)}; "
+                "expected one destination per source"
+            )
+        pxn = self.pxn if pxn is None else pxn
+        n, pairs, make = self._w.num_gpus, self._pairs, self._pair
+        ends: list[tuple[int, ...]] = []
+        enter = np.empty(len(src), dtype=np.int64)
+        leave = np.empty(len(src), dtype=np.int64)
+        for i, (s, d) in enumerate(zip(src, dst)):
+            if not (0 <= s < n and 0 <= d < n) or s == d:
+                self._checked_pair(s, d, pxn, "Router.fabric_ends")  # raises the error naming the bad GPU
+            key = (s * n + d) * 2 + (1 if pxn else 0)
+            pair = pairs.get(key)
+            if pair is None:
+                pair = pairs[key] = make(s, d, pxn)
+            ends.append(pair.head + pair.tail)
+            enter[i], leave[i] = pair.leaf_src, pair.leaf_dst
+        return ends, enter, leave
+
     def paths(
         self,
         src_gpus: IntSequence,
