@@ -108,7 +108,8 @@ simulated pair i with its unit's coordinates 0 (:func:`_pair_units`).
   with group g mod P where the simulated groups are the block's first P (``_measure`` counts each of those for
   d / (replicas it spans)); each such group is a unit of its own. Where the groups do not repeat so: no bound.
   Loose where thousands of simulated flows cross a link whose capacity falls to one pair's share (the 64-member
-  all-to-alls across servers of a DeepSeek-V3-like step on 2,048 H100: [4.754, 9591] s).
+  all-to-alls across servers of a DeepSeek-V3-like step on 2,048 H100: [4.754, 9591] s, 4.843 s in full), so
+  such steps are left to the full simulation up to FULL_SIMULATION_GPUS_EXPERTS GPUs.
 * Cost: the bounding fabric (a route per GPU pair of the pipeline; 1.9 s of CPU for the 16,384-GPU 405B layout's
   145,408 pairs, 6.0 s for its CP 16 layout's 391,168) and one more reduced run, of which only the step time is
   taken. Checked against the full simulation on small layouts (forced reductions: an ECMP fat tree, oversubscribed,
@@ -157,6 +158,12 @@ __all__ = (
 #: the largest step ``simulate_step`` simulates in full when a reduction it would need is not exact; past it, the
 #: reduction runs as an approximation named in the result's notes (``StepOptions(exact=True)`` simulates in full)
 FULL_SIMULATION_GPUS = 1024
+
+#: the same with expert-parallel groups across replicas: their bound is loose (each bounding-fabric link is shared
+#: by every all-to-all pair that may cross it: [4.754, 9591] s on the DeepSeek-V3-like EP 64 step of ``fabricsim
+#: perf --commands``, 2,048 H100, whose full simulation gives 4.843 s in about 20 s of CPU), so they are
+#: simulated in full up to this size
+FULL_SIMULATION_GPUS_EXPERTS = 4096
 
 #: routing policies whose routes do not depend on the load other flows put on the fabric
 _LOAD_FREE_ROUTING = ("ecmp", "minimal", "valiant", "spray")
@@ -649,14 +656,14 @@ def plan(
     symmetric_context: bool | None = None,
     tied_embeddings: bool = False,
 ) -> Plan:
-    """Which reductions the step uses: those forced (True) whatever their verdict; those left to the step
-    (None) where :func:`replica_verdict` / :func:`context_verdict` / :func:`tensor_verdict` find them exact, and
-    on more than FULL_SIMULATION_GPUS GPUs also where they are not (approximations, named in the notes with the
-    reason); none with ``exact``. Symmetric replicas are refused, even forced, where expert groups span replicas
-    unevenly (:func:`uneven_experts`): one replica then stands for no other; context ranks where expert
-    parallelism is used. A reduced step is one phase: the simulated ranks' whole step, the other members of their
-    data-, expert- and context-parallel groups passive. ``tied_embeddings``: the model's embedding all-reduce
-    joins the first and last stage of each replica."""
+    """Which reductions the step uses: those forced (True) whatever their verdict; those left to the step (None) where
+    :func:`replica_verdict` / :func:`context_verdict` / :func:`tensor_verdict` find them exact, and on more than
+    FULL_SIMULATION_GPUS GPUs (FULL_SIMULATION_GPUS_EXPERTS with expert parallelism) also where they are not
+    (approximations, named in the notes with the reason); none with ``exact``. Symmetric replicas are refused, even
+    forced, where expert groups span replicas unevenly (:func:`uneven_experts`): one replica then stands for no
+    other; context ranks where expert parallelism is used. A reduced step is one phase: the simulated ranks' whole
+    step, the other members of their data-, expert- and context-parallel groups passive. ``tied_embeddings``: the
+    model's embedding all-reduce joins the first and last stage of each replica."""
     if exact:
         return Plan(symmetric=False, passive=False, tensor_rank0_p2p=False, replica=None, tensor=None)
     uneven = uneven_experts(p)
@@ -674,7 +681,7 @@ def plan(
         replica = replica_verdict(p, topology, placement, config, route_cache, tied_embeddings=tied_embeddings)
     # past FULL_SIMULATION_GPUS a reduction left to the step is used even where it is not exact (an
     # approximation the notes name)
-    large = p.world_size > FULL_SIMULATION_GPUS
+    large = p.world_size > (FULL_SIMULATION_GPUS_EXPERTS if p.ep > 1 else FULL_SIMULATION_GPUS)
     symmetric = p.dp > 1 and (symmetric_replicas is True or (symmetric_replicas is None and (_exact(replica) or large)))
     if p.cp > 1 and p.ep == 1 and symmetric_context is not False:
         base = replica_ranks(p) if symmetric else None
