@@ -8,8 +8,14 @@ The table
 70B, 405B; GPT3-175B; Nemotron4 15B, 340B) on H100 in BF16 and FP8 and on GB200 NVL72, copied with their
 ``source`` and ``source_ref`` columns (NVIDIA/dgxc-benchmarking READMEs, recipes v24.11.1, v25.04.01,
 v25.05.05): per layout the step time, the tokens/s and NVIDIA's MFU (recipe model FLOPs over the dense peak of
-the precision: H100 989 BF16, 1979 FP8; GB200 2450, 4900). Grok-1, DeepSeek-V3, Llama 4, Nemotron-H and the
-JAX recipes are left out (architectures or layouts the presets do not have). The GB200 NVL72 rows run on
+the precision: H100 989 BF16, 1979 FP8; GB200 2450, 4900). ``data/training_dgxc_moe.csv`` holds the
+mixture-of-experts rows (Grok-1 314B, DeepSeek-V3 671B, Llama 4 Maverick 400B; H100 and GB200), copied the same
+way: they are simulated and reported apart (``DGXC_MOE_MODELS``: not in the dense means, not fitted on), with the
+expert parallelism e the recipe ran (``ParallelismSpec.ep``, experts split over the tensor-parallel ranks as
+Megatron-Core's default expert tensor parallelism = t; the recipes that set it to 1 with t > 1 run with t here,
+and the DeepSeek-V3 layouts whose e exceeds d x c, which need expert ranks taken from the tensor-parallel ones,
+are not simulated, :func:`dgxc_why_not`), and the rows whose README prints no layout are named, not simulated.
+Nemotron-H and the JAX recipes are left out (architectures the presets do not have). The GB200 NVL72 rows run on
 ``gb200-nvl72`` (one 72-GPU NVLink domain a rack, 72 NDR NICs, ``topologies.node``), 64 GPUs a rack
 (``DGXC_GPUS_PER_DOMAIN``), the racks on a fat-tree. Rows marked ``proxy`` ran the 405B with fewer
 layers; they are simulated with those layers and reported apart (``--proxy``), since their step mixes
@@ -76,6 +82,8 @@ from .sc21 import steady_microbatches
 __all__ = (
     "DGXC_TABLES",
     "DGXC_MODELS",
+    "DGXC_MOE_MODELS",
+    "DGXC_DENSE_MODELS",
     "DGXC_SYSTEMS",
     "DGXC_DTYPES",
     "BF16_GRADIENTS",
@@ -87,11 +95,17 @@ __all__ = (
     "DgxcRow",
     "dgxc_check",
     "dgxc_not_simulated",
+    "dgxc_why_not",
     "format_dgxc",
     "main",
 )
 
-DGXC_TABLES = ("training_dgxc_h100_bf16.csv", "training_dgxc_h100_fp8.csv", "training_dgxc_gb200_nvl72.csv")
+DGXC_TABLES = (
+    "training_dgxc_h100_bf16.csv",
+    "training_dgxc_h100_fp8.csv",
+    "training_dgxc_gb200_nvl72.csv",
+    "training_dgxc_moe.csv",
+)
 DGXC_MODELS = {
     "Llama 3.1 8B": "llama3-8b",
     "Llama 3.1 70B": "llama3-70b",
@@ -99,8 +113,14 @@ DGXC_MODELS = {
     "GPT3-175B": "gpt3-175b",
     "Nemotron4 15B": "nemotron4-15b",
     "Nemotron4 340B": "nemotron4-340b",
+    "Grok-1 314B (MoE)": "grok-1",
+    "DeepSeek-V3 671B (MoE)": "deepseek-v3-like",
+    "Llama 4 Maverick 400B (MoE)": "llama4-maverick",
 }
 """Recipe model name -> ``workloads.presets`` name."""
+DGXC_MOE_MODELS = frozenset(name for name, preset in DGXC_MODELS.items() if MODELS[preset].experts)
+"""The mixture-of-experts recipes, reported apart from the dense ones (not in their mean, not fitted on)."""
+DGXC_DENSE_MODELS = tuple(name for name in DGXC_MODELS if name not in DGXC_MOE_MODELS)
 DGXC_SYSTEMS = {
     "DGX-H100 reference arch (8x400G IB per node)": "dgx-h100",
     "GB200 NVL72": "gb200-nvl72",  # one 72-GPU NVLink domain per rack, 72x NDR 400G (``topologies.node``)
@@ -132,11 +152,13 @@ class DgxcCase:
     pp: int
     cp: int
     dp: int
+    ep: int
     vp: int
     micro_batch: int
     global_batch: int
     seq_len: int
     proxy: bool
+    layout_known: bool  # False where the README prints no layout for the row (its table's "config unknown")
     measured_step_s: float
     measured_mfu: float
 
@@ -144,6 +166,11 @@ class DgxcCase:
     def version(self) -> str:
         """The recipe release ('v24.11.1', ...), the last word of ``source``."""
         return self.source.split()[-1]
+
+    @property
+    def moe(self) -> bool:
+        """A mixture-of-experts recipe (``DGXC_MOE_MODELS``)."""
+        return self.model in DGXC_MOE_MODELS
 
     @property
     def dtype(self) -> str:
@@ -179,6 +206,7 @@ def dgxc_cases() -> tuple[DgxcCase, ...]:
         "tp",
         "pp",
         "cp",
+        "ep",
         "vp",
         "seq_len",
     )
@@ -201,12 +229,15 @@ def dgxc_cases() -> tuple[DgxcCase, ...]:
                 tp=_int(row, "tp"),
                 pp=_int(row, "pp"),
                 cp=_int(row, "cp"),
-                dp=_int(row, "dp"),
+                # Megatron's data-parallel size (the MoE tables print it without the expert-parallel ranks)
+                dp=_int(row, "gpus") // (_int(row, "tp") * _int(row, "pp") * _int(row, "cp")),
+                ep=_int(row, "ep"),
                 vp=_int(row, "vp"),
                 micro_batch=_int(row, "micro_batch"),
                 global_batch=_int(row, "global_batch"),
                 seq_len=_int(row, "seq_len"),
                 proxy=row["uncertain"].strip() == "proxy",
+                layout_known=row["uncertain"].strip() != "config unknown",
                 measured_step_s=float(row["metric_value"]),
                 measured_mfu=float(metrics["mfu"]["metric_value"].rstrip("%")) / 100,
             )
@@ -238,24 +269,26 @@ def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
         raise reject("case", case, "a DgxcCase")
     base = MODELS[DGXC_MODELS[case.model]]
     model = base if case.layers == base.layers else dataclasses.replace(base, layers=case.layers)
-    chunks = case.pp * case.vp
+    vp = case.vp if case.pp > 1 else 1  # a virtual pipeline needs a pipeline (one table prints VP with PP 1)
+    chunks = case.pp * vp
     account = case.pp > 1 and case.layers % chunks != 0 and (case.layers + 2) % chunks == 0
     spec = ParallelismSpec(
         tp=case.tp,
         pp=case.pp,
         cp=case.cp,
-        vp=case.vp,
+        ep=case.ep,
+        vp=vp,
         gpus=case.gpus,
         zero=1,
         micro_batch=case.micro_batch,
         global_batch=case.global_batch,
         seq_len=case.seq_len,
         dtype=case.dtype,
-        schedule="interleaved" if case.vp > 1 else "1f1b",
+        schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=case.tp > 1,
         overlap_param_gather=True,
         tp_comm_overlap=case.tp > 1,
-        overlap_p2p_comm=case.vp > 1,
+        overlap_p2p_comm=vp > 1,
         grad_reduce_in_bf16=case.model in BF16_GRADIENTS or case.dtype == "fp8",
         account_for_embedding_in_pipeline_split=account,
         account_for_loss_in_pipeline_split=account,
@@ -325,6 +358,22 @@ def _selected(
     ]
 
 
+def dgxc_why_not(case: DgxcCase) -> str | None:
+    """Why ``case`` cannot be simulated (no system preset, no published layout, a layout the parallelism model
+    refuses, e.g. experts spread over tensor-parallel ranks), None when it can."""
+    if not isinstance(case, DgxcCase):
+        raise reject("case", case, "a DgxcCase")
+    if case.system_preset is None:
+        return f"no {case.system} system preset"
+    if not case.layout_known:
+        return "its README prints no layout"
+    try:
+        dgxc_layout(case)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def dgxc_not_simulated(
     *,
     models: Iterable[str] | None = None,
@@ -332,11 +381,11 @@ def dgxc_not_simulated(
     max_gpus: int | None = None,
     systems: Iterable[str] | None = None,
 ) -> tuple[DgxcCase, ...]:
-    """The selected cases :func:`dgxc_check` leaves out because their system has no preset (none today)."""
+    """The selected cases :func:`dgxc_check` leaves out (:func:`dgxc_why_not` says why)."""
     selected = _selected(
         models=models, precisions=precisions, max_gpus=max_gpus, proxy=False, smallest=False, systems=systems
     )
-    return tuple(c for c in selected if c.system_preset is None)
+    return tuple(c for c in selected if dgxc_why_not(c) is not None)
 
 
 def dgxc_check(
@@ -361,7 +410,7 @@ def dgxc_check(
     for case in _selected(
         models=models, precisions=precisions, max_gpus=max_gpus, proxy=proxy, smallest=smallest, systems=systems
     ):
-        if case.system_preset is None:
+        if dgxc_why_not(case) is not None:
             continue
         group = (case.source, case.model, case.precision, case.system, case.proxy)
         if smallest and group in seen:
@@ -427,13 +476,13 @@ def format_dgxc(rows: Iterable[DgxcRow], *, not_simulated: Iterable[DgxcCase] = 
 
 
 def _not_simulated_lines(cases: Iterable[DgxcCase]) -> list[str]:
-    by_system: dict[str, list[DgxcCase]] = {}
+    by_reason: dict[tuple[str, str], list[DgxcCase]] = {}
     for c in cases:
-        by_system.setdefault(c.system, []).append(c)
+        by_reason.setdefault((c.model, str(dgxc_why_not(c))), []).append(c)
     return [
-        f"not simulated: {len(group)} {system} layouts ({', '.join(dict.fromkeys(c.model for c in group))}; "
-        f"{', '.join(dict.fromkeys(c.precision for c in group))}): no {system} system preset"
-        for system, group in by_system.items()
+        f"not simulated: {len(group)} {model} layout{'s' if len(group) > 1 else ''} "
+        f"({', '.join(dict.fromkeys(f'{c.system_preset} {c.precision} {c.gpus}' for c in group))} GPUs): {reason}"
+        for (model, reason), group in by_reason.items()
     ]
 
 

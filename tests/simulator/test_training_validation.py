@@ -47,7 +47,7 @@ def test_what_is_skipped_is_said(check):
     assert len(check.rows) + len(check.skipped) == 10 + sum(not c.proxy for c in dgxc_cases())  # 10 SC21 rows
     text = format_training(check)
     assert f"# skipped {len(check.skipped)} rows" in text and "DGX Cloud Llama 3.1 405B: " in text
-    assert "# SC21: mean |error|" in text and "# DGX Cloud: mean |error|" in text
+    assert "# SC21: mean |error|" in text and "# DGX Cloud dgx-h100 dense: mean |error|" in text
     data = json.loads(format_training(check, format="json"))
     assert len(data["rows"]) == len(check.rows) and {"table", "model", "gpus", "reason"} == set(data["skipped"][0])
 
