@@ -15,8 +15,10 @@ Per row: predicted and measured step time, error = predicted / measured - 1 (pos
 slow), and the exposed-communication share, time in network / predicted step time. A row costs from under a
 second (SC21, with its exact reductions) to minutes (the 405B recipes), so rows on more than ``max_gpus`` GPUs
 (default ``DEFAULT_MAX_GPUS``) are skipped and, by default, only the fewest-GPU layout of each DGX Cloud recipe
-and model is run (the weak-scaling layouts above it differ in data parallelism only); the table names every
-row it skipped and why. Nothing is fitted here.
+and model is run (the weak-scaling layouts above it differ in data parallelism only); the 405B rows
+(``SLOW_MODELS``) run only with ``slow``. ``max_gpus=None, every_layout=True`` runs every other row, the
+mixture-of-experts ones reported in their own means; the table names every row it skipped and why. Nothing is
+fitted here.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from dataclasses import asdict, dataclass
 
 from topologies.checks import choice, flag, integer
 
-from .dgxc import DgxcRow, dgxc_cases, dgxc_check, dgxc_why_not
+from .dgxc import DGXC_MODELS, DgxcRow, dgxc_cases, dgxc_check, dgxc_why_not
 from .sc21 import Sc21Row, sc21_check, sc21_layout, sc21_rows
 
 __all__ = (
     "DEFAULT_MAX_GPUS",
+    "SLOW_MODELS",
     "TRAINING_FORMATS",
     "TrainingRow",
     "Skipped",
@@ -45,6 +48,9 @@ __all__ = (
 
 # interactive: SC21's GPT-1.7B and the fewest-GPU Llama 3.1 8B and Nemotron4 15B recipes, half a minute in all
 DEFAULT_MAX_GPUS = 32
+# the recipes whose rows take minutes each (Llama 3.1 405B on 512 H100: about 5 CPU-minutes, measured), run only
+# on request (``slow``); every other DGX Cloud row takes seconds to a minute
+SLOW_MODELS = frozenset({"Llama 3.1 405B"})
 TRAINING_FORMATS = ("table", "csv", "json")
 
 
@@ -158,14 +164,17 @@ def training_check(
     *,
     max_gpus: int | None = DEFAULT_MAX_GPUS,
     every_layout: bool = False,
+    slow: bool = False,
     progress: Callable[[TrainingRow], object] | None = None,
 ) -> TrainingCheck:
     """Simulate the SC21 rows, then the DGX Cloud rows, on up to ``max_gpus`` GPUs (None: all); with
-    ``every_layout`` every DGX Cloud layout, else the fewest-GPU one of each recipe release and model.
+    ``every_layout`` every DGX Cloud layout, else the fewest-GPU one of each recipe release and model; the
+    ``SLOW_MODELS`` rows only with ``slow``.
     ``progress`` is called with each row as it is simulated."""
     if max_gpus is not None:
         integer("max_gpus", max_gpus, low=1, expected="None or an integer >= 1")
     flag("every_layout", every_layout)
+    flag("slow", slow)
     sc21_progress = None if progress is None else (lambda r: progress(_from_sc21(r)))
     dgxc_progress = None if progress is None else (lambda r: progress(_from_dgxc(r)))
     rows = [_from_sc21(r) for r in sc21_check(max_gpus=max_gpus, progress=sc21_progress)]
@@ -175,7 +184,8 @@ def training_check(
         for _, spec in (sc21_layout(row),)
         if max_gpus is not None and spec.world_size > max_gpus
     ]
-    done = dgxc_check(max_gpus=max_gpus, smallest=not every_layout, progress=dgxc_progress)
+    models = None if slow else tuple(m for m in DGXC_MODELS if m not in SLOW_MODELS)
+    done = dgxc_check(models=models, max_gpus=max_gpus, smallest=not every_layout, progress=dgxc_progress)
     rows += [_from_dgxc(r) for r in done]
     ran = {r.case for r in done}
     for case in dgxc_cases():
@@ -186,6 +196,8 @@ def training_check(
             why = reason.split(";")[0]
         elif max_gpus is not None and case.gpus > max_gpus:
             why = f"more than {max_gpus} GPUs"
+        elif not slow and case.model in SLOW_MODELS:
+            why = "slow (minutes a row; --slow)"
         else:
             why = "weak-scaling layout"
         skipped.append(Skipped(table=f"DGX Cloud {case.version}", model=case.model, gpus=case.gpus, reason=why))
@@ -246,8 +258,8 @@ def format_training(check: TrainingCheck, *, format: str = "table") -> str:
         )
     if check.skipped:
         lines.append(
-            f"# skipped {len(check.skipped)} rows (--max-gpus N or --max-gpus 0 for all, --every-layout for the "
-            "weak-scaling layouts; the 405B proxies: python -m simulator.validation.dgxc --proxy):"
+            f"# skipped {len(check.skipped)} rows (--max-gpus N or 0 for all, --every-layout for the weak-scaling "
+            "layouts, --slow for the 405B; its proxies: python -m simulator.validation.dgxc --proxy):"
         )
         # one line per table, model and reason: how many layouts, on how many GPUs
         groups: dict[tuple[str, str, str], list[int]] = {}
