@@ -35,11 +35,13 @@ tp_comm_overlap_cfg=userbuffers_*_h100_*); NVIDIA/dgxc-benchmarking llama3.1/pre
 and 405B; modelled with Transformer Engine's default overlap methods, not the recipes' tuned SM counts),
 non-blocking stage-to-stage transfers with the interleaved schedule
 (nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py sets overlap_p2p_comm=True when vp > 1, as Megatron-LM's
-training script does), and gradients reduced in fp32 (DDP grad_reduce_in_fp32=True) except for GPT3-175B (its
-pretrain_performance_optimizations set trainer.plugins.grad_reduce_in_fp32 = False) and the FP8 rows
+training script does), and gradients reduced in fp32 (DDP grad_reduce_in_fp32=True) except for the recipes of
+``BF16_GRADIENTS`` (GPT3-175B, Nemotron4 340B, Grok-1, each with its source) and the FP8 rows
 (pretrain_llama31.py: bf16_with_fp8_mixed() with grad_reduce_in_fp32 = False), which reduce bf16 gradients.
-ASSUMPTION: the v24.11.1 recipes (NeMo 24.09) and the Nemotron-4 recipes ran the same settings as the NeMo 2.0
-Llama and GPT-3 files read. When the layers do not fill p x v chunks evenly but layers + 2 does (405B on p 8 v 8),
+ASSUMPTION: the v24.11.1 recipes (NeMo 24.09) ran the same settings as the NeMo 2.0 Llama and GPT-3 files read
+(the Nemotron-4 340B and Grok-1 files of that release, read, differ in the gradient dtype, kept, and the
+340B's selective recomputation of core attention, not modelled: ``recompute="selective"`` costs nothing extra
+with flash attention here). When the layers do not fill p x v chunks evenly but layers + 2 does (405B on p 8 v 8),
 the embedding and the loss count as layers in the split (the recipe's
 ``account_for_embedding/loss_in_pipeline_split``). Rows with m >= 4k micro-batches per pipeline (k = 16 rounded up
 to a multiple of p) are extrapolated from k and 2k, as ``simulator.validation.sc21``.
@@ -87,6 +89,7 @@ __all__ = (
     "DGXC_SYSTEMS",
     "DGXC_DTYPES",
     "BF16_GRADIENTS",
+    "NO_TP_COMM_OVERLAP",
     "DgxcCase",
     "dgxc_cases",
     "dgxc_layout",
@@ -133,9 +136,14 @@ READMEs do not print it: GB200 NVL72 clusters schedule jobs in Slurm segments of
 fill 2-8 racks with 64 GPUs each and no tensor, context or data-parallel group straddles two racks."""
 DGXC_DTYPES = {"BF16": "bf16", "FP8": "fp8"}
 """The table's ``precision`` -> ``ParallelismSpec.dtype``."""
-BF16_GRADIENTS = frozenset({"GPT3-175B"})
-"""Recipes that reduce gradients in bf16 (NeMo gpt3_175b.py pretrain_performance_optimizations:
-``recipe.trainer.plugins.grad_reduce_in_fp32 = False``); the others fp32, but in FP8 (see the module docstring)."""
+BF16_GRADIENTS = frozenset({"GPT3-175B", "Nemotron4 340B", "Grok-1 314B (MoE)"})
+"""Recipes that reduce gradients in bf16; the others fp32, but in FP8 (see the module docstring). GPT3-175B: NeMo
+gpt3_175b.py pretrain_performance_optimizations, ``recipe.trainer.plugins.grad_reduce_in_fp32 = False``.
+Nemotron4 340B: the same line in NeMo nemotron4_340b.py (v25.05.05) and, in v24.11.1 (NeMo 24.09, the
+recipe's nemotron4-340b-synth.yaml), ``optim.grad_sync_dtype: bf16`` of its distributed_fused_adam. Grok-1:
+``optim.grad_sync_dtype: bf16`` in the recipe's grok1_314b.yaml (v24.11.1; ASSUMED for v25.05.05)."""
+NO_TP_COMM_OVERLAP = frozenset({"Grok-1 314B (MoE)"})
+"""Recipes that run without TP communication overlap: grok1_314b.yaml ``ub_tp_comm_overlap: false``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -287,7 +295,7 @@ def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
         schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=case.tp > 1,
         overlap_param_gather=True,
-        tp_comm_overlap=case.tp > 1,
+        tp_comm_overlap=case.tp > 1 and case.model not in NO_TP_COMM_OVERLAP,
         overlap_p2p_comm=vp > 1,
         grad_reduce_in_bf16=case.model in BF16_GRADIENTS or case.dtype == "fp8",
         account_for_embedding_in_pipeline_split=account,
