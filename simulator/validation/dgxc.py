@@ -432,7 +432,10 @@ def dgxc_check(
             model,
             spec,
             system=system,
-            options=StepOptions(compute_model=compute_model, steady_state_microbatches=steady, placement=placement),
+            # the step time is the reduced run's; its bound (a second run) is not needed here
+            options=StepOptions(
+                compute_model=compute_model, steady_state_microbatches=steady, placement=placement, bound=False
+            ),
         )
         row = DgxcRow(
             case=case,
