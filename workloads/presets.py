@@ -32,10 +32,19 @@ shape gives (``total_parameters()``; published figure in brackets):
   APPROXIMATED by standard multi-head attention (4 h^2 = 205.5e6 weights per layer instead of
   MLA's 187.1e6; the KV cache and attention FLOPs of MLA differ too); the multi-token-prediction
   module is left out. 672.2e9 total [671], 38.7e9 active [37].
+* ``grok-1`` (xAI, github xai-org/grok-1 README and model.py; the DGX Cloud recipe's grok1_314b.yaml): 64
+  layers, hidden 6144, 48 heads, 8 KV heads, 8 experts of ffn 32768 (gated GeLU, 3 matrices), top-2, RMSNorm,
+  RoPE, vocabulary 131072, untied (the recipe's ``share_embeddings_and_output_weights: false``), 8192 tokens:
+  316.5e9 total [314], 84.6e9 active.
+* ``llama4-maverick`` (Meta, Hugging Face Llama-4-Maverick-17B-128E config: ``interleave_moe_layer_step`` 2,
+  ``intermediate_size`` 8192, ``intermediate_size_mlp`` 16384): 48 layers, hidden 5120, 40 heads, 8 KV heads,
+  SwiGLU; the odd layers MoE (128 routed experts of ffn 8192, top-1, and 1 shared expert), the even ones a dense
+  MLP of 16384; vocabulary 202048, untied, 8192 tokens. 400.7e9 total [400], 17.2e9 active [17].
 """
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from collections.abc import Mapping
 
@@ -188,9 +197,18 @@ MODELS: Mapping[str, ModelSpec] = types.MappingProxyType(
             moe_layer_freq=1,
             first_dense_layers=3,
         ),
+        "grok-1": _rope_decoder("grok-1", (64, 6144, 48, 32768), vocab=131072, seq_len=8192, experts=8, top_k=2),
+        "llama4-maverick": dataclasses.replace(
+            _rope_decoder("llama4-maverick", (48, 5120, 40, 16384), vocab=202048, seq_len=8192, experts=128, top_k=1),
+            expert_ffn_hidden=8192,
+            shared_experts=1,
+            moe_layer_freq=2,
+            first_dense_layers=1,
+        ),
     }
 )
-"""Every preset by name (SC21 GPTs, GPT-3, Llama 3, Nemotron-4, Mixtral, DeepSeek-V3-like)."""
+"""Every preset by name (SC21 GPTs, GPT-3, Llama 3, Nemotron-4, Mixtral, DeepSeek-V3-like, Grok-1, Llama 4
+Maverick)."""
 
 
 def model_preset(name: str) -> ModelSpec:

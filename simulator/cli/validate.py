@@ -81,14 +81,18 @@ def add_parser(sub) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="with --training: skip rows on more than N GPUs (default 32, about half a minute; 0: every row, hours "
-        "with the "
-        "405B recipes)",
+        help="with --training: skip rows on more than N GPUs (default 32, about half a minute; 0: every row but the "
+        "slow ones, see --slow)",
     )
     validate.add_argument(
         "--every-layout",
         action="store_true",
         help="with --training: every DGX Cloud layout, not only the fewest-GPU one of each recipe and model",
+    )
+    validate.add_argument(
+        "--slow",
+        action="store_true",
+        help="with --training: the Llama 3.1 405B rows too (minutes each; without it they are listed as skipped)",
     )
     validate.add_argument(
         "--plot",
@@ -182,7 +186,7 @@ def _training(args) -> str:
     if given:
         raise ValueError(
             f"training: {given[0]} is not allowed with --training, which runs the shipped training rows with their "
-            "own settings; expected --training with --max-gpus, --every-layout and --format only"
+            "own settings; expected --training with --max-gpus, --every-layout, --slow and --format only"
         )
     max_gpus = DEFAULT_MAX_GPUS if args.max_gpus is None else args.max_gpus
     if max_gpus < 0:
@@ -191,6 +195,7 @@ def _training(args) -> str:
         check = training_check(
             max_gpus=max_gpus or None,
             every_layout=args.every_layout,
+            slow=args.slow,
             progress=None if progress is None else (lambda r: progress(f"simulated {r.model} on {r.gpus} GPUs")),
         )
     return format_training(check, format=args.format)
@@ -211,7 +216,11 @@ def run(args) -> str:
 
     if args.training:
         return _training(args)
-    for flag, value in (("--max-gpus", args.max_gpus), ("--every-layout", args.every_layout or None)):
+    for flag, value in (
+        ("--max-gpus", args.max_gpus),
+        ("--every-layout", args.every_layout or None),
+        ("--slow", args.slow or None),
+    ):
         if value is not None:
             raise ValueError(f"{flag.lstrip('-')}: {value!r} is not allowed without --training; expected --training")
     if args.cross:

@@ -887,7 +887,9 @@ class StepOptions:
     ``bound_process``: the high side of an approximation's bound (``reductions.bounding_fabric``) runs in a forked
     child process beside the reduced run where the platform forks, this process may use a second CPU, may have
     children and runs no other threads (``_beside``; False, or otherwise: one after the other); the numbers are the
-    same either way, and the child is stopped if the step fails or is interrupted.
+    same either way, and the child is stopped if the step fails or is interrupted. ``bound``: False skips that
+    bound (the step time is the reduced run's either way; a check that compares only it, such as the training
+    validation, saves the second run), and the notes say it was not computed.
     ``perturb``: a function applied to the step's programs once their durations are resolved, before they run
     (per-GPU compute slowdowns and kernel-launch jitter: ``simulator.studies.stragglers.ComputeNoise``); it makes
     ranks unalike, so it needs ``exact=True``. None: the programs run as built.
@@ -912,6 +914,7 @@ class StepOptions:
     route_cache: RouteCache | None = None
     progress: Callable[[str], None] | None = None
     bound_process: bool = True
+    bound: bool = True
     perturb: Callable[[TrainingWorkload], TrainingWorkload] | None = None
 
     def __post_init__(self) -> None:
@@ -928,7 +931,7 @@ class StepOptions:
             finite(
                 "StepOptions.overlap_slowdown", self.overlap_slowdown, low=0, expected="None or a finite number >= 0"
             )
-        for name in ("flash_attention", "exact", "bound_process"):
+        for name in ("flash_attention", "exact", "bound_process", "bound"):
             flag(f"StepOptions.{name}", getattr(self, name))
         for name in ("tensor_rank0_p2p", "symmetric_replicas", "symmetric_context"):
             if getattr(self, name) is not None:
@@ -1185,7 +1188,7 @@ def _simulate_step(
 
     bounded: Callable[[], tuple[float | None, str]] | None = None
     child: _Beside | None = None
-    if used.approximate:
+    if used.approximate and o.bound:
         if o.progress is not None:
             o.progress("bounding the approximation: the reduced run on links shared by the missing traffic")
         child = _beside(lambda: bound(None)) if o.bound_process else None
@@ -1210,6 +1213,8 @@ def _simulate_step(
             high = max(step, high_s)
             low = step
         notes.append(reductions.bound_note(low, high, critical, why))
+    elif used.approximate:
+        notes.append(reductions.bound_note(None, None, critical, "not computed (StepOptions.bound False)"))
     seq = p.seq(model)
     model_flops = model.megatron_flops(batch=p.global_batch, seq_len=seq, tp=p.tp)
     executed = executed_flops(

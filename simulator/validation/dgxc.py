@@ -8,8 +8,14 @@ The table
 70B, 405B; GPT3-175B; Nemotron4 15B, 340B) on H100 in BF16 and FP8 and on GB200 NVL72, copied with their
 ``source`` and ``source_ref`` columns (NVIDIA/dgxc-benchmarking READMEs, recipes v24.11.1, v25.04.01,
 v25.05.05): per layout the step time, the tokens/s and NVIDIA's MFU (recipe model FLOPs over the dense peak of
-the precision: H100 989 BF16, 1979 FP8; GB200 2450, 4900). Grok-1, DeepSeek-V3, Llama 4, Nemotron-H and the
-JAX recipes are left out (architectures or layouts the presets do not have). The GB200 NVL72 rows run on
+the precision: H100 989 BF16, 1979 FP8; GB200 2450, 4900). ``data/training_dgxc_moe.csv`` holds the
+mixture-of-experts rows (Grok-1 314B, DeepSeek-V3 671B, Llama 4 Maverick 400B; H100 and GB200), copied the same
+way: they are simulated and reported apart (``DGXC_MOE_MODELS``: not in the dense means, not fitted on), with the
+expert parallelism e the recipe ran (``ParallelismSpec.ep``, experts split over the tensor-parallel ranks as
+Megatron-Core's default expert tensor parallelism = t; the recipes that set it to 1 with t > 1 run with t here,
+and the DeepSeek-V3 layouts whose e exceeds d x c, which need expert ranks taken from the tensor-parallel ones,
+are not simulated, :func:`dgxc_why_not`), and the rows whose README prints no layout are named, not simulated.
+Nemotron-H and the JAX recipes are left out (architectures the presets do not have). The GB200 NVL72 rows run on
 ``gb200-nvl72`` (one 72-GPU NVLink domain a rack, 72 NDR NICs, ``topologies.node``), 64 GPUs a rack
 (``DGXC_GPUS_PER_DOMAIN``), the racks on a fat-tree. Rows marked ``proxy`` ran the 405B with fewer
 layers; they are simulated with those layers and reported apart (``--proxy``), since their step mixes
@@ -29,11 +35,13 @@ tp_comm_overlap_cfg=userbuffers_*_h100_*); NVIDIA/dgxc-benchmarking llama3.1/pre
 and 405B; modelled with Transformer Engine's default overlap methods, not the recipes' tuned SM counts),
 non-blocking stage-to-stage transfers with the interleaved schedule
 (nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py sets overlap_p2p_comm=True when vp > 1, as Megatron-LM's
-training script does), and gradients reduced in fp32 (DDP grad_reduce_in_fp32=True) except for GPT3-175B (its
-pretrain_performance_optimizations set trainer.plugins.grad_reduce_in_fp32 = False) and the FP8 rows
+training script does), and gradients reduced in fp32 (DDP grad_reduce_in_fp32=True) except for the recipes of
+``BF16_GRADIENTS`` (GPT3-175B, Nemotron4 340B, Grok-1, each with its source) and the FP8 rows
 (pretrain_llama31.py: bf16_with_fp8_mixed() with grad_reduce_in_fp32 = False), which reduce bf16 gradients.
-ASSUMPTION: the v24.11.1 recipes (NeMo 24.09) and the Nemotron-4 recipes ran the same settings as the NeMo 2.0
-Llama and GPT-3 files read. When the layers do not fill p x v chunks evenly but layers + 2 does (405B on p 8 v 8),
+ASSUMPTION: the v24.11.1 recipes (NeMo 24.09) ran the same settings as the NeMo 2.0 Llama and GPT-3 files read
+(the Nemotron-4 340B and Grok-1 files of that release, read, differ in the gradient dtype, kept, and the
+340B's selective recomputation of core attention, not modelled: ``recompute="selective"`` costs nothing extra
+with flash attention here). When the layers do not fill p x v chunks evenly but layers + 2 does (405B on p 8 v 8),
 the embedding and the loss count as layers in the split (the recipe's
 ``account_for_embedding/loss_in_pipeline_split``). Rows with m >= 4k micro-batches per pipeline (k = 16 rounded up
 to a multiple of p) are extrapolated from k and 2k, as ``simulator.validation.sc21``.
@@ -41,8 +49,9 @@ to a multiple of p) are extrapolated from k and 2k, as ``simulator.validation.sc
 What is compared: the step time, error = predicted / measured - 1; and MFU in NVIDIA's accounting,
 predicted as measured MFU x measured / predicted step time (same FLOPs, the simulator's time; the
 simulator's own MFU, Megatron-LM's count with causal attention at half its scores, is printed beside it).
-Nothing is fitted on this table: ``simulator.validation.dgxc_fit`` reports what fitting the GEMM efficiency on
-it would give, with leave-one-model-out errors, and the shipped value stays the measured one.
+One number is fitted on this table: the H100's FP8 GEMM efficiency (``simulator.compute.gpu``,
+``H100_DGXC_FP8_GEMM_EFFICIENCY``), by ``simulator.validation.dgxc_fit`` with leave-one-model-out errors; the
+other GPUs and precisions keep their measured values (the script reports what fitting them would give).
 
 Run ``python -m simulator.validation.dgxc [--models "Llama 3.1 8B"] [--precision FP8] [--systems "GB200 NVL72"]
 [--max-gpus N] [--proxy] [--smallest]``; the 8-GPU rows take seconds, the 405B rows minutes each.
@@ -76,9 +85,12 @@ from .sc21 import steady_microbatches
 __all__ = (
     "DGXC_TABLES",
     "DGXC_MODELS",
+    "DGXC_MOE_MODELS",
+    "DGXC_DENSE_MODELS",
     "DGXC_SYSTEMS",
     "DGXC_DTYPES",
     "BF16_GRADIENTS",
+    "NO_TP_COMM_OVERLAP",
     "DgxcCase",
     "dgxc_cases",
     "dgxc_layout",
@@ -87,11 +99,17 @@ __all__ = (
     "DgxcRow",
     "dgxc_check",
     "dgxc_not_simulated",
+    "dgxc_why_not",
     "format_dgxc",
     "main",
 )
 
-DGXC_TABLES = ("training_dgxc_h100_bf16.csv", "training_dgxc_h100_fp8.csv", "training_dgxc_gb200_nvl72.csv")
+DGXC_TABLES = (
+    "training_dgxc_h100_bf16.csv",
+    "training_dgxc_h100_fp8.csv",
+    "training_dgxc_gb200_nvl72.csv",
+    "training_dgxc_moe.csv",
+)
 DGXC_MODELS = {
     "Llama 3.1 8B": "llama3-8b",
     "Llama 3.1 70B": "llama3-70b",
@@ -99,8 +117,14 @@ DGXC_MODELS = {
     "GPT3-175B": "gpt3-175b",
     "Nemotron4 15B": "nemotron4-15b",
     "Nemotron4 340B": "nemotron4-340b",
+    "Grok-1 314B (MoE)": "grok-1",
+    "DeepSeek-V3 671B (MoE)": "deepseek-v3-like",
+    "Llama 4 Maverick 400B (MoE)": "llama4-maverick",
 }
 """Recipe model name -> ``workloads.presets`` name."""
+DGXC_MOE_MODELS = frozenset(name for name, preset in DGXC_MODELS.items() if MODELS[preset].experts)
+"""The mixture-of-experts recipes, reported apart from the dense ones (not in their mean, not fitted on)."""
+DGXC_DENSE_MODELS = tuple(name for name in DGXC_MODELS if name not in DGXC_MOE_MODELS)
 DGXC_SYSTEMS = {
     "DGX-H100 reference arch (8x400G IB per node)": "dgx-h100",
     "GB200 NVL72": "gb200-nvl72",  # one 72-GPU NVLink domain per rack, 72x NDR 400G (``topologies.node``)
@@ -113,9 +137,14 @@ READMEs do not print it: GB200 NVL72 clusters schedule jobs in Slurm segments of
 fill 2-8 racks with 64 GPUs each and no tensor, context or data-parallel group straddles two racks."""
 DGXC_DTYPES = {"BF16": "bf16", "FP8": "fp8"}
 """The table's ``precision`` -> ``ParallelismSpec.dtype``."""
-BF16_GRADIENTS = frozenset({"GPT3-175B"})
-"""Recipes that reduce gradients in bf16 (NeMo gpt3_175b.py pretrain_performance_optimizations:
-``recipe.trainer.plugins.grad_reduce_in_fp32 = False``); the others fp32, but in FP8 (see the module docstring)."""
+BF16_GRADIENTS = frozenset({"GPT3-175B", "Nemotron4 340B", "Grok-1 314B (MoE)"})
+"""Recipes that reduce gradients in bf16; the others fp32, but in FP8 (see the module docstring). GPT3-175B: NeMo
+gpt3_175b.py pretrain_performance_optimizations, ``recipe.trainer.plugins.grad_reduce_in_fp32 = False``.
+Nemotron4 340B: the same line in NeMo nemotron4_340b.py (v25.05.05) and, in v24.11.1 (NeMo 24.09, the
+recipe's nemotron4-340b-synth.yaml), ``optim.grad_sync_dtype: bf16`` of its distributed_fused_adam. Grok-1:
+``optim.grad_sync_dtype: bf16`` in the recipe's grok1_314b.yaml (v24.11.1; ASSUMED for v25.05.05)."""
+NO_TP_COMM_OVERLAP = frozenset({"Grok-1 314B (MoE)"})
+"""Recipes that run without TP communication overlap: grok1_314b.yaml ``ub_tp_comm_overlap: false``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,11 +161,13 @@ class DgxcCase:
     pp: int
     cp: int
     dp: int
+    ep: int
     vp: int
     micro_batch: int
     global_batch: int
     seq_len: int
     proxy: bool
+    layout_known: bool  # False where the README prints no layout for the row (its table's "config unknown")
     measured_step_s: float
     measured_mfu: float
 
@@ -144,6 +175,11 @@ class DgxcCase:
     def version(self) -> str:
         """The recipe release ('v24.11.1', ...), the last word of ``source``."""
         return self.source.split()[-1]
+
+    @property
+    def moe(self) -> bool:
+        """A mixture-of-experts recipe (``DGXC_MOE_MODELS``)."""
+        return self.model in DGXC_MOE_MODELS
 
     @property
     def dtype(self) -> str:
@@ -179,6 +215,7 @@ def dgxc_cases() -> tuple[DgxcCase, ...]:
         "tp",
         "pp",
         "cp",
+        "ep",
         "vp",
         "seq_len",
     )
@@ -201,12 +238,15 @@ def dgxc_cases() -> tuple[DgxcCase, ...]:
                 tp=_int(row, "tp"),
                 pp=_int(row, "pp"),
                 cp=_int(row, "cp"),
-                dp=_int(row, "dp"),
+                # Megatron's data-parallel size (the MoE tables print it without the expert-parallel ranks)
+                dp=_int(row, "gpus") // (_int(row, "tp") * _int(row, "pp") * _int(row, "cp")),
+                ep=_int(row, "ep"),
                 vp=_int(row, "vp"),
                 micro_batch=_int(row, "micro_batch"),
                 global_batch=_int(row, "global_batch"),
                 seq_len=_int(row, "seq_len"),
                 proxy=row["uncertain"].strip() == "proxy",
+                layout_known=row["uncertain"].strip() != "config unknown",
                 measured_step_s=float(row["metric_value"]),
                 measured_mfu=float(metrics["mfu"]["metric_value"].rstrip("%")) / 100,
             )
@@ -238,24 +278,26 @@ def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
         raise reject("case", case, "a DgxcCase")
     base = MODELS[DGXC_MODELS[case.model]]
     model = base if case.layers == base.layers else dataclasses.replace(base, layers=case.layers)
-    chunks = case.pp * case.vp
+    vp = case.vp if case.pp > 1 else 1  # a virtual pipeline needs a pipeline (one table prints VP with PP 1)
+    chunks = case.pp * vp
     account = case.pp > 1 and case.layers % chunks != 0 and (case.layers + 2) % chunks == 0
     spec = ParallelismSpec(
         tp=case.tp,
         pp=case.pp,
         cp=case.cp,
-        vp=case.vp,
+        ep=case.ep,
+        vp=vp,
         gpus=case.gpus,
         zero=1,
         micro_batch=case.micro_batch,
         global_batch=case.global_batch,
         seq_len=case.seq_len,
         dtype=case.dtype,
-        schedule="interleaved" if case.vp > 1 else "1f1b",
+        schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=case.tp > 1,
         overlap_param_gather=True,
-        tp_comm_overlap=case.tp > 1,
-        overlap_p2p_comm=case.vp > 1,
+        tp_comm_overlap=case.tp > 1 and case.model not in NO_TP_COMM_OVERLAP,
+        overlap_p2p_comm=vp > 1,
         grad_reduce_in_bf16=case.model in BF16_GRADIENTS or case.dtype == "fp8",
         account_for_embedding_in_pipeline_split=account,
         account_for_loss_in_pipeline_split=account,
@@ -325,6 +367,22 @@ def _selected(
     ]
 
 
+def dgxc_why_not(case: DgxcCase) -> str | None:
+    """Why ``case`` cannot be simulated (no system preset, no published layout, a layout the parallelism model
+    refuses, e.g. experts spread over tensor-parallel ranks), None when it can."""
+    if not isinstance(case, DgxcCase):
+        raise reject("case", case, "a DgxcCase")
+    if case.system_preset is None:
+        return f"no {case.system} system preset"
+    if not case.layout_known:
+        return "its README prints no layout"
+    try:
+        dgxc_layout(case)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def dgxc_not_simulated(
     *,
     models: Iterable[str] | None = None,
@@ -332,11 +390,11 @@ def dgxc_not_simulated(
     max_gpus: int | None = None,
     systems: Iterable[str] | None = None,
 ) -> tuple[DgxcCase, ...]:
-    """The selected cases :func:`dgxc_check` leaves out because their system has no preset (none today)."""
+    """The selected cases :func:`dgxc_check` leaves out (:func:`dgxc_why_not` says why)."""
     selected = _selected(
         models=models, precisions=precisions, max_gpus=max_gpus, proxy=False, smallest=False, systems=systems
     )
-    return tuple(c for c in selected if c.system_preset is None)
+    return tuple(c for c in selected if dgxc_why_not(c) is not None)
 
 
 def dgxc_check(
@@ -361,7 +419,7 @@ def dgxc_check(
     for case in _selected(
         models=models, precisions=precisions, max_gpus=max_gpus, proxy=proxy, smallest=smallest, systems=systems
     ):
-        if case.system_preset is None:
+        if dgxc_why_not(case) is not None:
             continue
         group = (case.source, case.model, case.precision, case.system, case.proxy)
         if smallest and group in seen:
@@ -375,7 +433,10 @@ def dgxc_check(
             model,
             spec,
             system=system,
-            options=StepOptions(compute_model=compute_model, steady_state_microbatches=steady, placement=placement),
+            # the step time is the reduced run's; its bound (a second run) is not needed here
+            options=StepOptions(
+                compute_model=compute_model, steady_state_microbatches=steady, placement=placement, bound=False
+            ),
         )
         row = DgxcRow(
             case=case,
@@ -427,13 +488,13 @@ def format_dgxc(rows: Iterable[DgxcRow], *, not_simulated: Iterable[DgxcCase] = 
 
 
 def _not_simulated_lines(cases: Iterable[DgxcCase]) -> list[str]:
-    by_system: dict[str, list[DgxcCase]] = {}
+    by_reason: dict[tuple[str, str], list[DgxcCase]] = {}
     for c in cases:
-        by_system.setdefault(c.system, []).append(c)
+        by_reason.setdefault((c.model, str(dgxc_why_not(c))), []).append(c)
     return [
-        f"not simulated: {len(group)} {system} layouts ({', '.join(dict.fromkeys(c.model for c in group))}; "
-        f"{', '.join(dict.fromkeys(c.precision for c in group))}): no {system} system preset"
-        for system, group in by_system.items()
+        f"not simulated: {len(group)} {model} layout{'s' if len(group) > 1 else ''} "
+        f"({', '.join(dict.fromkeys(f'{c.system_preset} {c.precision} {c.gpus}' for c in group))} GPUs): {reason}"
+        for (model, reason), group in by_reason.items()
     ]
 
 

@@ -6,8 +6,9 @@ As the A100's one parameter is fitted on Megatron SC21 (``simulator.validation.s
 precision get at most one fitted number: the best-shape GEMM efficiency of that precision
 (``GpuComputeModel.gemm_efficiency_bf16`` / ``gemm_efficiency_fp8``), which stands for everything the kernel
 model does not resolve (shapes it has no measurement for, kernels it does not cost, host gaps). Every other
-parameter keeps its sourced value. The rows are the DGX Cloud rows simulated on that GPU in that precision
-(``simulator.validation.dgxc``), each with its recipe's layout and settings.
+parameter keeps its sourced value. The rows are the dense-model DGX Cloud rows simulated on that GPU in that
+precision (``simulator.validation.dgxc``), each with its recipe's layout and settings; the MoE recipes are not
+fitted on (their errors are reported, ``DGXC_MOE_MODELS``).
 
 How (two simulations a row, then arithmetic)
 ---------------------------------------------
@@ -41,7 +42,7 @@ from topologies.checks import reject
 from topologies.presets import SYSTEMS
 
 from ..compute import gpu as cmp
-from .dgxc import DGXC_DTYPES, DGXC_SYSTEMS, DgxcRow, dgxc_check
+from .dgxc import DGXC_DENSE_MODELS, DGXC_DTYPES, DGXC_SYSTEMS, DgxcRow, dgxc_check
 
 __all__ = ("SPAN", "GRID", "FittedRow", "EfficiencyFit", "fit_rows", "fit_efficiency", "format_fit", "main")
 
@@ -147,7 +148,7 @@ def fit_rows(
     e1 = e0 * SPAN
     r0s, r1s = (
         dgxc_check(
-            models=models,
+            models=DGXC_DENSE_MODELS if models is None else models,
             precisions=(precision,),
             systems=_table_systems(system),
             max_gpus=max_gpus,
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
         verified: tuple[DgxcRow, ...] = ()
         if args.verify:
             verified = dgxc_check(
-                models=models,
+                models=DGXC_DENSE_MODELS if models is None else models,
                 precisions=(args.precision,),
                 systems=_table_systems(args.system),
                 max_gpus=args.max_gpus,

@@ -15,8 +15,10 @@ Per row: predicted and measured step time, error = predicted / measured - 1 (pos
 slow), and the exposed-communication share, time in network / predicted step time. A row costs from under a
 second (SC21, with its exact reductions) to minutes (the 405B recipes), so rows on more than ``max_gpus`` GPUs
 (default ``DEFAULT_MAX_GPUS``) are skipped and, by default, only the fewest-GPU layout of each DGX Cloud recipe
-and model is run (the weak-scaling layouts above it differ in data parallelism only); the table names every
-row it skipped and why. Nothing is fitted here.
+and model is run (the weak-scaling layouts above it differ in data parallelism only); the 405B rows
+(``SLOW_MODELS``) run only with ``slow``. ``max_gpus=None, every_layout=True`` runs every other row, the
+mixture-of-experts ones reported in their own means; the table names every row it skipped and why. Nothing is
+fitted here.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from dataclasses import asdict, dataclass
 
 from topologies.checks import choice, flag, integer
 
-from .dgxc import DgxcRow, dgxc_cases, dgxc_check
+from .dgxc import DGXC_MODELS, DgxcRow, dgxc_cases, dgxc_check, dgxc_why_not
 from .sc21 import Sc21Row, sc21_check, sc21_layout, sc21_rows
 
 __all__ = (
     "DEFAULT_MAX_GPUS",
+    "SLOW_MODELS",
     "TRAINING_FORMATS",
     "TrainingRow",
     "Skipped",
@@ -45,6 +48,9 @@ __all__ = (
 
 # interactive: SC21's GPT-1.7B and the fewest-GPU Llama 3.1 8B and Nemotron4 15B recipes, half a minute in all
 DEFAULT_MAX_GPUS = 32
+# the recipes whose rows take minutes each (Llama 3.1 405B on 512 H100: about 5 CPU-minutes, measured), run only
+# on request (``slow``); every other DGX Cloud row takes seconds to a minute
+SLOW_MODELS = frozenset({"Llama 3.1 405B"})
 TRAINING_FORMATS = ("table", "csv", "json")
 
 
@@ -55,11 +61,13 @@ class TrainingRow:
     table: str  # "SC21" or "DGX Cloud <recipe release>"
     model: str
     precision: str  # as the table states it: FP16 (SC21), BF16, FP8
+    moe: bool  # a mixture-of-experts model (reported apart from the dense rows)
     system: str  # the topologies.presets system simulated
     gpus: int
     tp: int
     pp: int
     cp: int
+    ep: int
     dp: int
     vp: int
     global_batch: int
@@ -109,11 +117,13 @@ def _from_sc21(r: Sc21Row) -> TrainingRow:
         table="SC21",
         model=r.model,
         precision="FP16",  # SC21's run_table_1.sh trains in fp16 (sc21.sc21_layout)
+        moe=False,
         system="dgx-a100",
         gpus=r.gpus,
         tp=r.tp,
         pp=r.pp,
         cp=1,
+        ep=1,
         dp=r.dp,
         vp=r.vp,
         global_batch=r.micro_batch * r.microbatches * r.dp,
@@ -132,11 +142,13 @@ def _from_dgxc(r: DgxcRow) -> TrainingRow:
         table=f"DGX Cloud {c.version}",
         model=c.model,
         precision=c.precision,
+        moe=c.moe,
         system=str(c.system_preset),
         gpus=c.gpus,
         tp=c.tp,
         pp=c.pp,
         cp=c.cp,
+        ep=c.ep,
         dp=c.dp,
         vp=c.vp,
         global_batch=c.global_batch,
@@ -152,14 +164,17 @@ def training_check(
     *,
     max_gpus: int | None = DEFAULT_MAX_GPUS,
     every_layout: bool = False,
+    slow: bool = False,
     progress: Callable[[TrainingRow], object] | None = None,
 ) -> TrainingCheck:
     """Simulate the SC21 rows, then the DGX Cloud rows, on up to ``max_gpus`` GPUs (None: all); with
-    ``every_layout`` every DGX Cloud layout, else the fewest-GPU one of each recipe release and model.
+    ``every_layout`` every DGX Cloud layout, else the fewest-GPU one of each recipe release and model; the
+    ``SLOW_MODELS`` rows only with ``slow``.
     ``progress`` is called with each row as it is simulated."""
     if max_gpus is not None:
         integer("max_gpus", max_gpus, low=1, expected="None or an integer >= 1")
     flag("every_layout", every_layout)
+    flag("slow", slow)
     sc21_progress = None if progress is None else (lambda r: progress(_from_sc21(r)))
     dgxc_progress = None if progress is None else (lambda r: progress(_from_dgxc(r)))
     rows = [_from_sc21(r) for r in sc21_check(max_gpus=max_gpus, progress=sc21_progress)]
@@ -169,20 +184,38 @@ def training_check(
         for _, spec in (sc21_layout(row),)
         if max_gpus is not None and spec.world_size > max_gpus
     ]
-    done = dgxc_check(max_gpus=max_gpus, smallest=not every_layout, progress=dgxc_progress)
+    models = None if slow else tuple(m for m in DGXC_MODELS if m not in SLOW_MODELS)
+    done = dgxc_check(models=models, max_gpus=max_gpus, smallest=not every_layout, progress=dgxc_progress)
     rows += [_from_dgxc(r) for r in done]
     ran = {r.case for r in done}
     for case in dgxc_cases():
         if case.proxy or case in ran:
             continue
-        if case.system_preset is None:
-            why = f"no system preset for {case.system}"
+        reason = dgxc_why_not(case)
+        if reason is not None:
+            why = reason.split(";")[0]
         elif max_gpus is not None and case.gpus > max_gpus:
             why = f"more than {max_gpus} GPUs"
+        elif not slow and case.model in SLOW_MODELS:
+            why = "slow (minutes a row; --slow)"
         else:
             why = "weak-scaling layout"
         skipped.append(Skipped(table=f"DGX Cloud {case.version}", model=case.model, gpus=case.gpus, reason=why))
     return TrainingCheck(rows=tuple(rows), skipped=tuple(skipped))
+
+
+def _short(model: str) -> str:
+    """The table's model name within 16 characters: without "(MoE)" (the group says it), then its last word."""
+    name = model.removesuffix(" (MoE)")
+    return name if len(name) <= 16 else name.rsplit(" ", 1)[0]
+
+
+def _group(r: TrainingRow) -> str:
+    """The rows a mean is taken over: the table family, the system and, on DGX Cloud, dense or MoE."""
+    family = r.table.split(" v")[0]
+    if family == "SC21":
+        return family
+    return f"{family} {r.system} {'MoE' if r.moe else 'dense'}"
 
 
 def _mean_abs(rows: list[TrainingRow]) -> float:
@@ -204,24 +237,29 @@ def format_training(check: TrainingCheck, *, format: str = "table") -> str:
         writer.writerows(r.as_dict() for r in check.rows)
         return out.getvalue() + "".join(f"# skipped: {s}\n" for s in check.skipped)
     lines = [
-        f"{'table':<20}{'model':<16}{'prec':<5}{'system':<11}{'GPUs':>6}{'t':>3}{'p':>3}{'c':>3}{'d':>5}{'v':>3}"
+        f"{'table':<20}{'model':<17}{'prec':<5}{'system':<11}{'GPUs':>6}{'t':>3}{'p':>3}{'c':>3}{'e':>3}{'d':>5}{'v':>3}"
         f"{'GBS':>6}{'meas s':>9}{'pred s':>9}{'error':>8}{'exposed':>9}"
     ]
     for r in check.rows:
         lines.append(
-            f"{r.table:<20}{r.model:<16}{r.precision:<5}{r.system:<11}{r.gpus:>6}{r.tp:>3}{r.pp:>3}{r.cp:>3}{r.dp:>5}"
+            f"{r.table:<20}{_short(r.model):<17}{r.precision:<5}{r.system:<11}{r.gpus:>6}{r.tp:>3}{r.pp:>3}{r.cp:>3}"
+            f"{r.ep:>3}{r.dp:>5}"
             f"{r.vp:>3}{r.global_batch:>6}{r.measured_step_s:>9.3f}{r.predicted_step_s:>9.3f}{r.error:>+8.1%}"
             f"{r.exposed_share:>9.1%}"
         )
     lines.append("# error: predicted / measured step time - 1; exposed: time in network / predicted step time")
     rows = list(check.rows)
-    for name in dict.fromkeys(r.table.split(" v")[0] for r in rows):
-        part = [r for r in rows if r.table.split(" v")[0] == name]
-        lines.append(f"# {name}: mean |error| {_mean_abs(part):.1%} over {len(part)} rows")
+    for group in dict.fromkeys(_group(r) for r in rows):
+        part = [r for r in rows if _group(r) == group]
+        errors = [abs(r.error) for r in part]
+        lines.append(
+            f"# {group}: mean |error| {_mean_abs(part):.1%}, max {max(errors):.1%} over {len(part)} rows, "
+            f"exposed {math.fsum(r.exposed_share for r in part) / len(part):.1%} of the step on average"
+        )
     if check.skipped:
         lines.append(
-            f"# skipped {len(check.skipped)} rows (--max-gpus N or --max-gpus 0 for all, --every-layout for the "
-            "weak-scaling layouts; the 405B proxies: python -m simulator.validation.dgxc --proxy):"
+            f"# skipped {len(check.skipped)} rows (--max-gpus N or 0 for all, --every-layout for the weak-scaling "
+            "layouts, --slow for the 405B; its proxies: python -m simulator.validation.dgxc --proxy):"
         )
         # one line per table, model and reason: how many layouts, on how many GPUs
         groups: dict[tuple[str, str, str], list[int]] = {}

@@ -131,7 +131,7 @@ def test_fp8_speeds_up_linear_layers_only():
     kw = dict(micro_batch=1, tp=8, sp=True)
     bf16 = layer_forward(model, H100_SXM5_80GB, **kw).by_kind()
     fp8 = layer_forward(model, H100_SXM5_80GB, dtype="fp8", **kw).by_kind()
-    assert fp8["gemm"] < 0.7 * bf16["gemm"]  # 1979 x 0.709 vs 989 x 0.803 TFLOP/s: 1.77x
+    assert fp8["gemm"] < 0.7 * bf16["gemm"]  # 1979 x 0.656 vs 989 x 0.803 TFLOP/s: 1.63x
     assert fp8["attention"] == bf16["attention"]
     # elementwise work grows by Transformer Engine's casts only: 8192 tokens; qkv (k = h = 16384) and mlp_up
     # (k = 16384) take their FP8 input from the norm, 3 x 1 - 2 = 1 byte per element more; attn_proj

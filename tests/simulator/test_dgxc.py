@@ -6,11 +6,13 @@ import pytest
 
 from simulator.validation.dgxc import (
     DGXC_MODELS,
+    DGXC_MOE_MODELS,
     dgxc_cases,
     dgxc_check,
     dgxc_layout,
     dgxc_not_simulated,
     dgxc_system,
+    dgxc_why_not,
     format_dgxc,
 )
 from simulator.validation.dgxc import main as _main
@@ -25,11 +27,14 @@ def test_the_table_holds_every_layout_with_its_step_time_and_mfu():
         ("BF16", "gb200-nvl72"),
         ("FP8", "gb200-nvl72"),
     }
+    assert DGXC_MOE_MODELS == {"Grok-1 314B (MoE)", "DeepSeek-V3 671B (MoE)", "Llama 4 Maverick 400B (MoE)"}
     for c in cases:
+        assert c.measured_step_s > 0 and c.gpus == c.tp * c.pp * c.cp * c.dp and c.moe == (c.model in DGXC_MOE_MODELS)
+        if c.moe:
+            continue
         # NVIDIA's MFU is over the precision's peak (H100 989 BF16, 1979 FP8; GB200 2450, 4900): FP8 doubles the
         # peak without halving the step time, so its MFU sits below the BF16 one
         assert 0.35 < c.measured_mfu < 0.7 if c.precision == "BF16" else 0.25 < c.measured_mfu < 0.5
-        assert c.measured_step_s > 0 and c.gpus == c.tp * c.pp * c.cp * c.dp
     eight = [c for c in cases if c.model == "Llama 3.1 8B" and c.gpus == 8]
     assert [(c.version, c.precision, c.measured_step_s) for c in eight] == [
         ("v24.11.1", "BF16", 12.91),
@@ -75,10 +80,23 @@ def test_each_row_runs_with_its_precision_and_system():
     nemotron = next(c for c in cases if c.model == "Nemotron4 15B" and c.version == "v24.11.1")
     model, spec = dgxc_layout(nemotron)
     assert model.name == "nemotron4-15b" and (spec.tp, spec.micro_batch, spec.dtype) == (4, 4, "bf16")
-    # every system of the tables has a preset: nothing is left out
-    assert dgxc_not_simulated() == ()
+    # every system of the tables has a preset; left out: the Grok-1 rows whose README prints no layout and the
+    # DeepSeek-V3 rows whose experts spread over tensor-parallel ranks (expert tensor parallelism 1, EP > d x c)
+    left_out = dgxc_not_simulated()
+    assert {(c.model, c.gpus) for c in left_out} == {
+        ("Grok-1 314B (MoE)", 1024),
+        ("Grok-1 314B (MoE)", 2048),
+        ("DeepSeek-V3 671B (MoE)", 128),
+        ("DeepSeek-V3 671B (MoE)", 256),
+        ("DeepSeek-V3 671B (MoE)", 512),
+        ("DeepSeek-V3 671B (MoE)", 1024),
+    }
+    for c in left_out:
+        why = dgxc_why_not(c)
+        assert why == "its README prints no layout" if not c.layout_known else why.startswith("ParallelismSpec.ep: ")
+    assert not any(c.model.startswith("Llama") for c in left_out)
     assert dgxc_check(models=("Llama 3.1 405B",), precisions=("FP8",), max_gpus=1) == ()
-    gb200 = [c for c in cases if c.system == "GB200 NVL72"]
+    gb200 = [c for c in cases if c.system == "GB200 NVL72" and not c.moe]
     assert {c.model for c in gb200} == {"Llama 3.1 405B", "Nemotron4 340B"}
     # GB200 NVL72 rows: 64 GPUs a rack, so 128 GPUs take 2 racks (on a fat-tree: 72 rails exceed a leaf-spine)
     # and rank 64 opens the second
@@ -87,9 +105,10 @@ def test_each_row_runs_with_its_precision_and_system():
     assert smallest.gpus == 128 and len(topology.servers) == 2 and placement.nranks == 128
     assert placement.rank_gpu[63] == topology.gpu(0, 63) and placement.rank_gpu[64] == topology.gpu(1, 0)
     assert dgxc_system(cases[0]) == ("dgx-h100", None)
-    # a case whose system had no preset would still be named
-    text = format_dgxc([], not_simulated=gb200)
-    assert f"not simulated: {len(gb200)} GB200 NVL72 layouts" in text and "no GB200 NVL72 system preset" in text
+    # the cases left out are named with their reason, one line per model and reason
+    text = format_dgxc([], not_simulated=left_out)
+    assert "not simulated: 4 Grok-1 314B (MoE) layouts (dgx-h100 BF16 1024, dgx-h100 BF16 2048" in text
+    assert text.count("its README prints no layout") == 1 and "DeepSeek-V3 671B (MoE) layouts" in text
 
 
 def test_llama_8b_on_one_server_within_ten_percent():

@@ -607,3 +607,16 @@ def test_the_bound_child_returns_its_value_and_is_stopped_when_the_step_fails():
     finally:
         stop.set()
         other.join()
+
+
+def test_a_step_without_its_bound_keeps_the_reduced_run_and_says_so():
+    # the failed-NIC step with replicas forced, once with its bound and once without (StepOptions.bound False)
+    topo = build_system("dgx-h100", nodes=2)
+    spec = ParallelismSpec(tp=2, pp=2, dp=4, global_batch=8, **SERIAL)
+    nic_link = int(Router(topo).fixed_path(2, 10, pxn=False)[2])
+    config = SimConfig(failed_links=frozenset({nic_link}))
+    bounded, _ = _pair(spec, topo, _tiny(4), config, symmetric_replicas=True)
+    bare, _ = _pair(spec, topo, _tiny(4), config, symmetric_replicas=True, bound=False)
+    assert bare.approximate and bare.step_time_s == bounded.step_time_s == bounded.step_time_low_s
+    assert bare.step_time_low_s is None and bare.step_time_high_s is None
+    assert any("not computed (StepOptions.bound False)" in note for note in bare.notes)

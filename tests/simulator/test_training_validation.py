@@ -9,7 +9,7 @@ import pytest
 
 from simulator.cli import main
 from simulator.validation.dgxc import dgxc_cases
-from simulator.validation.steps import TrainingCheck, format_training, training_check
+from simulator.validation.steps import TrainingCheck, TrainingRow, format_training, training_check
 
 
 def run(capsys, *argv):
@@ -47,7 +47,7 @@ def test_what_is_skipped_is_said(check):
     assert len(check.rows) + len(check.skipped) == 10 + sum(not c.proxy for c in dgxc_cases())  # 10 SC21 rows
     text = format_training(check)
     assert f"# skipped {len(check.skipped)} rows" in text and "DGX Cloud Llama 3.1 405B: " in text
-    assert "# SC21: mean |error|" in text and "# DGX Cloud: mean |error|" in text
+    assert "# SC21: mean |error|" in text and "# DGX Cloud dgx-h100 dense: mean |error|" in text
     data = json.loads(format_training(check, format="json"))
     assert len(data["rows"]) == len(check.rows) and {"table", "model", "gpus", "reason"} == set(data["skipped"][0])
 
@@ -75,3 +75,20 @@ def test_cli_csv(capsys):
 def test_bad_options(capsys, argv, message):
     code, out, err = run(capsys, "validate", *argv)
     assert code == 2 and message in err
+
+
+def test_moe_and_gb200_rows_have_their_own_means():
+    # two hand-made rows: errors +10 % (dense H100) and -20 % (MoE H100), each in its own mean line
+    def row(model: str, moe: bool, predicted: float) -> TrainingRow:
+        return TrainingRow(
+            table="DGX Cloud v25.05.05", model=model, precision="BF16", moe=moe, system="dgx-h100", gpus=512,
+            tp=4, pp=8, cp=2, ep=8 if moe else 1, dp=8, vp=8, global_batch=1024, measured_step_s=10.0,
+            predicted_step_s=predicted, exposed_comm_s=1.0, bubble_s=0.5, wall_s=1.0,
+        )  # fmt: skip
+
+    check = TrainingCheck(rows=(row("Llama 3.1 405B", False, 11.0), row("Grok-1 314B (MoE)", True, 8.0)), skipped=())
+    text = format_training(check)
+    assert "# DGX Cloud dgx-h100 dense: mean |error| 10.0%, max 10.0% over 1 rows" in text
+    assert "# DGX Cloud dgx-h100 MoE: mean |error| 20.0%, max 20.0% over 1 rows" in text
+    assert "Grok-1 314B " in text and "(MoE)" not in text.split("\n")[2]  # the group names it, not the row
+    assert all(len(line) <= 120 for line in text.splitlines())

@@ -240,6 +240,20 @@ def test_presets_match_published_totals(name, total_b, active_b, tolerance_b):
     assert abs(model.active_parameters() / 1e9 - active_b) <= tolerance_b
 
 
+def test_grok_1_and_llama_4_maverick_against_their_cards():
+    # Grok-1 (xai-org/grok-1 README: 314B, 8 experts, top 2): 64 x (attention 88.1e6 + experts 8 x 3 x 6144 x 32768)
+    # + 2 x 131072 x 6144 untied embeddings (the recipe's share_embeddings_and_output_weights false) = 316.5e9;
+    # the card's 314B is within 1 %
+    grok = model_preset("grok-1")
+    assert grok.total_parameters() / 1e9 == pytest.approx(314, rel=0.01)
+    assert (grok.experts, grok.top_k, grok.is_moe_layer(0), grok.is_moe_layer(63)) == (8, 2, True, True)
+    # Llama 4 Maverick (Meta: 400B total, 17B active): MoE on the odd layers, dense ffn 16384 on the even ones
+    maverick = model_preset("llama4-maverick")
+    assert maverick.total_parameters() / 1e9 == pytest.approx(400, rel=0.005)
+    assert maverick.active_parameters() / 1e9 == pytest.approx(17, rel=0.02)
+    assert [maverick.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+
+
 def test_deepseek_v3_like_within_the_mla_approximation():
     # MLA weights per layer (DeepSeek-V3 config: q_lora 1536, kv_lora 512, nope 128, rope 64, v 128, 128 heads):
     # q_a 7168x1536 + q_b 1536x128x192 + kv_a 7168x576 + kv_b 512x128x256 + o 16384x7168 + norms 2048
