@@ -799,14 +799,19 @@ def _cable_chain(topology: Topology) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _exposure(setup: Any, nic_failover: bool, progress: Callable[[str], None] | None, name: str) -> Exposure:
+def _exposure(
+    setup: Any, nic_failover: bool, progress: Callable[[str], None] | None, name: str, approximate: list[str]
+) -> Exposure:
     """Simulate a design's healthy step (``setup``: ``scenario.prepare_step``'s) and its step with one cable of
-    each tier failed."""
+    each tier failed. Only their step times are used, so an approximate reduction's bound is not run (its second
+    simulation); the runs that were approximate are appended to ``approximate``."""
     from .scenario import run_step
 
     say = progress or (lambda text: None)
     say(f"{name}: healthy step")
-    healthy = run_step(setup)
+    healthy = run_step(setup, bound=False)
+    if healthy.approximate:
+        approximate.append(f"{name}, healthy")
     units, cables = exposure_units(setup.topology)
     degraded: dict[str, float | None] = {}
     chain = _cable_chain(setup.topology)
@@ -817,11 +822,15 @@ def _exposure(setup: Any, nic_failover: bool, progress: Callable[[str], None] | 
         say(f"{name}: step with a {tier} cable failed")
         config = dataclasses.replace(setup.config, failed_links=frozenset(chain[tier]))
         try:
-            degraded[tier] = run_step(setup, config=config).step_time_s
+            step = run_step(setup, config=config, bound=False)
         except ValueError as exc:
             if "route" not in str(exc):
                 raise
             degraded[tier] = None  # no path left: the job stops
+            continue
+        degraded[tier] = step.step_time_s
+        if step.approximate:
+            approximate.append(f"{name}, {tier} cable failed")
     pcie = setup.topology.link_capacity_bytes_per_s[setup.topology.link_tier == LinkTier.PCIE]
     layout = setup.parallelism
     assert layout.seq_len is not None  # a step's layout always has one (step_settings' default)
@@ -906,8 +915,9 @@ def goodput(
             raise ValueError(f"designs.{name}: {exc}") from None
         plans.append((str(name), setup, failover))
     results = []
+    approximate: list[str] = []
     for name, setup, failover in plans:
-        exposure = _exposure(setup, failover, progress, name)
+        exposure = _exposure(setup, failover, progress, name, approximate)
         inputs = dict(
             tokens=tokens,
             causes=causes,
@@ -935,5 +945,12 @@ def goodput(
         f"detection {recovery.transport_s:.1f} s (IB retries) or {recovery.watchdog_s:.0f} s (watchdog); restart "
         f"{recovery.restart_s:.0f} s; re-creation {recovery.init_s_per_rank * 1e3:.2f} ms per rank; cable repair "
         f"{recovery.repair_s / 3600:.1f} h (see docs/models.md, Failures and goodput)",
+    ) + (
+        (
+            "APPROXIMATE steps (a reduction that is not exact for them, its bound not run: `fabricsim step` on the "
+            "design gives it): " + "; ".join(approximate),
+        )
+        if approximate
+        else ()
     )
     return GoodputResult(designs=tuple(results), notes=notes)

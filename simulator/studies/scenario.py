@@ -463,9 +463,10 @@ def run_step(
     system: Topology | None = None,
     config: SimConfig | None = None,
     progress: Callable[[str], None] | None = None,
+    bound: bool = True,
 ) -> StepResult:
     """Simulate ``setup``'s step (on ``system`` / with ``config`` instead of its own where given: a
-    calibrated copy)."""
+    calibrated copy); ``bound``: ``StepOptions.bound``."""
     import dataclasses
 
     from .training import StepOptions, simulate_step
@@ -480,6 +481,7 @@ def run_step(
             granularity=setup.granularity,
             exact=setup.exact,
             progress=progress,
+            bound=bound,
         ),
     )
     if setup.ignored:
