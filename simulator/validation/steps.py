@@ -238,7 +238,8 @@ def format_training(check: TrainingCheck, *, format: str = "table") -> str:
         return out.getvalue() + "".join(f"# skipped: {s}\n" for s in check.skipped)
     lines = [
         f"{'table':<20}{'model':<17}{'prec':<5}{'system':<11}{'GPUs':>6}"
-        f"{'t':>3}{'p':>3}{'c':>3}{'e':>3}{'d':>5}{'v':>3}{'GBS':>6}{'meas s':>9}{'pred s':>9}{'error':>8}{'exposed':>9}"
+        f"{'t':>3}{'p':>3}{'c':>3}{'e':>3}{'d':>5}{'v':>3}{'GBS':>6}"
+        f"{'meas s':>9}{'pred s':>9}{'error':>8}{'exposed':>9}"
     ]
     for r in check.rows:
         lines.append(
