@@ -717,6 +717,28 @@ def _merge(total: dict, part: dict, scale: int) -> None:
         into["exposed_s"] += entry["exposed_s"]
 
 
+def _programs(
+    model: ModelSpec,
+    p: ParallelismSpec,
+    topology: Topology,
+    compute: StepCompute,
+    placement: Placement,
+    kw: _StepArgs,
+    *,
+    passive: bool = False,
+    symmetric: bool = False,
+    context: bool = False,
+) -> tuple[TrainingWorkload, Placement]:
+    """The step's programs with their durations resolved from ``compute``, and their ranks' placement. With
+    ``passive``: only the ranks the reductions in use simulate (``reductions.simulated_ranks``), the other members
+    of their groups passive."""
+    if not passive:
+        return resolve(training_step(model, p, **kw), compute), placement
+    ranks = reductions.simulated_ranks(p, symmetric=symmetric, context=context)
+    training = resolve(training_step(model, p, ranks=ranks, passive=True, **kw), compute)
+    return training, Placement.custom(topology, [placement.rank_gpu[r] for r in training.ranks])
+
+
 def _measure(
     model: ModelSpec,
     p: ParallelismSpec,
@@ -745,9 +767,9 @@ def _measure(
     if passive:
         # one replica's whole step (or every replica's, or their context rank 0 only), the other members of its
         # data-parallel, expert-parallel and context-parallel groups passive
-        ranks = reductions.simulated_ranks(p, symmetric=symmetric, context=context)
-        training = resolve(training_step(model, p, ranks=ranks, passive=True, **kw), compute)
-        phase_placement = Placement.custom(topology, [placement.rank_gpu[r] for r in training.ranks])
+        training, phase_placement = _programs(
+            model, p, topology, compute, placement, kw, passive=True, symmetric=symmetric, context=context
+        )
         what = "one data-parallel replica's step" if symmetric else "the step"
         what = f"context rank 0 of {what}" if context else what
         phase = _run_phase(
@@ -787,7 +809,7 @@ def _measure(
         phases = (phase,)
         parts = (_phase_parts(phase, topology, link_bytes=link_bytes),)
     else:
-        built = resolve(training_step(model, p, **kw), compute)
+        built, _ = _programs(model, p, topology, compute, placement, kw)
         phases = (
             _run_phase(
                 topology,
@@ -844,12 +866,9 @@ def _makespan(
     """The step time of :func:`_measure` (its ``step_s``, the same number) without the rest of its measurements:
     no critical path, breakdowns or link bytes (what the high side of a bound needs)."""
     kw = _StepArgs(recompute=recompute, granularity=granularity, tensor_rank0_p2p=tensor_rank0_p2p)
-    if passive:
-        ranks = reductions.simulated_ranks(p, symmetric=symmetric, context=context)
-        training = resolve(training_step(model, p, ranks=ranks, passive=True, **kw), compute)
-        placement = Placement.custom(topology, [placement.rank_gpu[r] for r in training.ranks])
-    else:
-        training = resolve(training_step(model, p, **kw), compute)
+    training, placement = _programs(
+        model, p, topology, compute, placement, kw, passive=passive, symmetric=symmetric, context=context
+    )
     sim = simulate(topology, training.workload, placement, config, route_cache=route_cache)
     return math.fsum([sim.makespan_s])  # as _measure sums its one phase
 
