@@ -46,6 +46,7 @@ def simulate(
     _check_inputs(topology, workload, placement, config)
     instance("route_cache", route_cache, (RouteCache, type(None)), "a topologies.routing.RouteCache or None")
     config = config or SimConfig()
+    route_cache = RouteCache() if route_cache is None else route_cache  # one for the storage and the collectives
     classes, background = _traffic(topology, workload, config, groups, route_cache)
     placement = placement or Placement.block(topology, nranks=workload.nranks)
     if placement.nranks != workload.nranks:

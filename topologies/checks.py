@@ -27,6 +27,7 @@ from typing import TypeGuard
 
 __all__ = (
     "MAX_BYTES",
+    "Unreachable",
     "Option",
     "reject",
     "is_int",
@@ -321,3 +322,8 @@ def output_dir(field: str, value: object) -> Path:
     if path.exists() and not path.is_dir():
         raise ValueError(f"{field}: {str(path)!r} is not allowed; expected a directory (it is an existing file)")
     return path
+
+
+class Unreachable(ValueError):
+    """No route is left between two endpoints (failed links, or a fabric that does not join them): raised by the
+    router and by the engine when a failed link leaves a transfer no path."""

@@ -22,6 +22,8 @@ import numpy as np
 import simpy
 from simpy.events import EventPriority
 
+from topologies.checks import Unreachable
+
 from ..network.base import FluidNetwork, entries_of
 
 # Below simpy.events.NORMAL (1): runs after all ordinary events of the same timestamp.
@@ -145,7 +147,7 @@ class Fabric:
             if not crossing:
                 continue
             if tid not in self._rebuild:
-                raise RuntimeError(f"fabric: link {link} failed under transfer {tid}, which cannot be rerouted")
+                raise Unreachable(f"fabric: link {link} failed under transfer {tid}, which cannot be rerouted")
             links, weights, counts = self._rebuild[tid]()
             moved = np.asarray(crossing, dtype=np.int64)
             entries = entries_of(np.concatenate(([0], np.cumsum(counts))), moved)

@@ -241,7 +241,6 @@ def _weighted_level(
     demand = np.full(npairs, np.inf)
     share, _ = _split(seg_capacity, seg_ptr, phi, demand)
     limited = np.zeros(npairs, dtype=np.bool_)
-    rates = np.zeros(n)
     for _ in range(MAX_ROUNDS):
         rates = maxmin(ptr, vlink, weights, every, share, cap)
         used = np.bincount(vlink, weights=weights * rates[entry_flow], minlength=npairs)

@@ -63,11 +63,13 @@ class FlowNetwork(FluidNetwork):
 
     def _rates(
         self, ptr: np.ndarray, links: np.ndarray, weights: np.ndarray, flows: np.ndarray, capacity: np.ndarray,
-        cap: np.ndarray, tclass: np.ndarray,
+        cap: np.ndarray, tclass: np.ndarray | None,
     ) -> np.ndarray:  # fmt: skip
-        """Max-min rates, or with traffic classes ``class_rates`` (the same numbers when one class is present)."""
+        """Max-min rates, or with traffic classes ``class_rates`` (the same numbers when one class is present);
+        ``tclass`` is read only with classes (None without: no copy on a re-rating's path)."""
         if self._classes is None:
             return maxmin_rates(ptr, links, weights, flows, capacity, cap)
+        assert tclass is not None
         return class_rates(ptr, links, weights, flows, capacity, cap, tclass, *self._classes)
 
     def _added(self, n0: int, counts: np.ndarray, m0: int, total: int) -> None:
@@ -168,5 +170,5 @@ class FlowNetwork(FluidNetwork):
             np.ones(n, dtype=np.bool_),
             self.capacity_bytes_per_s[links],
             self.cap[flows],
-            self.tclass[flows],
+            None if self._classes is None else self.tclass[flows],
         )

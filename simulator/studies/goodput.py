@@ -63,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from topologies import checks
+from topologies.routing import Unreachable
 from topologies.topology import LinkTier, Topology
 
 __all__ = (
@@ -730,9 +731,7 @@ def failure_in_step(
     events = tuple(LinkEvent(time_s=at_s, link=link, scale=0.0) for link in chain[tier])
     try:
         step = run_step(setup, config=dataclasses.replace(setup.config, link_events=events)).step_time_s
-    except (ValueError, RuntimeError) as exc:
-        if "route" not in str(exc) and "rerouted" not in str(exc):
-            raise
+    except Unreachable:
         return stopped
     return StepFailure(
         tier=tier,
@@ -823,9 +822,7 @@ def _exposure(
         config = dataclasses.replace(setup.config, failed_links=frozenset(chain[tier]))
         try:
             step = run_step(setup, config=config, bound=False)
-        except ValueError as exc:
-            if "route" not in str(exc):
-                raise
+        except Unreachable:
             degraded[tier] = None  # no path left: the job stops
             continue
         degraded[tier] = step.step_time_s

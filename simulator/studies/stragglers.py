@@ -551,7 +551,7 @@ def simulate_steps(
         )
     base = dataclasses.replace(o, compute=compute, route_cache=route_cache)
     notes: list[str] = []
-    if s.on and not o.exact:
+    if s.on and not o.exact and not config.storage:  # storage streams alone make every rank simulated
         used = reductions.plan(
             p,
             topology,

@@ -628,9 +628,7 @@ def _run_phase(
     if progress is not None:
         tasks = sum(len(program) for program in training.workload.programs)
         progress(f"simulating {what}: {training.workload.nranks} ranks, {tasks} tasks")
-    # with traffic classes each collective's class follows its group (tp, pp, dp, cp, ep: SimConfig.traffic)
-    groups = training.group_kinds if config.traffic is not None else None
-    sim = simulate(topology, training.workload, placement, config, route_cache=route_cache, groups=groups)
+    sim = _simulate(topology, training, placement, config, route_cache)
     # after an event replay the timeline is rebuilt from the collectives' times: it must end with the replay
     if not math.isclose(sim.timeline.makespan_s, sim.makespan_s, rel_tol=1e-9, abs_tol=1e-12):
         raise RuntimeError(
@@ -715,6 +713,15 @@ def _merge(total: dict, part: dict, scale: int) -> None:
         into["nbytes"] += entry["nbytes"] * scale
         into["time_s"] += entry["time_s"]
         into["exposed_s"] += entry["exposed_s"]
+
+
+def _simulate(
+    topology: Topology, training: TrainingWorkload, placement: Placement, config: SimConfig, route_cache: RouteCache
+) -> SimResult:
+    """``simulate()`` of the step's programs; with traffic classes each collective's class follows its group (tp,
+    pp, dp, cp, ep: ``SimConfig.traffic``)."""
+    groups = training.group_kinds if config.traffic is not None else None
+    return simulate(topology, training.workload, placement, config, route_cache=route_cache, groups=groups)
 
 
 def _programs(
@@ -869,8 +876,7 @@ def _makespan(
     training, placement = _programs(
         model, p, topology, compute, placement, kw, passive=passive, symmetric=symmetric, context=context
     )
-    sim = simulate(topology, training.workload, placement, config, route_cache=route_cache)
-    return math.fsum([sim.makespan_s])  # as _measure sums its one phase
+    return math.fsum([_simulate(topology, training, placement, config, route_cache).makespan_s])  # as _measure's
 
 
 def _frozen(value):

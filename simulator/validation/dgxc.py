@@ -90,7 +90,6 @@ __all__ = (
     "DGXC_SYSTEMS",
     "DGXC_DTYPES",
     "BF16_GRADIENTS",
-    "NO_TP_COMM_OVERLAP",
     "DgxcCase",
     "dgxc_cases",
     "dgxc_layout",
@@ -143,8 +142,6 @@ gpt3_175b.py pretrain_performance_optimizations, ``recipe.trainer.plugins.grad_r
 Nemotron4 340B: the same line in NeMo nemotron4_340b.py (v25.05.05) and, in v24.11.1 (NeMo 24.09, the
 recipe's nemotron4-340b-synth.yaml), ``optim.grad_sync_dtype: bf16`` of its distributed_fused_adam. Grok-1:
 ``optim.grad_sync_dtype: bf16`` in the recipe's grok1_314b.yaml (v24.11.1; ASSUMED for v25.05.05)."""
-NO_TP_COMM_OVERLAP = frozenset({"Grok-1 314B (MoE)"})
-"""Recipes that run without TP communication overlap: grok1_314b.yaml ``ub_tp_comm_overlap: false``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -296,7 +293,9 @@ def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
         schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=case.tp > 1,
         overlap_param_gather=True,
-        tp_comm_overlap=case.tp > 1 and case.model not in NO_TP_COMM_OVERLAP,
+        # MoE rows without it: the step model does not overlap expert layers' TP communication (ParallelismSpec
+        # refuses it; grok1_314b.yaml also sets ``ub_tp_comm_overlap: false``)
+        tp_comm_overlap=case.tp > 1 and not case.moe,
         overlap_p2p_comm=vp > 1,
         grad_reduce_in_bf16=case.model in BF16_GRADIENTS or case.dtype == "fp8",
         account_for_embedding_in_pipeline_split=account,
@@ -377,7 +376,8 @@ def dgxc_why_not(case: DgxcCase) -> str | None:
     if not case.layout_known:
         return "its README prints no layout"
     try:
-        dgxc_layout(case)
+        model, spec = dgxc_layout(case)
+        spec.check(model)
     except ValueError as exc:
         return str(exc)
     return None

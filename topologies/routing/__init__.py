@@ -29,9 +29,19 @@ virtual channels real dragonfly routers need. Everything is deterministic for a 
 and order of calls.
 """
 
+from ..checks import Unreachable
 from .hashing import mix64
 from .policies import POLICIES, ROUTING_POLICIES, VALIANT_SALT, RoutingPolicy
 from .router import Router
 from .wiring import RouteCache
 
-__all__ = ["POLICIES", "ROUTING_POLICIES", "VALIANT_SALT", "RouteCache", "Router", "RoutingPolicy", "mix64"]
+__all__ = [
+    "POLICIES",
+    "ROUTING_POLICIES",
+    "VALIANT_SALT",
+    "RouteCache",
+    "Router",
+    "RoutingPolicy",
+    "Unreachable",
+    "mix64",
+]

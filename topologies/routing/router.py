@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..checks import integer, is_int, positive_finite, reject
+from ..checks import Unreachable, integer, is_int, positive_finite, reject
 from ..topology import Topology
 from .hashing import _GOLDEN64, _absorb, mix64
 from .policies import POLICIES, ROUTING_POLICIES, valiant_route
@@ -528,7 +528,7 @@ class Router:
                 if self._reaches(nic_leaf[src_info.nics[js]], nic_leaf[nic]):
                     return js, jd
         failed = " (with failed links)" if self.failed_links else ""
-        raise ValueError(
+        raise Unreachable(
             f"route: GPU {a} of {src_info.name} (GPU {src_info.first_gpu + a}) cannot reach GPU {b} of "
             f"{dst_info.name} (GPU {dst_info.first_gpu + b}): no NIC of {src_info.name} is connected "
             f"through the fabric{failed} to a NIC of {dst_info.name}"
@@ -547,7 +547,7 @@ class Router:
     def _check_alive(self, links: tuple[int, ...], what: str) -> None:
         if self.failed_links and not self.failed_links.isdisjoint(links):
             bad = next(link for link in links if link in self.failed_links)
-            raise ValueError(
+            raise Unreachable(
                 f"route: {what} crosses failed link {self.topology.link_names[bad]!r} (id {bad}); "
                 "routes inside a server are fixed, so this pair is unreachable"
             )
@@ -654,7 +654,7 @@ class Router:
         table = self._distances_to((dst_switch,))
         if src_switch not in table.dist:
             failed = " (with failed links)" if self.failed_links else ""
-            raise ValueError(
+            raise Unreachable(
                 f"route: switch {self.topology.node_name(src_switch)} cannot reach "
                 f"{self.topology.node_name(dst_switch)}{failed}"
             )
