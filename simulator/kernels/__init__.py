@@ -10,10 +10,11 @@ from simulator.kernels.components import component, link_insert, link_rebuild, l
 from simulator.kernels.dcqcn import DCQCN_PARAM_NAMES, dcqcn_rates
 from simulator.kernels.drain import count_link_bytes, drain, soonest_end
 from simulator.kernels.lossless import lossless_throttle, successor_pairs
-from simulator.kernels.maxmin import build_csr, maxmin_rates
+from simulator.kernels.maxmin import build_csr, entries_of, maxmin_rates
 
 __all__ = [
     "build_csr",
+    "entries_of",
     "maxmin_rates",
     "class_rates",
     "link_insert",

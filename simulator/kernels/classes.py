@@ -66,7 +66,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from .maxmin import build_csr, flow_csr, maxmin_rates
+from .maxmin import build_csr, entries_of, flow_csr, maxmin_rates
 
 __all__ = ["class_rates", "build_csr", "MAX_ROUNDS", "EXPLICIT_ROUNDS"]
 
@@ -74,6 +74,30 @@ EXPLICIT_ROUNDS = 500  # damped explicit-rate rounds of one level at most (see t
 _SETTLED = 1e-12  # relative: explicit-rate rounds stop when no rate moves more than this
 MAX_ROUNDS = 64  # rating rounds of one level (each marks a pair, or it is the last); past it the top-up finishes
 _TOL = 1e-9  # relative: a class using less than this below its share of a link is held back elsewhere
+
+
+@njit(cache=True)
+def _fill(
+    capacity: float, lo: int, hi: int, weight: np.ndarray, demand: np.ndarray, skip: int
+) -> tuple[float, np.ndarray]:
+    """Weighted water level of ``capacity`` between the pairs ``lo:hi``: a pair (other than ``skip``; -1: none)
+    whose demand is below its weighted level is held at its demand. Returns (level per unit weight, held)."""
+    fixed = np.zeros(hi - lo, dtype=np.bool_)
+    left = capacity
+    while True:
+        wsum = 0.0
+        for i in range(lo, hi):
+            if not fixed[i - lo]:
+                wsum += weight[i]
+        theta = left / wsum
+        changed = False
+        for i in range(lo, hi):
+            if i != skip and not fixed[i - lo] and demand[i] < theta * weight[i]:
+                fixed[i - lo] = True
+                left -= demand[i]
+                changed = True
+        if not changed:
+            return theta, fixed
 
 
 @njit(cache=True)
@@ -107,27 +131,13 @@ def _split(
                 share[i] = demand[i] + (c - total) * weight[i] / wsum
                 limited[i] = True
             continue
-        fixed = np.zeros(hi - lo, dtype=np.bool_)
-        left = c
-        while True:
-            wsum = 0.0
-            for i in range(lo, hi):
-                if not fixed[i - lo]:
-                    wsum += weight[i]
-            theta = left / wsum
-            changed = False
-            for i in range(lo, hi):
-                if not fixed[i - lo] and demand[i] < theta * weight[i]:
-                    fixed[i - lo] = True
-                    share[i] = demand[i]
-                    limited[i] = True
-                    left -= demand[i]
-                    changed = True
-            if not changed:
-                for i in range(lo, hi):
-                    if not fixed[i - lo]:
-                        share[i] = theta * weight[i]
-                break
+        theta, fixed = _fill(c, lo, hi, weight, demand, -1)
+        for i in range(lo, hi):
+            if fixed[i - lo]:
+                share[i] = demand[i]
+                limited[i] = True
+            else:
+                share[i] = theta * weight[i]
     return share, limited
 
 
@@ -162,22 +172,7 @@ def _explicit_rates(
             if hi - lo == 1:
                 share = seg_capacity[s]
             else:
-                fixed = np.zeros(hi - lo, dtype=np.bool_)
-                left = seg_capacity[s]
-                while True:
-                    wsum = 0.0
-                    for q in range(lo, hi):
-                        if not fixed[q - lo]:
-                            wsum += phi[q]
-                    theta = left / wsum
-                    changed = False
-                    for q in range(lo, hi):
-                        if q != p and not fixed[q - lo] and demand[q] < theta * phi[q]:
-                            fixed[q - lo] = True
-                            left -= demand[q]
-                            changed = True
-                    if not changed:
-                        break
+                theta, _ = _fill(seg_capacity[s], lo, hi, phi, demand, p)
                 share = theta * phi[p]
             # the max-min level of that share among the class's flows on the link, at their current rates
             m = pair_ptr[p + 1] - pair_ptr[p]
@@ -321,7 +316,7 @@ def class_rates(
     counts = np.diff(flow_ptr)
     for level in np.unique(level_of[active]).tolist():
         chosen = np.flatnonzero(active & (level_of == level))
-        entries = _entries(flow_ptr, chosen)
+        entries = entries_of(flow_ptr, chosen)
         sub_ptr = np.r_[0, np.cumsum(counts[chosen])].astype(np.int64)
         sub_links, sub_weights = flow_links[entries], flow_weights[entries]
         sub_class = flow_class[chosen]
@@ -337,11 +332,3 @@ def class_rates(
         charged = np.bincount(sub_links, weights=sub_weights * np.repeat(sub, counts[chosen]), minlength=residual.size)
         residual = np.maximum(residual - charged, 0.0)
     return rates
-
-
-def _entries(flow_ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Positions of the CSR entries of flows ``idx``, in order."""
-    starts, ends = flow_ptr[idx], flow_ptr[idx + 1]
-    lengths = ends - starts
-    offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-    return offsets + np.arange(int(lengths.sum()), dtype=np.int64)

@@ -429,6 +429,14 @@ def flow_csr(
     )
 
 
+def entries_of(flow_ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Positions in the CSR entry arrays of every (flow, link) entry of flows ``idx``, in order."""
+    starts, ends = flow_ptr[idx], flow_ptr[idx + 1]
+    counts = ends - starts
+    offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+    return offsets + np.arange(int(counts.sum()), dtype=np.int64)
+
+
 def build_csr(
     paths: list[np.ndarray], weights: list[np.ndarray] | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels import entries_of
 from ..rates import equal_share_rates_csr
-from .base import FluidNetwork, entries_of
+from .base import FluidNetwork
 
 
 class AnalyticalNetwork(FluidNetwork):

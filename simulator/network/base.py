@@ -29,14 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..kernels import count_link_bytes, drain, soonest_end
-
-
-def entries_of(flow_ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Positions in the CSR entry arrays of every (flow, link) entry of flows ``idx``, in order."""
-    starts, ends = flow_ptr[idx], flow_ptr[idx + 1]
-    counts = ends - starts
-    offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
-    return offsets + np.arange(int(counts.sum()), dtype=np.int64)
+from ..kernels import entries_of as entries_of  # re-exported: the engine may not import the kernels
 
 
 class _SlotView(Protocol):
