@@ -17,7 +17,9 @@ addP2pToPlan):
   server, one chunk (128 KiB) across servers (:func:`op_channels`).
 
 Inside a server each channel is one flow, capped at what one p2p channel moves
-(``nccl_model.p2p_channel_bytes_per_s``: a CTA whose warps are split between sends and receives).
+(``nccl_model.p2p_channel_bytes_per_s``: a CTA whose warps are split between sends and receives); an LL send
+is split on LL's 64 KiB step instead of Simple's chunk, each channel at ``nccl_model.p2p_ll_channel_bytes_per_s``
+(``LoweringContext.p2p_ll``).
 Across servers a pair streams over ``NET_CONNECTIONS_PER_PEER`` network connection(s), whatever its
 channel count (NCCL shares one connection between a peer's channels, NCCL_NET_SHARED_COMMS), capped
 by the NIC's per-connection throughput, leaving through the NIC on the receiver's rail (PXN).
