@@ -94,9 +94,10 @@ class Alltoall(AlgorithmDefaults):
         return (nccl_model.BASE_LATENCY_US["ring"][protocol] + worst + hop_extra_us) * 1e-6
 
     def _steps(
-        self, collective: Collective, ctx: LoweringContext, nchannels: int
+        self, collective: Collective, ctx: LoweringContext, nchannels: int, protocol: str
     ) -> list[list[tuple[int, int, int, int, float]]]:
-        """Per step (round), the (member p, member q, bytes, channel, payload cap) flows of its pairs."""
+        """Per step (round), the (member p, member q, bytes, channel, payload cap) flows of its pairs under
+        ``protocol``."""
         group = collective.group
         elt = DTYPE_BYTES[collective.dtype]
         counts = alltoall_counts(collective)
@@ -104,7 +105,8 @@ class Alltoall(AlgorithmDefaults):
         for pairs in self._rounds(collective):
             flows: list[tuple[int, int, int, int, float]] = []
             for p, q in pairs:
-                pieces, cap = pair_flows(ctx, collective, nchannels, group[p], group[q], int(counts[p, q]) * elt)
+                nbytes = int(counts[p, q]) * elt
+                pieces, cap = pair_flows(ctx, collective, nchannels, group[p], group[q], nbytes, protocol=protocol)
                 flows += [(p, q, int(b), c, cap) for c, b in enumerate(pieces)]
             out.append(flows)
         return out
@@ -113,7 +115,7 @@ class Alltoall(AlgorithmDefaults):
         latency = self._latency_s(collective, ctx, protocol, simulated=True)
         group = np.asarray(collective.group, dtype=np.int64)
         steps = []
-        for i, flows in enumerate(self._steps(collective, ctx, nchannels)):
+        for i, flows in enumerate(self._steps(collective, ctx, nchannels, protocol)):
             p, q, nbytes, channel = (np.array([f[k] for f in flows], dtype=np.int64) for k in range(4))
             # NCCL's per-hop latencies, summed over a rank's peers, already include the wire
             label = f"alltoall round {i + 1}" if self.rounds else "alltoall"
@@ -145,7 +147,9 @@ class Alltoall(AlgorithmDefaults):
         group = collective.group
         elt = DTYPE_BYTES[collective.dtype]
         steps = []
-        for flows in self._steps(collective, ctx, nchannels):
+        biggest = int(counts.max()) * elt if counts.size else 0
+        ll = uses_ll(biggest, ctx.layout(group), collective.nranks, nchannels, ctx.nccl_minor)
+        for flows in self._steps(collective, ctx, nchannels, "LL" if ll else "Simple"):
             ops: list[tuple[int, int, int, int, int]] = []
             offset: dict[tuple[int, int], int] = {}
             for p, q, nbytes, _, _ in flows:  # a pair's pieces in channel order
@@ -178,7 +182,7 @@ class Alltoall(AlgorithmDefaults):
                 protocol=protocol,
                 nchannels=nchannels,
             )
-            for flows in self._steps(collective, ctx, nchannels)
+            for flows in self._steps(collective, ctx, nchannels, protocol)
         )
         return latency, (collective.nbytes / time_s if time_s > 0 else float("inf"))
 

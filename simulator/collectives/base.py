@@ -86,6 +86,9 @@ class LoweringContext:
     ring_net_floor: Literal["connection", "round_trip", "proxy"] = "connection"
     # a point-to-point send relayed under PXN pays the NVLink hop into the relay GPU (p2p.pxn_relayed); False: not
     pxn_hop: bool = True
+    # a point-to-point LL send's parts sized on LL's step, each at an LL p2p channel's throughput (p2p.pair_flows,
+    # nccl_model.P2P_LL_CHANNEL_GBPS_BLACKWELL); False: Simple's chunk and channel throughput, as for Simple sends
+    p2p_ll: bool = True
     # the NCCL release's minor number (CollectivePolicy.nccl_minor) where a mechanism differs between releases
     nccl_minor: int = nccl_model.nccl_minor(nccl_model.DEFAULT_NCCL_VERSION)
     _cache: dict[Hashable, object] = field(default_factory=dict, repr=False, compare=False)

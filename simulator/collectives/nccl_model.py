@@ -142,6 +142,22 @@ def p2p_channel_bytes_per_s(arch: str) -> float:
     return gbyte_per_s(P2P_CHANNEL_GBPS_BLACKWELL * scale)
 
 
+# Payload throughput of one point-to-point channel sending LL: its send warps write 8-byte flagged lines into the
+# peer's FIFO and its receive warps poll them (the CTA's warps split between the two, enqueue.cc / sendrecv.h), far
+# below a ring channel's share of llMaxBw. Fitted over the LL rows of the one-server HGX B200 sendrecv and
+# all-to-all tables (validation cross.py FITS; NCCL 2.22-2.28 send up to 512 KiB a peer with LL there): sendrecv
+# takes 12.6 us more at 512 than at 256 KiB a peer, 64 KiB more on each of its 4 channels (5.2 GB/s); all-to-all
+# 15.3 us more at 4 than at 2 MiB (4.3 GB/s). Other generations scale with their one-server llMaxBw (Hopper 2.5,
+# Ampere and Ada 1.55 GB/s): an assumption, no table measures them.
+P2P_LL_CHANNEL_GBPS_BLACKWELL = 5.0
+
+
+def p2p_ll_channel_bytes_per_s(arch: str) -> float:
+    """Most one point-to-point channel streams with LL, one direction (payload bytes/s)."""
+    one_node = LL_MAX_BW_GBPS.get(arch, LL_MAX_BW_GBPS["ampere"])[0]
+    return gbyte_per_s(P2P_LL_CHANNEL_GBPS_BLACKWELL * one_node / LL_MAX_BW_GBPS["blackwell"][0])
+
+
 # perChMaxTreeBw / perChMaxTreeLL128Bw [arch] -> (1 node, 2 nodes, >= 3 nodes) in GB/s: per-channel
 # bus-bandwidth ceilings of NCCL's tree kernels (tuning.cc, NCCL 2.30.7)
 PER_CHANNEL_MAX_TREE_GBPS = MappingProxyType(

@@ -17,7 +17,9 @@ addP2pToPlan):
   server, one chunk (128 KiB) across servers (:func:`op_channels`).
 
 Inside a server each channel is one flow, capped at what one p2p channel moves
-(``nccl_model.p2p_channel_bytes_per_s``: a CTA whose warps are split between sends and receives).
+(``nccl_model.p2p_channel_bytes_per_s``: a CTA whose warps are split between sends and receives); an LL send
+is split on LL's 64 KiB step instead of Simple's chunk, each channel at ``nccl_model.p2p_ll_channel_bytes_per_s``
+(``LoweringContext.p2p_ll``).
 Across servers a pair streams over ``NET_CONNECTIONS_PER_PEER`` network connection(s), whatever its
 channel count (NCCL shares one connection between a peer's channels, NCCL_NET_SHARED_COMMS), capped
 by the NIC's per-connection throughput, leaving through the NIC on the receiver's rail (PXN).
@@ -62,6 +64,10 @@ NET_CONNECTIONS_PER_PEER = 1
 # NCCL's point-to-point chunk (NCCL_P2P_NET_CHUNKSIZE / NCCL_P2P_NVL_CHUNKSIZE / NCCL_P2P_PCI_CHUNKSIZE
 # defaults, src/init.cc): the network's as soon as the communicator spans servers.
 P2P_CHUNK_BYTES = MappingProxyType({"net": 128 << 10, "nvlink": 512 << 10, "pcie": 128 << 10})
+
+# LL's step, the unit addP2pToPlan sizes an LL send's parts on (stepSize = buffSizes[LL] / NCCL_STEPS: 64 KiB of
+# flagged lines, 32 KiB of payload): parts from 8 KiB (one server, a step / 8) or 32 KiB (network, a step / 2)
+P2P_LL_STEP_BYTES = nccl_model.BUFFER_BYTES["LL"] // nccl_model.NCCL_STEPS
 
 # p2pnChannels on one NVSwitch server: NCCL_DEBUG prints "24 coll channels ... 32 p2p channels, 32 p2p
 # channels per peer" on HGX A100 and HGX H100 (24 rounded up to a power of two); the HGX B200 sendrecv
@@ -126,11 +132,19 @@ def uses_ll(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int, minor
     return -(-nbytes // op_channels(nbytes, layout, nranks, nchannels)) <= P2P_LL_THRESHOLD_BYTES
 
 
-def op_channels(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int) -> int:
+def op_channels(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int, *, protocol: str = "Simple") -> int:
     """Channels NCCL runs one send of ``nbytes`` to a peer on, in a communicator of ``nranks`` ranks
     laid out as ``layout`` with ``nchannels`` channels (rounded up to a power of two, as NCCL does).
-    For a send across servers the count only matters through the per-peer maximum it sets for the
-    others: :func:`pair_flows` streams it over ``NET_CONNECTIONS_PER_PEER`` connection(s)."""
+    The parts are sized on the protocol's step (addP2pToPlan's stepSize): Simple's p2p chunk, LL's FIFO step
+    (``P2P_LL_STEP_BYTES``). For a send across servers the count only matters through the per-peer maximum it
+    sets for the others: :func:`pair_flows` streams it over ``NET_CONNECTIONS_PER_PEER`` connection(s).
+
+    >>> from simulator.collectives.base import GroupLayout
+    >>> one = GroupLayout(servers=(0,), ranks_by_server=(tuple(range(8)),), nnodes=1, ppn=8, intra="nvlink",
+    ...     arch="blackwell", cpu_vendor="intel", nics_per_server=8)
+    >>> [op_channels(n << 10, one, 8, 32, protocol=p) for n in (8, 16, 32) for p in ("LL", "Simple")]
+    [1, 1, 2, 1, 4, 1]
+    """
     if nbytes <= 0:
         return 1
     total = _pow2_up(nchannels)  # nchannels <= MAX_CHANNELS (64), a power of two
@@ -138,7 +152,7 @@ def op_channels(nbytes: int, layout: GroupLayout, nranks: int, nchannels: int) -
     lowest = per_peer
     while lowest * nranks > total and lowest > 1:
         lowest //= 2
-    chunk = P2P_CHUNK_BYTES["net" if layout.nnodes > 1 else layout.intra]
+    chunk = P2P_LL_STEP_BYTES if protocol == "LL" else P2P_CHUNK_BYTES["net" if layout.nnodes > 1 else layout.intra]
     min_part, max_part = (chunk // 2, chunk) if layout.nnodes > 1 else (chunk // 8, chunk * 32)
     n = min(lowest, -(-nbytes // min_part))
     part = max(min_part, -(-nbytes // n))
@@ -161,15 +175,26 @@ def pxn_relayed(ctx: LoweringContext, src_rank: int, dst_rank: int) -> bool:
 
 
 def pair_flows(
-    ctx: LoweringContext, collective: Collective, nchannels: int, src_rank: int, dst_rank: int, nbytes: int
+    ctx: LoweringContext,
+    collective: Collective,
+    nchannels: int,
+    src_rank: int,
+    dst_rank: int,
+    nbytes: int,
+    *,
+    protocol: str = "Simple",
 ) -> tuple[np.ndarray, float]:
-    """(byte pieces, per-piece payload cap) of one point-to-point send of ``collective``: NCCL's
-    channels inside a server, each capped at one p2p channel's throughput; the pair's network
+    """(byte pieces, per-piece payload cap) of one point-to-point send of ``collective`` under ``protocol``:
+    NCCL's channels inside a server, each capped at one p2p channel's throughput (with ``ctx.p2p_ll``, an LL
+    send's parts sized on LL's step and capped at an LL channel's throughput); the pair's network
     connection(s) across servers, capped by the network only."""
     elt = DTYPE_BYTES[collective.dtype]
     if ctx.server(src_rank) != ctx.server(dst_rank):
         return split_evenly(nbytes, NET_CONNECTIONS_PER_PEER, elt), np.inf
     layout = ctx.layout(collective.group)
+    if protocol == "LL" and ctx.p2p_ll:
+        parts = op_channels(nbytes, layout, collective.nranks, nchannels, protocol="LL")
+        return split_evenly(nbytes, parts, elt), nccl_model.p2p_ll_channel_bytes_per_s(layout.arch)
     return (
         split_evenly(nbytes, op_channels(nbytes, layout, collective.nranks, nchannels), elt),
         nccl_model.p2p_channel_bytes_per_s(layout.arch),
@@ -245,21 +270,21 @@ class SendRecv(AlgorithmDefaults):
             latency += (nccl_model.HW_LATENCY_US[layout.intra]["ring"][protocol] + hop_extra_us) * 1e-6
         return latency
 
-    def _flows(self, collective: Collective, ctx: LoweringContext, nchannels: int):
-        """(src, dst, element offset, elements, channel, payload cap) of every flow."""
+    def _flows(self, collective: Collective, ctx: LoweringContext, nchannels: int, protocol: str):
+        """(src, dst, element offset, elements, channel, payload cap) of every flow under ``protocol``."""
         if collective.nranks < 2:
             return []
         elt = DTYPE_BYTES[collective.dtype]
         out = []
         for a, b in zip(*self._pairs(collective)):
-            pieces, cap = pair_flows(ctx, collective, nchannels, int(a), int(b), collective.nbytes)
+            pieces, cap = pair_flows(ctx, collective, nchannels, int(a), int(b), collective.nbytes, protocol=protocol)
             counts = pieces // elt
             starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
             out += [(int(a), int(b), int(o), int(c), k, cap) for k, (o, c) in enumerate(zip(starts, counts))]
         return out
 
     def lower(self, collective: Collective, ctx: LoweringContext, *, protocol: str, nchannels: int) -> Schedule:
-        flows = self._flows(collective, ctx, nchannels)
+        flows = self._flows(collective, ctx, nchannels, protocol)
         elt = DTYPE_BYTES[collective.dtype]
         step = Step.of(
             src=[f[0] for f in flows],
@@ -281,9 +306,12 @@ class SendRecv(AlgorithmDefaults):
         )
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
-        """Send half of rank q -> receive half of rank q+1, split over the pair's channels."""
+        """Send half of rank q -> receive half of rank q+1, split over the pair's channels (as the protocol NCCL
+        takes for the size splits it)."""
         elements = collective.nbytes // DTYPE_BYTES[collective.dtype]
-        flows = self._flows(collective, ctx, nchannels)
+        layout = ctx.layout(collective.group)
+        ll = uses_ll(collective.nbytes, layout, collective.nranks, nchannels, ctx.nccl_minor)
+        flows = self._flows(collective, ctx, nchannels, "LL" if ll else "Simple")
         return (DataStep.of([(a, b, o, c, elements + o) for a, b, o, c, _, _ in flows]),) if flows else ()
 
     def estimate(
@@ -298,11 +326,14 @@ class SendRecv(AlgorithmDefaults):
         elt = DTYPE_BYTES[collective.dtype]
 
         def algbw():
-            flows = [(a, b, k, c * elt, cap) for a, b, _, c, k, cap in self._flows(collective, ctx, nchannels)]
+            flows = [
+                (a, b, k, c * elt, cap) for a, b, _, c, k, cap in self._flows(collective, ctx, nchannels, protocol)
+            ]
             time_s = step_time_s(ctx, collective, flows, protocol=protocol, nchannels=nchannels)
             return collective.nbytes / time_s if time_s > 0 else float("inf")
 
-        op_nchannels = op_channels(collective.nbytes, ctx.layout(collective.group), collective.nranks, nchannels)
+        parts = "LL" if protocol == "LL" and ctx.p2p_ll else "Simple"
+        op_nchannels = op_channels(collective.nbytes, layout, collective.nranks, nchannels, protocol=parts)
         return latency, ctx.cached(("p2p-algbw", collective.group, nchannels, op_nchannels, protocol), algbw)
 
 

@@ -76,6 +76,14 @@ GPU_SYSTEMS = (
 )
 
 
+# The NCCL release of the HGX B200 tables (b200_vultr_hgx_1node_2node_allcoll.csv), which do not state it: their
+# point-to-point rows switch from LL to Simple between 512 KiB and 1 MiB a peer on one server (sendrecv 35.1 us at
+# 512 KiB, 27.3 us at 1 MiB; all-to-all 38.8 us at 4 MiB, 512 KiB a peer, 34.6 us at 8 MiB) and between 32 and
+# 64 KiB across two: NCCL_P2P_LL_THRESHOLD x the per-peer channel maximum, the rule of 2.22-2.28 (p2p.uses_ll);
+# Blackwell runs from 2.25. Every release from 2.25 to 2.28 enables the same for these servers.
+B200_VULTR_NCCL_VERSION = "2.28"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Series:
     name: str
@@ -151,6 +159,7 @@ SERIES = (
         nnodes=1,
         algorithm="ring",
         settings="default (Ring for AG/RS on one node)",
+        nccl_version=B200_VULTR_NCCL_VERSION,
     ),
     Series(
         name="2x B200 NDR all_gather/reduce_scatter",
@@ -159,6 +168,7 @@ SERIES = (
         nnodes=2,
         algorithm="ring",
         settings="default (Ring: multi-node NVLS/CollNet AG/RS need SHARP, PAT needs 1 GPU per node)",
+        nccl_version=B200_VULTR_NCCL_VERSION,
     ),
     Series(
         name="8x RTX 4090 PCIe all_reduce, P2P off",
@@ -196,6 +206,7 @@ SERIES = (
         nnodes=1,
         ring_only=False,
         settings="default",
+        nccl_version=B200_VULTR_NCCL_VERSION,
     ),
     Series(
         name="B200 1 node alltoall",
@@ -204,6 +215,7 @@ SERIES = (
         nnodes=1,
         ring_only=False,
         settings="default",
+        nccl_version=B200_VULTR_NCCL_VERSION,
     ),
     Series(
         name="B200 1 node sendrecv",
@@ -212,6 +224,7 @@ SERIES = (
         nnodes=1,
         ring_only=False,
         settings="default",
+        nccl_version=B200_VULTR_NCCL_VERSION,
     ),
     Series(
         name="2x B200 NDR all_reduce, default (NVLSTree)",
@@ -220,6 +233,7 @@ SERIES = (
         nnodes=2,
         ring_only=False,
         settings="default",
+        nccl_version=B200_VULTR_NCCL_VERSION,
     ),
     Series(
         name="2x B200 NDR alltoall",
@@ -228,6 +242,7 @@ SERIES = (
         nnodes=2,
         ring_only=False,
         settings="default",
+        nccl_version=B200_VULTR_NCCL_VERSION,
     ),
     Series(
         name="2x B200 NDR sendrecv",
@@ -236,6 +251,7 @@ SERIES = (
         nnodes=2,
         ring_only=False,
         settings="default",
+        nccl_version=B200_VULTR_NCCL_VERSION,
     ),
     Series(
         name="H100 NDR 2 and 4 nodes all_reduce, default (XE9680)",

@@ -93,6 +93,16 @@ FITS = (
         rows_text="mid sizes (64 KiB - 64 MiB) of multi-node tables",
     ),
     Fit(
+        name="LL point-to-point channel throughput",
+        module="simulator.collectives.nccl_model",
+        attribute="P2P_LL_CHANNEL_GBPS_BLACKWELL",
+        unit="GB/s",
+        scale=1.0,
+        grid=(3.0, 4.0, 4.5, 5.0, 5.5, 6.0, 7.0, 8.8),
+        rows=lambda c: c.nnodes == 1 and c.protocol == "LL" and c.algorithm in ("p2p", "direct") and c.regime == "mid",
+        rows_text="mid sizes of one-server sendrecv and all-to-all rows the model sends with LL",
+    ),
+    Fit(
         name="NVLS chunk synchronisation",
         module="simulator.collectives.nvls",
         attribute="NVLS_CHUNK_SYNC_S",

@@ -496,6 +496,23 @@ def test_sendrecv_on_one_b200_server_runs_at_nccls_channel_count():
     assert t64 - t32 == pytest.approx((32 << 20) / (4 * 21.7e9) * 1e6, rel=1e-6)
 
 
+def test_ll_sends_split_on_lls_step_at_an_ll_channels_rate():
+    # NCCL 2.28 sends up to 16 KiB x 32 channels a peer = 512 KiB with LL on one server. LL's step (64 KiB of
+    # lines) makes parts of at least 8 KiB, so 256 and 512 KiB both go on the 4 channels a peer (8 ranks on 32
+    # channels), 64 and 128 KiB a channel; each streams at 5.0 GB/s: the extra 64 KiB a channel costs
+    # 65536 / 5e9 = 13.1072 us (measured 35.09 - 22.50 = 12.59 us). Switched off: Simple's 512 KiB chunk (64 KiB
+    # parts, also 4 channels here) at llMaxBw / 32 channels = 282 / 32 = 8.8125 GB/s: 65536 / 8.8125e9 = 7.4367 us
+    assert [
+        op_channels(n << 10, context("hgx-b200", nodes=1).layout(tuple(range(8))), 8, 32, protocol="LL")
+        for n in (8, 16, 24, 256)
+    ] == [1, 2, 3, 4]
+    for on, extra_us in ((True, 13.1072), (False, 7.4367)):
+        config = SimConfig(p2p_ll=on, collectives=CollectivePolicy(nccl_version="2.28"))
+        rows = run_bench("sendrecv", system="hgx-b200", nodes=1, minbytes="256K", maxbytes="512K", config=config)
+        assert [r.protocol for r in rows] == ["LL", "LL"]
+        assert rows[1].time_us - rows[0].time_us == pytest.approx(extra_us, abs=1e-3)
+
+
 def test_alltoall_pieces_to_one_remote_gpu_share_one_pxn_connection():
     # 2x HGX B200, 16 ranks: the NIC on a remote GPU's rail carries the 8 pieces its server sends to that
     # GPU over one 20 GB/s connection, so each GPU's 8 remote pieces (half its buffer) move at 20 GB/s:
