@@ -295,6 +295,8 @@ def _context(
         net_proxy=config.net_proxy,
         proxy_step_us=config.proxy_step_us,
         ring_net_floor=config.ring_net_floor,
+        tree_chains=config.tree_chains,
+        tree_net_floor=config.tree_net_floor,
         nccl_minor=config.collectives.nccl_minor,
         pxn_hop=config.pxn_hop,
         p2p_ll=config.p2p_ll,

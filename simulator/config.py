@@ -59,6 +59,12 @@ class SimConfig:
     # connection's steps one round trip apart, the first loop's transfer after its round trips; "round_trip",
     # the round trips alone; "proxy", the busiest GPU's serial proxy work (both for ablation)
     ring_net_floor: Literal["connection", "round_trip", "proxy"] = "connection"
+    # chains of a tree all_reduce (collectives/tree.py): "channel", one a channel, half the channels on each tree
+    # (NCCL's connect.cc); "pair", two a channel, one on each tree (the earlier model, for ablation)
+    tree_chains: Literal["channel", "pair"] = "channel"
+    # a multi-server tree's chunks pipelined through its network crossings, each a step round trip
+    # (collectives/nccl_model.py tree_net_floor_s); False leaves it out (ablation)
+    tree_net_floor: bool = True
     # a point-to-point send relayed under PXN pays the NVLink hop into the relay GPU's buffer
     # (collectives/p2p.py pxn_relayed); False leaves it out (ablation)
     pxn_hop: bool = True
@@ -83,10 +89,13 @@ class SimConfig:
         object.__setattr__(self, "net_proxy", flag("net_proxy", self.net_proxy))
         object.__setattr__(self, "pxn_hop", flag("pxn_hop", self.pxn_hop))
         object.__setattr__(self, "p2p_ll", flag("p2p_ll", self.p2p_ll))
+        object.__setattr__(self, "tree_net_floor", flag("tree_net_floor", self.tree_net_floor))
         if self.ring_net_floor not in ("connection", "round_trip", "proxy"):
             raise ValueError(
                 f"ring_net_floor: {self.ring_net_floor!r} is not known; expected 'connection', 'round_trip' or 'proxy'"
             )
+        if self.tree_chains not in ("channel", "pair"):
+            raise ValueError(f"tree_chains: {self.tree_chains!r} is not known; expected 'channel' or 'pair'")
         if self.proxy_step_us is not None:
             object.__setattr__(
                 self,

@@ -84,6 +84,13 @@ class LoweringContext:
     # loop's transfer after its round trips ("connection"); the round trips alone ("round_trip"), or the busiest
     # GPU's serial proxy work as trees ("proxy"): both earlier models, for ablation
     ring_net_floor: Literal["connection", "round_trip", "proxy"] = "connection"
+    # a tree all_reduce's chains: one a channel, the first half of the channels on one tree and the second half on
+    # the other, the search's channels (half the communicator's) capping NCCL's estimate ("channel", NCCL's); two a
+    # channel, one a tree, capped by all the channels ("pair"): the earlier model, for ablation
+    tree_chains: Literal["channel", "pair"] = "channel"
+    # a multi-server tree's chunks cross the network store and forward, each crossing a round trip
+    # (nccl_model.tree_net_floor_s); False: the busiest proxy's serial work alone (the earlier model, ablation)
+    tree_net_floor: bool = True
     # a point-to-point send relayed under PXN pays the NVLink hop into the relay GPU (p2p.pxn_relayed); False: not
     pxn_hop: bool = True
     # a point-to-point LL send's parts sized on LL's step, each at an LL p2p channel's throughput (p2p.pair_flows,

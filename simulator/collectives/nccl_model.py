@@ -428,6 +428,44 @@ def ring_net_step_s(*, protocol: str, cpu_vendor: str) -> float:
     return NET_STEP_US_LL128 * vendor * 1e-6
 
 
+# A tree's network connections move their steps the same way (net.cc: the sender's proxy posts an LL128 step once the
+# GPU's tail says all of it is written), and a tree all_reduce is one pipeline of chunks, one step each
+# (tree_chunk_bytes), up the tree of servers and back down: a chunk crosses the network 2 x depth times, store and
+# forward, each crossing costing the time its chain takes to write the chunk (the chunk at the chain's rate) and then
+# the step's round trip. The first chunk pays both at every crossing; each later chunk leaves one stage behind at the
+# slower of the round trip and the chunk's write (NCCL_STEPS slots overlap a connection's steps). NCCL's tree latency
+# charges the hops of one chunk but no network step (tuning.cc: no netOverhead for Tree), so this is a floor on the
+# collective, next to the busiest proxy's work (tree.TreeAlgorithm._proxy_s; ctx.tree_net_floor, for ablation).
+
+
+def tree_net_floor_s(
+    *,
+    protocol: str,
+    cpu_vendor: str,
+    chain_bytes: int,
+    chunk_bytes: int,
+    crossings: int,
+    chain_bytes_per_s: float,
+) -> float:
+    """Floor of a tree all_reduce's chunks through its network crossings (seconds): with R the step round trip
+    (``ring_net_step_s``: LL128 only), k = ceil(chain_bytes / chunk_bytes) chunks and t one chunk's wire bytes at
+    the chain's rate, ``crossings x (R + t) + (k - 1) x max(R, t)``; 0 without a round trip or crossing.
+
+    Worked number: 2 AMD servers (R = 7 us), 2 crossings, 8 chunks of 34,560 B (36,864 on the wire) at 5 GB/s
+    (t = 7.3728 us): 2 x 14.3728 + 7 x 7.3728 = 80.3552 us.
+
+    >>> round(tree_net_floor_s(protocol="LL128", cpu_vendor="amd", chain_bytes=8 * 34560, chunk_bytes=34560,
+    ...     crossings=2, chain_bytes_per_s=5e9) * 1e6, 4)
+    80.3552
+    """
+    round_trip = ring_net_step_s(protocol=protocol, cpu_vendor=cpu_vendor)
+    if round_trip <= 0 or crossings < 1 or chain_bytes <= 0 or chunk_bytes <= 0:
+        return 0.0
+    chunks = -(-chain_bytes // chunk_bytes)
+    write = min(chunk_bytes, chain_bytes) * WIRE_FACTOR[protocol] / chain_bytes_per_s
+    return crossings * (round_trip + write) + (chunks - 1) * max(round_trip, write)
+
+
 def step_payload_bytes(protocol: str) -> int:
     """Payload of one FIFO step (enqueue.cc calcCollChunking): LL 32 KiB, LL128 576,000 B, Simple 512 KiB."""
     step = BUFFER_BYTES[protocol] // NCCL_STEPS

@@ -1,13 +1,15 @@
 """Tree all_reduce (NCCL's Tree): chains inside servers, a double binary tree across them.
 
-Data is split into two halves, one per tree of the double binary tree over servers (a server
-inner in one tree is a leaf in the other), and each half over the channels. For one (tree,
-channel) the data is reduced up the chain of GPUs inside every server to its head GPU (the GPU of
-the channel's NIC), up the tree of servers to the root, then broadcast back down the tree and
-down the chains. NCCL pipelines this in chunks, so each (tree, channel) is one chain over all its
-edges, every edge carrying the same bytes (S / (2 x channels)). Every byte goes up and down the
-tree once, so the network carries S per server each way (a ring carries 2(n-1)/n S), in about
-log2(servers) steps instead of 2(n-1).
+Data is split over the channels, each channel one chain on one tree of the double binary tree over
+servers (a server inner in one tree is a leaf in the other): NCCL duplicates the search's channels,
+the first half on tree 0 and the second half on tree 1 (connect.cc connectTrees). On a channel the
+data is reduced up the chain of GPUs inside every server to its head GPU (the GPU of the channel's
+NIC), up the tree of servers to the root, then broadcast back down the tree and down the chains.
+NCCL pipelines this in chunks, so each channel is one chain over all its edges, every edge carrying
+the same bytes (S / channels). Every byte goes up and down the tree once, so the network carries S
+per server each way (a ring carries 2(n-1)/n S), in about log2(servers) steps instead of 2(n-1).
+Across servers the chunks cross the network store and forward, a step round trip each
+(``nccl_model.tree_net_floor_s``), a floor next to the busiest proxy's work.
 
 Latency (tuning.cc): L = baseLat[Tree][p] + 2 ((ppn-1) intraLat + log2i(nNodes) interLat), with
 NCCL's Tree per-hop figures and log2i NCCL's log2 rounded down (:func:`nccl_model.log2i`: 1 on 3
@@ -41,16 +43,31 @@ class TreeAlgorithm(AlgorithmDefaults):
         return None if collective.nranks >= 2 else "a tree needs at least 2 ranks"
 
     # ---- structure ---------------------------------------------------------------------------
+    def _nchains(self, ctx: LoweringContext, nchannels: int) -> int:
+        """(Tree, channel) chains of ``nchannels`` launched channels: one a channel (``ctx.tree_chains="channel"``,
+        NCCL's), or two, one on each tree (``"pair"``, the earlier model)."""
+        return nchannels if ctx.tree_chains == "channel" else 2 * nchannels
+
+    def _tree_rail(self, ctx: LoweringContext, k: int, comm_channels: int) -> tuple[int, int]:
+        """(tree, channel) of chain ``k``; the channel sets the NIC (rail channel mod NICs). NCCL (connect.cc
+        connectTrees) gives each of the topology search's channels g two communicator channels, g on tree 0 and
+        g + half on tree 1 (``half``: half the communicator's channels, its count before the duplication), so a
+        launch of the first n channels runs tree 0 alone while n <= half; channel g + half keeps g's NIC, which
+        is also rail (g + half) mod NICs when the NICs divide ``half``."""
+        if ctx.tree_chains == "pair":
+            return k % 2, k // 2
+        return (k // max(1, comm_channels // 2)) % 2, k
+
     def _chains(
-        self, collective: Collective, ctx: LoweringContext, nchannels: int
+        self, collective: Collective, ctx: LoweringContext, nchannels: int, comm_channels: int
     ) -> tuple[tuple[tuple[int, ...], ...], ...]:
-        """Per (tree, channel) index k: the ordered GPU chain of every server (head first)."""
+        """Per chain index k: the ordered GPU chain of every server (head first)."""
 
         def build() -> tuple[tuple[tuple[int, ...], ...], ...]:
             layout = ctx.layout(collective.group)
             out = []
-            for k in range(2 * nchannels):
-                c = k // 2
+            for k in range(self._nchains(ctx, nchannels)):
+                c = self._tree_rail(ctx, k, comm_channels)[1]
                 servers = []
                 for server, ranks in zip(layout.servers, layout.ranks_by_server):
                     info = ctx.topology.servers[server]
@@ -64,24 +81,26 @@ class TreeAlgorithm(AlgorithmDefaults):
             return tuple(out)
 
         chains: tuple[tuple[tuple[int, ...], ...], ...] = ctx.cached(
-            ("tree-chains", collective.group, nchannels), build
+            ("tree-chains", collective.group, nchannels, comm_channels, ctx.tree_chains), build
         )
         return chains
 
-    def _parts(self, collective: Collective, nchannels: int) -> tuple[np.ndarray, np.ndarray]:
+    def _parts(self, collective: Collective, nchains: int) -> tuple[np.ndarray, np.ndarray]:
         elements = collective.nbytes // DTYPE_BYTES[collective.dtype]
-        count = split_evenly(elements, 2 * nchannels)
+        count = split_evenly(elements, nchains)
         offset = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
         return offset, count
 
-    def _edges(self, collective: Collective, ctx: LoweringContext, nchannels: int) -> list[tuple[int, int, int, int]]:
+    def _edges(
+        self, collective: Collective, ctx: LoweringContext, nchannels: int, comm_channels: int
+    ) -> list[tuple[int, int, int, int]]:
         """(src, dst, elements, chain k) of every edge, up then down."""
         layout = ctx.layout(collective.group)
         trees = double_binary_tree(layout.nnodes)
-        _, count = self._parts(collective, nchannels)
+        _, count = self._parts(collective, self._nchains(ctx, nchannels))
         edges: list[tuple[int, int, int, int]] = []
-        for k, chains in enumerate(self._chains(collective, ctx, nchannels)):
-            parent = trees[k % 2]
+        for k, chains in enumerate(self._chains(collective, ctx, nchannels, comm_channels)):
+            parent = trees[self._tree_rail(ctx, k, comm_channels)[0]]
             for chain in chains:
                 edges += [(chain[i], chain[i - 1], count[k], k) for i in range(len(chain) - 1, 0, -1)]
                 edges += [(chain[i - 1], chain[i], count[k], k) for i in range(1, len(chain))]
@@ -110,26 +129,47 @@ class TreeAlgorithm(AlgorithmDefaults):
         nbytes: np.ndarray,
         protocol: str,
         nchannels: int,
+        chain_rate: float,
     ) -> float:
-        """Work of the busiest network proxy (``base.proxy_busy_s``): every inter-server tree edge is a
-        connection posting one step per chunk of its chain (``nccl_model.tree_chunk_bytes``, NCCL's
-        channels being the 2 x ``nchannels`` (tree, channel) chains)."""
+        """Floor of the tree's network work: the busiest network proxy (``base.proxy_busy_s``: every
+        inter-server tree edge is a connection posting one step per chunk of its chain,
+        ``nccl_model.tree_chunk_bytes``, NCCL's channels being the chains) or, with ``ctx.tree_net_floor``,
+        the chunks' pipeline through the network crossings (:meth:`_net_floor_s`), the longer."""
         layout = ctx.layout(collective.group)
         if not ctx.net_proxy or layout.nnodes < 2:
             return 0.0
         chunk = nccl_model.tree_chunk_bytes(
-            protocol=protocol, nbytes=collective.nbytes, nchannels=2 * nchannels, nnodes=layout.nnodes, ppn=layout.ppn
+            protocol=protocol,
+            nbytes=collective.nbytes,
+            nchannels=self._nchains(ctx, nchannels),
+            nnodes=layout.nnodes,
+            ppn=layout.ppn,
         )
         steps = np.maximum(1, -(-nbytes // max(chunk, 1)))
-        return proxy_busy_s(
+        busy = proxy_busy_s(
             ctx, src, dst, steps, protocol=protocol, cpu_vendor=layout.cpu_vendor, latency_covers="step"
         )
+        if not ctx.tree_net_floor:
+            return busy
+        trees = double_binary_tree(layout.nnodes)
+        depth = max(len(levels(trees[0], 0)), len(levels(trees[1], layout.nnodes - 1))) - 1
+        floor = nccl_model.tree_net_floor_s(
+            protocol=protocol,
+            cpu_vendor=layout.cpu_vendor,
+            chain_bytes=int(nbytes.max()) if nbytes.size else 0,
+            chunk_bytes=chunk,
+            crossings=2 * depth,
+            chain_bytes_per_s=chain_rate,
+        )
+        return max(busy, floor)
 
     def _chain_cap(self, ctx: LoweringContext, collective: Collective, protocol: str, nchannels: int) -> float:
         """Payload-rate ceiling of one (tree, channel) chain from NCCL's per-channel tree limits.
 
-        NCCL: tree algbw = 0.5 x nChannels x per-channel bus ceiling; a channel is two chains
-        here (the two trees), so a chain gets a quarter of the per-channel ceiling.
+        NCCL: tree algbw = 0.5 x the search's channels x per-channel bus ceiling (LL: llMaxBw / 2 in all), the
+        search's channels being half the communicator's ``nchannels`` (connect.cc doubles them, one copy a tree):
+        a chain, one a communicator channel, gets a quarter of the per-channel ceiling. With two chains a
+        channel (``ctx.tree_chains="pair"``, the earlier model) a chain also gets a quarter: twice NCCL's sum.
         """
         layout = ctx.layout(collective.group)
         if protocol in ("Simple", "LL128"):
@@ -140,6 +180,7 @@ class TreeAlgorithm(AlgorithmDefaults):
             per_channel = (
                 nccl_model.ll_max_bw_bytes_per_s(arch=layout.arch, cpu_vendor=layout.cpu_vendor, nnodes=layout.nnodes)
                 / nchannels
+                * (2 if ctx.tree_chains == "channel" else 1)
             )
         return per_channel / 4
 
@@ -153,19 +194,20 @@ class TreeAlgorithm(AlgorithmDefaults):
     ) -> Schedule:
         """The trees on exactly ``nchannels`` channels of a communicator of ``comm_channels``."""
         elt = DTYPE_BYTES[collective.dtype]
-        edges = self._edges(collective, ctx, nchannels)
+        edges = self._edges(collective, ctx, nchannels, comm_channels)
         src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
+        chain_rate = self._chain_cap(ctx, collective, protocol, comm_channels)
         step = Step.of(
             src=src,
             dst=dst,
             nbytes=count * elt,
             chain=chain,
-            channel=chain // 2,
+            channel=chain if ctx.tree_chains == "channel" else chain // 2,
             latency_s=self._latency_s(
                 collective, ctx, protocol, hop_extra_us=ctx.layout(collective.group).hop_extra_us
             ),
             label="tree all_reduce",
-            proxy_s=self._proxy_s(collective, ctx, src, dst, count * elt, protocol, nchannels),
+            proxy_s=self._proxy_s(collective, ctx, src, dst, count * elt, protocol, nchannels, chain_rate),
         )
         return Schedule(
             collective=collective,
@@ -174,15 +216,16 @@ class TreeAlgorithm(AlgorithmDefaults):
             nchannels=nchannels,
             steps=(step,),
             wire_factor=nccl_model.WIRE_FACTOR[protocol],
-            chain_rate_cap_bytes_per_s=self._chain_cap(ctx, collective, protocol, comm_channels),
+            chain_rate_cap_bytes_per_s=chain_rate,
         )
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
         layout = ctx.layout(collective.group)
         trees = double_binary_tree(layout.nnodes)
         depth_of = [levels(trees[t], 0 if t == 0 else layout.nnodes - 1) for t in (0, 1)]
-        offset, count = self._parts(collective, nchannels)
-        all_chains = self._chains(collective, ctx, nchannels)
+        offset, count = self._parts(collective, self._nchains(ctx, nchannels))
+        all_chains = self._chains(collective, ctx, nchannels, nchannels)
+        tree_of = [self._tree_rail(ctx, k, nchannels)[0] for k in range(len(all_chains))]
         steps = []
         longest = max(len(c) for chains in all_chains for c in chains)
         for i in range(longest - 1, 0, -1):  # up each server's chain
@@ -200,14 +243,14 @@ class TreeAlgorithm(AlgorithmDefaults):
         depth = max(len(d) for d in depth_of)
 
         def at(level: int, k: int) -> list[int]:
-            d = depth_of[k % 2]
+            d = depth_of[tree_of[k]]
             return d[level] if level < len(d) else []
 
         for level in range(depth - 1, 0, -1):  # up the tree of servers
             steps.append(
                 DataStep.of(
                     [
-                        (chains[s][0], chains[trees[k % 2][s]][0], offset[k], count[k])
+                        (chains[s][0], chains[trees[tree_of[k]][s]][0], offset[k], count[k])
                         for k, chains in enumerate(all_chains)
                         for s in at(level, k)
                     ],
@@ -218,7 +261,7 @@ class TreeAlgorithm(AlgorithmDefaults):
             steps.append(
                 DataStep.of(
                     [
-                        (chains[trees[k % 2][s]][0], chains[s][0], offset[k], count[k])
+                        (chains[trees[tree_of[k]][s]][0], chains[s][0], offset[k], count[k])
                         for k, chains in enumerate(all_chains)
                         for s in at(level, k)
                     ]
@@ -258,9 +301,11 @@ class TreeAlgorithm(AlgorithmDefaults):
         else:
             if protocol == "LL128":
                 bus *= 7 / 9 if layout.nnodes == 1 else 120 / 128
+            # graphs[TREE]->nChannels: the search's channels, half the communicator's (``_chain_cap``)
+            search = nchannels
             bus = min(
                 bus,
-                nchannels
+                search
                 * nccl_model.tree_channel_max_bytes_per_s(protocol=protocol, arch=layout.arch, nnodes=layout.nnodes),
             )
         return latency, 0.5 * bus * nccl_model.tree_correction(protocol, collective.nbytes)

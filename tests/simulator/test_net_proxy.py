@@ -76,14 +76,27 @@ def test_busiest_proxy_of_a_ring_and_a_tree():
     serial = replace(ctx, ring_net_floor="proxy")
     schedule = ALGORITHMS["ring"].lower_on(gather, serial, protocol="LL128", nchannels=16, comm_channels=16)
     assert schedule.steps[0].proxy_s == pytest.approx(45 * step_s)
-    # 2x DGX A100 (AMD hosts: x2) tree LL128 all_reduce of 2 MiB on 16 channels = 32 (tree, channel) chains,
-    # 4 headed by each GPU, 2 network connections each (8); chunk 17,280 B (as above, 2 MiB: 1 < 5.6),
-    # 64 KiB a chain: 4 steps a connection, the latency pays the first: 8 x 3 = 24 steps of 2 x 1.0 us
+    # 2x DGX A100 (AMD hosts: x2) tree LL128 all_reduce of 2 MiB on 16 channels, one chain a channel (channels
+    # 0-7 on tree 0, 8-15 on tree 1, channel c on rail c mod 8): each GPU heads 2 chains, 2 network connections
+    # each (4); chunk on 16 channels: 576,000 -> 72,000 (2 MiB / (16 x 144,000) = 0.9 < 22.4, then 128 KiB
+    # stops it), 1.8 < 5.6 -> 36,000, 3.6 < 5.6 -> 18,000; grain 1,920: 17,280 B. 128 KiB a chain: 8 steps a
+    # connection, the latency pays the first: 4 x 7 = 28 steps of 2 x 1.0 us = 56 us (the busiest proxy)
     ctx = context("dgx-a100", 2)
     reduce = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=2 * MIB, group=tuple(range(16)))
-    schedule = ALGORITHMS["tree"].lower_on(reduce, ctx, protocol="LL128", nchannels=16, comm_channels=16)
+    busy = replace(ctx, tree_net_floor=False)
+    schedule = ALGORITHMS["tree"].lower_on(reduce, busy, protocol="LL128", nchannels=16, comm_channels=16)
     amd_step_s = nccl_model.proxy_step_s(protocol="LL128", cpu_vendor="amd")
     assert amd_step_s == pytest.approx(2 * step_s)
+    assert schedule.steps[0].proxy_s == pytest.approx(28 * amd_step_s)
+    # the chunks' pipeline through the 2 crossings (up, down) is longer: round trip 2 x 3.5 = 7 us (AMD), a
+    # chunk's 17,280 x 128/120 = 18,432 wire bytes at the chain's 20 / 4 = 5 GB/s (Ampere perChMaxTreeLL128Bw)
+    # 3.6864 us: 2 x (7 + 3.6864) + 7 x 7 = 70.3728 us
+    schedule = ALGORITHMS["tree"].lower_on(reduce, ctx, protocol="LL128", nchannels=16, comm_channels=16)
+    assert schedule.steps[0].proxy_s == pytest.approx(70.3728e-6)
+    # the earlier model (tree_chains="pair", no pipeline floor): 32 chains, 4 headed by each GPU (8 connections);
+    # on 32 channels the chunk is 17,280 B too (0.9 < 5.6 at 36,000), 64 KiB a chain: 4 steps, 8 x 3 = 24 steps
+    pair = replace(busy, tree_chains="pair")
+    schedule = ALGORITHMS["tree"].lower_on(reduce, pair, protocol="LL128", nchannels=16, comm_channels=16)
     assert schedule.steps[0].proxy_s == pytest.approx(24 * amd_step_s)
     # one server: no network connection, no proxy
     ctx = context("dgx-a100", 1)
@@ -106,14 +119,16 @@ def test_the_floor_replaces_the_transfer_when_the_proxy_is_slower(network_model)
             0
         ].time_us
 
-    # 2 MiB tree LL128 (the choice either way: the tuner does not see the proxy): the busiest proxy's
-    # 24 x 2.0 us = 48 us outlasts the transfer, so the step is latency + path + 48 us: the floor less the
-    # transfer it hides is the difference, whatever the transfer
-    on, off = time_us("2M"), time_us("2M", net_proxy=False)
+    # 2 MiB tree LL128 (the choice either way: the tuner does not see the proxy), the busiest proxy alone
+    # (tree_net_floor off): its 28 x 2.0 us = 56 us outlasts the transfer (128 KiB a chain at 5 GB/s, 28 us), so
+    # the step is latency + path + 56 us: the floor less the transfer it hides is the difference, whatever it is
+    on, off = time_us("2M", tree_net_floor=False), time_us("2M", net_proxy=False)
     assert on > off
-    # doubling the step cost (1.0 -> 2.0 us, Intel) doubles the 48 us floor: the time grows by exactly 48 us
-    assert time_us("2M", proxy_step_us=2.0) - on == pytest.approx(48.0, abs=1e-6)
-    # a one-chunk tree (8 B): nothing beyond the latency, the same time
+    # doubling the step cost (1.0 -> 2.0 us, Intel) doubles the 56 us floor: the time grows by exactly 56 us
+    assert time_us("2M", tree_net_floor=False, proxy_step_us=2.0) - on == pytest.approx(56.0, abs=1e-6)
+    # the chunks' pipeline (70.3728 us, test above) is longer still: 14.3728 us more
+    assert time_us("2M") - on == pytest.approx(70.3728 - 56.0, abs=1e-6)
+    # a one-chunk tree (8 B) is LL: no round trip floor, nothing beyond the latency, the same time
     assert time_us("8") == time_us("8", net_proxy=False)
 
 
@@ -124,3 +139,58 @@ def test_config_checks_the_proxy_fields():
         SimConfig(proxy_step_us=-1.0)
     with pytest.raises(ValueError, match="ring_net_floor"):
         SimConfig(ring_net_floor="busiest")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tree_chains"):
+        SimConfig(tree_chains="double")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tree_net_floor"):
+        SimConfig(tree_net_floor="on")  # type: ignore[arg-type]
+
+
+def test_tree_pipeline_floor_by_hand():
+    # Intel host, LL128: round trip 3.5 us. 4 servers: the double binary tree is 2 deep, 4 crossings. 3 chunks
+    # of 72,000 B (76,800 wire bytes) at 7.25 GB/s: t = 10.593 us > 3.5, so 4 x (3.5 + t) + 2 x t
+    t = 76800 / 7.25e9
+    floor = nccl_model.tree_net_floor_s(
+        protocol="LL128",
+        cpu_vendor="intel",
+        chain_bytes=3 * 72000,
+        chunk_bytes=72000,
+        crossings=4,
+        chain_bytes_per_s=7.25e9,
+    )
+    assert floor == pytest.approx(4 * (3.5e-6 + t) + 2 * t)
+    # a chain smaller than a chunk writes only its own bytes: 1 chunk of 9,600 B (10,240 wire) at 5 GB/s, 2
+    # crossings: 2 x (3.5 + 2.048) = 11.096 us
+    assert nccl_model.tree_net_floor_s(
+        protocol="LL128", cpu_vendor="intel", chain_bytes=9600, chunk_bytes=72000, crossings=2, chain_bytes_per_s=5e9
+    ) == pytest.approx(11.096e-6)
+    # LL and Simple keep no round trip (ring_net_step_s): no floor
+    for protocol in ("LL", "Simple"):
+        assert (
+            nccl_model.tree_net_floor_s(
+                protocol=protocol,
+                cpu_vendor="intel",
+                chain_bytes=1 << 20,
+                chunk_bytes=1 << 15,
+                crossings=2,
+                chain_bytes_per_s=5e9,
+            )
+            == 0.0
+        )
+
+
+def test_tree_chains_follow_nccls_channel_duplication():
+    # 16 channels on 2 DGX A100: one chain a channel; channels 0-7 on tree 0 (root server 0), 8-15 on tree 1
+    # (root server 1), so each server sends up 8 chains and receives 8: 8 of the 16 inter-server edges each way
+    ctx = context("dgx-a100", 2)
+    reduce = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=2 * MIB, group=tuple(range(16)))
+    tree = ALGORITHMS["tree"]
+    assert [tree._tree_rail(ctx, k, 16)[0] for k in range(16)] == [0] * 8 + [1] * 8
+    step = tree.lower_on(reduce, ctx, protocol="LL128", nchannels=16, comm_channels=16).steps[0]
+    crossing = (step.src < 8) != (step.dst < 8)
+    assert int(crossing.sum()) == 32  # 16 chains x (up + down)
+    assert int((crossing & (step.src < 8)).sum()) == 16
+    # a launch of 4 of the 16 channels runs tree 0 alone (channels 0-3)
+    assert {tree._tree_rail(ctx, k, 16)[0] for k in range(4)} == {0}
+    # the earlier model: 2 chains a channel, alternating trees
+    pair = replace(ctx, tree_chains="pair")
+    assert [tree._tree_rail(pair, k, 16) for k in range(4)] == [(0, 0), (1, 0), (0, 1), (1, 1)]
