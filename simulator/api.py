@@ -297,4 +297,5 @@ def _context(
         ring_net_floor=config.ring_net_floor,
         nccl_minor=config.collectives.nccl_minor,
         pxn_hop=config.pxn_hop,
+        p2p_read=config.p2p_read,
     )

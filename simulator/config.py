@@ -62,6 +62,9 @@ class SimConfig:
     # a point-to-point send relayed under PXN pays the NVLink hop into the relay GPU's buffer
     # (collectives/p2p.py pxn_relayed); False leaves it out (ablation)
     pxn_hop: bool = True
+    # Simple rings between sm80 GPUs over NVLink (P2P read) pay a cost per slice a CTA reads
+    # (collectives/nccl_model.py ring_read_slices_s); False leaves it out (ablation)
+    p2p_read: bool = True
     # record each link tier's throughput over time (SimResult.tier_rates; an event replay only, for traces)
     tier_rates: bool = False
     # traffic classes (simulator/traffic.py): how switches schedule the classes of the collectives (by their group)
@@ -79,6 +82,7 @@ class SimConfig:
         object.__setattr__(self, "tier_rates", flag("tier_rates", self.tier_rates))
         object.__setattr__(self, "net_proxy", flag("net_proxy", self.net_proxy))
         object.__setattr__(self, "pxn_hop", flag("pxn_hop", self.pxn_hop))
+        object.__setattr__(self, "p2p_read", flag("p2p_read", self.p2p_read))
         if self.ring_net_floor not in ("connection", "round_trip", "proxy"):
             raise ValueError(
                 f"ring_net_floor: {self.ring_net_floor!r} is not known; expected 'connection', 'round_trip' or 'proxy'"

@@ -86,6 +86,8 @@ class LoweringContext:
     ring_net_floor: Literal["connection", "round_trip", "proxy"] = "connection"
     # a point-to-point send relayed under PXN pays the NVLink hop into the relay GPU (p2p.pxn_relayed); False: not
     pxn_hop: bool = True
+    # Simple rings between sm80 GPUs over NVLink read each slice (nccl_model.ring_read_slices_s); False: not
+    p2p_read: bool = True
     # the NCCL release's minor number (CollectivePolicy.nccl_minor) where a mechanism differs between releases
     nccl_minor: int = nccl_model.nccl_minor(nccl_model.DEFAULT_NCCL_VERSION)
     _cache: dict[Hashable, object] = field(default_factory=dict, repr=False, compare=False)

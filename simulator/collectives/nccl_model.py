@@ -467,6 +467,40 @@ def ring_proxy_steps(*, kind_value: str, protocol: str, nbytes: int, nchannels: 
     return per_loop * loops * slices
 
 
+# ---- P2P read on Ampere NVLink (src/graph/paths.cc ncclTopoCheckP2p, src/transport/p2p.cc) ----------------------
+# NCCL reads instead of writes between two sm80 GPUs on an NVLink path ("Enable P2P Read for Ampere/NVLink only":
+# both compute capabilities 8.0, path PATH_NVL; NCCL_P2P_READ_ENABLE overrides it; the log says "via P2P/IPC/read").
+# Only the Simple buffer moves (p2pSendSetup: "For P2P Read the SIMPLE buffer is tagged on the end of the
+# ncclSendMem structure"): the sender writes a slice into its own memory and raises the tail, the receiving CTA
+# sees the tail, then loads the slice across NVLink. LL and LL128 keep writing into the receiver. A slice's loads
+# can only start once its tail is seen, so each slice a ring CTA moves exposes a flag wait and a load round trip
+# that a push (store) ring overlaps with the previous slice: a per-slice cost on the ring's time (Hopper and
+# Blackwell push, sm80 only reads).
+P2P_READ_SM_VERSION = 80
+
+#: exposed cost of one Simple slice a ring CTA reads over NVLink (P2P read, sm80), in us. Fitted once over the ring
+#: Simple rows of the shipped A100 tables (fabricsim validate --cross)
+P2P_READ_SLICE_US = 3.0
+
+
+def p2p_read(*, sm_version: int, intra: str) -> bool:
+    """Whether NCCL's intra-server P2P transport reads (Simple only): NVLink between sm80 GPUs (paths.cc)."""
+    return intra == "nvlink" and sm_version == P2P_READ_SM_VERSION
+
+
+def ring_read_slices_s(*, kind_value: str, nbytes: int, nchannels: int, nranks: int) -> float:
+    """Exposed P2P read cost of a Simple ring (seconds): every slice one ring CTA moves (``ring_proxy_steps``:
+    2(n-1) steps a loop for all_reduce, two slices a step) x ``P2P_READ_SLICE_US``.
+
+    >>> round(ring_read_slices_s(kind_value="all_reduce", nbytes=32 << 20, nchannels=16, nranks=8) * 1e6, 6)
+    84.0
+    """
+    slices = ring_proxy_steps(
+        kind_value=kind_value, protocol="Simple", nbytes=nbytes, nchannels=nchannels, nranks=nranks
+    )
+    return slices * P2P_READ_SLICE_US * 1e-6
+
+
 def ll_max_bw_bytes_per_s(*, arch: str, cpu_vendor: str, nnodes: int) -> float:
     row = arch if nnodes == 1 else cpu_vendor
     column = 0 if nnodes == 1 else (1 if nnodes == 2 else 2)

@@ -93,6 +93,16 @@ FITS = (
         rows_text="mid sizes (64 KiB - 64 MiB) of multi-node tables",
     ),
     Fit(
+        name="P2P read slice (sm80 NVLink, Simple ring)",
+        module="simulator.collectives.nccl_model",
+        attribute="P2P_READ_SLICE_US",
+        unit="us",
+        scale=1.0,
+        grid=(0.0, 0.5, 1.0, 1.5, 1.8, 2.0, 2.5, 3.0, 4.0),
+        rows=lambda c: c.algorithm == "ring" and c.protocol == "Simple" and "A100" in c.gpu,
+        rows_text="ring Simple rows on A100 (sm80 NVLink, P2P read)",
+    ),
+    Fit(
         name="NVLS chunk synchronisation",
         module="simulator.collectives.nvls",
         attribute="NVLS_CHUNK_SYNC_S",

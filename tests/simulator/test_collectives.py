@@ -600,3 +600,32 @@ def test_pxn_relayed_sends_pay_the_nvlink_hop_into_the_relay_gpu():
     on = direct.lower(coll, ctx, protocol="LL", nchannels=16).steps[0].latency_s
     off = direct.lower(coll, replace(ctx, pxn_hop=False), protocol="LL", nchannels=16).steps[0].latency_s
     assert on - off == pytest.approx(7 * 0.6e-6)
+
+
+def test_simple_rings_between_sm80_gpus_pay_each_p2p_read_slice():
+    # NCCL reads (P2P read) only between two sm80 GPUs on NVLink, and only for Simple (paths.cc, p2p.cc)
+    assert nccl_model.p2p_read(sm_version=80, intra="nvlink")
+    assert not nccl_model.p2p_read(sm_version=90, intra="nvlink") and not nccl_model.p2p_read(
+        sm_version=80, intra="pcie"
+    )
+    # 8x A100, all_reduce of 32 MiB on 16 channels: one loop (16 x 8 x 2 MiB = 256 MiB > 32 MiB) of 2 x 7 = 14
+    # steps, 2 slices each: 28 slices at P2P_READ_SLICE_US each, over the same ring with the mechanism off
+    ctx = context("dgx-a100")
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=32 << 20, group=tuple(range(8)))
+    on = RING.lower(coll, ctx, protocol="Simple", nchannels=16).steps[0].latency_s
+    off = RING.lower(coll, replace(ctx, p2p_read=False), protocol="Simple", nchannels=16).steps[0].latency_s
+    assert on - off == pytest.approx(28 * nccl_model.P2P_READ_SLICE_US * 1e-6)
+    # 512 MiB: two loops, 56 slices; LL128 and Hopper's (write) rings pay none; the tuner's estimate neither
+    big = replace(coll, nbytes=512 << 20)
+    on = RING.lower(big, ctx, protocol="Simple", nchannels=16).steps[0].latency_s
+    off = RING.lower(big, replace(ctx, p2p_read=False), protocol="Simple", nchannels=16).steps[0].latency_s
+    assert on - off == pytest.approx(56 * nccl_model.P2P_READ_SLICE_US * 1e-6)
+    for protocol in ("LL", "LL128"):
+        on = RING.lower(coll, ctx, protocol=protocol, nchannels=16).steps[0].latency_s
+        assert on == RING.lower(coll, replace(ctx, p2p_read=False), protocol=protocol, nchannels=16).steps[0].latency_s
+    h100 = context("dgx-h100")
+    on = RING.lower(coll, h100, protocol="Simple", nchannels=16).steps[0].latency_s
+    assert on == RING.lower(coll, replace(h100, p2p_read=False), protocol="Simple", nchannels=16).steps[0].latency_s
+    assert RING.estimate(coll, ctx, protocol="Simple", nchannels=16) == RING.estimate(
+        coll, replace(ctx, p2p_read=False), protocol="Simple", nchannels=16
+    )
