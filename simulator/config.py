@@ -65,6 +65,11 @@ class SimConfig:
     # Simple rings between sm80 GPUs over NVLink (P2P read) pay a cost per slice a CTA reads
     # (collectives/nccl_model.py ring_read_slices_s); False leaves it out (ablation)
     p2p_read: bool = True
+    # LL between Ampere GPUs on one NVLink server moves at a channel's measured rate
+    # (collectives/nccl_model.py simulated_cap_bytes_per_s); False: NCCL's llMaxBw / channels (ablation)
+    ll_channel: bool = True
+    # LL128 likewise (nccl_model.LL128_CHANNEL_GBPS_AMPERE); False: NCCL's perChMaxRingLL128Bw (ablation)
+    ll128_channel: bool = True
     # record each link tier's throughput over time (SimResult.tier_rates; an event replay only, for traces)
     tier_rates: bool = False
     # traffic classes (simulator/traffic.py): how switches schedule the classes of the collectives (by their group)
@@ -83,6 +88,8 @@ class SimConfig:
         object.__setattr__(self, "net_proxy", flag("net_proxy", self.net_proxy))
         object.__setattr__(self, "pxn_hop", flag("pxn_hop", self.pxn_hop))
         object.__setattr__(self, "p2p_read", flag("p2p_read", self.p2p_read))
+        object.__setattr__(self, "ll_channel", flag("ll_channel", self.ll_channel))
+        object.__setattr__(self, "ll128_channel", flag("ll128_channel", self.ll128_channel))
         if self.ring_net_floor not in ("connection", "round_trip", "proxy"):
             raise ValueError(
                 f"ring_net_floor: {self.ring_net_floor!r} is not known; expected 'connection', 'round_trip' or 'proxy'"

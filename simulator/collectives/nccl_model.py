@@ -12,7 +12,9 @@ algorithm x protocol with the smallest prediction. fabricsim uses this model for
   sm80+);
 * the **protocol limits** the flow model applies: LL moves 4 data bytes per 8-byte line (wire
   factor 2) and tops out at ``llMaxBw`` (GPU polling throughput); LL128 moves 120 data bytes per
-  128-byte line and is capped per channel (``perChMaxRingLL128Bw``); Simple has no cap.
+  128-byte line and is capped per channel (``perChMaxRingLL128Bw``); Simple has no cap. The simulated time takes
+  a channel's own fitted LL and LL128 rate between Ampere GPUs on one NVLink server (``simulated_cap_bytes_per_s``)
+  and, on sm80 NVLink, each Simple slice's P2P read (``ring_read_slices_s``); NCCL's choice keeps its figures.
 
 The bandwidth part of the time comes from the network model (physical links), not from here.
 What this ignores: NCCL's topology search (channel count and per-channel speed are inputs),
@@ -543,6 +545,53 @@ def protocol_cap_bytes_per_s(*, protocol: str, arch: str, cpu_vendor: str, nnode
     if protocol == "LL128":
         return LL128_MAX_BW_PER_CHANNEL_GBPS.get(arch, 20.0) * 1e9
     return float("inf")
+
+
+# The simulated LL rate of one channel: NCCL's llMaxBw is its tuner's ceiling for every channel together (the
+# Ampere row, 87.7 GB/s on one server, is shared with Ada and with AMD hosts across servers); what one channel moves
+# is one CTA of NCCL_LL_MAX_NTHREADS 512 threads, each polling an 8-byte line's flag and forwarding its 4 data bytes,
+# a rate of the GPU. On Hopper llMaxBw / 16 channels (8.8 GB/s) is what the DGX H100 table moves at 512 KiB-1 MiB;
+# between A100s over NVLink the measured LL rows move more than llMaxBw / 16 (5.5 GB/s) a channel, at every channel
+# count from 1 to 16: a channel's own rate, fitted (below), replaces NCCL's figure in the simulated time (NCCL's
+# choice keeps llMaxBw). Other generations keep llMaxBw / channels.
+
+#: LL payload rate of one channel between Ampere GPUs on one NVLink server (GB/s). Fitted once over the LL rows of
+#: the one-server A100 tables (fabricsim validate --cross)
+LL_CHANNEL_GBPS_AMPERE = 11.0
+#: LL128 payload rate of one channel between Ampere GPUs on one NVLink server (GB/s), in place of perChMaxRingLL128Bw
+#: (20.0, Volta's figure kept for Ampere), which 16 channels never reach through the NVLink share of 15 GB/s a
+#: channel. Fitted once over the LL128 rows of the one-server A100 tables (fabricsim validate --cross)
+LL128_CHANNEL_GBPS_AMPERE = 10.5
+
+
+def simulated_cap_bytes_per_s(
+    *,
+    protocol: str,
+    arch: str,
+    cpu_vendor: str,
+    nnodes: int,
+    nchannels: int,
+    intra: str,
+    ll_channel: bool = True,
+    ll128_channel: bool = True,
+) -> float:
+    """The per-channel payload cap the simulated time uses: ``protocol_cap_bytes_per_s``, except between Ampere GPUs
+    on one NVLink server LL with ``ll_channel`` (``LL_CHANNEL_GBPS_AMPERE`` a channel, whatever the channels) and
+    LL128 with ``ll128_channel`` (``LL128_CHANNEL_GBPS_AMPERE``).
+
+    >>> round(simulated_cap_bytes_per_s(protocol="LL", arch="ampere", cpu_vendor="intel", nnodes=1, nchannels=16,
+    ...     intra="nvlink") / protocol_cap_bytes_per_s(protocol="LL", arch="ampere", cpu_vendor="intel", nnodes=1,
+    ...     nchannels=16), 4)  # 11.0 / (87.7 / 16)
+    2.0068
+    """
+    if arch == "ampere" and nnodes == 1 and intra == "nvlink":
+        if ll_channel and protocol == "LL":
+            return gbyte_per_s(LL_CHANNEL_GBPS_AMPERE)
+        if ll128_channel and protocol == "LL128":
+            return gbyte_per_s(LL128_CHANNEL_GBPS_AMPERE)
+    return protocol_cap_bytes_per_s(
+        protocol=protocol, arch=arch, cpu_vendor=cpu_vendor, nnodes=nnodes, nchannels=nchannels
+    )
 
 
 # ---- what NCCL enables by default, per NCCL version (src/graph/tuning.cc, ncclTopoTuneModel) ----------------
