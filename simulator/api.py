@@ -300,4 +300,7 @@ def _context(
         nccl_minor=config.collectives.nccl_minor,
         pxn_hop=config.pxn_hop,
         p2p_ll=config.p2p_ll,
+        p2p_read=config.p2p_read,
+        ll_channel=config.ll_channel,
+        ll128_channel=config.ll128_channel,
     )

@@ -71,6 +71,14 @@ class SimConfig:
     # a point-to-point LL send split on LL's step, at an LL p2p channel's throughput (collectives/p2p.py
     # pair_flows); False: Simple's chunk and channel throughput (ablation)
     p2p_ll: bool = True
+    # Simple rings between sm80 GPUs over NVLink (P2P read) pay a cost per slice a CTA reads
+    # (collectives/nccl_model.py ring_read_slices_s); False leaves it out (ablation)
+    p2p_read: bool = True
+    # LL between Ampere GPUs on one NVLink server moves at a channel's measured rate
+    # (collectives/nccl_model.py simulated_cap_bytes_per_s); False: NCCL's llMaxBw / channels (ablation)
+    ll_channel: bool = True
+    # LL128 likewise (nccl_model.LL128_CHANNEL_GBPS_AMPERE); False: NCCL's perChMaxRingLL128Bw (ablation)
+    ll128_channel: bool = True
     # record each link tier's throughput over time (SimResult.tier_rates; an event replay only, for traces)
     tier_rates: bool = False
     # traffic classes (simulator/traffic.py): how switches schedule the classes of the collectives (by their group)
@@ -90,6 +98,9 @@ class SimConfig:
         object.__setattr__(self, "pxn_hop", flag("pxn_hop", self.pxn_hop))
         object.__setattr__(self, "p2p_ll", flag("p2p_ll", self.p2p_ll))
         object.__setattr__(self, "tree_net_floor", flag("tree_net_floor", self.tree_net_floor))
+        object.__setattr__(self, "p2p_read", flag("p2p_read", self.p2p_read))
+        object.__setattr__(self, "ll_channel", flag("ll_channel", self.ll_channel))
+        object.__setattr__(self, "ll128_channel", flag("ll128_channel", self.ll128_channel))
         if self.ring_net_floor not in ("connection", "round_trip", "proxy"):
             raise ValueError(
                 f"ring_net_floor: {self.ring_net_floor!r} is not known; expected 'connection', 'round_trip' or 'proxy'"

@@ -96,6 +96,12 @@ class LoweringContext:
     # a point-to-point LL send's parts sized on LL's step, each at an LL p2p channel's throughput (p2p.pair_flows,
     # nccl_model.P2P_LL_CHANNEL_GBPS_BLACKWELL); False: Simple's chunk and channel throughput, as for Simple sends
     p2p_ll: bool = True
+    # Simple rings between sm80 GPUs over NVLink read each slice (nccl_model.ring_read_slices_s); False: not
+    p2p_read: bool = True
+    # LL between Ampere GPUs on one NVLink server at a channel's own rate (nccl_model.simulated_cap_bytes_per_s)
+    ll_channel: bool = True
+    # LL128 likewise (nccl_model.LL128_CHANNEL_GBPS_AMPERE); False: NCCL's perChMaxRingLL128Bw
+    ll128_channel: bool = True
     # the NCCL release's minor number (CollectivePolicy.nccl_minor) where a mechanism differs between releases
     nccl_minor: int = nccl_model.nccl_minor(nccl_model.DEFAULT_NCCL_VERSION)
     _cache: dict[Hashable, object] = field(default_factory=dict, repr=False, compare=False)
@@ -295,7 +301,8 @@ def protocol_schedule(
     **fields: Any,
 ) -> Schedule:
     """A Schedule whose flows carry the protocol's wire factor and per-channel payload cap: the cap
-    of a channel of a communicator of ``comm_channels`` (default ``nchannels``) channels."""
+    of a channel of a communicator of ``comm_channels`` (default ``nchannels``) channels, as simulated
+    (``nccl_model.simulated_cap_bytes_per_s``)."""
     layout = ctx.layout(collective.group)
     return Schedule(
         collective=collective,
@@ -304,12 +311,15 @@ def protocol_schedule(
         nchannels=nchannels,
         steps=tuple(steps),
         wire_factor=nccl_model.WIRE_FACTOR[protocol],
-        chain_rate_cap_bytes_per_s=nccl_model.protocol_cap_bytes_per_s(
+        chain_rate_cap_bytes_per_s=nccl_model.simulated_cap_bytes_per_s(
             protocol=protocol,
             arch=layout.arch,
             cpu_vendor=layout.cpu_vendor,
             nnodes=layout.nnodes,
             nchannels=nchannels if comm_channels is None else comm_channels,
+            intra=layout.intra,
+            ll_channel=ctx.ll_channel,
+            ll128_channel=ctx.ll128_channel,
         ),
         **fields,
     )

@@ -12,7 +12,9 @@ algorithm x protocol with the smallest prediction. fabricsim uses this model for
   sm80+);
 * the **protocol limits** the flow model applies: LL moves 4 data bytes per 8-byte line (wire
   factor 2) and tops out at ``llMaxBw`` (GPU polling throughput); LL128 moves 120 data bytes per
-  128-byte line and is capped per channel (``perChMaxRingLL128Bw``); Simple has no cap.
+  128-byte line and is capped per channel (``perChMaxRingLL128Bw``); Simple has no cap. The simulated time takes
+  a channel's own fitted LL and LL128 rate between Ampere GPUs on one NVLink server (``simulated_cap_bytes_per_s``)
+  and, on sm80 NVLink, each Simple slice's P2P read (``ring_read_slices_s``); NCCL's choice keeps its figures.
 
 The bandwidth part of the time comes from the network model (physical links), not from here.
 What this ignores: NCCL's topology search (channel count and per-channel speed are inputs),
@@ -521,6 +523,40 @@ def ring_proxy_steps(*, kind_value: str, protocol: str, nbytes: int, nchannels: 
     return per_loop * loops * slices
 
 
+# ---- P2P read on Ampere NVLink (src/graph/paths.cc ncclTopoCheckP2p, src/transport/p2p.cc) ----------------------
+# NCCL reads instead of writes between two sm80 GPUs on an NVLink path ("Enable P2P Read for Ampere/NVLink only":
+# both compute capabilities 8.0, path PATH_NVL; NCCL_P2P_READ_ENABLE overrides it; the log says "via P2P/IPC/read").
+# Only the Simple buffer moves (p2pSendSetup: "For P2P Read the SIMPLE buffer is tagged on the end of the
+# ncclSendMem structure"): the sender writes a slice into its own memory and raises the tail, the receiving CTA
+# sees the tail, then loads the slice across NVLink. LL and LL128 keep writing into the receiver. A slice's loads
+# can only start once its tail is seen, so each slice a ring CTA moves exposes a flag wait and a load round trip
+# that a push (store) ring overlaps with the previous slice: a per-slice cost on the ring's time (Hopper and
+# Blackwell push, sm80 only reads).
+P2P_READ_SM_VERSION = 80
+
+#: exposed cost of one Simple slice a ring CTA reads over NVLink (P2P read, sm80), in us. Fitted once over the ring
+#: Simple rows of the shipped A100 tables (fabricsim validate --cross)
+P2P_READ_SLICE_US = 3.0
+
+
+def p2p_read(*, sm_version: int, intra: str) -> bool:
+    """Whether NCCL's intra-server P2P transport reads (Simple only): NVLink between sm80 GPUs (paths.cc)."""
+    return intra == "nvlink" and sm_version == P2P_READ_SM_VERSION
+
+
+def ring_read_slices_s(*, kind_value: str, nbytes: int, nchannels: int, nranks: int) -> float:
+    """Exposed P2P read cost of a Simple ring (seconds): every slice one ring CTA moves (``ring_proxy_steps``:
+    2(n-1) steps a loop for all_reduce, two slices a step) x ``P2P_READ_SLICE_US``.
+
+    >>> round(ring_read_slices_s(kind_value="all_reduce", nbytes=32 << 20, nchannels=16, nranks=8) * 1e6, 6)
+    84.0
+    """
+    slices = ring_proxy_steps(
+        kind_value=kind_value, protocol="Simple", nbytes=nbytes, nchannels=nchannels, nranks=nranks
+    )
+    return slices * P2P_READ_SLICE_US * 1e-6
+
+
 def ll_max_bw_bytes_per_s(*, arch: str, cpu_vendor: str, nnodes: int) -> float:
     row = arch if nnodes == 1 else cpu_vendor
     column = 0 if nnodes == 1 else (1 if nnodes == 2 else 2)
@@ -563,6 +599,53 @@ def protocol_cap_bytes_per_s(*, protocol: str, arch: str, cpu_vendor: str, nnode
     if protocol == "LL128":
         return LL128_MAX_BW_PER_CHANNEL_GBPS.get(arch, 20.0) * 1e9
     return float("inf")
+
+
+# The simulated LL rate of one channel: NCCL's llMaxBw is its tuner's ceiling for every channel together (the
+# Ampere row, 87.7 GB/s on one server, is shared with Ada and with AMD hosts across servers); what one channel moves
+# is one CTA of NCCL_LL_MAX_NTHREADS 512 threads, each polling an 8-byte line's flag and forwarding its 4 data bytes,
+# a rate of the GPU. On Hopper llMaxBw / 16 channels (8.8 GB/s) is what the DGX H100 table moves at 512 KiB-1 MiB;
+# between A100s over NVLink the measured LL rows move more than llMaxBw / 16 (5.5 GB/s) a channel, at every channel
+# count from 1 to 16: a channel's own rate, fitted (below), replaces NCCL's figure in the simulated time (NCCL's
+# choice keeps llMaxBw). Other generations keep llMaxBw / channels.
+
+#: LL payload rate of one channel between Ampere GPUs on one NVLink server (GB/s). Fitted once over the LL rows of
+#: the one-server A100 tables (fabricsim validate --cross)
+LL_CHANNEL_GBPS_AMPERE = 11.0
+#: LL128 payload rate of one channel between Ampere GPUs on one NVLink server (GB/s), in place of perChMaxRingLL128Bw
+#: (20.0, Volta's figure kept for Ampere), which 16 channels never reach through the NVLink share of 15 GB/s a
+#: channel. Fitted once over the LL128 rows of the one-server A100 tables (fabricsim validate --cross)
+LL128_CHANNEL_GBPS_AMPERE = 10.5
+
+
+def simulated_cap_bytes_per_s(
+    *,
+    protocol: str,
+    arch: str,
+    cpu_vendor: str,
+    nnodes: int,
+    nchannels: int,
+    intra: str,
+    ll_channel: bool = True,
+    ll128_channel: bool = True,
+) -> float:
+    """The per-channel payload cap the simulated time uses: ``protocol_cap_bytes_per_s``, except between Ampere GPUs
+    on one NVLink server LL with ``ll_channel`` (``LL_CHANNEL_GBPS_AMPERE`` a channel, whatever the channels) and
+    LL128 with ``ll128_channel`` (``LL128_CHANNEL_GBPS_AMPERE``).
+
+    >>> round(simulated_cap_bytes_per_s(protocol="LL", arch="ampere", cpu_vendor="intel", nnodes=1, nchannels=16,
+    ...     intra="nvlink") / protocol_cap_bytes_per_s(protocol="LL", arch="ampere", cpu_vendor="intel", nnodes=1,
+    ...     nchannels=16), 4)  # 11.0 / (87.7 / 16)
+    2.0068
+    """
+    if arch == "ampere" and nnodes == 1 and intra == "nvlink":
+        if ll_channel and protocol == "LL":
+            return gbyte_per_s(LL_CHANNEL_GBPS_AMPERE)
+        if ll128_channel and protocol == "LL128":
+            return gbyte_per_s(LL128_CHANNEL_GBPS_AMPERE)
+    return protocol_cap_bytes_per_s(
+        protocol=protocol, arch=arch, cpu_vendor=cpu_vendor, nnodes=nnodes, nchannels=nchannels
+    )
 
 
 # ---- what NCCL enables by default, per NCCL version (src/graph/tuning.cc, ncclTopoTuneModel) ----------------

@@ -323,6 +323,15 @@ class RingAlgorithm(AlgorithmDefaults):
             nchannels=comm_channels,
             hop_extra_us=layout.hop_extra_us,
         )
+        if (
+            protocol == "Simple"
+            and ctx.p2p_read
+            and layout.ppn > 1
+            and nccl_model.p2p_read(sm_version=layout.sm_version, intra=layout.intra)
+        ):
+            latency += nccl_model.ring_read_slices_s(
+                kind_value=collective.kind.value, nbytes=collective.nbytes, nchannels=nchannels, nranks=n
+            )
         step = Step.of(
             src=cat(src),
             dst=cat(dst),

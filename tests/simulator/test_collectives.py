@@ -617,3 +617,61 @@ def test_pxn_relayed_sends_pay_the_nvlink_hop_into_the_relay_gpu():
     on = direct.lower(coll, ctx, protocol="LL", nchannels=16).steps[0].latency_s
     off = direct.lower(coll, replace(ctx, pxn_hop=False), protocol="LL", nchannels=16).steps[0].latency_s
     assert on - off == pytest.approx(7 * 0.6e-6)
+
+
+def test_simple_rings_between_sm80_gpus_pay_each_p2p_read_slice():
+    # NCCL reads (P2P read) only between two sm80 GPUs on NVLink, and only for Simple (paths.cc, p2p.cc)
+    assert nccl_model.p2p_read(sm_version=80, intra="nvlink")
+    assert not nccl_model.p2p_read(sm_version=90, intra="nvlink") and not nccl_model.p2p_read(
+        sm_version=80, intra="pcie"
+    )
+    # 8x A100, all_reduce of 32 MiB on 16 channels: one loop (16 x 8 x 2 MiB = 256 MiB > 32 MiB) of 2 x 7 = 14
+    # steps, 2 slices each: 28 slices at P2P_READ_SLICE_US each, over the same ring with the mechanism off
+    ctx = context("dgx-a100")
+    coll = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=32 << 20, group=tuple(range(8)))
+    on = RING.lower(coll, ctx, protocol="Simple", nchannels=16).steps[0].latency_s
+    off = RING.lower(coll, replace(ctx, p2p_read=False), protocol="Simple", nchannels=16).steps[0].latency_s
+    assert on - off == pytest.approx(28 * nccl_model.P2P_READ_SLICE_US * 1e-6)
+    # 512 MiB: two loops, 56 slices; LL128 and Hopper's (write) rings pay none; the tuner's estimate neither
+    big = replace(coll, nbytes=512 << 20)
+    on = RING.lower(big, ctx, protocol="Simple", nchannels=16).steps[0].latency_s
+    off = RING.lower(big, replace(ctx, p2p_read=False), protocol="Simple", nchannels=16).steps[0].latency_s
+    assert on - off == pytest.approx(56 * nccl_model.P2P_READ_SLICE_US * 1e-6)
+    for protocol in ("LL", "LL128"):
+        on = RING.lower(coll, ctx, protocol=protocol, nchannels=16).steps[0].latency_s
+        assert on == RING.lower(coll, replace(ctx, p2p_read=False), protocol=protocol, nchannels=16).steps[0].latency_s
+    h100 = context("dgx-h100")
+    on = RING.lower(coll, h100, protocol="Simple", nchannels=16).steps[0].latency_s
+    assert on == RING.lower(coll, replace(h100, p2p_read=False), protocol="Simple", nchannels=16).steps[0].latency_s
+    assert RING.estimate(coll, ctx, protocol="Simple", nchannels=16) == RING.estimate(
+        coll, replace(ctx, p2p_read=False), protocol="Simple", nchannels=16
+    )
+
+
+def test_ampere_ll_and_ll128_channels_run_at_their_own_rate_on_one_nvlink_server():
+    # between A100s on one NVLink server a channel's LL and LL128 caps are the fitted per-channel rates, whatever
+    # the communicator's channels; NCCL's own figures stay for the tuner, for Hopper and across servers
+    def cap(**kw):
+        base = dict(arch="ampere", cpu_vendor="intel", nnodes=1, nchannels=16, intra="nvlink")
+        return nccl_model.simulated_cap_bytes_per_s(**{**base, **kw})
+
+    assert cap(protocol="LL") == nccl_model.LL_CHANNEL_GBPS_AMPERE * 1e9 == cap(protocol="LL", nchannels=4)
+    assert cap(protocol="LL128") == nccl_model.LL128_CHANNEL_GBPS_AMPERE * 1e9
+    assert cap(protocol="LL", ll_channel=False) == 87.7e9 / 16  # NCCL's llMaxBw over the channels
+    assert cap(protocol="LL128", ll128_channel=False) == 20.0e9  # NCCL's perChMaxRingLL128Bw for Ampere
+    # across servers the llMaxBw row is the CPU vendor's (Intel, 2 nodes: 39.0 GB/s)
+    assert cap(protocol="LL", nnodes=2) == 39.0e9 / 16 and cap(protocol="LL", arch="hopper") == 141.0e9 / 16
+    assert cap(protocol="Simple") == float("inf")
+    # 8x A100, ring LL all_reduce of 128 KiB: 4 channels launched (128 KiB / (512 x 8 x 8 B)), each edge carries
+    # 2 x 7/8 x 32 KiB = 57,344 B; at the Ampere rate instead of 87.7 / 16 GB/s the time drops by
+    # 57,344 / 5.48125 GB/s - 57,344 / LL_CHANNEL_GBPS_AMPERE (the 4 channels' NVLink share, 60 GB/s of wire, 30 of
+    # LL payload, binds neither)
+    on, off = (
+        run_bench("all_reduce", system="dgx-a100", minbytes="128K", maxbytes="128K", config=SimConfig(ll_channel=flag))[
+            0
+        ]
+        for flag in (True, False)
+    )
+    assert on.channels == off.channels == 4
+    saved_us = 57344 / 5.48125e3 - 57344 / (nccl_model.LL_CHANNEL_GBPS_AMPERE * 1e3)
+    assert off.time_us - on.time_us == pytest.approx(saved_us, rel=1e-6)

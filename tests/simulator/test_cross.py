@@ -76,14 +76,15 @@ def test_the_report_names_each_table_and_the_verdict(report):
 
 
 def test_cross_command(capsys):
-    # one table: no table to leave out; NVLS and the one-server LL p2p channel have no row in it
+    # one table: no table to leave out; NVLS, the one-server LL p2p channel and the A100 constants have no row in it
     assert main(["validate", "--cross", "--series", "2x B200 NDR sendrecv", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    proxy, ring, p2p_ll, nvls = data
+    proxy, ring, p2p_ll, p2p_read, ll, ll128, nvls = data
     assert proxy["tables"] == ["2x B200 NDR sendrecv"] and proxy["leave_one_table_out"] == {}
     assert ring["constant"] == "ring network step round trip" and ring["tables"] == ["2x B200 NDR sendrecv"]
     assert proxy["held_out_error"] is None and nvls["tables"] == [] and nvls["in_sample_error"] is None
-    assert p2p_ll["constant"] == "LL point-to-point channel throughput" and p2p_ll["tables"] == []
+    assert p2p_ll["constant"] == "LL point-to-point channel throughput"
+    assert all(fit["tables"] == [] for fit in (p2p_ll, p2p_read, ll, ll128))
     for argv, message in (
         (["--data", "x.csv"], "cross: --data is not allowed with --cross"),
         (["--format", "csv"], "format: 'csv' is not allowed with --cross"),
