@@ -31,7 +31,8 @@ NeMo's recipes, not Megatron-Core's defaults (``dgxc_layout``): the distributed 
 gradient reduce-scatter and parameter all-gather (NeMo's llama3_70b / gpt3_175b trainer:
 DistributedDataParallelConfig(overlap_grad_reduce=True, overlap_param_gather=True), distributed_fused_adam), each
 model chunk's all-gathers dispatched by the interleaved schedule when d > 1 (align_param_gather: NeMo's
-MegatronCommOverlapCallback sets it when d > 1, p > 1 and vp > 1), TP
+MegatronCommOverlapCallback sets it when d > 1, p > 1 and vp > 1), the output layer's weight gradients of the
+first 22 or 50 micro-batches deferred to the pipeline flush when p > 1 (``WGRAD_DEFERRAL_LIMITS``), TP
 communication overlap when t > 1 (the performance recipes' MegatronCommOverlapCallback(tp_comm_overlap=True,
 tp_comm_overlap_cfg=userbuffers_*_h100_*); NVIDIA/dgxc-benchmarking llama3.1/pretrain_llama31.py sets it for 70B
 and 405B; modelled with Transformer Engine's default overlap methods, not the recipes' tuned SM counts),
