@@ -124,6 +124,20 @@ class ParallelismSpec:
     # parameters are all-gathered bucket by bucket at the start of the next step, each bucket before the first
     # forward that uses it, instead of all after the optimizer (DistributedDataParallelConfig.overlap_param_gather)
     overlap_param_gather: bool = False
+    # Megatron-Core DistributedDataParallelConfig.align_param_gather (default off; Megatron-LM's training script
+    # on, --no-align-param-gather off; NeMo's MegatronCommOverlapCallback on when d > 1, p > 1 and vp > 1): with
+    # overlap_param_gather and the interleaved schedule the schedule dispatches each model chunk's parameter
+    # all-gathers itself (config.param_sync_func): chunks 0 and 1 at the step's start, chunk c >= 2 before the
+    # forward whose virtual micro-batch k has k + stage = the first of chunk c - 1 (schedules.py,
+    # forward_step_helper), instead of every chunk's back to back from the start; no effect on other schedules
+    align_param_gather: bool = False
+    # Megatron-Core ModelParallelConfig.defer_embedding_wgrad_compute (default off; NeMo's llama3_70b, gpt3_175b and
+    # nemotron4_340b performance recipes turn it on, MegatronCommOverlapCallback) and wgrad_deferral_limit (default
+    # 0: every micro-batch): the last pipeline stage keeps the output layer's weight-gradient GEMM of its first
+    # ``wgrad_deferral_limit`` micro-batches and runs them after the schedule, in the pipeline flush
+    # (tensor_parallel/layers.py; schedules.py finish_embedding_wgrad_compute); needs p > 1, as Megatron
+    defer_embedding_wgrad_compute: bool = False
+    wgrad_deferral_limit: int = 0
     # Megatron-Core --grad-reduce-in-bf16 (default off: bf16 training keeps and reduces fp32 main gradients,
     # accumulate_allreduce_grads_in_fp32); on, the gradient buffers and their reduction are bf16
     grad_reduce_in_bf16: bool = False
@@ -169,6 +183,8 @@ class ParallelismSpec:
             "scatter_gather",
             "dp_overlap",
             "overlap_param_gather",
+            "align_param_gather",
+            "defer_embedding_wgrad_compute",
             "grad_reduce_in_bf16",
             "tp_comm_overlap",
             "overlap_p2p_comm",
@@ -191,6 +207,19 @@ class ParallelismSpec:
                 True,
                 "False unless zero is 1 or 2 (Megatron's distributed optimizer) and dp_overlap is True "
                 "(Megatron requires --overlap-grad-reduce with it)",
+            )
+        object.__setattr__(
+            self,
+            "wgrad_deferral_limit",
+            integer("ParallelismSpec.wgrad_deferral_limit", self.wgrad_deferral_limit, low=0, high=MAX_COUNT),
+        )
+        if self.defer_embedding_wgrad_compute and self.pp < 2:
+            raise _reject(
+                "defer_embedding_wgrad_compute", True, "False with pp 1 (Megatron defers it to the pipeline flush)"
+            )
+        if self.align_param_gather and not self.overlap_param_gather:
+            raise _reject(
+                "align_param_gather", True, "False without overlap_param_gather (it times the overlapped all-gathers)"
             )
         object.__setattr__(self, "schedule", option("ParallelismSpec.schedule", self.schedule, PipelineSchedule))
         object.__setattr__(self, "dtype", option("ParallelismSpec.dtype", self.dtype, Dtype))

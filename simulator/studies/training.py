@@ -273,15 +273,17 @@ def step_compute(
         )
         forward = tuple(t + extra for t, extra in zip(forward, stretch[0]))
         backward = tuple(t + extra for t, extra in zip(backward, stretch[1]))
+    logits_backward = cmp.logits_backward(model, gpu, sp=p.sp, dtype=_compute_dtype(p), **tkw)
     return StepCompute(
         layer_forward_s=forward,
         layer_backward_s=backward,
         embedding_forward_s=cmp.embedding_forward(model, gpu, **tkw).time_s,
         embedding_backward_s=cmp.embedding_backward(model, gpu, **tkw).time_s,
         logits_forward_s=cmp.logits_forward(model, gpu, sp=p.sp, dtype=_compute_dtype(p), **tkw).time_s,
-        logits_backward_s=cmp.logits_backward(model, gpu, sp=p.sp, dtype=_compute_dtype(p), **tkw).time_s,
+        logits_backward_s=logits_backward.time_s,
         optimizer_s=tuple(optimizer),
         overlap_slowdown=slowdown,
+        logits_wgrad_s=math.fsum(op.time_s for op in logits_backward.ops if op.name == "logits.wgrad"),
     )
 
 
@@ -373,9 +375,18 @@ def overlap_notes(parallelism: ParallelismSpec) -> list[str]:
             "the pass's whole compute, not only its own GEMM; the pipelined reduce-scatters' last chunks (1/4) exposed"
         )
     if p.overlap_param_gather and p.zero_stage in (1, 2) and p.dp * p.cp > 1:
+        aligned = p.align_param_gather and p.schedule == "interleaved"
         out.append(
-            "overlap param gather: the parameter all-gathers run back to back from the step's start, each waited for "
-            "by the first forward that needs it (Megatron-Core dispatches one bucket ahead)"
+            (
+                "overlap param gather, aligned: each model chunk's all-gathers dispatched by the interleaved schedule "
+                "(chunks 0 and 1 at the step's start, chunk c before the forward k with k + stage = the first of "
+                "chunk c - 1), each waited for by the first forward that needs it"
+            )
+            if aligned
+            else (
+                "overlap param gather: the parameter all-gathers run back to back from the step's start, each waited "
+                "for by the first forward that needs it (Megatron-Core dispatches one bucket ahead)"
+            )
         )
     return out
 

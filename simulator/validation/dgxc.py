@@ -29,7 +29,10 @@ in the row's precision (FP8: Transformer Engine's FP8 GEMMs and casts, ``simulat
 no recomputation, interleaved 1F1B when v > 1, sequence parallelism when t > 1, with the communication settings of
 NeMo's recipes, not Megatron-Core's defaults (``dgxc_layout``): the distributed optimizer (ZeRO 1) with overlapped
 gradient reduce-scatter and parameter all-gather (NeMo's llama3_70b / gpt3_175b trainer:
-DistributedDataParallelConfig(overlap_grad_reduce=True, overlap_param_gather=True), distributed_fused_adam), TP
+DistributedDataParallelConfig(overlap_grad_reduce=True, overlap_param_gather=True), distributed_fused_adam), each
+model chunk's all-gathers dispatched by the interleaved schedule when d > 1 (align_param_gather: NeMo's
+MegatronCommOverlapCallback sets it when d > 1, p > 1 and vp > 1), the output layer's weight gradients of the
+first 22 or 50 micro-batches deferred to the pipeline flush when p > 1 (``WGRAD_DEFERRAL_LIMITS``), TP
 communication overlap when t > 1 (the performance recipes' MegatronCommOverlapCallback(tp_comm_overlap=True,
 tp_comm_overlap_cfg=userbuffers_*_h100_*); NVIDIA/dgxc-benchmarking llama3.1/pretrain_llama31.py sets it for 70B
 and 405B; modelled with Transformer Engine's default overlap methods, not the recipes' tuned SM counts),
@@ -90,6 +93,7 @@ __all__ = (
     "DGXC_SYSTEMS",
     "DGXC_DTYPES",
     "BF16_GRADIENTS",
+    "WGRAD_DEFERRAL_LIMITS",
     "DgxcCase",
     "dgxc_cases",
     "dgxc_layout",
@@ -142,6 +146,13 @@ gpt3_175b.py pretrain_performance_optimizations, ``recipe.trainer.plugins.grad_r
 Nemotron4 340B: the same line in NeMo nemotron4_340b.py (v25.05.05) and, in v24.11.1 (NeMo 24.09, the
 recipe's nemotron4-340b-synth.yaml), ``optim.grad_sync_dtype: bf16`` of its distributed_fused_adam. Grok-1:
 ``optim.grad_sync_dtype: bf16`` in the recipe's grok1_314b.yaml (v24.11.1; ASSUMED for v25.05.05)."""
+
+WGRAD_DEFERRAL_LIMITS = {"Llama 3.1 70B": 22, "Llama 3.1 405B": 50, "GPT3-175B": 50, "Nemotron4 340B": 22}
+"""Recipes whose performance settings defer the output layer's weight gradient to the pipeline flush
+(``ParallelismSpec.defer_embedding_wgrad_compute``) and their ``wgrad_deferral_limit``: NeMo's
+MegatronCommOverlapCallback(defer_embedding_wgrad_compute=True, wgrad_deferral_limit=...) in llama3_70b.py
+pretrain_recipe_performance (22), llama31_405b.py, gpt3_175b.py (50) and nemotron4_340b.py (22)
+pretrain_performance_optimizations; ASSUMED for the v24.11.1 Nemotron4 340B yaml recipe. Applied when p > 1."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -293,6 +304,10 @@ def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
         schedule="interleaved" if vp > 1 else "1f1b",
         sequence_parallel=case.tp > 1,
         overlap_param_gather=True,
+        # NeMo's MegatronCommOverlapCallback._get_optimizer_overlap_cfgs: align_param_gather when d > 1, p > 1, vp > 1
+        align_param_gather=vp > 1 and case.gpus > case.tp * case.pp * case.cp,
+        defer_embedding_wgrad_compute=case.pp > 1 and case.model in WGRAD_DEFERRAL_LIMITS,
+        wgrad_deferral_limit=WGRAD_DEFERRAL_LIMITS.get(case.model, 0) if case.pp > 1 else 0,
         # MoE rows without it: the step model does not overlap expert layers' TP communication (ParallelismSpec
         # refuses it; grok1_314b.yaml also sets ``ub_tp_comm_overlap: false``)
         tp_comm_overlap=case.tp > 1 and not case.moe,

@@ -20,7 +20,7 @@ from workloads.collectives import Collective, CollectiveKind
 from workloads.parallelism import ParallelismSpec
 from workloads.presets import custom_gpt
 from workloads.tasks import Workload
-from workloads.training import STREAM_PARAM, STREAM_TP, StepCompute, training_step
+from workloads.training import STREAM_PARAM, STREAM_TP, StepCompute, pipeline_schedule, training_step
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +143,62 @@ def test_overlap_param_gather_hides_the_gathers_behind_compute(h100):
     assert over.breakdown["group"]["dp"]["nbytes"] == plain.breakdown["group"]["dp"]["nbytes"]
 
 
+def test_align_param_gather_dispatches_each_chunk_with_the_interleaved_schedule():
+    # pp 2, vp 4, dp 2, ZeRO-1, m 4: with align_param_gather stage s issues chunks 0 and 1's all-gathers at the
+    # step's start and chunk c's (c >= 2) when its forward number (c - 1) p - s begins (Megatron's
+    # forward_step_helper: virtual micro-batch k + s is the first of chunk c - 1), i.e. after the last task on the
+    # compute stream before that forward; without it every gather is issued at the start (no dependency).
+    model = custom_gpt(layers=8, hidden=64, heads=4, vocab=128, seq_len=32)
+    base = dict(
+        pp=2, vp=4, dp=2, zero=1, global_batch=8, schedule="interleaved", bucket_bytes=None, overlap_param_gather=True
+    )
+    plain = training_step(model, ParallelismSpec(**base))
+    aligned = training_step(model, ParallelismSpec(**base, align_param_gather=True))
+    for rank, stage in ((0, 0), (2, 1)):  # data-parallel ranks first: ranks 0 and 2 hold stages 0 and 1
+        assert aligned.nbytes_by_kind(rank) == plain.nbytes_by_kind(rank)
+        assert all(not t.after for t in plain.workload.programs[rank] if t.stream == STREAM_PARAM)
+        program = aligned.workload.programs[rank]
+        forwards = [
+            (mb, c)
+            for phase, mb, c in pipeline_schedule("interleaved", pp=2, stage=stage, microbatches=4, vp=4)
+            if phase == "F"
+        ]
+        for chunk in range(4):
+            gathers = [t for t in program if t.stream == STREAM_PARAM and t.name.endswith(f"chunk{chunk}")]
+            assert gathers
+            if chunk < 2:
+                assert all(not t.after for t in gathers)
+                continue
+            mb, c = forwards[(chunk - 1) * 2 - stage]
+            begins = next(i for i, t in enumerate(program) if t.name.startswith(f"fwd mb{mb} stage{stage} chunk{c}"))
+            before = max(i for i in range(begins) if program[i].stream == 0)
+            assert all(t.after == (before,) for t in gathers)
+
+
+def test_defer_embedding_wgrad_runs_the_output_layer_weight_gradients_in_the_flush(h100):
+    # 1F1B, p 2 (one layer a stage), m 4, dp 1; every layer 1 ms forward, 2 ms backward; the logits backward 5 ms,
+    # of which the output layer's weight gradient 2 ms; the rest 0 s. With every collective at 0 s (critical path):
+    # stage 1 runs F0 B0 F1 B1 F2 B2 F3 B3 (1 + 7 ms each, its forward waiting 1 ms for stage 0's first), so its last
+    # backward ends at 1 + 4 x 8 = 33 ms and stage 0's B3 at 35 ms. With wgrad_deferral_limit 3 the first three
+    # backwards take 5 ms: stage 1's B3 ends at 1 + 3 x 6 + 8 = 27 ms, stage 0's B3 at 29 ms, and the three deferred
+    # 2 ms GEMMs after it end stage 1 at 33 ms: 2 ms shorter, the same compute.
+    model = custom_gpt(layers=2, hidden=64, heads=4, vocab=128, seq_len=32)
+    compute = StepCompute(
+        layer_forward_s=(1e-3, 1e-3), layer_backward_s=(2e-3, 2e-3), logits_backward_s=5e-3, logits_wgrad_s=2e-3
+    )
+    options = StepOptions(compute=compute, exact=True)
+    base = dict(pp=2, dp=1, global_batch=4)
+    plain = simulate_step(model, ParallelismSpec(**base), system=h100, options=options)
+    spec = ParallelismSpec(**base, defer_embedding_wgrad_compute=True, wgrad_deferral_limit=3)
+    deferred = simulate_step(model, spec, system=h100, options=options)
+    assert math.isclose(plain.critical_path_s, 35e-3, rel_tol=1e-9)
+    assert math.isclose(deferred.critical_path_s, 33e-3, rel_tol=1e-9)
+    assert math.isclose(deferred.compute_s, plain.compute_s, rel_tol=1e-12)
+    names = [t.name for t in training_step(model, spec).workload.programs[1]]
+    assert [n for n in names if n.startswith("logits wgrad")] == [f"logits wgrad mb{i} stage1" for i in range(3)]
+    assert names.index("logits wgrad mb0 stage1") > names.index("bwd mb3 stage1 logits")
+
+
 def test_grad_reduce_in_bf16_halves_the_gradient_bytes():
     model = custom_gpt(layers=2, hidden=64, heads=4, vocab=128, seq_len=32)
     base = dict(dp=2, global_batch=2, bucket_bytes=None)
@@ -160,6 +216,9 @@ def test_grad_reduce_in_bf16_halves_the_gradient_bytes():
         (dict(dp=2, zero=1, dp_overlap=False, overlap_param_gather=True), "overlap_param_gather"),
         (dict(dp=2, dtype="fp16", grad_reduce_in_bf16=True), "grad_reduce_in_bf16"),
         (dict(pp=2, dp=1, global_batch=2, overlap_p2p_comm=True), "overlap_p2p_comm"),
+        (dict(dp=2, zero=1, align_param_gather=True), "align_param_gather"),
+        (dict(dp=2, defer_embedding_wgrad_compute=True), "defer_embedding_wgrad_compute"),
+        (dict(pp=2, global_batch=2, wgrad_deferral_limit=-1), "wgrad_deferral_limit"),
     ],
 )
 def test_bad_overlap_settings_are_refused_naming_the_field(kw, field):

@@ -69,6 +69,14 @@ def test_layouts_follow_the_recipes():
     _, spec = dgxc_layout(by_key["v24.11.1", "Llama 3.1 8B", 8])
     assert (spec.tp, spec.cp, spec.dp, spec.schedule, spec.sequence_parallel) == (1, 2, 4, "1f1b", False)
     assert not spec.tp_comm_overlap and spec.overlap_param_gather
+    # NeMo's callback aligns the parameter gathers with the interleaved schedule (d > 1, p > 1, vp > 1); the 70B,
+    # 405B, GPT-3 and Nemotron-4 340B performance recipes defer the output layer's weight gradients (limit 22 or 50)
+    assert not spec.align_param_gather and not spec.defer_embedding_wgrad_compute  # 8B: p 1
+    _, spec = dgxc_layout(by_key["v24.11.1", "Llama 3.1 70B", 64])
+    assert spec.align_param_gather and (spec.defer_embedding_wgrad_compute, spec.wgrad_deferral_limit) == (True, 22)
+    assert all(
+        s.align_param_gather and (s.defer_embedding_wgrad_compute, s.wgrad_deferral_limit) == (True, 50) for s in gpt3
+    )
     proxy = next(c for c in dgxc_cases() if c.proxy)
     assert dgxc_layout(proxy)[0].layers == proxy.layers < model.layers
 

@@ -14,6 +14,8 @@ engine reads plain durations. The sums follow the order in which the passes run:
     backward  (sum(layer_backward_s[l] for l in layers) + logits_backward_s [if logits]) + embedding_backward_s
               [if embedding]
     optimizer optimizer_s[stage] (0 s when optimizer_s is empty)
+    wgrad     logits_wgrad_s (a deferred output-layer weight gradient; a backward with defer_logits_wgrad leaves it
+              out of its logits_backward_s)
 
 and a task beside communication takes (1 + overlap_slowdown) x that (``StepCompute.overlap_slowdown``;
 an upper bound: the kernels are assumed to overlap a communication kernel for their whole duration). Which
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ("PassWork", "StepCompute", "resolve")
 
-PHASES = ("forward", "backward", "optimizer")
+PHASES = ("forward", "backward", "optimizer", "wgrad")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,7 +56,8 @@ class PassWork:
     FLOPs of the work on one GPU (forward: ``ModelSpec.layer_forward_flops`` of each layer plus
     ``logits_flops``; backward: twice that plus the recomputed forward work, ``layer_recompute_flops``; 0 for
     the embedding look-up and the optimizer), a description: the duration comes from the compute model,
-    which also counts memory-bound kernels.
+    which also counts memory-bound kernels. "wgrad": one micro-batch's output-layer weight-gradient GEMM, deferred
+    from its backward (``defer_logits_wgrad``; ParallelismSpec.defer_embedding_wgrad_compute).
     """
 
     phase: str
@@ -64,6 +67,8 @@ class PassWork:
     stage: int = 0
     beside_comm: bool = False
     flops: float = 0.0
+    # backward with ``logits``: the output layer's weight-gradient GEMM left out (run later by a "wgrad" task)
+    defer_logits_wgrad: bool = False
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:
@@ -92,6 +97,7 @@ class StepCompute:
     logits_backward_s: float = 0.0
     optimizer_s: tuple[float, ...] = ()
     overlap_slowdown: float = 0.0
+    logits_wgrad_s: float = 0.0  # the output layer's weight-gradient GEMM, part of logits_backward_s
 
     def __post_init__(self) -> None:
         for name in ("layer_forward_s", "layer_backward_s", "optimizer_s"):
@@ -105,7 +111,13 @@ class StepCompute:
                 f"{len(self.layer_backward_s)} entries",
                 f"one per layer, as many as layer_forward_s ({len(self.layer_forward_s)}), at least one",
             )
-        for name in ("embedding_forward_s", "embedding_backward_s", "logits_forward_s", "logits_backward_s"):
+        for name in (
+            "embedding_forward_s",
+            "embedding_backward_s",
+            "logits_forward_s",
+            "logits_backward_s",
+            "logits_wgrad_s",
+        ):
             object.__setattr__(self, name, finite_nonnegative(f"StepCompute.{name}", getattr(self, name)))
         object.__setattr__(
             self,
@@ -151,6 +163,8 @@ class StepCompute:
         """
         if work.phase == "optimizer":
             seconds = self.optimizer_s[work.stage] if self.optimizer_s else 0.0
+        elif work.phase == "wgrad":
+            seconds = self.logits_wgrad_s
         elif work.phase == "forward":
             seconds = sum(self.layer_forward_s[layer] for layer in work.layers)
             seconds += (self.embedding_forward_s if work.embedding else 0.0) + (
@@ -158,7 +172,8 @@ class StepCompute:
             )
         else:
             seconds = sum(self.layer_backward_s[layer] for layer in work.layers)
-            seconds += self.logits_backward_s if work.logits else 0.0
+            if work.logits:
+                seconds += self.logits_backward_s - (self.logits_wgrad_s if work.defer_logits_wgrad else 0.0)
             seconds += self.embedding_backward_s if work.embedding else 0.0
         return seconds * (1.0 + self.overlap_slowdown) if work.beside_comm else seconds
 

@@ -254,9 +254,23 @@ class DataParallel:
         needs = self.needed_buckets(rp, v)
         for i in positions:
             for bucket in needs[i]:
-                if (chunk, bucket) not in rp.gathered:
-                    rp.gathered.add((chunk, bucket))
-                    rp.prog.pending.append(self.param_gather(rp, chunk, bucket, ()))
+                key = (chunk, bucket)
+                if key not in rp.gathered:
+                    rp.gathered.add(key)
+                    task = rp.gather_tasks.get(key)
+                    if task is None:
+                        task = rp.gather_tasks[key] = self.param_gather(rp, chunk, bucket, ())
+                    rp.prog.pending.append(task)
+
+    def dispatch_params(self, rp: _RankProgram, chunk: int, after: tuple[int, ...]) -> None:
+        """``align_param_gather``: issue the all-gathers of every bucket of model chunk ``chunk`` (stream 2, in the
+        order its forward needs them) after ``after``; the forwards that need them wait (:meth:`await_params`)."""
+        needs = self.needed_buckets(rp, chunk * self.b.spec.pp + rp.stage)
+        for buckets in needs:
+            for bucket in buckets:
+                key = (chunk, bucket)
+                if key not in rp.gather_tasks:
+                    rp.gather_tasks[key] = self.param_gather(rp, chunk, bucket, after)
 
     def finish(self, rp: _RankProgram) -> None:
         """The reduction part: buckets not reduced yet, the tied-embedding sync, the optimizer step and, with ZeRO

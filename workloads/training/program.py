@@ -310,7 +310,15 @@ class _RankProgram:
         self.gather_in_forward = (
             b.part == "all" and spec.overlap_param_gather and b.dp.zero in (1, 2) and b.dp.reduces_dense
         )
-        self.gathered: set = set()
+        self.gathered: set = set()  # (chunk, bucket) whose all-gather a forward waited for
+        self.gather_tasks: dict = {}  # (chunk, bucket) -> its all-gather task, once issued
+        # align_param_gather: the schedule dispatches chunk c's all-gathers before forward ``align_at[k]`` (k-th)
+        self.align_at: dict[int, list[int]] = {}
+        # defer_embedding_wgrad_compute: the micro-batches whose output-layer weight gradient waits for the flush
+        self.deferred_wgrads: list[int] = []
+        if self.gather_in_forward and spec.align_param_gather and spec.schedule == "interleaved":
+            for c in range(2, spec.vp):
+                self.align_at.setdefault((c - 1) * spec.pp - self.stage, []).append(c)
         self.buckets: dict[int, tuple] = {}
 
     def ask(self, what: str, kind: str) -> int | bool:
@@ -355,6 +363,10 @@ class _RankProgram:
             # overlap_p2p_comm: the sends of a pass are waited for by the next pass of the same phase
             waiting: dict[str, list[int]] = {"F": [], "B": []}
             overlap = spec.overlap_p2p_comm and spec.schedule == "interleaved"
+            if self.align_at:  # align_param_gather: chunks 0 and 1 at the step's start
+                for c in (0, 1):
+                    b.dp.dispatch_params(self, c, ())
+            forwards = 0
             for i, (phase, mb, chunk) in enumerate(self.ops):
                 v = chunk * spec.pp + self.stage
                 # Receives are posted when the pass before the consumer ends; in the interleaved schedule
@@ -373,6 +385,9 @@ class _RankProgram:
                     self.prog.pending.extend(waiting[phase])
                     waiting[phase] = []
                 if phase == "F":
+                    for c in self.align_at.get(forwards, ()):
+                        b.dp.dispatch_params(self, c, op_end[i - 1] if i else ())
+                    forwards += 1
                     sends = self.forward(mb, v, post)
                 else:
                     sends = self.backward(mb, v, post, last=self.last_backward[chunk] == i)
@@ -394,6 +409,11 @@ class _RankProgram:
                     self.prog.pending.extend(sends + deferred)
                     deferred = []
             self.prog.pending.extend(waiting["F"] + waiting["B"])  # every send done before the step ends
+            # defer_embedding_wgrad_compute: the deferred output-layer weight gradients after the schedule
+            # (Megatron-Core finish_embedding_wgrad_compute, before the gradients are finalised)
+            for mb in self.deferred_wgrads:
+                work = PassWork(phase="wgrad", flops=b.flops("forward", (), True))
+                self.compute(work, f"logits wgrad mb{mb} stage{self.stage}")
         if self.reduce:
             b.dp.finish(self)
         return tuple(self.prog.tasks)
@@ -445,6 +465,16 @@ class _RankProgram:
         overlapped = last and self.overlap and (b.dp.reduces_dense or b.dp.reduces_expert)
         per_layer = b.granularity == "layer" or overlapped or (last and b.dp.zero >= 3)
         tasks = b.unit_tasks(v, "backward")
+        limit = b.spec.wgrad_deferral_limit
+        defer = (
+            last_chunk and b.spec.defer_embedding_wgrad_compute and (limit == 0 or len(self.deferred_wgrads) < limit)
+        )
+        if defer:  # the output layer's weight gradient of this micro-batch waits for the flush
+            self.deferred_wgrads.append(mb)
+            tasks = tuple(
+                (unit, part, _deferred(work, b), name, layer) if work.logits else (unit, part, work, name, layer)
+                for unit, part, work, name, layer in tasks
+            )
         if not per_layer:  # one merged task: no bucket is reduced during it (that takes per-layer tasks)
             b.dp.gather_params(self, [unit for unit, *_ in tasks], ("B", mb, v), label)
             work = PassWork(
@@ -454,7 +484,7 @@ class _RankProgram:
                 logits=last_chunk,
                 flops=b.flops("backward", layers, last_chunk),
             )
-            self.compute(work, label, backward_last=last)
+            self.compute(_deferred(work, b) if defer else work, label, backward_last=last)
             self.layer_comm(layers, "backward", ("B", mb, v), label)
         else:
             for done, (unit, part, work, name, layer) in enumerate(tasks, start=1):
@@ -476,6 +506,11 @@ class _RankProgram:
         b.cp.emit(self, layers, phase, key, label, merge, start_after)
         b.tp.emit(self, layers, phase, key, label, merge, start_after)
         b.ep.emit(self, layers, phase, key, label, merge)
+
+
+def _deferred(work: PassWork, b: _Builder) -> PassWork:
+    """``work`` (a backward with the logits) without the output layer's weight-gradient GEMM and its FLOPs."""
+    return dataclasses.replace(work, defer_logits_wgrad=True, flops=work.flops - b.flops("forward", (), True))
 
 
 # --------------------------------------------------------------------------------------------------
