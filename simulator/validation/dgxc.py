@@ -52,9 +52,11 @@ to a multiple of p) are extrapolated from k and 2k, as ``simulator.validation.sc
 What is compared: the step time, error = predicted / measured - 1; and MFU in NVIDIA's accounting,
 predicted as measured MFU x measured / predicted step time (same FLOPs, the simulator's time; the
 simulator's own MFU, Megatron-LM's count with causal attention at half its scores, is printed beside it).
-One number is fitted on this table: the H100's FP8 GEMM efficiency (``simulator.compute.gpu``,
-``H100_DGXC_FP8_GEMM_EFFICIENCY``), by ``simulator.validation.dgxc_fit`` with leave-one-model-out errors; the
-other GPUs and precisions keep their measured values (the script reports what fitting them would give).
+Three numbers are fitted on these tables, one per GPU and precision, each by ``simulator.validation.dgxc_fit``
+with leave-one-model-out errors (``simulator.compute.gpu``): the H100's FP8 GEMM efficiency
+(``H100_DGXC_FP8_GEMM_EFFICIENCY``) and the GB200's BF16 and FP8 ones (``GB200_DGXC_BF16_GEMM_EFFICIENCY``,
+``GB200_DGXC_FP8_GEMM_EFFICIENCY``, on the 128-GPU GB200 NVL72 rows); H100 BF16 keeps its measured value (the
+script reports what fitting it would give).
 
 Run ``python -m simulator.validation.dgxc [--models "Llama 3.1 8B"] [--precision FP8] [--systems "GB200 NVL72"]
 [--max-gpus N] [--proxy] [--smallest]``; the 8-GPU rows take seconds, the 405B rows minutes each.

@@ -8,7 +8,10 @@ precision get at most one fitted number: the best-shape GEMM efficiency of that 
 model does not resolve (shapes it has no measurement for, kernels it does not cost, host gaps). Every other
 parameter keeps its sourced value. The rows are the dense-model DGX Cloud rows simulated on that GPU in that
 precision (``simulator.validation.dgxc``), each with its recipe's layout and settings; the MoE recipes are not
-fitted on (their errors are reported, ``DGXC_MOE_MODELS``).
+fitted on (their errors are reported, ``DGXC_MOE_MODELS``). Fitted and shipped: H100 FP8 (``--precision FP8
+--smallest``) and GB200 BF16 and FP8 (``--system gb200-nvl72 --precision BF16|FP8 --max-gpus 128``: the 128-GPU rows,
+weak and strong scaling; the 256- and 512-GPU rows, which differ in data parallelism or accumulation only, are
+left to check the fit on).
 
 How (two simulations a row, then arithmetic)
 ---------------------------------------------

@@ -15,6 +15,11 @@ from simulator.compute.gpu import (
     A100_MAMF_2024,
     A100_SC21_GEMM_EFFICIENCY,
     COMPUTE_MODELS,
+    GB200_BF16_MAMF_2025,
+    GB200_DGXC_BF16_GEMM_EFFICIENCY,
+    GB200_DGXC_FP8_GEMM_EFFICIENCY,
+    GB200_FP8_MAMF_2025,
+    H100_DGXC_FP8_GEMM_EFFICIENCY,
     ComputeBreakdown,
     GpuComputeModel,
     compute_model_for,
@@ -37,7 +42,7 @@ from simulator.compute.gpu import (
 )
 from simulator.validation import sc21 as cal
 from simulator.validation.sc21 import format_sc21_check, sc21_compute_only_check
-from topologies.devices import A100_SXM4_80GB, B200, H100_SXM5_80GB, H200_SXM, RTX_4090
+from topologies.devices import A100_SXM4_80GB, B200, GB200, H100_SXM5_80GB, H200_SXM, RTX_4090
 from workloads.presets import MODELS
 
 GPUS = [A100_SXM4_80GB, H100_SXM5_80GB, H200_SXM, B200]
@@ -356,6 +361,28 @@ def test_a100_gemm_efficiency_is_the_documented_sc21_fit():
     # the fit's optimum is at least as good as the shipped rounding, which is at least as good as MAMF
     shipped = cal.mean_abs_error(cal.sc21_predict())
     assert fit.fit_error <= shipped < cal.mean_abs_error(cal.sc21_predict(A100_MAMF_2024))
+
+
+def test_gb200_gemm_efficiencies_are_the_documented_dgxc_fits_below_the_measured_best_shapes():
+    # gpu.py documents one fitted number per precision for the GB200 (dgxc_fit --system gb200-nvl72 --max-gpus 128),
+    # each below Bekman's measured GB200 MAMF (1822.0 BF16, 3615.6 FP8 TFLOP/s) over this GPU's 2450 / 4900 peaks
+    gb200 = COMPUTE_MODELS["gb200"]
+    assert gb200.gemm_efficiency_bf16 == GB200_DGXC_BF16_GEMM_EFFICIENCY == 0.657
+    assert gb200.gemm_efficiency_fp8 == GB200_DGXC_FP8_GEMM_EFFICIENCY == 0.551
+    assert GB200_BF16_MAMF_2025 * GB200.dense_bf16_flop_per_s == pytest.approx(1822.0e12)
+    assert GB200_FP8_MAMF_2025 * GB200.dense_fp8_flop_per_s == pytest.approx(3615.6e12)
+    assert gb200.gemm_efficiency_bf16 < GB200_BF16_MAMF_2025 and gb200.gemm_efficiency_fp8 < GB200_FP8_MAMF_2025
+
+    # the documented cross-check: fitted FP8 over BF16 GEMM throughput, GB200 0.551 x 4900 / (0.657 x 2450) = 1.677,
+    # H100 0.656 x 1979 / (0.803 x 989) = 1.634 (H100 BF16 the measured 794.5 / 989): within 3 %
+    def ratio(gpu, cm):
+        return cm.gemm_efficiency_fp8 * gpu.dense_fp8_flop_per_s / (cm.gemm_efficiency_bf16 * gpu.dense_bf16_flop_per_s)
+
+    h100 = COMPUTE_MODELS["h100_sxm5_80gb"]
+    assert h100.gemm_efficiency_fp8 == H100_DGXC_FP8_GEMM_EFFICIENCY
+    assert ratio(GB200, gb200) == pytest.approx(1.677, abs=5e-4)
+    assert ratio(H100_SXM5_80GB, h100) == pytest.approx(1.634, abs=5e-4)
+    assert ratio(GB200, gb200) / ratio(H100_SXM5_80GB, h100) - 1 < 0.03
 
 
 def test_sc21_proxy_meets_the_acceptance_and_mamf_does_not():
