@@ -450,21 +450,21 @@ def tree_net_floor_s(
     chain_bytes_per_s: float,
 ) -> float:
     """Floor of a tree all_reduce's chunks through its network crossings (seconds): with R the step round trip
-    (``ring_net_step_s``: LL128 only), k = ceil(chain_bytes / chunk_bytes) chunks and t one chunk's wire bytes at
-    the chain's rate, ``crossings x (R + t) + (k - 1) x max(R, t)``; 0 without a round trip or crossing.
+    (``ring_net_step_s``: LL128 only), k = ceil(chain_bytes / chunk_bytes) chunks and t one chunk's payload at the
+    chain's payload rate, ``crossings x (R + t) + (k - 1) x max(R, t)``; 0 without a round trip or crossing.
 
-    Worked number: 2 AMD servers (R = 7 us), 2 crossings, 8 chunks of 34,560 B (36,864 on the wire) at 5 GB/s
-    (t = 7.3728 us): 2 x 14.3728 + 7 x 7.3728 = 80.3552 us.
+    Worked number: 2 AMD servers (R = 7 us), 2 crossings, 8 chunks of 34,560 B at 5 GB/s (t = 6.912 us):
+    2 x 13.912 + 7 x 7 = 76.824 us.
 
     >>> round(tree_net_floor_s(protocol="LL128", cpu_vendor="amd", chain_bytes=8 * 34560, chunk_bytes=34560,
     ...     crossings=2, chain_bytes_per_s=5e9) * 1e6, 4)
-    80.3552
+    76.824
     """
     round_trip = ring_net_step_s(protocol=protocol, cpu_vendor=cpu_vendor)
     if round_trip <= 0 or crossings < 1 or chain_bytes <= 0 or chunk_bytes <= 0:
         return 0.0
     chunks = -(-chain_bytes // chunk_bytes)
-    write = min(chunk_bytes, chain_bytes) * WIRE_FACTOR[protocol] / chain_bytes_per_s
+    write = min(chunk_bytes, chain_bytes) / chain_bytes_per_s  # payload at the chain's payload cap
     return crossings * (round_trip + write) + (chunks - 1) * max(round_trip, write)
 
 

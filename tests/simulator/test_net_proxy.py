@@ -89,10 +89,10 @@ def test_busiest_proxy_of_a_ring_and_a_tree():
     assert amd_step_s == pytest.approx(2 * step_s)
     assert schedule.steps[0].proxy_s == pytest.approx(28 * amd_step_s)
     # the chunks' pipeline through the 2 crossings (up, down) is longer: round trip 2 x 3.5 = 7 us (AMD), a
-    # chunk's 17,280 x 128/120 = 18,432 wire bytes at the chain's 20 / 4 = 5 GB/s (Ampere perChMaxTreeLL128Bw)
-    # 3.6864 us: 2 x (7 + 3.6864) + 7 x 7 = 70.3728 us
+    # chunk's 17,280 B of payload at the chain's payload cap 20 / 4 = 5 GB/s (Ampere perChMaxTreeLL128Bw)
+    # 3.456 us: 2 x (7 + 3.456) + 7 x 7 = 69.912 us
     schedule = ALGORITHMS["tree"].lower_on(reduce, ctx, protocol="LL128", nchannels=16, comm_channels=16)
-    assert schedule.steps[0].proxy_s == pytest.approx(70.3728e-6)
+    assert schedule.steps[0].proxy_s == pytest.approx(69.912e-6)
     # the earlier model (tree_chains="pair", no pipeline floor): 32 chains, 4 headed by each GPU (8 connections);
     # on 32 channels the chunk is 17,280 B too (0.9 < 5.6 at 36,000), 64 KiB a chain: 4 steps, 8 x 3 = 24 steps
     pair = replace(busy, tree_chains="pair")
@@ -126,8 +126,8 @@ def test_the_floor_replaces_the_transfer_when_the_proxy_is_slower(network_model)
     assert on > off
     # doubling the step cost (1.0 -> 2.0 us, Intel) doubles the 56 us floor: the time grows by exactly 56 us
     assert time_us("2M", tree_net_floor=False, proxy_step_us=2.0) - on == pytest.approx(56.0, abs=1e-6)
-    # the chunks' pipeline (70.3728 us, test above) is longer still: 14.3728 us more
-    assert time_us("2M") - on == pytest.approx(70.3728 - 56.0, abs=1e-6)
+    # the chunks' pipeline (69.912 us, test above) is longer still: 13.912 us more
+    assert time_us("2M") - on == pytest.approx(69.912 - 56.0, abs=1e-6)
     # a one-chunk tree (8 B) is LL: no round trip floor, nothing beyond the latency, the same time
     assert time_us("8") == time_us("8", net_proxy=False)
 
@@ -147,8 +147,8 @@ def test_config_checks_the_proxy_fields():
 
 def test_tree_pipeline_floor_by_hand():
     # Intel host, LL128: round trip 3.5 us. 4 servers: the double binary tree is 2 deep, 4 crossings. 3 chunks
-    # of 72,000 B (76,800 wire bytes) at 7.25 GB/s: t = 10.593 us > 3.5, so 4 x (3.5 + t) + 2 x t
-    t = 76800 / 7.25e9
+    # of 72,000 B of payload at 7.25 GB/s: t = 9.931 us > 3.5, so 4 x (3.5 + t) + 2 x t
+    t = 72000 / 7.25e9
     floor = nccl_model.tree_net_floor_s(
         protocol="LL128",
         cpu_vendor="intel",
@@ -158,11 +158,11 @@ def test_tree_pipeline_floor_by_hand():
         chain_bytes_per_s=7.25e9,
     )
     assert floor == pytest.approx(4 * (3.5e-6 + t) + 2 * t)
-    # a chain smaller than a chunk writes only its own bytes: 1 chunk of 9,600 B (10,240 wire) at 5 GB/s, 2
-    # crossings: 2 x (3.5 + 2.048) = 11.096 us
+    # a chain smaller than a chunk writes only its own bytes: 1 chunk of 9,600 B at 5 GB/s, 2 crossings:
+    # 2 x (3.5 + 1.92) = 10.84 us
     assert nccl_model.tree_net_floor_s(
         protocol="LL128", cpu_vendor="intel", chain_bytes=9600, chunk_bytes=72000, crossings=2, chain_bytes_per_s=5e9
-    ) == pytest.approx(11.096e-6)
+    ) == pytest.approx(10.84e-6)
     # LL and Simple keep no round trip (ring_net_step_s): no floor
     for protocol in ("LL", "Simple"):
         assert (
