@@ -69,12 +69,12 @@ class SimConfig:
     # (collectives/p2p.py pxn_relayed); False leaves it out (ablation)
     pxn_hop: bool = True
     # a point-to-point LL send split on LL's step, at an LL p2p channel's throughput (collectives/p2p.py
-    # pair_flows); False: Simple's chunk and channel throughput (ablation)
+    # pair_flows); False: Simple's chunk, capped at llMaxBw / channels (ablation)
     p2p_ll: bool = True
     # Simple rings between sm80 GPUs over NVLink (P2P read) pay a cost per slice a CTA reads
     # (collectives/nccl_model.py ring_read_slices_s); False leaves it out (ablation)
     p2p_read: bool = True
-    # LL between Ampere GPUs on one NVLink server moves at a channel's measured rate
+    # LL rings between Ampere GPUs on one NVLink server move at a channel's measured rate (trees keep NCCL's)
     # (collectives/nccl_model.py simulated_cap_bytes_per_s); False: NCCL's llMaxBw / channels (ablation)
     ll_channel: bool = True
     # LL128 likewise (nccl_model.LL128_CHANNEL_GBPS_AMPERE); False: NCCL's perChMaxRingLL128Bw (ablation)

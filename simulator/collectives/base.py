@@ -94,11 +94,12 @@ class LoweringContext:
     # a point-to-point send relayed under PXN pays the NVLink hop into the relay GPU (p2p.pxn_relayed); False: not
     pxn_hop: bool = True
     # a point-to-point LL send's parts sized on LL's step, each at an LL p2p channel's throughput (p2p.pair_flows,
-    # nccl_model.P2P_LL_CHANNEL_GBPS_BLACKWELL); False: Simple's chunk and channel throughput, as for Simple sends
+    # nccl_model.P2P_LL_CHANNEL_GBPS_BLACKWELL); False: Simple's chunk, capped at llMaxBw / channels
     p2p_ll: bool = True
     # Simple rings between sm80 GPUs over NVLink read each slice (nccl_model.ring_read_slices_s); False: not
     p2p_read: bool = True
-    # LL between Ampere GPUs on one NVLink server at a channel's own rate (nccl_model.simulated_cap_bytes_per_s)
+    # LL rings between Ampere GPUs on one NVLink server at a channel's own rate (trees keep NCCL's;
+    # nccl_model.simulated_cap_bytes_per_s)
     ll_channel: bool = True
     # LL128 likewise (nccl_model.LL128_CHANNEL_GBPS_AMPERE); False: NCCL's perChMaxRingLL128Bw
     ll128_channel: bool = True

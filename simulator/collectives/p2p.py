@@ -334,7 +334,8 @@ class SendRecv(AlgorithmDefaults):
 
         parts = "LL" if protocol == "LL" and ctx.p2p_ll else "Simple"
         op_nchannels = op_channels(collective.nbytes, layout, collective.nranks, nchannels, protocol=parts)
-        return latency, ctx.cached(("p2p-algbw", collective.group, nchannels, op_nchannels, protocol), algbw)
+        key = ("p2p-algbw", collective.group, nchannels, op_nchannels, protocol, ctx.p2p_ll)
+        return latency, ctx.cached(key, algbw)
 
 
 SENDRECV = SendRecv()

@@ -169,7 +169,8 @@ class TreeAlgorithm(AlgorithmDefaults):
         NCCL: tree algbw = 0.5 x the search's channels x per-channel bus ceiling (LL: llMaxBw / 2 in all), the
         search's channels being half the communicator's ``nchannels`` (connect.cc doubles them, one copy a tree):
         a chain, one a communicator channel, gets a quarter of the per-channel ceiling. With two chains a
-        channel (``ctx.tree_chains="pair"``, the earlier model) a chain also gets a quarter: twice NCCL's sum.
+        channel (``ctx.tree_chains="pair"``, the earlier model) a chain also gets a quarter: for Simple and LL128 twice
+        NCCL's sum (LL's llMaxBw is divided by the chains either way).
         """
         layout = ctx.layout(collective.group)
         if protocol in ("Simple", "LL128"):
@@ -301,11 +302,12 @@ class TreeAlgorithm(AlgorithmDefaults):
         else:
             if protocol == "LL128":
                 bus *= 7 / 9 if layout.nnodes == 1 else 120 / 128
-            # graphs[TREE]->nChannels: the search's channels, half the communicator's (``_chain_cap``)
-            search = nchannels
+            # NCCL caps at graphs[TREE]->nChannels, the search's channels (half the communicator's, ``_chain_cap``);
+            # the estimate keeps the communicator's: halved, it moves the 2- to 8-server H100 and B200 tables'
+            # choice to NVLSTree or Ring, whose rows then come out 20-70 % slow (a departure from NCCL, kept)
             bus = min(
                 bus,
-                search
+                nchannels
                 * nccl_model.tree_channel_max_bytes_per_s(protocol=protocol, arch=layout.arch, nnodes=layout.nnodes),
             )
         return latency, 0.5 * bus * nccl_model.tree_correction(protocol, collective.nbytes)

@@ -180,7 +180,8 @@ def test_tree_pipeline_floor_by_hand():
 
 def test_tree_chains_follow_nccls_channel_duplication():
     # 16 channels on 2 DGX A100: one chain a channel; channels 0-7 on tree 0 (root server 0), 8-15 on tree 1
-    # (root server 1), so each server sends up 8 chains and receives 8: 8 of the 16 inter-server edges each way
+    # (root server 1). Each chain crosses twice (up to its root, back down): 32 crossings, 16 from server 0 (8 up
+    # on tree 1, 8 down on tree 0)
     ctx = context("dgx-a100", 2)
     reduce = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=2 * MIB, group=tuple(range(16)))
     tree = ALGORITHMS["tree"]
