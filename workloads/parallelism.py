@@ -129,11 +129,12 @@ class ParallelismSpec:
     # overlap_param_gather and the interleaved schedule the schedule dispatches each model chunk's parameter
     # all-gathers itself (config.param_sync_func): chunks 0 and 1 at the step's start, chunk c >= 2 before the
     # forward whose virtual micro-batch k has k + stage = the first of chunk c - 1 (schedules.py,
-    # forward_step_helper), instead of every chunk's back to back from the start; no effect on other schedules
+    # forward_step_helper), instead of every chunk's back to back from the start; interleaved schedule only
     align_param_gather: bool = False
-    # Megatron-Core ModelParallelConfig.defer_embedding_wgrad_compute (default off; NeMo's llama3_70b, gpt3_175b and
-    # nemotron4_340b performance recipes turn it on, MegatronCommOverlapCallback) and wgrad_deferral_limit (default
-    # 0: every micro-batch): the last pipeline stage keeps the output layer's weight-gradient GEMM of its first
+    # Megatron-Core ModelParallelConfig.defer_embedding_wgrad_compute (default off; NeMo's llama3_70b (limit 22),
+    # llama31_405b (50), gpt3_175b (50) and nemotron4_340b (22) performance recipes turn it on,
+    # MegatronCommOverlapCallback) and wgrad_deferral_limit (default 0: every micro-batch; 0 without the deferral):
+    # the last pipeline stage keeps the output layer's weight-gradient GEMM of its first
     # ``wgrad_deferral_limit`` micro-batches and runs them after the schedule, in the pipeline flush
     # (tensor_parallel/layers.py; schedules.py finish_embedding_wgrad_compute); needs p > 1, as Megatron
     defer_embedding_wgrad_compute: bool = False
@@ -236,6 +237,18 @@ class ParallelismSpec:
             raise _reject(
                 "overlap_p2p_comm", True, "False unless schedule is 'interleaved' (Megatron overlaps it there only)"
             )
+        if self.align_param_gather and self.schedule != "interleaved":
+            raise _reject(
+                "align_param_gather",
+                True,
+                "False unless schedule is 'interleaved' (Megatron's interleaved schedule dispatches the gathers)",
+            )
+        if self.wgrad_deferral_limit and not self.defer_embedding_wgrad_compute:
+            raise _reject(
+                "wgrad_deferral_limit",
+                self.wgrad_deferral_limit,
+                "0 unless defer_embedding_wgrad_compute is True (it limits the deferred micro-batches)",
+            )
         if self.schedule == "interleaved":
             if self.vp < 2:
                 raise _reject("vp", self.vp, "an integer >= 2 with schedule 'interleaved' (model chunks per stage)")
@@ -291,6 +304,12 @@ class ParallelismSpec:
     def microbatches(self) -> int:
         """m = B / (d b): micro-batches each replica runs per step."""
         return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def aligned_param_gather(self) -> bool:
+        """Whether the interleaved schedule dispatches each model chunk's parameter all-gathers itself
+        (``align_param_gather``, which __post_init__ accepts with the interleaved schedule only)."""
+        return self.align_param_gather and self.schedule == "interleaved"
 
     @property
     def zero_stage(self) -> int:

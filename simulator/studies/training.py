@@ -375,7 +375,7 @@ def overlap_notes(parallelism: ParallelismSpec) -> list[str]:
             "the pass's whole compute, not only its own GEMM; the pipelined reduce-scatters' last chunks (1/4) exposed"
         )
     if p.overlap_param_gather and p.zero_stage in (1, 2) and p.dp * p.cp > 1:
-        aligned = p.align_param_gather and p.schedule == "interleaved"
+        aligned = p.aligned_param_gather
         out.append(
             (
                 "overlap param gather, aligned: each model chunk's all-gathers dispatched by the interleaved schedule "
@@ -387,6 +387,12 @@ def overlap_notes(parallelism: ParallelismSpec) -> list[str]:
                 "overlap param gather: the parameter all-gathers run back to back from the step's start, each waited "
                 "for by the first forward that needs it (Megatron-Core dispatches one bucket ahead)"
             )
+        )
+    if p.defer_embedding_wgrad_compute:
+        first = f"the first {p.wgrad_deferral_limit}" if p.wgrad_deferral_limit else "all"
+        out.append(
+            f"defer embedding wgrad compute: the last stage runs the output-layer weight gradients of {first} "
+            "micro-batches in the pipeline flush, after its last backward (finish_embedding_wgrad_compute)"
         )
     return out
 

@@ -291,6 +291,8 @@ def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
     vp = case.vp if case.pp > 1 else 1  # a virtual pipeline needs a pipeline (one table prints VP with PP 1)
     chunks = case.pp * vp
     account = case.pp > 1 and case.layers % chunks != 0 and (case.layers + 2) % chunks == 0
+    interleaved = vp > 1  # ParallelismSpec accepts align_param_gather and overlap_p2p_comm with it only
+    defer = case.pp > 1 and case.model in WGRAD_DEFERRAL_LIMITS  # and a wgrad_deferral_limit only with the deferral
     spec = ParallelismSpec(
         tp=case.tp,
         pp=case.pp,
@@ -303,17 +305,17 @@ def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
         global_batch=case.global_batch,
         seq_len=case.seq_len,
         dtype=case.dtype,
-        schedule="interleaved" if vp > 1 else "1f1b",
+        schedule="interleaved" if interleaved else "1f1b",
         sequence_parallel=case.tp > 1,
         overlap_param_gather=True,
         # NeMo's MegatronCommOverlapCallback._get_optimizer_overlap_cfgs: align_param_gather when d > 1, p > 1, vp > 1
-        align_param_gather=vp > 1 and case.gpus > case.tp * case.pp * case.cp,
-        defer_embedding_wgrad_compute=case.pp > 1 and case.model in WGRAD_DEFERRAL_LIMITS,
-        wgrad_deferral_limit=WGRAD_DEFERRAL_LIMITS.get(case.model, 0) if case.pp > 1 else 0,
+        align_param_gather=interleaved and case.gpus > case.tp * case.pp * case.cp,
+        defer_embedding_wgrad_compute=defer,
+        wgrad_deferral_limit=WGRAD_DEFERRAL_LIMITS[case.model] if defer else 0,
         # MoE rows without it: the step model does not overlap expert layers' TP communication (ParallelismSpec
         # refuses it; grok1_314b.yaml also sets ``ub_tp_comm_overlap: false``)
         tp_comm_overlap=case.tp > 1 and not case.moe,
-        overlap_p2p_comm=vp > 1,
+        overlap_p2p_comm=interleaved,
         grad_reduce_in_bf16=case.model in BF16_GRADIENTS or case.dtype == "fp8",
         account_for_embedding_in_pipeline_split=account,
         account_for_loss_in_pipeline_split=account,

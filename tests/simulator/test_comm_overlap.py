@@ -13,7 +13,13 @@ from simulator.compute.gpu import default_overlap_slowdown, layer_backward, laye
 from simulator.engine.timeline import task_times
 from simulator.placement import Placement
 from simulator.studies.scenario import prepare_step, step_settings
-from simulator.studies.training import StepOptions, simulate_step, step_compute, tp_overlap_stretch_s
+from simulator.studies.training import (
+    StepOptions,
+    overlap_notes,
+    simulate_step,
+    step_compute,
+    tp_overlap_stretch_s,
+)
 from topologies.devices import H100_SXM5_80GB
 from topologies.presets import build_system
 from workloads.collectives import Collective, CollectiveKind
@@ -199,6 +205,17 @@ def test_defer_embedding_wgrad_runs_the_output_layer_weight_gradients_in_the_flu
     assert names.index("logits wgrad mb0 stage1") > names.index("bwd mb3 stage1 logits")
 
 
+def test_the_notes_name_the_deferred_output_layer_weight_gradients():
+    # p 2, m 4: a limit of 3 defers the first three micro-batches' GEMMs, a limit of 0 every one; off, no note
+    base = dict(pp=2, dp=1, global_batch=4)
+    assert not any("defer embedding wgrad" in n for n in overlap_notes(ParallelismSpec(**base)))
+    limited = ParallelismSpec(**base, defer_embedding_wgrad_compute=True, wgrad_deferral_limit=3)
+    (note,) = [n for n in overlap_notes(limited) if n.startswith("defer embedding wgrad compute")]
+    assert "weight gradients of the first 3 micro-batches in the pipeline flush" in note
+    (note,) = overlap_notes(ParallelismSpec(**base, defer_embedding_wgrad_compute=True))
+    assert "weight gradients of all micro-batches in the pipeline flush" in note
+
+
 def test_grad_reduce_in_bf16_halves_the_gradient_bytes():
     model = custom_gpt(layers=2, hidden=64, heads=4, vocab=128, seq_len=32)
     base = dict(dp=2, global_batch=2, bucket_bytes=None)
@@ -219,6 +236,13 @@ def test_grad_reduce_in_bf16_halves_the_gradient_bytes():
         (dict(dp=2, zero=1, align_param_gather=True), "align_param_gather"),
         (dict(dp=2, defer_embedding_wgrad_compute=True), "defer_embedding_wgrad_compute"),
         (dict(pp=2, global_batch=2, wgrad_deferral_limit=-1), "wgrad_deferral_limit"),
+        # align_param_gather with the 1F1B schedule (pp 2, no virtual stages): only the interleaved one dispatches
+        (
+            dict(pp=2, dp=2, zero=1, global_batch=4, overlap_param_gather=True, align_param_gather=True),
+            "align_param_gather",
+        ),
+        # a deferral limit without the deferral it limits
+        (dict(pp=2, global_batch=2, wgrad_deferral_limit=3), "wgrad_deferral_limit"),
     ],
 )
 def test_bad_overlap_settings_are_refused_naming_the_field(kw, field):

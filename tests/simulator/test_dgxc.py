@@ -7,6 +7,7 @@ import pytest
 from simulator.validation.dgxc import (
     DGXC_MODELS,
     DGXC_MOE_MODELS,
+    WGRAD_DEFERRAL_LIMITS,
     dgxc_cases,
     dgxc_check,
     dgxc_layout,
@@ -77,6 +78,17 @@ def test_layouts_follow_the_recipes():
     assert all(
         s.align_param_gather and (s.defer_embedding_wgrad_compute, s.wgrad_deferral_limit) == (True, 50) for s in gpt3
     )
+    # every recipe of WGRAD_DEFERRAL_LIMITS (70B 22, 405B 50, GPT3 50, Nemotron4 340B 22) with p > 1 defers with its
+    # limit; align_param_gather only with the interleaved schedule, a limit only with the deferral
+    pipelined = [c for c in dgxc_cases() if c.pp > 1 and c.model in WGRAD_DEFERRAL_LIMITS]
+    assert {c.model for c in pipelined} == set(WGRAD_DEFERRAL_LIMITS)
+    for c in pipelined:
+        s = dgxc_layout(c)[1]
+        assert (s.defer_embedding_wgrad_compute, s.wgrad_deferral_limit) == (True, WGRAD_DEFERRAL_LIMITS[c.model])
+    left_out = dgxc_not_simulated()
+    for s in (dgxc_layout(c)[1] for c in dgxc_cases() if c not in left_out):  # ParallelismSpec refuses the others
+        assert not s.align_param_gather or s.schedule == "interleaved"
+        assert s.wgrad_deferral_limit == 0 or s.defer_embedding_wgrad_compute
     proxy = next(c for c in dgxc_cases() if c.proxy)
     assert dgxc_layout(proxy)[0].layers == proxy.layers < model.layers
 

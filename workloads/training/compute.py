@@ -119,6 +119,12 @@ class StepCompute:
             "logits_wgrad_s",
         ):
             object.__setattr__(self, name, finite_nonnegative(f"StepCompute.{name}", getattr(self, name)))
+        if self.logits_wgrad_s > self.logits_backward_s:
+            raise reject(
+                "StepCompute.logits_wgrad_s",
+                self.logits_wgrad_s,
+                f"at most logits_backward_s ({self.logits_backward_s}): the weight-gradient GEMM is part of it",
+            )
         object.__setattr__(
             self,
             "overlap_slowdown",

@@ -236,6 +236,11 @@ class _Builder:
             parts.insert(0 if phase == "backward" else len(parts), self._part_flops(phase, "logits"))
         return float(sum(parts))
 
+    def logits_wgrad_flops(self) -> float:
+        """Matrix FLOPs of one micro-batch's output-layer weight-gradient GEMM on one GPU: those of the logits
+        forward GEMM (same shapes), the part of the logits backward that defer_embedding_wgrad_compute defers."""
+        return self.flops("forward", (), True)
+
     def _part_flops(self, phase: str, part: int | str) -> float:
         key = (phase, part)
         flops = self._flops.get(key)
@@ -316,7 +321,7 @@ class _RankProgram:
         self.align_at: dict[int, list[int]] = {}
         # defer_embedding_wgrad_compute: the micro-batches whose output-layer weight gradient waits for the flush
         self.deferred_wgrads: list[int] = []
-        if self.gather_in_forward and spec.align_param_gather and spec.schedule == "interleaved":
+        if self.gather_in_forward and spec.aligned_param_gather:
             for c in range(2, spec.vp):
                 self.align_at.setdefault((c - 1) * spec.pp - self.stage, []).append(c)
         self.buckets: dict[int, tuple] = {}
@@ -412,7 +417,7 @@ class _RankProgram:
             # defer_embedding_wgrad_compute: the deferred output-layer weight gradients after the schedule
             # (Megatron-Core finish_embedding_wgrad_compute, before the gradients are finalised)
             for mb in self.deferred_wgrads:
-                work = PassWork(phase="wgrad", flops=b.flops("forward", (), True))
+                work = PassWork(phase="wgrad", flops=b.logits_wgrad_flops())
                 self.compute(work, f"logits wgrad mb{mb} stage{self.stage}")
         if self.reduce:
             b.dp.finish(self)
@@ -510,7 +515,7 @@ class _RankProgram:
 
 def _deferred(work: PassWork, b: _Builder) -> PassWork:
     """``work`` (a backward with the logits) without the output layer's weight-gradient GEMM and its FLOPs."""
-    return dataclasses.replace(work, defer_logits_wgrad=True, flops=work.flops - b.flops("forward", (), True))
+    return dataclasses.replace(work, defer_logits_wgrad=True, flops=work.flops - b.logits_wgrad_flops())
 
 
 # --------------------------------------------------------------------------------------------------

@@ -50,6 +50,15 @@ def test_worked_number_of_a_merged_forward():
     assert c.duration_s(PassWork(phase="optimizer", stage=0)) == 0.0  # no optimizer_s: 0 s
 
 
+def test_a_logits_weight_gradient_longer_than_the_logits_backward_is_refused():
+    # logits_wgrad_s is part of logits_backward_s: 3 ms of a 2 ms backward would leave a deferred backward -1 ms
+    with pytest.raises(ValueError, match="StepCompute.logits_wgrad_s"):
+        StepCompute(layer_forward_s=(1e-3,), layer_backward_s=(2e-3,), logits_backward_s=2e-3, logits_wgrad_s=3e-3)
+    # equal is accepted: the deferred backward of the logits alone takes 2 - 2 = 0 ms
+    c = StepCompute(layer_forward_s=(1e-3,), layer_backward_s=(2e-3,), logits_backward_s=2e-3, logits_wgrad_s=2e-3)
+    assert c.duration_s(PassWork(phase="backward", logits=True, defer_logits_wgrad=True)) == 0.0
+
+
 def test_a_workload_is_built_without_hardware_and_resolved_keeping_shared_programs():
     model = gpt(4)
     spec = ParallelismSpec(tp=2, pp=2, dp=2, global_batch=4)
