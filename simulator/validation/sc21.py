@@ -471,16 +471,16 @@ SC21_MAMF_STEP_S: Mapping[str, float] = types.MappingProxyType(
     {
         # sc21_check step_time_s with compute.A100_MAMF_2024 (flow model, tasks per layer, symmetric replicas,
         # tensor-rank-0 pipeline transfers, rows with m >= 4k extrapolated from k and 2k micro-batches)
-        "GPT-1.7B": 2.894,
-        "GPT-3.6B": 3.236,
-        "GPT-7.5B": 3.239,
-        "GPT-18.4B": 8.258,
-        "GPT-39.1B": 12.788,
-        "GPT-76.1B": 13.046,
-        "GPT-145.6B": 21.373,
-        "GPT-310.1B": 31.412,
-        "GPT-529.6B": 44.992,
-        "GPT-1008.0B": 87.823,
+        "GPT-1.7B": 2.895,
+        "GPT-3.6B": 3.244,
+        "GPT-7.5B": 3.256,
+        "GPT-18.4B": 8.339,
+        "GPT-39.1B": 12.937,
+        "GPT-76.1B": 13.267,
+        "GPT-145.6B": 21.634,
+        "GPT-310.1B": 31.886,
+        "GPT-529.6B": 45.543,
+        "GPT-1008.0B": 88.790,
     }
 )
 """Full-simulation step seconds of every Table 1 row with the 2024 MAMF GEMM efficiency (measured once)."""
