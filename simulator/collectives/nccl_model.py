@@ -462,12 +462,12 @@ def tree_net_floor_s(
     ...     crossings=2, chain_bytes_per_s=5e9) * 1e6, 4)
     76.824
     """
-    round_trip = ring_net_step_s(protocol=protocol, cpu_vendor=cpu_vendor)
-    if round_trip <= 0 or crossings < 1 or chain_bytes <= 0 or chunk_bytes <= 0:
+    round_trip_s = ring_net_step_s(protocol=protocol, cpu_vendor=cpu_vendor)
+    if round_trip_s <= 0 or crossings < 1 or chain_bytes <= 0 or chunk_bytes <= 0:
         return 0.0
     chunks = -(-chain_bytes // chunk_bytes)
-    write = min(chunk_bytes, chain_bytes) / chain_bytes_per_s  # payload at the chain's payload cap
-    return crossings * (round_trip + write) + (chunks - 1) * max(round_trip, write)
+    write_s = min(chunk_bytes, chain_bytes) / chain_bytes_per_s  # payload at the chain's payload cap
+    return crossings * (round_trip_s + write_s) + (chunks - 1) * max(round_trip_s, write_s)
 
 
 def step_payload_bytes(protocol: str) -> int:

@@ -129,7 +129,7 @@ class TreeAlgorithm(AlgorithmDefaults):
         nbytes: np.ndarray,
         protocol: str,
         nchannels: int,
-        chain_rate: float,
+        chain_bytes_per_s: float,
     ) -> float:
         """Floor of the tree's network work: the busiest network proxy (``base.proxy_busy_s``: every
         inter-server tree edge is a connection posting one step per chunk of its chain,
@@ -159,7 +159,7 @@ class TreeAlgorithm(AlgorithmDefaults):
             chain_bytes=int(nbytes.max()) if nbytes.size else 0,
             chunk_bytes=chunk,
             crossings=2 * depth,
-            chain_bytes_per_s=chain_rate,
+            chain_bytes_per_s=chain_bytes_per_s,
         )
         return max(busy, floor)
 
@@ -197,7 +197,7 @@ class TreeAlgorithm(AlgorithmDefaults):
         elt = DTYPE_BYTES[collective.dtype]
         edges = self._edges(collective, ctx, nchannels, comm_channels)
         src, dst, count, chain = (np.array([e[i] for e in edges], dtype=np.int64) for i in range(4))
-        chain_rate = self._chain_cap(ctx, collective, protocol, comm_channels)
+        chain_bytes_per_s = self._chain_cap(ctx, collective, protocol, comm_channels)
         step = Step.of(
             src=src,
             dst=dst,
@@ -208,7 +208,7 @@ class TreeAlgorithm(AlgorithmDefaults):
                 collective, ctx, protocol, hop_extra_us=ctx.layout(collective.group).hop_extra_us
             ),
             label="tree all_reduce",
-            proxy_s=self._proxy_s(collective, ctx, src, dst, count * elt, protocol, nchannels, chain_rate),
+            proxy_s=self._proxy_s(collective, ctx, src, dst, count * elt, protocol, nchannels, chain_bytes_per_s),
         )
         return Schedule(
             collective=collective,
@@ -217,7 +217,7 @@ class TreeAlgorithm(AlgorithmDefaults):
             nchannels=nchannels,
             steps=(step,),
             wire_factor=nccl_model.WIRE_FACTOR[protocol],
-            chain_rate_cap_bytes_per_s=chain_rate,
+            chain_rate_cap_bytes_per_s=chain_bytes_per_s,
         )
 
     def program(self, collective: Collective, ctx: LoweringContext, *, nchannels: int) -> tuple[DataStep, ...]:
