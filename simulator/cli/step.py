@@ -143,6 +143,25 @@ def add_parser(sub) -> None:
         "before the forward that uses them instead of after the optimizer (Megatron-Core; default off)",
     )
     step.add_argument(
+        "--align-param-gather",
+        action="store_const",
+        const=True,
+        help="with --overlap-param-gather and the interleaved schedule: the schedule dispatches each model chunk's "
+        "parameter all-gathers before its first forward (Megatron-Core; default off, NeMo's recipes on)",
+    )
+    step.add_argument(
+        "--defer-embedding-wgrad-compute",
+        action="store_const",
+        const=True,
+        help="pp > 1: the last stage runs the output layer's weight gradients in the pipeline flush (Megatron-Core; "
+        "default off, NeMo's large-model recipes on)",
+    )
+    step.add_argument(
+        "--wgrad-deferral-limit",
+        type=bounded("wgrad-deferral-limit", int, 0),
+        help="with --defer-embedding-wgrad-compute: defer only the first N micro-batches' (default 0: all)",
+    )
+    step.add_argument(
         "--grad-reduce-in-bf16",
         action="store_const",
         const=True,

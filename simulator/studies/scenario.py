@@ -133,6 +133,11 @@ STEP_DEFAULTS = {
     # Megatron-Core's defaults (off): --overlap-param-gather, --grad-reduce-in-bf16, --tp-comm-overlap,
     # --overlap-p2p-communication
     "overlap_param_gather": False,
+    # Megatron-Core's defaults (off; NeMo's performance recipes turn them on, simulator.validation.dgxc):
+    # --align-param-gather, --defer-embedding-wgrad-compute with --wgrad-deferral-limit (0: every micro-batch)
+    "align_param_gather": False,
+    "defer_embedding_wgrad_compute": False,
+    "wgrad_deferral_limit": 0,
     "grad_reduce_in_bf16": False,
     "tp_comm_overlap": False,
     "overlap_p2p_communication": False,  # Megatron-Core's ModelParallelConfig.overlap_p2p_comm default
@@ -243,6 +248,8 @@ SETTING_CHECKS = {
             "gdr",
             "overlap_grad_reduce",
             "overlap_param_gather",
+            "align_param_gather",
+            "defer_embedding_wgrad_compute",
             "grad_reduce_in_bf16",
             "tp_comm_overlap",
             "overlap_p2p_communication",
@@ -253,6 +260,7 @@ SETTING_CHECKS = {
         checks.flag,
     ),
     "bucket_mb": lambda f, v: checks.positive_finite(f, v),
+    "wgrad_deferral_limit": lambda f, v: checks.integer(f, v, low=0),
     "dtype": lambda f, v: checks.option(f, v, Dtype),
     "cp_comm_type": lambda f, v: checks.option(f, v, CpCommType),
     "schedule": lambda f, v: checks.option(f, v, PipelineSchedule),
@@ -358,6 +366,9 @@ def prepare_step(s: Mapping, *, environ: Mapping[str, str]) -> StepSetup:
         bucket_bytes=bucket_bytes,
         dp_overlap=s["overlap_grad_reduce"],
         overlap_param_gather=s["overlap_param_gather"],
+        align_param_gather=s["align_param_gather"],
+        defer_embedding_wgrad_compute=s["defer_embedding_wgrad_compute"],
+        wgrad_deferral_limit=s["wgrad_deferral_limit"],
         grad_reduce_in_bf16=s["grad_reduce_in_bf16"],
         tp_comm_overlap=s["tp_comm_overlap"],
         overlap_p2p_comm=s["overlap_p2p_communication"],
@@ -398,6 +409,7 @@ def _ignored(s: Mapping, p: ParallelismSpec, environ: Mapping[str, str], applied
         "tp_comm_overlap": (p.tp == 1, "tp is 1, there is no tensor-parallel communication"),
         "cp_comm_type": (p.cp == 1, "cp is 1, there is no context-parallel exchange"),
         "overlap_param_gather": (p.dp * p.cp == 1, "dp x cp is 1, no parameter is gathered"),
+        "align_param_gather": (p.dp * p.cp == 1, "dp x cp is 1, no parameter is gathered"),
         "grad_reduce_in_bf16": (p.dp * p.cp == 1, "dp x cp is 1, no gradient is reduced"),
         "overlap_p2p_communication": (p.pp == 1 or p.vp == 1, "it applies to the interleaved schedule (pp, vp > 1)"),
     }

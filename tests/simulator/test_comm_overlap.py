@@ -259,13 +259,33 @@ def test_step_settings_take_the_megatron_flags():
     assert (p.tp_comm_overlap, p.overlap_param_gather, p.grad_reduce_in_bf16) == (True, True, True)
     s = step_settings({"pp": 2, "vp": 2, "schedule": "interleaved", "overlap_p2p_communication": True, "nodes": 1})
     assert prepare_step(s, environ={}).parallelism.overlap_p2p_comm
+    s = step_settings(
+        {
+            "pp": 2,
+            "vp": 2,
+            "schedule": "interleaved",
+            "zero": 1,
+            "overlap_param_gather": True,
+            "align_param_gather": True,
+            "defer_embedding_wgrad_compute": True,
+            "wgrad_deferral_limit": 4,
+            "nodes": 2,
+        }
+    )
+    p = prepare_step(s, environ={}).parallelism
+    assert (p.align_param_gather, p.defer_embedding_wgrad_compute, p.wgrad_deferral_limit) == (True, True, 4)
     defaults = prepare_step(step_settings({"nodes": 1}), environ={}).parallelism
     assert not (
         defaults.tp_comm_overlap
         or defaults.overlap_param_gather
+        or defaults.align_param_gather
+        or defaults.defer_embedding_wgrad_compute
+        or defaults.wgrad_deferral_limit
         or defaults.grad_reduce_in_bf16
         or defaults.overlap_p2p_comm
     )
+    with pytest.raises(ValueError, match="wgrad_deferral_limit: -2 is not allowed"):
+        step_settings({"wgrad_deferral_limit": -2})
 
 
 def test_reductions_stay_exact_with_the_overlaps():
