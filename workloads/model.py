@@ -708,6 +708,18 @@ class ModelSpec:
         tp = self._check_tp(tp)
         return 2.0 * (b * s // cp) * self.hidden * ceil_div(self.vocab, tp)
 
+    def deferred_wgrad_bytes(
+        self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, sp: bool = False, cp: int = 1
+    ) -> float:
+        """Bytes the last pipeline stage keeps per micro-batch whose output-layer weight gradient it defers
+        (Megatron-Core defer_embedding_wgrad_compute, tensor_parallel/layers.py): the layer's input, b s h / c
+        elements (/ t with sequence parallelism, which buffers the local shard), and the gradient of its
+        output, b s V / (t c) elements (V/t rounded up), D bytes each."""
+        b, s, cp = self._tokens(micro_batch, seq_len, cp)
+        tp = self._check_tp(tp)
+        tokens = b * s / cp
+        return self.dtype_bytes * tokens * (self.hidden / (tp if sp else 1) + ceil_div(self.vocab, tp))
+
     def step_flops(self, *, batch: int, seq_len: int | None = None, recompute: str = "full") -> float:
         """FLOPs of one training step over ``batch`` sequences, all GPUs together.
 

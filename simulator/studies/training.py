@@ -42,7 +42,8 @@ weights, gradients and Adam state under ZeRO (ModelSpec.training_state_bytes ove
 group; gradients kept in fp32 for bf16/fp8 training, bf16 with ``grad_reduce_in_bf16``, fp16 for fp16) plus
 the activations of the micro-batches in flight on the most loaded stage (1F1B: p - s micro-batches on stage s;
 GPipe: all m; interleaved: warm-up + 1 chunk passes), ``ModelSpec.activation_bytes_per_layer`` each (of the
-larger of a dense and a MoE layer); ``out_of_memory`` when that exceeds the GPU.
+larger of a dense and a MoE layer), the last stage's with the inputs of the output-layer weight gradients it
+defers (``ModelSpec.deferred_wgrad_bytes`` per deferred micro-batch); ``out_of_memory`` when that exceeds the GPU.
 
 Run settings are one :class:`StepOptions` (network config, GPU and compute model, recomputation, flash
 attention, placement, the system's size and wiring when ``system`` is a preset name, and the five
@@ -429,15 +430,21 @@ def memory_per_gpu(
         )
         for layer in kinds.values()
     )
-    worst = 0
+    # the last stage also keeps the deferred output-layer weight gradients' inputs until the flush
+    deferred = 0.0
+    if p.defer_embedding_wgrad_compute:
+        kept = min(p.wgrad_deferral_limit or p.microbatches, p.microbatches)
+        deferred = kept * model.deferred_wgrad_bytes(
+            micro_batch=p.micro_batch, seq_len=p.seq(model), tp=p.tp, sp=p.sp, cp=p.cp
+        )
+    activations = 0.0
     for stage in range(p.pp):
         ops = pipeline_schedule(p.schedule, pp=p.pp, stage=stage, microbatches=p.microbatches, vp=p.vp)
         live = peak = 0
         for phase, _, _ in ops:
             live += 1 if phase == "F" else -1
             peak = max(peak, live)
-        worst = max(worst, peak)
-    activations = per_layer * chunk_layers * worst
+        activations = max(activations, per_layer * chunk_layers * peak + (deferred if stage == p.pp - 1 else 0.0))
     return {
         "parameters": state.parameters,
         "gradients": state.gradients,

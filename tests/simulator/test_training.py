@@ -363,6 +363,22 @@ def test_memory_holds_the_micro_batches_in_flight():
     assert mem["total"] == pytest.approx(state.total + mem["activations"])
 
 
+def test_memory_holds_the_deferred_output_layer_inputs_on_the_last_stage():
+    # h 64, V 4096, s 32, b 1, t 2 with SP, 2-byte activations: a deferred micro-batch keeps its input shard
+    # 32 x 64 / 2 and its output gradient 32 x 4096 / 2 elements, 2 x (1,024 + 65,536) = 133,120 B. 1F1B on
+    # p 4, m 8, 2 layers a stage: stage 0 holds 4 micro-batches, the last stage 1 plus the deferred ones
+    # (limit 3, or 0 = all 8), which then is the most loaded.
+    model = custom_gpt(layers=8, hidden=64, heads=4, vocab=4096, seq_len=32)
+    spec = ParallelismSpec(tp=2, pp=4, dp=1, global_batch=8, sequence_parallel=True)
+    assert model.deferred_wgrad_bytes(micro_batch=1, tp=2, sp=True) == 133_120
+    per_layer = model.activation_bytes_per_layer(micro_batch=1, tp=2, sp=True, flash_attention=True)
+    assert memory_per_gpu(model, spec)["activations"] == 4 * 2 * per_layer
+    for limit, kept in ((3, 3), (0, 8)):
+        deferred = dataclasses.replace(spec, defer_embedding_wgrad_compute=True, wgrad_deferral_limit=limit)
+        assert kept * 133_120 > 3 * 2 * per_layer  # the deferral makes the last stage the most loaded
+        assert memory_per_gpu(model, deferred)["activations"] == 1 * 2 * per_layer + kept * 133_120
+
+
 def test_memory_takes_the_larger_of_a_dense_and_a_moe_layer():
     # 5 layers, MoE on layers 1 and 3 (first_dense_layers 1, every 2nd): layers 0 and 4 are dense.
     # h 64, a = g = 4, s 32, b 1, t 1, 2-byte activations, no dropout, SwiGLU (3 D per MLP unit), FlashAttention.
