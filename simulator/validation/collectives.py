@@ -138,6 +138,9 @@ SERIES = (
         where=(("source", "run 2"),),
         settings="default NCCL choice; no NVLS on A100",
     ),
+    # the deepops commit that added this table also added its job (NCCL_ALGO=RING) and image (NCCL 2.11.4): most
+    # likely rings at every size, replayed here with NCCL's default choice (docs/models.md section 15, "What the
+    # 2x DGX A100 table ran")
     Series(
         name="2x DGX A100 HDR all_reduce",
         file="a100_dgx_2node_ib_hdr_k8s_deepops.csv",
