@@ -296,6 +296,7 @@ def _context(
         proxy_step_us=config.proxy_step_us,
         ring_net_floor=config.ring_net_floor,
         tree_chains=config.tree_chains,
+        tree_copies=config.tree_copies,
         tree_net_floor=config.tree_net_floor,
         nccl_minor=config.collectives.nccl_minor,
         pxn_hop=config.pxn_hop,

@@ -62,6 +62,10 @@ class SimConfig:
     # chains of a tree all_reduce (collectives/tree.py): "channel", one a channel, half the channels on each tree
     # (NCCL's connect.cc); "pair", two a channel, one on each tree (the earlier model, for ablation)
     tree_chains: Literal["channel", "pair"] = "channel"
+    # channels NCCL_MIN_CTAS / NCCL_MIN_NCHANNELS adds past the search's doubled set are copies of the first ones
+    # (NCCL connect.cc ncclTopoPostset, copyChannels): same tree and NIC, sharing the search's tree bandwidth
+    # (collectives/tree.py); False: half the channels on each tree, each with a quarter of a channel's ceiling
+    tree_copies: bool = True
     # a multi-server tree's chunks pipelined through its network crossings, each a step round trip
     # (collectives/nccl_model.py tree_net_floor_s); False leaves it out (ablation)
     tree_net_floor: bool = True
@@ -98,6 +102,7 @@ class SimConfig:
         object.__setattr__(self, "pxn_hop", flag("pxn_hop", self.pxn_hop))
         object.__setattr__(self, "p2p_ll", flag("p2p_ll", self.p2p_ll))
         object.__setattr__(self, "tree_net_floor", flag("tree_net_floor", self.tree_net_floor))
+        object.__setattr__(self, "tree_copies", flag("tree_copies", self.tree_copies))
         object.__setattr__(self, "p2p_read", flag("p2p_read", self.p2p_read))
         object.__setattr__(self, "ll_channel", flag("ll_channel", self.ll_channel))
         object.__setattr__(self, "ll128_channel", flag("ll128_channel", self.ll128_channel))

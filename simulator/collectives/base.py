@@ -88,6 +88,10 @@ class LoweringContext:
     # the other, the search's channels (half the communicator's) capping NCCL's estimate ("channel", NCCL's); two a
     # channel, one a tree, capped by all the channels ("pair"): the earlier model, for ablation
     tree_chains: Literal["channel", "pair"] = "channel"
+    # channels past the search's doubled set (NCCL_MIN_CTAS) are copies of the first ones (connect.cc copyChannels):
+    # their tree and NIC, the search's tree bandwidth shared (tree.TreeAlgorithm); False: the communicator's
+    # channels split in halves over the two trees, a quarter of a channel's ceiling each (the earlier model)
+    tree_copies: bool = True
     # a multi-server tree's chunks cross the network store and forward, each crossing a round trip
     # (nccl_model.tree_net_floor_s); False: the busiest proxy's serial work alone (the earlier model, ablation)
     tree_net_floor: bool = True

@@ -30,7 +30,15 @@ from workloads.collectives import DTYPE_BYTES, Collective, CollectiveKind
 
 from ..schedule import DataStep, Schedule, Step
 from . import nccl_model
-from .base import AlgorithmDefaults, LoweringContext, lower_launched, proxy_busy_s, split_evenly
+from .base import (
+    AlgorithmDefaults,
+    GroupLayout,
+    LoweringContext,
+    lower_launched,
+    proxy_busy_s,
+    ring_channels,
+    split_evenly,
+)
 from .nvls_tree import double_binary_tree, levels
 
 
@@ -48,14 +56,22 @@ class TreeAlgorithm(AlgorithmDefaults):
         NCCL's), or two, one on each tree (``"pair"``, the earlier model)."""
         return nchannels if ctx.tree_chains == "channel" else 2 * nchannels
 
-    def _tree_rail(self, ctx: LoweringContext, k: int, comm_channels: int) -> tuple[int, int]:
+    def _tree_rail(self, ctx: LoweringContext, layout: GroupLayout, k: int, comm_channels: int) -> tuple[int, int]:
         """(tree, channel) of chain ``k``; the channel sets the NIC (rail channel mod NICs). NCCL (connect.cc
         connectTrees) gives each of the topology search's channels g two communicator channels, g on tree 0 and
         g + half on tree 1 (``half``: half the communicator's channels, its count before the duplication), so a
         launch of the first n channels runs tree 0 alone while n <= half; channel g + half keeps g's NIC, which
-        is also rail (g + half) mod NICs when the NICs divide ``half``."""
+        is also rail (g + half) mod NICs when the NICs divide ``half``.
+
+        NCCL_MIN_CTAS past that doubled set (``ctx.tree_copies``; connect.cc ncclTopoPostset, copyChannels)
+        makes channel c a copy of channel c - set: its tree and its NIC. Worked number: 8 NICs, a doubled set
+        of 16 (``base.ring_channels``), 24 channels: 0-7 and 16-23 on tree 0, 8-15 on tree 1 (16 and 8)."""
         if ctx.tree_chains == "pair":
             return k % 2, k // 2
+        if ctx.tree_copies:
+            doubled = ring_channels(layout)
+            g = k % doubled
+            return (g // max(1, doubled // 2)) % 2, g
         return (k // max(1, comm_channels // 2)) % 2, k
 
     def _chains(
@@ -67,7 +83,7 @@ class TreeAlgorithm(AlgorithmDefaults):
             layout = ctx.layout(collective.group)
             out = []
             for k in range(self._nchains(ctx, nchannels)):
-                c = self._tree_rail(ctx, k, comm_channels)[1]
+                c = self._tree_rail(ctx, layout, k, comm_channels)[1]
                 servers = []
                 for server, ranks in zip(layout.servers, layout.ranks_by_server):
                     info = ctx.topology.servers[server]
@@ -81,7 +97,7 @@ class TreeAlgorithm(AlgorithmDefaults):
             return tuple(out)
 
         chains: tuple[tuple[tuple[int, ...], ...], ...] = ctx.cached(
-            ("tree-chains", collective.group, nchannels, comm_channels, ctx.tree_chains), build
+            ("tree-chains", collective.group, nchannels, comm_channels, ctx.tree_chains, ctx.tree_copies), build
         )
         return chains
 
@@ -100,7 +116,7 @@ class TreeAlgorithm(AlgorithmDefaults):
         _, count = self._parts(collective, self._nchains(ctx, nchannels))
         edges: list[tuple[int, int, int, int]] = []
         for k, chains in enumerate(self._chains(collective, ctx, nchannels, comm_channels)):
-            parent = trees[self._tree_rail(ctx, k, comm_channels)[0]]
+            parent = trees[self._tree_rail(ctx, layout, k, comm_channels)[0]]
             for chain in chains:
                 edges += [(chain[i], chain[i - 1], count[k], k) for i in range(len(chain) - 1, 0, -1)]
                 edges += [(chain[i - 1], chain[i], count[k], k) for i in range(1, len(chain))]
@@ -171,6 +187,12 @@ class TreeAlgorithm(AlgorithmDefaults):
         a chain, one a communicator channel, gets a quarter of the per-channel ceiling. With two chains a
         channel (``ctx.tree_chains="pair"``, the earlier model) a chain also gets a quarter: for Simple and LL128 twice
         NCCL's sum (LL's llMaxBw is divided by the chains either way).
+
+        Channels NCCL_MIN_CTAS copies past the doubled set (``ctx.tree_copies``, connect.cc copyChannels) leave
+        the search's channels, and so NCCL's ceiling (tuning.cc: graphs[TREE]->nChannels), as they were: the
+        ``nchannels`` chains share it, each getting a quarter x doubled set / ``nchannels``; fewer channels than
+        the set (NCCL_MAX_CTAS) keep a quarter each. Worked number: 24 channels on 8 NICs (a doubled set of 16)
+        get a sixth of a channel's ceiling each, their sum four channels' as with 16.
         """
         layout = ctx.layout(collective.group)
         if protocol in ("Simple", "LL128"):
@@ -183,6 +205,8 @@ class TreeAlgorithm(AlgorithmDefaults):
                 / nchannels
                 * (2 if ctx.tree_chains == "channel" else 1)
             )
+        if ctx.tree_copies and ctx.tree_chains == "channel" and protocol in ("Simple", "LL128"):
+            return per_channel / 4 * ring_channels(layout) / max(nchannels, ring_channels(layout))
         return per_channel / 4
 
     # ---- interface ---------------------------------------------------------------------------
@@ -226,7 +250,7 @@ class TreeAlgorithm(AlgorithmDefaults):
         depth_of = [levels(trees[t], 0 if t == 0 else layout.nnodes - 1) for t in (0, 1)]
         offset, count = self._parts(collective, self._nchains(ctx, nchannels))
         all_chains = self._chains(collective, ctx, nchannels, nchannels)
-        tree_of = [self._tree_rail(ctx, k, nchannels)[0] for k in range(len(all_chains))]
+        tree_of = [self._tree_rail(ctx, layout, k, nchannels)[0] for k in range(len(all_chains))]
         steps = []
         longest = max(len(c) for chains in all_chains for c in chains)
         for i in range(longest - 1, 0, -1):  # up each server's chain

@@ -143,6 +143,8 @@ def test_config_checks_the_proxy_fields():
         SimConfig(tree_chains="double")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="tree_net_floor"):
         SimConfig(tree_net_floor="on")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tree_copies"):
+        SimConfig(tree_copies="on")  # type: ignore[arg-type]
 
 
 def test_tree_pipeline_floor_by_hand():
@@ -185,13 +187,38 @@ def test_tree_chains_follow_nccls_channel_duplication():
     ctx = context("dgx-a100", 2)
     reduce = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=2 * MIB, group=tuple(range(16)))
     tree = ALGORITHMS["tree"]
-    assert [tree._tree_rail(ctx, k, 16)[0] for k in range(16)] == [0] * 8 + [1] * 8
+    layout = ctx.layout(reduce.group)
+    assert [tree._tree_rail(ctx, layout, k, 16)[0] for k in range(16)] == [0] * 8 + [1] * 8
     step = tree.lower_on(reduce, ctx, protocol="LL128", nchannels=16, comm_channels=16).steps[0]
     crossing = (step.src < 8) != (step.dst < 8)
     assert int(crossing.sum()) == 32  # 16 chains x (up + down)
     assert int((crossing & (step.src < 8)).sum()) == 16
     # a launch of 4 of the 16 channels runs tree 0 alone (channels 0-3)
-    assert {tree._tree_rail(ctx, k, 16)[0] for k in range(4)} == {0}
+    assert {tree._tree_rail(ctx, layout, k, 16)[0] for k in range(4)} == {0}
     # the earlier model: 2 chains a channel, alternating trees
     pair = replace(ctx, tree_chains="pair")
-    assert [tree._tree_rail(pair, k, 16) for k in range(4)] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    assert [tree._tree_rail(pair, layout, k, 16) for k in range(4)] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+
+
+def test_min_ctas_channels_copy_the_first_ones():
+    # NCCL_MIN_CTAS=24 on 8 DGX H100 (8 NICs): the search's 8 channels doubled into 16 (0-7 tree 0, 8-15 tree 1),
+    # then channels 16-23 copied from 0-7 (connect.cc copyChannels): 16 chains on tree 0 and 8 on tree 1, channel
+    # c on NIC c mod 8
+    ctx = context("dgx-h100", 8)
+    reduce = Collective(kind=CollectiveKind.ALL_REDUCE, nbytes=32 * MIB, group=tuple(range(64)))
+    tree = ALGORITHMS["tree"]
+    layout = ctx.layout(reduce.group)
+    assert [tree._tree_rail(ctx, layout, k, 24) for k in range(24)] == (
+        [(0, g) for g in range(8)] + [(1, g) for g in range(8, 16)] + [(0, g) for g in range(8)]
+    )
+    # the earlier model: halves of the 24, 12 a tree
+    even = replace(ctx, tree_copies=False)
+    assert [tree._tree_rail(even, layout, k, 24)[0] for k in range(24)] == [0] * 12 + [1] * 12
+    # the copies share the search's tree ceiling (tuning.cc: graphs[TREE]->nChannels, 8): 24 chains at 16/24 of
+    # the 16 chains' quarter, the same sum; without copies each of the 24 keeps its quarter
+    cap16 = tree._chain_cap(ctx, reduce, "LL128", 16)
+    assert tree._chain_cap(ctx, reduce, "LL128", 24) * 24 == pytest.approx(cap16 * 16)
+    assert tree._chain_cap(even, reduce, "LL128", 24) == pytest.approx(cap16)
+    # fewer channels than the doubled set (NCCL_MAX_CTAS=8) keep a quarter each, and run tree 0 alone
+    assert tree._chain_cap(ctx, reduce, "LL128", 8) == pytest.approx(cap16)
+    assert {tree._tree_rail(ctx, layout, k, 8)[0] for k in range(8)} == {0}
