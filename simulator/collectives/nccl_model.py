@@ -14,7 +14,9 @@ algorithm x protocol with the smallest prediction. fabricsim uses this model for
   factor 2) and tops out at ``llMaxBw`` (GPU polling throughput); LL128 moves 120 data bytes per
   128-byte line and is capped per channel (``perChMaxRingLL128Bw``); Simple has no cap. The simulated time takes
   a channel's own fitted LL and LL128 rate between Ampere GPUs on one NVLink server (``simulated_cap_bytes_per_s``)
-  and, on sm80 NVLink, each Simple slice's P2P read (``ring_read_slices_s``); NCCL's choice keeps its figures.
+  and, on sm80 NVLink, each Simple slice's P2P read (``ring_read_slices_s``); across servers LL's host ceiling
+  shared by the launched channels (``ll_net_share_cap_bytes_per_s``) and a ring's network latency on every
+  crossing of its chain (``ring_chain_crossings``); NCCL's choice keeps its figures.
 
 The bandwidth part of the time comes from the network model (physical links), not from here.
 What this ignores: NCCL's topology search (channel count and per-channel speed are inputs),
