@@ -304,4 +304,6 @@ def _context(
         p2p_read=config.p2p_read,
         ll_channel=config.ll_channel,
         ll128_channel=config.ll128_channel,
+        ll_net_share=config.ll_net_share,
+        ring_crossings=config.ring_crossings,
     )

@@ -83,6 +83,14 @@ class SimConfig:
     ll_channel: bool = True
     # LL128 likewise (nccl_model.LL128_CHANNEL_GBPS_AMPERE); False: NCCL's perChMaxRingLL128Bw (ablation)
     ll128_channel: bool = True
+    # LL across servers: NCCL's llMaxBw for the host (its CPU-vendor row) shared by the channels a collective
+    # launches, each at most its GPU's LL rate (collectives/nccl_model.py ll_net_share_cap_bytes_per_s); False:
+    # llMaxBw / the communicator's channels, NCCL's figure (ablation)
+    ll_net_share: bool = True
+    # a multi-server ring's latency pays the network on every crossing of its dependency chain, N for
+    # all_gather/reduce_scatter, 2N for all_reduce (collectives/nccl_model.py ring_chain_crossings); False: NCCL's
+    # N - 1 and 2 (N - 1) (ablation)
+    ring_crossings: bool = True
     # record each link tier's throughput over time (SimResult.tier_rates; an event replay only, for traces)
     tier_rates: bool = False
     # traffic classes (simulator/traffic.py): how switches schedule the classes of the collectives (by their group)
@@ -106,6 +114,8 @@ class SimConfig:
         object.__setattr__(self, "p2p_read", flag("p2p_read", self.p2p_read))
         object.__setattr__(self, "ll_channel", flag("ll_channel", self.ll_channel))
         object.__setattr__(self, "ll128_channel", flag("ll128_channel", self.ll128_channel))
+        object.__setattr__(self, "ll_net_share", flag("ll_net_share", self.ll_net_share))
+        object.__setattr__(self, "ring_crossings", flag("ring_crossings", self.ring_crossings))
         if self.ring_net_floor not in ("connection", "round_trip", "proxy"):
             raise ValueError(
                 f"ring_net_floor: {self.ring_net_floor!r} is not known; expected 'connection', 'round_trip' or 'proxy'"

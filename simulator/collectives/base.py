@@ -107,6 +107,12 @@ class LoweringContext:
     ll_channel: bool = True
     # LL128 likewise (nccl_model.LL128_CHANNEL_GBPS_AMPERE); False: NCCL's perChMaxRingLL128Bw
     ll128_channel: bool = True
+    # LL across servers: llMaxBw (the host's row) shared by the launched channels, each at most its GPU's LL rate
+    # (nccl_model.ll_net_share_cap_bytes_per_s); False: llMaxBw / the communicator's channels (NCCL's figure)
+    ll_net_share: bool = True
+    # a multi-server ring's latency pays the network on every crossing of its dependency chain
+    # (nccl_model.ring_chain_crossings); False: on NCCL's N - 1 (2 (N - 1) for all_reduce)
+    ring_crossings: bool = True
     # the NCCL release's minor number (CollectivePolicy.nccl_minor) where a mechanism differs between releases
     nccl_minor: int = nccl_model.nccl_minor(nccl_model.DEFAULT_NCCL_VERSION)
     _cache: dict[Hashable, object] = field(default_factory=dict, repr=False, compare=False)
@@ -306,8 +312,8 @@ def protocol_schedule(
     **fields: Any,
 ) -> Schedule:
     """A Schedule whose flows carry the protocol's wire factor and per-channel payload cap: the cap
-    of a channel of a communicator of ``comm_channels`` (default ``nchannels``) channels, as simulated
-    (``nccl_model.simulated_cap_bytes_per_s``)."""
+    of one of ``nchannels`` launched channels of a communicator of ``comm_channels`` (default ``nchannels``)
+    channels, as simulated (``nccl_model.simulated_cap_bytes_per_s``)."""
     layout = ctx.layout(collective.group)
     return Schedule(
         collective=collective,
@@ -325,6 +331,8 @@ def protocol_schedule(
             intra=layout.intra,
             ll_channel=ctx.ll_channel,
             ll128_channel=ctx.ll128_channel,
+            launched=nchannels,
+            ll_net_share=ctx.ll_net_share,
         ),
         **fields,
     )

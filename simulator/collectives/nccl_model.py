@@ -14,7 +14,9 @@ algorithm x protocol with the smallest prediction. fabricsim uses this model for
   factor 2) and tops out at ``llMaxBw`` (GPU polling throughput); LL128 moves 120 data bytes per
   128-byte line and is capped per channel (``perChMaxRingLL128Bw``); Simple has no cap. The simulated time takes
   a channel's own fitted LL and LL128 rate between Ampere GPUs on one NVLink server (``simulated_cap_bytes_per_s``)
-  and, on sm80 NVLink, each Simple slice's P2P read (``ring_read_slices_s``); NCCL's choice keeps its figures.
+  and, on sm80 NVLink, each Simple slice's P2P read (``ring_read_slices_s``); across servers LL's host ceiling
+  shared by the launched channels (``ll_net_share_cap_bytes_per_s``) and a ring's network latency on every
+  crossing of its chain (``ring_chain_crossings``); NCCL's choice keeps its figures.
 
 The bandwidth part of the time comes from the network model (physical links), not from here.
 What this ignores: NCCL's topology search (channel count and per-channel speed are inputs),
@@ -313,6 +315,29 @@ def ring_steps(kind_value: str, nranks: int, nnodes: int) -> tuple[int, int]:
     return nranks - 1, nnodes - 1
 
 
+def ring_chain_crossings(kind_value: str, nranks: int, nnodes: int) -> int:
+    """Network edges the longest dependency chain of a ring crosses, servers in blocks of ``nranks / nnodes``.
+
+    A ring step forwards what the previous step delivered, so the last rank to finish waits on a chain of
+    consecutive ring edges: n - 1 for all_gather and reduce_scatter, 2 (n - 1) for all_reduce (reduce-scatter then
+    all-gather, one chunk all the way). The ring leaves a server once every ppn edges, so h consecutive edges cross
+    at most ceil(h / ppn) of them: N for n - 1 hops (N - 1 with one GPU a server), 2N for all_reduce (2N - 1 at
+    ppn 2, 2N - 2 at ppn 1). NCCL's estimate counts N - 1 and 2 (N - 1) (tuning.cc, nInterSteps); rooted
+    collectives (broadcast, reduce: a chain from the root, which starts a server) and sendrecv keep NCCL's count.
+
+    >>> [ring_chain_crossings(k, 16, 2) for k in ("all_gather", "all_reduce", "broadcast")]
+    [2, 4, 1]
+    >>> ring_chain_crossings("all_gather", 2, 2)  # one GPU a server: every edge crosses, as NCCL counts
+    1
+    """
+    nsteps, ninter = ring_steps(kind_value, nranks, nnodes)
+    if nnodes <= 1 or kind_value not in ("all_gather", "reduce_scatter", "all_reduce"):
+        return ninter
+    ppn = nranks // nnodes
+    hops = nsteps
+    return max(ninter, min(hops, -(-hops // ppn)))
+
+
 def ring_latency_s(
     *,
     kind_value: str,
@@ -325,12 +350,28 @@ def ring_latency_s(
     nbytes: int,
     nchannels: int,
     hop_extra_us: float = 0.0,
+    chain_crossings: bool = False,
 ) -> float:
     """NCCL's ring latency for one collective (seconds); ``hop_extra_us`` is added to every
-    intra-server hop (the platform's ``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate)."""
+    intra-server hop (the platform's ``GroupLayout.hop_extra_us``; 0 for NCCL's own estimate), and with
+    ``chain_crossings`` (the simulated time) the network latency is paid on every crossing of the ring's
+    dependency chain (``ring_chain_crossings``) where NCCL pays N - 1 (2 (N - 1) for all_reduce), each in
+    place of an intra-server hop.
+
+    Worked number: 2 servers of 8 B200, ring LL all_gather: NCCL 6.6 + 14 x 1.0 + 1 x 2.7 = 23.3 us; the
+    simulated time with the platform's 0.7 us a NVLink hop (1.3 us, above the 1.0 us netOverhead) and 2
+    crossings: 6.6 + 13 x 1.3 + 2 x 2.7 = 28.9 us.
+
+    >>> kw = dict(kind_value="all_gather", protocol="LL", nranks=16, nnodes=2, ppn=8, intra="nvlink",
+    ...     cpu_vendor="intel", nbytes=8, nchannels=16)
+    >>> [round(ring_latency_s(**kw, **x) * 1e6, 2) for x in ({}, dict(hop_extra_us=0.7, chain_crossings=True))]
+    [23.3, 28.9]
+    """
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol: {protocol!r} is not known; expected one of {', '.join(PROTOCOLS)}")
     nsteps, ninter = ring_steps(kind_value, nranks, nnodes)
+    if chain_crossings:
+        ninter = ring_chain_crossings(kind_value, nranks, nnodes)
     intra_lat = HW_LATENCY_US[intra]["ring"][protocol] + hop_extra_us
     if nnodes > 1:
         overhead = NET_OVERHEAD_US.get(cpu_vendor, 1.0) * (3.0 if protocol == "Simple" else 1.0)
@@ -620,6 +661,28 @@ LL_CHANNEL_GBPS_AMPERE = 11.0
 LL128_CHANNEL_GBPS_AMPERE = 10.5
 
 
+def ll_net_share_cap_bytes_per_s(*, arch: str, cpu_vendor: str, nnodes: int, nchannels: int, launched: int) -> float:
+    """LL payload cap of one of ``launched`` channels of a communicator of ``nchannels`` across ``nnodes`` servers.
+
+    NCCL's llMaxBw across servers is a row of the host's CPU vendor (tuning.cc: "for multi-node, we look at CPU
+    type"), a ceiling of the host path LL takes over the network (the send buffer is host memory, net.cc), for the
+    collective: the channels it launches share it, a small collective launching fewer (enqueue.cc, ring/tree channel
+    tuning). A channel moves no more than its GPU's own LL rate, the generation's one-server llMaxBw over the
+    communicator's channels (NCCL's figure for every channel of one server). NCCL's estimate keeps llMaxBw for all
+    channels (``protocol_cap_bytes_per_s``).
+
+    Worked number: 2 servers of B200 on Intel hosts, 16 channels: 1 launched 17.6 GB/s (282 / 16, the GPU's), 4
+    launched 9.75 (39 / 4), 16 launched 2.44 (39 / 16, NCCL's figure).
+
+    >>> [round(ll_net_share_cap_bytes_per_s(arch="blackwell", cpu_vendor="intel", nnodes=2, nchannels=16,
+    ...     launched=c) / 1e9, 4) for c in (1, 4, 16)]
+    [17.625, 9.75, 2.4375]
+    """
+    gpu = ll_max_bw_bytes_per_s(arch=arch, cpu_vendor=cpu_vendor, nnodes=1) / max(nchannels, 1)
+    host = ll_max_bw_bytes_per_s(arch=arch, cpu_vendor=cpu_vendor, nnodes=nnodes) / max(launched, 1)
+    return min(gpu, host)
+
+
 def simulated_cap_bytes_per_s(
     *,
     protocol: str,
@@ -630,16 +693,23 @@ def simulated_cap_bytes_per_s(
     intra: str,
     ll_channel: bool = True,
     ll128_channel: bool = True,
+    launched: int | None = None,
+    ll_net_share: bool = False,
 ) -> float:
     """The per-channel payload cap the simulated time uses: ``protocol_cap_bytes_per_s``, except between Ampere GPUs
     on one NVLink server LL with ``ll_channel`` (``LL_CHANNEL_GBPS_AMPERE`` a channel, whatever the channels) and
-    LL128 with ``ll128_channel`` (``LL128_CHANNEL_GBPS_AMPERE``).
+    LL128 with ``ll128_channel`` (``LL128_CHANNEL_GBPS_AMPERE``); and across servers LL with ``ll_net_share``
+    (``ll_net_share_cap_bytes_per_s``) on the ``launched`` channels.
 
     >>> round(simulated_cap_bytes_per_s(protocol="LL", arch="ampere", cpu_vendor="intel", nnodes=1, nchannels=16,
     ...     intra="nvlink") / protocol_cap_bytes_per_s(protocol="LL", arch="ampere", cpu_vendor="intel", nnodes=1,
     ...     nchannels=16), 4)  # 11.0 / (87.7 / 16)
     2.0068
     """
+    if ll_net_share and protocol == "LL" and nnodes > 1 and launched is not None:
+        return ll_net_share_cap_bytes_per_s(
+            arch=arch, cpu_vendor=cpu_vendor, nnodes=nnodes, nchannels=nchannels, launched=launched
+        )
     if arch == "ampere" and nnodes == 1 and intra == "nvlink":
         if ll_channel and protocol == "LL":
             return gbyte_per_s(LL_CHANNEL_GBPS_AMPERE)

@@ -322,6 +322,7 @@ class RingAlgorithm(AlgorithmDefaults):
             nbytes=collective.nbytes,
             nchannels=comm_channels,
             hop_extra_us=layout.hop_extra_us,
+            chain_crossings=ctx.ring_crossings,
         )
         if (
             protocol == "Simple"

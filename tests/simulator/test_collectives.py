@@ -675,3 +675,60 @@ def test_ampere_ll_and_ll128_channels_run_at_their_own_rate_on_one_nvlink_server
     assert on.channels == off.channels == 4
     saved_us = 57344 / 5.48125e3 - 57344 / (nccl_model.LL_CHANNEL_GBPS_AMPERE * 1e3)
     assert off.time_us - on.time_us == pytest.approx(saved_us, rel=1e-6)
+
+
+def test_ll_across_servers_shares_the_hosts_llmaxbw_over_the_launched_channels():
+    # across servers NCCL's llMaxBw is the host's row (Intel, 2 nodes: 39 GB/s) for the whole collective: the channels
+    # it launches share it, each at most the GPU's own LL rate (Blackwell's one-server 282 GB/s over 16 channels)
+    def cap(launched, **kw):
+        base = dict(protocol="LL", arch="blackwell", cpu_vendor="intel", nnodes=2, nchannels=16, intra="nvlink")
+        return nccl_model.simulated_cap_bytes_per_s(**{**base, "ll_net_share": True, **kw}, launched=launched)
+
+    assert cap(1) == 282.0e9 / 16 and cap(4) == 39.0e9 / 4 and cap(16) == 39.0e9 / 16
+    assert cap(1, ll_net_share=False) == 39.0e9 / 16  # NCCL's figure: llMaxBw over the communicator's channels
+    assert cap(1, nnodes=1) == 282.0e9 / 16 == cap(16, nnodes=1)  # one server: NCCL's figure, as before
+    assert cap(1, protocol="LL128") == nccl_model.LL128_MAX_BW_PER_CHANNEL_GBPS["blackwell"] * 1e9
+    # 2x HGX B200, ring LL all_gather of 64 KiB on 1 launched channel: each inter-server edge carries 15/16 x 64 KiB
+    # = 61,440 B of payload; NCCL's figure moves it at 39 / 16 = 2.4375 GB/s, the shared one at the connection's
+    # 20 GB/s of LL wire (10 GB/s of payload, below the GPU's 17.625): 25.206 - 6.144 = 19.062 us saved
+    on, off = (
+        run_bench(
+            "all_gather",
+            system="hgx-b200",
+            nodes=2,
+            minbytes="64K",
+            maxbytes="64K",
+            config=SimConfig(ll_net_share=flag, collectives=CollectivePolicy(nccl_version="2.28")),
+        )[0]
+        for flag in (True, False)
+    )
+    assert on.channels == off.channels == 1 and on.protocol == "LL"
+    assert off.time_us - on.time_us == pytest.approx(61440 / 2.4375e3 - 61440 / 10e3, rel=1e-6)
+
+
+def test_ring_latency_pays_every_network_crossing_of_its_chain():
+    # 2 servers of 8: the last rank of an all_gather waits on 15 consecutive ring edges, both network edges among
+    # them (NCCL counts 1); all_reduce's 30 edges cross 4 (NCCL 2); one GPU a server: every edge, as NCCL counts
+    assert [nccl_model.ring_chain_crossings(k, 16, 2) for k in ("all_gather", "reduce_scatter", "all_reduce")] == [
+        2,
+        2,
+        4,
+    ]
+    assert nccl_model.ring_chain_crossings("all_reduce", 8, 4) == 7  # ppn 2: 14 hops cross ceil(14 / 2)
+    assert nccl_model.ring_chain_crossings("all_gather", 4, 4) == 3 == nccl_model.ring_steps("all_gather", 4, 4)[1]
+    assert nccl_model.ring_chain_crossings("broadcast", 16, 2) == 1  # from the root, which starts a server
+    # each extra crossing replaces an intra-server hop: + (NET ring LL 2.7 - max(NVLink 0.6 + B200's 0.7, 1.0)) us
+    ctx = context("hgx-b200", nodes=2)
+    for kind, extra in ((CollectiveKind.ALL_GATHER, 1), (CollectiveKind.ALL_REDUCE, 2)):
+        coll = Collective(kind=kind, nbytes=4096, group=tuple(range(16)))
+        on = RING.lower(coll, ctx, protocol="LL", nchannels=16).steps[0].latency_s
+        off = RING.lower(coll, replace(ctx, ring_crossings=False), protocol="LL", nchannels=16).steps[0].latency_s
+        assert (on - off) * 1e6 == pytest.approx(extra * (2.7 - 1.3), abs=1e-9)
+        # NCCL's estimate (the choice) keeps its own count
+        assert RING.estimate(coll, ctx, protocol="LL", nchannels=16) == RING.estimate(
+            coll, replace(ctx, ring_crossings=False), protocol="LL", nchannels=16
+        )
+    with pytest.raises(ValueError, match="ring_crossings"):
+        SimConfig(ring_crossings="on")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ll_net_share"):
+        SimConfig(ll_net_share=1.5)  # type: ignore[arg-type]
