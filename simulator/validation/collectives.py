@@ -144,7 +144,7 @@ SERIES = (
     Series(
         name="2x DGX A100 HDR all_reduce",
         file="a100_dgx_2node_ib_hdr_k8s_deepops.csv",
-        settings="default NCCL choice, 8x HDR per node",
+        settings="default NCCL choice, 8x HDR per node (the source's job: NCCL_ALGO=RING, NCCL 2.11.4)",
     ),
     Series(
         name="2x H100 NDR all_reduce, Ring + MIN_CTAS=24 + QPS=2",
