@@ -297,6 +297,7 @@ def _context(
         ring_net_floor=config.ring_net_floor,
         tree_chains=config.tree_chains,
         tree_net_floor=config.tree_net_floor,
+        search_channels=config.search_channels,
         nccl_minor=config.collectives.nccl_minor,
         pxn_hop=config.pxn_hop,
         p2p_ll=config.p2p_ll,
