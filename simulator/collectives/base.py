@@ -218,16 +218,23 @@ class LoweringContext:
 
     def _nics_used(self, infos: list[ServerInfo], ranks_by_server: tuple[tuple[int, ...], ...]) -> dict[str, Any]:
         """``nics_used``: the fewest distinct closest NICs of the group's GPUs on one of its servers (NCCL takes the
-        smallest channel count over its ranks); ``nic_gbps``: the slowest of those NICs' network ports, GB/s."""
+        smallest channel count over its ranks); ``nic_gbps``: the slowest bandwidth, GB/s, from one of its GPUs
+        through its NIC's network port (NCCL's search speed is bounded by the path's slowest link, ncclTopoCompute's
+        maxBw / totalBw: the port, or a PCIe or CPU link on the way to it)."""
         topo = self.topology
         used, gbps = [], []
         for info, ranks in zip(infos, ranks_by_server):
-            nics = {info.nic_of_gpu[self.local(r)] for r in ranks} - {-1}
+            nics = {info.nic_of_gpu[self.local(r)]: self.local(r) for r in ranks}
+            nics.pop(-1, None)
             used.append(len(nics))
-            for nic in nics:
+            for nic, local in nics.items():
                 out = np.nonzero(topo.link_src == info.nics[nic])[0]
-                net = [topo.link_capacity_bytes_per_s[k] for k in out if topo.link_tier[k] == LinkTier.NIC]
-                gbps.append(max(net, default=0.0) / 1e9)
+                route = info.gpu_to_nic_routes[(local, nic)]
+                port = max(
+                    (topo.link_capacity_bytes_per_s[k] for k in out if topo.link_tier[k] == LinkTier.NIC), default=0.0
+                )
+                path = min((float(topo.link_capacity_bytes_per_s[k]) for k in route), default=np.inf)
+                gbps.append(min(port, path) / 1e9)
         if not gbps or min(used) == 0:
             return {}
         return {"nics_used": min(used), "nic_gbps": min(gbps)}
