@@ -298,6 +298,7 @@ def _context(
         tree_chains=config.tree_chains,
         tree_copies=config.tree_copies,
         tree_net_floor=config.tree_net_floor,
+        search_channels=config.search_channels,
         nccl_minor=config.collectives.nccl_minor,
         pxn_hop=config.pxn_hop,
         p2p_ll=config.p2p_ll,

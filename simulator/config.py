@@ -69,6 +69,10 @@ class SimConfig:
     # a multi-server tree's chunks pipelined through its network crossings, each a step round trip
     # (collectives/nccl_model.py tree_net_floor_s); False leaves it out (ablation)
     tree_net_floor: bool = True
+    # a communicator across servers runs on the channels NCCL's ring search finds over the NICs its GPUs use
+    # (collectives/base.py search_ring_channels: 4 for one GPU a DGX H100 server, 16 for all 8); False: two per NIC
+    # of the server whatever the communicator uses (the earlier model, ablation)
+    search_channels: bool = True
     # a point-to-point send relayed under PXN pays the NVLink hop into the relay GPU's buffer
     # (collectives/p2p.py pxn_relayed); False leaves it out (ablation)
     pxn_hop: bool = True
@@ -112,6 +116,7 @@ class SimConfig:
         object.__setattr__(self, "tree_net_floor", flag("tree_net_floor", self.tree_net_floor))
         object.__setattr__(self, "tree_copies", flag("tree_copies", self.tree_copies))
         object.__setattr__(self, "p2p_read", flag("p2p_read", self.p2p_read))
+        object.__setattr__(self, "search_channels", flag("search_channels", self.search_channels))
         object.__setattr__(self, "ll_channel", flag("ll_channel", self.ll_channel))
         object.__setattr__(self, "ll128_channel", flag("ll128_channel", self.ll128_channel))
         object.__setattr__(self, "ll_net_share", flag("ll_net_share", self.ll_net_share))

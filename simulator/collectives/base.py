@@ -60,15 +60,70 @@ class GroupLayout:
     hop_extra_us: float = 0.0  # platform latency per intra-server hop over NCCL's table
     sm_version: int = 0  # the GPUs' compute capability x 10 (the lowest of the group's servers)
     nic_path: str = "pix"  # farthest GPU-to-NIC path (nccl_model.NIC_PATHS) of the group's GPUs, as NCCL types it
+    # NICs closest to the group's GPUs on a server (the fewest over its servers) and the slowest one's network
+    # port in GB/s, for NCCL's channel search (ring_channels); 0: not given, two channels a NIC of the server
+    nics_used: int = 0
+    nic_gbps: float = 0.0
 
 
 MAX_CHANNELS = 64  # NCCL MAXCHANNELS (src/include/device.h, 2.2x+)
 
 
+# NCCL's ring-search speeds across servers, GB/s a channel, by GPU generation (src/graph/search.cc
+# speedArrayInter, sm90SpeedArrayInter, sm100SpeedArrayInter): the search's first is the largest a NIC carries
+SEARCH_SPEEDS_INTER_GBPS = {
+    80: (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12),
+    90: (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12),
+    100: (
+        96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0,
+        20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12,
+    ),
+}  # fmt: skip
+# ncclTopoDupChannels doubles the searched channels when a channel moves at least this (GB/s), except on sm > 80
+# with more than DUP_MAX_CHANNELS channels below DUP_FAST_GBPS; ncclTopoPostset doubles them again, and on sm >= 90
+# once more while under POSTSET_CHANNELS_CAP channels of more than POSTSET_FAST_GBPS ("4 compute channels per
+# search channel ... on <8 PPN"); src/graph/search.cc and src/graph/connect.cc
+DUP_MIN_GBPS = 25.0
+DUP_FAST_GBPS = 50.0
+DUP_MAX_CHANNELS = 4
+POSTSET_FAST_GBPS = 45.0
+POSTSET_CHANNELS_CAP = 16
+
+
+def search_ring_channels(nics: int, nic_gbps: float, sm_version: int) -> int:
+    """NCCL's channels for a communicator across servers whose GPUs use ``nics`` NICs on a server, each a
+    ``nic_gbps`` GB/s port, on sm ``sm_version`` GPUs: the ring search finds one channel a NIC at the fastest
+    search speed the NIC carries, ncclTopoDupChannels and ncclTopoPostset then duplicate them.
+
+    >>> [search_ring_channels(n, 50.0, 90) for n in (1, 2, 4, 8)]   # DGX H100, NDR: 1 GPU a server -> 4
+    [4, 8, 16, 16]
+    >>> [search_ring_channels(n, 25.0, 80) for n in (1, 8)]         # DGX A100, HDR
+    [2, 16]
+    """
+    generation = 100 if sm_version >= 100 else 90 if sm_version >= 90 else 80
+    speeds = SEARCH_SPEEDS_INTER_GBPS[generation]
+    speed = next((v for v in speeds if v <= nic_gbps), speeds[-1])
+    channels = max(1, nics)
+    if speed >= DUP_MIN_GBPS and not (
+        generation > 80 and speed < DUP_FAST_GBPS and channels > DUP_MAX_CHANNELS
+    ):  # ncclTopoDupChannels
+        channels, speed = 2 * channels, speed / 2
+    channels *= 2  # ncclTopoPostset: "Duplication should be complete now"
+    if generation >= 90 and speed > POSTSET_FAST_GBPS and channels < POSTSET_CHANNELS_CAP:
+        channels *= 2
+    return min(MAX_CHANNELS, channels)
+
+
 def ring_channels(layout: GroupLayout) -> int:
-    """The communicator's channel count (rings, trees): about two per NIC on NVLink servers (16
-    with 8 NICs), 2 on PCIe-only boxes (an approximation of NCCL's topology search)."""
-    return min(MAX_CHANNELS, max(2, 2 * layout.nics_per_server)) if layout.intra == "nvlink" else 2
+    """The communicator's channel count (rings, trees). Across NVLink servers with ``layout.nics_used`` given,
+    NCCL's search over the NICs the group's GPUs use (:func:`search_ring_channels`: 16 for 8 GPUs on 8 NDR NICs,
+    4 for one GPU a server); otherwise about two per NIC of the server on NVLink servers (16 with 8 NICs), 2 on
+    PCIe-only boxes (an approximation of NCCL's topology search)."""
+    if layout.intra != "nvlink":
+        return 2
+    if layout.nnodes > 1 and layout.nics_used > 0:
+        return search_ring_channels(layout.nics_used, layout.nic_gbps, layout.sm_version)
+    return min(MAX_CHANNELS, max(2, 2 * layout.nics_per_server))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,6 +168,9 @@ class LoweringContext:
     # a multi-server ring's latency pays the network on every crossing of its dependency chain
     # (nccl_model.ring_chain_crossings); False: on NCCL's N - 1 (2 (N - 1) for all_reduce)
     ring_crossings: bool = True
+    # a communicator across servers gets the channels NCCL's search finds over the NICs its GPUs use (ring_channels,
+    # search_ring_channels: 4 for one GPU a DGX H100); False: two per NIC of the server, whatever it uses (ablation)
+    search_channels: bool = True
     # the NCCL release's minor number (CollectivePolicy.nccl_minor) where a mechanism differs between releases
     nccl_minor: int = nccl_model.nccl_minor(nccl_model.DEFAULT_NCCL_VERSION)
     _cache: dict[Hashable, object] = field(default_factory=dict, repr=False, compare=False)
@@ -165,7 +223,31 @@ class LoweringContext:
                 (self._nic_path(info, self.local(r)) for info, ranks in zip(infos, ranks_by_server) for r in ranks),
                 key=nccl_model.NIC_PATHS.index,
             ),
+            **(self._nics_used(infos, ranks_by_server) if self.search_channels else {}),
         )
+
+    def _nics_used(self, infos: list[ServerInfo], ranks_by_server: tuple[tuple[int, ...], ...]) -> dict[str, Any]:
+        """``nics_used``: the fewest distinct closest NICs of the group's GPUs on one of its servers (NCCL takes the
+        smallest channel count over its ranks); ``nic_gbps``: the slowest bandwidth, GB/s, from one of its GPUs
+        through its NIC's network port (NCCL's search speed is bounded by the path's slowest link, ncclTopoCompute's
+        maxBw / totalBw: the port, or a PCIe or CPU link on the way to it)."""
+        topo = self.topology
+        used, gbps = [], []
+        for info, ranks in zip(infos, ranks_by_server):
+            nics = {info.nic_of_gpu[self.local(r)]: self.local(r) for r in ranks}
+            nics.pop(-1, None)
+            used.append(len(nics))
+            for nic, local in nics.items():
+                out = np.nonzero(topo.link_src == info.nics[nic])[0]
+                route = info.gpu_to_nic_routes[(local, nic)]
+                port = max(
+                    (topo.link_capacity_bytes_per_s[k] for k in out if topo.link_tier[k] == LinkTier.NIC), default=0.0
+                )
+                path = min((float(topo.link_capacity_bytes_per_s[k]) for k in route), default=np.inf)
+                gbps.append(min(port, path) / 1e9)
+        if not gbps or min(used) == 0:
+            return {}
+        return {"nics_used": min(used), "nic_gbps": min(gbps)}
 
     def _nic_path(self, info: ServerInfo, local: int) -> str:
         """NCCL's path type from local GPU ``local`` to its closest NIC (nccl_model.NIC_PATHS): PIX through one

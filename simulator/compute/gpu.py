@@ -67,9 +67,10 @@ Parameters per GPU (set once here, used for every scenario)
   **A100 exception, fitted once**: the shipped A100 uses eff_max = 0.71 (``A100_SC21_GEMM_EFFICIENCY``,
   221.5 TFLOP/s), the one parameter fitted on Megatron SC21 Table 1 (``simulator.validation.sc21``:
   mean |predicted/measured - 1| of TFLOP/s per GPU over the ten rows, golden-section search, optimum
-  0.7064, rounded to the two digits the hold-out supports: fits on odd and even rows give 0.7059 and
-  0.7064). It stands for fp16 GEMMs inside Megatron-LM in 2021 (plausibly CUDA 11 cuBLAS and sustained
-  clocks at the power limit; the data do not separate causes) rather than a 2024 benchmark; the sourced
+  0.7063, rounded to two digits: fits on odd and even rows give 0.7224 and 0.7063, 0.7059 and 0.7064 before
+  the data-parallel groups ran on NCCL's searched channels). It stands for fp16 GEMMs inside Megatron-LM in
+  2021 (plausibly CUDA 11 cuBLAS and sustained clocks at the power limit; the data do not separate causes)
+  rather than a 2024 benchmark; the sourced
   0.869 stays available as ``A100_MAMF_2024``.
   **H100 FP8, fitted once**: eff_max FP8 = 0.656 (``H100_DGXC_FP8_GEMM_EFFICIENCY``, 1298 TFLOP/s before f_s),
   the one parameter fitted on the NVIDIA DGX Cloud FP8 recipes (``simulator.validation.dgxc_fit --precision FP8

@@ -10,6 +10,7 @@ import pytest
 
 from simulator.api import simulate
 from simulator.collectives import ALGORITHMS, Algorithm, LoweringContext, nccl_model
+from simulator.collectives.base import ring_channels, search_ring_channels
 from simulator.collectives.nvls_tree import tree_network_hops
 from simulator.collectives.p2p import comm_p2p_channels, op_channels, pxn_relayed
 from simulator.collectives.tuner import NCCL_FUNCTIONS, CollectivePolicy, choose, parse_selection
@@ -18,8 +19,9 @@ from simulator.placement import Placement
 from simulator.studies.nccl_tests import run_bench
 from topologies.presets import build_system
 from topologies.routing import Router
+from topologies.topology import LinkTier
 from workloads.collectives import Collective, CollectiveKind
-from workloads.tasks import Workload
+from workloads.tasks import CommTask, Workload
 
 RING = ALGORITHMS["ring"]
 
@@ -485,6 +487,53 @@ def test_p2p_channels_follow_nccls_split():
     assert [op_channels(n, layout, 16, 16) for n in sizes] == [1, 1, 2, 2, 2]
     # 64 ranks on 16 channels: 2 x 64 > 4 x 16, so one channel to a network peer
     assert op_channels(1 << 30, layout, 64, 16) == 1
+
+
+def test_a_communicator_across_servers_runs_on_the_channels_nccls_search_finds_over_its_nics():
+    # NCCL's ring search finds one channel a NIC at the fastest search speed the port carries (NDR 49.7 GB/s:
+    # 48; HDR 24.8 GB/s: 24). ncclTopoDupChannels doubles them at >= 25 GB/s a channel unless sm > 80 has more
+    # than 4 channels under 50 GB/s; ncclTopoPostset doubles them again, and sm >= 90 once more under 16 channels
+    # of > 45 GB/s. One NDR NIC (sm90): 1 at 48 -> 2 at 24 -> 4. Eight: 8 at 48 (8 > 4, no dup) -> 16 (not < 16).
+    # Four: 4 at 48 -> 8 at 24 -> 16. HDR (sm80): 24 < 25, no dup -> 2 a NIC.
+    assert [search_ring_channels(n, 49.68, 90) for n in (1, 2, 4, 8)] == [4, 8, 16, 16]
+    assert [search_ring_channels(n, 24.84, 80) for n in (1, 8)] == [2, 16]
+    # sm100 with an NDR NIC picks 48 from its own array (96, 86, 80 above the port), as sm90
+    assert search_ring_channels(1, 49.68, 100) == 4
+    three = context("dgx-h100", nodes=3)
+    # a data-parallel group of one GPU a server (tensor-parallel 8): one NIC a server -> 4; every GPU: 16
+    assert ring_channels(three.layout((0, 8, 16))) == 4
+    assert ring_channels(three.layout(tuple(range(24)))) == 16
+    assert ring_channels(three.layout((0, 1, 8, 9))) == 8
+    # the earlier model (two a NIC of the server, whatever the group uses) as an ablation; one server unchanged
+    earlier = LoweringContext(
+        topology=three.topology, router=three.router, rank_gpu=three.rank_gpu, search_channels=False
+    )
+    assert ring_channels(earlier.layout((0, 8, 16))) == 16
+    assert ring_channels(three.layout((0, 1))) == 16
+
+
+def test_a_pipeline_transfer_shares_its_nic_with_an_all_gathers_channels():
+    # Rank 0 (GPU 0, server 0) sends a Nemotron-4 340B stage transfer (s h D / t = 4096 x 18432 x 2 / 8 B) to
+    # rank 16 (GPU 0, server 2) while its data-parallel group (0, 8) all-gathers 1 GiB on stream 1: both leave
+    # through NIC 0 (49.68 GB/s; the transfer, one network connection, is capped at 20 GB/s alone). Max-min over
+    # the NIC's flows gives the transfer 49.68 / (4 + 1) = 9.94 GB/s beside the all-gather's 4 channels, and
+    # 49.68 / (16 + 1) = 2.92 GB/s beside the 16 the earlier model gave a one-GPU-a-server communicator.
+    topo = build_system("dgx-h100", nodes=3)
+    nbytes = 4096 * 18432 * 2 // 8
+    gather = Collective(kind=CollectiveKind.ALL_GATHER, nbytes=1 << 30, group=(0, 8))
+    stage = Collective(kind=CollectiveKind.ALL_TO_ALL, nbytes=nbytes, group=(0, 16), splits=((0, nbytes), (0, 0)))
+    programs: list[tuple[CommTask, ...]] = [()] * 24
+    programs[0] = (CommTask(index=0, stream=1), CommTask(index=1, stream=0))
+    programs[8], programs[16] = (CommTask(index=0, stream=1),), (CommTask(index=1, stream=0),)
+    workload = Workload(nranks=24, collectives=(gather, stage), programs=tuple(programs))
+    nic = topo.link_capacity_bytes_per_s[
+        [k for k in np.nonzero(topo.link_src == topo.servers[0].nics[0])[0] if topo.link_tier[k] == LinkTier.NIC][0]
+    ]
+    for search, channels in ((True, 4), (False, 16)):
+        ag, transfer = simulate(topo, workload, config=SimConfig(search_channels=search)).collectives
+        assert ag.nchannels == channels and ag.end_s > transfer.end_s  # the gather outlasts the transfer
+        rate = nbytes / (transfer.time_s - transfer.latency_s)
+        assert rate == pytest.approx(nic / (channels + 1), rel=5e-3)
 
 
 def test_sendrecv_on_one_b200_server_runs_at_nccls_channel_count():

@@ -349,14 +349,14 @@ def test_sc21_compute_only_throughput_bounds_the_measured_one():
 
 
 def test_a100_gemm_efficiency_is_the_documented_sc21_fit():
-    # compute.py and compute_calibration.py document eff_max = 0.71 for the A100 (optimum 0.7064, two digits),
+    # compute.py and compute_calibration.py document eff_max = 0.71 for the A100 (optimum 0.7063, two digits),
     # every other A100 parameter the sourced one; the 2024 MAMF figure 271.2/312 stays available
     a100 = COMPUTE_MODELS["a100_sxm4_80gb"]
     assert A100_SC21_GEMM_EFFICIENCY == a100.gemm_efficiency_bf16 == 0.71
     assert A100_MAMF_2024.gemm_efficiency_bf16 == 271.2 / 312
     assert dataclasses.replace(a100, gemm_efficiency_bf16=A100_MAMF_2024.gemm_efficiency_bf16) == A100_MAMF_2024
     fit = cal.fit_gemm_efficiency()
-    assert round(fit.gemm_efficiency, 4) == 0.7064 and round(fit.gemm_efficiency, 2) == A100_SC21_GEMM_EFFICIENCY
+    assert round(fit.gemm_efficiency, 4) == 0.7063 and round(fit.gemm_efficiency, 2) == A100_SC21_GEMM_EFFICIENCY
     assert fit.holdout_error is None and len(fit.predictions) == 10
     # the fit's optimum is at least as good as the shipped rounding, which is at least as good as MAMF
     shipped = cal.mean_abs_error(cal.sc21_predict())
@@ -389,9 +389,9 @@ def test_sc21_proxy_meets_the_acceptance_and_mamf_does_not():
     before = cal.sc21_predict(A100_MAMF_2024)
     after = cal.sc21_predict()
     # with MAMF the proxy is the full simulation itself (T = I + N_r, N_r measured with MAMF): every row
-    # over-predicts, +11.7 % (GPT-39.1B) to +21.9 % (GPT-1.7B) in simulator.validation.sc21's table
+    # over-predicts, +9.7 % (GPT-7.5B) to +21.9 % (GPT-1.7B) in simulator.validation.sc21's table
     assert [p.step_time_s for p in before] == pytest.approx(list(cal.SC21_MAMF_STEP_S.values()), rel=1e-12)
-    assert all(0.11 <= p.error <= 0.23 for p in before)
+    assert all(0.09 <= p.error <= 0.23 for p in before)
     assert cal.mean_abs_error(after) <= 0.10
     # a slower GEMM only adds time: every row's prediction falls, the network part is unchanged
     for b, a in zip(before, after):
@@ -402,12 +402,12 @@ def test_sc21_proxy_meets_the_acceptance_and_mamf_does_not():
 @pytest.mark.slow
 def test_sc21_holdout_odd_and_even_rows():
     odd, even = cal.sc21_holdout()
-    # measured (sc21 docstring): odd rows -> 0.7059, 1.91 % on the even; even -> 0.7064, 2.43 %
+    # measured (sc21 docstring): odd rows -> 0.7224, 2.45 % on the even; even -> 0.7063, 2.99 %
     assert odd.fit_models == ("GPT-1.7B", "GPT-7.5B", "GPT-39.1B", "GPT-145.6B", "GPT-529.6B")
     assert set(odd.fit_models).isdisjoint(even.fit_models) and len(even.fit_models) == 5
     for fit in (odd, even):
         assert fit.holdout_error <= 0.10
-        assert 0.70 <= fit.gemm_efficiency <= 0.71
+        assert 0.70 <= fit.gemm_efficiency <= 0.73
 
 
 def test_training_tables_ship_with_their_sources():
