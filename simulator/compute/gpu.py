@@ -759,6 +759,7 @@ def _layer_ops(
     cp: int,
     ep: int,
     flash_attention: bool,
+    etp: int = 1,
 ) -> list[_Op]:
     """The forward kernels of one layer on one GPU, in order (Megatron's fused kernels: bias+GeLU,
     bias+dropout+residual-add, scale+mask+softmax; SC21 sec. 4.2)."""
@@ -766,7 +767,10 @@ def _layer_ops(
         raise ValueError(f"model: {model!r} is not allowed; expected a workloads.model.ModelSpec")
     _check_flag("sp", sp)
     _check_flag("flash_attention", flash_attention)
-    gemms = {g.name: g for g in model.layer_gemms(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep)}
+    gemms = {
+        g.name: g
+        for g in model.layer_gemms(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp)
+    }
     if model.is_moe_layer(layer) and tp > 1 and not sp:
         raise ValueError(
             f"sp: False is not allowed for MoE layer {layer} with tp = {tp}; expected True "
@@ -879,6 +883,7 @@ def layer_forward(
     sp: bool = False,
     cp: int = 1,
     ep: int = 1,
+    etp: int = 1,
     dtype: str = "bf16",
     flash_attention: bool = True,
     compute_model: GpuComputeModel | None = None,
@@ -896,6 +901,7 @@ def layer_forward(
         sp=sp,
         cp=cp,
         ep=ep,
+        etp=etp,
         flash_attention=flash_attention,
     )
     return ComputeBreakdown(ops=tuple(t for op in ops for t in _forward_times(op, ctx)))
@@ -912,6 +918,7 @@ def layer_backward(
     sp: bool = False,
     cp: int = 1,
     ep: int = 1,
+    etp: int = 1,
     dtype: str = "bf16",
     flash_attention: bool = True,
     recompute: str = "none",
@@ -934,6 +941,7 @@ def layer_backward(
         sp=sp,
         cp=cp,
         ep=ep,
+        etp=etp,
         flash_attention=flash_attention,
     )
     core = {"attn_scores", "softmax", "attn_dropout", "attn_values"}
@@ -953,6 +961,7 @@ def layer_forward_time_s(
     sp: bool = False,
     cp: int = 1,
     ep: int = 1,
+    etp: int = 1,
     dtype: str = "bf16",
     flash_attention: bool = True,
     layer: int = 0,
@@ -969,6 +978,7 @@ def layer_forward_time_s(
         sp=sp,
         cp=cp,
         ep=ep,
+        etp=etp,
         dtype=dtype,
         flash_attention=flash_attention,
         compute_model=compute_model,
@@ -985,6 +995,7 @@ def layer_backward_time_s(
     sp: bool = False,
     cp: int = 1,
     ep: int = 1,
+    etp: int = 1,
     dtype: str = "bf16",
     flash_attention: bool = True,
     recompute: str = "none",
@@ -1002,6 +1013,7 @@ def layer_backward_time_s(
         sp=sp,
         cp=cp,
         ep=ep,
+        etp=etp,
         dtype=dtype,
         flash_attention=flash_attention,
         recompute=recompute,
@@ -1019,6 +1031,7 @@ def layer_times(
     sp: bool = False,
     cp: int = 1,
     ep: int = 1,
+    etp: int = 1,
     dtype: str = "bf16",
     flash_attention: bool = True,
     recompute: str = "none",
@@ -1035,6 +1048,7 @@ def layer_times(
         sp=sp,
         cp=cp,
         ep=ep,
+        etp=etp,
         dtype=dtype,
         flash_attention=flash_attention,
         compute_model=compute_model,
