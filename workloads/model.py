@@ -81,7 +81,9 @@ with sequence parallelism 2 all-gathers and 2 reduce-scatters of s b h D forward
 reduce-scatters and 4 all-gathers (Megatron gathers the sequence-parallel input again for the
 weight gradient); pipeline activations s b h D per micro-batch and stage boundary (/t with
 sequence parallelism or SC21's scatter/gather); EP all-to-all of T k h D per dispatch and per
-combine; context parallelism passes the local K and V, 2 b (s/c) g d D, c-1 times around a ring.
+combine (T = b s / (c t)), and with expert tensor parallelism etp > 1 an all-gather and a reduce-scatter of
+etp T k h D between them (the expert GEMMs then take etp x the tokens and 1/etp of each expert's weights: the
+same FLOPs, weights / etp); context parallelism passes the local K and V, 2 b (s/c) g d D, c-1 times around a ring.
 
 What is ignored: vocabulary padding beyond a multiple of t, the small non-GEMM FLOPs (softmax,
 norms) in the FLOP counts, the router's auxiliary loss, load imbalance between experts, and
@@ -428,6 +430,16 @@ class ModelSpec:
             raise reject("tp", tp, f"a divisor of ffn_hidden ({self.ffn_hidden})")
         return tp
 
+    def _check_etp(self, etp: int) -> int:
+        """Expert tensor parallelism: each expert's fc1 columns and fc2 rows split over etp GPUs (Megatron-Core
+        expert_tensor_parallel_size; moe/experts.py builds the expert linears over the expert TP group)."""
+        etp = int_at_least("etp", etp, 1)
+        if not self.is_moe:
+            return 1  # nothing to split (Megatron keeps expert_tensor_parallel_size = tp on dense models too)
+        if self._expert_ffn % etp:
+            raise reject("etp", etp, f"a divisor of expert_ffn_hidden ({self.expert_ffn_hidden})")
+        return etp
+
     def _check_ep(self, ep: int) -> int:
         ep = int_at_least("ep", ep, 1)
         if ep > 1 and not self.is_moe:
@@ -446,19 +458,20 @@ class ModelSpec:
         biases = (q // tp + h) if self.bias else 0
         return weights + biases
 
-    def layer_parameters(self, layer: int = 0, *, tp: int = 1, ep: int = 1) -> int:
+    def layer_parameters(self, layer: int = 0, *, tp: int = 1, ep: int = 1, etp: int = 1) -> int:
         """Weights of layer ``layer`` on one GPU: tp splits the GEMM weights (norms, the router and
-        row-parallel biases are replicated), ep splits the routed experts (expert weights are not
-        tensor-parallel: expert tensor parallelism 1, as Megatron's MoE recipes and DeepSeek-V3 use)."""
+        row-parallel biases are replicated), ep splits the routed experts and etp each routed expert's weights
+        (Megatron-Core expert_tensor_parallel_size; 1 here by default, as Megatron's MoE recipes and DeepSeek-V3
+        use; ParallelismSpec passes its own, t unless set)."""
         self._check_layer(layer)
-        return self._layer_parameters(layer, self._check_tp(tp), self._check_ep(ep))
+        return self._layer_parameters(layer, self._check_tp(tp), self._check_ep(ep), self._check_etp(etp))
 
-    def _layer_parameters(self, layer: int, tp: int, ep: int) -> int:
+    def _layer_parameters(self, layer: int, tp: int, ep: int, etp: int = 1) -> int:
         """:meth:`layer_parameters` with arguments already checked (stage and model sums check them once)."""
         total = 2 * self._norm_parameters() + self._attention_parameters(tp)
         if self._is_moe_layer(layer):
             total += self.hidden * self.experts  # router
-            total += self._routed_expert_parameters(ep)
+            total += self._routed_expert_parameters(ep, etp)
             total += self.shared_experts * self._mlp_parameters(self._expert_ffn, tp=tp)
         else:
             total += self._mlp_parameters(self.ffn_hidden, tp=tp)
@@ -493,16 +506,17 @@ class ModelSpec:
         0 for a dense model."""
         return self._mlp_parameters(self._expert_ffn) if self.is_moe else 0
 
-    def routed_expert_parameters(self, layer: int = 0, *, ep: int = 1) -> int:
+    def routed_expert_parameters(self, layer: int = 0, *, ep: int = 1, etp: int = 1) -> int:
         """The routed experts' weights of layer ``layer`` on one GPU (part of :meth:`layer_parameters`): its
-        experts / ep experts of :meth:`expert_parameters` on a MoE layer, 0 on a dense one."""
+        experts / ep experts of :meth:`expert_parameters` / etp on a MoE layer, 0 on a dense one."""
         self._check_layer(layer)
-        ep = self._check_ep(ep)
-        return self._routed_expert_parameters(ep) if self._is_moe_layer(layer) else 0
+        ep, etp = self._check_ep(ep), self._check_etp(etp)
+        return self._routed_expert_parameters(ep, etp) if self._is_moe_layer(layer) else 0
 
-    def _routed_expert_parameters(self, ep: int) -> int:
-        """The routed experts of one MoE layer on one GPU (``ep`` already checked)."""
-        return (self.experts // ep) * self.expert_parameters()
+    def _routed_expert_parameters(self, ep: int, etp: int = 1) -> int:
+        """The routed experts of one MoE layer on one GPU (``ep``, ``etp`` already checked): etp divides the
+        expert's ffn hidden, so its fc1 columns and fc2 rows split evenly (biases too, as a dense MLP's)."""
+        return (self.experts // ep) * self._mlp_parameters(self._expert_ffn, tp=etp)
 
     def final_norm_parameters(self) -> int:
         return self._norm_parameters()
@@ -554,7 +568,14 @@ class ModelSpec:
         return tuple(stages)
 
     def stage_parameters(
-        self, stage: int, *, tp: int = 1, pp: int = 1, ep: int = 1, split_slots: tuple[int, int] = (0, 0)
+        self,
+        stage: int,
+        *,
+        tp: int = 1,
+        pp: int = 1,
+        ep: int = 1,
+        etp: int = 1,
+        split_slots: tuple[int, int] = (0, 0),
     ) -> int:
         """Weights on one GPU of pipeline stage ``stage``: its layers, the embedding on the first stage,
         the final norm and output layer on the last (Megatron; a tied embedding is also kept, as the
@@ -562,8 +583,8 @@ class ModelSpec:
         stages = self.stage_layers(pp=pp, split_slots=split_slots)
         if not is_int(stage) or not 0 <= stage < len(stages):
             raise reject("stage", stage, f"an integer in 0..{len(stages) - 1}")
-        checked_tp, checked_ep = self._check_tp(tp), self._check_ep(ep)  # once, not per layer
-        total = sum(self._layer_parameters(i, checked_tp, checked_ep) for i in stages[stage])
+        checked_tp, checked_ep, checked_etp = self._check_tp(tp), self._check_ep(ep), self._check_etp(etp)  # once
+        total = sum(self._layer_parameters(i, checked_tp, checked_ep, checked_etp) for i in stages[stage])
         if stage == 0:
             total += self.embedding_parameters(tp=tp)
         if stage == len(stages) - 1:
@@ -571,10 +592,10 @@ class ModelSpec:
         return total
 
     def parameters_per_gpu(
-        self, *, tp: int = 1, pp: int = 1, ep: int = 1, split_slots: tuple[int, int] = (0, 0)
+        self, *, tp: int = 1, pp: int = 1, ep: int = 1, etp: int = 1, split_slots: tuple[int, int] = (0, 0)
     ) -> int:
         """The largest :meth:`stage_parameters` over the stages (the GPU that runs out of memory first)."""
-        return max(self.stage_parameters(j, tp=tp, pp=pp, ep=ep, split_slots=split_slots) for j in range(pp))
+        return max(self.stage_parameters(j, tp=tp, pp=pp, ep=ep, etp=etp, split_slots=split_slots) for j in range(pp))
 
     def parameter_bytes(self) -> int:
         return self.total_parameters() * self.dtype_bytes
@@ -585,21 +606,35 @@ class ModelSpec:
         tp: int = 1,
         pp: int = 1,
         ep: int = 1,
+        etp: int = 1,
         dp: int = 1,
+        edp: int | None = None,
         zero_stage: int = 0,
         grad_bytes: int = 2,
         split_slots: tuple[int, int] = (0, 0),
     ) -> TrainingStateBytes:
         """Weights, gradients and Adam state on the most loaded GPU (:func:`zero_state_bytes` of
-        :meth:`parameters_per_gpu`). ZeRO shards every local weight over ``dp``; that experts are in
-        reality sharded over their own expert-data-parallel group is ignored."""
-        return zero_state_bytes(
-            self.parameters_per_gpu(tp=tp, pp=pp, ep=ep, split_slots=split_slots),
-            zero_stage=zero_stage,
-            dp=dp,
-            param_bytes=self.dtype_bytes,
-            grad_bytes=grad_bytes,
-        )
+        :meth:`parameters_per_gpu`). ZeRO shards the dense weights over ``dp`` and, given ``edp``, the routed
+        experts' over their expert-data-parallel group of ``edp`` (Megatron-Core's distributed optimizer shards
+        each gradient buffer over its own group: expert buffers over get_expert_data_parallel_group,
+        distributed_data_parallel.py); ``edp`` None shards every weight over ``dp``."""
+        kw = dict(zero_stage=zero_stage, param_bytes=self.dtype_bytes, grad_bytes=grad_bytes)
+        per_stage = [self.stage_parameters(j, tp=tp, pp=pp, ep=ep, etp=etp, split_slots=split_slots) for j in range(pp)]
+        if edp is None or not self.is_moe:
+            return zero_state_bytes(max(per_stage), dp=dp, **kw)
+        edp = int_at_least("edp", edp, 1)
+        states = []
+        for j, layers in enumerate(self.stage_layers(pp=pp, split_slots=split_slots)):
+            expert = sum(self.routed_expert_parameters(i, ep=ep, etp=etp) for i in layers)
+            dense, routed = zero_state_bytes(per_stage[j] - expert, dp=dp, **kw), zero_state_bytes(expert, dp=edp, **kw)
+            states.append(
+                TrainingStateBytes(
+                    parameters=dense.parameters + routed.parameters,
+                    gradients=dense.gradients + routed.gradients,
+                    optimizer=dense.optimizer + routed.optimizer,
+                )
+            )
+        return max(states, key=lambda state: state.total)
 
     # ------------------------------------------------------------------------------------------
     # FLOPs
@@ -619,17 +654,28 @@ class ModelSpec:
         return b * s / cp / tp
 
     def layer_gemms(
-        self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, cp: int = 1, ep: int = 1
+        self,
+        layer: int = 0,
+        *,
+        micro_batch: int,
+        seq_len: int | None = None,
+        tp: int = 1,
+        cp: int = 1,
+        ep: int = 1,
+        etp: int = 1,
     ) -> tuple[Gemm, ...]:
         """The forward GEMMs of one layer and one micro-batch on one GPU, in execution order.
 
         Attention products are batched over (micro-batch x local heads); with context parallelism a
         rank holds s/c queries and meets all s keys (ring attention), so scores are (s/c) x s.
-        Routed expert GEMMs are ``E/ep`` products of the average m = (b s/(c t)) k ep / E tokens.
+        Routed expert GEMMs are ``E/ep`` products of the average m = etp (b s/(c t)) k ep / E tokens (the
+        all-to-all brings a rank the tokens of its experts, the expert-TP all-gather those of its etp group:
+        moe/token_dispatcher.py MoEAlltoAllTokenDispatcher) with 1/etp of each expert's columns (fc1) or rows
+        (fc2): the same FLOPs per rank whatever etp.
         """
         self._check_layer(layer)
         b, s, cp = self._tokens(micro_batch, seq_len, cp)
-        tp, ep = self._check_tp(tp), self._check_ep(ep)
+        tp, ep, etp = self._check_tp(tp), self._check_ep(ep), self._check_etp(etp)
         h, d, tokens = self.hidden, self.head_dim, b * s // cp
         local_heads = self.heads // tp
         gemms = [
@@ -642,10 +688,10 @@ class ModelSpec:
         if self._is_moe_layer(layer):
             t_moe = tokens / tp
             fe = self._expert_ffn
-            per_expert = t_moe * self.top_k * ep / self.experts
+            per_expert = etp * t_moe * self.top_k * ep / self.experts
             gemms.append(Gemm(name="router", m=t_moe, n=self.experts, k=h))
-            gemms.append(Gemm(name="expert_up", m=per_expert, n=up * fe, k=h, count=self.experts // ep))
-            gemms.append(Gemm(name="expert_down", m=per_expert, n=h, k=fe, count=self.experts // ep))
+            gemms.append(Gemm(name="expert_up", m=per_expert, n=up * fe // etp, k=h, count=self.experts // ep))
+            gemms.append(Gemm(name="expert_down", m=per_expert, n=h, k=fe // etp, count=self.experts // ep))
             if self.shared_experts:
                 fs = self.shared_experts * fe
                 if fs % tp:
@@ -659,11 +705,19 @@ class ModelSpec:
         return tuple(gemms)
 
     def layer_forward_flops(
-        self, layer: int = 0, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, cp: int = 1, ep: int = 1
+        self,
+        layer: int = 0,
+        *,
+        micro_batch: int,
+        seq_len: int | None = None,
+        tp: int = 1,
+        cp: int = 1,
+        ep: int = 1,
+        etp: int = 1,
     ) -> LayerFlops:
         """Forward FLOPs of one layer and micro-batch on one GPU, per operation (sums of :meth:`layer_gemms`)."""
         parts = {"qkv": 0.0, "attn_scores": 0.0, "attn_values": 0.0, "attn_proj": 0.0, "mlp": 0.0, "router": 0.0}
-        for gemm in self.layer_gemms(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep):
+        for gemm in self.layer_gemms(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp):
             key = gemm.name if gemm.name in parts else "mlp"
             parts[key] += gemm.flops
         return LayerFlops(**parts)
@@ -678,10 +732,11 @@ class ModelSpec:
         tp: int = 1,
         cp: int = 1,
         ep: int = 1,
+        etp: int = 1,
     ) -> float:
         """Forward work re-run before the backward: 0, the attention core, or the whole layer."""
         choice("recompute", recompute, RECOMPUTE)
-        fwd = self.layer_forward_flops(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep)
+        fwd = self.layer_forward_flops(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp)
         return {"none": 0.0, "selective": fwd.attention_core, "full": fwd.total}[recompute]
 
     def layer_training_flops(
@@ -694,11 +749,14 @@ class ModelSpec:
         tp: int = 1,
         cp: int = 1,
         ep: int = 1,
+        etp: int = 1,
     ) -> float:
         """Forward + backward (2x forward) + recomputation of one layer and micro-batch on one GPU."""
-        fwd = self.layer_forward_flops(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep).total
+        fwd = self.layer_forward_flops(
+            layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp
+        ).total
         extra = self.layer_recompute_flops(
-            layer, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute, tp=tp, cp=cp, ep=ep
+            layer, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute, tp=tp, cp=cp, ep=ep, etp=etp
         )
         return 3.0 * fwd + extra
 
@@ -776,16 +834,19 @@ class ModelSpec:
         cp: int = 1,
         recompute: str = "none",
         flash_attention: bool = False,
+        etp: int = 1,
     ) -> float:
         """Bytes one GPU keeps for the backward of one layer and one micro-batch (Korthikanti et al. 2022).
 
         Replicated over tensor-parallel ranks unless ``sp``: norm inputs, block inputs, residual
         dropout masks. Everything else is split over t. With context parallelism a rank holds s/c
-        tokens and (s/c) x s attention scores.
+        tokens and (s/c) x s attention scores. A MoE layer keeps its routed tokens' expert input as the
+        expert-TP all-gather leaves it, etp times the tokens it dispatched (the fc1 weight gradient needs it),
+        and their expert activations at 1/etp of the columns.
         """
         self._check_layer(layer)
         b, s, cp = self._tokens(micro_batch, seq_len, cp)
-        tp = self._check_tp(tp)
+        tp, etp = self._check_tp(tp), self._check_etp(etp)
         choice("recompute", recompute, RECOMPUTE)
         flag("sp", sp)
         flag("flash_attention", flash_attention)
@@ -806,7 +867,7 @@ class ModelSpec:
         act = 3 * D if self.gated_mlp else 2 * D  # per MLP unit: fc1 output(s) and activation output
         if self._is_moe_layer(layer):
             routed = sb * self.top_k
-            sharded += routed * (D * h + act * self._expert_ffn)  # permuted input, expert activations
+            sharded += routed * (etp * D * h + act * self._expert_ffn)  # permuted input, expert activations
             sharded += sb * self.shared_experts * act * self._expert_ffn
             sharded += 4 * sb * self.experts  # fp32 router probabilities
         else:
@@ -906,19 +967,39 @@ class ModelSpec:
         tp: int = 1,
         cp: int = 1,
         ep: int = 1,
+        etp: int = 1,
         phase: str = "forward",
         recompute: str = "none",
     ) -> tuple[CommSize, ...]:
-        """Dispatch and combine all-to-alls of a MoE layer (none for a dense layer or ep = 1)."""
+        """Dispatch and combine all-to-alls of a MoE layer (none for a dense layer or ep = 1) and, with expert
+        tensor parallelism etp > 1, the all-gather of the received tokens over the expert tensor-parallel group
+        after the dispatch and the reduce-scatter of the expert output before the combine, etp x the all-to-all
+        buffer each (moe/token_dispatcher.py MoEAlltoAllTokenDispatcher: dispatch_postprocess
+        gather_from_sequence_parallel_region(..., group=self.tp_group), combine_preprocess
+        reduce_scatter_to_sequence_parallel_region; tp_group is the expert TP group, Megatron-Core >= 0.10);
+        the backward runs each once more (an all-gather's gradient is a reduce-scatter), full recomputation
+        the forward ones again. The routing probabilities gathered beside the tokens (4 B per token and expert
+        against h D) are left out."""
         self._check_layer(layer)
-        ep = self._check_ep(ep)
+        ep, etp = self._check_ep(ep), self._check_etp(etp)
         choice("phase", phase, PHASES)
         choice("recompute", recompute, RECOMPUTE)
-        if ep == 1 or not self._is_moe_layer(layer):
+        if (ep == 1 and etp == 1) or not self._is_moe_layer(layer):
             return ()
         nbytes = self.ep_alltoall_bytes(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp)
         count = 2 if phase == "forward" else (4 if recompute == "full" else 2)
-        return (CommSize(name="ep_alltoall", kind=CollectiveKind.ALL_TO_ALL, nbytes=nbytes, count=count, group="ep"),)
+        out = []
+        if ep > 1:
+            out.append(
+                CommSize(name="ep_alltoall", kind=CollectiveKind.ALL_TO_ALL, nbytes=nbytes, count=count, group="ep")
+            )
+        if etp > 1:
+            for name, kind in (
+                ("etp_allgather", CollectiveKind.ALL_GATHER),
+                ("etp_reducescatter", CollectiveKind.REDUCE_SCATTER),
+            ):
+                out.append(CommSize(name=name, kind=kind, nbytes=etp * nbytes, count=count // 2, group="etp"))
+        return tuple(out)
 
     def cp_kv_bytes(self, *, micro_batch: int, seq_len: int | None = None, tp: int = 1, cp: int) -> int:
         """Bytes of the local K and V block passed to the next context-parallel rank in one ring step:

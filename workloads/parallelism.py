@@ -6,8 +6,10 @@ A :class:`ParallelismSpec` holds the sizes of the five kinds of parallelism and 
 * pipeline parallelism p (``pp``) with ``vp`` virtual stages per GPU (interleaved 1F1B);
 * context parallelism c (``cp``): the sequence split over c GPUs (ring attention);
 * data parallelism d (``dp``): replicas of the model, gradients averaged; ZeRO stage 0-3 / FSDP;
-* expert parallelism e (``ep``): the experts of each MoE layer spread over e GPUs, carved out of the
-  d x c ranks that hold the same (tensor, pipeline) shard (Megatron-Core: ep divides d x c).
+* expert parallelism e (``ep``) and expert tensor parallelism (``etp``, Megatron-Core's
+  ``expert_tensor_parallel_size``, None = t, its default): the MoE layers regroup the t x c x d ranks of each
+  pipeline stage as etp x e x edp ("MoE parallel folding", Megatron-Core >= 0.10): each expert's weights split
+  over etp GPUs, the experts over e GPUs, edp = t c d / (etp e) copies averaging their gradients.
 
 The world is t x c x d x p GPUs (ep does not multiply it). With ``dp=None`` it is derived from
 ``gpus``: d = gpus / (t c p). A step runs ``global_batch`` sequences as m = B / (d b) micro-batches
@@ -20,16 +22,28 @@ tensor-parallel group are consecutive (one NVLink server) and pipeline stages ar
     rank = i_tp + t (i_cp + c (i_dp + d i_pp))          (order tp-cp-dp-pp; ep is not a dimension of
                                                           the dense layers)
 
-Expert-parallel groups: among the d c ranks of one (tensor, pipeline) coordinate, sorted by rank,
-consecutive blocks of e ranks; the expert-data-parallel group of a rank are the ranks at the same
-position of the other blocks (they hold the same experts and average their gradients).
+Expert groups (megatron/core/parallel_state.py, initialize_model_parallel: a second RankGenerator,
+``expert_decoder_rank_generator``, of tp = expert_tensor_parallel_size, ep, dp = world / (etp ep pp), pp and
+cp = 1, on the same ``order``; the pipeline groups of both generators must be equal). With etp = t (the
+default) this is: among the d c ranks of one (tensor, pipeline) coordinate, sorted by rank, consecutive blocks
+of e ranks form the expert-parallel groups; the expert-data-parallel group of a rank are the ranks at the same
+position of the other blocks (they hold the same experts and average their gradients); the expert
+tensor-parallel group is the tensor group. With etp != t the expert generator's numbering, order "tp-ep-dp-pp"
+for the default order (cp dropped: size 1)::
+
+    rank = i_etp + etp (i_ep + e (i_edp + edp i_pp))
+
+Worked number (folding): t 2, d 4, p 1, e 8, etp 1: edp = 2 x 4 / 8 = 1, one expert-parallel group 0..7
+(it spans both tensor ranks of every replica), the expert tensor-parallel groups are single ranks, and
+the expert-data-parallel groups too (every expert once in the world).
 
 Worked number (SC21 Table 1, GPT-145.6B): 1536 GPUs, t 8, p 8 -> d = 1536 / 64 = 24; B 2304, b 2 ->
 m = 2304 / 48 = 48 micro-batches; rank 100 = 4 + 8 (12 + 24 x 0): tensor rank 4, data-parallel rank
 12, stage 0; its tensor group is 96..103, its pipeline group 100, 292, ..., 1444 (stride t d = 192).
 
-What is ignored here: expert tensor parallelism other than t (Megatron's ``expert_tensor_parallel_size``),
-heterogeneous stage sizes, and uneven micro-batches.
+What is ignored here: heterogeneous stage sizes, uneven micro-batches, and, with etp = t, where the order
+places ``ep`` (the blocks above; Megatron's expert generator follows the order string, the same for the
+default order).
 """
 
 from __future__ import annotations
@@ -58,8 +72,9 @@ SCHEDULES = names(PipelineSchedule)
 DTYPES = names(Dtype)
 # Process-group kinds: the five parallelisms, the gradient-averaging group of dense weights (data x
 # context parallel ranks hold the same dense weights; Megatron-Core reduces over that group) and the
-# expert-data-parallel group that averages expert gradients.
-GROUP_KINDS = ("tp", "cp", "ep", "dp", "pp", "dp_cp", "edp")
+# expert-data-parallel group that averages expert gradients, and the expert tensor-parallel group ("etp") that
+# splits each expert's weights (Megatron-Core get_expert_tensor_parallel_group).
+GROUP_KINDS = ("tp", "cp", "ep", "dp", "pp", "dp_cp", "edp", "etp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"  # Megatron-Core parallel_state.initialize_model_parallel default order
 # PyTorch DistributedDataParallel bucket_cap_mb = 25, converted as bucket_cap_mb * 1024 * 1024 bytes
 # (torch/nn/parallel/distributed.py): 25 MiB.
@@ -107,6 +122,11 @@ class ParallelismSpec:
     dp: int = None  # type: ignore[assignment]  # None: gpus / (tp x cp x pp), filled in by __post_init__
     cp: int = 1
     ep: int = 1
+    # Megatron-Core --expert-tensor-parallel-size (ModelParallelConfig.expert_tensor_parallel_size; None = tp,
+    # parallel_state.initialize_model_parallel: "if expert_tensor_parallel_size is None: ... = tensor_model_
+    # parallel_size"): the GPUs each expert's weights are split over, regrouping each stage's t c d ranks as
+    # etp x ep x edp for the MoE layers ("MoE parallel folding"); the resolved value is ``expert_tp``
+    etp: int | None = None
     vp: int = 1  # model chunks (virtual stages) per pipeline rank, interleaved 1F1B
     gpus: int | None = None
     zero: int = 0  # ZeRO stage 0-3 (3 = parameters sharded too, like FSDP)
@@ -170,7 +190,7 @@ class ParallelismSpec:
             object.__setattr__(
                 self, name, integer(f"ParallelismSpec.{name}", getattr(self, name), low=1, high=MAX_COUNT)
             )
-        for name in ("dp", "gpus", "global_batch", "seq_len"):
+        for name in ("dp", "gpus", "global_batch", "seq_len", "etp"):
             value = getattr(self, name)
             if value is not None and (not is_int(value) or not 1 <= value <= MAX_COUNT):
                 raise _reject(name, value, f"None or an integer from 1 to {MAX_COUNT}")
@@ -271,13 +291,26 @@ class ParallelismSpec:
                 self.gpus,
                 f"tp x cp x dp x pp = {self.tp} x {self.cp} x {self.dp} x {self.pp} = {inner * self.dp}",
             )
-        if (self.dp * self.cp) % self.ep:
+        # parallel_state.initialize_model_parallel: "decoder world_size ... is not divisible by
+        # expert_tensor_model_pipeline_parallel size" (etp x ep x pp must divide the world: etp x ep | t c d)
+        stage = self.tp * self.cp * self.dp
+        if stage % (self.expert_tp * self.ep):
+            if self.etp is None:
+                raise _reject(
+                    "ep",
+                    self.ep,
+                    f"a divisor of dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp} with etp None (= tp: "
+                    "expert parallelism carved out of the data/context-parallel ranks); a smaller etp folds "
+                    "tensor ranks into it",
+                )
             raise _reject(
-                "ep",
-                self.ep,
-                f"a divisor of dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp} "
-                "(expert parallelism is carved out of the data/context-parallel ranks)",
+                "etp",
+                self.etp,
+                f"a value with etp x ep dividing tp x cp x dp = {self.tp} x {self.cp} x {self.dp} = {stage} "
+                f"(ep {self.ep}; Megatron-Core regroups each stage's ranks as etp x ep x edp)",
             )
+        if self.etp is not None and self.etp != self.tp:
+            self._check_expert_order()
         per_step = self.dp * self.micro_batch
         if self.global_batch is None:
             object.__setattr__(self, "global_batch", per_step)
@@ -299,6 +332,22 @@ class ParallelismSpec:
     @property
     def world_size(self) -> int:
         return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor parallelism in effect: ``etp``, or t when None (Megatron-Core's default)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def edp(self) -> int:
+        """Expert-data-parallel size: t c d / (etp ep), the copies of each expert shard (parallel_state.py,
+        expert_data_parallel_size = decoder world size // (etp x ep x pp))."""
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
+
+    @property
+    def folded(self) -> bool:
+        """Whether the MoE layers are regrouped (etp != t): expert groups then cross tensor ranks."""
+        return self.expert_tp != self.tp
 
     @property
     def microbatches(self) -> int:
@@ -410,6 +459,16 @@ class ParallelismSpec:
                 raise _reject("ep", self.ep, f"1 for the dense model {model.name!r} (no experts to distribute)")
             if model.experts % self.ep:
                 raise _reject("ep", self.ep, f"a divisor of the model's experts ({model.experts})")
+        if self.etp is not None and not model.is_moe and self.etp != self.tp:
+            raise _reject("etp", self.etp, f"None or tp ({self.tp}) for the dense model {model.name!r}")
+        if model.is_moe:
+            # each expert's fc1 columns and fc2 rows split over etp (TEGroupedMLP / SequentialMLP with
+            # expert_tensor_parallel_size; moe/experts.py)
+            fe = model.expert_ffn_hidden or 0
+            if fe % self.expert_tp:
+                raise _reject(
+                    "etp", self.expert_tp, f"a divisor of the model's expert_ffn_hidden ({fe}) (None means tp)"
+                )
         if model.is_moe and self.tp > 1 and not self.sequence_parallel:
             raise _reject("sequence_parallel", False, "True for a MoE model with tp > 1 (Megatron requires it)")
         if model.is_moe and self.tp > 1 and self.tp_comm_overlap:
@@ -433,6 +492,45 @@ class ParallelismSpec:
                 "innermost first, e.g. 'tp-cp-ep-dp-pp'",
             )
         return dense
+
+    def _expert_dims(self) -> tuple[str, ...]:
+        """The expert generator's dimensions, innermost first: the order without cp (Megatron passes cp=1)."""
+        return tuple(d for d in self.order.strip().lower().split("-") if d != "cp")
+
+    def _expert_sizes(self) -> dict[str, int]:
+        return {"tp": self.expert_tp, "ep": self.ep, "dp": self.edp, "pp": self.pp}
+
+    def _expert_strides(self) -> dict[str, int]:
+        strides, stride = {}, 1
+        sizes = self._expert_sizes()
+        for dim in self._expert_dims():
+            strides[dim] = stride
+            stride *= sizes[dim]
+        return strides
+
+    def _check_expert_order(self) -> None:
+        """Megatron's checks of a folded layout's order (parallel_state.py): RankGenerator refuses an order
+        without a dimension of size > 1, and initialize_model_parallel the expert generator whose pipeline
+        groups differ from the dense ones."""
+        if self.ep > 1 and "ep" not in self._expert_dims():
+            raise _reject(
+                "order", self.order, f"an order naming ep with etp {self.etp} != tp (Megatron's RankGenerator)"
+            )
+        strides, sizes = self._expert_strides(), self._expert_sizes()
+        expert_pp = sorted(
+            tuple(base + i * strides["pp"] for i in range(self.pp))
+            for base in (
+                sum(v * strides[d] for d, v in zip(("tp", "ep", "dp"), vs))
+                for vs in _product([range(sizes[d]) for d in ("tp", "ep", "dp")])
+            )
+        )
+        if expert_pp != self.groups("pp"):
+            raise _reject(
+                "order",
+                self.order,
+                f"an order whose expert layers (etp {self.etp}, ep {self.ep}, edp {self.edp}) keep the pipeline "
+                "groups of the dense layers (Megatron-Core requires them equal; e.g. pp last)",
+            )
 
     def _sizes(self) -> dict[str, int]:
         return {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp}
@@ -464,6 +562,16 @@ class ParallelismSpec:
         # the dimension with the larger stride is the more significant one
         inner, outer = sorted(("cp", "dp"), key=lambda d: strides[d])
         position = c[outer] * sizes[inner] + c[inner]
+        if self.folded:  # the expert generator's coordinates: ep = its expert-data-parallel index
+            es, ez = self._expert_strides(), self._expert_sizes()
+            return RankCoords(
+                tp=c["tp"],
+                cp=c["cp"],
+                dp=c["dp"],
+                pp=c["pp"],
+                ep=(rank // es["dp"]) % ez["dp"],
+                ep_rank=(rank // es["ep"]) % ez["ep"],
+            )
         return RankCoords(
             tp=c["tp"], cp=c["cp"], dp=c["dp"], pp=c["pp"], ep=position // self.ep, ep_rank=position % self.ep
         )
@@ -495,6 +603,17 @@ class ParallelismSpec:
             for f in _product([range(sizes[d]) for d in fixed]):
                 base = sum(v * strides[d] for d, v in zip(fixed, f))
                 out.append(tuple(sorted(base + o for o in offsets)))
+            return sorted(out)
+        if kind == "etp" and not self.folded:
+            return self.groups("tp")
+        if self.folded:  # Megatron's expert RankGenerator: get_ranks("ep" | "dp" | "tp")
+            dim = {"ep": "ep", "edp": "dp", "etp": "tp"}[kind]
+            esizes, estrides = self._expert_sizes(), self._expert_strides()
+            fixed = [d for d in ("tp", "ep", "dp", "pp") if d != dim]
+            out = []
+            for f in _product([range(esizes[d]) for d in fixed]):
+                base = sum(v * estrides[d] for d, v in zip(fixed, f))
+                out.append(tuple(base + i * estrides[dim] for i in range(esizes[dim])))
             return sorted(out)
         out = []
         for tp in range(self.tp):

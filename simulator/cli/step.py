@@ -108,13 +108,17 @@ def add_parser(sub) -> None:
         help="a checkpoint write of GB (1e9 bytes) per server across the fabric, in the class of group ckpt",
     )
     step.add_argument("--checkpoint-at-s", type=float, metavar="S", help="when the checkpoint starts; default 0")
-    for name in ("tp", "pp", "dp", "cp", "ep", "vp"):
+    for name in ("tp", "pp", "dp", "cp", "ep", "etp", "vp"):
         step.add_argument(
             f"--{name}",
             type=positive_int(name),
             help={
                 "dp": "data-parallel size; default GPUs / (tp pp cp)",
                 "vp": "virtual stages per pipeline rank (interleaved 1F1B)",
+                # Megatron-Core --expert-tensor-parallel-size (MoE parallel folding)
+                "etp": "expert tensor-parallel size (Megatron-Core --expert-tensor-parallel-size): each expert's "
+                "weights split over etp GPUs, the MoE layers regrouping each stage's tp x cp x dp GPUs as "
+                "etp x ep x edp; default tp",
             }.get(name, f"{name} size"),
         )
     step.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage; default 0")
@@ -272,6 +276,11 @@ def _step_settings(args) -> dict:
     return settings
 
 
+def _etp(p) -> str:
+    """ ", etp N" in the layout line of a folded layout (expert tensor parallelism other than tp), else nothing."""
+    return f", etp {p.expert_tp}" if p.folded else ""
+
+
 def run(args) -> str:
     import dataclasses
     import json
@@ -387,7 +396,7 @@ def format_step(result, topology, *, nccl_environment: Mapping[str, str] | None 
         title += "; " + describe_settings(nccl_environment)
     lines = [
         title,
-        f"# tp {p.tp} x pp {p.pp} x dp {p.dp} x cp {p.cp} (ep {p.ep}, vp {p.vp}), {p.schedule}, "
+        f"# tp {p.tp} x pp {p.pp} x dp {p.dp} x cp {p.cp} (ep {p.ep}{_etp(p)}, vp {p.vp}), {p.schedule}, "
         f"{p.global_batch} x {p.seq_len} tokens, micro-batch {p.micro_batch}, {p.dtype}, ZeRO {p.zero_stage}",
         *(f"# WARNING: {text}" for text in result.warnings),
         f"step time            {step:12.4f} s",
@@ -515,7 +524,7 @@ def format_steps(result, topology, *, top: int = STEPS_TOP) -> str:
     lines = [
         f"# fabricsim step: {result.model} on {topology.description or topology.name} ({result.gpus} GPUs), "
         f"{result.steps} step{'s' if result.steps > 1 else ''}, seed {result.seed}",
-        f"# tp {p.tp} x pp {p.pp} x dp {p.dp} x cp {p.cp} (ep {p.ep}, vp {p.vp}), {p.schedule}, "
+        f"# tp {p.tp} x pp {p.pp} x dp {p.dp} x cp {p.cp} (ep {p.ep}{_etp(p)}, vp {p.vp}), {p.schedule}, "
         f"{p.global_batch} x {p.seq_len} tokens, micro-batch {p.micro_batch}, {p.dtype}, ZeRO {p.zero_stage}",
         f"# stragglers: {result.stragglers.describe()}",
         *(f"# WARNING: {text}" for text in result.warnings),

@@ -761,6 +761,7 @@ def _layer_ops(
     cp: int,
     ep: int,
     flash_attention: bool,
+    etp: int = 1,
 ) -> list[_Op]:
     """The forward kernels of one layer on one GPU, in order (Megatron's fused kernels: bias+GeLU,
     bias+dropout+residual-add, scale+mask+softmax; SC21 sec. 4.2)."""
@@ -768,7 +769,10 @@ def _layer_ops(
         raise ValueError(f"model: {model!r} is not allowed; expected a workloads.model.ModelSpec")
     _check_flag("sp", sp)
     _check_flag("flash_attention", flash_attention)
-    gemms = {g.name: g for g in model.layer_gemms(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep)}
+    gemms = {
+        g.name: g
+        for g in model.layer_gemms(layer, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp)
+    }
     if model.is_moe_layer(layer) and tp > 1 and not sp:
         raise ValueError(
             f"sp: False is not allowed for MoE layer {layer} with tp = {tp}; expected True "
@@ -881,6 +885,7 @@ def layer_forward(
     sp: bool = False,
     cp: int = 1,
     ep: int = 1,
+    etp: int = 1,
     dtype: str = "bf16",
     flash_attention: bool = True,
     compute_model: GpuComputeModel | None = None,
@@ -898,6 +903,7 @@ def layer_forward(
         sp=sp,
         cp=cp,
         ep=ep,
+        etp=etp,
         flash_attention=flash_attention,
     )
     return ComputeBreakdown(ops=tuple(t for op in ops for t in _forward_times(op, ctx)))
@@ -914,6 +920,7 @@ def layer_backward(
     sp: bool = False,
     cp: int = 1,
     ep: int = 1,
+    etp: int = 1,
     dtype: str = "bf16",
     flash_attention: bool = True,
     recompute: str = "none",
@@ -936,6 +943,7 @@ def layer_backward(
         sp=sp,
         cp=cp,
         ep=ep,
+        etp=etp,
         flash_attention=flash_attention,
     )
     core = {"attn_scores", "softmax", "attn_dropout", "attn_values"}
@@ -955,6 +963,7 @@ def layer_forward_time_s(
     sp: bool = False,
     cp: int = 1,
     ep: int = 1,
+    etp: int = 1,
     dtype: str = "bf16",
     flash_attention: bool = True,
     layer: int = 0,
@@ -971,6 +980,7 @@ def layer_forward_time_s(
         sp=sp,
         cp=cp,
         ep=ep,
+        etp=etp,
         dtype=dtype,
         flash_attention=flash_attention,
         compute_model=compute_model,
@@ -987,6 +997,7 @@ def layer_backward_time_s(
     sp: bool = False,
     cp: int = 1,
     ep: int = 1,
+    etp: int = 1,
     dtype: str = "bf16",
     flash_attention: bool = True,
     recompute: str = "none",
@@ -1004,6 +1015,7 @@ def layer_backward_time_s(
         sp=sp,
         cp=cp,
         ep=ep,
+        etp=etp,
         dtype=dtype,
         flash_attention=flash_attention,
         recompute=recompute,
@@ -1021,6 +1033,7 @@ def layer_times(
     sp: bool = False,
     cp: int = 1,
     ep: int = 1,
+    etp: int = 1,
     dtype: str = "bf16",
     flash_attention: bool = True,
     recompute: str = "none",
@@ -1037,6 +1050,7 @@ def layer_times(
         sp=sp,
         cp=cp,
         ep=ep,
+        etp=etp,
         dtype=dtype,
         flash_attention=flash_attention,
         compute_model=compute_model,

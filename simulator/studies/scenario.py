@@ -122,6 +122,9 @@ STEP_DEFAULTS = {
     "pp": 2,
     "cp": 1,
     "ep": 1,
+    # Megatron-Core --expert-tensor-parallel-size; None = tp (its default), 1 folds the tensor ranks into the
+    # expert-parallel groups (ParallelismSpec.etp)
+    "etp": None,
     "vp": 1,
     "zero": 0,
     "fsdp": False,
@@ -228,6 +231,7 @@ SETTING_CHECKS = {
             "pp",
             "cp",
             "ep",
+            "etp",
             "vp",
             "dp",
             "global_batch",
@@ -351,6 +355,7 @@ def prepare_step(s: Mapping, *, environ: Mapping[str, str]) -> StepSetup:
         dp=s["dp"],
         cp=s["cp"],
         ep=s["ep"],
+        etp=s["etp"],
         vp=s["vp"],
         gpus=topology.num_gpus,
         zero=s["zero"],

@@ -222,6 +222,7 @@ def _layer_args(
         sp=p.sp,
         cp=p.cp,
         ep=p.ep,
+        etp=p.expert_tp,
         dtype=_compute_dtype(p),
         flash_attention=flash_attention,
         compute_model=compute_model,
@@ -249,16 +250,20 @@ def step_compute(
     stage_layers = model.stage_layers(pp=p.pp, split_slots=p.split_slots)
     optimizer = []
     for j in range(p.pp):
-        local = model.stage_parameters(j, tp=p.tp, pp=p.pp, ep=p.ep, split_slots=p.split_slots)
+        local = model.stage_parameters(j, tp=p.tp, pp=p.pp, ep=p.ep, etp=p.expert_tp, split_slots=p.split_slots)
         # FP8: the GEMM weights of the stage's layers are cast once per step (not the embedding or output layer)
         fp8_weights = (
-            sum(model.layer_parameters(layer, tp=p.tp, ep=p.ep) for layer in stage_layers[j])
+            sum(model.layer_parameters(layer, tp=p.tp, ep=p.ep, etp=p.expert_tp) for layer in stage_layers[j])
             if _compute_dtype(p) == "fp8"
             else 0
         )
+        # the distributed optimizer shards the routed experts' state over their expert-data-parallel group
+        # (Megatron-Core: expert gradient buffers live on get_expert_data_parallel_group, distributed_data_parallel.py)
+        expert = sum(model.routed_expert_parameters(i, ep=p.ep, etp=p.expert_tp) for i in stage_layers[j])
+        expert_shard = p.edp if p.zero_stage >= 1 else 1
         step = cmp.optimizer_step(
             gpu,
-            parameters=local / shard,
+            parameters=(local - expert) / shard + expert / expert_shard,
             param_bytes=model.dtype_bytes,
             buffer_parameters=local,
             fp8_weights=fp8_weights,
@@ -409,7 +414,9 @@ def memory_per_gpu(
         tp=p.tp,
         pp=p.pp,
         ep=p.ep,
+        etp=p.expert_tp,
         dp=p.dp * p.cp,
+        edp=p.edp,
         zero_stage=p.zero_stage,
         grad_bytes=grad_bytes,
         split_slots=p.split_slots,
@@ -427,6 +434,7 @@ def memory_per_gpu(
             cp=p.cp,
             recompute=recompute,
             flash_attention=flash_attention,
+            etp=p.expert_tp,
         )
         for layer in kinds.values()
     )

@@ -11,10 +11,13 @@ v25.05.05): per layout the step time, the tokens/s and NVIDIA's MFU (recipe mode
 the precision: H100 989 BF16, 1979 FP8; GB200 2450, 4900). ``data/training_dgxc_moe.csv`` holds the
 mixture-of-experts rows (Grok-1 314B, DeepSeek-V3 671B, Llama 4 Maverick 400B; H100 and GB200), copied the same
 way: they are simulated and reported apart (``DGXC_MOE_MODELS``: not in the dense means, not fitted on), with the
-expert parallelism e the recipe ran (``ParallelismSpec.ep``, experts split over the tensor-parallel ranks as
-Megatron-Core's default expert tensor parallelism = t; the recipes that set it to 1 with t > 1 run with t here,
-and the DeepSeek-V3 layouts whose e exceeds d x c, which need expert ranks taken from the tensor-parallel ones,
-are not simulated, :func:`dgxc_why_not`), and the rows whose README prints no layout are named, not simulated.
+expert parallelism e the recipe ran (``ParallelismSpec.ep``) and the expert tensor parallelism its notes give
+(``ETP=n``: ``ParallelismSpec.etp``, Megatron-Core's --expert-tensor-parallel-size; rows without it run with
+Megatron-Core's default, t): ETP=1 with t > 1 folds the tensor ranks into the expert groups, which is how the
+DeepSeek-V3 layouts fit e > d x c (t 2, e 64 or 32: etp x e = t c d). The ``deepseek-v3-like`` preset lacks
+multi-head latent attention (standard attention of 128 heads instead) and the multi-token-prediction layer; it
+has the shared expert and the 3 leading dense layers. The rows whose README prints no layout are named, not
+simulated.
 Nemotron-H and the JAX recipes are left out (architectures the presets do not have). The GB200 NVL72 rows run on
 ``gb200-nvl72`` (one 72-GPU NVLink domain a rack, 72 NDR NICs, ``topologies.node``), 64 GPUs a rack
 (``DGXC_GPUS_PER_DOMAIN``), the racks on a fat-tree. Rows marked ``proxy`` ran the 405B with fewer
@@ -69,6 +72,7 @@ import csv
 import dataclasses
 import io
 import math
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -172,6 +176,7 @@ class DgxcCase:
     cp: int
     dp: int
     ep: int
+    etp: int | None  # ETP=n in the row's notes; None: Megatron-Core's default, t
     vp: int
     micro_batch: int
     global_batch: int
@@ -205,6 +210,13 @@ class DgxcCase:
 def _int(row: dict[str, str], name: str, default: int = 1) -> int:
     text = row[name].strip()
     return int(text) if text else default
+
+
+def _etp(notes: str) -> int | None:
+    """The expert tensor parallelism a row's notes give as ``ETP=n`` (the recipes' expert_tensor_parallel_size),
+    None when they give none."""
+    found = re.search(r"\bETP=(\d+)", notes)
+    return int(found.group(1)) if found else None
 
 
 def dgxc_cases() -> tuple[DgxcCase, ...]:
@@ -251,6 +263,7 @@ def dgxc_cases() -> tuple[DgxcCase, ...]:
                 # Megatron's data-parallel size (the MoE tables print it without the expert-parallel ranks)
                 dp=_int(row, "gpus") // (_int(row, "tp") * _int(row, "pp") * _int(row, "cp")),
                 ep=_int(row, "ep"),
+                etp=_etp(row["notes"]),
                 vp=_int(row, "vp"),
                 micro_batch=_int(row, "micro_batch"),
                 global_batch=_int(row, "global_batch"),
@@ -298,6 +311,7 @@ def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
         pp=case.pp,
         cp=case.cp,
         ep=case.ep,
+        etp=case.etp,
         vp=vp,
         gpus=case.gpus,
         zero=1,
@@ -473,7 +487,8 @@ def dgxc_check(
 
 
 _HEADER = (
-    f"{'recipe':<10}{'model':<16}{'prec':<5}{'GPUs':>6}{'t':>3}{'p':>3}{'c':>3}{'d':>4}{'v':>4}{'GBS':>6}"
+    f"{'recipe':<10}{'model':<16}{'prec':<5}{'GPUs':>6}{'t':>3}{'p':>3}{'c':>3}{'d':>4}{'v':>4}{'e':>4}{'etp':>4}"
+    f"{'GBS':>6}"
     f"{'meas s':>9}{'pred s':>9}{'error':>8}{'meas MFU':>10}{'pred MFU':>10}{'sim MFU':>9}{'exposed s':>11}"
 )
 
@@ -483,7 +498,8 @@ def _line(r: DgxcRow) -> str:
     name = c.model.replace("Llama 3.1 ", "Llama-") + (" (proxy)" if c.proxy else "")
     return (
         f"{c.version:<10}{name:<16}{c.precision:<5}"
-        f"{c.gpus:>6}{c.tp:>3}{c.pp:>3}{c.cp:>3}{c.dp:>4}{c.vp:>4}{c.global_batch:>6}"
+        f"{c.gpus:>6}{c.tp:>3}{c.pp:>3}{c.cp:>3}{c.dp:>4}{c.vp:>4}{c.ep:>4}{c.tp if c.etp is None else c.etp:>4}"
+        f"{c.global_batch:>6}"
         f"{c.measured_step_s:>9.2f}{r.predicted_step_s:>9.2f}{r.error:>+8.1%}{c.measured_mfu:>10.1%}"
         f"{r.predicted_mfu:>10.1%}{r.simulator_mfu:>9.1%}{r.exposed_comm_s:>11.2f}"
     )

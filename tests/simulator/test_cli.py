@@ -338,6 +338,31 @@ def test_step_scenario_file_and_command_line_override(capsys, tmp_path):
     assert json.loads(out)["parallelism"]["tp"] == 8 and json.loads(out)["parallelism"]["dp"] == 2
 
 
+def test_step_takes_expert_tensor_parallelism_from_scenario_and_command_line(capsys, tmp_path):
+    # Mixtral on one DGX H100: t 2 x d 4, e 4; etp 1 folds the tensor ranks into the expert groups
+    # (Megatron-Core --expert-tensor-parallel-size)
+    scenario = tmp_path / "moe.toml"
+    scenario.write_text(
+        'model = "mixtral-8x7b"\nnodes = 1\ntp = 2\npp = 1\nep = 4\netp = 1\nsequence_parallel = true\n'
+        'seq_len = 1024\nglobal_batch = 4\nnet_model = "analytical"\ngranularity = "chunk"\n'
+    )
+    code, out, err = run(capsys, "step", str(scenario), "--format", "json")
+    assert code == 0, err
+    folded = json.loads(out)
+    assert (folded["parallelism"]["etp"], folded["parallelism"]["ep"]) == (1, 4)
+    code, out, err = run(capsys, "step", str(scenario))
+    assert code == 0, err
+    assert "(ep 4, etp 1, vp 1)" in out  # the layout line names a folded layout's etp
+    code, out, err = run(capsys, "step", str(scenario), "--etp", "2", "--format", "json")
+    assert code == 0, err
+    default = json.loads(out)
+    assert default["parallelism"]["etp"] == 2
+    # etp 2 (= tp) all-gathers and reduce-scatters the routed tokens in every MoE layer: more expert traffic
+    assert default["breakdown"]["group"]["ep"]["nbytes"] > folded["breakdown"]["group"]["ep"]["nbytes"]
+    code, out, err = run(capsys, "step", str(scenario), "--etp", "3")
+    assert code == 2 and "ParallelismSpec.etp: 3 is not allowed" in err and err.count("\n") == 1
+
+
 @pytest.mark.parametrize(
     "argv,needle",
     [

@@ -100,20 +100,12 @@ def test_each_row_runs_with_its_precision_and_system():
     nemotron = next(c for c in cases if c.model == "Nemotron4 15B" and c.version == "v24.11.1")
     model, spec = dgxc_layout(nemotron)
     assert model.name == "nemotron4-15b" and (spec.tp, spec.micro_batch, spec.dtype) == (4, 4, "bf16")
-    # every system of the tables has a preset; left out: the Grok-1 rows whose README prints no layout and the
-    # DeepSeek-V3 rows whose experts spread over tensor-parallel ranks (expert tensor parallelism 1, EP > d x c)
+    # every system of the tables has a preset; left out: the Grok-1 rows whose README prints no layout (the
+    # DeepSeek-V3 rows, e 64 > d c = 32 with t 2, run folded: their notes say ETP=1, and 1 x 64 = t c d)
     left_out = dgxc_not_simulated()
-    assert {(c.model, c.gpus) for c in left_out} == {
-        ("Grok-1 314B (MoE)", 1024),
-        ("Grok-1 314B (MoE)", 2048),
-        ("DeepSeek-V3 671B (MoE)", 128),
-        ("DeepSeek-V3 671B (MoE)", 256),
-        ("DeepSeek-V3 671B (MoE)", 512),
-        ("DeepSeek-V3 671B (MoE)", 1024),
-    }
+    assert {(c.model, c.gpus) for c in left_out} == {("Grok-1 314B (MoE)", 1024), ("Grok-1 314B (MoE)", 2048)}
     for c in left_out:
-        why = dgxc_why_not(c)
-        assert why == "its README prints no layout" if not c.layout_known else why.startswith("ParallelismSpec.ep: ")
+        assert dgxc_why_not(c) == "its README prints no layout"
     assert not any(c.model.startswith("Llama") for c in left_out)
     assert dgxc_check(models=("Llama 3.1 405B",), precisions=("FP8",), max_gpus=1) == ()
     gb200 = [c for c in cases if c.system == "GB200 NVL72" and not c.moe]
@@ -128,7 +120,25 @@ def test_each_row_runs_with_its_precision_and_system():
     # the cases left out are named with their reason, one line per model and reason
     text = format_dgxc([], not_simulated=left_out)
     assert "not simulated: 4 Grok-1 314B (MoE) layouts (dgx-h100 BF16 1024, dgx-h100 BF16 2048" in text
-    assert text.count("its README prints no layout") == 1 and "DeepSeek-V3 671B (MoE) layouts" in text
+    assert text.count("its README prints no layout") == 1 and "DeepSeek-V3" not in text
+
+
+def test_moe_rows_run_with_the_expert_tensor_parallelism_of_their_notes():
+    # notes "ETP=1" / "ETP=4" (the recipes' expert_tensor_parallel_size); none: Megatron-Core's default, t
+    cases = [c for c in dgxc_cases() if c.moe and c.layout_known]
+    deepseek = [c for c in cases if c.model.startswith("DeepSeek")]
+    assert deepseek and {c.etp for c in deepseek} == {1}
+    for c in deepseek:
+        model, spec = dgxc_layout(c)
+        spec.check(model)
+        # t 2, e 64 or 32: etp x e = t c d, every expert once per stage (edp 1) but on the 512-GPU GB200 rows
+        # (d 64: t c d = 128 = 2 x 64, edp 2)
+        assert (spec.expert_tp, spec.folded) == (1, True) and spec.edp == spec.tp * spec.dp // spec.ep
+    grok_gb200 = [c for c in cases if c.model.startswith("Grok") and c.system == "GB200 NVL72"]
+    assert grok_gb200 and {(c.tp, c.etp) for c in grok_gb200} == {(4, 4)}
+    proxies = [c for c in cases if c.proxy]
+    assert proxies and {c.etp for c in proxies} == {None}
+    assert {dgxc_layout(c)[1].expert_tp for c in proxies} == {4}  # t
 
 
 def test_llama_8b_on_one_server_within_ten_percent():

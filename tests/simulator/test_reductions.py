@@ -277,6 +277,8 @@ def _moe(model):
         (dict(tp=8, dp=4, zero=3), True),  # FSDP's parameter gathers run between replicas, on the NICs only
         (dict(tp=2, pp=2, dp=8), False),  # gradient buckets and stage transfers share the GPUs' PCIe links
         (dict(tp=2, dp=16, ep=4, sequence_parallel=True), False),  # expert all-to-alls span 4 replicas
+        # MoE parallel folding, etp 1: each all-to-all group of 8 crosses the tensor ranks of 4 replicas
+        (dict(tp=2, dp=16, ep=8, etp=1, sequence_parallel=True), False),
     ],
 )
 def test_overlapped_traffic_between_replicas_runs_with_passive_members(layout, exact):

@@ -506,3 +506,31 @@ def test_bad_inputs(h100x2):
         )
     with pytest.raises(ValueError, match="recompute"):
         StepOptions(recompute="all", config=SimConfig())
+
+
+def test_default_expert_tensor_parallelism_is_tp_and_folding_moves_the_expert_traffic():
+    # Mixtral 8x7B cut to 2 layers on one DGX H100 with the GPU compute model: t 2 x d 4, e 4. etp None is
+    # Megatron's default, etp = t: the same step to the bit. etp 1 folds: e 4 then spans both tensor ranks
+    # (groups of 4 of 8 ranks), no all-gather / reduce-scatter of the routed tokens, and each GPU holds its 2
+    # experts whole (twice the expert weights of etp 2)
+    from workloads.presets import model_preset
+
+    model = dataclasses.replace(model_preset("mixtral-8x7b"), layers=2, seq_len=1024)
+    topo = build_system("dgx-h100", nodes=1)
+    options = StepOptions(config=SimConfig(network_model="analytical"))
+    spec = dict(tp=2, dp=4, ep=4, sequence_parallel=True, global_batch=8)
+    default = simulate_step(model, ParallelismSpec(**spec), system=topo, options=options)
+    same = simulate_step(model, ParallelismSpec(**spec, etp=2), system=topo, options=options)
+    assert default.step_time_s == same.step_time_s and default.breakdown == same.breakdown
+    folded = simulate_step(model, ParallelismSpec(**spec, etp=1), system=topo, options=options)
+    ep, ep_folded = default.breakdown["group"]["ep"], folded.breakdown["group"]["ep"]
+    # collectives of the step (each once, whatever its members): per all-to-all group 2 layers x 2 micro-batches x
+    # 2 passes x 2 (dispatch, combine) = 16, two groups either way (etp 1: (0..3), (4..7); etp 2: (0, 2, 4, 6),
+    # (1, 3, 5, 7)) -> 32; etp 2 adds per expert-TP group (the 4 tensor groups) an all-gather and a
+    # reduce-scatter per layer, micro-batch and pass: 4 x 16 = 64
+    assert (ep_folded["count"], ep["count"]) == (32, 32 + 64)
+    p2, p1 = ParallelismSpec(**spec), ParallelismSpec(**spec, etp=1)
+    mem2, mem1 = memory_per_gpu(model, p2), memory_per_gpu(model, p1)
+    assert mem1["parameters"] - mem2["parameters"] == pytest.approx(
+        2 * model.routed_expert_parameters(0, ep=4, etp=2) * model.dtype_bytes
+    )

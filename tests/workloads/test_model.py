@@ -481,3 +481,58 @@ def test_unknown_preset_lists_the_names():
     with pytest.raises(ValueError, match=r"model preset: 'gpt-5' is not known; expected one of gpt-1.7b, .*llama3-8b"):
         model_preset("gpt-5")
     assert model_preset(" LLAMA3_405B ") is MODELS["llama3-405b"]
+
+
+def test_expert_tensor_parallelism_by_hand():
+    # Mixtral 8x7B (h 4096, f_e 14336, E 8, k 2, SwiGLU), b 1, s 4096, t 2 with sequence parallelism, e 4:
+    # T = 4096 / 2 = 2048 tokens routed per rank; the a2a sends T k h D = 2048 x 2 x 4096 x 2 = 32 MiB
+    mixtral = MODELS["mixtral-8x7b"]
+    kw = dict(micro_batch=1, seq_len=4096, tp=2, ep=4)
+    a2a = 2048 * 2 * 4096 * 2
+    for etp in (1, 2):
+        gemms = {g.name: g for g in mixtral.layer_gemms(**kw, etp=etp)}
+        up = gemms["expert_up"]
+        # E/e = 2 local experts of m = etp T k e / E = etp x 2048 tokens, fc1 columns 2 f_e / etp
+        assert (up.count, up.m, up.n, up.k) == (2, etp * 2048, 2 * 14336 // etp, 4096)
+        down = gemms["expert_down"]
+        assert (down.m, down.n, down.k) == (etp * 2048, 4096, 14336 // etp)
+    # the same FLOPs per rank whatever etp (etp x the tokens, 1/etp of the weights)
+    assert mixtral.layer_forward_flops(**kw, etp=2).total == mixtral.layer_forward_flops(**kw, etp=1).total
+    # weights: 2 experts x 3 x 4096 x 14336 = 352,321,536 at etp 1, half at etp 2
+    assert mixtral.routed_expert_parameters(ep=4, etp=1) == 2 * 3 * 4096 * 14336 == 352_321_536
+    assert mixtral.routed_expert_parameters(ep=4, etp=2) == 352_321_536 // 2
+    # collectives per MoE layer, forward: 2 a2a of 32 MiB, 1 all-gather + 1 reduce-scatter of etp x 32 MiB
+    sizes = mixtral.ep_collectives_per_layer(**kw, etp=2)
+    assert [(c.kind, c.nbytes, c.count, c.group) for c in sizes] == [
+        (CollectiveKind.ALL_TO_ALL, a2a, 2, "ep"),
+        (CollectiveKind.ALL_GATHER, 2 * a2a, 1, "etp"),
+        (CollectiveKind.REDUCE_SCATTER, 2 * a2a, 1, "etp"),
+    ]
+    # full recomputation runs the forward ones again in the backward: 4 a2a, 2 + 2 gathers / scatters
+    back = mixtral.ep_collectives_per_layer(**kw, etp=2, phase="backward", recompute="full")
+    assert [c.count for c in back] == [4, 2, 2]
+    # etp 1 and e 1: no expert collectives; etp 2 alone: the gathers only
+    assert mixtral.ep_collectives_per_layer(micro_batch=1, seq_len=4096, tp=2) == ()
+    assert [c.group for c in mixtral.ep_collectives_per_layer(micro_batch=1, seq_len=4096, tp=2, etp=2)] == [
+        "etp",
+        "etp",
+    ]
+    # activations: the permuted expert input kept at etp x T k h D; the expert activations do not change
+    act = {
+        etp: mixtral.activation_bytes_per_layer(micro_batch=1, seq_len=4096, tp=2, sp=True, etp=etp) for etp in (1, 2)
+    }
+    assert act[2] - act[1] == a2a  # (2 - 1) x T k h D
+    with pytest.raises(ValueError, match="etp: 3 is not allowed; expected a divisor of expert_ffn_hidden"):
+        mixtral.routed_expert_parameters(ep=4, etp=3)
+
+
+def test_expert_state_shards_over_the_expert_data_parallel_group():
+    # ZeRO 1: the dense state over dp, the routed experts' over edp (Megatron's distributed optimizer shards each
+    # buffer over its own group). MOE (shapes.moe(6, ...)): with edp = dp the split changes nothing
+    kw = dict(tp=1, pp=1, ep=2, dp=8, zero_stage=1, grad_bytes=4)
+    assert MOE.training_state_bytes(**kw, edp=8) == MOE.training_state_bytes(**kw)
+    one = MOE.training_state_bytes(**kw, edp=1)
+    experts = sum(MOE.routed_expert_parameters(i, ep=2) for i in range(MOE.layers))
+    # edp 1 keeps the experts' 12 B/param of Adam state whole: 12 x experts x (1 - 1/8) more
+    assert one.optimizer - MOE.training_state_bytes(**kw).optimizer == pytest.approx(12 * experts * 7 / 8)
+    assert one.parameters == MOE.training_state_bytes(**kw).parameters

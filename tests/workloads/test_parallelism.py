@@ -17,6 +17,12 @@ LAYOUTS = [
     dict(tp=2, cp=2, dp=4, pp=2, ep=4),
     dict(tp=1, cp=1, dp=6, pp=1, ep=3, order="tp-cp-dp-ep-pp"),
 ]
+# MoE parallel folding (etp != tp): Megatron-Core's expert RankGenerator regroups each stage's t c d ranks
+FOLDED = [
+    dict(tp=2, dp=4, ep=8, etp=1),
+    dict(tp=4, cp=2, dp=2, pp=2, ep=4, etp=2),
+    dict(tp=2, cp=2, dp=2, pp=2, ep=2, etp=4),
+]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -24,7 +30,7 @@ LAYOUTS = [
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", LAYOUTS + FOLDED)
 def test_groups_partition_the_world(layout):
     spec = ParallelismSpec(**layout)
     sizes = {
@@ -34,7 +40,8 @@ def test_groups_partition_the_world(layout):
         "pp": spec.pp,
         "dp_cp": spec.dp * spec.cp,
         "ep": spec.ep,
-        "edp": spec.dp * spec.cp // spec.ep,
+        "edp": spec.tp * spec.dp * spec.cp // (spec.expert_tp * spec.ep),
+        "etp": spec.expert_tp,
     }
     for kind in GROUP_KINDS:
         groups = spec.groups(kind)
@@ -62,6 +69,95 @@ def test_coordinates_round_trip_and_groups_vary_one_dimension(layout):
         for kind in ("ep", "edp", "dp_cp"):
             assert {(spec.coords(r).tp, spec.coords(r).pp) for r in spec.group_of(kind, rank)} == {(c.tp, c.pp)}
         assert spec.group_of("ep", rank)[c.ep_rank] == rank
+
+
+@pytest.mark.parametrize("layout", FOLDED)
+def test_folded_expert_groups_stay_in_one_stage_and_cross_once(layout):
+    spec = ParallelismSpec(**layout)
+    for rank in range(spec.world_size):
+        c = spec.coords(rank)
+        for kind in ("ep", "edp", "etp"):  # the MoE layers regroup the ranks of one pipeline stage
+            assert {spec.coords(r).pp for r in spec.group_of(kind, rank)} == {c.pp}
+        assert spec.group_of("ep", rank)[c.ep_rank] == rank
+        assert spec.group_of("edp", rank)[c.ep] == rank
+    # groups of two different expert dimensions share at most one rank (an (etp, ep, edp, pp) coordinate names
+    # one rank), and an ep group meets e groups of either other kind
+    for e in spec.groups("ep"):
+        for kind in ("etp", "edp"):
+            common = [len(set(e) & set(g)) for g in spec.groups(kind)]
+            assert max(common) == 1 and sum(common) == spec.ep
+
+
+def test_default_etp_is_tp_and_keeps_the_groups():
+    # etp None = tp (parallel_state.initialize_model_parallel); an explicit etp = tp gives the same groups,
+    # the expert tensor group being the tensor group
+    for layout in LAYOUTS:
+        spec = ParallelismSpec(**layout)
+        same = ParallelismSpec(**layout, etp=spec.tp)
+        assert spec.expert_tp == spec.tp and not spec.folded and not same.folded
+        for kind in GROUP_KINDS:
+            assert spec.groups(kind) == same.groups(kind), (layout, kind)
+        assert spec.groups("etp") == spec.groups("tp")
+        assert spec.edp == spec.dp * spec.cp // spec.ep
+
+
+def test_folded_groups_by_hand():
+    # t 2, d 4, p 1, e 8, etp 1: edp = t d / (etp e) = 8 / 8 = 1. The expert generator numbers
+    # rank = i_etp + etp (i_ep + e (i_edp + edp i_pp)) = i_ep: the one expert-parallel group is 0..7, crossing
+    # both tensor ranks of every replica (dense: rank = i_tp + 2 i_dp); expert-TP and expert-DP groups are single
+    spec = ParallelismSpec(tp=2, dp=4, ep=8, etp=1)
+    assert spec.edp == 1 and spec.folded
+    assert spec.groups("ep") == [tuple(range(8))]
+    assert spec.groups("etp") == spec.groups("edp") == [(r,) for r in range(8)]
+    assert spec.groups("tp") == [(0, 1), (2, 3), (4, 5), (6, 7)]  # the dense layers keep theirs
+    # t 4, c 2, d 2, p 2, e 4, etp 2: edp = 4 x 2 x 2 / (2 x 4) = 2; rank = i_etp + 2 (i_ep + 4 (i_edp + 2 i_pp)):
+    # ep stride 2, edp stride 8, pp stride 16 (= t c d, the dense pipeline stride)
+    spec = ParallelismSpec(tp=4, cp=2, dp=2, pp=2, ep=4, etp=2)
+    assert spec.edp == 2
+    assert spec.group_of("ep", 0) == (0, 2, 4, 6) and spec.group_of("ep", 9) == (9, 11, 13, 15)
+    assert spec.group_of("etp", 0) == (0, 1) and spec.group_of("etp", 6) == (6, 7)
+    assert spec.group_of("edp", 0) == (0, 8) and spec.group_of("edp", 23) == (23, 31)
+    assert spec.group_of("pp", 0) == (0, 16)
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        # etp x ep must divide t c d = 8
+        (dict(tp=2, dp=4, ep=16, etp=1), ["ParallelismSpec.etp", "1", "etp x ep dividing tp x cp x dp", "8"]),
+        (dict(tp=2, dp=4, ep=4, etp=4), ["ParallelismSpec.etp", "4", "etp x ep"]),
+        (dict(tp=2, dp=4, etp=0), ["ParallelismSpec.etp", "0", "None or an integer"]),
+        (dict(tp=2, dp=4, etp=1.5), ["ParallelismSpec.etp", "1.5"]),
+        (dict(tp=2, dp=4, ep=8), ["ParallelismSpec.ep", "8", "dp x cp", "etp"]),
+        # a folded layout's order must keep the pipeline groups (pp outermost here: pp stride t d = 8 dense, but
+        # the expert generator of "tp-pp-dp-cp" strides pp by etp = 1)
+        (dict(tp=2, dp=4, pp=2, ep=4, etp=1, order="tp-pp-dp-cp"), ["ParallelismSpec.order", "ep"]),
+        (dict(tp=2, dp=4, pp=2, ep=4, etp=1, order="tp-ep-pp-dp-cp"), ["ParallelismSpec.order", "pipeline groups"]),
+    ],
+)
+def test_bad_etp_is_rejected_by_name(kwargs, words):
+    with pytest.raises(ValueError) as err:
+        ParallelismSpec(**kwargs)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_etp_that_does_not_fit_the_model():
+    # etp must divide the expert ffn hidden (128 in tests.workloads.shapes.moe; 5 does not): t c d = 10 = etp x ep
+    model = moe()
+    fe = model.expert_ffn_hidden
+    bad = next(e for e in (5, 7, 9, 11) if fe % e)
+    spec = ParallelismSpec(tp=1, dp=bad * 2, ep=2, etp=bad)
+    with pytest.raises(
+        ValueError,
+        match=f"ParallelismSpec.etp: {bad} is not allowed; expected a divisor of the "
+        f"model's expert_ffn_hidden \\({fe}\\)",
+    ):
+        spec.check(model)
+    with pytest.raises(
+        ValueError, match="ParallelismSpec.etp: 2 is not allowed; expected None or tp \\(1\\) for the dense"
+    ):
+        ParallelismSpec(dp=4, etp=2).check(custom_gpt(layers=4, hidden=64, heads=4))
 
 
 def test_ep_and_edp_groups_cross_once():

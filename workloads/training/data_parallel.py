@@ -20,10 +20,10 @@ pipeline (Megatron-LM 2021, ``allreduce_gradients`` after the schedule).
   ahead; its gradients reduce-scattered once the last micro-batch's backward produced them.
 
 Dense weights reduce over the d x c ranks that share them, expert weights over the expert-data-parallel
-group (d c / e ranks). Tied embeddings with p > 1: the first and last stage all-reduce the embedding
-gradient (V/t x h x g bytes) after the data-parallel reduction. Reduce-scatter and all-gather sizes are
-rounded up to whole elements per rank (``common.padded``). The optimizer's compute task
-(``PassWork(phase="optimizer")``) waits for the reductions.
+group (edp = t c d / (etp e) ranks; d c / e with etp = t; ``ParallelismSpec.groups("edp")``). Tied embeddings
+with p > 1: the first and last stage all-reduce the embedding gradient (V/t x h x g bytes) after the
+data-parallel reduction. Reduce-scatter and all-gather sizes are rounded up to whole elements per rank
+(``common.padded``). The optimizer's compute task (``PassWork(phase="optimizer")``) waits for the reductions.
 
 Worked number: GPT-1.7B (24 layers), t = p = 1, d = 32, fp16: one rank's gradients are 1,652,230,656 x 2 B =
 3,304,461,312 B, cut into 42 of Megatron-Core's buckets of max(40e6, 32e6) = 40e6 parameters (1,652,230,656 /
@@ -70,10 +70,11 @@ class DataParallel:
         spec, model = b.spec, b.model
         self.zero = spec.zero_stage
         # whether the ranks reduce dense gradients (over their d x c data x context group) and expert gradients
-        # (over their expert-data-parallel group of d c / e): the same for every rank, the groups of a kind having
-        # one size
+        # (over their expert-data-parallel group of edp = t c d / (etp e): Megatron-Core reduces expert buffers over
+        # get_expert_data_parallel_group, distributed_data_parallel.py): the same for every rank, the groups of a
+        # kind having one size
         self.reduces_dense = spec.dp * spec.cp > 1
-        self.reduces_expert = model.is_moe and spec.dp * spec.cp // spec.ep > 1
+        self.reduces_expert = model.is_moe and spec.edp > 1
         # ZeRO-3 ranks that reduce dense gradients overlap every forward and backward task with communication
         # (StepCompute.overlap_slowdown)
         self.stretched_all = self.zero >= 3 and self.reduces_dense
@@ -86,10 +87,11 @@ class DataParallel:
         unit = self._units.get(layer)
         if unit is None:
             model, spec = self.b.model, self.b.spec
-            total = model.layer_parameters(layer, tp=spec.tp, ep=spec.ep)
-            # a single expert's gradients are reduced with the dense ones: its expert-data-parallel group is the
-            # dense gradient group (ep divides the experts, so ep = 1)
-            expert = model.routed_expert_parameters(layer, ep=spec.ep) if model.experts > 1 else 0
+            total = model.layer_parameters(layer, tp=spec.tp, ep=spec.ep, etp=spec.expert_tp)
+            # a single expert's gradients are reduced with the dense ones when its expert-data-parallel group is the
+            # dense gradient group (ep divides the experts, so ep = 1; etp = t)
+            single = model.experts == 1 and not spec.folded
+            expert = 0 if single else model.routed_expert_parameters(layer, ep=spec.ep, etp=spec.expert_tp)
             unit = self._units[layer] = Unit(dense=total - expert, expert=expert)
         return unit
 

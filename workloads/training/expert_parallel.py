@@ -1,4 +1,5 @@
-"""Expert parallelism: the dispatch and combine all-to-alls of each MoE layer. Pure data.
+"""Expert parallelism: the dispatch and combine all-to-alls of each MoE layer, and the expert tensor-parallel
+all-gather and reduce-scatter between them. Pure data.
 
 Per MoE layer and micro-batch a dispatch and a combine all-to-all forward (and again backward; twice more
 under full recomputation), on the compute stream, of T k h D bytes sent per rank (T = b s / (c t) local
@@ -8,6 +9,16 @@ tokens, k experts per token; ``ModelSpec.ep_alltoall_bytes``). Even routing is n
 share the rest equally in whole elements; the combine sends that much back (the transposed matrix). The
 extra expert compute of the busiest rank is not modelled (its compute time is the average's). Task merging
 makes one all-to-all per chunk pass whose split matrix is the element-wise sum of the layers' matrices.
+
+Expert tensor parallelism etp > 1 (``ParallelismSpec.etp``, t unless set): Megatron-Core's alltoall dispatcher
+(moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher.dispatch_postprocess / combine_preprocess) all-gathers the
+tokens a rank received over its expert tensor-parallel group after the dispatch and reduce-scatters the experts'
+output before the combine: per pass a dispatch all-to-all, an all-gather and a reduce-scatter of etp T k h D
+(the whole buffer, even: the imbalance is applied to the all-to-alls only) and a combine all-to-all, on the
+compute stream, tagged "ep" (the expert layers' traffic); merged per chunk pass, one of each kind. With etp < t
+each tensor rank dispatches its own sequence-parallel shard of T tokens (the dispatcher's input is the
+sequence-parallel hidden state; no gather over the dense tensor group), and the all-to-all group crosses tensor
+ranks (``ParallelismSpec.groups("ep")``).
 
 Worked number: T k h D = 32 x 2 x 64 x 2 = 8,192 B per rank (b 1, s 32, k 2, h 64, bf16), e = 4, x = 0.5:
 E = 4,096 elements; the busiest member gets round(1.5 x 4,096 / 4) = 1,536 elements (3,072 B) from every
@@ -27,6 +38,8 @@ if TYPE_CHECKING:
     from .program import _Builder, _RankProgram
 
 __all__ = ("ExpertParallel",)
+
+_ETP_KINDS = {"etp_allgather": CollectiveKind.ALL_GATHER, "etp_reducescatter": CollectiveKind.REDUCE_SCATTER}
 
 
 def _matrix_collective(group: tuple[int, ...], matrix: Sequence[Sequence[int]], dtype: str) -> Collective:
@@ -49,7 +62,7 @@ class ExpertParallel:
     def sizes(self, layer: int, phase: str) -> tuple[CommSize, ...]:
         """Layer ``layer``'s all-to-alls in ``phase`` (``ModelSpec.ep_collectives_per_layer``; empty for e = 1)."""
         b = self.b
-        if b.spec.ep == 1:
+        if b.spec.ep == 1 and b.spec.expert_tp == 1:
             return ()
         key = (layer, phase)
         if key not in self._sizes:
@@ -60,6 +73,7 @@ class ExpertParallel:
                 tp=b.spec.tp,
                 cp=b.spec.cp,
                 ep=b.spec.ep,
+                etp=b.spec.expert_tp,
                 phase=phase,
                 recompute=b.recompute,
             )
@@ -90,23 +104,46 @@ class ExpertParallel:
         return [[sum(mx[p][q] for mx in matrices) for q in range(n)] for p in range(n)]
 
     def emit(self, rp: _RankProgram, layers: list[int], phase: str, key: Hashable, label: str, merge: bool) -> None:
-        """One all-to-all per (layer, dispatch or combine), or their sum per chunk pass, on ``rp``'s compute
+        """Per layer and (dispatch, combine) pair: the dispatch all-to-all, the expert-TP all-gather and
+        reduce-scatter, the combine all-to-all (or, merged, one of each kind per chunk pass), on ``rp``'s compute
         stream; the send matrices are built only when the group's first member builds the collective."""
         b = self.b
-        if b.spec.ep == 1:
+        if b.spec.ep == 1 and b.spec.expert_tp == 1:
             return
-        ep_group = rp.group("ep")
-        sends = [
-            (size.nbytes, layer, j % 2 == 1)
-            for layer in layers
-            for size in self.sizes(layer, phase)
-            for j in range(size.count)
-        ]
-        batches = ([sends] if sends else []) if merge else [[one] for one in sends]
-        for j, batch in enumerate(batches):
+        ep_group = rp.group("ep") if b.spec.ep > 1 else ()
+        etp_group = rp.group("etp") if b.spec.expert_tp > 1 else ()
+        # in execution order: (what, nbytes, layer, combine); per layer and (dispatch, combine) pair the dispatch
+        # all-to-all, the expert-TP all-gather and reduce-scatter, the combine all-to-all
+        order: list[tuple[str, int, int, bool]] = []
+        for layer in layers:
+            sizes = self.sizes(layer, phase)
+            a2a = [size for size in sizes if size.group == "ep"]
+            etp = [size for size in sizes if size.group == "etp"]
+            pairs = a2a[0].count // 2 if a2a else etp[0].count if etp else 0
+            for _ in range(pairs):
+                order += [("a2a", size.nbytes, layer, False) for size in a2a]
+                order += [(size.name, size.nbytes, layer, False) for size in etp]
+                order += [("a2a", size.nbytes, layer, True) for size in a2a]
+        if merge:  # one collective of each kind per chunk pass
+            kinds = ("a2a", "etp_allgather", "etp_reducescatter")
+            batches = [batch for what in kinds if (batch := [one for one in order if one[0] == what])]
+        else:
+            batches = [[one] for one in order]
+        j = k = 0
+        for batch in batches:
+            what = batch[0][0]
+            if what == "a2a":
+                sends = [(nbytes, layer, combine) for _, nbytes, layer, combine in batch]
 
-            def make(batch: list[tuple[int, int, bool]] = batch) -> Collective:
-                return _matrix_collective(ep_group, self.matrix_sum(batch), b.act_dtype)
+                def make(sends: list[tuple[int, int, bool]] = sends) -> Collective:
+                    return _matrix_collective(ep_group, self.matrix_sum(sends), b.act_dtype)
 
-            ei = b.collective(("ep", key, j, ep_group), make, "ep", f"ep alltoall {label}")
-            rp.prog.add_comm(ei, "ep alltoall")
+                ei = b.collective(("ep", key, j, ep_group), make, "ep", f"ep alltoall {label}")
+                rp.prog.add_comm(ei, "ep alltoall")
+                j += 1
+            else:
+                kind = _ETP_KINDS[what]
+                nbytes = sum(one[1] for one in batch)
+                ti = b.simple(("etp", key, k, etp_group), kind, nbytes, etp_group, b.act_dtype, "ep", f"{what} {label}")
+                rp.prog.add_comm(ti, what.replace("_", " "))
+                k += 1

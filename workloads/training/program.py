@@ -251,8 +251,10 @@ class _Builder:
                 forward, extra = model.logits_flops(**kw), 0.0
             else:
                 assert isinstance(part, int)  # a layer
-                forward = model.layer_forward_flops(part, ep=spec.ep, **kw).total
-                extra = model.layer_recompute_flops(part, recompute=self.recompute, ep=spec.ep, **kw)
+                forward = model.layer_forward_flops(part, ep=spec.ep, etp=spec.expert_tp, **kw).total
+                extra = model.layer_recompute_flops(
+                    part, recompute=self.recompute, ep=spec.ep, etp=spec.expert_tp, **kw
+                )
             flops = self._flops[key] = forward if phase == "forward" else 2.0 * forward + extra
         return flops
 
