@@ -77,10 +77,10 @@ Parameters per GPU (set once here, used for every scenario)
   --smallest``: the fewest-GPU layout of each recipe release of Llama 3.1 8B / 70B, GPT3-175B, Nemotron4 15B /
   340B, nine rows, grid 0.001; mean |error| 9.0 % at the measured 0.709 -> 7.5 % at the fitted 0.656;
   leave-one-model-out fits 0.644-0.685, held out one model at a time 8.9 %; refitted with communicators across
-  servers on NCCL's searched channels: optimum 0.655, 4.5 % at it and at the shipped 0.656, held out 5.8 %). It stands for what Transformer
-  Engine's FP8 layers cost beyond the kernels modelled (casts, transposes and amax are costed; scaling-factor
-  updates and amax reductions, FP8 GEMM shapes below the best one, and any error common to the FP8 rows are not
-  separated), below the measured best-shape 0.709 (``H100_FP8_MAMF_2024``).
+  servers on NCCL's searched channels: optimum 0.655, 4.5 % at it and at the shipped 0.656, held out 5.8 %). It
+  stands for what Transformer Engine's FP8 layers cost beyond the kernels modelled (casts, transposes and amax are
+  costed; scaling-factor updates and amax reductions, FP8 GEMM shapes below the best one, and any error common to the
+  FP8 rows are not separated), below the measured best-shape 0.709 (``H100_FP8_MAMF_2024``).
   BF16 on H100 stays the measured 0.803 (not fitted). H200 keeps its own measured FP8 figure.
   **GB200, fitted once per precision**: eff_max BF16 = 0.650 (``GB200_DGXC_BF16_GEMM_EFFICIENCY``) and FP8 = 0.546
   (``GB200_DGXC_FP8_GEMM_EFFICIENCY``), each the one parameter fitted on the NVIDIA DGX Cloud GB200 NVL72 recipes of
