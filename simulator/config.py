@@ -87,9 +87,10 @@ class SimConfig:
     ll_channel: bool = True
     # LL128 likewise (nccl_model.LL128_CHANNEL_GBPS_AMPERE); False: NCCL's perChMaxRingLL128Bw (ablation)
     ll128_channel: bool = True
-    # LL across servers: NCCL's llMaxBw for the host (its CPU-vendor row) shared by the channels a collective
-    # launches, each at most its GPU's LL rate (collectives/nccl_model.py ll_net_share_cap_bytes_per_s); False:
-    # llMaxBw / the communicator's channels, NCCL's figure (ablation)
+    # LL rings (and other collectives lowered per channel, not trees) across servers: NCCL's llMaxBw for the host
+    # (its CPU-vendor row) shared by the channels a collective launches, each at most NCCL's one-server LL rate
+    # (collectives/nccl_model.py ll_net_share_cap_bytes_per_s); False: llMaxBw / the communicator's channels,
+    # NCCL's figure (ablation)
     ll_net_share: bool = True
     # a multi-server ring's latency pays the network on every crossing of its dependency chain, N for
     # all_gather/reduce_scatter, 2N for all_reduce (collectives/nccl_model.py ring_chain_crossings); False: NCCL's

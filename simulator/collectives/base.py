@@ -90,10 +90,12 @@ POSTSET_FAST_GBPS = 45.0
 POSTSET_CHANNELS_CAP = 16
 
 
-def search_ring_channels(nics: int, nic_gbps: float, sm_version: int) -> int:
+def search_ring_channels(nics: int, nic_gbps: float, sm_version: int, *, tree_set: bool = False) -> int:
     """NCCL's channels for a communicator across servers whose GPUs use ``nics`` NICs on a server, each a
     ``nic_gbps`` GB/s port, on sm ``sm_version`` GPUs: the ring search finds one channel a NIC at the fastest
-    search speed the NIC carries, ncclTopoDupChannels and ncclTopoPostset then duplicate them.
+    search speed the NIC carries, ncclTopoDupChannels and ncclTopoPostset then duplicate them. ``tree_set``: the
+    set ncclTopoPostset's duplication makes (tree 0 on its first half, tree 1 on the rest, connectTrees), before
+    the sm >= 90 copies past it, which keep their original's tree.
 
     >>> [search_ring_channels(n, 50.0, 90) for n in (1, 2, 4, 8)]   # DGX H100, NDR: 1 GPU a server -> 4
     [4, 8, 16, 16]
@@ -105,10 +107,12 @@ def search_ring_channels(nics: int, nic_gbps: float, sm_version: int) -> int:
     speed = next((v for v in speeds if v <= nic_gbps), speeds[-1])
     channels = max(1, nics)
     if speed >= DUP_MIN_GBPS and not (
-        generation > 80 and speed < DUP_FAST_GBPS and channels > DUP_MAX_CHANNELS
-    ):  # ncclTopoDupChannels
+        sm_version > 80 and speed < DUP_FAST_GBPS and channels > DUP_MAX_CHANNELS
+    ):  # ncclTopoDupChannels (ccMin > 80: Ada's sm89 too)
         channels, speed = 2 * channels, speed / 2
     channels *= 2  # ncclTopoPostset: "Duplication should be complete now"
+    if tree_set:
+        return min(MAX_CHANNELS, channels)
     if generation >= 90 and speed > POSTSET_FAST_GBPS and channels < POSTSET_CHANNELS_CAP:
         channels *= 2
     return min(MAX_CHANNELS, channels)
@@ -124,6 +128,14 @@ def ring_channels(layout: GroupLayout) -> int:
     if layout.nnodes > 1 and layout.nics_used > 0:
         return search_ring_channels(layout.nics_used, layout.nic_gbps, layout.sm_version)
     return min(MAX_CHANNELS, max(2, 2 * layout.nics_per_server))
+
+
+def tree_set_channels(layout: GroupLayout) -> int:
+    """The channels connectTrees splits over the two trees: :func:`ring_channels` without the sm >= 90 copies past
+    ncclTopoPostset's duplication (:func:`search_ring_channels` ``tree_set``)."""
+    if layout.intra == "nvlink" and layout.nnodes > 1 and layout.nics_used > 0:
+        return search_ring_channels(layout.nics_used, layout.nic_gbps, layout.sm_version, tree_set=True)
+    return ring_channels(layout)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,8 +174,9 @@ class LoweringContext:
     ll_channel: bool = True
     # LL128 likewise (nccl_model.LL128_CHANNEL_GBPS_AMPERE); False: NCCL's perChMaxRingLL128Bw
     ll128_channel: bool = True
-    # LL across servers: llMaxBw (the host's row) shared by the launched channels, each at most its GPU's LL rate
-    # (nccl_model.ll_net_share_cap_bytes_per_s); False: llMaxBw / the communicator's channels (NCCL's figure)
+    # LL rings across servers (not trees): llMaxBw (the host's row) shared by the launched channels, each at most
+    # NCCL's one-server LL rate (nccl_model.ll_net_share_cap_bytes_per_s); False: llMaxBw / the communicator's
+    # channels (NCCL's figure)
     ll_net_share: bool = True
     # a multi-server ring's latency pays the network on every crossing of its dependency chain
     # (nccl_model.ring_chain_crossings); False: on NCCL's N - 1 (2 (N - 1) for all_reduce)
@@ -192,7 +205,7 @@ class LoweringContext:
         return cast(_T, value)  # the cache holds what ``build`` of this key returned
 
     def layout(self, group: tuple[int, ...]) -> GroupLayout:
-        return self.cached(("layout", group), lambda: self._layout(group))
+        return self.cached(("layout", group, self.search_channels), lambda: self._layout(group))
 
     def _layout(self, group: tuple[int, ...]) -> GroupLayout:
         for rank in group:

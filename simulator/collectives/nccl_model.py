@@ -315,8 +315,9 @@ def ring_steps(kind_value: str, nranks: int, nnodes: int) -> tuple[int, int]:
     return nranks - 1, nnodes - 1
 
 
-def ring_chain_crossings(kind_value: str, nranks: int, nnodes: int) -> int:
-    """Network edges the longest dependency chain of a ring crosses, servers in blocks of ``nranks / nnodes``.
+def ring_chain_crossings(kind_value: str, nranks: int, nnodes: int, ppn: int | None = None) -> int:
+    """Network edges the longest dependency chain of a ring crosses, servers in blocks of ``ppn`` ranks (default
+    ``nranks / nnodes``).
 
     A ring step forwards what the previous step delivered, so the last rank to finish waits on a chain of
     consecutive ring edges: n - 1 for all_gather and reduce_scatter, 2 (n - 1) for all_reduce (reduce-scatter then
@@ -333,9 +334,8 @@ def ring_chain_crossings(kind_value: str, nranks: int, nnodes: int) -> int:
     nsteps, ninter = ring_steps(kind_value, nranks, nnodes)
     if nnodes <= 1 or kind_value not in ("all_gather", "reduce_scatter", "all_reduce"):
         return ninter
-    ppn = nranks // nnodes
-    hops = nsteps
-    return max(ninter, min(hops, -(-hops // ppn)))
+    ppn = max(1, nranks // nnodes if ppn is None else ppn)
+    return max(ninter, -(-nsteps // ppn))
 
 
 def ring_latency_s(
@@ -371,7 +371,7 @@ def ring_latency_s(
         raise ValueError(f"protocol: {protocol!r} is not known; expected one of {', '.join(PROTOCOLS)}")
     nsteps, ninter = ring_steps(kind_value, nranks, nnodes)
     if chain_crossings:
-        ninter = ring_chain_crossings(kind_value, nranks, nnodes)
+        ninter = ring_chain_crossings(kind_value, nranks, nnodes, ppn)
     intra_lat = HW_LATENCY_US[intra]["ring"][protocol] + hop_extra_us
     if nnodes > 1:
         overhead = NET_OVERHEAD_US.get(cpu_vendor, 1.0) * (3.0 if protocol == "Simple" else 1.0)
@@ -668,8 +668,9 @@ def ll_net_share_cap_bytes_per_s(*, arch: str, cpu_vendor: str, nnodes: int, nch
     type"), a ceiling of the host path LL takes over the network (the send buffer is host memory, net.cc), for the
     collective: the channels it launches share it, a small collective launching fewer (enqueue.cc, ring/tree channel
     tuning). A channel moves no more than its GPU's own LL rate, the generation's one-server llMaxBw over the
-    communicator's channels (NCCL's figure for every channel of one server). NCCL's estimate keeps llMaxBw for all
-    channels (``protocol_cap_bytes_per_s``).
+    communicator's channels (NCCL's figure for every channel of one server; on Ampere it keeps that figure, not the
+    measured one-server channel rate ``LL_CHANNEL_GBPS_AMPERE``, which no multi-server ring table checks). NCCL's
+    estimate keeps llMaxBw for all channels (``protocol_cap_bytes_per_s``).
 
     Worked number: 2 servers of B200 on Intel hosts, 16 channels: 1 launched 17.6 GB/s (282 / 16, the GPU's), 4
     launched 9.75 (39 / 4), 16 launched 2.44 (39 / 16, NCCL's figure).

@@ -36,8 +36,8 @@ from .base import (
     LoweringContext,
     lower_launched,
     proxy_busy_s,
-    ring_channels,
     split_evenly,
+    tree_set_channels,
 )
 from .nvls_tree import double_binary_tree, levels
 
@@ -65,11 +65,11 @@ class TreeAlgorithm(AlgorithmDefaults):
 
         NCCL_MIN_CTAS past that doubled set (``ctx.tree_copies``; connect.cc ncclTopoPostset, copyChannels)
         makes channel c a copy of channel c - set: its tree and its NIC. Worked number: 8 NICs, a doubled set
-        of 16 (``base.ring_channels``), 24 channels: 0-7 and 16-23 on tree 0, 8-15 on tree 1 (16 and 8)."""
+        of 16 (``base.tree_set_channels``), 24 channels: 0-7 and 16-23 on tree 0, 8-15 on tree 1 (16 and 8)."""
         if ctx.tree_chains == "pair":
             return k % 2, k // 2
         if ctx.tree_copies:
-            doubled = ring_channels(layout)
+            doubled = tree_set_channels(layout)
             g = k % doubled
             return (g // max(1, doubled // 2)) % 2, g
         return (k // max(1, comm_channels // 2)) % 2, k
@@ -206,7 +206,8 @@ class TreeAlgorithm(AlgorithmDefaults):
                 * (2 if ctx.tree_chains == "channel" else 1)
             )
         if ctx.tree_copies and ctx.tree_chains == "channel" and protocol in ("Simple", "LL128"):
-            return per_channel / 4 * ring_channels(layout) / max(nchannels, ring_channels(layout))
+            tree_set = tree_set_channels(layout)
+            return per_channel / 4 * tree_set / max(nchannels, tree_set)
         return per_channel / 4
 
     # ---- interface ---------------------------------------------------------------------------

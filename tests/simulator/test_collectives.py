@@ -510,6 +510,12 @@ def test_a_communicator_across_servers_runs_on_the_channels_nccls_search_finds_o
     )
     assert ring_channels(earlier.layout((0, 8, 16))) == 16
     assert ring_channels(three.layout((0, 1))) == 16
+    # the switch changes a context's cached layouts too (replace shares the per-simulation cache)
+    assert ring_channels(replace(three, search_channels=False).layout((0, 8, 16))) == 16
+    # sm89 dedups as sm90 (ccMin > 80): 8 NDR NICs at 48, more than 4 under 50 -> no dup -> 16
+    assert search_ring_channels(8, 49.68, 89) == 16
+    # one XDR NIC on sm100 (96 from its array): 1 at 96 -> 2 at 48 -> 4 (the trees' set) -> 8 (48 > 45, copies)
+    assert (search_ring_channels(1, 99.37, 100), search_ring_channels(1, 99.37, 100, tree_set=True)) == (8, 4)
 
 
 def test_a_pipeline_transfer_shares_its_nic_with_an_all_gathers_channels():
