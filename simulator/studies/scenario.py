@@ -19,7 +19,7 @@ from topologies.routing import ROUTING_POLICIES
 from topologies.topology import Topology
 from workloads.model import ModelSpec
 from workloads.options import CpCommType, Dtype, Granularity, PipelineSchedule, Recompute
-from workloads.parallelism import MCORE_BUCKETS, ParallelismSpec
+from workloads.parallelism import MAX_COUNT, MCORE_BUCKETS, ParallelismSpec
 from workloads.presets import SC21_VOCAB
 
 if TYPE_CHECKING:  # the training study and the tuner load on first use: a command line starts without them
@@ -264,7 +264,7 @@ SETTING_CHECKS = {
         checks.flag,
     ),
     "bucket_mb": lambda f, v: checks.positive_finite(f, v),
-    "wgrad_deferral_limit": lambda f, v: checks.integer(f, v, low=0),
+    "wgrad_deferral_limit": lambda f, v: checks.integer(f, v, low=0, high=MAX_COUNT),
     "dtype": lambda f, v: checks.option(f, v, Dtype),
     "cp_comm_type": lambda f, v: checks.option(f, v, CpCommType),
     "schedule": lambda f, v: checks.option(f, v, PipelineSchedule),
@@ -415,6 +415,10 @@ def _ignored(s: Mapping, p: ParallelismSpec, environ: Mapping[str, str], applied
         "cp_comm_type": (p.cp == 1, "cp is 1, there is no context-parallel exchange"),
         "overlap_param_gather": (p.dp * p.cp == 1, "dp x cp is 1, no parameter is gathered"),
         "align_param_gather": (p.dp * p.cp == 1, "dp x cp is 1, no parameter is gathered"),
+        "wgrad_deferral_limit": (
+            p.wgrad_deferral_limit >= p.microbatches,
+            f"it is not below the {p.microbatches} micro-batches: all are deferred, as with 0",
+        ),
         "grad_reduce_in_bf16": (p.dp * p.cp == 1, "dp x cp is 1, no gradient is reduced"),
         "overlap_p2p_communication": (p.pp == 1 or p.vp == 1, "it applies to the interleaved schedule (pp, vp > 1)"),
     }

@@ -65,7 +65,7 @@ tasks per layer; rows with m >= 4k extrapolated from k and 2k micro-batches, k =
 multiple of p; the last column is the same run with the 2024 MAMF eff_max 0.869, ``--compute-model
 mamf-2024``, the table before the calibration)::
 
-    model        GPUs  t  p  d  v   m  step s  exposed s  bubble s  measured  predicted  error   MAMF
+    model        GPUs  t  p  d  v   m  step s  exposed s  bubble s    measured  predicted  error   MAMF
     GPT-1.7B       32  1  1 32  1   1   3.272      0.034     0.000         137      147.7   +7.8%  +21.9%
     GPT-3.6B       64  2  1 32  1   1   3.672      0.385     0.000         138      138.9   +0.7%  +13.3%
     GPT-7.5B      128  4  1 32  1   1   3.793      0.699     0.000         142      138.4   -2.5%   +9.7%

@@ -272,8 +272,15 @@ def test_step_settings_take_the_megatron_flags():
             "nodes": 2,
         }
     )
-    p = prepare_step(s, environ={}).parallelism
+    setup = prepare_step(s, environ={})
+    p = setup.parallelism
     assert (p.align_param_gather, p.defer_embedding_wgrad_compute, p.wgrad_deferral_limit) == (True, True, 4)
+    assert not any("wgrad-deferral-limit" in line for line in setup.ignored)
+    # a limit at or above the micro-batches (256 sequences over d 2: m 128) defers them all, as 0 does: said
+    s = step_settings(
+        {"pp": 2, "defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 128, "nodes": 2, "tp": 4}
+    )
+    assert any(line.startswith("wgrad-deferral-limit 128 ignored") for line in prepare_step(s, environ={}).ignored)
     defaults = prepare_step(step_settings({"nodes": 1}), environ={}).parallelism
     assert not (
         defaults.tp_comm_overlap
