@@ -42,12 +42,24 @@ and 405B; modelled with Transformer Engine's default overlap methods, not the re
 non-blocking stage-to-stage transfers with the interleaved schedule
 (nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py sets overlap_p2p_comm=True when vp > 1, as Megatron-LM's
 training script does), and gradients reduced in fp32 (DDP grad_reduce_in_fp32=True) except for the recipes of
-``BF16_GRADIENTS`` (GPT3-175B, Nemotron4 340B, Grok-1, each with its source) and the FP8 rows
-(pretrain_llama31.py: bf16_with_fp8_mixed() with grad_reduce_in_fp32 = False), which reduce bf16 gradients.
-ASSUMPTION: the v24.11.1 recipes (NeMo 24.09) ran the same settings as the NeMo 2.0 Llama and GPT-3 files read
-(the Nemotron-4 340B and Grok-1 files of that release, read, differ in the gradient dtype, kept, and the
-340B's selective recomputation of core attention, not modelled: ``recompute="selective"`` costs nothing extra
-with flash attention here). When the layers do not fill p x v chunks evenly but layers + 2 does (405B on p 8 v 8),
+``BF16_GRADIENTS`` (GPT3-175B, Nemotron4 340B, Grok-1, each with its source), the releases of ``BF16_GRADIENT_RELEASES``
+and the FP8 rows (pretrain_llama31.py: bf16_with_fp8_mixed() with grad_reduce_in_fp32 = False), which reduce bf16
+gradients. The v24.11.1 rows ran NeMo 1.0 Hydra configurations, read at that release's commit 35a9aec
+(llama3.1/llama3.1_{8b,70b,405b}.yaml and configure.sh, nemo_megatron/gpt3_175b_hydra.yaml and launch.sh,
+nemotron/nemotron4-{15b,340b}-synth.yaml and configure.sh): Apex's distributed_fused_adam with
+``overlap_grad_sync``/``overlap_param_sync`` and ``grad_sync_dtype: bf16`` in every one of them (hence
+``BF16_GRADIENT_RELEASES``), TP communication overlap and non-blocking stage transfers where t > 1 and v > 1 (the
+Nemotron files set them off, its configure.sh turns them on), the output-layer weight-gradient deferral of
+``WGRAD_DEFERRAL_LIMITS`` (70B 22, 405B 50, Nemotron4 340B 22; the GPT-3 file has none), no dropout but GPT-3's
+(hidden and attention dropout 0.1, as the ``gpt3-175b`` preset), Nemotron4 340B's selective recomputation of core
+attention (not modelled: ``recompute="selective"`` costs nothing extra with flash attention here). Not modelled from
+those files: NCCL_NVLS_ENABLE=0 (no collective of these layouts would take NVLS: the data-parallel groups hold one
+GPU a server, tensor-parallel traffic runs on userbuffers), the tuned userbuffers SM counts (GPT-3: 24 and 20 SMs for
+the pipelined reduce-scatters, 2-8 for the bulk ones, where the model keeps TE's defaults), and the attention
+kernels: GPT-3 (NeMo 24.05 image) and Nemotron4 340B run with NVTE_FUSED_ATTN=0, i.e. the flash-attn package's
+FlashAttention-2, where the H100 figures here are FlashAttention-3's (GPT-3 spends about 3 % of a layer's time in
+attention at 2,048 tokens, so at most a few percent of its step).
+When the layers do not fill p x v chunks evenly but layers + 2 does (405B on p 8 v 8),
 the embedding and the loss count as layers in the split (the recipe's
 ``account_for_embedding/loss_in_pipeline_split``). Rows with m >= 4k micro-batches per pipeline (k = 16 rounded up
 to a multiple of p) are extrapolated from k and 2k, as ``simulator.validation.sc21``.
@@ -99,6 +111,7 @@ __all__ = (
     "DGXC_SYSTEMS",
     "DGXC_DTYPES",
     "BF16_GRADIENTS",
+    "BF16_GRADIENT_RELEASES",
     "WGRAD_DEFERRAL_LIMITS",
     "DgxcCase",
     "dgxc_cases",
@@ -146,6 +159,10 @@ READMEs do not print it: GB200 NVL72 clusters schedule jobs in Slurm segments of
 fill 2-8 racks with 64 GPUs each and no tensor, context or data-parallel group straddles two racks."""
 DGXC_DTYPES = {"BF16": "bf16", "FP8": "fp8"}
 """The table's ``precision`` -> ``ParallelismSpec.dtype``."""
+BF16_GRADIENT_RELEASES = frozenset({"v24.11.1"})
+"""Recipe releases whose every configuration reduces gradients in bf16: v24.11.1's NeMo 1.0 files set
+``optim.grad_sync_dtype: bf16`` for Llama 3.1 8B/70B/405B, GPT3-175B, Nemotron4 15B/340B and Grok-1 (commit 35a9aec,
+see the module docstring)."""
 BF16_GRADIENTS = frozenset({"GPT3-175B", "Nemotron4 340B", "Grok-1 314B (MoE)"})
 """Recipes that reduce gradients in bf16; the others fp32, but in FP8 (see the module docstring). GPT3-175B: NeMo
 gpt3_175b.py pretrain_performance_optimizations, ``recipe.trainer.plugins.grad_reduce_in_fp32 = False``.
@@ -153,12 +170,14 @@ Nemotron4 340B: the same line in NeMo nemotron4_340b.py (v25.05.05) and, in v24.
 recipe's nemotron4-340b-synth.yaml), ``optim.grad_sync_dtype: bf16`` of its distributed_fused_adam. Grok-1:
 ``optim.grad_sync_dtype: bf16`` in the recipe's grok1_314b.yaml (v24.11.1; ASSUMED for v25.05.05)."""
 
-WGRAD_DEFERRAL_LIMITS = {"Llama 3.1 70B": 22, "Llama 3.1 405B": 50, "GPT3-175B": 50, "Nemotron4 340B": 22}
+WGRAD_DEFERRAL_LIMITS = {"Llama 3.1 70B": 22, "Llama 3.1 405B": 50, "Nemotron4 340B": 22}
 """Recipes whose performance settings defer the output layer's weight gradient to the pipeline flush
 (``ParallelismSpec.defer_embedding_wgrad_compute``) and their ``wgrad_deferral_limit``: NeMo's
 MegatronCommOverlapCallback(defer_embedding_wgrad_compute=True, wgrad_deferral_limit=...) in llama3_70b.py
-pretrain_recipe_performance (22), llama31_405b.py, gpt3_175b.py (50) and nemotron4_340b.py (22)
-pretrain_performance_optimizations; ASSUMED for the v24.11.1 Nemotron4 340B yaml recipe. Applied when p > 1."""
+pretrain_recipe_performance (22), llama31_405b.py and nemotron4_340b.py (22) pretrain_performance_optimizations, and
+the same keys in v24.11.1's llama3.1_70b.yaml (22), llama3.1_405b.yaml (50) and nemotron4-340b-synth.yaml (22).
+GPT3-175B's only release here, v24.11.1, does not defer (gpt3_175b_hydra.yaml has no such key; NeMo 2.0's
+gpt3_175b.py, which sets 50, came later). Applied when p > 1."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -330,7 +349,9 @@ def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
         # refuses it; grok1_314b.yaml also sets ``ub_tp_comm_overlap: false``)
         tp_comm_overlap=case.tp > 1 and not case.moe,
         overlap_p2p_comm=interleaved,
-        grad_reduce_in_bf16=case.model in BF16_GRADIENTS or case.dtype == "fp8",
+        grad_reduce_in_bf16=(
+            case.version in BF16_GRADIENT_RELEASES or case.model in BF16_GRADIENTS or case.dtype == "fp8"
+        ),
         account_for_embedding_in_pipeline_split=account,
         account_for_loss_in_pipeline_split=account,
     )

@@ -34,10 +34,11 @@ def test_rows_and_their_errors(check):
     # 1.5467e16 / (32 x 137e12) = 3.528 s (workloads.model's worked number)
     assert sc21.model == "GPT-1.7B" and sc21.measured_step_s == pytest.approx(1.5467e16 / (32 * 137e12), rel=1e-4)
     # the Llama 3.1 8B BF16 step times as published (training_dgxc_h100_bf16.csv): 12.91 s and 12.27 s, the same
-    # layout in two recipe releases, simulated alike
+    # layout in two recipe releases, simulated alike but for the gradients: v24.11.1's file reduces them in bf16
+    # (half the data-parallel bytes, mostly hidden behind the backward), v25.04.01 in fp32
     first, second = (r for r in check.rows if r.model == "Llama 3.1 8B" and r.precision == "BF16")
     assert (first.measured_step_s, second.measured_step_s) == (12.91, 12.27)
-    assert first.predicted_step_s == second.predicted_step_s
+    assert first.predicted_step_s < second.predicted_step_s
 
 
 def test_what_is_skipped_is_said(check):
