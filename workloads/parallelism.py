@@ -41,9 +41,11 @@ Worked number (SC21 Table 1, GPT-145.6B): 1536 GPUs, t 8, p 8 -> d = 1536 / 64 =
 m = 2304 / 48 = 48 micro-batches; rank 100 = 4 + 8 (12 + 24 x 0): tensor rank 4, data-parallel rank
 12, stage 0; its tensor group is 96..103, its pipeline group 100, 292, ..., 1444 (stride t d = 192).
 
-What is ignored here: heterogeneous stage sizes, uneven micro-batches, and, with etp = t, where the order
-places ``ep`` (the blocks above; Megatron's expert generator follows the order string, the same for the
-default order).
+Every MoE layout (e > 1 or etp != t) takes its expert groups from that generator, so a non-default order places
+``ep`` as Megatron does; Megatron's order checks apply (an order must name ep when e > 1, both generators' pipeline
+groups must be equal, and an order not ending in pp needs edp = d when p > 1).
+
+What is ignored here: heterogeneous stage sizes, uneven micro-batches.
 """
 
 from __future__ import annotations
@@ -309,7 +311,7 @@ class ParallelismSpec:
                 f"a value with etp x ep dividing tp x cp x dp = {self.tp} x {self.cp} x {self.dp} = {stage} "
                 f"(ep {self.ep}; Megatron-Core regroups each stage's ranks as etp x ep x edp)",
             )
-        if self.etp is not None and self.etp != self.tp:
+        if self._expert_generator:
             self._check_expert_order()
         per_step = self.dp * self.micro_batch
         if self.global_batch is None:
@@ -494,8 +496,17 @@ class ParallelismSpec:
         return dense
 
     def _expert_dims(self) -> tuple[str, ...]:
-        """The expert generator's dimensions, innermost first: the order without cp (Megatron passes cp=1)."""
-        return tuple(d for d in self.order.strip().lower().split("-") if d != "cp")
+        """The expert generator's dimensions, innermost first: the order without cp (Megatron passes cp=1), with
+        ep appended when the order leaves it out (RankGenerator appends a missing dimension of size 1; one of size
+        > 1 is refused by ``_check_expert_order``)."""
+        dims = tuple(d for d in self.order.strip().lower().split("-") if d != "cp")
+        return dims if "ep" in dims or self.ep > 1 else (*dims, "ep")
+
+    @property
+    def _expert_generator(self) -> bool:
+        """Whether the expert groups come from Megatron's expert RankGenerator (e > 1 or a folded layout); with
+        e = 1 and etp = t they are the trivial ones (single-rank expert groups, the data/context group)."""
+        return self.ep > 1 or self.folded
 
     def _expert_sizes(self) -> dict[str, int]:
         return {"tp": self.expert_tp, "ep": self.ep, "dp": self.edp, "pp": self.pp}
@@ -509,12 +520,19 @@ class ParallelismSpec:
         return strides
 
     def _check_expert_order(self) -> None:
-        """Megatron's checks of a folded layout's order (parallel_state.py): RankGenerator refuses an order
-        without a dimension of size > 1, and initialize_model_parallel the expert generator whose pipeline
-        groups differ from the dense ones."""
+        """Megatron's checks of an MoE layout's order (parallel_state.py): RankGenerator refuses an order
+        without a dimension of size > 1, and initialize_model_parallel an order not ending in pp with edp != d at
+        p > 1 and an expert generator whose pipeline groups differ from the dense ones."""
         if self.ep > 1 and "ep" not in self._expert_dims():
+            raise _reject("order", self.order, f"an order naming ep with ep {self.ep} > 1 (Megatron's RankGenerator)")
+        # parallel_state.initialize_model_parallel: "When not using pp-last rank ordering, the data parallel size of
+        # the attention and moe layers must be the same"
+        if self.pp > 1 and self.order.strip().lower().split("-")[-1] != "pp" and self.edp != self.dp:
             raise _reject(
-                "order", self.order, f"an order naming ep with etp {self.etp} != tp (Megatron's RankGenerator)"
+                "order",
+                self.order,
+                f"an order ending in pp when the expert layers' data parallelism (edp {self.edp}) differs from the "
+                f"dense layers' (dp {self.dp}) at pp {self.pp} (Megatron-Core's rule)",
             )
         strides, sizes = self._expert_strides(), self._expert_sizes()
         expert_pp = sorted(
@@ -562,7 +580,7 @@ class ParallelismSpec:
         # the dimension with the larger stride is the more significant one
         inner, outer = sorted(("cp", "dp"), key=lambda d: strides[d])
         position = c[outer] * sizes[inner] + c[inner]
-        if self.folded:  # the expert generator's coordinates: ep = its expert-data-parallel index
+        if self._expert_generator:  # the expert generator's coordinates: ep = its expert-data-parallel index
             es, ez = self._expert_strides(), self._expert_sizes()
             return RankCoords(
                 tp=c["tp"],
@@ -606,7 +624,7 @@ class ParallelismSpec:
             return sorted(out)
         if kind == "etp" and not self.folded:
             return self.groups("tp")
-        if self.folded:  # Megatron's expert RankGenerator: get_ranks("ep" | "dp" | "tp")
+        if self._expert_generator:  # Megatron's expert RankGenerator: get_ranks("ep" | "dp" | "tp")
             dim = {"ep": "ep", "edp": "dp", "etp": "tp"}[kind]
             esizes, estrides = self._expert_sizes(), self._expert_strides()
             fixed = [d for d in ("tp", "ep", "dp", "pp") if d != dim]

@@ -132,7 +132,14 @@ def test_folded_groups_by_hand():
         # a folded layout's order must keep the pipeline groups (pp outermost here: pp stride t d = 8 dense, but
         # the expert generator of "tp-pp-dp-cp" strides pp by etp = 1)
         (dict(tp=2, dp=4, pp=2, ep=4, etp=1, order="tp-pp-dp-cp"), ["ParallelismSpec.order", "ep"]),
-        (dict(tp=2, dp=4, pp=2, ep=4, etp=1, order="tp-ep-pp-dp-cp"), ["ParallelismSpec.order", "pipeline groups"]),
+        # Megatron-Core: an order not ending in pp needs edp = d at p > 1 (edp = 2 x 4 / 4 = 2, d = 4)
+        (
+            dict(tp=2, dp=4, pp=2, ep=4, etp=1, order="tp-ep-pp-dp-cp"),
+            ["ParallelismSpec.order", "ending in pp", "edp 2"],
+        ),
+        # edp = 2 x 2 x 2 / (2 x 2) = 2 = d, but the dense order tp-cp-pp-dp strides pp by t c = 4 and the expert
+        # generator's tp-pp-ep-dp (cp dropped) by etp = 2
+        (dict(tp=2, cp=2, dp=2, pp=2, ep=2, order="tp-cp-pp-ep-dp"), ["ParallelismSpec.order", "pipeline groups"]),
     ],
 )
 def test_bad_etp_is_rejected_by_name(kwargs, words):
@@ -296,3 +303,14 @@ def test_module_doctests_pass():
     import workloads.parallelism as module
 
     assert doctest.testmod(module).failed == 0
+
+
+def test_expert_groups_follow_megatrons_generator_in_any_order():
+    # world 16, t 2, e 2, etp None (= t), order tp-cp-dp-ep-pp: Megatron's expert generator drops cp (size 1) and
+    # numbers rank = i_etp + 2 (i_edp + 4 i_ep) (edp = 16 / (2 x 2) = 4), so ep strides 8 and edp 2
+    spec = ParallelismSpec(tp=2, dp=8, ep=2, order="tp-cp-dp-ep-pp")
+    assert spec.group_of("ep", 0) == (0, 8) and spec.group_of("ep", 3) == (3, 11)
+    assert spec.group_of("edp", 0) == (0, 2, 4, 6) and spec.group_of("edp", 9) == (9, 11, 13, 15)
+    # an order without ep is completed with ep (size 1) as RankGenerator does: etp 1 folds t 2 x d 4 into edp 8
+    spec = ParallelismSpec(tp=2, dp=4, ep=1, etp=1, order="tp-cp-dp-pp")
+    assert spec.groups("edp") == [tuple(range(8))] and spec.groups("ep") == [(r,) for r in range(8)]
