@@ -481,10 +481,15 @@ class ParallelismSpec:
 
     # ---- rank numbering --------------------------------------------------------------------------
     @staticmethod
-    def _parse_order(order: str) -> tuple[str, ...]:
+    def _order_dims(order: str) -> tuple[str, ...]:
+        """The dimensions ``order`` names, innermost first, ep included."""
+        return tuple(order.strip().lower().split("-"))
+
+    @classmethod
+    def _parse_order(cls, order: str) -> tuple[str, ...]:
         if not isinstance(order, str):
             raise _reject("order", order, "a string such as 'tp-cp-ep-dp-pp'")
-        dims = tuple(order.strip().lower().split("-"))
+        dims = cls._order_dims(order)
         dense = tuple(d for d in dims if d != "ep")
         if sorted(dense) != sorted(_DENSE_DIMS) or len(dims) - len(dense) > 1:
             raise _reject(
@@ -499,7 +504,7 @@ class ParallelismSpec:
         """The expert generator's dimensions, innermost first: the order without cp (Megatron passes cp=1), with
         ep appended when the order leaves it out (RankGenerator appends a missing dimension of size 1; one of size
         > 1 is refused by ``_check_expert_order``)."""
-        dims = tuple(d for d in self.order.strip().lower().split("-") if d != "cp")
+        dims = tuple(d for d in self._order_dims(self.order) if d != "cp")
         return dims if "ep" in dims or self.ep > 1 else (*dims, "ep")
 
     @property
@@ -512,12 +517,7 @@ class ParallelismSpec:
         return {"tp": self.expert_tp, "ep": self.ep, "dp": self.edp, "pp": self.pp}
 
     def _expert_strides(self) -> dict[str, int]:
-        strides, stride = {}, 1
-        sizes = self._expert_sizes()
-        for dim in self._expert_dims():
-            strides[dim] = stride
-            stride *= sizes[dim]
-        return strides
+        return _strides_of(self._expert_dims(), self._expert_sizes())
 
     def _check_expert_order(self) -> None:
         """Megatron's checks of an MoE layout's order (parallel_state.py): RankGenerator refuses an order
@@ -527,7 +527,7 @@ class ParallelismSpec:
             raise _reject("order", self.order, f"an order naming ep with ep {self.ep} > 1 (Megatron's RankGenerator)")
         # parallel_state.initialize_model_parallel: "When not using pp-last rank ordering, the data parallel size of
         # the attention and moe layers must be the same"
-        if self.pp > 1 and self.order.strip().lower().split("-")[-1] != "pp" and self.edp != self.dp:
+        if self.pp > 1 and self._order_dims(self.order)[-1] != "pp" and self.edp != self.dp:
             raise _reject(
                 "order",
                 self.order,
@@ -554,12 +554,7 @@ class ParallelismSpec:
         return {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp}
 
     def _strides(self) -> dict[str, int]:
-        strides, stride = {}, 1
-        sizes = self._sizes()
-        for dim in self._parse_order(self.order):
-            strides[dim] = stride
-            stride *= sizes[dim]
-        return strides
+        return _strides_of(self._parse_order(self.order), self._sizes())
 
     def rank_of(self, *, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
         """The rank with these coordinates."""
@@ -649,6 +644,15 @@ class ParallelismSpec:
             if rank in group:
                 return group
         raise reject("rank", rank, f"an integer in 0..{self.world_size - 1}")
+
+
+def _strides_of(dims: tuple[str, ...], sizes: dict[str, int]) -> dict[str, int]:
+    """RankGenerator's strides: each dimension's the product of the sizes of those inside it (innermost first)."""
+    strides, stride = {}, 1
+    for dim in dims:
+        strides[dim] = stride
+        stride *= sizes[dim]
+    return strides
 
 
 def _product(ranges: list[range]) -> list[tuple[int, ...]]:

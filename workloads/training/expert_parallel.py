@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ("ExpertParallel",)
 
-_ETP_KINDS = {"etp_allgather": CollectiveKind.ALL_GATHER, "etp_reducescatter": CollectiveKind.REDUCE_SCATTER}
-
 
 def _matrix_collective(group: tuple[int, ...], matrix: Sequence[Sequence[int]], dtype: str) -> Collective:
     n = len(group)
@@ -112,18 +110,18 @@ class ExpertParallel:
             return
         ep_group = rp.group("ep") if b.spec.ep > 1 else ()
         etp_group = rp.group("etp") if b.spec.expert_tp > 1 else ()
-        # in execution order: (what, nbytes, layer, combine); per layer and (dispatch, combine) pair the dispatch
-        # all-to-all, the expert-TP all-gather and reduce-scatter, the combine all-to-all
-        order: list[tuple[str, int, int, bool]] = []
+        # in execution order: (what, kind, nbytes, layer, combine); per layer and (dispatch, combine) pair the
+        # dispatch all-to-all, the expert-TP all-gather and reduce-scatter, the combine all-to-all
+        order: list[tuple[str, CollectiveKind, int, int, bool]] = []
         for layer in layers:
             sizes = self.sizes(layer, phase)
             a2a = [size for size in sizes if size.group == "ep"]
             etp = [size for size in sizes if size.group == "etp"]
             pairs = a2a[0].count // 2 if a2a else etp[0].count if etp else 0
             for _ in range(pairs):
-                order += [("a2a", size.nbytes, layer, False) for size in a2a]
-                order += [(size.name, size.nbytes, layer, False) for size in etp]
-                order += [("a2a", size.nbytes, layer, True) for size in a2a]
+                order += [("a2a", size.kind, size.nbytes, layer, False) for size in a2a]
+                order += [(size.name, size.kind, size.nbytes, layer, False) for size in etp]
+                order += [("a2a", size.kind, size.nbytes, layer, True) for size in a2a]
         if merge:  # one collective of each kind per chunk pass
             kinds = ("a2a", "etp_allgather", "etp_reducescatter")
             batches = [batch for what in kinds if (batch := [one for one in order if one[0] == what])]
@@ -131,9 +129,9 @@ class ExpertParallel:
             batches = [[one] for one in order]
         j = k = 0
         for batch in batches:
-            what = batch[0][0]
+            what, kind = batch[0][:2]
             if what == "a2a":
-                sends = [(nbytes, layer, combine) for _, nbytes, layer, combine in batch]
+                sends = [(nbytes, layer, combine) for _, _, nbytes, layer, combine in batch]
 
                 def make(sends: list[tuple[int, int, bool]] = sends) -> Collective:
                     return _matrix_collective(ep_group, self.matrix_sum(sends), b.act_dtype)
@@ -142,8 +140,7 @@ class ExpertParallel:
                 rp.prog.add_comm(ei, "ep alltoall")
                 j += 1
             else:
-                kind = _ETP_KINDS[what]
-                nbytes = sum(one[1] for one in batch)
+                nbytes = sum(one[2] for one in batch)
                 ti = b.simple(("etp", key, k, etp_group), kind, nbytes, etp_group, b.act_dtype, "ep", f"{what} {label}")
                 rp.prog.add_comm(ti, what.replace("_", " "))
                 k += 1
