@@ -617,7 +617,7 @@ class ParallelismSpec:
                 base = sum(v * strides[d] for d, v in zip(fixed, f))
                 out.append(tuple(sorted(base + o for o in offsets)))
             return sorted(out)
-        if kind == "etp" and not self.folded:
+        if kind == "etp" and not self._expert_generator:
             return self.groups("tp")
         if self._expert_generator:  # Megatron's expert RankGenerator: get_ranks("ep" | "dp" | "tp")
             dim = {"ep": "ep", "edp": "dp", "etp": "tp"}[kind]

@@ -314,3 +314,10 @@ def test_expert_groups_follow_megatrons_generator_in_any_order():
     # an order without ep is completed with ep (size 1) as RankGenerator does: etp 1 folds t 2 x d 4 into edp 8
     spec = ParallelismSpec(tp=2, dp=4, ep=1, etp=1, order="tp-cp-dp-pp")
     assert spec.groups("edp") == [tuple(range(8))] and spec.groups("ep") == [(r,) for r in range(8)]
+
+    # the expert tensor group is the expert generator's too: order cp-tp-ep-dp-pp, t 2, c 2, d 2, e 2 (etp = t):
+    # dense rank = i_cp + 2 i_tp + 4 i_dp, so the dense tensor group of rank 0 is (0, 2); the expert generator drops
+    # cp and numbers i_etp + 2 (i_ep + 2 i_edp), so its tensor group of rank 0 is (0, 1) (Megatron-Core's
+    # get_expert_tensor_parallel_group)
+    spec = ParallelismSpec(tp=2, cp=2, dp=2, ep=2, order="cp-tp-ep-dp-pp")
+    assert spec.group_of("tp", 0) == (0, 2) and spec.group_of("etp", 0) == (0, 1)
