@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from simulator.compute.gpu import ATTENTION_KERNELS
 from simulator.config import CONGESTION_NAMES, NETWORK_MODEL_NAMES
 from simulator.studies.scenario import (
     STEP_DEFAULTS,
@@ -203,6 +204,13 @@ def add_parser(sub) -> None:
             help=f"count the {what} as a layer when splitting layers over pipeline stages (Megatron-Core)",
         )
     step.add_argument("--recompute", choices=names(Recompute), help="activation recomputation")
+    step.add_argument(
+        "--attention-kernel",
+        choices=ATTENTION_KERNELS,
+        help="the fused attention kernel: cudnn (Transformer Engine's cuDNN attention, its choice on Hopper and the "
+        "default there; NVTE_FUSED_ATTN=1), fa2 (the flash-attn package's FlashAttention-2: NVTE_FUSED_ATTN=0), "
+        "fa3 (FlashAttention-3); H100 measurements of each, simulator.compute.gpu",
+    )
     step.add_argument("--net-model", choices=NETWORK_MODEL_NAMES, help="network model; default flow")
     step.add_argument(
         "--granularity",

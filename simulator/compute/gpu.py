@@ -244,6 +244,7 @@ class GpuComputeModel:
     flash_bwd_efficiency: float
     sustained_fraction: float = 1.0
     flash_shape: bool = False
+    flash_kernel: str | None = None  # None: "fa3" with flash_shape, "fa2" without
     tile_m: int = 256
     tile_n: int = 128
     launch_gap_s: float = 0.0
@@ -265,6 +266,16 @@ class GpuComputeModel:
             _fraction(owner, name, getattr(self, name))
         _fraction(owner, "gemm_efficiency_fp8", self.gemm_efficiency_fp8, allow_none=True)
         flag(f"{owner}.flash_shape", self.flash_shape)
+        if self.flash_kernel is None:
+            object.__setattr__(self, "flash_kernel", "fa3" if self.flash_shape else "fa2")
+        if self.flash_kernel not in ATTENTION_KERNELS:
+            kernels = ", ".join(ATTENTION_KERNELS)
+            raise ValueError(f"{owner}.flash_kernel: {self.flash_kernel!r} is not allowed; expected one of {kernels}")
+        if not self.flash_shape and self.flash_kernel != "fa2":
+            raise ValueError(
+                f"{owner}.flash_kernel: {self.flash_kernel!r} is not allowed for {self.name} (no flash_shape: its "
+                "attention is FlashAttention-2's flat best case); expected fa2"
+            )
         finite(f"{owner}.launch_gap_s", self.launch_gap_s, low=0, high=1, high_open=True, expected="0 <= s < 1")
 
 
@@ -274,20 +285,45 @@ _HOPPER_MEMORY = 3614.60 / 4000.0  # GH200 96 GB HBM3: coalesced read 3614.60 GB
 _H200_SUSTAINED = 701.0 / 828.0  # H200: MSMF 699-703 (midpoint) over MAMF ~828 TFLOP/s, at ~1405-1527 MHz
 _B200_SUSTAINED = 1441.0 / 1745.0  # B200: MSMF 1426-1456 over MAMF 1733-1757 TFLOP/s (midpoints)
 
-# FlashAttention-3 on H100 SXM5 (Shah et al. 2024, arXiv 2407.08608, figs. 5-6; TFLOP/s against the 989 of
-# 1830 MHz, appendix C.1; batch x sequence = 16k tokens, hidden 2048): forward at sequence 512 and 16k, by
-# head dimension, without and with the causal mask; backward, head dimension 128, no mask, 512 ... 16k.
-_FA3_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
-_FA3_FWD: Mapping[tuple[int, bool], tuple[float, float]] = types.MappingProxyType(
+# Attention kernels on H100 SXM5, measured side by side in the FlashAttention-3 paper (Shah et al. 2024, arXiv
+# 2407.08608, figs. 5-6; BF16, TFLOP/s against the 989 of 1830 MHz, appendix C.1; batch x sequence = 16k tokens,
+# hidden 2048): FlashAttention-3, cuDNN's fused attention and FlashAttention-2 (the flash-attn package), forward at
+# each sequence length by head dimension, without and with the causal mask (head dimension 64 with the mask is not
+# published), backward at head dimension 128 without the mask.
+ATTENTION_KERNELS = ("cudnn", "fa2", "fa3")
+_ATTN_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+_ATTN_FWD: Mapping[str, Mapping[tuple[int, bool], tuple[float, ...]]] = types.MappingProxyType(
     {
-        (64, False): (333.0, 497.0),
-        (128, False): (467.0, 648.0),
-        (128, True): (292.0, 616.0),
-        (256, False): (482.0, 756.0),
-        (256, True): (286.0, 642.0),
+        "fa3": {
+            (64, False): (333.0, 392.0, 460.0, 476.0, 496.0, 497.0),
+            (128, False): (467.0, 565.0, 625.0, 638.0, 646.0, 648.0),
+            (128, True): (292.0, 423.0, 521.0, 579.0, 602.0, 616.0),
+            (256, False): (482.0, 639.0, 707.0, 736.0, 746.0, 756.0),
+            (256, True): (286.0, 427.0, 537.0, 612.0, 628.0, 642.0),
+        },
+        "cudnn": {
+            (64, False): (335.0, 373.0, 395.0, 408.0, 412.0, 413.0),
+            (128, False): (497.0, 574.0, 617.0, 609.0, 600.0, 595.0),
+            (128, True): (315.0, 410.0, 484.0, 518.0, 529.0, 539.0),
+            (256, False): (470.0, 546.0, 580.0, 581.0, 580.0, 581.0),
+            (256, True): (308.0, 391.0, 450.0, 483.0, 497.0, 509.0),
+        },
+        "fa2": {
+            (64, False): (282.0, 306.0, 318.0, 321.0, 322.0, 324.0),
+            (128, False): (309.0, 350.0, 362.0, 368.0, 370.0, 370.0),
+            (128, True): (191.0, 260.0, 298.0, 319.0, 333.0, 335.0),
+            (256, False): (275.0, 313.0, 321.0, 323.0, 324.0, 326.0),
+            (256, True): (208.0, 251.0, 278.0, 293.0, 297.0, 298.0),
+        },
     }
 )
-_FA3_BWD_128 = (316.0, 424.0, 501.0, 542.0, 559.0, 561.0)
+_ATTN_BWD_128: Mapping[str, tuple[float, ...]] = types.MappingProxyType(
+    {
+        "fa3": (316.0, 424.0, 501.0, 542.0, 559.0, 561.0),
+        "cudnn": (305.0, 408.0, 465.0, 499.0, 518.0, 516.0),
+        "fa2": (214.0, 260.0, 291.0, 310.0, 318.0, 322.0),
+    }
+)
 
 
 def _log_interp(x: float, xs: tuple[float, ...], ys: tuple[float, ...]) -> float:
@@ -301,39 +337,48 @@ def _log_interp(x: float, xs: tuple[float, ...], ys: tuple[float, ...]) -> float
     return ys[i - 1] + w * (ys[i] - ys[i - 1])
 
 
-def _fa3_fwd_at_head_dim(seq_len: float, head_dim: int, causal: bool) -> float:
-    ends = (_FA3_SEQ[0], _FA3_SEQ[-1])
-    if (head_dim, causal) in _FA3_FWD:
-        return _log_interp(seq_len, ends, _FA3_FWD[head_dim, causal])
+def _fwd_at_head_dim(kernel: str, seq_len: float, head_dim: int, causal: bool) -> float:
+    curves = _ATTN_FWD[kernel]
+    if (head_dim, causal) in curves:
+        return _log_interp(seq_len, _ATTN_SEQ, curves[head_dim, causal])
     # head dimension 64 with the mask is not published: ASSUMED to lose what 128 loses to the mask
-    plain = _log_interp(seq_len, ends, _FA3_FWD[head_dim, False])
-    return plain * _log_interp(seq_len, ends, _FA3_FWD[128, True]) / _log_interp(seq_len, ends, _FA3_FWD[128, False])
+    plain = _log_interp(seq_len, _ATTN_SEQ, curves[head_dim, False])
+    return (
+        plain * _log_interp(seq_len, _ATTN_SEQ, curves[128, True]) / _log_interp(seq_len, _ATTN_SEQ, curves[128, False])
+    )
 
 
-def _fa3_tflops(seq_len: float, head_dim: float, causal: bool, backward: bool) -> float:
-    """FlashAttention-3's H100 throughput at one kernel shape: the published points, interpolated in
-    log(sequence) and log(head dimension), held flat outside 512-16k and 64-256."""
+def _attention_tflops(kernel: str, seq_len: float, head_dim: float, causal: bool, backward: bool) -> float:
+    """One attention kernel's H100 throughput at one shape: the published points, interpolated in log(sequence)
+    and log(head dimension), held flat outside 512-16k and 64-256."""
     dims = (64.0, 128.0, 256.0)
-    fwd = _log_interp(head_dim, dims, tuple(_fa3_fwd_at_head_dim(seq_len, int(d), causal) for d in dims))
+    fwd = _log_interp(head_dim, dims, tuple(_fwd_at_head_dim(kernel, seq_len, int(d), causal) for d in dims))
     if not backward:
         return fwd
     # backward published for head dimension 128 without the mask only: ASSUMED to change with the head
-    # dimension and the mask as the forward does at the same sequence length
-    return _log_interp(seq_len, _FA3_SEQ, _FA3_BWD_128) * fwd / _fa3_fwd_at_head_dim(seq_len, 128, False)
+    # dimension and the mask as the kernel's forward does at the same sequence length
+    bwd = _log_interp(seq_len, _ATTN_SEQ, _ATTN_BWD_128[kernel])
+    return bwd * fwd / _fwd_at_head_dim(kernel, seq_len, 128, False)
 
 
 def flash_efficiency(
-    compute_model: GpuComputeModel, *, seq_len: float, head_dim: float, causal: bool, backward: bool
+    compute_model: GpuComputeModel,
+    *,
+    seq_len: float,
+    head_dim: float,
+    causal: bool,
+    backward: bool,
 ) -> float:
-    """Fraction of the BF16 peak one FlashAttention kernel reaches on a single GPU (before
-    ``sustained_fraction``): the GPU's reference efficiency (head dimension 128, no mask, 16k sequence) times
-    FlashAttention-3's throughput at this shape over its throughput at the reference, capped at 1; without
-    ``flash_shape`` the reference figure itself.
+    """Fraction of the BF16 peak one attention kernel reaches on a single GPU (before ``sustained_fraction``): the
+    GPU's reference efficiency (FlashAttention-3 at head dimension 128, no mask, 16k sequence) times the
+    compute model's ``flash_kernel`` throughput at this shape over FlashAttention-3's at the reference (the
+    kernels' H100 measurements), capped at 1; without ``flash_shape`` the reference figure itself.
 
     >>> cm = COMPUTE_MODELS["h100_sxm5_80gb"]
-    >>> round(flash_efficiency(cm, seq_len=16384, head_dim=128, causal=False, backward=False) * 989)
-    648
-    >>> round(flash_efficiency(cm, seq_len=2048, head_dim=128, causal=False, backward=True) * 989)
+    >>> round(flash_efficiency(cm, seq_len=2048, head_dim=128, causal=True, backward=False) * 989)
+    484
+    >>> fa3 = dataclasses.replace(cm, flash_kernel="fa3")
+    >>> round(flash_efficiency(fa3, seq_len=2048, head_dim=128, causal=False, backward=True) * 989)
     501
     """
     ref = compute_model.flash_bwd_efficiency if backward else compute_model.flash_fwd_efficiency
@@ -341,8 +386,9 @@ def flash_efficiency(
         return ref
     positive_finite("flash_efficiency.seq_len", seq_len)
     positive_finite("flash_efficiency.head_dim", head_dim)
-    shape = _fa3_tflops(seq_len, head_dim, causal, backward) / _fa3_tflops(_FA3_SEQ[-1], 128, False, backward)
-    return min(1.0, ref * shape)
+    kernel = compute_model.flash_kernel or "fa3"  # resolved on construction; "or" for the type checker
+    at_shape = _attention_tflops(kernel, seq_len, head_dim, causal, backward)
+    return min(1.0, ref * at_shape / _attention_tflops("fa3", _ATTN_SEQ[-1], 128, False, backward))
 
 
 A100_SC21_GEMM_EFFICIENCY = 0.71
@@ -386,6 +432,9 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             flash_fwd_efficiency=648 / 989,  # FA-3, head dimension 128, no mask, 16k
             flash_bwd_efficiency=561 / 989,
             flash_shape=True,
+            # Transformer Engine's attention on Hopper when cuDNN's and FlashAttention's both apply (NeMo
+            # docs, memory_optimizations.rst: "prefers cuDNN flash attention on Hopper+ architectures")
+            flash_kernel="cudnn",
             # ESTIMATE: the H200's ratio (same GH100 die and 700 W SXM power limit; no published H100 MSMF)
             sustained_fraction=_H200_SUSTAINED,
         ),
@@ -398,6 +447,9 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             flash_fwd_efficiency=648 / 989,  # FA-3, head dimension 128, no mask, 16k
             flash_bwd_efficiency=561 / 989,
             flash_shape=True,
+            # Transformer Engine's attention on Hopper when cuDNN's and FlashAttention's both apply (NeMo
+            # docs, memory_optimizations.rst: "prefers cuDNN flash attention on Hopper+ architectures")
+            flash_kernel="cudnn",
             sustained_fraction=_H200_SUSTAINED,
         ),
         "b200": GpuComputeModel(

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from simulator.compute.gpu import ATTENTION_KERNELS
 from simulator.config import CONGESTION_NAMES, NetworkModel, SimConfig
 from topologies import checks
 from topologies.dragonfly import ARRANGEMENTS
@@ -151,6 +152,7 @@ STEP_DEFAULTS = {
     "account_for_embedding_in_pipeline_split": False,
     "account_for_loss_in_pipeline_split": False,
     "recompute": "none",
+    "attention_kernel": None,  # the GPU compute model's (cuDNN fused attention on Hopper)
     "granularity": "layer",
     **NETWORK_DEFAULTS,
     "layers": None,
@@ -269,6 +271,7 @@ SETTING_CHECKS = {
     "cp_comm_type": lambda f, v: checks.option(f, v, CpCommType),
     "schedule": lambda f, v: checks.option(f, v, PipelineSchedule),
     "recompute": lambda f, v: checks.option(f, v, Recompute),
+    "attention_kernel": lambda f, v: checks.choice(f, v, ATTENTION_KERNELS),
     "granularity": lambda f, v: checks.option(f, v, Granularity),
     "net_model": lambda f, v: checks.option(f, v, NetworkModel),
     "routing": lambda f, v: checks.choice(f, v, ROUTING_POLICIES),
@@ -312,6 +315,7 @@ class StepSetup:
     recompute: str
     granularity: str
     exact: bool
+    attention_kernel: str | None = None
     ignored: tuple[str, ...] = ()  # settings and NCCL variables given that change nothing here, each said why
 
 
@@ -398,6 +402,7 @@ def prepare_step(s: Mapping, *, environ: Mapping[str, str]) -> StepSetup:
         recompute=s["recompute"],
         granularity=s["granularity"],
         exact=s["exact"],
+        attention_kernel=s["attention_kernel"],
         ignored=_ignored(s, parallelism, environ, environment),
     )
 
@@ -499,6 +504,7 @@ def run_step(
         options=StepOptions(
             config=setup.config if config is None else config,
             recompute=setup.recompute,
+            attention_kernel=setup.attention_kernel,
             granularity=setup.granularity,
             exact=setup.exact,
             progress=progress,

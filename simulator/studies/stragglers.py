@@ -88,7 +88,16 @@ from ..config import SimConfig
 from ..placement import Placement
 from . import reductions
 from .scenario import StepSetup
-from .training import StepOptions, StepPhase, StepResult, _build_topology, _gpu_of, simulate_step, step_compute
+from .training import (
+    StepOptions,
+    StepPhase,
+    StepResult,
+    _build_topology,
+    _compute_model_of,
+    _gpu_of,
+    simulate_step,
+    step_compute,
+)
 
 __all__ = (
     "Stragglers",
@@ -540,14 +549,15 @@ def simulate_steps(
     if compute is None:
         if o.progress is not None:
             o.progress("timing the kernels")
+        gpu = o.gpu or _gpu_of(topology)
         compute = step_compute(
             model,
             p,
-            o.gpu or _gpu_of(topology),
+            gpu,
             recompute=o.recompute,
             flash_attention=o.flash_attention,
             overlap_slowdown=o.overlap_slowdown,
-            compute_model=o.compute_model,
+            compute_model=_compute_model_of(o, gpu),
         )
     base = dataclasses.replace(o, compute=compute, route_cache=route_cache)
     notes: list[str] = []
@@ -652,6 +662,7 @@ def run_steps(
         options=StepOptions(
             config=config,
             recompute=setup.recompute,
+            attention_kernel=setup.attention_kernel,
             granularity=setup.granularity,
             exact=setup.exact,
             progress=progress,

@@ -77,6 +77,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from topologies import checks
 from topologies.checks import finite, flag, instance, integer, option, reject
 from topologies.devices import GPU_PRESETS, GpuSpec
 from topologies.presets import SYSTEMS, TOPOLOGIES, build_system
@@ -927,9 +928,13 @@ class StepOptions:
     parameters (``simulator.compute.gpu``; its defaults for the GPU when None). ``compute``: a StepCompute
     replacing the compute model's times. ``overlap_slowdown``: the stretch of compute running beside
     communication (the compute model's default when None). ``flash_attention``, ``recompute`` ("none",
-    "selective", "full"): what the kernels do. ``placement``: ranks on GPUs (``Placement.block``, Megatron order
-    on consecutive GPUs, when None). ``nodes``, ``wiring``: the size and wiring of the system when it is given as a
-    preset name (enough servers for the layout; a leaf-spine, or a fat tree past its size, when None).
+    "selective", "full"): what the kernels do. ``attention_kernel``: the fused attention kernel ("cudnn":
+    Transformer Engine's cuDNN fused attention, "fa2": the flash-attn package's FlashAttention-2, "fa3":
+    FlashAttention-3; ``simulator.compute.gpu.ATTENTION_KERNELS``), replacing the compute model's
+    ``flash_kernel`` (None: the compute model's, cuDNN on Hopper). ``placement``: ranks on GPUs
+    (``Placement.block``, Megatron order on consecutive GPUs, when None). ``nodes``, ``wiring``: the size and
+    wiring of the system when it is given as a preset name (enough servers for the layout; a leaf-spine, or a fat
+    tree past its size, when None).
     The reductions (``simulator.studies.reductions``): ``granularity`` ("layer" or "chunk"),
     ``tensor_rank0_p2p``, ``symmetric_replicas`` and ``symmetric_context`` (context rank 0 standing for the c
     context ranks; None, the default: used where they are exact for this step,
@@ -958,6 +963,7 @@ class StepOptions:
     compute: StepCompute | None = None
     overlap_slowdown: float | None = None
     flash_attention: bool = True
+    attention_kernel: str | None = None
     recompute: str = "none"
     placement: Placement | None = None
     nodes: int | None = None
@@ -1011,8 +1017,20 @@ class StepOptions:
             instance("StepOptions.wiring", self.wiring, str, "None or a wiring name")
         if self.perturb is not None and not callable(self.perturb):
             raise reject("StepOptions.perturb", self.perturb, "None or a function of a TrainingWorkload")
+        if self.attention_kernel is not None:
+            checks.choice("StepOptions.attention_kernel", self.attention_kernel, cmp.ATTENTION_KERNELS)
+            if not self.flash_attention:
+                raise reject("StepOptions.attention_kernel", self.attention_kernel, "None without flash_attention")
         if self.perturb is not None and not self.exact:
             raise reject("StepOptions.exact", False, "True with perturb (perturbed ranks are not alike)")
+
+
+def _compute_model_of(o: StepOptions, gpu: GpuSpec) -> cmp.GpuComputeModel | None:
+    """The compute model a step times its kernels with: ``o.compute_model`` (None: the GPU's), its attention kernel
+    replaced by ``o.attention_kernel`` when one is given."""
+    if o.attention_kernel is None:
+        return o.compute_model
+    return dataclasses.replace(cmp.compute_model_for(gpu, o.compute_model), flash_kernel=o.attention_kernel)
 
 
 class _Beside:
@@ -1151,7 +1169,7 @@ def _simulate_step(
             recompute=o.recompute,
             flash_attention=o.flash_attention,
             overlap_slowdown=o.overlap_slowdown,
-            compute_model=o.compute_model,
+            compute_model=_compute_model_of(o, gpu),
         )
     placement = o.placement
     if placement is None:
@@ -1275,7 +1293,7 @@ def _simulate_step(
     seq = p.seq(model)
     model_flops = model.megatron_flops(batch=p.global_batch, seq_len=seq, tp=p.tp)
     executed = executed_flops(
-        model, p, gpu, recompute=recompute, flash_attention=o.flash_attention, compute_model=o.compute_model
+        model, p, gpu, recompute=recompute, flash_attention=o.flash_attention, compute_model=_compute_model_of(o, gpu)
     )
     peak = gpu.dense_fp8_flop_per_s if p.dtype == "fp8" and gpu.dense_fp8_flop_per_s else gpu.dense_bf16_flop_per_s
     memory = memory_per_gpu(model, p, recompute=recompute, flash_attention=o.flash_attention)

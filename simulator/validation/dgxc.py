@@ -52,13 +52,13 @@ nemotron/nemotron4-{15b,340b}-synth.yaml and configure.sh): Apex's distributed_f
 Nemotron files set them off, its configure.sh turns them on), the output-layer weight-gradient deferral of
 ``WGRAD_DEFERRAL_LIMITS`` (70B 22, 405B 50, Nemotron4 340B 22; the GPT-3 file has none), no dropout but GPT-3's
 (hidden and attention dropout 0.1, as the ``gpt3-175b`` preset), Nemotron4 340B's selective recomputation of core
-attention (not modelled: ``recompute="selective"`` costs nothing extra with flash attention here). Not modelled from
-those files: NCCL_NVLS_ENABLE=0 (no collective of these layouts would take NVLS: the data-parallel groups hold one
-GPU a server, tensor-parallel traffic runs on userbuffers), the tuned userbuffers SM counts (GPT-3: 24 and 20 SMs for
-the pipelined reduce-scatters, 2-8 for the bulk ones, where the model keeps TE's defaults), and the attention
-kernels: GPT-3 (NeMo 24.05 image) and Nemotron4 340B run with NVTE_FUSED_ATTN=0, i.e. the flash-attn package's
-FlashAttention-2, where the H100 figures here are FlashAttention-3's (GPT-3 spends about 3 % of a layer's time in
-attention at 2,048 tokens, so at most a few percent of its step).
+attention (not modelled: ``recompute="selective"`` costs nothing extra with flash attention here), and the
+attention kernel of ``FLASH_ATTENTION_2`` (NVTE_FUSED_ATTN=0: GPT-3 on the NeMo 24.05 image, Nemotron4 340B and
+Grok-1 on 24.09 run the flash-attn package's FlashAttention-2; the other rows run cuDNN's fused attention,
+``StepOptions.attention_kernel``). Not modelled from those files: NCCL_NVLS_ENABLE=0 (no collective of these
+layouts would take NVLS: the data-parallel groups hold one GPU a server, tensor-parallel traffic runs on
+userbuffers) and the tuned userbuffers SM counts (GPT-3: 24 and 20 SMs for the pipelined reduce-scatters, 2-8 for
+the bulk ones, where the model keeps TE's defaults).
 When the layers do not fill p x v chunks evenly but layers + 2 does (405B on p 8 v 8),
 the embedding and the loss count as layers in the split (the recipe's
 ``account_for_embedding/loss_in_pipeline_split``). Rows with m >= 4k micro-batches per pipeline (k = 16 rounded up
@@ -112,6 +112,7 @@ __all__ = (
     "DGXC_DTYPES",
     "BF16_GRADIENTS",
     "BF16_GRADIENT_RELEASES",
+    "FLASH_ATTENTION_2",
     "WGRAD_DEFERRAL_LIMITS",
     "DgxcCase",
     "dgxc_cases",
@@ -169,6 +170,16 @@ gpt3_175b.py pretrain_performance_optimizations, ``recipe.trainer.plugins.grad_r
 Nemotron4 340B: the same line in NeMo nemotron4_340b.py (v25.05.05) and, in v24.11.1 (NeMo 24.09, the
 recipe's nemotron4-340b-synth.yaml), ``optim.grad_sync_dtype: bf16`` of its distributed_fused_adam. Grok-1:
 ``optim.grad_sync_dtype: bf16`` in the recipe's grok1_314b.yaml (v24.11.1; ASSUMED for v25.05.05)."""
+
+FLASH_ATTENTION_2 = frozenset(
+    {("v24.11.1", "GPT3-175B"), ("v24.11.1", "Nemotron4 340B"), ("v24.11.1", "Grok-1 314B (MoE)")}
+)
+"""(release, recipe) pairs that ran the flash-attn package's FlashAttention-2 (``attention_kernel="fa2"``): at commit
+35a9aec nemo_megatron/launch.sh (GPT3-175B), nemotron/configure.sh's 340b branch and grok1/configure.sh export
+NVTE_FUSED_ATTN=0, which leaves Transformer Engine the flash-attn backend. The others run cuDNN's fused attention,
+the compute model's default on Hopper: llama3.1/configure.sh and the nemotron 15b branch export NVTE_FUSED_ATTN=1
+(v24.11.1), llama3.1/llama31_utils.py sets it (v25.04.01), and the later NeMo 2.0 scripts leave Transformer Engine
+its choice, cuDNN on Hopper."""
 
 WGRAD_DEFERRAL_LIMITS = {"Llama 3.1 70B": 22, "Llama 3.1 405B": 50, "Nemotron4 340B": 22}
 """Recipes whose performance settings defer the output layer's weight gradient to the pipeline flush
@@ -489,7 +500,11 @@ def dgxc_check(
             system=system,
             # the step time is the reduced run's; its bound (a second run) is not needed here
             options=StepOptions(
-                compute_model=compute_model, steady_state_microbatches=steady, placement=placement, bound=False
+                compute_model=compute_model,
+                attention_kernel="fa2" if (case.version, case.model) in FLASH_ATTENTION_2 else None,
+                steady_state_microbatches=steady,
+                placement=placement,
+                bound=False,
             ),
         )
         row = DgxcRow(

@@ -220,30 +220,42 @@ def test_small_elementwise_op_is_memory_bound_at_measured_bandwidth():
 
 def test_flash_attention_time_by_hand():
     # Llama 3 8B, b 1, s 8192, 32 heads of 128: 4 b a s^2 d FLOPs x causal (64 + 1)/(2 x 64) of 128-blocks,
-    # at FlashAttention-3's causal head-dimension-128 forward at 8192, read in log(sequence) between 292 (512)
-    # and 616 TFLOP/s (16k): 292 + (616 - 292) x log(16)/log(32), times the sustained fraction 701/828
+    # at cuDNN's causal head-dimension-128 forward at 8192 (529 TFLOP/s, FA-3 paper fig. 5; the H100's default
+    # kernel), times the sustained fraction 701/828
     model = MODELS["llama3-8b"]
     fwd = {op.name: op for op in layer_forward(model, H100_SXM5_80GB, micro_batch=1).ops}["flash_attention"]
     flops = 4 * 32 * 8192 * 8192 * 128 * 65 / 128
-    causal_fwd = 292 + (616 - 292) * 4 / 5
     assert fwd.flops == pytest.approx(flops, rel=1e-12)
-    assert fwd.time_s == pytest.approx(flops / (causal_fwd * 1e12 * 701 / 828), rel=1e-12)
-    # backward: the unmasked 559 TFLOP/s at 8192 times the forward's masked/unmasked ratio at 8192
-    # (unmasked 467 + (648 - 467) x 4/5), 2.5 x the forward FLOPs
-    causal_bwd = 559 * causal_fwd / (467 + (648 - 467) * 4 / 5)
+    assert fwd.time_s == pytest.approx(flops / (529e12 * 701 / 828), rel=1e-12)
+    # backward: cuDNN's unmasked 518 TFLOP/s at 8192 times its forward's masked/unmasked ratio there (529 / 600),
+    # 2.5 x the forward FLOPs
+    causal_bwd = 518 * 529 / 600
     bwd = {op.name: op for op in layer_backward(model, H100_SXM5_80GB, micro_batch=1).ops}["flash_attention.bwd"]
     assert bwd.time_s == pytest.approx(2.5 * flops / (causal_bwd * 1e12 * 701 / 828), rel=1e-12)
 
 
-def test_flash_efficiency_follows_fa3_and_context_parallel_split():
-    cm = COMPUTE_MODELS["h100_sxm5_80gb"]
-    eff = functools.partial(flash_efficiency, cm, head_dim=128)
-    # the published points come back: forward 467 / 648 at 512 / 16k unmasked, backward 316 ... 561
+def test_flash_efficiency_follows_the_kernels_measurements_and_context_parallel_split():
+    h100 = COMPUTE_MODELS["h100_sxm5_80gb"]
+    assert h100.flash_kernel == "cudnn" and COMPUTE_MODELS["b200"].flash_kernel == "fa3"
+    fa3 = dataclasses.replace(h100, flash_kernel="fa3")
+    fa2 = dataclasses.replace(h100, flash_kernel="fa2")
+    eff = functools.partial(flash_efficiency, fa3, head_dim=128)
+    # the published points come back (FA-3 paper figs. 5-6): FA-3 forward 467 / 625 / 648 at 512 / 2k / 16k
+    # unmasked, 616 masked at 16k, backward 316 ... 561; cuDNN 484 and FA-2 298 masked at 2k, FA-2 backward 322 at 16k
     assert eff(seq_len=512, causal=False, backward=False) * 989 == pytest.approx(467, rel=1e-12)
+    assert eff(seq_len=2048, causal=False, backward=False) * 989 == pytest.approx(625, rel=1e-12)
     assert eff(seq_len=16384, causal=True, backward=False) * 989 == pytest.approx(616, rel=1e-12)
     for seq, tflops in zip((512, 1024, 2048, 4096, 8192, 16384), (316, 424, 501, 542, 559, 561), strict=True):
         assert eff(seq_len=seq, causal=False, backward=True) * 989 == pytest.approx(tflops, rel=1e-12)
-    # never above the longest sequence's figure, rising with the sequence, lower with the mask
+    at_2k = {
+        k: flash_efficiency(c, seq_len=2048, head_dim=128, causal=True, backward=False)
+        for k, c in (("cudnn", h100), ("fa2", fa2), ("fa3", fa3))
+    }
+    assert at_2k["cudnn"] * 989 == pytest.approx(484, rel=1e-12) and at_2k["fa2"] * 989 == pytest.approx(298, rel=1e-12)
+    assert flash_efficiency(fa2, seq_len=16384, head_dim=128, causal=False, backward=True) * 989 == pytest.approx(322)
+    # FA-3 beats cuDNN beats FA-2 masked at 2k and longer (521 > 484 > 298 at 2k)
+    assert at_2k["fa3"] > at_2k["cudnn"] > at_2k["fa2"]
+    # FA-3's curves rise with the sequence, lower with the mask (cuDNN's unmasked forward peaks at 2k: not here)
     seqs = (256, 512, 1000, 3000, 8192, 16384, 65536)
     for backward in (False, True):
         for causal in (False, True):
@@ -251,18 +263,26 @@ def test_flash_efficiency_follows_fa3_and_context_parallel_split():
             assert values == sorted(values)
         assert eff(seq_len=4096, causal=True, backward=backward) < eff(seq_len=4096, causal=False, backward=backward)
     # head dimension 256 beats 128 beats 64 unmasked (756 > 648 > 497 at 16k)
-    by_dim = [flash_efficiency(cm, seq_len=16384, head_dim=d, causal=False, backward=False) for d in (64, 128, 256)]
+    by_dim = [flash_efficiency(fa3, seq_len=16384, head_dim=d, causal=False, backward=False) for d in (64, 128, 256)]
     assert by_dim == sorted(by_dim) and by_dim[0] * 989 == pytest.approx(497, rel=1e-12)
-    # the A100 keeps FlashAttention-2's flat best case
+    # the A100 keeps FlashAttention-2's flat best case, and no other kernel
     a100 = COMPUTE_MODELS["a100_sxm4_80gb"]
+    assert a100.flash_kernel == "fa2"
     assert flash_efficiency(a100, seq_len=512, head_dim=64, causal=True, backward=True) == 0.63
-    # context parallelism 2 on Llama 3 8B: kernels of 4096 keys, half the FLOPs masked, half not
+    with pytest.raises(ValueError, match=r"GpuComputeModel.flash_kernel: 'cudnn' is not allowed for a100_sxm4_80gb"):
+        dataclasses.replace(a100, flash_kernel="cudnn")
+    with pytest.raises(ValueError, match=r"GpuComputeModel.flash_kernel: 'fa4' is not allowed; expected one of"):
+        dataclasses.replace(h100, flash_kernel="fa4")
+    # context parallelism 2 on Llama 3 8B: kernels of 4096 keys, half the FLOPs masked, half not (cuDNN)
+    cudnn = functools.partial(flash_efficiency, h100, head_dim=128)
     model = MODELS["llama3-8b"]
     op = {o.name: o for o in layer_forward(model, H100_SXM5_80GB, micro_batch=1, cp=2).ops}["flash_attention"]
-    per_flop = 0.5 / eff(seq_len=4096, causal=True, backward=False) + 0.5 / eff(
+    per_flop = 0.5 / cudnn(seq_len=4096, causal=True, backward=False) + 0.5 / cudnn(
         seq_len=4096, causal=False, backward=False
     )
     assert op.time_s == pytest.approx(op.flops * per_flop / (989e12 * 701 / 828), rel=1e-12)
+    # 518 and 609 TFLOP/s: cuDNN's masked and unmasked forward at 4096
+    assert per_flop == pytest.approx(0.5 * 989 / 518 + 0.5 * 989 / 609, rel=1e-12)
 
 
 def test_embedding_logits_and_optimizer_by_hand():
