@@ -110,21 +110,26 @@ Parameters per GPU (set once here, used for every scenario)
   Blackwell 7.140/8.0 TB/s = 0.893 (measured STREAM triad on GB300, KernelAgent-Oink SM10x benchmarks).
   The Hopper figure agrees with what tuned memory-bound training kernels reach on an H100 (QuACK's RMSNorm,
   softmax and cross-entropy kernels: ~3.0 of 3.35 TB/s, 0.90).
-* FlashAttention efficiency (forward, backward) at a reference shape, then (``flash_shape``) scaled by
-  FlashAttention-3's measured throughput at the kernel's shape over that at the reference (head dimension
-  128, no mask, sequence 16k). FA-3 on H100 SXM5 (Shah et al. 2024, arXiv 2407.08608; TFLOP/s of the 989
-  at 1830 MHz; 16k tokens per batch): forward over sequence 512 -> 16k, head dimension 64 333 -> 497,
-  128 467 -> 648 (causal 292 -> 616), 256 482 -> 756 (causal 286 -> 642); backward, 128, no mask, 316,
-  424, 501, 542, 559, 561 at 512 ... 16k. Interpolated linearly in log(sequence) between the points
-  (only the ends are published for the forward, so mid lengths are read low by up to the curves'
-  concavity) and in log(head dimension), held flat outside. ASSUMED, nothing published: head dimension 64
-  with the mask loses what 128 loses; the backward changes with head dimension and mask as the forward
-  does at the same length. The sequence of a kernel is s/c (context parallelism: c ring steps of s/c
+* Attention efficiency (forward, backward) at a reference shape, then (``flash_shape``) scaled by the
+  throughput of the compute model's ``flash_kernel`` at the kernel's shape over FlashAttention-3's at the
+  reference (head dimension 128, no mask, sequence 16k). The FlashAttention-3 paper measures three kernels side
+  by side on H100 SXM5 (Shah et al. 2024, arXiv 2407.08608, figs. 5-6; TFLOP/s of the 989 at 1830 MHz; 16k
+  tokens per batch, hidden 2048) at sequence 512, 1k, 2k, 4k, 8k, 16k: forward by head dimension 64, 128, 256
+  without the mask and 128, 256 with it, backward at 128 without it (``_ATTN_FWD``, ``_ATTN_BWD_128``). E.g.
+  causal, head dimension 128: FlashAttention-3 292 -> 616, cuDNN's fused attention 315 -> 539, FlashAttention-2
+  (flash-attn) 191 -> 335; backward 316 -> 561, 305 -> 516, 214 -> 322. Interpolated linearly in log(sequence)
+  between the points and in log(head dimension), held flat outside. ASSUMED, nothing published: head dimension
+  64 with the mask loses what 128 loses; the backward changes with head dimension and mask as the kernel's
+  forward does at the same length. The sequence of a kernel is s/c (context parallelism: c ring steps of s/c
   keys); with Megatron's load-balanced causal split 1/c of the FLOPs runs masked, the rest unmasked.
-  H100/H200: 648/989 forward, 561/989 backward (FA-3 itself). B200: FlashAttention-4 1613 TFLOP/s = 71.7%
-  forward (Zadouri et al. 2026), ASSUMED to be at the reference shape and to follow FA-3's shape; backward
-  ASSUMED 561/648 of it. A100: FlashAttention-2 "up to 73% ... forward, up to 63% ... backward" (Dao
-  2023, abstract), kept flat (best case; no shape).
+  Kernel: H100/H200 cuDNN, Transformer Engine's choice on Hopper when cuDNN's and flash-attn's both apply
+  (NeMo docs, memory_optimizations.rst: it "prefers cuDNN flash attention on Hopper+ architectures"); a
+  recipe exporting NVTE_FUSED_ATTN=0 runs flash-attn's FlashAttention-2 (``StepOptions.attention_kernel``).
+  H100/H200 reference: 648/989 forward, 561/989 backward (FA-3 itself). B200: FlashAttention-4 1613 TFLOP/s =
+  71.7% forward (Zadouri et al. 2026), ASSUMED to be at the reference shape and to follow FA-3's H100 shape
+  (another kernel: its H100 ratio to FA-3, ASSUMED); backward ASSUMED 561/648 of it. A100: FlashAttention-2
+  "up to 73% ... forward, up to 63% ... backward" (Dao 2023, abstract), kept flat (best case; no shape, no
+  other kernel).
 * ``overlap_slowdown``: when a NCCL kernel runs beside compute it holds one SM per channel; with C
   channels of S SMs compute slows by S/(S - C) - 1 = C/(S - C). C = 16 is NCCL's default channel count
   on 8x H100 NDR nodes (nccl-tests issue 309, see topologies/devices.py): H100 0.138, A100 0.174. HBM
@@ -394,7 +399,7 @@ def flash_efficiency(
 A100_SC21_GEMM_EFFICIENCY = 0.71
 """A100 fp16/bf16 GEMM eff_max fitted once on Megatron SC21 Table 1 (``simulator.validation.sc21``)."""
 
-H100_DGXC_FP8_GEMM_EFFICIENCY = 0.656
+H100_DGXC_FP8_GEMM_EFFICIENCY = 0.660
 """H100 FP8 GEMM eff_max fitted once on the DGX Cloud FP8 recipes (``simulator.validation.dgxc_fit``)."""
 H100_FP8_MAMF_2024 = 1402.6 / 1979
 """H100 FP8 best-shape matmul throughput over peak, Bekman MAMF (torch 2.6): the measured alternative."""
