@@ -169,7 +169,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from topologies.checks import finite, finite_nonnegative, flag, integer, positive_finite
+from topologies.checks import choice, finite, finite_nonnegative, flag, integer, positive_finite
 from topologies.devices import GpuSpec
 from workloads.model import RECOMPUTE, Gemm, ModelSpec, ceil_div
 
@@ -273,9 +273,7 @@ class GpuComputeModel:
         flag(f"{owner}.flash_shape", self.flash_shape)
         if self.flash_kernel is None:
             object.__setattr__(self, "flash_kernel", "fa3" if self.flash_shape else "fa2")
-        if self.flash_kernel not in ATTENTION_KERNELS:
-            kernels = ", ".join(ATTENTION_KERNELS)
-            raise ValueError(f"{owner}.flash_kernel: {self.flash_kernel!r} is not allowed; expected one of {kernels}")
+        choice(f"{owner}.flash_kernel", self.flash_kernel, ATTENTION_KERNELS)
         if not self.flash_shape and self.flash_kernel != "fa2":
             raise ValueError(
                 f"{owner}.flash_kernel: {self.flash_kernel!r} is not allowed for {self.name} (no flash_shape: its "

@@ -1030,7 +1030,14 @@ def _compute_model_of(o: StepOptions, gpu: GpuSpec) -> cmp.GpuComputeModel | Non
     replaced by ``o.attention_kernel`` when one is given."""
     if o.attention_kernel is None:
         return o.compute_model
-    return dataclasses.replace(cmp.compute_model_for(gpu, o.compute_model), flash_kernel=o.attention_kernel)
+    base = cmp.compute_model_for(gpu, o.compute_model)
+    if not base.flash_shape and o.attention_kernel != base.flash_kernel:
+        raise reject(
+            "StepOptions.attention_kernel",
+            o.attention_kernel,
+            f"{base.flash_kernel} or None on {base.name} (its attention is one flat figure, no kernel curves)",
+        )
+    return dataclasses.replace(base, flash_kernel=o.attention_kernel)
 
 
 class _Beside:

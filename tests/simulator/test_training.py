@@ -534,3 +534,45 @@ def test_default_expert_tensor_parallelism_is_tp_and_folding_moves_the_expert_tr
     assert mem1["parameters"] - mem2["parameters"] == pytest.approx(
         2 * model.routed_expert_parameters(0, ep=4, etp=2) * model.dtype_bytes
     )
+
+
+def test_attention_kernel_times_attention_alone_and_is_checked():
+    # Llama 3 8B cut to 2 layers, d 8 on one DGX H100: only the attention kernels change with the kernel, so the
+    # compute on the busiest GPU moves by exactly the attention time it costs with each (step_compute's totals)
+    from simulator.compute import gpu as cmp
+    from simulator.studies.training import step_compute
+    from topologies.devices import H100_SXM5_80GB
+    from workloads.presets import model_preset
+
+    model = dataclasses.replace(model_preset("llama3-8b"), layers=2)
+    spec = ParallelismSpec(dp=8, global_batch=8)
+    topo = build_system("dgx-h100", nodes=1)
+    options = StepOptions(config=SimConfig(network_model="analytical"))
+    steps = {
+        k: simulate_step(model, spec, system=topo, options=dataclasses.replace(options, attention_kernel=k))
+        for k in (None, "cudnn", "fa2", "fa3")
+    }
+    # None is the H100's compute model's kernel, cuDNN; at 8,192 causal keys FA-2 (333 TFLOP/s) is slower than
+    # cuDNN (529), FA-3 (602) faster (FA-3 paper fig. 5)
+    assert steps[None].step_time_s == steps["cudnn"].step_time_s
+    assert steps["fa3"].compute_s < steps["cudnn"].compute_s < steps["fa2"].compute_s
+    h100 = cmp.COMPUTE_MODELS["h100_sxm5_80gb"]
+    for kernel in ("fa2", "fa3"):
+        plain = step_compute(model, spec, H100_SXM5_80GB, compute_model=h100)
+        other = step_compute(model, spec, H100_SXM5_80GB, compute_model=dataclasses.replace(h100, flash_kernel=kernel))
+        extra = sum(other.layer_forward_s) + sum(other.layer_backward_s)
+        extra -= sum(plain.layer_forward_s) + sum(plain.layer_backward_s)
+        attention = [
+            cmp.layer_forward(model, H100_SXM5_80GB, micro_batch=1, compute_model=m).by_kind()["attention"]
+            + cmp.layer_backward(model, H100_SXM5_80GB, micro_batch=1, compute_model=m).by_kind()["attention"]
+            for m in (h100, dataclasses.replace(h100, flash_kernel=kernel))
+        ]
+        assert extra == pytest.approx(model.layers * (attention[1] - attention[0]), rel=1e-9)
+    with pytest.raises(ValueError, match=r"StepOptions.attention_kernel: 'fa4' is not allowed; expected one of"):
+        StepOptions(attention_kernel="fa4")
+    with pytest.raises(ValueError, match=r"StepOptions.attention_kernel: 'fa2' is not allowed; expected None without"):
+        StepOptions(attention_kernel="fa2", flash_attention=False)
+    with pytest.raises(ValueError, match=r"StepOptions.attention_kernel: 'cudnn' is not allowed; expected fa2 or None"):
+        simulate_step(
+            model, spec, system=build_system("dgx-a100", nodes=1), options=StepOptions(attention_kernel="cudnn")
+        )
