@@ -115,12 +115,12 @@ Parameters per GPU (set once here, used for every scenario)
   reference (head dimension 128, no mask, sequence 16k). The FlashAttention-3 paper measures three kernels side
   by side on H100 SXM5 (Shah et al. 2024, arXiv 2407.08608, figs. 5-6; TFLOP/s of the 989 at 1830 MHz; 16k
   tokens per batch, hidden 2048) at sequence 512, 1k, 2k, 4k, 8k, 16k: forward by head dimension 64, 128, 256
-  without the mask and 128, 256 with it, backward at 128 without it (``_ATTN_FWD``, ``_ATTN_BWD_128``). E.g.
+  without the mask and 128, 256 with it, backward at 64 and 128 without it (``_ATTN_FWD``, ``_ATTN_BWD``). E.g.
   causal, head dimension 128: FlashAttention-3 292 -> 616, cuDNN's fused attention 315 -> 539, FlashAttention-2
   (flash-attn) 191 -> 335; backward 316 -> 561, 305 -> 516, 214 -> 322. Interpolated linearly in log(sequence)
   between the points and in log(head dimension), held flat outside. ASSUMED, nothing published: head dimension
-  64 with the mask loses what 128 loses; the backward changes with head dimension and mask as the kernel's
-  forward does at the same length. The sequence of a kernel is s/c (context parallelism: c ring steps of s/c
+  64 with the mask loses what 128 loses; the backward past head dimension 128, and with the mask, changes as the
+  kernel's forward does at the same length. The sequence of a kernel is s/c (context parallelism: c ring steps of s/c
   keys); with Megatron's load-balanced causal split 1/c of the FLOPs runs masked, the rest unmasked.
   Kernel: H100/H200 cuDNN, Transformer Engine's choice on Hopper when cuDNN's and flash-attn's both apply
   (NeMo docs, memory_optimizations.rst: it "prefers cuDNN flash attention on Hopper+ architectures"); a
@@ -292,7 +292,7 @@ _B200_SUSTAINED = 1441.0 / 1745.0  # B200: MSMF 1426-1456 over MAMF 1733-1757 TF
 # 2407.08608, figs. 5-6; BF16, TFLOP/s against the 989 of 1830 MHz, appendix C.1; batch x sequence = 16k tokens,
 # hidden 2048): FlashAttention-3, cuDNN's fused attention and FlashAttention-2 (the flash-attn package), forward at
 # each sequence length by head dimension, without and with the causal mask (head dimension 64 with the mask is not
-# published), backward at head dimension 128 without the mask.
+# published), backward at head dimensions 64 and 128 without the mask.
 ATTENTION_KERNELS = ("cudnn", "fa2", "fa3")
 _ATTN_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
 _ATTN_FWD: Mapping[str, Mapping[tuple[int, bool], tuple[float, ...]]] = types.MappingProxyType(
@@ -320,11 +320,11 @@ _ATTN_FWD: Mapping[str, Mapping[tuple[int, bool], tuple[float, ...]]] = types.Ma
         },
     }
 )
-_ATTN_BWD_128: Mapping[str, tuple[float, ...]] = types.MappingProxyType(
+_ATTN_BWD: Mapping[str, Mapping[int, tuple[float, ...]]] = types.MappingProxyType(
     {
-        "fa3": (316.0, 424.0, 501.0, 542.0, 559.0, 561.0),
-        "cudnn": (305.0, 408.0, 465.0, 499.0, 518.0, 516.0),
-        "fa2": (214.0, 260.0, 291.0, 310.0, 318.0, 322.0),
+        "fa3": {64: (272.0, 363.0, 422.0, 453.0, 472.0, 474.0), 128: (316.0, 424.0, 501.0, 542.0, 559.0, 561.0)},
+        "cudnn": {64: (266.0, 348.0, 395.0, 417.0, 432.0, 433.0), 128: (305.0, 408.0, 465.0, 499.0, 518.0, 516.0)},
+        "fa2": {64: (198.0, 238.0, 264.0, 279.0, 287.0, 291.0), 128: (214.0, 260.0, 291.0, 310.0, 318.0, 322.0)},
     }
 )
 
@@ -355,13 +355,21 @@ def _attention_tflops(kernel: str, seq_len: float, head_dim: float, causal: bool
     """One attention kernel's H100 throughput at one shape: the published points, interpolated in log(sequence)
     and log(head dimension), held flat outside 512-16k and 64-256."""
     dims = (64.0, 128.0, 256.0)
-    fwd = _log_interp(head_dim, dims, tuple(_fwd_at_head_dim(kernel, seq_len, int(d), causal) for d in dims))
+
+    def forward(masked: bool) -> float:
+        return _log_interp(head_dim, dims, tuple(_fwd_at_head_dim(kernel, seq_len, int(d), masked) for d in dims))
+
+    fwd = forward(causal)
     if not backward:
         return fwd
-    # backward published for head dimension 128 without the mask only: ASSUMED to change with the head
-    # dimension and the mask as the kernel's forward does at the same sequence length
-    bwd = _log_interp(seq_len, _ATTN_SEQ, _ATTN_BWD_128[kernel])
-    return bwd * fwd / _fwd_at_head_dim(kernel, seq_len, 128, False)
+    # backward published without the mask at head dimensions 64 and 128: ASSUMED past 128 to change with the head
+    # dimension, and with the mask at any, as the kernel's forward does at the same sequence length
+    b64, b128 = (_log_interp(seq_len, _ATTN_SEQ, _ATTN_BWD[kernel][d]) for d in (64, 128))
+    if head_dim <= 128:
+        unmasked = _log_interp(head_dim, dims[:2], (b64, b128))
+    else:
+        unmasked = b128 * forward(False) / _fwd_at_head_dim(kernel, seq_len, 128, False)
+    return unmasked * fwd / forward(False) if causal else unmasked
 
 
 def flash_efficiency(
