@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from simulator.compute.gpu import ATTENTION_KERNELS
+from simulator.compute.gpu import ATTENTION_KERNELS, compute_model_for, with_attention_kernel
 from simulator.config import CONGESTION_NAMES, NetworkModel, SimConfig
 from topologies import checks
 from topologies.dragonfly import ARRANGEMENTS
@@ -271,7 +271,7 @@ SETTING_CHECKS = {
     "cp_comm_type": lambda f, v: checks.option(f, v, CpCommType),
     "schedule": lambda f, v: checks.option(f, v, PipelineSchedule),
     "recompute": lambda f, v: checks.option(f, v, Recompute),
-    "attention_kernel": lambda f, v: checks.choice(f, v, ATTENTION_KERNELS),
+    "attention_kernel": lambda f, v: None if v is None else checks.choice(f, v, ATTENTION_KERNELS),
     "granularity": lambda f, v: checks.option(f, v, Granularity),
     "net_model": lambda f, v: checks.option(f, v, NetworkModel),
     "routing": lambda f, v: checks.choice(f, v, ROUTING_POLICIES),
@@ -344,6 +344,10 @@ def prepare_step(s: Mapping, *, environ: Mapping[str, str]) -> StepSetup:
     else:
         model = model_preset(str(s["model"]))
     topology = build_topology(s)
+    if s["attention_kernel"] is not None:  # refused here, naming the setting, on a GPU without kernel curves
+        from .training import _gpu_of
+
+        with_attention_kernel(compute_model_for(_gpu_of(topology)), s["attention_kernel"], field="attention_kernel")
     bucket_bytes: int | str = MCORE_BUCKETS
     if s["bucket_mb"] is not None:
         if not 4 <= s["bucket_mb"] * 2**20 <= checks.MAX_BYTES:  # a float: 1e308 MiB is inf bytes, not allowed

@@ -1031,13 +1031,7 @@ def _compute_model_of(o: StepOptions, gpu: GpuSpec) -> cmp.GpuComputeModel | Non
     if o.attention_kernel is None:
         return o.compute_model
     base = cmp.compute_model_for(gpu, o.compute_model)
-    if not base.flash_shape and o.attention_kernel != base.flash_kernel:
-        raise reject(
-            "StepOptions.attention_kernel",
-            o.attention_kernel,
-            f"{base.flash_kernel} or None on {base.name} (its attention is one flat figure, no kernel curves)",
-        )
-    return dataclasses.replace(base, flash_kernel=o.attention_kernel)
+    return cmp.with_attention_kernel(base, o.attention_kernel, field="StepOptions.attention_kernel")
 
 
 class _Beside:

@@ -113,6 +113,7 @@ __all__ = (
     "BF16_GRADIENTS",
     "BF16_GRADIENT_RELEASES",
     "FLASH_ATTENTION_2",
+    "dgxc_attention_kernel",
     "WGRAD_DEFERRAL_LIMITS",
     "DgxcCase",
     "dgxc_cases",
@@ -325,6 +326,12 @@ def dgxc_system(case: DgxcCase) -> tuple[str | Topology, Placement | None]:
     return topology, Placement.block(topology, nranks=case.gpus, gpus_per_node=min(used, case.gpus))
 
 
+def dgxc_attention_kernel(case: DgxcCase) -> str | None:
+    """The attention kernel ``case`` ran: "fa2" for ``FLASH_ATTENTION_2``'s recipes, else None (the GPU's, cuDNN on
+    Hopper)."""
+    return "fa2" if (case.version, case.model) in FLASH_ATTENTION_2 else None
+
+
 def dgxc_layout(case: DgxcCase) -> tuple[ModelSpec, ParallelismSpec]:
     """The preset model (with the row's layers) and the recipe's layout (see the module docstring)."""
     if not isinstance(case, DgxcCase):
@@ -501,7 +508,7 @@ def dgxc_check(
             # the step time is the reduced run's; its bound (a second run) is not needed here
             options=StepOptions(
                 compute_model=compute_model,
-                attention_kernel="fa2" if (case.version, case.model) in FLASH_ATTENTION_2 else None,
+                attention_kernel=dgxc_attention_kernel(case),
                 steady_state_microbatches=steady,
                 placement=placement,
                 bound=False,

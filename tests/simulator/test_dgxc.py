@@ -8,6 +8,7 @@ from simulator.validation.dgxc import (
     DGXC_MODELS,
     DGXC_MOE_MODELS,
     WGRAD_DEFERRAL_LIMITS,
+    dgxc_attention_kernel,
     dgxc_cases,
     dgxc_check,
     dgxc_layout,
@@ -94,6 +95,11 @@ def test_layouts_follow_the_recipes():
         assert s.wgrad_deferral_limit == 0 or s.defer_embedding_wgrad_compute
     proxy = next(c for c in dgxc_cases() if c.proxy)
     assert dgxc_layout(proxy)[0].layers == proxy.layers < model.layers
+    # the attention kernel each recipe file exported: NVTE_FUSED_ATTN=0 (FlashAttention-2) in v24.11.1's GPT-3,
+    # Nemotron4 340B and Grok-1 scripts, cuDNN's fused attention (the GPU's default, None) everywhere else
+    fa2 = {(c.version, c.model) for c in dgxc_cases() if dgxc_attention_kernel(c) == "fa2"}
+    assert fa2 == {("v24.11.1", "GPT3-175B"), ("v24.11.1", "Nemotron4 340B"), ("v24.11.1", "Grok-1 314B (MoE)")}
+    assert {dgxc_attention_kernel(c) for c in dgxc_cases()} == {"fa2", None}
 
 
 def test_each_row_runs_with_its_precision_and_system():

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
+from simulator.studies.scenario import step_settings
 from simulator.studies.training import FIGURES, OVERLAP_OF_GROUPS, VIA_OTHER_RANKS, simulate_step
 from topologies.presets import build_system
 from workloads.parallelism import ParallelismSpec
@@ -115,3 +116,8 @@ def test_the_attention_kernel_reaches_the_step_from_the_command_and_a_scenario(c
     bad.write_text('attention-kernel = "fa9"\n')
     assert main(["step", str(bad)]) != 0
     assert "attention_kernel: 'fa9' is not allowed; expected one of 'cudnn', 'fa2', 'fa3'" in capsys.readouterr().err
+    # the A100 has one flat FlashAttention-2 figure: another kernel is refused before the step runs, naming the option
+    assert main(["step", *SMALL, "--system", "dgx-a100", "--attention-kernel", "cudnn"]) != 0
+    assert "attention_kernel: 'cudnn' is not allowed; expected fa2 on a100" in capsys.readouterr().err
+    # None is the default, and a sweep may give it
+    assert step_settings({"attention_kernel": None})["attention_kernel"] is None

@@ -572,7 +572,7 @@ def test_attention_kernel_times_attention_alone_and_is_checked():
         StepOptions(attention_kernel="fa4")
     with pytest.raises(ValueError, match=r"StepOptions.attention_kernel: 'fa2' is not allowed; expected None without"):
         StepOptions(attention_kernel="fa2", flash_attention=False)
-    with pytest.raises(ValueError, match=r"StepOptions.attention_kernel: 'cudnn' is not allowed; expected fa2 or None"):
+    with pytest.raises(ValueError, match=r"StepOptions.attention_kernel: 'cudnn' is not allowed; expected fa2 on a100"):
         simulate_step(
             model, spec, system=build_system("dgx-a100", nodes=1), options=StepOptions(attention_kernel="cudnn")
         )
