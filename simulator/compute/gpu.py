@@ -81,8 +81,8 @@ Parameters per GPU (set once here, used for every scenario)
   stands for what Transformer Engine's FP8 layers cost beyond the kernels modelled (casts, transposes and amax are
   costed; scaling-factor updates and amax reductions, FP8 GEMM shapes below the best one, and any error common to the
   FP8 rows are not separated), below the measured best-shape 0.709 (``H100_FP8_MAMF_2024``).
-  BF16 on H100 stays the measured 0.803 (not fitted; the same script on the BF16 rows puts the optimum at 0.792,
-  within 1.4 %, docs/models.md section 48). H200 keeps its own measured FP8 figure.
+  BF16 on H100 stays the measured 0.803 (not fitted; the same script on the BF16 rows puts the optimum at 0.794,
+  within 1.1 %, docs/models.md section 48). H200 keeps its own measured FP8 figure.
   **GB200, fitted once per precision**: eff_max BF16 = 0.650 (``GB200_DGXC_BF16_GEMM_EFFICIENCY``) and FP8 = 0.546
   (``GB200_DGXC_FP8_GEMM_EFFICIENCY``), each the one parameter fitted on the NVIDIA DGX Cloud GB200 NVL72 recipes of
   its precision (``simulator.validation.dgxc_fit --system gb200-nvl72 --precision BF16|FP8 --max-gpus 128``: the
