@@ -287,6 +287,9 @@ _HOPPER_MEMORY = 3614.60 / 4000.0  # GH200 96 GB HBM3: coalesced read 3614.60 GB
 # Matmul throughput sustained with all 8 GPUs of a server busy (MSMF) over the single-GPU best-shape rate
 # (MAMF), same benchmark (Bekman, ml-engineering, compute/accelerator/benchmarks/README.md):
 _H200_SUSTAINED = 701.0 / 828.0  # H200: MSMF 699-703 (midpoint) over MAMF ~828 TFLOP/s, at ~1405-1527 MHz
+# Transformer Engine's attention kernel on Hopper when cuDNN's and flash-attn's both apply (NeMo docs,
+# memory_optimizations.rst: it "prefers cuDNN flash attention on Hopper+ architectures")
+_HOPPER_ATTENTION = "cudnn"
 _B200_SUSTAINED = 1441.0 / 1745.0  # B200: MSMF 1426-1456 over MAMF 1733-1757 TFLOP/s (midpoints)
 
 # Attention kernels on H100 SXM5, measured side by side in the FlashAttention-3 paper (Shah et al. 2024, arXiv
@@ -374,12 +377,7 @@ def _attention_tflops(kernel: str, seq_len: float, head_dim: float, causal: bool
 
 
 def flash_efficiency(
-    compute_model: GpuComputeModel,
-    *,
-    seq_len: float,
-    head_dim: float,
-    causal: bool,
-    backward: bool,
+    compute_model: GpuComputeModel, *, seq_len: float, head_dim: float, causal: bool, backward: bool
 ) -> float:
     """Fraction of the BF16 peak one attention kernel reaches on a single GPU (before ``sustained_fraction``): the
     GPU's reference efficiency (FlashAttention-3 at head dimension 128, no mask, 16k sequence) times the
@@ -399,8 +397,8 @@ def flash_efficiency(
     positive_finite("flash_efficiency.seq_len", seq_len)
     positive_finite("flash_efficiency.head_dim", head_dim)
     kernel = compute_model.flash_kernel or "fa3"  # resolved on construction; "or" for the type checker
-    at_shape = _attention_tflops(kernel, seq_len, head_dim, causal, backward)
-    return min(1.0, ref * at_shape / _attention_tflops("fa3", _ATTN_SEQ[-1], 128, False, backward))
+    reference = (_ATTN_BWD["fa3"][128] if backward else _ATTN_FWD["fa3"][128, False])[-1]  # 561 / 648 at 16k
+    return min(1.0, ref * _attention_tflops(kernel, seq_len, head_dim, causal, backward) / reference)
 
 
 def with_attention_kernel(compute_model: GpuComputeModel, kernel: str, *, field: str) -> GpuComputeModel:
@@ -408,11 +406,12 @@ def with_attention_kernel(compute_model: GpuComputeModel, kernel: str, *, field:
     ``field`` for another value, or for a kernel other than its own on a GPU without kernel curves (the A100's
     one flat FlashAttention-2 figure)."""
     choice(field, kernel, ATTENTION_KERNELS)
-    if not compute_model.flash_shape and kernel != compute_model.flash_kernel:
+    try:  # the constructor holds the rule of which kernels a compute model can time
+        return dataclasses.replace(compute_model, flash_kernel=kernel)
+    except ValueError:
         raise reject(
             field, kernel, f"{compute_model.flash_kernel} on {compute_model.name} (one flat figure, no kernel curves)"
-        )
-    return dataclasses.replace(compute_model, flash_kernel=kernel)
+        ) from None
 
 
 A100_SC21_GEMM_EFFICIENCY = 0.71
@@ -456,9 +455,7 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             flash_fwd_efficiency=648 / 989,  # FA-3, head dimension 128, no mask, 16k
             flash_bwd_efficiency=561 / 989,
             flash_shape=True,
-            # Transformer Engine's attention on Hopper when cuDNN's and FlashAttention's both apply (NeMo
-            # docs, memory_optimizations.rst: "prefers cuDNN flash attention on Hopper+ architectures")
-            flash_kernel="cudnn",
+            flash_kernel=_HOPPER_ATTENTION,
             # ESTIMATE: the H200's ratio (same GH100 die and 700 W SXM power limit; no published H100 MSMF)
             sustained_fraction=_H200_SUSTAINED,
         ),
@@ -471,9 +468,7 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             flash_fwd_efficiency=648 / 989,  # FA-3, head dimension 128, no mask, 16k
             flash_bwd_efficiency=561 / 989,
             flash_shape=True,
-            # Transformer Engine's attention on Hopper when cuDNN's and FlashAttention's both apply (NeMo
-            # docs, memory_optimizations.rst: "prefers cuDNN flash attention on Hopper+ architectures")
-            flash_kernel="cudnn",
+            flash_kernel=_HOPPER_ATTENTION,
             sustained_fraction=_H200_SUSTAINED,
         ),
         "b200": GpuComputeModel(

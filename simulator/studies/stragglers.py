@@ -95,8 +95,8 @@ from .training import (
     _build_topology,
     _compute_model_of,
     _gpu_of,
+    _timed,
     simulate_step,
-    step_compute,
 )
 
 __all__ = (
@@ -547,18 +547,8 @@ def simulate_steps(
     placement = o.placement or Placement.block(topology, nranks=world)
     compute = o.compute
     if compute is None:
-        if o.progress is not None:
-            o.progress("timing the kernels")
         gpu = o.gpu or _gpu_of(topology)
-        compute = step_compute(
-            model,
-            p,
-            gpu,
-            recompute=o.recompute,
-            flash_attention=o.flash_attention,
-            overlap_slowdown=o.overlap_slowdown,
-            compute_model=_compute_model_of(o, gpu),
-        )
+        compute = _timed(model, p, o, gpu, _compute_model_of(o, gpu))
     base = dataclasses.replace(o, compute=compute, route_cache=route_cache)
     notes: list[str] = []
     if s.on and not o.exact and not config.storage:  # storage streams alone make every rank simulated

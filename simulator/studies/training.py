@@ -1034,6 +1034,23 @@ def _compute_model_of(o: StepOptions, gpu: GpuSpec) -> cmp.GpuComputeModel | Non
     return cmp.with_attention_kernel(base, o.attention_kernel, field="StepOptions.attention_kernel")
 
 
+def _timed(
+    model: ModelSpec, p: ParallelismSpec, o: StepOptions, gpu: GpuSpec, compute_model: cmp.GpuComputeModel | None
+) -> StepCompute:
+    """The step's kernel times from the compute model (``o.compute`` not given), said to ``o.progress``."""
+    if o.progress is not None:
+        o.progress("timing the kernels")
+    return step_compute(
+        model,
+        p,
+        gpu,
+        recompute=o.recompute,
+        flash_attention=o.flash_attention,
+        overlap_slowdown=o.overlap_slowdown,
+        compute_model=compute_model,
+    )
+
+
 class _Beside:
     """A value computed in a forked child process (:func:`_beside`): ``result()`` waits for it, ``cancel()`` stops
     the child (on the parent's error or interrupt, so no process outlives the step)."""
@@ -1159,19 +1176,8 @@ def _simulate_step(
             f"but topology {topology.name!r} has {topology.num_gpus}"
         )
     gpu = o.gpu or _gpu_of(topology)
-    compute = o.compute
-    if compute is None:
-        if o.progress is not None:
-            o.progress("timing the kernels")
-        compute = step_compute(
-            model,
-            p,
-            gpu,
-            recompute=o.recompute,
-            flash_attention=o.flash_attention,
-            overlap_slowdown=o.overlap_slowdown,
-            compute_model=_compute_model_of(o, gpu),
-        )
+    compute_model = _compute_model_of(o, gpu)
+    compute = o.compute if o.compute is not None else _timed(model, p, o, gpu, compute_model)
     placement = o.placement
     if placement is None:
         placement = Placement.block(topology, nranks=world)
@@ -1294,7 +1300,7 @@ def _simulate_step(
     seq = p.seq(model)
     model_flops = model.megatron_flops(batch=p.global_batch, seq_len=seq, tp=p.tp)
     executed = executed_flops(
-        model, p, gpu, recompute=recompute, flash_attention=o.flash_attention, compute_model=_compute_model_of(o, gpu)
+        model, p, gpu, recompute=recompute, flash_attention=o.flash_attention, compute_model=compute_model
     )
     peak = gpu.dense_fp8_flop_per_s if p.dtype == "fp8" and gpu.dense_fp8_flop_per_s else gpu.dense_bf16_flop_per_s
     memory = memory_per_gpu(model, p, recompute=recompute, flash_attention=o.flash_attention)
