@@ -549,7 +549,10 @@ def simulate_steps(
     if compute is None:
         gpu = o.gpu or _gpu_of(topology)
         compute = _timed(model, p, o, gpu, _compute_model_of(o, gpu))
-    base = dataclasses.replace(o, compute=compute, route_cache=route_cache)
+    # the kernel options are spent on ``compute`` (StepOptions refuses them beside given times)
+    base = dataclasses.replace(
+        o, compute=compute, route_cache=route_cache, attention_kernel=None, overlap_slowdown=None
+    )
     notes: list[str] = []
     if s.on and not o.exact and not config.storage:  # storage streams alone make every rank simulated
         used = reductions.plan(

@@ -926,7 +926,8 @@ class StepOptions:
     ``config``: the simulation settings (network model, collectives, routing; ``SimConfig()`` when None).
     ``gpu``: the GPU to time compute on (the topology's GPU when None). ``compute_model``: the GPU compute model's
     parameters (``simulator.compute.gpu``; its defaults for the GPU when None). ``compute``: a StepCompute
-    replacing the compute model's times. ``overlap_slowdown``: the stretch of compute running beside
+    replacing the compute model's times (``attention_kernel`` and ``overlap_slowdown``, which only time kernels, must
+    then be None). ``overlap_slowdown``: the stretch of compute running beside
     communication (the compute model's default when None). ``flash_attention``, ``recompute`` ("none",
     "selective", "full"): what the kernels do. ``attention_kernel``: the fused attention kernel ("cudnn":
     Transformer Engine's cuDNN fused attention, "fa2": the flash-attn package's FlashAttention-2, "fa3":
@@ -1021,6 +1022,13 @@ class StepOptions:
             checks.choice("StepOptions.attention_kernel", self.attention_kernel, cmp.ATTENTION_KERNELS)
             if not self.flash_attention:
                 raise reject("StepOptions.attention_kernel", self.attention_kernel, "None without flash_attention")
+        if self.compute is not None:
+            # given step times replace the compute model's: an option that only times kernels would be ignored
+            for name in ("attention_kernel", "overlap_slowdown"):
+                if getattr(self, name) is not None:
+                    raise reject(
+                        f"StepOptions.{name}", getattr(self, name), "None with compute (its times replace the kernels')"
+                    )
         if self.perturb is not None and not self.exact:
             raise reject("StepOptions.exact", False, "True with perturb (perturbed ranks are not alike)")
 

@@ -297,3 +297,15 @@ def test_any_spec_parses_or_names_the_field(specs):
         assert str(exc).startswith("straggler: ") and "\n" not in str(exc)
     else:
         assert all(f > 0 and math.isfinite(f) for _, f in s.factors) and math.isfinite(s.sigma) and s.sigma >= 0
+
+
+def test_steps_time_the_kernels_with_the_options_attention_kernel(dgx):
+    """simulate_steps times the kernels once with the options' attention kernel, then replays those times: each
+    kernel gives the step simulate_step gives with it (the kernel is spent on the times, not refused beside them)."""
+    p = layout(False)
+    times = {}
+    for kernel in ("fa2", "cudnn"):
+        o = StepOptions(config=RING, attention_kernel=kernel)
+        times[kernel] = simulate_steps(MODEL, p, system=dgx, options=o).step_time_s[0]
+        assert times[kernel] == simulate_step(MODEL, p, system=dgx, options=o).step_time_s
+    assert times["fa2"] > times["cudnn"]  # FlashAttention-2 is the slower kernel on H100 (FA-3 paper figs. 5-6)

@@ -576,3 +576,13 @@ def test_attention_kernel_times_attention_alone_and_is_checked():
         simulate_step(
             model, spec, system=build_system("dgx-a100", nodes=1), options=StepOptions(attention_kernel="cudnn")
         )
+
+
+def test_kernel_options_are_refused_beside_given_step_times():
+    """Given step times replace the compute model's kernels: an option that only times kernels would be ignored."""
+    times = uniform(tiny())
+    expected = "is not allowed; expected None with compute"
+    with pytest.raises(ValueError, match=rf"StepOptions.attention_kernel: 'fa2' {expected}"):
+        StepOptions(compute=times, attention_kernel="fa2")
+    with pytest.raises(ValueError, match=rf"StepOptions.overlap_slowdown: 0.1 {expected}"):
+        StepOptions(compute=times, overlap_slowdown=0.1)
