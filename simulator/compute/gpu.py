@@ -332,6 +332,12 @@ _ATTN_BWD: Mapping[str, Mapping[int, tuple[float, ...]]] = types.MappingProxyTyp
     }
 )
 
+# the reference every GPU's attention efficiency is scaled from: FlashAttention-3 at head dimension 128, no mask, 16k,
+# against the paper's H100 SXM5 BF16 peak at 1830 MHz (appendix C.1)
+_FA3_REF_FWD = _ATTN_FWD["fa3"][128, False][-1]  # 648 TFLOP/s
+_FA3_REF_BWD = _ATTN_BWD["fa3"][128][-1]  # 561 TFLOP/s
+_FA3_PAPER_PEAK = 989.0  # TFLOP/s
+
 
 def _log_interp(x: float, xs: tuple[float, ...], ys: tuple[float, ...]) -> float:
     """Piecewise-linear in log(x) through (xs, ys), held flat outside [xs[0], xs[-1]]."""
@@ -397,7 +403,7 @@ def flash_efficiency(
     positive_finite("flash_efficiency.seq_len", seq_len)
     positive_finite("flash_efficiency.head_dim", head_dim)
     kernel = compute_model.flash_kernel or "fa3"  # resolved on construction; "or" for the type checker
-    reference = (_ATTN_BWD["fa3"][128] if backward else _ATTN_FWD["fa3"][128, False])[-1]  # 561 / 648 at 16k
+    reference = _FA3_REF_BWD if backward else _FA3_REF_FWD
     return min(1.0, ref * _attention_tflops(kernel, seq_len, head_dim, causal, backward) / reference)
 
 
@@ -452,8 +458,8 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             # FITTED (the one H100 FP8 parameter): DGX Cloud FP8 recipes, against MAMF 0.709 (module docstring)
             gemm_efficiency_fp8=H100_DGXC_FP8_GEMM_EFFICIENCY,
             memory_efficiency=_HOPPER_MEMORY,
-            flash_fwd_efficiency=648 / 989,  # FA-3, head dimension 128, no mask, 16k
-            flash_bwd_efficiency=561 / 989,
+            flash_fwd_efficiency=_FA3_REF_FWD / _FA3_PAPER_PEAK,  # FA-3, head dimension 128, no mask, 16k
+            flash_bwd_efficiency=_FA3_REF_BWD / _FA3_PAPER_PEAK,
             flash_shape=True,
             flash_kernel=_HOPPER_ATTENTION,
             # ESTIMATE: the H200's ratio (same GH100 die and 700 W SXM power limit; no published H100 MSMF)
@@ -465,8 +471,8 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             gemm_efficiency_bf16=794.5 / 989,
             gemm_efficiency_fp8=1453.4 / 1979,
             memory_efficiency=_HOPPER_MEMORY,
-            flash_fwd_efficiency=648 / 989,  # FA-3, head dimension 128, no mask, 16k
-            flash_bwd_efficiency=561 / 989,
+            flash_fwd_efficiency=_FA3_REF_FWD / _FA3_PAPER_PEAK,  # FA-3, head dimension 128, no mask, 16k
+            flash_bwd_efficiency=_FA3_REF_BWD / _FA3_PAPER_PEAK,
             flash_shape=True,
             flash_kernel=_HOPPER_ATTENTION,
             sustained_fraction=_H200_SUSTAINED,
@@ -479,7 +485,7 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             memory_efficiency=7.140 / 8.0,
             # FA-4's best forward, ASSUMED at FA-3's reference shape; backward ASSUMED at FA-3's 561/648 of it
             flash_fwd_efficiency=1613 / 2250,
-            flash_bwd_efficiency=1613 / 2250 * 561 / 648,
+            flash_bwd_efficiency=1613 / 2250 * _FA3_REF_BWD / _FA3_REF_FWD,
             flash_shape=True,
             sustained_fraction=_B200_SUSTAINED,
         ),
@@ -495,7 +501,7 @@ COMPUTE_MODELS: Mapping[str, GpuComputeModel] = types.MappingProxyType(
             gemm_efficiency_fp8=GB200_DGXC_FP8_GEMM_EFFICIENCY,
             memory_efficiency=7.140 / 8.0,
             flash_fwd_efficiency=1613 / 2250,
-            flash_bwd_efficiency=1613 / 2250 * 561 / 648,
+            flash_bwd_efficiency=1613 / 2250 * _FA3_REF_BWD / _FA3_REF_FWD,
             flash_shape=True,
             sustained_fraction=_B200_SUSTAINED,
         ),
